@@ -1,0 +1,86 @@
+#include "io/line_chunker.h"
+
+#include <algorithm>
+
+namespace ctrbox {
+namespace {
+constexpr size_t kReadBytes = 1 << 20;
+}
+
+LineChunker::LineChunker(std::unique_ptr<SequentialFile> file, size_t chunk_bytes,
+                         size_t max_line_bytes)
+    : file_(std::move(file)), chunk_bytes_(chunk_bytes), max_line_bytes_(max_line_bytes) {}
+
+Status LineChunker::ReadMore() {
+  size_t old = pending_.size();
+  pending_.resize(old + kReadBytes);
+  size_t n = 0;
+  Status s = file_->Read(kReadBytes, pending_.data() + old, &n);
+  pending_.resize(old + n);
+  bytes_read_ += n;
+  if (n == 0 && s.ok()) eof_ = true;
+  return s;
+}
+
+Status LineChunker::SkipRestOfLine() {
+  while (true) {
+    size_t nl = pending_.find('\n');
+    if (nl != std::string::npos) {
+      pending_.erase(0, nl + 1);
+      offset_ += nl + 1;
+      return Status::OK();
+    }
+    offset_ += pending_.size();
+    pending_.clear();
+    if (eof_) return Status::OK();
+    RETURN_IF_ERROR(ReadMore());
+  }
+}
+
+Status LineChunker::Next(TextChunk* chunk, bool* eof) {
+  chunk->file = file_->name();
+  chunk->data.clear();
+  chunk->overlong_lines.clear();
+  chunk->first_line = next_line_;
+  chunk->offset = offset_;
+  *eof = false;
+  while (true) {
+    if (pending_.size() >= chunk_bytes_ || eof_) {
+      size_t last_nl = pending_.rfind('\n');
+      if (last_nl != std::string::npos) {
+        chunk->data.assign(pending_, 0, last_nl + 1);
+        pending_.erase(0, last_nl + 1);
+        offset_ += last_nl + 1;
+        next_line_ += static_cast<uint64_t>(
+            std::count(chunk->data.begin(), chunk->data.end(), '\n'));
+        return Status::OK();
+      }
+      if (eof_) {
+        if (pending_.empty()) {
+          *eof = true;
+          return Status::OK();
+        }
+        // The last line has no newline.
+        offset_ += pending_.size();
+        if (pending_.size() > max_line_bytes_) {
+          chunk->overlong_lines.push_back(next_line_);
+        } else {
+          chunk->data = std::move(pending_);
+          chunk->data.push_back('\n');
+        }
+        pending_.clear();
+        ++next_line_;
+        return Status::OK();
+      }
+    }
+    if (pending_.size() > max_line_bytes_ && pending_.find('\n') == std::string::npos) {
+      chunk->overlong_lines.push_back(next_line_++);
+      offset_ += pending_.size();
+      pending_.clear();
+      return SkipRestOfLine();
+    }
+    RETURN_IF_ERROR(ReadMore());
+  }
+}
+
+}  // namespace ctrbox

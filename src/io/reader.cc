@@ -1,0 +1,278 @@
+#include "io/reader.h"
+
+#include <fmt/format.h>
+
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "io/line_chunker.h"
+#include "io/shard.h"
+
+namespace ctrbox {
+namespace {
+
+constexpr std::string_view kShardSuffix = ".ctrshard";
+
+// A sequential source of raw chunks over several files, opened one after another.
+class ChunkSource {
+ public:
+  virtual ~ChunkSource() = default;
+  virtual Status Next(TextChunk* chunk, bool* eof) = 0;
+};
+
+class TextSource final : public ChunkSource {
+ public:
+  TextSource(Env* env, std::vector<std::string> files, const DataOptions& o)
+      : env_(env), files_(std::move(files)), options_(o) {}
+  Status Next(TextChunk* chunk, bool* eof) override {
+    while (true) {
+      if (!chunker_) {
+        if (next_file_ == files_.size()) {
+          *eof = true;
+          return Status::OK();
+        }
+        ASSIGN_OR_RETURN(auto file, env_->NewSequentialFile(files_[next_file_++]));
+        chunker_ = std::make_unique<LineChunker>(std::move(file), options_.chunk_bytes,
+                                                 options_.max_line_bytes);
+      }
+      bool file_eof = false;
+      RETURN_IF_ERROR(chunker_->Next(chunk, &file_eof));
+      if (!file_eof) {
+        *eof = false;
+        return Status::OK();
+      }
+      chunker_.reset();
+    }
+  }
+
+ private:
+  Env* env_;
+  std::vector<std::string> files_;
+  DataOptions options_;
+  size_t next_file_ = 0;
+  std::unique_ptr<LineChunker> chunker_;
+};
+
+class ShardSource final : public ChunkSource {
+ public:
+  ShardSource(Env* env, std::vector<std::string> files, Schema schema)
+      : env_(env), files_(std::move(files)), schema_(schema) {}
+  Status Next(TextChunk* chunk, bool* eof) override {
+    while (true) {
+      if (!source_) {
+        if (next_file_ == files_.size()) {
+          *eof = true;
+          return Status::OK();
+        }
+        const std::string& path = files_[next_file_++];
+        ASSIGN_OR_RETURN(source_, ShardBlockSource::Open(env_, path));
+        if (!(source_->schema() == schema_)) {
+          return InvalidArgumentError(fmt::format(
+              "{}: shard has {} slots and {} dense values, but the data set has {} and {}", path,
+              source_->schema().num_slots, source_->schema().num_dense, schema_.num_slots,
+              schema_.num_dense));
+        }
+      }
+      bool file_eof = false;
+      RETURN_IF_ERROR(source_->Next(chunk, &file_eof));
+      if (!file_eof) {
+        *eof = false;
+        return Status::OK();
+      }
+      source_.reset();
+    }
+  }
+
+ private:
+  Env* env_;
+  std::vector<std::string> files_;
+  Schema schema_;
+  size_t next_file_ = 0;
+  std::unique_ptr<ShardBlockSource> source_;
+};
+
+using DecodeFn = std::function<void(const TextChunk&, ChunkParseResult*)>;
+
+// Workers pull chunks from the source (one at a time, under a lock), decode them in parallel
+// and deposit the results by sequence number; Next() hands them out in order.
+class ParallelChunkReader final : public BatchReader {
+ public:
+  ParallelChunkReader(Schema schema, std::unique_ptr<ChunkSource> source, DecodeFn decode,
+                      const DataOptions& options)
+      : schema_(schema),
+        source_(std::move(source)),
+        decode_(std::move(decode)),
+        max_inflight_(std::max(options.max_inflight, options.threads)),
+        tracker_(options.bad_input) {
+    for (int t = 0; t < std::max(1, options.threads); ++t) workers_.emplace_back([this] { Work(); });
+  }
+  ~ParallelChunkReader() override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& w : workers_) w.join();
+  }
+
+  Schema schema() const override { return schema_; }
+  RecordCounts counts() const override { return tracker_.counts(); }
+
+  Status Next(Batch* batch, bool* eof) override {
+    *eof = false;
+    if (!final_status_.ok()) return final_status_;
+    while (true) {
+      ChunkParseResult r;
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        cv_.wait(l, [&] { return results_.count(next_out_) || source_done_at_ == next_out_; });
+        auto it = results_.find(next_out_);
+        if (it == results_.end()) {
+          // No more chunks: the source ended (or failed) at next_out_.
+          if (!source_status_.ok()) return final_status_ = source_status_;
+          Status s = tracker_.Finish();
+          if (!s.ok()) return final_status_ = s;
+          *eof = true;
+          return Status::OK();
+        }
+        r = std::move(it->second);
+        results_.erase(it);
+        ++next_out_;
+      }
+      cv_.notify_all();
+      if (!r.status.ok()) return final_status_ = r.status;
+      Status s = tracker_.Add(r.counts, r.samples);
+      if (!s.ok()) return final_status_ = s;
+      if (r.batch.rows() > 0) {
+        *batch = std::move(r.batch);
+        return Status::OK();
+      }
+    }
+  }
+
+ private:
+  static constexpr uint64_t kNotDone = ~uint64_t{0};
+
+  void Work() {
+    TextChunk chunk;
+    while (true) {
+      uint64_t seq;
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        cv_.wait(l, [&] { return stop_ || source_done_at_ != kNotDone ||
+                                 next_seq_ - next_out_ < static_cast<uint64_t>(max_inflight_); });
+        if (stop_ || source_done_at_ != kNotDone) return;
+        bool eof = false;
+        Status s = source_->Next(&chunk, &eof);
+        if (!s.ok() || eof) {
+          source_status_ = s;
+          source_done_at_ = next_seq_;
+          cv_.notify_all();
+          return;
+        }
+        seq = next_seq_++;
+      }
+      ChunkParseResult r;
+      decode_(chunk, &r);
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        results_.emplace(seq, std::move(r));
+      }
+      cv_.notify_all();
+    }
+  }
+
+  const Schema schema_;
+  std::unique_ptr<ChunkSource> source_;  // guarded by mu_
+  const DecodeFn decode_;
+  const int max_inflight_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;                           // guarded by mu_
+  uint64_t next_seq_ = 0;                       // guarded by mu_
+  uint64_t next_out_ = 0;                       // guarded by mu_
+  uint64_t source_done_at_ = kNotDone;          // guarded by mu_
+  Status source_status_;                        // guarded by mu_
+  std::map<uint64_t, ChunkParseResult> results_;  // guarded by mu_
+
+  // Owned by the consumer thread.
+  BadInputTracker tracker_;
+  Status final_status_;
+  std::vector<std::thread> workers_;
+};
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+}  // namespace
+
+StatusOr<std::vector<std::string>> ExpandDataPaths(Env* env, const std::vector<std::string>& paths,
+                                                   DataFormat format) {
+  std::vector<std::string> files;
+  for (const std::string& p : paths) {
+    if (p != "-" && env->IsDirectory(p)) {
+      ASSIGN_OR_RETURN(auto children, env->GetChildren(p));
+      size_t before = files.size();
+      for (const std::string& c : children) {
+        if (c.empty() || c[0] == '.') continue;
+        if (format == DataFormat::kShards && !EndsWith(c, kShardSuffix)) continue;
+        std::string full = JoinPath(p, c);
+        if (!env->IsDirectory(full)) files.push_back(std::move(full));
+      }
+      if (files.size() == before) {
+        return InvalidArgumentError(fmt::format("data directory {} holds no {} files", p,
+                                                format == DataFormat::kShards ? "*.ctrshard" : "data"));
+      }
+    } else if (p == "-" || env->FileExists(p)) {
+      files.push_back(p);
+    } else {
+      return NotFoundError(fmt::format("data path {} does not exist", p));
+    }
+  }
+  if (files.empty()) return InvalidArgumentError("no data paths given");
+  return files;
+}
+
+StatusOr<Schema> ResolveSchema(Env* env, const DataOptions& o) {
+  if (o.format != DataFormat::kShards) {
+    Schema s = SchemaForFormat(o.format, o.num_slots, o.num_dense);
+    if (s.num_slots == 0) {
+      return InvalidArgumentError(fmt::format(
+          "data.num_slots must be set (> 0) for format {}", DataFormatName(o.format)));
+    }
+    return s;
+  }
+  ASSIGN_OR_RETURN(auto files, ExpandDataPaths(env, o.paths, o.format));
+  ASSIGN_OR_RETURN(auto src, ShardBlockSource::Open(env, files[0]));
+  return src->schema();
+}
+
+StatusOr<std::unique_ptr<BatchReader>> OpenReader(Env* env, const DataOptions& o) {
+  if (o.threads < 1) return InvalidArgumentError("data.reader_threads must be >= 1");
+  ASSIGN_OR_RETURN(auto files, ExpandDataPaths(env, o.paths, o.format));
+  ASSIGN_OR_RETURN(Schema schema, ResolveSchema(env, o));
+  if (o.format == DataFormat::kShards) {
+    auto source = std::make_unique<ShardSource>(env, std::move(files), schema);
+    DecodeFn decode = [schema](const TextChunk& c, ChunkParseResult* r) {
+      DecodeShardBlock(schema, c, r);
+    };
+    return std::unique_ptr<BatchReader>(
+        new ParallelChunkReader(schema, std::move(source), std::move(decode), o));
+  }
+  TextFormatOptions text;
+  text.format = o.format;
+  text.schema = schema;
+  text.labels_optional = o.labels_optional;
+  text.max_line_bytes = o.max_line_bytes;
+  auto source = std::make_unique<TextSource>(env, std::move(files), o);
+  DecodeFn decode = [text](const TextChunk& c, ChunkParseResult* r) { ParseTextChunk(text, c, r); };
+  return std::unique_ptr<BatchReader>(
+      new ParallelChunkReader(schema, std::move(source), std::move(decode), o));
+}
+
+}  // namespace ctrbox

@@ -1,0 +1,121 @@
+#include "io/reader.h"
+
+#include <gtest/gtest.h>
+
+#include "io/synth.h"
+#include "io/test_util.h"
+
+namespace ctrbox {
+namespace {
+
+using testing::SameBatch;
+using testing::TempDir;
+
+std::string CriteoText(uint64_t rows, uint64_t seed) {
+  SynthOptions o;
+  o.seed = seed;
+  SynthGenerator g(o);
+  std::string text;
+  g.GenerateText(0, rows, &text, nullptr);
+  return text;
+}
+
+StatusOr<Batch> ReadAll(const DataOptions& o) {
+  ASSIGN_OR_RETURN(auto reader, OpenReader(Env::Posix(), o));
+  Batch all;
+  all.Reset(reader->schema());
+  while (true) {
+    Batch b;
+    bool eof = false;
+    RETURN_IF_ERROR(reader->Next(&b, &eof));
+    if (eof) break;
+    EXPECT_GT(b.rows(), 0u);
+    all.AppendRows(b, 0, b.rows());
+  }
+  return all;
+}
+
+TEST(ReaderTest, ThreadCountAndChunkSizeDoNotChangeTheStream) {
+  TempDir dir;
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), dir.File("a.tsv"), CriteoText(3000, 1)).ok());
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), dir.File("b.tsv"), CriteoText(1234, 2)).ok());
+  DataOptions base;
+  base.paths = {dir.path()};  // a directory: its files in name order
+  base.threads = 1;
+  auto expect = ReadAll(base);
+  ASSERT_TRUE(expect.ok()) << expect.status().ToString();
+  ASSERT_EQ(expect->rows(), 4234u);
+  for (int threads : {2, 4}) {
+    for (size_t chunk : {size_t{4096}, size_t{1} << 20}) {
+      DataOptions o = base;
+      o.threads = threads;
+      o.chunk_bytes = chunk;
+      auto got = ReadAll(o);
+      ASSERT_TRUE(got.ok());
+      EXPECT_TRUE(SameBatch(*got, *expect)) << threads << " " << chunk;
+    }
+  }
+}
+
+TEST(ReaderTest, StopsPastTheErrorRateNamingTheFirstBadLine) {
+  TempDir dir;
+  std::string text = CriteoText(2000, 3);
+  // Corrupt 3 % of the lines (every 33rd) by cutting them short.
+  std::string bad;
+  size_t start = 0;
+  for (int line = 1; start < text.size(); ++line) {
+    size_t nl = text.find('\n', start);
+    std::string l = text.substr(start, nl - start);
+    if (line % 33 == 0) l = l.substr(0, 10);
+    bad += l + "\n";
+    start = nl + 1;
+  }
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), dir.File("bad.tsv"), bad).ok());
+  DataOptions o;
+  o.paths = {dir.File("bad.tsv")};
+  o.chunk_bytes = 8192;
+  auto got = ReadAll(o);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(got.status().message().find("bad.tsv:33: field_count"), std::string::npos)
+      << got.status().message();
+  EXPECT_NE(got.status().message().find("data.max_error_rate=1%"), std::string::npos);
+
+  o.bad_input.max_error_rate = 0.05;  // tolerated: the bad lines are skipped and counted
+  auto reader = OpenReader(Env::Posix(), o);
+  ASSERT_TRUE(reader.ok());
+  uint64_t rows = 0;
+  while (true) {
+    Batch b;
+    bool eof = false;
+    ASSERT_TRUE((*reader)->Next(&b, &eof).ok());
+    if (eof) break;
+    rows += b.rows();
+  }
+  EXPECT_EQ(rows, 2000u - 2000 / 33);
+  EXPECT_EQ((*reader)->counts().bad[static_cast<int>(BadKind::kFieldCount)], 2000u / 33);
+}
+
+TEST(ReaderTest, MissingPathsAndSchemasAreClearErrors) {
+  TempDir dir;
+  DataOptions o;
+  o.paths = {dir.File("nope.tsv")};
+  auto r = OpenReader(Env::Posix(), o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("nope.tsv"), std::string::npos);
+
+  o.paths = {dir.path()};
+  o.format = DataFormat::kSlots;
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), dir.File("x"), "1 0:1\n").ok());
+  r = OpenReader(Env::Posix(), o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("data.num_slots"), std::string::npos);
+
+  o.format = DataFormat::kShards;
+  r = OpenReader(Env::Posix(), o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("*.ctrshard"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ctrbox

@@ -1,0 +1,56 @@
+// Text input formats: Criteo TSV, libsvm, libFM and the slot format.
+// The grammar of each is in docs/formats/text_inputs.md.
+//
+// Parsing is a pure function of a chunk of lines, so chunks parse in parallel.
+#ifndef CTRBOX_IO_TEXT_FORMAT_H_
+#define CTRBOX_IO_TEXT_FORMAT_H_
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "io/bad_input.h"
+#include "io/batch.h"
+#include "io/line_chunker.h"
+
+namespace ctrbox {
+
+enum class DataFormat { kCriteo, kLibsvm, kLibfm, kSlots, kShards };
+
+// Parses "criteo" | "libsvm" | "libfm" | "slots" | "shards".
+bool ParseDataFormat(std::string_view name, DataFormat* out);
+std::string_view DataFormatName(DataFormat f);
+
+constexpr uint32_t kCriteoDense = 13;
+constexpr uint32_t kCriteoSlots = 26;
+
+struct TextFormatOptions {
+  DataFormat format = DataFormat::kCriteo;
+  // The shape of the rows. Criteo: 26 slots, 13 dense. libsvm: 1 slot, 0 dense.
+  // libfm and slots: as configured (data.num_slots, data.num_dense).
+  Schema schema{kCriteoSlots, kCriteoDense};
+  // Lines without a label are accepted (label 0); used by predict.
+  bool labels_optional = false;
+  size_t max_line_bytes = 1 << 20;
+};
+
+// The schema a format implies, given the configured slot and dense counts.
+Schema SchemaForFormat(DataFormat format, uint32_t num_slots, uint32_t num_dense);
+
+struct ChunkParseResult {
+  Status status;  // not OK only for unrecoverable input (a corrupt shard block)
+  Batch batch;
+  RecordCounts counts;
+  std::vector<BadRecord> samples;    // the first few bad records of each kind
+  std::vector<uint64_t> bad_lines;   // every bad line, in order (including overlong ones)
+};
+
+// Parses the lines of `chunk` into result->batch (reset to the format's schema).
+void ParseTextChunk(const TextFormatOptions& options, const TextChunk& chunk,
+                    ChunkParseResult* result);
+// Resets the parts of *result that every decoder fills.
+void ResetParseResult(Schema schema, ChunkParseResult* result);
+
+}  // namespace ctrbox
+
+#endif  // CTRBOX_IO_TEXT_FORMAT_H_

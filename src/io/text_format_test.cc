@@ -1,0 +1,144 @@
+#include "io/text_format.h"
+
+#include <gtest/gtest.h>
+
+#include "util/hash.h"
+
+namespace ctrbox {
+namespace {
+
+std::string CriteoLine(std::string label = "1") {
+  std::string l = label;
+  for (int j = 0; j < 13; ++j) l += "\t" + (j == 2 ? std::string() : std::to_string(j * 3 - 1));
+  for (int s = 0; s < 26; ++s) l += "\t" + (s == 5 ? std::string() : "a1b2c3" + std::to_string(s % 10) + "f");
+  return l;
+}
+
+ChunkParseResult Parse(const TextFormatOptions& opt, const std::string& data) {
+  TextChunk chunk;
+  chunk.file = "in.txt";
+  chunk.data = data;
+  chunk.first_line = 10;
+  ChunkParseResult r;
+  ParseTextChunk(opt, chunk, &r);
+  return r;
+}
+
+TEST(CriteoTest, ParsesAValidLine) {
+  TextFormatOptions opt;
+  auto r = Parse(opt, CriteoLine() + "\n" + CriteoLine("0") + "\r\n");
+  ASSERT_EQ(r.counts.good, 2u);
+  EXPECT_EQ(r.counts.bad_total(), 0u);
+  const Batch& b = r.batch;
+  ASSERT_EQ(b.rows(), 2u);
+  EXPECT_EQ(b.labels[0], 1.0f);
+  EXPECT_EQ(b.labels[1], 0.0f);
+  EXPECT_EQ(b.dense[0], -1.0f);
+  EXPECT_EQ(b.dense[1], 2.0f);
+  EXPECT_EQ(b.dense[2], 0.0f);  // empty
+  ASSERT_EQ(b.keys.size(), 52u);
+  EXPECT_EQ(b.keys[0], FeatureKey(0, std::string_view("a1b2c30f")));
+  EXPECT_EQ(b.keys[5], FeatureKey(5, std::string_view("")));  // missing is its own value
+  EXPECT_NE(b.keys[5], b.keys[26 + 6]);
+}
+
+struct BadCase {
+  std::string line;
+  BadKind kind;
+  std::string detail_part;
+};
+
+TEST(CriteoTest, EveryMalformedKindIsCountedWithItsLine) {
+  std::string too_few = CriteoLine().substr(0, CriteoLine().rfind('\t'));
+  std::string bad_num = CriteoLine();
+  bad_num.replace(bad_num.find("\t-1\t"), 4, "\t1x\t");
+  std::string bad_utf8 = CriteoLine();
+  bad_utf8.replace(bad_utf8.rfind("a1b2"), 4, "\xC3\x28zz");
+  std::vector<BadCase> cases = {
+      {too_few, BadKind::kFieldCount, "expected 40 tab-separated fields, found 39"},
+      {CriteoLine() + "\textra", BadKind::kFieldCount, "found 41"},
+      {CriteoLine("2"), BadKind::kBadLabel, "label '2'"},
+      {CriteoLine("yes"), BadKind::kBadLabel, "label 'yes'"},
+      {bad_num, BadKind::kBadNumber, "I1 '1x'"},
+      {bad_utf8, BadKind::kBadUtf8, "C26 is not valid UTF-8"},
+      {"", BadKind::kFieldCount, "found 1"},
+  };
+  TextFormatOptions opt;
+  for (const BadCase& c : cases) {
+    auto r = Parse(opt, CriteoLine() + "\n" + c.line + "\n" + CriteoLine() + "\n");
+    EXPECT_EQ(r.counts.good, 2u) << c.detail_part;
+    EXPECT_EQ(r.counts.bad[static_cast<int>(c.kind)], 1u) << c.detail_part;
+    ASSERT_EQ(r.samples.size(), 1u);
+    EXPECT_EQ(r.samples[0].line, 11u);
+    EXPECT_EQ(r.samples[0].file, "in.txt");
+    EXPECT_NE(r.samples[0].detail.find(c.detail_part), std::string::npos) << r.samples[0].detail;
+    EXPECT_EQ(r.bad_lines, (std::vector<uint64_t>{11}));
+    EXPECT_EQ(r.batch.rows(), 2u);
+  }
+}
+
+TEST(CriteoTest, OverlongLineAndOptionalLabel) {
+  TextFormatOptions opt;
+  opt.max_line_bytes = 100;
+  auto r = Parse(opt, CriteoLine() + "\n");
+  EXPECT_EQ(r.counts.bad[static_cast<int>(BadKind::kOverlongLine)], 1u);
+
+  TextFormatOptions predict;
+  predict.labels_optional = true;
+  std::string unlabeled = CriteoLine().substr(2);  // drop "1\t"
+  auto p = Parse(predict, unlabeled + "\n" + CriteoLine() + "\n");
+  EXPECT_EQ(p.counts.good, 2u);
+  EXPECT_EQ(p.batch.keys[0], p.batch.keys[26]);
+}
+
+TEST(LibsvmTest, ParsesLabelsAndWeights) {
+  TextFormatOptions opt;
+  opt.format = DataFormat::kLibsvm;
+  opt.schema = SchemaForFormat(DataFormat::kLibsvm, 0, 0);
+  auto r = Parse(opt, "+1 3:0.5 7:1\n-1 2:2e-1\n0  4:1\t9:3\n1\n");
+  ASSERT_EQ(r.counts.good, 4u);
+  EXPECT_EQ(r.batch.labels, (std::vector<float>{1, 0, 0, 1}));
+  EXPECT_EQ(r.batch.keys[0], FeatureKey(0, uint64_t{3}));
+  EXPECT_EQ(r.batch.weights, (std::vector<float>{0.5f, 1.0f, 0.2f, 1.0f, 3.0f}));
+  EXPECT_EQ(r.batch.offsets, (std::vector<uint32_t>{0, 2, 3, 5, 5}));
+
+  auto bad = Parse(opt, "2 3:1\n1 3\n1 x:1\n1 3:y\n1 1:2:3\n");
+  EXPECT_EQ(bad.counts.good, 0u);
+  EXPECT_EQ(bad.counts.bad[static_cast<int>(BadKind::kBadLabel)], 1u);
+  EXPECT_EQ(bad.counts.bad[static_cast<int>(BadKind::kBadSlot)], 2u);
+  EXPECT_EQ(bad.counts.bad[static_cast<int>(BadKind::kBadNumber)], 2u);
+}
+
+TEST(LibfmTest, FieldsBecomeSlots) {
+  TextFormatOptions opt;
+  opt.format = DataFormat::kLibfm;
+  opt.schema = SchemaForFormat(DataFormat::kLibfm, 3, 0);
+  auto r = Parse(opt, "1 2:5:1 0:7:0.25 2:6:1\n0 3:1:1\n0 1:2\n");
+  ASSERT_EQ(r.counts.good, 1u);
+  EXPECT_EQ(r.batch.keys, (std::vector<uint64_t>{FeatureKey(0, uint64_t{7}), FeatureKey(2, uint64_t{5}),
+                                                 FeatureKey(2, uint64_t{6})}));
+  EXPECT_EQ(r.batch.offsets, (std::vector<uint32_t>{0, 1, 1, 3}));
+  EXPECT_EQ(r.counts.bad[static_cast<int>(BadKind::kBadSlot)], 2u);
+}
+
+TEST(SlotsTest, MultiHotAndDense) {
+  TextFormatOptions opt;
+  opt.format = DataFormat::kSlots;
+  opt.schema = Schema{3, 2};
+  auto r = Parse(opt, "1 dense:1.5,3 0:11 2:5 0:12\n0 1:18446744073709551615\n");
+  ASSERT_EQ(r.counts.good, 2u);
+  EXPECT_EQ(r.batch.dense, (std::vector<float>{1.5f, 3, 0, 0}));
+  EXPECT_EQ(r.batch.keys[0], FeatureKey(0, uint64_t{11}));
+  EXPECT_EQ(r.batch.keys[1], FeatureKey(0, uint64_t{12}));
+  EXPECT_EQ(r.batch.offsets, (std::vector<uint32_t>{0, 2, 2, 3, 3, 4, 4}));
+
+  auto bad = Parse(opt, "1 3:1\n1 0:-4\n1 dense:1\n1 dense:1,2,3\n1 dense:1,z\n7 0:1\n1 0\n");
+  EXPECT_EQ(bad.counts.good, 0u);
+  EXPECT_EQ(bad.counts.bad[static_cast<int>(BadKind::kBadSlot)], 2u);
+  EXPECT_EQ(bad.counts.bad[static_cast<int>(BadKind::kBadNumber)], 2u);
+  EXPECT_EQ(bad.counts.bad[static_cast<int>(BadKind::kFieldCount)], 2u);
+  EXPECT_EQ(bad.counts.bad[static_cast<int>(BadKind::kBadLabel)], 1u);
+}
+
+}  // namespace
+}  // namespace ctrbox

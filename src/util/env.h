@@ -1,0 +1,102 @@
+// Env: the file-system and clock interface through which all of ctrbox's I/O goes
+// (leveldb's Env, RocksDB's FileSystem). Tests substitute in-memory or fault-injecting
+// implementations; production uses Env::Posix().
+//
+// Thread safety: an Env is safe for concurrent use. A file object is used by one thread at a
+// time, except RandomAccessFile::Read, which is safe to call concurrently.
+#ifndef CTRBOX_UTIL_ENV_H_
+#define CTRBOX_UTIL_ENV_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "util/status.h"
+
+namespace ctrbox {
+
+class SequentialFile {
+ public:
+  virtual ~SequentialFile() = default;
+  // Reads up to `n` bytes into `scratch`; sets *bytes_read (0 only at end of file).
+  virtual Status Read(size_t n, char* scratch, size_t* bytes_read) = 0;
+  // The path (or "<stdin>") for messages.
+  virtual const std::string& name() const = 0;
+};
+
+class RandomAccessFile {
+ public:
+  virtual ~RandomAccessFile() = default;
+  // Reads up to `n` bytes at `offset`; *bytes_read < n only at end of file.
+  virtual Status Read(uint64_t offset, size_t n, char* scratch, size_t* bytes_read) const = 0;
+  virtual uint64_t size() const = 0;
+  virtual const std::string& name() const = 0;
+};
+
+class WritableFile {
+ public:
+  virtual ~WritableFile() = default;
+  virtual Status Append(std::string_view data) = 0;
+  // Hands buffered data to the operating system.
+  virtual Status Flush() = 0;
+  // Makes appended data durable (fsync).
+  virtual Status Sync() = 0;
+  // Flushes and closes; further calls are errors. Destruction without Close() closes
+  // silently, so call Close() wherever the data matters.
+  virtual Status Close() = 0;
+  virtual const std::string& name() const = 0;
+};
+
+class Env {
+ public:
+  virtual ~Env() = default;
+
+  // The POSIX environment (stateless; lives for the whole process).
+  static Env* Posix();
+
+  // Opens `path` for streaming reads; the path "-" is standard input.
+  virtual StatusOr<std::unique_ptr<SequentialFile>> NewSequentialFile(const std::string& path) = 0;
+  virtual StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
+      const std::string& path) = 0;
+  // Creates or truncates `path`.
+  virtual StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) = 0;
+  // Opens `path` for appending, creating it if needed.
+  virtual StatusOr<std::unique_ptr<WritableFile>> NewAppendableFile(const std::string& path) = 0;
+
+  virtual bool FileExists(const std::string& path) = 0;
+  virtual bool IsDirectory(const std::string& path) = 0;
+  virtual StatusOr<uint64_t> GetFileSize(const std::string& path) = 0;
+  // Names (not paths) of the entries of directory `dir`, sorted, without "." and "..".
+  virtual StatusOr<std::vector<std::string>> GetChildren(const std::string& dir) = 0;
+  // Creates `dir` and its missing parents; OK if it exists.
+  virtual Status CreateDirs(const std::string& dir) = 0;
+  virtual Status DeleteFile(const std::string& path) = 0;
+  // Deletes an empty directory.
+  virtual Status DeleteDir(const std::string& dir) = 0;
+  // Atomically replaces `to` with `from` (rename(2)).
+  virtual Status RenameFile(const std::string& from, const std::string& to) = 0;
+  // fsyncs directory `dir`, making renames and creations in it durable.
+  virtual Status SyncDir(const std::string& dir) = 0;
+
+  virtual uint64_t NowMicros() = 0;
+};
+
+// Reads the whole file at `path` into *out (for small files: manifests, configs).
+Status ReadFileToString(Env* env, const std::string& path, std::string* out);
+
+// Writes `data` to `path` durably and atomically: a temporary file in the same directory is
+// written, synced, renamed over `path`, and the directory is synced.
+Status WriteFileAtomic(Env* env, const std::string& path, std::string_view data);
+
+// Joins two path components with one '/'.
+std::string JoinPath(std::string_view a, std::string_view b);
+// The directory part of `path` ("." if none).
+std::string DirName(std::string_view path);
+// The last component of `path`.
+std::string BaseName(std::string_view path);
+
+}  // namespace ctrbox
+
+#endif  // CTRBOX_UTIL_ENV_H_

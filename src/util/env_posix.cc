@@ -1,0 +1,240 @@
+// The POSIX implementation of Env.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "util/env.h"
+
+namespace ctrbox {
+namespace {
+
+Status PosixError(const std::string& context, int err) {
+  std::string m = context + ": " + std::strerror(err);
+  if (err == ENOENT) return NotFoundError(std::move(m));
+  return IOError(std::move(m));
+}
+
+class PosixSequentialFile final : public SequentialFile {
+ public:
+  PosixSequentialFile(std::string name, int fd, bool owns) : name_(std::move(name)), fd_(fd), owns_(owns) {}
+  ~PosixSequentialFile() override {
+    if (owns_) ::close(fd_);
+  }
+  Status Read(size_t n, char* scratch, size_t* bytes_read) override {
+    while (true) {
+      ssize_t r = ::read(fd_, scratch, n);
+      if (r >= 0) {
+        *bytes_read = static_cast<size_t>(r);
+        return Status::OK();
+      }
+      if (errno == EINTR) continue;
+      *bytes_read = 0;
+      return PosixError("read " + name_, errno);
+    }
+  }
+  const std::string& name() const override { return name_; }
+
+ private:
+  std::string name_;
+  int fd_;
+  bool owns_;
+};
+
+class PosixRandomAccessFile final : public RandomAccessFile {
+ public:
+  PosixRandomAccessFile(std::string name, int fd, uint64_t size)
+      : name_(std::move(name)), fd_(fd), size_(size) {}
+  ~PosixRandomAccessFile() override { ::close(fd_); }
+  Status Read(uint64_t offset, size_t n, char* scratch, size_t* bytes_read) const override {
+    size_t done = 0;
+    while (done < n) {
+      ssize_t r = ::pread(fd_, scratch + done, n - done, static_cast<off_t>(offset + done));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        *bytes_read = done;
+        return PosixError("pread " + name_, errno);
+      }
+      if (r == 0) break;
+      done += static_cast<size_t>(r);
+    }
+    *bytes_read = done;
+    return Status::OK();
+  }
+  uint64_t size() const override { return size_; }
+  const std::string& name() const override { return name_; }
+
+ private:
+  std::string name_;
+  int fd_;
+  uint64_t size_;
+};
+
+class PosixWritableFile final : public WritableFile {
+ public:
+  PosixWritableFile(std::string name, int fd) : name_(std::move(name)), fd_(fd) {
+    buf_.reserve(kBufferSize);
+  }
+  ~PosixWritableFile() override {
+    if (fd_ >= 0) Close().IgnoreError();  // the caller chose not to Close(); nothing to report to
+  }
+  Status Append(std::string_view data) override {
+    if (fd_ < 0) return FailedPreconditionError("append to closed file " + name_);
+    if (buf_.size() + data.size() > kBufferSize) {
+      RETURN_IF_ERROR(Flush());
+      if (data.size() >= kBufferSize) return WriteRaw(data);
+    }
+    buf_.append(data);
+    return Status::OK();
+  }
+  Status Flush() override {
+    if (fd_ < 0) return FailedPreconditionError("flush of closed file " + name_);
+    Status s = WriteRaw(buf_);
+    buf_.clear();
+    return s;
+  }
+  Status Sync() override {
+    RETURN_IF_ERROR(Flush());
+    if (::fdatasync(fd_) != 0) return PosixError("fdatasync " + name_, errno);
+    return Status::OK();
+  }
+  Status Close() override {
+    if (fd_ < 0) return Status::OK();
+    Status s = Flush();
+    if (::close(fd_) != 0 && s.ok()) s = PosixError("close " + name_, errno);
+    fd_ = -1;
+    return s;
+  }
+  const std::string& name() const override { return name_; }
+
+ private:
+  static constexpr size_t kBufferSize = 1 << 20;
+
+  Status WriteRaw(std::string_view data) {
+    while (!data.empty()) {
+      ssize_t w = ::write(fd_, data.data(), data.size());
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        return PosixError("write " + name_, errno);
+      }
+      data.remove_prefix(static_cast<size_t>(w));
+    }
+    return Status::OK();
+  }
+
+  std::string name_;
+  int fd_;
+  std::string buf_;
+};
+
+class PosixEnv final : public Env {
+ public:
+  StatusOr<std::unique_ptr<SequentialFile>> NewSequentialFile(const std::string& path) override {
+    if (path == "-") {
+      return std::unique_ptr<SequentialFile>(new PosixSequentialFile("<stdin>", 0, false));
+    }
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return PosixError("open " + path, errno);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    return std::unique_ptr<SequentialFile>(new PosixSequentialFile(path, fd, true));
+  }
+  StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
+      const std::string& path) override {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return PosixError("open " + path, errno);
+    struct stat st;
+    if (::fstat(fd, &st) != 0) {
+      int err = errno;
+      ::close(fd);
+      return PosixError("stat " + path, err);
+    }
+    return std::unique_ptr<RandomAccessFile>(
+        new PosixRandomAccessFile(path, fd, static_cast<uint64_t>(st.st_size)));
+  }
+  StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
+    return OpenWritable(path, O_TRUNC);
+  }
+  StatusOr<std::unique_ptr<WritableFile>> NewAppendableFile(const std::string& path) override {
+    return OpenWritable(path, O_APPEND);
+  }
+  bool FileExists(const std::string& path) override { return ::access(path.c_str(), F_OK) == 0; }
+  bool IsDirectory(const std::string& path) override {
+    struct stat st;
+    return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  }
+  StatusOr<uint64_t> GetFileSize(const std::string& path) override {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) return PosixError("stat " + path, errno);
+    return static_cast<uint64_t>(st.st_size);
+  }
+  StatusOr<std::vector<std::string>> GetChildren(const std::string& dir) override {
+    DIR* d = ::opendir(dir.c_str());
+    if (d == nullptr) return PosixError("opendir " + dir, errno);
+    std::vector<std::string> names;
+    while (struct dirent* e = ::readdir(d)) {
+      std::string n = e->d_name;
+      if (n != "." && n != "..") names.push_back(std::move(n));
+    }
+    ::closedir(d);
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+  Status CreateDirs(const std::string& dir) override {
+    if (dir.empty() || IsDirectory(dir)) return Status::OK();
+    std::string parent = DirName(dir);
+    if (parent != dir && parent != "." && parent != "/") RETURN_IF_ERROR(CreateDirs(parent));
+    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+      return PosixError("mkdir " + dir, errno);
+    }
+    return Status::OK();
+  }
+  Status DeleteFile(const std::string& path) override {
+    if (::unlink(path.c_str()) != 0) return PosixError("unlink " + path, errno);
+    return Status::OK();
+  }
+  Status DeleteDir(const std::string& dir) override {
+    if (::rmdir(dir.c_str()) != 0) return PosixError("rmdir " + dir, errno);
+    return Status::OK();
+  }
+  Status RenameFile(const std::string& from, const std::string& to) override {
+    if (::rename(from.c_str(), to.c_str()) != 0) {
+      return PosixError("rename " + from + " to " + to, errno);
+    }
+    return Status::OK();
+  }
+  Status SyncDir(const std::string& dir) override {
+    int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return PosixError("open directory " + dir, errno);
+    Status s;
+    if (::fsync(fd) != 0) s = PosixError("fsync directory " + dir, errno);
+    ::close(fd);
+    return s;
+  }
+  uint64_t NowMicros() override {
+    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                     std::chrono::system_clock::now().time_since_epoch())
+                                     .count());
+  }
+
+ private:
+  StatusOr<std::unique_ptr<WritableFile>> OpenWritable(const std::string& path, int mode) {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | mode, 0644);
+    if (fd < 0) return PosixError("open for writing " + path, errno);
+    return std::unique_ptr<WritableFile>(new PosixWritableFile(path, fd));
+  }
+};
+
+}  // namespace
+
+Env* Env::Posix() {
+  static PosixEnv* env = new PosixEnv();  // stateless; never destroyed
+  return env;
+}
+
+}  // namespace ctrbox

@@ -1,0 +1,81 @@
+#include "util/env.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+namespace ctrbox {
+namespace {
+
+class EnvTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/ctrbox_env_test_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { (void)std::system(("rm -rf " + dir_).c_str()); }
+  Env* env_ = Env::Posix();
+  std::string dir_;
+};
+
+TEST_F(EnvTest, WriteReadRenameDelete) {
+  std::string path = JoinPath(dir_, "a/b/file.txt");
+  ASSERT_TRUE(env_->CreateDirs(DirName(path)).ok());
+  ASSERT_TRUE(WriteFileAtomic(env_, path, "hello world").ok());
+  std::string data;
+  ASSERT_TRUE(ReadFileToString(env_, path, &data).ok());
+  EXPECT_EQ(data, "hello world");
+  auto size = env_->GetFileSize(path);
+  ASSERT_TRUE(size.ok());
+  EXPECT_EQ(*size, 11u);
+
+  auto raf = env_->NewRandomAccessFile(path);
+  ASSERT_TRUE(raf.ok());
+  char buf[16];
+  size_t n = 0;
+  ASSERT_TRUE((*raf)->Read(6, 10, buf, &n).ok());
+  EXPECT_EQ(std::string(buf, n), "world");
+
+  std::string moved = JoinPath(dir_, "a/moved.txt");
+  ASSERT_TRUE(env_->RenameFile(path, moved).ok());
+  EXPECT_FALSE(env_->FileExists(path));
+  auto children = env_->GetChildren(JoinPath(dir_, "a"));
+  ASSERT_TRUE(children.ok());
+  EXPECT_EQ(*children, (std::vector<std::string>{"b", "moved.txt"}));
+  ASSERT_TRUE(env_->DeleteFile(moved).ok());
+  EXPECT_EQ(env_->DeleteFile(moved).code(), StatusCode::kNotFound);
+}
+
+TEST_F(EnvTest, MissingFileIsNotFoundWithPath) {
+  auto f = env_->NewSequentialFile(JoinPath(dir_, "nope"));
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(f.status().message().find("nope"), std::string::npos);
+}
+
+TEST_F(EnvTest, AppendableFileAppends) {
+  std::string path = JoinPath(dir_, "log");
+  for (int i = 0; i < 2; ++i) {
+    auto f = env_->NewAppendableFile(path);
+    ASSERT_TRUE(f.ok());
+    ASSERT_TRUE((*f)->Append("line\n").ok());
+    ASSERT_TRUE((*f)->Close().ok());
+  }
+  std::string data;
+  ASSERT_TRUE(ReadFileToString(env_, path, &data).ok());
+  EXPECT_EQ(data, "line\nline\n");
+}
+
+TEST(PathTest, Components) {
+  EXPECT_EQ(JoinPath("a", "b"), "a/b");
+  EXPECT_EQ(JoinPath("a/", "b"), "a/b");
+  EXPECT_EQ(DirName("a/b/c"), "a/b");
+  EXPECT_EQ(DirName("c"), ".");
+  EXPECT_EQ(DirName("/c"), "/");
+  EXPECT_EQ(BaseName("a/b/c/"), "c");
+}
+
+}  // namespace
+}  // namespace ctrbox

@@ -1,0 +1,46 @@
+// Hashing: feature keys, checksums and mixing.
+//
+// A feature key is the 64-bit XXH3 hash of a raw feature value, seeded by its slot, so equal
+// raw values in different slots give different keys. No modulo is ever applied: the model
+// keeps one row per distinct 64-bit key (collisions need ~2^32 keys in one table to become
+// likely; see docs/formats/text_inputs.md).
+#ifndef CTRBOX_UTIL_HASH_H_
+#define CTRBOX_UTIL_HASH_H_
+
+#include <cstdint>
+#include <string_view>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+namespace ctrbox {
+
+// splitmix64 finaliser: a bijective 64-bit mixer.
+inline uint64_t Mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+// The XXH3 seed of slot `slot`.
+inline uint64_t SlotSeed(uint32_t slot) { return Mix64(0x6374726278ULL + slot); }
+
+// The key of a raw feature value given as bytes (Criteo categorical strings).
+inline uint64_t FeatureKey(uint32_t slot, std::string_view raw) {
+  return XXH3_64bits_withSeed(raw.data(), raw.size(), SlotSeed(slot));
+}
+
+// The key of a raw feature value given as an unsigned integer (slot and libsvm formats):
+// the hash of its 8 little-endian bytes.
+inline uint64_t FeatureKey(uint32_t slot, uint64_t raw) {
+  return XXH3_64bits_withSeed(&raw, sizeof(raw), SlotSeed(slot));
+}
+
+// Checksum of a byte range (XXH3-64), used by every ctrbox file format.
+inline uint64_t Checksum64(const void* data, size_t n) { return XXH3_64bits(data, n); }
+inline uint64_t Checksum64(std::string_view s) { return XXH3_64bits(s.data(), s.size()); }
+
+}  // namespace ctrbox
+
+#endif  // CTRBOX_UTIL_HASH_H_

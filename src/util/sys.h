@@ -1,0 +1,34 @@
+// Process and machine facts: memory use, CPU features, wall clock.
+#ifndef CTRBOX_UTIL_SYS_H_
+#define CTRBOX_UTIL_SYS_H_
+
+#include <chrono>
+#include <cstdint>
+
+namespace ctrbox {
+
+// Peak resident set size of this process (getrusage), in bytes.
+uint64_t PeakRssBytes();
+// Current resident set size (/proc/self/statm), in bytes; 0 if unavailable.
+uint64_t CurrentRssBytes();
+// Number of online CPUs (at least 1).
+int NumCpus();
+// True when the CPU runs the AVX-512 F/CD/BW/DQ/VL instruction sets.
+bool CpuHasAvx512();
+
+// A monotonic stopwatch.
+class Stopwatch {
+ public:
+  Stopwatch() : start_(std::chrono::steady_clock::now()) {}
+  void Reset() { start_ = std::chrono::steady_clock::now(); }
+  double Seconds() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace ctrbox
+
+#endif  // CTRBOX_UTIL_SYS_H_

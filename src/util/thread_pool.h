@@ -1,0 +1,52 @@
+// ThreadPool: a fixed set of threads for data-parallel loops inside one training step.
+//
+// ParallelFor(n, fn) runs fn(task, thread) for every task in [0, n); tasks are claimed
+// dynamically by the calling thread and the workers. The result of a computation must not
+// depend on which thread runs a task (ctrbox's determinism rests on fixed task boundaries),
+// and `thread` is only for choosing per-thread scratch space. Workers spin briefly, then
+// sleep on a futex, so back-to-back loops of a training step cost microseconds.
+//
+// Thread safety: ParallelFor may be called by one thread at a time (it is not reentrant).
+#ifndef CTRBOX_UTIL_THREAD_POOL_H_
+#define CTRBOX_UTIL_THREAD_POOL_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <thread>
+#include <vector>
+
+namespace ctrbox {
+
+class ThreadPool {
+ public:
+  // REQUIRES: num_threads >= 1. Starts num_threads - 1 workers; the caller is thread 0.
+  explicit ThreadPool(int num_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
+
+  using TaskFn = std::function<void(size_t task, int thread)>;
+  // Runs fn for all tasks and returns when every task has finished.
+  void ParallelFor(size_t num_tasks, const TaskFn& fn);
+
+ private:
+  void WorkerLoop(int thread);
+  void RunTasks(int thread);
+
+  std::vector<std::thread> workers_;
+  // The current job; written by the caller before generation_ is bumped.
+  const TaskFn* fn_ = nullptr;
+  size_t num_tasks_ = 0;
+  std::atomic<size_t> next_task_{0};
+  std::atomic<int> busy_workers_{0};
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> stop_{false};
+};
+
+}  // namespace ctrbox
+
+#endif  // CTRBOX_UTIL_THREAD_POOL_H_
