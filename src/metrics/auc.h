@@ -1,0 +1,37 @@
+// AUC: exact (sort-based) and streaming (bucketed) estimators.
+#ifndef CTRBOX_METRICS_AUC_H_
+#define CTRBOX_METRICS_AUC_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace ctrbox {
+
+// The exact area under the ROC curve: the probability that a random positive scores above a
+// random negative, ties counting one half. Returns 0.5 when either class is absent.
+// O(n log n).
+double ExactAuc(const std::vector<float>& labels, const std::vector<double>& scores);
+
+// Streaming AUC over predictions in [0, 1]: positives and negatives are counted in
+// `num_buckets` equal-width buckets, so memory is fixed however long the stream. Pairs that
+// fall in one bucket count as ties; with 2^20 buckets the error against ExactAuc is far
+// below 1e-4 on CTR data (tested).
+// Thread safety: not thread-safe; merge per-thread instances with Merge().
+class BucketAuc {
+ public:
+  explicit BucketAuc(size_t num_buckets = size_t{1} << 20);
+
+  void Add(float label, double prediction);
+  // REQUIRES: other has the same number of buckets.
+  void Merge(const BucketAuc& other);
+  double Auc() const;
+  void Reset();
+
+ private:
+  std::vector<uint64_t> pos_, neg_;
+};
+
+}  // namespace ctrbox
+
+#endif  // CTRBOX_METRICS_AUC_H_

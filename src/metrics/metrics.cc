@@ -1,0 +1,67 @@
+#include "metrics/metrics.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace ctrbox {
+
+nlohmann::json MetricSummary::ToJson() const {
+  return nlohmann::json{{"examples", examples}, {"auc", auc},   {"logloss", logloss},
+                        {"copc", copc},         {"ctr", ctr}, {"mean_prediction", mean_prediction}};
+}
+
+void MetricAccumulator::Add(float label, double p) {
+  auc_.Add(label, p);
+  ++examples_;
+  clicks_ += label;
+  sum_pred_ += p;
+  double q = std::clamp(p, 1e-7, 1.0 - 1e-7);
+  sum_loss_ -= label > 0.5f ? std::log(q) : std::log1p(-q);
+}
+
+void MetricAccumulator::Merge(const MetricAccumulator& o) {
+  auc_.Merge(o.auc_);
+  examples_ += o.examples_;
+  clicks_ += o.clicks_;
+  sum_pred_ += o.sum_pred_;
+  sum_loss_ += o.sum_loss_;
+}
+
+MetricSummary MetricAccumulator::Summary() const {
+  MetricSummary s;
+  s.examples = examples_;
+  if (examples_ == 0) return s;
+  const double n = static_cast<double>(examples_);
+  s.auc = auc_.Auc();
+  s.logloss = sum_loss_ / n;
+  s.copc = sum_pred_ > 0 ? clicks_ / sum_pred_ : 0;
+  s.ctr = clicks_ / n;
+  s.mean_prediction = sum_pred_ / n;
+  return s;
+}
+
+void MetricAccumulator::Reset() {
+  auc_.Reset();
+  examples_ = 0;
+  clicks_ = sum_pred_ = sum_loss_ = 0;
+}
+
+StatusOr<std::unique_ptr<MetricsLog>> MetricsLog::Open(Env* env, const std::string& path) {
+  if (path.empty()) return std::unique_ptr<MetricsLog>(new MetricsLog(nullptr));
+  RETURN_IF_ERROR(env->CreateDirs(DirName(path)));
+  ASSIGN_OR_RETURN(auto file, env->NewAppendableFile(path));
+  return std::unique_ptr<MetricsLog>(new MetricsLog(std::move(file)));
+}
+
+Status MetricsLog::Write(const nlohmann::json& record) {
+  if (!file_) return Status::OK();
+  RETURN_IF_ERROR(file_->Append(record.dump() + "\n"));
+  return file_->Flush();
+}
+
+Status MetricsLog::Close() {
+  if (!file_) return Status::OK();
+  return file_->Close();
+}
+
+}  // namespace ctrbox

@@ -1,0 +1,58 @@
+// Binary-classification metrics of a stream of (label, prediction): AUC, logloss, COPC.
+#ifndef CTRBOX_METRICS_METRICS_H_
+#define CTRBOX_METRICS_METRICS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "metrics/auc.h"
+#include "util/env.h"
+
+namespace ctrbox {
+
+struct MetricSummary {
+  uint64_t examples = 0;
+  double auc = 0.5;
+  double logloss = 0;  // mean binary cross-entropy, predictions clipped to [1e-7, 1 - 1e-7]
+  double copc = 0;     // clicks / sum of predictions (1 = calibrated)
+  double ctr = 0;      // clicks / examples
+  double mean_prediction = 0;
+  nlohmann::json ToJson() const;
+};
+
+// Accumulates one stream. Thread safety: not thread-safe; merge per-thread instances.
+class MetricAccumulator {
+ public:
+  explicit MetricAccumulator(size_t auc_buckets = size_t{1} << 20) : auc_(auc_buckets) {}
+
+  void Add(float label, double prediction);
+  void Merge(const MetricAccumulator& other);
+  MetricSummary Summary() const;
+  void Reset();
+
+ private:
+  BucketAuc auc_;
+  uint64_t examples_ = 0;
+  double clicks_ = 0, sum_pred_ = 0, sum_loss_ = 0;
+};
+
+// A JSON-lines log of metrics (one object per line, flushed per line).
+// Thread safety: not thread-safe.
+class MetricsLog {
+ public:
+  // Appends to `path`; an empty path makes a log that writes nothing.
+  static StatusOr<std::unique_ptr<MetricsLog>> Open(Env* env, const std::string& path);
+  Status Write(const nlohmann::json& record);
+  Status Close();
+
+ private:
+  explicit MetricsLog(std::unique_ptr<WritableFile> file) : file_(std::move(file)) {}
+  std::unique_ptr<WritableFile> file_;
+};
+
+}  // namespace ctrbox
+
+#endif  // CTRBOX_METRICS_METRICS_H_

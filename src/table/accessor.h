@@ -1,0 +1,51 @@
+// CtrAccessor: the rules of the CTR value layout (docs/sparse_table.md): the show/click
+// score, when an embedding is created and how it starts, and when shrink deletes a key.
+#ifndef CTRBOX_TABLE_ACCESSOR_H_
+#define CTRBOX_TABLE_ACCESSOR_H_
+
+#include <cstdint>
+
+#include "table/value.h"
+
+namespace ctrbox {
+
+struct AccessorOptions {
+  float nonclk_coeff = 0.1f;
+  float click_coeff = 1.0f;
+  float embedx_threshold = 0.0f;  // 0: every key gets its embedding on first sight
+  float init_range = 0.01f;       // embeddings start uniform in [-init_range, init_range]
+  uint64_t seed = 1;
+  float decay = 0.98f;            // show/click multiplier at each shrink
+  float delete_threshold = 0.0f;  // shrink deletes keys whose score falls below this
+  uint32_t delete_after_unseen_passes = 0;  // ... or unseen for more passes (0: never)
+};
+
+// Thread safety: immutable after construction.
+class CtrAccessor {
+ public:
+  CtrAccessor(ValueLayout layout, AccessorOptions options) : layout_(layout), options_(options) {}
+
+  const ValueLayout& layout() const { return layout_; }
+  const AccessorOptions& options() const { return options_; }
+
+  float Score(float show, float click) const {
+    return (show - click) * options_.nonclk_coeff + click * options_.click_coeff;
+  }
+  // Gives row i of `rows` its embedding if it has none and its score passes the threshold.
+  // Returns true if it created one.
+  bool MaybeCreateEmbedding(RowBlock* rows, size_t i) const;
+  // Row i as a key seen for the first time: cleared, embedding created if the threshold
+  // allows.
+  void InitRow(RowBlock* rows, size_t i, uint64_t key) const;
+  // One shrink step on a row: decays show/click and ages it. Returns false if the key
+  // should be deleted.
+  bool ShrinkRow(float* show, float* click, uint16_t* unseen) const;
+
+ private:
+  ValueLayout layout_;
+  AccessorOptions options_;
+};
+
+}  // namespace ctrbox
+
+#endif  // CTRBOX_TABLE_ACCESSOR_H_

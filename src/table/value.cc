@@ -1,0 +1,80 @@
+#include "table/value.h"
+
+#include <cstring>
+
+namespace ctrbox {
+
+void RowBlock::Resize(size_t n) {
+  keys_.resize(n);
+  show_.resize(n);
+  click_.resize(n);
+  unseen_.resize(n);
+  flags_.resize(n);
+  wide_.resize(n);
+  wide_state_.resize(n * layout_.wide_state);
+  emb_.resize(n * layout_.dim);
+  emb_state_.resize(n * layout_.emb_state);
+}
+
+void RowBlock::ClearRow(size_t i, uint64_t key) {
+  keys_[i] = key;
+  show_[i] = click_[i] = wide_[i] = 0.0f;
+  unseen_[i] = 0;
+  flags_[i] = 0;
+  std::memset(wide_state(i), 0, layout_.wide_state * sizeof(float));
+  std::memset(emb(i), 0, layout_.dim * sizeof(float));
+  std::memset(emb_state(i), 0, layout_.emb_state * sizeof(float));
+}
+
+namespace {
+template <typename T>
+void Append(std::string* out, const T& v) {
+  out->append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+}  // namespace
+
+void RowBlock::EncodeRow(size_t i, std::string* out) const {
+  Append(out, keys_[i]);
+  Append(out, show_[i]);
+  Append(out, click_[i]);
+  Append(out, unseen_[i]);
+  Append(out, flags_[i]);
+  Append(out, wide_[i]);
+  out->append(reinterpret_cast<const char*>(wide_state(i)), 4 * layout_.wide_state);
+  if (has_emb(i)) {
+    out->append(reinterpret_cast<const char*>(emb(i)), 4 * layout_.dim);
+    out->append(reinterpret_cast<const char*>(emb_state(i)), 4 * layout_.emb_state);
+  }
+}
+
+size_t RowBlock::DecodeRow(const char* p, size_t n, size_t i) {
+  const size_t fixed = layout_.EncodedBytes(false);
+  if (n < fixed) return 0;
+  std::memcpy(&keys_[i], p, 8);
+  std::memcpy(&show_[i], p + 8, 4);
+  std::memcpy(&click_[i], p + 12, 4);
+  std::memcpy(&unseen_[i], p + 16, 2);
+  std::memcpy(&flags_[i], p + 18, 2);
+  std::memcpy(&wide_[i], p + 20, 4);
+  std::memcpy(wide_state(i), p + 24, 4 * layout_.wide_state);
+  if (flags_[i] & ~kFlagHasEmb) return 0;  // unknown flags: not a row of this version
+  if (!has_emb(i)) {
+    std::memset(emb(i), 0, 4 * layout_.dim);
+    std::memset(emb_state(i), 0, 4 * layout_.emb_state);
+    return fixed;
+  }
+  const size_t full = layout_.EncodedBytes(true);
+  if (n < full) return 0;
+  std::memcpy(emb(i), p + fixed, 4 * layout_.dim);
+  std::memcpy(emb_state(i), p + fixed + 4 * layout_.dim, 4 * layout_.emb_state);
+  return full;
+}
+
+size_t RowBlock::MemoryBytes() const {
+  return keys_.capacity() * 8 + (show_.capacity() + click_.capacity() + wide_.capacity() +
+                                 wide_state_.capacity() + emb_.capacity() + emb_state_.capacity()) *
+                                    4 +
+         (unseen_.capacity() + flags_.capacity()) * 2;
+}
+
+}  // namespace ctrbox

@@ -1,0 +1,78 @@
+// The value stored per key (docs/sparse_table.md) and RowBlock, the structure-of-arrays
+// form in which rows move between the table and the trainer.
+#ifndef CTRBOX_TABLE_VALUE_H_
+#define CTRBOX_TABLE_VALUE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ctrbox {
+
+struct ValueLayout {
+  uint32_t dim = 16;        // embedding dimension
+  uint32_t emb_state = 16;  // optimizer-state floats per embedding
+  uint32_t wide_state = 1;  // optimizer-state floats of the wide weight
+
+  // Bytes of the canonical encoding of one row, key included.
+  size_t EncodedBytes(bool has_emb) const {
+    return 8 + 4 * 4 + 4 * wide_state + (has_emb ? 4 * (dim + emb_state) : 0);
+  }
+  bool operator==(const ValueLayout&) const = default;
+};
+
+constexpr uint16_t kFlagHasEmb = 1;
+
+// n rows in structure-of-arrays form. Thread safety: a value type; distinct rows may be
+// written by distinct threads.
+class RowBlock {
+ public:
+  explicit RowBlock(ValueLayout layout = {}) : layout_(layout) {}
+
+  const ValueLayout& layout() const { return layout_; }
+  size_t size() const { return keys_.size(); }
+  // Makes room for n rows; the contents of the rows are unspecified.
+  void Resize(size_t n);
+
+  uint64_t& key(size_t i) { return keys_[i]; }
+  uint64_t key(size_t i) const { return keys_[i]; }
+  float& show(size_t i) { return show_[i]; }
+  float show(size_t i) const { return show_[i]; }
+  float& click(size_t i) { return click_[i]; }
+  float click(size_t i) const { return click_[i]; }
+  uint16_t& unseen(size_t i) { return unseen_[i]; }
+  uint16_t unseen(size_t i) const { return unseen_[i]; }
+  bool has_emb(size_t i) const { return flags_[i] & kFlagHasEmb; }
+  uint16_t& flags(size_t i) { return flags_[i]; }
+  uint16_t flags(size_t i) const { return flags_[i]; }
+  float& wide(size_t i) { return wide_[i]; }
+  float wide(size_t i) const { return wide_[i]; }
+  float* wide_state(size_t i) { return wide_state_.data() + i * layout_.wide_state; }
+  const float* wide_state(size_t i) const { return wide_state_.data() + i * layout_.wide_state; }
+  float* emb(size_t i) { return emb_.data() + i * layout_.dim; }
+  const float* emb(size_t i) const { return emb_.data() + i * layout_.dim; }
+  float* emb_state(size_t i) { return emb_state_.data() + i * layout_.emb_state; }
+  const float* emb_state(size_t i) const { return emb_state_.data() + i * layout_.emb_state; }
+
+  // Row i as a row with no history: counters, wide part and state zero, no embedding.
+  void ClearRow(size_t i, uint64_t key);
+
+  // Appends the canonical encoding of row i to *out.
+  void EncodeRow(size_t i, std::string* out) const;
+  // Decodes one row from [p, p + n) into row i; returns the bytes consumed, or 0 if the
+  // bytes do not hold a complete row.
+  size_t DecodeRow(const char* p, size_t n, size_t i);
+
+  size_t MemoryBytes() const;
+
+ private:
+  ValueLayout layout_;
+  std::vector<uint64_t> keys_;
+  std::vector<float> show_, click_, wide_, wide_state_, emb_, emb_state_;
+  std::vector<uint16_t> unseen_, flags_;
+};
+
+}  // namespace ctrbox
+
+#endif  // CTRBOX_TABLE_VALUE_H_

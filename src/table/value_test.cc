@@ -1,0 +1,76 @@
+#include "table/value.h"
+
+#include <gtest/gtest.h>
+
+#include "table/accessor.h"
+
+namespace ctrbox {
+namespace {
+
+TEST(ValueTest, EncodeDecodeRoundTrip) {
+  ValueLayout l{4, 4, 1};
+  RowBlock a(l), b(l);
+  a.Resize(2);
+  b.Resize(2);
+  CtrAccessor acc(l, AccessorOptions{});
+  acc.InitRow(&a, 0, 77);
+  a.show(0) = 3;
+  a.click(0) = 1;
+  a.wide(0) = -0.5f;
+  a.wide_state(0)[0] = 0.25f;
+  a.emb_state(0)[2] = 9;
+  a.ClearRow(1, 78);  // no embedding
+  a.unseen(1) = 4;
+  std::string enc;
+  a.EncodeRow(0, &enc);
+  ASSERT_EQ(enc.size(), l.EncodedBytes(true));
+  a.EncodeRow(1, &enc);
+  ASSERT_EQ(enc.size(), l.EncodedBytes(true) + l.EncodedBytes(false));
+  size_t used = b.DecodeRow(enc.data(), enc.size(), 0);
+  ASSERT_EQ(used, l.EncodedBytes(true));
+  ASSERT_EQ(b.DecodeRow(enc.data() + used, enc.size() - used, 1), l.EncodedBytes(false));
+  std::string again;
+  b.EncodeRow(0, &again);
+  b.EncodeRow(1, &again);
+  EXPECT_EQ(again, enc);
+  EXPECT_TRUE(b.has_emb(0));
+  EXPECT_FALSE(b.has_emb(1));
+  EXPECT_EQ(b.unseen(1), 4);
+  // Truncated input and unknown flags are rejected.
+  EXPECT_EQ(b.DecodeRow(enc.data(), l.EncodedBytes(true) - 1, 0), 0u);
+  std::string bad = enc;
+  bad[18] = 0x06;
+  EXPECT_EQ(b.DecodeRow(bad.data(), bad.size(), 0), 0u);
+}
+
+TEST(AccessorTest, LazyEmbeddingAndShrinkRules) {
+  ValueLayout l{8, 8, 1};
+  AccessorOptions o;
+  o.embedx_threshold = 1.0f;
+  o.delete_threshold = 0.5f;
+  o.delete_after_unseen_passes = 2;
+  o.decay = 0.5f;
+  CtrAccessor acc(l, o);
+  RowBlock r(l);
+  r.Resize(1);
+  acc.InitRow(&r, 0, 5);
+  EXPECT_FALSE(r.has_emb(0));  // score 0 < 1
+  r.show(0) = 5;               // score (5-0)*0.1 = 0.5
+  EXPECT_FALSE(acc.MaybeCreateEmbedding(&r, 0));
+  r.click(0) = 1;              // score 4*0.1 + 1 = 1.4
+  EXPECT_TRUE(acc.MaybeCreateEmbedding(&r, 0));
+  for (int d = 0; d < 8; ++d) EXPECT_LE(std::abs(r.emb(0)[d]), o.init_range);
+  EXPECT_NE(r.emb(0)[0], r.emb(0)[1]);
+
+  float show = 4, click = 1;
+  uint16_t unseen = 0;
+  EXPECT_TRUE(acc.ShrinkRow(&show, &click, &unseen));  // 2, 0.5 -> score 0.65
+  EXPECT_EQ(show, 2.0f);
+  EXPECT_EQ(unseen, 1);
+  EXPECT_FALSE(acc.ShrinkRow(&show, &click, &unseen));  // 1, 0.25 -> 0.325 < 0.5
+  show = 100, click = 50, unseen = 2;
+  EXPECT_FALSE(acc.ShrinkRow(&show, &click, &unseen));  // unseen 3 > 2
+}
+
+}  // namespace
+}  // namespace ctrbox
