@@ -1,0 +1,107 @@
+// CtrModel: the wide & deep CTR model of DESIGN.md §1 on the CPU.
+//
+//   input  = [ f(dense_1..D) | sum-pool(embeddings of slot 1) | ... | sum-pool(slot S) ]
+//   logit  = MLP(input) (+ sum of the wide weights of the example's keys, if model.wide)
+//   p      = sigmoid(logit), loss = mean binary cross-entropy over the minibatch
+//
+// where f is log(1 + max(x, 0)) (model.dense_log1p) and a key with a weight w (libsvm
+// values) enters every sum as w * row. The sparse rows of a pass live in a RowBlock indexed
+// by the pass's local ids (working/working_set.h); TrainMinibatch updates them in place.
+//
+// A training step runs in two parallel phases on fixed work partitions (row blocks of 256
+// rows; weight-gradient tiles of 128 columns; sparse updates in chunks of 1024 keys), so the
+// result is bit-identical whatever the thread count (docs/model.md).
+// Thread safety: not thread-safe (one trainer drives it); it uses the pool it is given.
+#ifndef CTRBOX_MODEL_CTR_MODEL_H_
+#define CTRBOX_MODEL_CTR_MODEL_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "io/batch.h"
+#include "model/mlp.h"
+#include "model/optimizer.h"
+#include "table/accessor.h"
+#include "table/value.h"
+#include "util/thread_pool.h"
+#include "working/working_set.h"
+
+namespace ctrbox {
+
+struct ModelOptions {
+  uint32_t embedding_dim = 16;
+  std::vector<uint32_t> mlp = {512, 256, 128};
+  bool wide = false;        // add the wide (LR) part to the logit
+  bool dense_log1p = true;  // dense inputs as log(1 + max(x, 0)); else as they are
+};
+
+struct StepStats {
+  double loss_sum = 0;  // summed binary cross-entropy of the minibatch (before the update)
+  uint32_t embeddings_created = 0;
+};
+
+class CtrModel {
+ public:
+  CtrModel(Schema schema, ModelOptions model, OptimizerOptions sparse, OptimizerOptions dense,
+           uint64_t seed);
+
+  const Schema& schema() const { return schema_; }
+  const ModelOptions& options() const { return options_; }
+  const Mlp& mlp() const { return mlp_; }
+  // The stored row layout this model's sparse optimizer needs.
+  ValueLayout value_layout() const;
+
+  // Dense parameters (Mlp layout) and their optimizer, for saving and loading.
+  std::vector<float>& dense_params() { return params_; }
+  const std::vector<float>& dense_params() const { return params_; }
+  DenseOptimizer& dense_optimizer() { return dense_opt_; }
+
+  // Trains minibatch mb of `pass` (rows: the pass's rows by local id): predictions
+  // [mb.rows()] receive p before the update (progressive validation); then the dense
+  // parameters and the rows of the minibatch's keys are updated, show/click counted, and
+  // embeddings created where the accessor's threshold is passed.
+  StepStats TrainMinibatch(const Batch& pass, const WorkingSet& ws, const Minibatch& mb,
+                           RowBlock* rows, const CtrAccessor& accessor, ThreadPool* pool,
+                           float* predictions);
+
+  // Predicts rows [mb.row_begin, mb.row_end) of `examples` (keys mapped to rows by ws).
+  void Predict(const Batch& examples, const WorkingSet& ws, const Minibatch& mb,
+               const RowBlock& rows, ThreadPool* pool, float* predictions);
+
+ private:
+  static constexpr uint32_t kRowBlock = 256;
+  static constexpr uint32_t kTileColumns = 128;
+  static constexpr uint32_t kSparseChunk = 1024;
+
+  void EnsureBuffers(uint32_t rows);
+  // Builds the input rows [r0, r1) of the minibatch and their wide sums.
+  void BuildInputs(const Batch& pass, const WorkingSet& ws, const Minibatch& mb,
+                   const RowBlock& rows, uint32_t r0, uint32_t r1);
+  void ForwardBlock(uint32_t r0, uint32_t r1);
+  void UpdateSparseChunk(const Batch& pass, const WorkingSet& ws, const Minibatch& mb,
+                         size_t u0, size_t u1, RowBlock* rows, const CtrAccessor& accessor,
+                         uint32_t* created);
+  void DenseTile(size_t tile, uint32_t batch_rows);
+
+  Schema schema_;
+  ModelOptions options_;
+  SparseOptimizer sparse_opt_;
+  Mlp mlp_;
+  std::vector<float> params_, grads_;
+  DenseOptimizer dense_opt_;
+  uint32_t input_width_;  // num_dense + num_slots * dim
+  struct Tile {
+    uint32_t layer, c0, c1;
+  };
+  std::vector<Tile> tiles_;  // fixed weight-gradient tiles, largest first
+
+  // Minibatch buffers (row-major, capacity rows).
+  uint32_t capacity_ = 0;
+  std::vector<float> x_, logits_, dlogit_, wide_sum_, dx_;
+  std::vector<std::vector<float>> acts_, grads_hidden_;
+  std::vector<float*> act_ptrs_, grad_ptrs_;
+};
+
+}  // namespace ctrbox
+
+#endif  // CTRBOX_MODEL_CTR_MODEL_H_

@@ -1,0 +1,85 @@
+#include "model/optimizer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace ctrbox {
+namespace {
+
+TEST(SparseOptimizerTest, AdagradSgdAdamMatchTheirFormulas) {
+  const float g[3] = {0.5f, -1.0f, 0.0f};
+  {
+    OptimizerOptions o;  // adagrad, lr 0.05, eps 1e-10
+    SparseOptimizer opt(o);
+    ASSERT_EQ(opt.StateFloats(3), 3u);
+    float w[3] = {1, 2, 3}, s[3] = {0, 0, 0};
+    for (int step = 1; step <= 3; ++step) {
+      double expect[3];
+      for (int i = 0; i < 3; ++i) {
+        double state = step * double(g[i]) * g[i];
+        expect[i] = w[i] - 0.05 * g[i] / (std::sqrt(state) + 1e-10);
+      }
+      opt.Update(w, s, g, 3);
+      for (int i = 0; i < 3; ++i) EXPECT_NEAR(w[i], expect[i], 1e-6);
+    }
+  }
+  {
+    OptimizerOptions o;
+    o.kind = OptimizerKind::kSgd;
+    o.lr = 0.1f;
+    SparseOptimizer opt(o);
+    EXPECT_EQ(opt.StateFloats(3), 0u);
+    float w[3] = {1, 2, 3};
+    opt.Update(w, nullptr, g, 3);
+    EXPECT_FLOAT_EQ(w[0], 0.95f);
+    EXPECT_FLOAT_EQ(w[1], 2.1f);
+  }
+  {
+    OptimizerOptions o;
+    o.kind = OptimizerKind::kAdam;
+    o.lr = 0.01f;
+    o.epsilon = 1e-8f;
+    SparseOptimizer opt(o);
+    ASSERT_EQ(opt.StateFloats(3), 8u);
+    float w[3] = {1, 2, 3}, s[8] = {};
+    double m[3] = {}, v[3] = {}, ref[3] = {1, 2, 3};
+    for (int t = 1; t <= 5; ++t) {
+      opt.Update(w, s, g, 3);
+      for (int i = 0; i < 3; ++i) {
+        m[i] = 0.9 * m[i] + 0.1 * g[i];
+        v[i] = 0.999 * v[i] + 0.001 * g[i] * g[i];
+        double mh = m[i] / (1 - std::pow(0.9, t)), vh = v[i] / (1 - std::pow(0.999, t));
+        ref[i] -= 0.01 * mh / (std::sqrt(vh) + 1e-8);
+        EXPECT_NEAR(w[i], ref[i], 1e-5) << t << " " << i;
+      }
+    }
+  }
+}
+
+TEST(DenseOptimizerTest, AdamMatchesPyTorchFormula) {
+  OptimizerOptions o;
+  o.kind = OptimizerKind::kAdam;
+  o.lr = 1e-3f;
+  o.epsilon = 1e-8f;
+  DenseOptimizer opt(o, 4);
+  float p[4] = {0.1f, -0.2f, 0.3f, 0.0f};
+  double ref[4] = {0.1, -0.2, 0.3, 0.0}, m[4] = {}, v[4] = {};
+  for (int t = 1; t <= 10; ++t) {
+    float g[4] = {0.01f * t, -0.5f, 1.0f / t, 0.0f};
+    opt.BeginStep();
+    opt.Update(p, g, 0, 2);  // in two ranges, as tiles do
+    opt.Update(p, g, 2, 2);
+    for (int i = 0; i < 4; ++i) {
+      m[i] = 0.9 * m[i] + 0.1 * g[i];
+      v[i] = 0.999 * v[i] + 0.001 * double(g[i]) * g[i];
+      double denom = std::sqrt(v[i]) / std::sqrt(1 - std::pow(0.999, t)) + 1e-8;
+      ref[i] -= 1e-3 / (1 - std::pow(0.9, t)) * m[i] / denom;
+      EXPECT_NEAR(p[i], ref[i], 1e-6) << t << " " << i;
+    }
+  }
+  EXPECT_EQ(opt.step(), 10u);
+}
+
+}  // namespace
+}  // namespace ctrbox

@@ -1,0 +1,44 @@
+// The working set of a pass (AIBox §3, HPS §4): its distinct keys, numbered by pass-local
+// ids that index the pass's rows (a RowBlock: the CPU counterpart of the HBM-PS), and for
+// each minibatch the distinct local ids it touches with the positions of their occurrences,
+// so gradients reduce per key in a fixed order without locks.
+//
+// Local ids are assigned in 64 fixed partitions of the key space, in first-occurrence order
+// within each, so the numbering is the same whatever the thread count.
+#ifndef CTRBOX_WORKING_WORKING_SET_H_
+#define CTRBOX_WORKING_WORKING_SET_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "io/batch.h"
+#include "util/thread_pool.h"
+
+namespace ctrbox {
+
+struct Minibatch {
+  uint32_t row_begin = 0, row_end = 0;  // rows of the pass
+  uint32_t key_begin = 0, key_end = 0;  // key occurrences of the pass (indices into keys)
+  std::vector<uint32_t> uniq;           // local ids of the distinct keys, first-occurrence order
+  std::vector<uint32_t> occ_begin;      // uniq.size() + 1 offsets into occ
+  std::vector<uint32_t> occ;            // occurrence positions (from key_begin) per uniq entry
+
+  uint32_t rows() const { return row_end - row_begin; }
+};
+
+struct WorkingSet {
+  std::vector<uint64_t> keys;    // local id -> key
+  std::vector<uint32_t> local;   // per key occurrence of the pass: its local id
+  std::vector<uint32_t> cell;    // per key occurrence: (row - minibatch row_begin) * slots + slot
+  std::vector<Minibatch> batches;
+
+  size_t MemoryBytes() const;
+};
+
+// Builds the working set of `pass` cut into minibatches of batch_size rows (the last may be
+// smaller). pool may be null. REQUIRES: batch_size > 0.
+void BuildWorkingSet(const Batch& pass, size_t batch_size, ThreadPool* pool, WorkingSet* out);
+
+}  // namespace ctrbox
+
+#endif  // CTRBOX_WORKING_WORKING_SET_H_
