@@ -55,6 +55,7 @@ class CtrModel {
   std::vector<float>& dense_params() { return params_; }
   const std::vector<float>& dense_params() const { return params_; }
   DenseOptimizer& dense_optimizer() { return dense_opt_; }
+  const DenseOptimizer& dense_optimizer() const { return dense_opt_; }
 
   // Trains minibatch mb of `pass` (rows: the pass's rows by local id): predictions
   // [mb.rows()] receive p before the update (progressive validation); then the dense

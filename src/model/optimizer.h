@@ -52,6 +52,8 @@ class DenseOptimizer {
   // Optimizer state for checkpoints: m, v (empty for SGD) and the step.
   std::vector<float>& m() { return m_; }
   std::vector<float>& v() { return v_; }
+  const std::vector<float>& m() const { return m_; }
+  const std::vector<float>& v() const { return v_; }
   void set_step(uint64_t t) { t_ = t; }
 
  private:

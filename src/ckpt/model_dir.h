@@ -1,0 +1,61 @@
+// The model directory (docs/formats/model_dir.md): save a model as a new generation with an
+// atomic MANIFEST commit, load it back with every checksum verified, and verify a directory
+// without loading it (inspect).
+#ifndef CTRBOX_CKPT_MODEL_DIR_H_
+#define CTRBOX_CKPT_MODEL_DIR_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ckpt/model_spec.h"
+#include "model/ctr_model.h"
+#include "table/mem_table.h"
+#include "util/env.h"
+#include "util/thread_pool.h"
+
+namespace ctrbox {
+
+struct ModelFileInfo {
+  std::string name;
+  uint64_t bytes = 0;
+  uint64_t checksum = 0;
+};
+
+struct ModelManifest {
+  uint64_t generation = 0;
+  ModelSpec spec;
+  std::vector<ModelFileInfo> files;  // sparse, then dense
+  uint64_t keys = 0, keys_with_embedding = 0, bytes_live = 0, dense_params = 0;
+  std::string digest;
+  uint64_t trained_examples = 0;
+
+  nlohmann::json ToJson() const;
+};
+
+// True when `dir` holds a MANIFEST.
+bool ModelExists(Env* env, const std::string& dir);
+
+StatusOr<ModelManifest> ReadManifest(Env* env, const std::string& dir);
+
+// Saves the table and the dense state as the next generation in `dir` (created if needed)
+// and commits it; then deletes the previous generation's files.
+StatusOr<ModelManifest> SaveModel(Env* env, const std::string& dir, const ModelSpec& spec,
+                                  const MemTable& table, const CtrModel& model,
+                                  uint64_t trained_examples, ThreadPool* pool);
+
+// Loads the model named by `manifest` into `table` and `model`, which must have been built
+// from manifest.spec (empty table). Verifies checksums, counts and the digest.
+Status LoadModel(Env* env, const std::string& dir, const ModelManifest& manifest,
+                 MemTable* table, CtrModel* model, ThreadPool* pool);
+
+// Reads every file of the model in `dir`, verifying checksums and recomputing the counts and
+// the digest, which must match the MANIFEST. Returns the manifest.
+StatusOr<ModelManifest> VerifyModel(Env* env, const std::string& dir);
+
+// The digest of a model in memory (equal to the saved model's digest).
+std::string ModelDigest(const MemTable& table, const CtrModel& model, ThreadPool* pool);
+
+}  // namespace ctrbox
+
+#endif  // CTRBOX_CKPT_MODEL_DIR_H_

@@ -1,0 +1,136 @@
+#include "ckpt/model_dir.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "util/random.h"
+
+namespace ctrbox {
+namespace {
+
+class ModelDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/ctrbox_ckpt_XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    spec_.schema = Schema{4, 3};
+    spec_.model = ModelOptions{8, {16, 8}, true, true};
+    spec_.dense_optimizer.kind = OptimizerKind::kAdam;
+    spec_.dense_optimizer.lr = 1e-3f;
+    spec_.dense_optimizer.epsilon = 1e-8f;
+  }
+  void TearDown() override { (void)std::system(("rm -rf " + dir_).c_str()); }
+
+  std::unique_ptr<CtrModel> NewModel() {
+    return std::make_unique<CtrModel>(spec_.schema, spec_.model, spec_.sparse_optimizer,
+                                      spec_.dense_optimizer, 5);
+  }
+  // A table with random rows, some without embeddings.
+  std::unique_ptr<MemTable> NewTable(const CtrModel& model, size_t keys) {
+    auto table = std::make_unique<MemTable>(MemTableOptions{model.value_layout(), 3});
+    CtrAccessor acc(model.value_layout(), spec_.table);
+    RowBlock rows(model.value_layout());
+    rows.Resize(keys);
+    Random rng(1);
+    for (size_t i = 0; i < keys; ++i) {
+      acc.InitRow(&rows, i, rng.Next());
+      rows.show(i) = static_cast<float>(rng.Below(100));
+      rows.wide(i) = rng.UniformFloat();
+      if (i % 7 == 0) rows.flags(i) = 0;
+    }
+    table->Push(rows, nullptr);
+    return table;
+  }
+
+  std::string dir_;
+  ModelSpec spec_;
+};
+
+TEST_F(ModelDirTest, SaveLoadRoundTripKeepsTheDigest) {
+  auto model = NewModel();
+  model->dense_optimizer().BeginStep();  // non-trivial optimizer state
+  model->dense_optimizer().m()[3] = 0.5f;
+  auto table = NewTable(*model, 150000);  // several blocks
+  ThreadPool pool(2);
+  auto saved = SaveModel(Env::Posix(), dir_, spec_, *table, *model, 1234, &pool);
+  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  EXPECT_EQ(saved->digest, ModelDigest(*table, *model, &pool));
+  EXPECT_EQ(saved->keys, 150000u);
+  EXPECT_EQ(saved->bytes_live, table->Stats().value_bytes);
+
+  auto m = ReadManifest(Env::Posix(), dir_);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->spec.FirstDifference(spec_), "");
+  EXPECT_EQ(m->trained_examples, 1234u);
+  auto model2 = NewModel();
+  MemTable table2(MemTableOptions{model2->value_layout(), 5});  // other sharding, same model
+  ASSERT_TRUE(LoadModel(Env::Posix(), dir_, *m, &table2, model2.get(), &pool).ok());
+  EXPECT_EQ(ModelDigest(table2, *model2, &pool), saved->digest);
+  EXPECT_EQ(model2->dense_optimizer().step(), 1u);
+  auto verified = VerifyModel(Env::Posix(), dir_);
+  ASSERT_TRUE(verified.ok()) << verified.status().ToString();
+}
+
+TEST_F(ModelDirTest, NewGenerationsReplaceOldFilesAtomically) {
+  auto model = NewModel();
+  auto table = NewTable(*model, 100);
+  ASSERT_TRUE(SaveModel(Env::Posix(), dir_, spec_, *table, *model, 1, nullptr).ok());
+  model->dense_params()[0] += 1;
+  auto second = SaveModel(Env::Posix(), dir_, spec_, *table, *model, 2, nullptr);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->generation, 2u);
+  auto children = Env::Posix()->GetChildren(dir_);
+  ASSERT_TRUE(children.ok());
+  EXPECT_EQ(*children, (std::vector<std::string>{"MANIFEST", "dense-000002.bin", "sparse-000002.bin"}));
+}
+
+TEST_F(ModelDirTest, EveryFlippedByteIsDetected) {
+  auto model = NewModel();
+  auto table = NewTable(*model, 40);
+  auto saved = SaveModel(Env::Posix(), dir_, spec_, *table, *model, 1, nullptr);
+  ASSERT_TRUE(saved.ok());
+  for (const ModelFileInfo& f : saved->files) {
+    const std::string path = dir_ + "/" + f.name;
+    std::string good;
+    ASSERT_TRUE(ReadFileToString(Env::Posix(), path, &good).ok());
+    for (size_t i = 0; i < good.size(); i += (f.name[0] == 'd' ? 97 : 1)) {
+      std::string bad = good;
+      bad[i] ^= static_cast<char>(1 << (i % 8));
+      ASSERT_TRUE(WriteFileAtomic(Env::Posix(), path, bad).ok());
+      auto v = VerifyModel(Env::Posix(), dir_);
+      ASSERT_FALSE(v.ok()) << f.name << " byte " << i;
+      EXPECT_EQ(v.status().code(), StatusCode::kCorruption);
+      EXPECT_NE(v.status().message().find(f.name), std::string::npos) << v.status().message();
+    }
+    ASSERT_TRUE(WriteFileAtomic(Env::Posix(), path, good).ok());
+  }
+  const std::string manifest = dir_ + "/MANIFEST";
+  std::string good;
+  ASSERT_TRUE(ReadFileToString(Env::Posix(), manifest, &good).ok());
+  for (size_t i = 0; i < good.size(); ++i) {
+    std::string bad = good;
+    bad[i] ^= 0x04;
+    ASSERT_TRUE(WriteFileAtomic(Env::Posix(), manifest, bad).ok());
+    auto v = ReadManifest(Env::Posix(), dir_);
+    ASSERT_FALSE(v.ok()) << "MANIFEST byte " << i;
+    EXPECT_EQ(v.status().code(), StatusCode::kCorruption);
+  }
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), manifest, good).ok());
+  EXPECT_TRUE(VerifyModel(Env::Posix(), dir_).ok());
+}
+
+TEST_F(ModelDirTest, SpecDifferencesAreNamed) {
+  ModelSpec other = spec_;
+  other.model.mlp = {16, 4};
+  EXPECT_EQ(spec_.FirstDifference(other), "model.mlp");
+  other = spec_;
+  other.sparse_optimizer.lr = 0.1f;
+  EXPECT_EQ(spec_.FirstDifference(other), "sparse_optimizer.lr");
+  auto j = spec_.ToJson();
+  j["schema"].erase("num_dense");
+  EXPECT_FALSE(ModelSpec::FromJson(j).ok());
+}
+
+}  // namespace
+}  // namespace ctrbox

@@ -1,0 +1,103 @@
+#include "ckpt/model_spec.h"
+
+namespace ctrbox {
+namespace {
+
+nlohmann::json OptimizerJson(const OptimizerOptions& o) {
+  return {{"kind", OptimizerKindName(o.kind)},
+          {"lr", o.lr},
+          {"epsilon", o.epsilon},
+          {"beta1", o.beta1},
+          {"beta2", o.beta2}};
+}
+
+OptimizerOptions OptimizerFromJson(const nlohmann::json& j) {
+  OptimizerOptions o;
+  if (!ParseOptimizerKind(j.at("kind").get<std::string>(), &o.kind)) {
+    throw nlohmann::json::other_error::create(501, "unknown optimizer kind", &j);
+  }
+  o.lr = j.at("lr").get<float>();
+  o.epsilon = j.at("epsilon").get<float>();
+  o.beta1 = j.at("beta1").get<float>();
+  o.beta2 = j.at("beta2").get<float>();
+  return o;
+}
+
+// Flattens a JSON object into dotted keys.
+void Flatten(const nlohmann::json& j, const std::string& prefix,
+             std::vector<std::pair<std::string, nlohmann::json>>* out) {
+  if (j.is_object()) {
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      Flatten(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), out);
+    }
+  } else {
+    out->emplace_back(prefix, j);
+  }
+}
+
+}  // namespace
+
+nlohmann::json ModelSpec::ToJson() const {
+  const AccessorOptions& t = table;
+  return {
+      {"schema", {{"num_slots", schema.num_slots}, {"num_dense", schema.num_dense}}},
+      {"model",
+       {{"embedding_dim", model.embedding_dim},
+        {"mlp", model.mlp},
+        {"wide", model.wide},
+        {"dense_log1p", model.dense_log1p}}},
+      {"sparse_optimizer", OptimizerJson(sparse_optimizer)},
+      {"dense_optimizer", OptimizerJson(dense_optimizer)},
+      {"table",
+       {{"nonclk_coeff", t.nonclk_coeff},
+        {"click_coeff", t.click_coeff},
+        {"embedx_threshold", t.embedx_threshold},
+        {"init_range", t.init_range},
+        {"seed", t.seed},
+        {"decay", t.decay},
+        {"delete_threshold", t.delete_threshold},
+        {"delete_after_unseen_passes", t.delete_after_unseen_passes}}},
+  };
+}
+
+StatusOr<ModelSpec> ModelSpec::FromJson(const nlohmann::json& j) {
+  try {
+    ModelSpec s;
+    s.schema.num_slots = j.at("schema").at("num_slots").get<uint32_t>();
+    s.schema.num_dense = j.at("schema").at("num_dense").get<uint32_t>();
+    const auto& m = j.at("model");
+    s.model.embedding_dim = m.at("embedding_dim").get<uint32_t>();
+    s.model.mlp = m.at("mlp").get<std::vector<uint32_t>>();
+    s.model.wide = m.at("wide").get<bool>();
+    s.model.dense_log1p = m.at("dense_log1p").get<bool>();
+    s.sparse_optimizer = OptimizerFromJson(j.at("sparse_optimizer"));
+    s.dense_optimizer = OptimizerFromJson(j.at("dense_optimizer"));
+    const auto& t = j.at("table");
+    s.table.nonclk_coeff = t.at("nonclk_coeff").get<float>();
+    s.table.click_coeff = t.at("click_coeff").get<float>();
+    s.table.embedx_threshold = t.at("embedx_threshold").get<float>();
+    s.table.init_range = t.at("init_range").get<float>();
+    s.table.seed = t.at("seed").get<uint64_t>();
+    s.table.decay = t.at("decay").get<float>();
+    s.table.delete_threshold = t.at("delete_threshold").get<float>();
+    s.table.delete_after_unseen_passes = t.at("delete_after_unseen_passes").get<uint32_t>();
+    if (s.schema.num_slots == 0 || s.model.embedding_dim == 0) {
+      return CorruptionError("model spec has zero slots or embedding dimension");
+    }
+    return s;
+  } catch (const nlohmann::json::exception& e) {
+    return CorruptionError(std::string("model spec: ") + e.what());
+  }
+}
+
+std::string ModelSpec::FirstDifference(const ModelSpec& other) const {
+  std::vector<std::pair<std::string, nlohmann::json>> a, b;
+  Flatten(ToJson(), "", &a);
+  Flatten(other.ToJson(), "", &b);
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    if (a[i] != b[i]) return a[i].first;
+  }
+  return a.size() == b.size() ? "" : "spec";
+}
+
+}  // namespace ctrbox
