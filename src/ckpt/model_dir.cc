@@ -399,6 +399,19 @@ StatusOr<ModelManifest> VerifyModel(Env* env, const std::string& dir) {
   return m;
 }
 
+StatusOr<LoadedModel> OpenModel(Env* env, const std::string& dir, uint32_t shard_bits,
+                                ThreadPool* pool) {
+  if (!ModelExists(env, dir)) return NotFoundError(fmt::format("no model in {} (no MANIFEST)", dir));
+  LoadedModel lm;
+  ASSIGN_OR_RETURN(lm.manifest, ReadManifest(env, dir));
+  const ModelSpec& s = lm.manifest.spec;
+  lm.model = std::make_unique<CtrModel>(s.schema, s.model, s.sparse_optimizer, s.dense_optimizer,
+                                        s.table.seed);
+  lm.table = std::make_unique<MemTable>(MemTableOptions{lm.model->value_layout(), shard_bits});
+  RETURN_IF_ERROR(LoadModel(env, dir, lm.manifest, lm.table.get(), lm.model.get(), pool));
+  return lm;
+}
+
 std::string ModelDigest(const MemTable& table, const CtrModel& model, ThreadPool* pool) {
   return Digest(table.SparseDigest(pool), table.Stats().keys, DensePayload(model));
 }

@@ -53,6 +53,15 @@ Status LoadModel(Env* env, const std::string& dir, const ModelManifest& manifest
 // the digest, which must match the MANIFEST. Returns the manifest.
 StatusOr<ModelManifest> VerifyModel(Env* env, const std::string& dir);
 
+// A model read back from a directory, ready to predict or to continue training.
+struct LoadedModel {
+  ModelManifest manifest;
+  std::unique_ptr<CtrModel> model;
+  std::unique_ptr<MemTable> table;
+};
+StatusOr<LoadedModel> OpenModel(Env* env, const std::string& dir, uint32_t shard_bits,
+                                ThreadPool* pool);
+
 // The digest of a model in memory (equal to the saved model's digest).
 std::string ModelDigest(const MemTable& table, const CtrModel& model, ThreadPool* pool);
 

@@ -10,6 +10,7 @@
 
 #include "io/line_chunker.h"
 #include "io/shard.h"
+#include "io/synth.h"
 
 namespace ctrbox {
 namespace {
@@ -92,6 +93,25 @@ class ShardSource final : public ChunkSource {
   Schema schema_;
   size_t next_file_ = 0;
   std::unique_ptr<ShardBlockSource> source_;
+};
+
+// Synthetic rows: a chunk names a row range (first_line = first row, offset = row count);
+// the workers generate the rows.
+class SynthSource final : public ChunkSource {
+ public:
+  SynthSource(uint64_t rows, uint64_t block_rows) : rows_(rows), block_rows_(block_rows) {}
+  Status Next(TextChunk* chunk, bool* eof) override {
+    *eof = next_ >= rows_;
+    if (*eof) return Status::OK();
+    chunk->file = "<generated>";
+    chunk->first_line = next_;
+    chunk->offset = std::min(block_rows_, rows_ - next_);
+    next_ += chunk->offset;
+    return Status::OK();
+  }
+
+ private:
+  uint64_t rows_, block_rows_, next_ = 0;
 };
 
 using DecodeFn = std::function<void(const TextChunk&, ChunkParseResult*)>;
@@ -273,6 +293,21 @@ StatusOr<std::unique_ptr<BatchReader>> OpenReader(Env* env, const DataOptions& o
   DecodeFn decode = [text](const TextChunk& c, ChunkParseResult* r) { ParseTextChunk(text, c, r); };
   return std::unique_ptr<BatchReader>(
       new ParallelChunkReader(schema, std::move(source), std::move(decode), o));
+}
+
+std::unique_ptr<BatchReader> NewSynthReader(const SynthOptions& options, uint64_t rows,
+                                            int threads, uint64_t block_rows) {
+  auto gen = std::make_shared<SynthGenerator>(options);
+  const Schema schema = gen->schema();
+  DecodeFn decode = [gen, schema](const TextChunk& c, ChunkParseResult* r) {
+    ResetParseResult(schema, r);
+    gen->GenerateBatch(c.first_line, c.first_line + c.offset, &r->batch, nullptr);
+    r->counts.good = c.offset;
+  };
+  DataOptions o;
+  o.threads = std::max(1, threads);
+  return std::unique_ptr<BatchReader>(new ParallelChunkReader(
+      schema, std::make_unique<SynthSource>(rows, block_rows), std::move(decode), o));
 }
 
 }  // namespace ctrbox

@@ -20,7 +20,7 @@ Mlp::Mlp(uint32_t in, std::vector<uint32_t> hidden) {
 
 double Mlp::FlopsPerExample() const {
   double macs = 0;
-  for (uint32_t l = 0; l < num_layers(); ++l) macs += double{in(l)} * out(l);
+  for (uint32_t l = 0; l < num_layers(); ++l) macs += static_cast<double>(in(l)) * out(l);
   return 2.0 * 3.0 * macs;  // forward, input gradient and weight gradient
 }
 

@@ -1,0 +1,54 @@
+// JobConfig: everything one train / eval / predict job needs, as parsed from the YAML job
+// file and --set overrides (cli/config.cc documents every key and default).
+#ifndef CTRBOX_PIPELINE_JOB_H_
+#define CTRBOX_PIPELINE_JOB_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ckpt/model_spec.h"
+#include "io/reader.h"
+#include "io/synth.h"
+
+namespace ctrbox {
+
+struct TrainOptions {
+  int threads = 2;
+  uint64_t seed = 1;
+  bool deterministic = false;
+  uint32_t batch_size = 2048;
+  uint32_t epochs = 1;
+  uint32_t shrink_every_passes = 0;  // 0: never shrink
+  std::string metrics_path;          // "" means <model_dir>/metrics.jsonl
+  double progress_seconds = 2.0;
+};
+
+struct PipelineOptions {
+  uint64_t pass_examples = 262144;  // examples per pass
+  uint32_t queue_depth = 1;         // prepared passes waiting ahead of the trainer
+};
+
+// Generated data, used when a job names no data paths.
+struct GeneratedData {
+  DataFormat layout = DataFormat::kCriteo;
+  uint64_t rows = 500000;
+  uint64_t test_rows = 100000;
+  uint64_t seed = 11;       // train rows; the test rows use seed + 1
+};
+
+struct JobConfig {
+  DataOptions data;                     // training (or eval / predict) input
+  std::vector<std::string> eval_paths;  // train: data to evaluate on after training
+  GeneratedData generated;
+  ModelSpec spec;                       // schema filled in from the data
+  uint32_t table_shard_bits = 6;
+  TrainOptions train;
+  PipelineOptions pipeline;
+  std::string model_dir;
+  bool fresh = false;  // train: ignore a model already in model_dir
+};
+
+}  // namespace ctrbox
+
+#endif  // CTRBOX_PIPELINE_JOB_H_

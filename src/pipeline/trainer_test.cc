@@ -1,0 +1,177 @@
+#include "pipeline/trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "ckpt/model_dir.h"
+#include "io/synth.h"
+#include "io/test_util.h"
+#include "util/parse.h"
+#include "pipeline/evaluator.h"
+
+namespace ctrbox {
+namespace {
+
+using testing::TempDir;
+
+std::string WriteCriteo(const TempDir& dir, const std::string& name, uint64_t begin, uint64_t end,
+                        uint64_t seed) {
+  SynthOptions o;
+  o.seed = seed;
+  std::string text;
+  SynthGenerator(o).GenerateText(begin, end, &text, nullptr);
+  std::string path = dir.File(name);
+  EXPECT_TRUE(WriteFileAtomic(Env::Posix(), path, text).ok());
+  return path;
+}
+
+JobConfig SmallJob(const std::string& model_dir) {
+  JobConfig job;
+  job.model_dir = model_dir;
+  job.spec.model.mlp = {64, 32};
+  job.train.batch_size = 256;
+  job.train.threads = 2;
+  job.pipeline.pass_examples = 4096;
+  job.spec.dense_optimizer.kind = OptimizerKind::kAdam;
+  job.spec.dense_optimizer.lr = 1e-3f;
+  job.spec.dense_optimizer.epsilon = 1e-8f;
+  job.train.progress_seconds = 1e9;
+  return job;
+}
+
+TEST(TrainerTest, LearnsThePlantedModelOnGeneratedData) {
+  TempDir dir;
+  JobConfig job = SmallJob(dir.File("model"));
+  job.spec.model.mlp = {512, 256, 128};  // the default model
+  job.train.batch_size = 2048;
+  job.pipeline.pass_examples = 65536;
+  job.generated.rows = 200000;
+  job.generated.test_rows = 50000;
+  auto report = RunTrain(Env::Posix(), job, nullptr);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  const auto& r = *report;
+  EXPECT_EQ(r["examples"], 200000u);
+  EXPECT_EQ(r["test_examples"], 50000u);
+  const double oracle = r["oracle_auc"], test = r["test_auc"];
+  RecordProperty("test_auc", std::to_string(test));
+  RecordProperty("oracle_auc", std::to_string(oracle));
+  // The stated bar: at least 60 % of the oracle's lift over chance (AUC - 0.5).
+  EXPECT_GE(test - 0.5, 0.6 * (oracle - 0.5)) << "test " << test << " oracle " << oracle;
+  EXPECT_GT(r["auc"].get<double>(), 0.6);  // progressive training AUC
+  EXPECT_NEAR(r["test_copc"].get<double>(), 1.0, 0.15);
+  EXPECT_EQ(r["keys"], r["keys_with_embedding"]);
+  EXPECT_TRUE(ModelExists(Env::Posix(), dir.File("model")));
+}
+
+TEST(TrainerTest, DeterministicAcrossRunsAndThreadCounts) {
+  TempDir dir;
+  std::string data = WriteCriteo(dir, "train.tsv", 0, 20000, 1);
+  std::string digest;
+  for (int threads : {1, 2, 2, 3}) {
+    JobConfig job = SmallJob(dir.File("m" + std::to_string(threads)));
+    job.fresh = true;
+    job.data.paths = {data};
+    job.data.threads = threads;
+    job.train.threads = threads;
+    job.train.deterministic = true;
+    auto report = RunTrain(Env::Posix(), job, nullptr);
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    if (digest.empty()) digest = (*report)["digest"];
+    EXPECT_EQ((*report)["digest"], digest) << threads << " threads";
+    auto verified = VerifyModel(Env::Posix(), job.model_dir);
+    ASSERT_TRUE(verified.ok());
+    EXPECT_EQ(verified->digest, digest);
+  }
+}
+
+TEST(TrainerTest, ContinuingFromTheModelDirEqualsOneRun) {
+  TempDir dir;
+  // 8192 rows = 2 passes, then 4000 more; one run over both files must equal two runs.
+  std::string a = WriteCriteo(dir, "a.tsv", 0, 8192, 3);
+  std::string b = WriteCriteo(dir, "b.tsv", 8192, 12192, 3);
+  JobConfig one = SmallJob(dir.File("one"));
+  one.data.paths = {a, b};
+  auto r1 = RunTrain(Env::Posix(), one, nullptr);
+  ASSERT_TRUE(r1.ok()) << r1.status().ToString();
+
+  JobConfig two = SmallJob(dir.File("two"));
+  two.data.paths = {a};
+  ASSERT_TRUE(RunTrain(Env::Posix(), two, nullptr).ok());
+  two.data.paths = {b};
+  auto r2 = RunTrain(Env::Posix(), two, nullptr);
+  ASSERT_TRUE(r2.ok()) << r2.status().ToString();
+  EXPECT_EQ((*r2)["generation"], 2u);
+  EXPECT_EQ((*r1)["digest"], (*r2)["digest"]);
+
+  // A job with another model shape refuses to continue, naming the key.
+  JobConfig other = SmallJob(dir.File("two"));
+  other.data.paths = {b};
+  other.spec.model.embedding_dim = 8;
+  auto r3 = RunTrain(Env::Posix(), other, nullptr);
+  ASSERT_FALSE(r3.ok());
+  EXPECT_NE(r3.status().message().find("model.embedding_dim"), std::string::npos) << r3.status().message();
+}
+
+TEST(TrainerTest, EvalAndPredictAgreeWithTheSavedModel) {
+  TempDir dir;
+  std::string train = WriteCriteo(dir, "train.tsv", 0, 10000, 5);
+  std::string test = WriteCriteo(dir, "test.tsv", 0, 3000, 6);
+  JobConfig job = SmallJob(dir.File("model"));
+  job.data.paths = {train};
+  job.eval_paths = {test};
+  auto report = RunTrain(Env::Posix(), job, nullptr);
+  ASSERT_TRUE(report.ok());
+
+  JobConfig eval = SmallJob(dir.File("model"));
+  eval.data.paths = {test};
+  auto er = RunEval(Env::Posix(), eval);
+  ASSERT_TRUE(er.ok()) << er.status().ToString();
+  EXPECT_EQ((*er)["examples"], 3000u);
+  EXPECT_DOUBLE_EQ((*er)["auc"].get<double>(), (*report)["test_auc"].get<double>());
+
+  // predict: one line out per line in, "nan" for a malformed one.
+  std::string text;
+  ASSERT_TRUE(ReadFileToString(Env::Posix(), test, &text).ok());
+  text = text.substr(0, text.find('\n') + 1) + "garbage line\n" + text;
+  std::string in = dir.File("in.tsv");
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), in, text).ok());
+  ThreadPool pool(2);
+  auto lm = OpenModel(Env::Posix(), dir.File("model"), 6, &pool);
+  ASSERT_TRUE(lm.ok());
+  DataOptions d;
+  d.paths = {in};
+  std::string out_path = dir.File("out.txt");
+  std::FILE* out = std::fopen(out_path.c_str(), "w");
+  RecordCounts counts;
+  Status s = PredictLines(Env::Posix(), d, *lm->table, lm->model.get(), 256, &pool, out, &counts);
+  std::fclose(out);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  std::string got;
+  ASSERT_TRUE(ReadFileToString(Env::Posix(), out_path, &got).ok());
+  auto lines = Split(got, '\n');
+  ASSERT_EQ(lines.size(), 3002u + 1);  // trailing empty piece
+  EXPECT_EQ(lines[1], "nan");
+  EXPECT_EQ(lines[0], lines[2]);  // the same record scores the same
+  EXPECT_EQ(counts.good, 3001u);
+}
+
+TEST(TrainerTest, TooManyMalformedRecordsCommitNothing) {
+  TempDir dir;
+  std::string text;
+  SynthGenerator(SynthOptions{}).GenerateText(0, 5000, &text, nullptr);
+  for (int i = 0; i < 100; ++i) text += "1\tnot\ta\tcriteo\tline\n";  // 2 % bad
+  std::string path = dir.File("bad.tsv");
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), path, text).ok());
+  JobConfig job = SmallJob(dir.File("model"));
+  job.data.paths = {path};
+  auto report = RunTrain(Env::Posix(), job, nullptr);
+  ASSERT_FALSE(report.ok());
+  EXPECT_EQ(report.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(report.status().message().find("bad.tsv:5001: field_count"), std::string::npos)
+      << report.status().message();
+  EXPECT_FALSE(ModelExists(Env::Posix(), dir.File("model")));
+}
+
+}  // namespace
+}  // namespace ctrbox
