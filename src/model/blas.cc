@@ -1,13 +1,7 @@
 #include "model/blas.h"
 
 #include <cblas.h>
-#include <unistd.h>
-
-#include <cstdlib>
-#include <cstring>
 #include <mutex>
-
-#include "util/sys.h"
 
 namespace ctrbox::blas {
 
@@ -26,18 +20,6 @@ void UseSingleThreadedBlas() {
 std::string CoreName() {
   const char* name = openblas_get_corename();
   return name ? name : "unknown";
-}
-
-void MaybeReexecWithFasterKernels(char** argv) {
-  const char* opt_out = std::getenv("CTRBOX_BLAS_REEXEC");
-  if (opt_out && std::strcmp(opt_out, "0") == 0) return;
-  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;  // the user chose, or we did
-  if (!CpuHasAvx512()) return;
-  const std::string core = CoreName();
-  if (core != "Haswell" && core != "Zen" && core != "haswell" && core != "zen") return;
-  ::setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
-  ::execv("/proc/self/exe", argv);
-  ::unsetenv("OPENBLAS_CORETYPE");  // exec failed: carry on with what we have
 }
 
 }  // namespace ctrbox::blas

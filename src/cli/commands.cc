@@ -1,0 +1,196 @@
+#include "cli/commands.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "ckpt/model_dir.h"
+#include "cli/progress.h"
+#include "io/reader.h"
+#include "io/synth.h"
+#include "metrics/metrics.h"
+#include "pipeline/evaluator.h"
+#include "pipeline/trainer.h"
+#include "util/logging.h"
+#include "util/parse.h"
+#include "util/sys.h"
+#include "util/thread_pool.h"
+
+namespace ctrbox {
+namespace {
+
+void PrintJson(const nlohmann::json& j) { std::cout << j.dump() << std::endl; }
+
+}  // namespace
+
+Status RunGenCommand(const GenArgs& args) {
+  SynthOptions o;
+  if (!ParseDataFormat(args.format, &o.format) || o.format == DataFormat::kShards) {
+    return InvalidArgumentError(fmt::format("gen --format {}: expected criteo, libsvm, libfm or slots", args.format));
+  }
+  if (args.out.empty()) return InvalidArgumentError("gen needs --out FILE");
+  o.seed = args.seed;
+  SynthGenerator gen(o);
+  Env* env = Env::Posix();
+  const std::string tmp = args.out + ".tmp";
+  ASSIGN_OR_RETURN(auto file, env->NewWritableFile(tmp));
+  ThreadPool pool(args.threads > 0 ? args.threads : NumCpus());
+  constexpr uint64_t kBlock = 32768;
+  const size_t per_round = static_cast<size_t>(pool.num_threads()) * 4;
+  std::vector<std::string> text(per_round);
+  std::vector<std::vector<double>> probs(per_round);
+  std::vector<Batch> labels(per_round);
+  MetricAccumulator oracle;
+  Stopwatch clock;
+  uint64_t bytes = 0;
+  for (uint64_t start = 0; start < args.rows; start += kBlock * per_round) {
+    const size_t blocks = std::min<uint64_t>(per_round, (args.rows - start + kBlock - 1) / kBlock);
+    pool.ParallelFor(blocks, [&](size_t b, int) {
+      const uint64_t r0 = start + b * kBlock, r1 = std::min(args.rows, r0 + kBlock);
+      text[b].clear();
+      probs[b].clear();
+      gen.GenerateText(r0, r1, &text[b], &probs[b]);
+    });
+    for (size_t b = 0; b < blocks; ++b) {
+      RETURN_IF_ERROR(file->Append(text[b]));
+      bytes += text[b].size();
+      // Labels are the first character of each line.
+      size_t pos = 0;
+      for (double p : probs[b]) {
+        oracle.Add(text[b][pos] == '1' ? 1.0f : 0.0f, p);
+        pos = text[b].find('\n', pos) + 1;
+      }
+    }
+  }
+  RETURN_IF_ERROR(file->Sync());
+  RETURN_IF_ERROR(file->Close());
+  RETURN_IF_ERROR(env->RenameFile(tmp, args.out));
+  const MetricSummary s = oracle.Summary();
+  const Schema schema = gen.schema();
+  LOG_INFO("wrote {} rows to {} ({}); oracle AUC {:.4f}", args.rows, args.out, FormatBytes(bytes), s.auc);
+  if (o.format == DataFormat::kSlots || o.format == DataFormat::kLibfm) {
+    LOG_INFO("read it with --format {} --set data.num_slots={}{}", args.format, schema.num_slots,
+             schema.num_dense ? fmt::format(" --set data.num_dense={}", schema.num_dense) : "");
+  }
+  PrintJson({{"command", "gen"}, {"format", args.format}, {"rows", args.rows}, {"seed", args.seed},
+             {"out", args.out}, {"bytes", bytes}, {"seconds", clock.Seconds()}, {"ctr", s.ctr},
+             {"oracle_auc", s.auc}, {"oracle_logloss", s.logloss},
+             {"num_slots", schema.num_slots}, {"num_dense", schema.num_dense}});
+  return Status::OK();
+}
+
+Status RunConvertCommand(const JobConfig& job, const ConvertArgs& args) {
+  if (args.out.empty()) return InvalidArgumentError("convert needs --out DIR");
+  if (job.data.paths.empty()) return InvalidArgumentError("convert needs --data");
+  ShardWriterOptions wo;
+  if (!ParseShardCodec(args.codec, &wo.codec)) {
+    return InvalidArgumentError(fmt::format("--codec {}: expected zstd, lz4 or none", args.codec));
+  }
+  wo.block_rows = args.block_rows;
+  Env* env = Env::Posix();
+  Stopwatch clock;
+  ASSIGN_OR_RETURN(auto reader, OpenReader(env, job.data));
+  RETURN_IF_ERROR(env->CreateDirs(args.out));
+  std::unique_ptr<ShardWriter> writer;
+  std::string tmp, final_path;
+  uint64_t files = 0, rows = 0, bytes_out = 0;
+  auto finish_file = [&]() -> Status {
+    if (!writer) return Status::OK();
+    RETURN_IF_ERROR(writer->Finish());
+    bytes_out += writer->bytes_written();
+    writer.reset();
+    return env->RenameFile(tmp, final_path);
+  };
+  Batch batch;
+  while (true) {
+    bool eof = false;
+    RETURN_IF_ERROR(reader->Next(&batch, &eof));
+    if (eof) break;
+    if (!writer) {
+      final_path = JoinPath(args.out, fmt::format("part-{:05d}.ctrshard", files++));
+      tmp = final_path + ".tmp";
+      ASSIGN_OR_RETURN(writer, ShardWriter::Open(env, tmp, reader->schema(), wo));
+    }
+    RETURN_IF_ERROR(writer->Add(batch));
+    rows += batch.rows();
+    if (writer->rows() >= args.rows_per_file) RETURN_IF_ERROR(finish_file());
+  }
+  RETURN_IF_ERROR(finish_file());
+  RETURN_IF_ERROR(env->SyncDir(args.out));
+  const RecordCounts c = reader->counts();
+  PrintJson({{"command", "convert"}, {"rows", rows}, {"files", files}, {"out", args.out},
+             {"bytes_out", bytes_out}, {"codec", args.codec}, {"seconds", clock.Seconds()},
+             {"records_malformed", c.bad_total()},
+             {"num_slots", reader->schema().num_slots}, {"num_dense", reader->schema().num_dense}});
+  return Status::OK();
+}
+
+Status RunTrainCommand(const JobConfig& job) {
+  if (job.model_dir.empty()) LOG_INFO("no --model-dir given: the trained model is not saved");
+  if (job.data.paths.empty()) {
+    LOG_INFO("no --data given: training on {} generated {} rows (seed {}), testing on {} more",
+             job.generated.rows, DataFormatName(job.generated.layout), job.generated.seed,
+             job.generated.test_rows);
+  }
+  ProgressPrinter progress;
+  ASSIGN_OR_RETURN(nlohmann::json report, RunTrain(Env::Posix(), job, &progress));
+  if (report.contains("test_auc")) {
+    LOG_INFO("trained on {} examples at {:.0f} examples/s: test AUC {:.4f}{}", report["examples"].get<uint64_t>(),
+             report["examples_per_s"].get<double>(), report["test_auc"].get<double>(),
+             report.contains("oracle_auc") ? fmt::format(" (oracle {:.4f})", report["oracle_auc"].get<double>()) : "");
+  }
+  PrintJson(report);
+  return Status::OK();
+}
+
+Status RunEvalCommand(const JobConfig& job) {
+  ASSIGN_OR_RETURN(nlohmann::json report, RunEval(Env::Posix(), job));
+  PrintJson(report);
+  return Status::OK();
+}
+
+Status RunPredictCommand(const JobConfig& job) {
+  ThreadPool pool(job.train.threads);
+  ASSIGN_OR_RETURN(LoadedModel lm, OpenModel(Env::Posix(), job.model_dir, job.table_shard_bits, &pool));
+  DataOptions data = job.data;
+  if (data.paths.empty()) data.paths = {"-"};
+  data.num_slots = lm.manifest.spec.schema.num_slots;
+  data.num_dense = lm.manifest.spec.schema.num_dense;
+  RecordCounts counts;
+  return PredictLines(Env::Posix(), data, *lm.table, lm.model.get(), job.train.batch_size, &pool,
+                      stdout, &counts);
+}
+
+Status RunInspectCommand(const std::string& model_dir) {
+  if (model_dir.empty()) return InvalidArgumentError("inspect needs --model-dir DIR");
+  Stopwatch clock;
+  ASSIGN_OR_RETURN(ModelManifest m, VerifyModel(Env::Posix(), model_dir));
+  uint64_t on_disk = 0;
+  nlohmann::json files = nlohmann::json::array();
+  for (const auto& f : m.files) {
+    on_disk += f.bytes;
+    files.push_back({{"name", f.name}, {"bytes", f.bytes}});
+  }
+  nlohmann::json report = {
+      {"command", "inspect"},
+      {"model_dir", model_dir},
+      {"keys", m.keys},
+      {"keys_with_embedding", m.keys_with_embedding},
+      {"bytes_live", m.bytes_live},
+      {"value_bytes_per_key", m.keys ? double(m.bytes_live) / m.keys : 0.0},
+      {"dense_params", m.dense_params},
+      {"digest", m.digest},
+      {"generation", m.generation},
+      {"trained_examples", m.trained_examples},
+      {"bytes_on_disk", on_disk},
+      {"files", files},
+      {"spec", m.spec.ToJson()},
+      {"verified", true},
+      {"seconds", clock.Seconds()},
+  };
+  PrintJson(report);
+  return Status::OK();
+}
+
+}  // namespace ctrbox

@@ -1,0 +1,40 @@
+// The ctrbox subcommands. Each returns OK or the error to report; results go to standard
+// output (train, eval and inspect end with one JSON line), logs to standard error.
+#ifndef CTRBOX_CLI_COMMANDS_H_
+#define CTRBOX_CLI_COMMANDS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cli/config.h"
+#include "io/shard.h"
+#include "io/text_format.h"
+
+namespace ctrbox {
+
+struct GenArgs {
+  std::string format = "criteo";
+  uint64_t rows = 100000;
+  uint64_t seed = 1;
+  std::string out;
+  int threads = 0;  // 0: number of CPUs
+};
+
+struct ConvertArgs {
+  std::string out;
+  std::string codec = "zstd";
+  uint32_t block_rows = 65536;
+  uint64_t rows_per_file = 1 << 22;
+};
+
+Status RunGenCommand(const GenArgs& args);
+Status RunConvertCommand(const JobConfig& job, const ConvertArgs& args);
+Status RunTrainCommand(const JobConfig& job);
+Status RunEvalCommand(const JobConfig& job);
+Status RunPredictCommand(const JobConfig& job);
+Status RunInspectCommand(const std::string& model_dir);
+
+}  // namespace ctrbox
+
+#endif  // CTRBOX_CLI_COMMANDS_H_

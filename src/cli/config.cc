@@ -1,0 +1,340 @@
+#include "cli/config.h"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <functional>
+#include <limits>
+
+#include "util/parse.h"
+#include "util/sys.h"
+
+namespace ctrbox {
+namespace {
+
+using Setter = std::function<bool(JobConfig*, std::string_view, std::string*)>;
+
+struct Key {
+  const char* name;
+  const char* default_text;
+  const char* help;
+  Setter set;  // returns false and fills the expectation on a bad value
+};
+
+// ---- typed setters ----
+
+Setter UInt(std::function<void(JobConfig*, uint64_t)> assign, uint64_t min, uint64_t max) {
+  return [=](JobConfig* j, std::string_view v, std::string* expect) {
+    uint64_t x;
+    if (!ParseUint64(v, &x) || x < min || x > max) {
+      *expect = fmt::format("an integer in [{}, {}]", min, max);
+      return false;
+    }
+    assign(j, x);
+    return true;
+  };
+}
+
+Setter Float(std::function<void(JobConfig*, float)> assign, double min, double max) {
+  return [=](JobConfig* j, std::string_view v, std::string* expect) {
+    double x;
+    if (!ParseDouble(v, &x) || x < min || x > max) {
+      *expect = fmt::format("a number in [{:g}, {:g}]", min, max);
+      return false;
+    }
+    assign(j, static_cast<float>(x));
+    return true;
+  };
+}
+
+Setter Bool(std::function<void(JobConfig*, bool)> assign) {
+  return [=](JobConfig* j, std::string_view v, std::string* expect) {
+    bool b;
+    if (!ParseBool(v, &b)) {
+      *expect = "true or false";
+      return false;
+    }
+    assign(j, b);
+    return true;
+  };
+}
+
+Setter Bytes(std::function<void(JobConfig*, uint64_t)> assign, uint64_t min) {
+  return [=](JobConfig* j, std::string_view v, std::string* expect) {
+    uint64_t b;
+    if (!ParseBytes(v, &b) || b < min) {
+      *expect = fmt::format("a size of at least {} bytes (e.g. 4MB)", min);
+      return false;
+    }
+    assign(j, b);
+    return true;
+  };
+}
+
+Setter Text(std::function<void(JobConfig*, std::string)> assign) {
+  return [=](JobConfig* j, std::string_view v, std::string*) {
+    assign(j, std::string(v));
+    return true;
+  };
+}
+
+// A comma-separated list (a YAML sequence arrives joined with commas).
+Setter List(std::function<void(JobConfig*, std::vector<std::string>)> assign) {
+  return [=](JobConfig* j, std::string_view v, std::string*) {
+    std::vector<std::string> items;
+    for (std::string_view p : Split(v, ',')) {
+      p = Trim(p);
+      if (!p.empty()) items.emplace_back(p);
+    }
+    assign(j, std::move(items));
+    return true;
+  };
+}
+
+Setter Format(std::function<void(JobConfig*, DataFormat)> assign, bool allow_shards) {
+  return [=](JobConfig* j, std::string_view v, std::string* expect) {
+    DataFormat f;
+    if (!ParseDataFormat(v, &f) || (!allow_shards && f == DataFormat::kShards)) {
+      *expect = allow_shards ? "criteo, libsvm, libfm, slots or shards" : "criteo, libsvm, libfm or slots";
+      return false;
+    }
+    assign(j, f);
+    return true;
+  };
+}
+
+Setter Optimizer(std::function<OptimizerOptions*(JobConfig*)> field) {
+  return [=](JobConfig* j, std::string_view v, std::string* expect) {
+    if (!ParseOptimizerKind(v, &field(j)->kind)) {
+      *expect = "adagrad, sgd or adam";
+      return false;
+    }
+    return true;
+  };
+}
+
+Setter Widths() {
+  return [](JobConfig* j, std::string_view v, std::string* expect) {
+    std::vector<uint32_t> widths;  // empty: no hidden layer (a linear model of the inputs)
+    if (!Trim(v).empty()) {
+      for (std::string_view p : Split(v, ',')) {
+        uint64_t w;
+        if (!ParseUint64(Trim(p), &w) || w == 0 || w > 65536) {
+          *expect = "comma-separated layer widths in [1, 65536], e.g. 512,256,128";
+          return false;
+        }
+        widths.push_back(static_cast<uint32_t>(w));
+      }
+    }
+    j->spec.model.mlp = std::move(widths);
+    return true;
+  };
+}
+
+constexpr uint64_t kMaxU32 = std::numeric_limits<uint32_t>::max();
+
+const std::vector<Key>& Keys() {
+  static const std::vector<Key> keys = {
+      // data
+      {"data.paths", "(none: generated data)", "input files or directories (also --data)",
+       List([](JobConfig* j, auto v) { j->data.paths = std::move(v); })},
+      {"data.format", "criteo", "criteo | libsvm | libfm | slots | shards (also --format)",
+       Format([](JobConfig* j, DataFormat f) { j->data.format = f; }, true)},
+      {"data.num_slots", "0", "slots per row for the libfm and slots formats (required there)",
+       UInt([](JobConfig* j, uint64_t v) { j->data.num_slots = static_cast<uint32_t>(v); }, 1, 100000)},
+      {"data.num_dense", "0", "dense values per row for the slots format",
+       UInt([](JobConfig* j, uint64_t v) { j->data.num_dense = static_cast<uint32_t>(v); }, 0, 100000)},
+      {"data.eval_paths", "(none)", "train: data to evaluate on after training (also --eval-data)",
+       List([](JobConfig* j, auto v) { j->eval_paths = std::move(v); })},
+      {"data.max_error_rate", "0.01", "the job stops once malformed records exceed this fraction",
+       Float([](JobConfig* j, float v) { j->data.bad_input.max_error_rate = v; }, 0, 1)},
+      {"data.max_line_bytes", "1MB", "longer lines are malformed (overlong_line)",
+       Bytes([](JobConfig* j, uint64_t v) { j->data.max_line_bytes = v; }, 64)},
+      {"data.chunk_bytes", "4MB", "text is read and parsed in chunks of this size",
+       Bytes([](JobConfig* j, uint64_t v) { j->data.chunk_bytes = v; }, 4096)},
+      {"data.reader_threads", "1", "threads parsing (or decoding, or generating) input",
+       UInt([](JobConfig* j, uint64_t v) { j->data.threads = static_cast<int>(v); }, 1, 256)},
+      {"data.gen.rows", "500000", "generated training rows (when no data paths are given)",
+       UInt([](JobConfig* j, uint64_t v) { j->generated.rows = v; }, 1, uint64_t{1} << 40)},
+      {"data.gen.test_rows", "100000", "generated held-out rows (seed data.gen.seed + 1)",
+       UInt([](JobConfig* j, uint64_t v) { j->generated.test_rows = v; }, 1, uint64_t{1} << 40)},
+      {"data.gen.seed", "11", "seed of the generated training rows",
+       UInt([](JobConfig* j, uint64_t v) { j->generated.seed = v; }, 0, ~uint64_t{0} - 1)},
+      {"data.gen.format", "criteo", "layout of the generated rows: criteo | slots | libsvm | libfm",
+       Format([](JobConfig* j, DataFormat f) { j->generated.layout = f; }, false)},
+      // model
+      {"model.embedding_dim", "16", "embedding dimension of every slot",
+       UInt([](JobConfig* j, uint64_t v) { j->spec.model.embedding_dim = static_cast<uint32_t>(v); }, 1, 1024)},
+      {"model.mlp", "512,256,128", "hidden layer widths of the MLP tower (ReLU)", Widths()},
+      {"model.wide", "false", "add the wide (LR) part: the sum of the keys' wide weights",
+       Bool([](JobConfig* j, bool v) { j->spec.model.wide = v; })},
+      {"model.dense_log1p", "true", "dense features enter as log(1 + max(x, 0))",
+       Bool([](JobConfig* j, bool v) { j->spec.model.dense_log1p = v; })},
+      // optimizers
+      {"optimizer.sparse.type", "adagrad", "sparse optimizer: adagrad | sgd | adam",
+       Optimizer([](JobConfig* j) { return &j->spec.sparse_optimizer; })},
+      {"optimizer.sparse.lr", "0.05", "sparse learning rate",
+       Float([](JobConfig* j, float v) { j->spec.sparse_optimizer.lr = v; }, 0, 1e6)},
+      {"optimizer.sparse.epsilon", "1e-10 (adagrad), 1e-8 (adam)", "sparse optimizer epsilon",
+       Float([](JobConfig* j, float v) { j->spec.sparse_optimizer.epsilon = v; }, 0, 1)},
+      {"optimizer.sparse.beta1", "0.9", "sparse adam beta1",
+       Float([](JobConfig* j, float v) { j->spec.sparse_optimizer.beta1 = v; }, 0, 0.999999)},
+      {"optimizer.sparse.beta2", "0.999", "sparse adam beta2",
+       Float([](JobConfig* j, float v) { j->spec.sparse_optimizer.beta2 = v; }, 0, 0.999999)},
+      {"optimizer.dense.type", "adam", "dense optimizer: adam | adagrad | sgd",
+       Optimizer([](JobConfig* j) { return &j->spec.dense_optimizer; })},
+      {"optimizer.dense.lr", "0.001", "dense learning rate",
+       Float([](JobConfig* j, float v) { j->spec.dense_optimizer.lr = v; }, 0, 1e6)},
+      {"optimizer.dense.epsilon", "1e-8 (adam), 1e-10 (adagrad)", "dense optimizer epsilon",
+       Float([](JobConfig* j, float v) { j->spec.dense_optimizer.epsilon = v; }, 0, 1)},
+      {"optimizer.dense.beta1", "0.9", "dense adam beta1",
+       Float([](JobConfig* j, float v) { j->spec.dense_optimizer.beta1 = v; }, 0, 0.999999)},
+      {"optimizer.dense.beta2", "0.999", "dense adam beta2",
+       Float([](JobConfig* j, float v) { j->spec.dense_optimizer.beta2 = v; }, 0, 0.999999)},
+      // table
+      {"table.shard_bits", "6", "the in-memory table has 2^shard_bits shards",
+       UInt([](JobConfig* j, uint64_t v) { j->table_shard_bits = static_cast<uint32_t>(v); }, 0, 12)},
+      {"table.embedx_threshold", "0", "create a key's embedding once its show/click score reaches this",
+       Float([](JobConfig* j, float v) { j->spec.table.embedx_threshold = v; }, 0, 1e9)},
+      {"table.nonclk_coeff", "0.1", "score = (show - click) * nonclk_coeff + click * click_coeff",
+       Float([](JobConfig* j, float v) { j->spec.table.nonclk_coeff = v; }, 0, 1e6)},
+      {"table.click_coeff", "1", "see table.nonclk_coeff",
+       Float([](JobConfig* j, float v) { j->spec.table.click_coeff = v; }, 0, 1e6)},
+      {"table.init_range", "0.01", "new embeddings are uniform in [-init_range, init_range]",
+       Float([](JobConfig* j, float v) { j->spec.table.init_range = v; }, 0, 100)},
+      {"table.decay", "0.98", "show and click are multiplied by this at each shrink",
+       Float([](JobConfig* j, float v) { j->spec.table.decay = v; }, 0, 1)},
+      {"table.delete_threshold", "0", "shrink deletes keys whose score falls below this",
+       Float([](JobConfig* j, float v) { j->spec.table.delete_threshold = v; }, 0, 1e9)},
+      {"table.delete_after_unseen_passes", "0", "shrink deletes keys unseen for more passes (0: never)",
+       UInt([](JobConfig* j, uint64_t v) { j->spec.table.delete_after_unseen_passes = static_cast<uint32_t>(v); }, 0, 65535)},
+      {"table.shrink_every_passes", "0", "run shrink after every N passes (0: never)",
+       UInt([](JobConfig* j, uint64_t v) { j->train.shrink_every_passes = static_cast<uint32_t>(v); }, 0, kMaxU32)},
+      // train
+      {"train.threads", "number of CPUs", "trainer threads",
+       UInt([](JobConfig* j, uint64_t v) { j->train.threads = static_cast<int>(v); }, 1, 1024)},
+      {"train.seed", "1", "seed of the MLP and embedding initialisation",
+       UInt([](JobConfig* j, uint64_t v) { j->train.seed = v; }, 0, ~uint64_t{0} - 1)},
+      {"train.deterministic", "false",
+       "require bit-identical runs; the CPU trainer always is (docs/model.md)",
+       Bool([](JobConfig* j, bool v) { j->train.deterministic = v; })},
+      {"train.batch_size", "2048", "examples per minibatch",
+       UInt([](JobConfig* j, uint64_t v) { j->train.batch_size = static_cast<uint32_t>(v); }, 1, 1 << 20)},
+      {"train.epochs", "1", "passes over the data (1: online learning, each example seen once)",
+       UInt([](JobConfig* j, uint64_t v) { j->train.epochs = static_cast<uint32_t>(v); }, 1, 100000)},
+      {"train.metrics_path", "<model-dir>/metrics.jsonl", "JSON-lines metrics log",
+       Text([](JobConfig* j, std::string v) { j->train.metrics_path = std::move(v); })},
+      {"train.progress_seconds", "2", "seconds between progress updates",
+       Float([](JobConfig* j, float v) { j->train.progress_seconds = v; }, 0, 1e9)},
+      // pipeline
+      {"pipeline.pass_examples", "262144", "examples per pass (the unit of pull / train / push)",
+       UInt([](JobConfig* j, uint64_t v) { j->pipeline.pass_examples = v; }, 1, uint64_t{1} << 32)},
+      {"pipeline.queue_depth", "1", "prepared passes queued ahead of the trainer",
+       UInt([](JobConfig* j, uint64_t v) { j->pipeline.queue_depth = static_cast<uint32_t>(v); }, 1, 64)},
+  };
+  return keys;
+}
+
+// Flattens a YAML node into (dotted key, value, line) triples.
+Status Flatten(const YAML::Node& node, const std::string& prefix, const std::string& path,
+               std::vector<std::tuple<std::string, std::string, int>>* out) {
+  const int line = node.Mark().line + 1;
+  if (node.IsMap()) {
+    for (const auto& kv : node) {
+      const std::string k = kv.first.as<std::string>();
+      RETURN_IF_ERROR(Flatten(kv.second, prefix.empty() ? k : prefix + "." + k, path, out));
+    }
+  } else if (node.IsSequence()) {
+    std::string joined;
+    for (const auto& item : node) {
+      if (!item.IsScalar()) {
+        return InvalidArgumentError(fmt::format("{}:{}: {}: expected a list of values", path, line, prefix));
+      }
+      if (!joined.empty()) joined += ",";
+      joined += item.as<std::string>();
+    }
+    out->emplace_back(prefix, joined, line);
+  } else if (node.IsScalar()) {
+    out->emplace_back(prefix, node.as<std::string>(), line);
+  } else if (!node.IsNull() || prefix.empty()) {
+    if (!prefix.empty()) out->emplace_back(prefix, "", line);
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+JobConfigBuilder::JobConfigBuilder() {
+  job_.train.threads = NumCpus();
+  job_.spec.dense_optimizer.kind = OptimizerKind::kAdam;
+  job_.spec.dense_optimizer.lr = 1e-3f;
+}
+
+Status JobConfigBuilder::Set(std::string_view key, std::string_view value, std::string_view origin) {
+  for (const Key& k : Keys()) {
+    if (key != k.name) continue;
+    std::string expect;
+    if (!k.set(&job_, Trim(value), &expect)) {
+      return InvalidArgumentError(fmt::format("{}: bad value '{}' for {}: expected {}", origin, value,
+                                              key, expect));
+    }
+    set_keys_.insert(std::string(key));
+    return Status::OK();
+  }
+  return InvalidArgumentError(
+      fmt::format("{}: unknown configuration key '{}' (`ctrbox config` lists them)", origin, key));
+}
+
+Status JobConfigBuilder::ApplySet(std::string_view assignment) {
+  size_t eq = assignment.find('=');
+  if (eq == std::string_view::npos || eq == 0) {
+    return InvalidArgumentError(fmt::format("--set {}: expected key=value", assignment));
+  }
+  return Set(Trim(assignment.substr(0, eq)), assignment.substr(eq + 1), "--set");
+}
+
+Status JobConfigBuilder::LoadYaml(const std::string& path) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    return NotFoundError(fmt::format("cannot read job file {}", path));
+  } catch (const YAML::Exception& e) {
+    return InvalidArgumentError(fmt::format("{}:{}: {}", path, e.mark.line + 1, e.msg));
+  }
+  if (!root.IsMap() && !root.IsNull()) {
+    return InvalidArgumentError(path + ": a job file is a map of settings");
+  }
+  std::vector<std::tuple<std::string, std::string, int>> entries;
+  try {
+    RETURN_IF_ERROR(Flatten(root, "", path, &entries));
+  } catch (const YAML::Exception& e) {
+    return InvalidArgumentError(fmt::format("{}:{}: {}", path, e.mark.line + 1, e.msg));
+  }
+  for (const auto& [key, value, line] : entries) {
+    RETURN_IF_ERROR(Set(key, value, fmt::format("{}:{}", path, line)));
+  }
+  return Status::OK();
+}
+
+StatusOr<JobConfig> JobConfigBuilder::Finish() {
+  auto default_epsilon = [](OptimizerOptions* o) {
+    o->epsilon = o->kind == OptimizerKind::kAdagrad ? 1e-10f : 1e-8f;
+  };
+  if (!was_set("optimizer.sparse.epsilon")) default_epsilon(&job_.spec.sparse_optimizer);
+  if (!was_set("optimizer.dense.epsilon")) default_epsilon(&job_.spec.dense_optimizer);
+  const DataFormat f = job_.data.format;
+  if ((f == DataFormat::kSlots || f == DataFormat::kLibfm) && job_.data.num_slots == 0 &&
+      !job_.data.paths.empty()) {
+    return InvalidArgumentError(fmt::format("data.num_slots must be set for format {}", DataFormatName(f)));
+  }
+  return job_;
+}
+
+std::string ConfigReference() {
+  std::string s = "| key | default | meaning |\n|---|---|---|\n";
+  for (const Key& k : Keys()) s += fmt::format("| `{}` | {} | {} |\n", k.name, k.default_text, k.help);
+  return s;
+}
+
+}  // namespace ctrbox

@@ -1,0 +1,44 @@
+// Job configuration: the YAML job file and --set overrides, mapped onto JobConfig.
+//
+// Every key is declared once in a registry (name, default, meaning, parser), which drives
+// the YAML reader, --set, validation and `ctrbox config` (the reference in docs/config.md).
+// Unknown keys and bad values are errors that name the key (and the file and line).
+#ifndef CTRBOX_CLI_CONFIG_H_
+#define CTRBOX_CLI_CONFIG_H_
+
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pipeline/job.h"
+
+namespace ctrbox {
+
+class JobConfigBuilder {
+ public:
+  JobConfigBuilder();
+
+  // Applies every key of a YAML job file (nested maps are dotted keys).
+  Status LoadYaml(const std::string& path);
+  // Applies one "key=value".
+  Status ApplySet(std::string_view assignment);
+  // Applies one key; `origin` names where it came from, for messages.
+  Status Set(std::string_view key, std::string_view value, std::string_view origin);
+  // Applies defaults that depend on other keys and validates the whole job.
+  StatusOr<JobConfig> Finish();
+
+  bool was_set(const std::string& key) const { return set_keys_.count(key) > 0; }
+  JobConfig& job() { return job_; }
+
+ private:
+  JobConfig job_;
+  std::set<std::string> set_keys_;
+};
+
+// The reference of every key (Markdown table rows: key, default, meaning).
+std::string ConfigReference();
+
+}  // namespace ctrbox
+
+#endif  // CTRBOX_CLI_CONFIG_H_

@@ -1,0 +1,94 @@
+#include "cli/config.h"
+
+#include <gtest/gtest.h>
+
+#include "io/test_util.h"
+
+namespace ctrbox {
+namespace {
+
+TEST(ConfigTest, DefaultsAreTheReferenceModel) {
+  JobConfigBuilder b;
+  auto job = b.Finish();
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->spec.model.embedding_dim, 16u);
+  EXPECT_EQ(job->spec.model.mlp, (std::vector<uint32_t>{512, 256, 128}));
+  EXPECT_EQ(job->train.batch_size, 2048u);
+  EXPECT_EQ(job->train.epochs, 1u);
+  EXPECT_EQ(job->spec.sparse_optimizer.kind, OptimizerKind::kAdagrad);
+  EXPECT_FLOAT_EQ(job->spec.sparse_optimizer.lr, 0.05f);
+  EXPECT_FLOAT_EQ(job->spec.sparse_optimizer.epsilon, 1e-10f);
+  EXPECT_EQ(job->spec.dense_optimizer.kind, OptimizerKind::kAdam);
+  EXPECT_FLOAT_EQ(job->spec.dense_optimizer.lr, 1e-3f);
+  EXPECT_FLOAT_EQ(job->spec.dense_optimizer.epsilon, 1e-8f);
+  EXPECT_FALSE(job->spec.model.wide);
+}
+
+TEST(ConfigTest, RequiredSetKeysExistAndParse) {
+  JobConfigBuilder b;
+  for (const char* s : {"train.threads=3", "train.seed=9", "train.deterministic=true",
+                        "train.batch_size=512", "train.epochs=2", "model.embedding_dim=8",
+                        "model.mlp=64,32", "optimizer.sparse.lr=0.1", "optimizer.dense.lr=0.01"}) {
+    ASSERT_TRUE(b.ApplySet(s).ok()) << s;
+  }
+  auto job = b.Finish();
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->train.threads, 3);
+  EXPECT_EQ(job->train.seed, 9u);
+  EXPECT_TRUE(job->train.deterministic);
+  EXPECT_EQ(job->spec.model.mlp, (std::vector<uint32_t>{64, 32}));
+  EXPECT_FLOAT_EQ(job->spec.dense_optimizer.lr, 0.01f);
+}
+
+TEST(ConfigTest, UnknownKeysAndBadValuesNameTheKey) {
+  JobConfigBuilder b;
+  Status s = b.ApplySet("model.embeding_dim=8");
+  EXPECT_NE(s.message().find("unknown configuration key 'model.embeding_dim'"), std::string::npos);
+  s = b.ApplySet("train.threads=zero");
+  EXPECT_NE(s.message().find("bad value 'zero' for train.threads"), std::string::npos) << s.message();
+  s = b.ApplySet("model.mlp=512,,128");
+  EXPECT_NE(s.message().find("model.mlp"), std::string::npos);
+  s = b.ApplySet("optimizer.sparse.type=rmsprop");
+  EXPECT_NE(s.message().find("adagrad, sgd or adam"), std::string::npos);
+  s = b.ApplySet("noequals");
+  EXPECT_FALSE(s.ok());
+}
+
+TEST(ConfigTest, YamlFileWithNestedKeysListsAndLineNumbers) {
+  testing::TempDir dir;
+  std::string path = dir.File("job.yaml");
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), path,
+                              "data:\n  format: slots\n  num_slots: 4\n  paths: [a.txt, b.txt]\n"
+                              "model:\n  mlp: [32, 16]\n  wide: true\n"
+                              "optimizer:\n  sparse:\n    type: adam\n")
+                  .ok());
+  JobConfigBuilder b;
+  ASSERT_TRUE(b.LoadYaml(path).ok());
+  auto job = b.Finish();
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->data.format, DataFormat::kSlots);
+  EXPECT_EQ(job->data.paths, (std::vector<std::string>{"a.txt", "b.txt"}));
+  EXPECT_EQ(job->spec.model.mlp, (std::vector<uint32_t>{32, 16}));
+  EXPECT_TRUE(job->spec.model.wide);
+  EXPECT_FLOAT_EQ(job->spec.sparse_optimizer.epsilon, 1e-8f);  // adam's default
+
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), path, "train:\n  threads: 2\n  bogus: 1\n").ok());
+  JobConfigBuilder b2;
+  Status s = b2.LoadYaml(path);
+  EXPECT_NE(s.message().find("job.yaml:3"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("train.bogus"), std::string::npos);
+
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), path, "train: [unclosed\n").ok());
+  JobConfigBuilder b3;
+  EXPECT_EQ(b3.LoadYaml(path).code(), StatusCode::kInvalidArgument);
+
+  JobConfigBuilder b4;
+  ASSERT_TRUE(b4.ApplySet("data.format=slots").ok());
+  b4.job().data.paths = {"x"};
+  auto bad = b4.Finish();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("data.num_slots"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ctrbox

@@ -1,0 +1,118 @@
+// ctrbox: train click-through-rate models whose sparse tables outgrow memory.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "cli/config.h"
+#include "util/logging.h"
+
+namespace {
+
+struct JobArgs {
+  std::string config;
+  std::vector<std::string> sets;
+  std::vector<std::string> data;
+  std::string format;
+  std::string model_dir;
+  std::vector<std::string> eval_data;
+  bool fresh = false;
+};
+
+void AddJobOptions(CLI::App* cmd, JobArgs* a) {
+  cmd->add_option("-c,--config", a->config, "YAML job file");
+  cmd->add_option("--set", a->sets, "override a job key: --set train.threads=2 (repeatable)");
+  cmd->add_option("--data", a->data, "input files or directories");
+  cmd->add_option("--format", a->format, "criteo | libsvm | libfm | slots | shards");
+}
+
+ctrbox::StatusOr<ctrbox::JobConfig> BuildJob(const JobArgs& a) {
+  ctrbox::JobConfigBuilder b;
+  if (!a.config.empty()) RETURN_IF_ERROR(b.LoadYaml(a.config));
+  for (const std::string& s : a.sets) RETURN_IF_ERROR(b.ApplySet(s));
+  if (!a.format.empty()) RETURN_IF_ERROR(b.Set("data.format", a.format, "--format"));
+  if (!a.data.empty()) b.job().data.paths = a.data;
+  if (!a.eval_data.empty()) b.job().eval_paths = a.eval_data;
+  if (!a.model_dir.empty()) b.job().model_dir = a.model_dir;
+  b.job().fresh = a.fresh;
+  return b.Finish();
+}
+
+int Report(const ctrbox::Status& s) {
+  if (s.ok()) return 0;
+  std::fprintf(stderr, "ctrbox: error: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ctrbox::InitLogging(ctrbox::LogLevel::kInfo);
+
+  CLI::App app{"ctrbox: CTR model training over sparse tables larger than memory"};
+  app.require_subcommand(1);
+
+  JobArgs train_args, eval_args, predict_args, convert_args;
+  ctrbox::GenArgs gen;
+  ctrbox::ConvertArgs convert;
+  std::string inspect_dir;
+
+  auto* train = app.add_subcommand("train", "train a model (generated data if no --data)");
+  AddJobOptions(train, &train_args);
+  train->add_option("--model-dir", train_args.model_dir, "where the model is saved (and continued from)");
+  train->add_option("--eval-data", train_args.eval_data, "data to evaluate on after training");
+  train->add_flag("--fresh", train_args.fresh, "start a new model even if --model-dir holds one");
+
+  auto* eval = app.add_subcommand("eval", "AUC, logloss and COPC of a model on data");
+  AddJobOptions(eval, &eval_args);
+  eval->add_option("--model-dir", eval_args.model_dir, "the model")->required();
+
+  auto* predict = app.add_subcommand("predict", "one probability per input line (stdin by default)");
+  AddJobOptions(predict, &predict_args);
+  predict->add_option("--model-dir", predict_args.model_dir, "the model")->required();
+
+  auto* inspect = app.add_subcommand("inspect", "verify a model directory and report its contents");
+  inspect->add_option("--model-dir", inspect_dir, "the model")->required();
+
+  auto* gen_cmd = app.add_subcommand("gen", "write a synthetic click log with a planted model");
+  gen_cmd->add_option("--format", gen.format, "criteo | libsvm | libfm | slots");
+  gen_cmd->add_option("--rows", gen.rows, "rows to write");
+  gen_cmd->add_option("--seed", gen.seed, "seed (the planted model does not depend on it)");
+  gen_cmd->add_option("--out", gen.out, "output file")->required();
+  gen_cmd->add_option("--threads", gen.threads, "generator threads (default: number of CPUs)");
+
+  auto* convert_cmd = app.add_subcommand("convert", "convert text input to binary shards");
+  AddJobOptions(convert_cmd, &convert_args);
+  convert_cmd->add_option("--out", convert.out, "output directory")->required();
+  convert_cmd->add_option("--codec", convert.codec, "zstd | lz4 | none");
+  convert_cmd->add_option("--block-rows", convert.block_rows, "rows per shard block");
+  convert_cmd->add_option("--rows-per-file", convert.rows_per_file, "rows per shard file (about)");
+
+  auto* config_cmd = app.add_subcommand("config", "list every job key with its default");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  if (train->parsed() || eval->parsed() || predict->parsed() || convert_cmd->parsed()) {
+    const JobArgs& a = train->parsed() ? train_args
+                       : eval->parsed() ? eval_args
+                       : predict->parsed() ? predict_args : convert_args;
+    auto job = BuildJob(a);
+    if (!job.ok()) return Report(job.status());
+    if (train->parsed()) return Report(ctrbox::RunTrainCommand(*job));
+    if (eval->parsed()) return Report(ctrbox::RunEvalCommand(*job));
+    if (predict->parsed()) return Report(ctrbox::RunPredictCommand(*job));
+    return Report(ctrbox::RunConvertCommand(*job, convert));
+  }
+  if (inspect->parsed()) return Report(ctrbox::RunInspectCommand(inspect_dir));
+  if (gen_cmd->parsed()) return Report(ctrbox::RunGenCommand(gen));
+  if (config_cmd->parsed()) {
+    std::cout << ctrbox::ConfigReference();
+    return 0;
+  }
+  return 1;
+}
