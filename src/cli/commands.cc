@@ -102,19 +102,25 @@ Status RunConvertCommand(const JobConfig& job, const ConvertArgs& args) {
     writer.reset();
     return env->RenameFile(tmp, final_path);
   };
-  Batch batch;
+  Batch batch, slice;
   while (true) {
     bool eof = false;
     RETURN_IF_ERROR(reader->Next(&batch, &eof));
     if (eof) break;
-    if (!writer) {
-      final_path = JoinPath(args.out, fmt::format("part-{:05d}.ctrshard", files++));
-      tmp = final_path + ".tmp";
-      ASSIGN_OR_RETURN(writer, ShardWriter::Open(env, tmp, reader->schema(), wo));
+    for (size_t begin = 0; begin < batch.rows();) {
+      if (!writer) {
+        final_path = JoinPath(args.out, fmt::format("part-{:05d}.ctrshard", files++));
+        tmp = final_path + ".tmp";
+        ASSIGN_OR_RETURN(writer, ShardWriter::Open(env, tmp, reader->schema(), wo));
+      }
+      const size_t take = std::min<uint64_t>(batch.rows() - begin, args.rows_per_file - writer->rows());
+      slice.Reset(batch.schema);
+      slice.AppendRows(batch, begin, begin + take);
+      RETURN_IF_ERROR(writer->Add(slice));
+      begin += take;
+      rows += take;
+      if (writer->rows() >= args.rows_per_file) RETURN_IF_ERROR(finish_file());
     }
-    RETURN_IF_ERROR(writer->Add(batch));
-    rows += batch.rows();
-    if (writer->rows() >= args.rows_per_file) RETURN_IF_ERROR(finish_file());
   }
   RETURN_IF_ERROR(finish_file());
   RETURN_IF_ERROR(env->SyncDir(args.out));

@@ -323,11 +323,6 @@ StatusOr<JobConfig> JobConfigBuilder::Finish() {
   };
   if (!was_set("optimizer.sparse.epsilon")) default_epsilon(&job_.spec.sparse_optimizer);
   if (!was_set("optimizer.dense.epsilon")) default_epsilon(&job_.spec.dense_optimizer);
-  const DataFormat f = job_.data.format;
-  if ((f == DataFormat::kSlots || f == DataFormat::kLibfm) && job_.data.num_slots == 0 &&
-      !job_.data.paths.empty()) {
-    return InvalidArgumentError(fmt::format("data.num_slots must be set for format {}", DataFormatName(f)));
-  }
   return job_;
 }
 

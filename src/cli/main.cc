@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
   convert_cmd->add_option("--out", convert.out, "output directory")->required();
   convert_cmd->add_option("--codec", convert.codec, "zstd | lz4 | none");
   convert_cmd->add_option("--block-rows", convert.block_rows, "rows per shard block");
-  convert_cmd->add_option("--rows-per-file", convert.rows_per_file, "rows per shard file (about)");
+  convert_cmd->add_option("--rows-per-file", convert.rows_per_file, "rows per shard file");
 
   auto* config_cmd = app.add_subcommand("config", "list every job key with its default");
 

@@ -34,7 +34,8 @@ class ShardWriter {
   // Writes the last block and the footer, syncs and closes the file.
   Status Finish();
 
-  uint64_t rows() const { return total_rows_; }
+  // Rows added so far (written or buffered).
+  uint64_t rows() const { return total_rows_ + pending_.rows(); }
   uint64_t bytes_written() const { return bytes_written_; }
 
  private:

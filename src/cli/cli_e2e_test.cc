@@ -1,0 +1,161 @@
+// End-to-end tests of the ctrbox command line: the README quick start, and gen -> convert ->
+// train -> eval -> predict -> inspect on every input format, with the error paths.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "util/env.h"
+#include "util/parse.h"
+
+namespace ctrbox {
+namespace {
+
+struct Result {
+  int exit_code = -1;
+  std::string out, err;
+  nlohmann::json last_json;  // the last line of stdout, parsed (null if not JSON)
+};
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ctrbox_ = std::string(CTRBOX_BINARY_DIR) + "/ctrbox";
+    source_ = CTRBOX_SOURCE_DIR;
+    char tmpl[] = "/tmp/ctrbox_cli_XXXXXX";
+    dir_ = mkdtemp(tmpl);
+  }
+  void TearDown() override { (void)std::system(("rm -rf " + dir_).c_str()); }
+
+  Result Run(const std::string& args, const std::string& stdin_file = "") {
+    Result r;
+    const std::string err_file = dir_ + "/stderr.txt";
+    std::string cmd = args + " 2>" + err_file;
+    if (!stdin_file.empty()) cmd += " <" + stdin_file;
+    FILE* p = popen(cmd.c_str(), "r");
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+    int status = pclose(p);
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    ReadFileToString(Env::Posix(), err_file, &r.err).IgnoreError();  // empty if absent
+    std::string_view out = Trim(r.out);
+    size_t nl = out.rfind('\n');
+    std::string last(nl == std::string_view::npos ? out : out.substr(nl + 1));
+    r.last_json = nlohmann::json::parse(last, nullptr, /*allow_exceptions=*/false);
+    return r;
+  }
+  std::string Ctrbox(const std::string& args) { return ctrbox_ + " " + args; }
+  std::string Path(const std::string& name) { return dir_ + "/" + name; }
+
+  std::string ctrbox_, source_, dir_;
+};
+
+TEST_F(CliTest, QuickStartDemoTrainsAndPrintsAuc) {
+  // The README's first command ends with scripts/demo; run it on small data.
+  Result r = Run("CTRBOX_BIN=" + ctrbox_ + " CTRBOX_DEMO_MODEL_DIR=" + Path("demo") + " " + source_ +
+                 "/scripts/demo --set data.gen.rows=40000 --set data.gen.test_rows=10000");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_TRUE(r.last_json.is_object()) << r.out;
+  EXPECT_EQ(r.last_json["examples"], 40000);
+  EXPECT_EQ(r.last_json["test_examples"], 10000);
+  const double auc = r.last_json["test_auc"], oracle = r.last_json["oracle_auc"];
+  EXPECT_GT(auc, 0.6) << "oracle " << oracle;
+  EXPECT_NE(r.err.find("test AUC"), std::string::npos) << r.err;
+}
+
+TEST_F(CliTest, GenConvertTrainEvalPredictInspect) {
+  ASSERT_EQ(Run(Ctrbox("gen --format criteo --rows 12000 --seed 1 --out " + Path("train.tsv"))).exit_code, 0);
+  Result g = Run(Ctrbox("gen --format criteo --rows 3000 --seed 2 --out " + Path("test.tsv")));
+  ASSERT_EQ(g.exit_code, 0) << g.err;
+  EXPECT_GT(g.last_json["oracle_auc"].get<double>(), 0.75);
+
+  Result c = Run(Ctrbox("convert --format criteo --data " + Path("train.tsv") + " --out " +
+                        Path("shards") + " --rows-per-file 5000"));
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_EQ(c.last_json["rows"], 12000);
+  EXPECT_EQ(c.last_json["files"], 3);
+
+  const std::string common = " --set model.mlp=64,32 --set train.batch_size=512 --fresh";
+  Result t1 = Run(Ctrbox("train --data " + Path("train.tsv") + " --model-dir " + Path("m1") +
+                         " --eval-data " + Path("test.tsv") + common));
+  ASSERT_EQ(t1.exit_code, 0) << t1.err;
+  Result t2 = Run(Ctrbox("train --format shards --data " + Path("shards") + " --model-dir " +
+                         Path("m2") + common));
+  ASSERT_EQ(t2.exit_code, 0) << t2.err;
+  EXPECT_EQ(t1.last_json["digest"], t2.last_json["digest"]) << "shards must be lossless";
+  for (const char* k : {"examples", "seconds", "examples_per_s", "auc", "logloss", "peak_rss_bytes"}) {
+    EXPECT_TRUE(t1.last_json.contains(k)) << k;
+  }
+
+  Result e = Run(Ctrbox("eval --model-dir " + Path("m1") + " --data " + Path("test.tsv")));
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  EXPECT_EQ(e.last_json["examples"], 3000);
+  EXPECT_DOUBLE_EQ(e.last_json["auc"].get<double>(), t1.last_json["test_auc"].get<double>());
+  EXPECT_TRUE(e.last_json.contains("copc"));
+
+  Result p = Run(Ctrbox("predict --model-dir " + Path("m1") + " --format criteo"), Path("test.tsv"));
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  auto lines = Split(Trim(p.out), '\n');
+  ASSERT_EQ(lines.size(), 3000u);
+  double x;
+  EXPECT_TRUE(ParseDouble(lines[0], &x) && x > 0 && x < 1) << lines[0];
+
+  Result i = Run(Ctrbox("inspect --model-dir " + Path("m1")));
+  ASSERT_EQ(i.exit_code, 0) << i.err;
+  EXPECT_EQ(i.last_json["digest"], t1.last_json["digest"]);
+  EXPECT_EQ(i.last_json["keys"], t1.last_json["keys"]);
+  EXPECT_EQ(i.last_json["bytes_live"], t1.last_json["bytes_live"]);
+}
+
+TEST_F(CliTest, EveryInputFormatTrains) {
+  struct Case {
+    const char* format;
+    const char* sets;
+  };
+  for (Case c : {Case{"slots", " --set data.num_slots=16 --set data.num_dense=4"},
+                 Case{"libsvm", ""}, Case{"libfm", " --set data.num_slots=39"}}) {
+    const std::string data = Path(std::string(c.format) + ".txt");
+    Result g = Run(Ctrbox("gen --format " + std::string(c.format) + " --rows 20000 --out " + data));
+    ASSERT_EQ(g.exit_code, 0) << g.err;
+    Result t = Run(Ctrbox("train --format " + std::string(c.format) + " --data " + data +
+                          " --model-dir " + Path(c.format) + c.sets +
+                          " --set model.mlp=32 --set train.batch_size=256 --set model.wide=true"));
+    ASSERT_EQ(t.exit_code, 0) << c.format << ": " << t.err;
+    EXPECT_EQ(t.last_json["examples"], 20000) << c.format;
+    EXPECT_GT(t.last_json["auc"].get<double>(), 0.55) << c.format;
+    Result e = Run(Ctrbox("eval --format " + std::string(c.format) + " --model-dir " +
+                          Path(c.format) + " --data " + data));
+    ASSERT_EQ(e.exit_code, 0) << c.format << ": " << e.err;
+  }
+}
+
+TEST_F(CliTest, ErrorsAreClearAndCommitNothing) {
+  Result r = Run(Ctrbox("train --set model.embeding_dim=8"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("unknown configuration key 'model.embeding_dim'"), std::string::npos) << r.err;
+
+  r = Run(Ctrbox("train --set train.batch_size=-3"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("train.batch_size"), std::string::npos) << r.err;
+
+  r = Run(Ctrbox("train --data " + Path("missing.tsv")));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("missing.tsv"), std::string::npos) << r.err;
+
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), Path("bad.tsv"), "1\t2\n0\tx\n").ok());
+  r = Run(Ctrbox("train --data " + Path("bad.tsv") + " --model-dir " + Path("never")));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("bad.tsv:1: field_count"), std::string::npos) << r.err;
+  EXPECT_FALSE(Env::Posix()->FileExists(Path("never/MANIFEST")));
+
+  r = Run(Ctrbox("eval --model-dir " + Path("nothing-here") + " --data " + Path("bad.tsv")));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("no model in"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace ctrbox
