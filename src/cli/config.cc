@@ -327,8 +327,18 @@ StatusOr<JobConfig> JobConfigBuilder::Finish() {
 }
 
 std::string ConfigReference() {
+  auto cell = [](std::string_view text) {  // a Markdown table cell: escape the pipes
+    std::string out;
+    for (char c : text) {
+      if (c == '|') out += '\\';
+      out += c;
+    }
+    return out;
+  };
   std::string s = "| key | default | meaning |\n|---|---|---|\n";
-  for (const Key& k : Keys()) s += fmt::format("| `{}` | {} | {} |\n", k.name, k.default_text, k.help);
+  for (const Key& k : Keys()) {
+    s += fmt::format("| `{}` | {} | {} |\n", k.name, cell(k.default_text), cell(k.help));
+  }
   return s;
 }
 

@@ -17,6 +17,17 @@ void Sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const f
 // Makes every BLAS call run on its calling thread. Idempotent; called by CtrModel.
 void UseSingleThreadedBlas();
 
+// Optional counters of every Sgemm call (for benchmarks): floating-point operations and the
+// time spent inside the calls, summed over threads. Off by default (one relaxed load per call).
+struct GemmCounters {
+  uint64_t calls = 0;
+  double flops = 0;
+  double seconds = 0;  // summed over the calling threads
+};
+void EnableGemmCounters(bool on);
+GemmCounters ReadGemmCounters();
+void ResetGemmCounters();
+
 // The kernel set OpenBLAS chose ("Cooperlake", "Haswell", ...): it detects the CPU, unless
 // the environment variable OPENBLAS_CORETYPE forces one.
 std::string CoreName();

@@ -343,13 +343,26 @@ StatusOr<nlohmann::json> RunEval(Env* env, const JobConfig& job) {
         lm.model->schema().num_dense));
   }
   clock.Reset();
+  // Besides the streaming (bucketed) AUC, the exact AUC over the first kExactAucRows examples.
+  constexpr size_t kExactAucRows = size_t{1} << 24;
+  std::vector<float> labels;
+  std::vector<double> scores;
+  ChunkFn keep = [&](const Batch& rows, const std::vector<float>& p) {
+    for (size_t r = 0; r < rows.rows() && labels.size() < kExactAucRows; ++r) {
+      labels.push_back(rows.labels[r]);
+      scores.push_back(p[r]);
+    }
+    return Status::OK();
+  };
   ASSIGN_OR_RETURN(MetricSummary s, Evaluate(reader.get(), *lm.table, lm.model.get(),
                                              job.train.batch_size, job.pipeline.pass_examples,
-                                             &pool, nullptr));
+                                             &pool, keep));
   const double seconds = clock.Seconds();
   nlohmann::json report = {{"command", "eval"},
                            {"examples", s.examples},
                            {"auc", s.auc},
+                           {"auc_exact", ExactAuc(labels, scores)},
+                           {"auc_exact_examples", labels.size()},
                            {"logloss", s.logloss},
                            {"copc", s.copc},
                            {"ctr", s.ctr},

@@ -130,6 +130,8 @@ TEST(TrainerTest, EvalAndPredictAgreeWithTheSavedModel) {
   ASSERT_TRUE(er.ok()) << er.status().ToString();
   EXPECT_EQ((*er)["examples"], 3000u);
   EXPECT_DOUBLE_EQ((*er)["auc"].get<double>(), (*report)["test_auc"].get<double>());
+  EXPECT_NEAR((*er)["auc_exact"].get<double>(), (*er)["auc"].get<double>(), 1e-4);
+  EXPECT_EQ((*er)["auc_exact_examples"], 3000u);
 
   // predict: one line out per line in, "nan" for a malformed one.
   std::string text;
