@@ -50,11 +50,13 @@ double ThreadedPeak(int threads, double seconds) {
   const int n = 2048;
   openblas_set_num_threads(threads);
   std::vector<float> a(size_t(n) * n, 0.5f), b(size_t(n) * n, 0.25f), c(size_t(n) * n);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a.data(), n, b.data(), n, 0, c.data(), n);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a.data(), n, b.data(), n, 0,
+              c.data(), n);
   Stopwatch clock;
   int reps = 0;
   while (clock.Seconds() < seconds) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a.data(), n, b.data(), n, 0, c.data(), n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a.data(), n, b.data(), n, 0,
+                c.data(), n);
     ++reps;
   }
   openblas_set_num_threads(1);
@@ -72,10 +74,16 @@ int Main(int argc, char** argv) {
   const double peak_n = ConcurrentPeak(threads, 2.0);
   const double threaded = ThreadedPeak(threads, 2.0);
   Emit({{"bench", "blas_peak"}, {"threads", 1}, {"shape", "2048x2048x2048"}, {"gflops", peak1}});
-  Emit({{"bench", "blas_peak"}, {"threads", threads}, {"mode", "concurrent single-threaded calls"},
-        {"shape", "2048x2048x2048"}, {"gflops", peak_n}});
-  Emit({{"bench", "blas_peak"}, {"threads", threads}, {"mode", "openblas threaded"},
-        {"shape", "2048x2048x2048"}, {"gflops", threaded}});
+  Emit({{"bench", "blas_peak"},
+        {"threads", threads},
+        {"mode", "concurrent single-threaded calls"},
+        {"shape", "2048x2048x2048"},
+        {"gflops", peak_n}});
+  Emit({{"bench", "blas_peak"},
+        {"threads", threads},
+        {"mode", "openblas threaded"},
+        {"shape", "2048x2048x2048"},
+        {"gflops", threaded}});
 
   // Real training steps of the default model on generated Criteo-like rows.
   const uint32_t batch = 2048, batches = 16;
@@ -104,7 +112,8 @@ int Main(int argc, char** argv) {
   Stopwatch total;
   for (int s = 0; s < steps; ++s) {
     Stopwatch clock;
-    model.TrainMinibatch(pass, ws, ws.batches[s % batches], &rows, accessor, &pool, predictions.data());
+    model.TrainMinibatch(pass, ws, ws.batches[s % batches], &rows, accessor, &pool,
+                         predictions.data());
     step_seconds.push_back(clock.Seconds());
   }
   const double wall = total.Seconds();

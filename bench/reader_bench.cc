@@ -101,15 +101,22 @@ int Main(int argc, char** argv) {
       }
       const double s = Median(secs);
       const uint64_t bytes = *env->GetFileSize(path);
-      Emit({{"bench", "reader"}, {"input", input}, {"threads", threads}, {"rows", n},
-            {"file_bytes", bytes}, {"seconds_median", s}, {"rows_per_s", n / s},
+      Emit({{"bench", "reader"},
+            {"input", input},
+            {"threads", threads},
+            {"rows", n},
+            {"file_bytes", bytes},
+            {"seconds_median", s},
+            {"rows_per_s", n / s},
             {"mb_per_s", bytes / s / 1e6}});
       if (!std::strcmp(input, "text")) (threads == 1 ? text_1t : text_2t) = n / s;
       if (!std::strcmp(input, "zstd")) (threads == 1 ? zstd_1t : zstd_2t) = n / s;
     }
   }
-  Emit({{"bench", "reader_summary"}, {"text_bytes", text_bytes},
-        {"zstd_over_text_1_thread", zstd_1t / text_1t}, {"zstd_over_text_2_threads", zstd_2t / text_2t}});
+  Emit({{"bench", "reader_summary"},
+        {"text_bytes", text_bytes},
+        {"zstd_over_text_1_thread", zstd_1t / text_1t},
+        {"zstd_over_text_2_threads", zstd_2t / text_2t}});
   (void)std::system(("rm -rf " + dir).c_str());
   return 0;
 }

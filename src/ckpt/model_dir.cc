@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "util/coding.h"
 #include "util/hash.h"
 
 namespace ctrbox {
@@ -16,17 +17,6 @@ constexpr char kDenseMagic[8] = {'C', 'T', 'R', 'D', 'E', 'N', 'S', '1'};
 constexpr uint32_t kVersion = 1;
 constexpr size_t kBlockRows = 65536;
 constexpr const char* kManifest = "MANIFEST";
-
-template <typename T>
-void Put(std::string* s, T v) {
-  s->append(reinterpret_cast<const char*>(&v), sizeof(v));
-}
-template <typename T>
-T Get(const char* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
 
 std::string Hex(uint64_t v) { return fmt::format("{:016x}", v); }
 
@@ -49,7 +39,9 @@ class ChecksummedWriter {
     RETURN_IF_ERROR(file_->Sync());
     return file_->Close();
   }
-  ModelFileInfo Info(const std::string& name) { return {name, bytes_, XXH3_64bits_digest(&state_)}; }
+  ModelFileInfo Info(const std::string& name) {
+    return {name, bytes_, XXH3_64bits_digest(&state_)};
+  }
 
  private:
   std::unique_ptr<WritableFile> file_;
@@ -70,7 +62,8 @@ class ChecksummedReader {
     while (done < n) {
       size_t got = 0;
       RETURN_IF_ERROR(file_->Read(n - done, out->data() + done, &got));
-      if (got == 0) return CorruptionError(fmt::format("{}: truncated at offset {}", name(), bytes_ + done));
+      if (got == 0)
+        return CorruptionError(fmt::format("{}: truncated at offset {}", name(), bytes_ + done));
       done += got;
     }
     XXH3_64bits_update(&state_, out->data(), n);
@@ -98,10 +91,10 @@ std::string DensePayload(const CtrModel& model) {
   const DenseOptimizer& opt = model.dense_optimizer();
   const auto& p = model.dense_params();
   std::string s(kDenseMagic, 8);
-  Put<uint32_t>(&s, kVersion);
-  Put<uint32_t>(&s, static_cast<uint32_t>(opt.options().kind));
-  Put<uint64_t>(&s, p.size());
-  Put<uint64_t>(&s, opt.step());
+  PutFixed<uint32_t>(&s, kVersion);
+  PutFixed<uint32_t>(&s, static_cast<uint32_t>(opt.options().kind));
+  PutFixed<uint64_t>(&s, p.size());
+  PutFixed<uint64_t>(&s, opt.step());
   s.append(reinterpret_cast<const char*>(p.data()), p.size() * 4);
   s.append(reinterpret_cast<const char*>(opt.m().data()), opt.m().size() * 4);
   s.append(reinterpret_cast<const char*>(opt.v().data()), opt.v().size() * 4);
@@ -110,8 +103,8 @@ std::string DensePayload(const CtrModel& model) {
 
 std::string Digest(uint64_t sparse_sum, uint64_t keys, const std::string& dense_payload) {
   std::string s;
-  Put<uint64_t>(&s, sparse_sum);
-  Put<uint64_t>(&s, keys);
+  PutFixed<uint64_t>(&s, sparse_sum);
+  PutFixed<uint64_t>(&s, keys);
   s += dense_payload;
   return Hex(Checksum64(s));
 }
@@ -128,16 +121,19 @@ Status ReadSparse(Env* env, const std::string& path, const ValueLayout& layout,
   ChecksummedReader in(std::move(file));
   std::string buf;
   RETURN_IF_ERROR(in.Read(32, &buf));
-  if (std::memcmp(buf.data(), kSparseMagic, 8) != 0) return CorruptionError(path + ": not a sparse model file");
-  if (Get<uint64_t>(buf.data() + 24) != Checksum64(buf.data(), 24)) {
+  if (std::memcmp(buf.data(), kSparseMagic, 8) != 0)
+    return CorruptionError(path + ": not a sparse model file");
+  if (GetFixed<uint64_t>(buf.data() + 24) != Checksum64(buf.data(), 24)) {
     return CorruptionError(path + ": header checksum mismatch");
   }
-  if (Get<uint32_t>(buf.data() + 8) != kVersion) return CorruptionError(path + ": unknown version");
-  ValueLayout got{Get<uint32_t>(buf.data() + 12), Get<uint32_t>(buf.data() + 16), Get<uint32_t>(buf.data() + 20)};
+  if (GetFixed<uint32_t>(buf.data() + 8) != kVersion)
+    return CorruptionError(path + ": unknown version");
+  ValueLayout got{GetFixed<uint32_t>(buf.data() + 12), GetFixed<uint32_t>(buf.data() + 16),
+                  GetFixed<uint32_t>(buf.data() + 20)};
   if (!(got == layout)) {
-    return CorruptionError(fmt::format("{}: row layout ({}, {}, {}) differs from the spec's ({}, {}, {})",
-                                       path, got.dim, got.emb_state, got.wide_state, layout.dim,
-                                       layout.emb_state, layout.wide_state));
+    return CorruptionError(fmt::format(
+        "{}: row layout ({}, {}, {}) differs from the spec's ({}, {}, {})", path, got.dim,
+        got.emb_state, got.wide_state, layout.dim, layout.emb_state, layout.wide_state));
   }
   RowBlock rows(layout);
   std::string enc;
@@ -148,10 +144,11 @@ Status ReadSparse(Env* env, const std::string& path, const ValueLayout& layout,
       std::string tail;
       RETURN_IF_ERROR(in.Read(24, &tail));
       std::string footer = buf + tail;
-      if (Get<uint64_t>(footer.data() + 24) != Checksum64(footer.data(), 24)) {
+      if (GetFixed<uint64_t>(footer.data() + 24) != Checksum64(footer.data(), 24)) {
         return CorruptionError(path + ": footer checksum mismatch");
       }
-      if (Get<uint64_t>(footer.data() + 8) != blocks || Get<uint64_t>(footer.data() + 16) != scan->rows) {
+      if (GetFixed<uint64_t>(footer.data() + 8) != blocks ||
+          GetFixed<uint64_t>(footer.data() + 16) != scan->rows) {
         return CorruptionError(path + ": footer counts do not match the blocks");
       }
       RETURN_IF_ERROR(in.ExpectEnd());
@@ -161,10 +158,11 @@ Status ReadSparse(Env* env, const std::string& path, const ValueLayout& layout,
     if (std::memcmp(buf.data(), kBlockMagic, 4) != 0) {
       return CorruptionError(fmt::format("{}: offset {}: not a block", path, in.bytes() - 8));
     }
-    const uint32_t n = Get<uint32_t>(buf.data() + 4);
+    const uint32_t n = GetFixed<uint32_t>(buf.data() + 4);
     std::string hdr;
     RETURN_IF_ERROR(in.Read(16, &hdr));
-    const uint64_t payload_bytes = Get<uint64_t>(hdr.data()), checksum = Get<uint64_t>(hdr.data() + 8);
+    const uint64_t payload_bytes = GetFixed<uint64_t>(hdr.data()),
+                   checksum = GetFixed<uint64_t>(hdr.data() + 8);
     if (n == 0 || n > kBlockRows || payload_bytes > n * layout.EncodedBytes(true) ||
         payload_bytes < n * layout.EncodedBytes(false)) {
       return CorruptionError(fmt::format("{}: block {}: implausible sizes", path, blocks + 1));
@@ -177,13 +175,15 @@ Status ReadSparse(Env* env, const std::string& path, const ValueLayout& layout,
     size_t pos = 0;
     for (uint32_t i = 0; i < n; ++i) {
       size_t used = rows.DecodeRow(enc.data() + pos, enc.size() - pos, i);
-      if (used == 0) return CorruptionError(fmt::format("{}: block {}: bad row {}", path, blocks + 1, i));
+      if (used == 0)
+        return CorruptionError(fmt::format("{}: block {}: bad row {}", path, blocks + 1, i));
       scan->sum += Checksum64(enc.data() + pos, used);
       scan->bytes_live += used - 8;
       scan->with_emb += rows.has_emb(i);
       pos += used;
     }
-    if (pos != enc.size()) return CorruptionError(fmt::format("{}: block {}: trailing bytes", path, blocks + 1));
+    if (pos != enc.size())
+      return CorruptionError(fmt::format("{}: block {}: trailing bytes", path, blocks + 1));
     scan->rows += n;
     ++blocks;
     on_block(rows);
@@ -198,7 +198,7 @@ StatusOr<std::string> ReadDense(Env* env, const std::string& path, uint64_t* fil
     return CorruptionError(path + ": not a dense model file");
   }
   const size_t body = data.size() - 8;
-  if (Get<uint64_t>(data.data() + body) != Checksum64(data.data(), body)) {
+  if (GetFixed<uint64_t>(data.data() + body) != Checksum64(data.data(), body)) {
     return CorruptionError(path + ": checksum mismatch");
   }
   data.resize(body);
@@ -209,14 +209,24 @@ StatusOr<std::string> ReadDense(Env* env, const std::string& path, uint64_t* fil
 
 nlohmann::json ModelManifest::ToJson() const {
   nlohmann::json f = nlohmann::json::array();
-  for (const auto& fi : files) f.push_back({{"name", fi.name}, {"bytes", fi.bytes}, {"checksum", Hex(fi.checksum)}});
-  return {{"format", "ctrbox-model"}, {"version", kVersion}, {"generation", generation},
-          {"spec", spec.ToJson()},   {"files", f},           {"keys", keys},
-          {"keys_with_embedding", keys_with_embedding},      {"bytes_live", bytes_live},
-          {"dense_params", dense_params}, {"digest", digest}, {"trained_examples", trained_examples}};
+  for (const auto& fi : files)
+    f.push_back({{"name", fi.name}, {"bytes", fi.bytes}, {"checksum", Hex(fi.checksum)}});
+  return {{"format", "ctrbox-model"},
+          {"version", kVersion},
+          {"generation", generation},
+          {"spec", spec.ToJson()},
+          {"files", f},
+          {"keys", keys},
+          {"keys_with_embedding", keys_with_embedding},
+          {"bytes_live", bytes_live},
+          {"dense_params", dense_params},
+          {"digest", digest},
+          {"trained_examples", trained_examples}};
 }
 
-bool ModelExists(Env* env, const std::string& dir) { return env->FileExists(JoinPath(dir, kManifest)); }
+bool ModelExists(Env* env, const std::string& dir) {
+  return env->FileExists(JoinPath(dir, kManifest));
+}
 
 StatusOr<ModelManifest> ReadManifest(Env* env, const std::string& dir) {
   const std::string path = JoinPath(dir, kManifest);
@@ -231,7 +241,8 @@ StatusOr<ModelManifest> ReadManifest(Env* env, const std::string& dir) {
   text.resize(mark);
   try {
     nlohmann::json j = nlohmann::json::parse(text);
-    if (j.at("format") != "ctrbox-model") return CorruptionError(path + ": not a ctrbox model manifest");
+    if (j.at("format") != "ctrbox-model")
+      return CorruptionError(path + ": not a ctrbox model manifest");
     if (j.at("version").get<uint32_t>() > kVersion) {
       return CorruptionError(fmt::format("{}: model version {} is newer than this build reads ({})",
                                          path, j.at("version").get<uint32_t>(), kVersion));
@@ -278,11 +289,11 @@ StatusOr<ModelManifest> SaveModel(Env* env, const std::string& dir, const ModelS
   ASSIGN_OR_RETURN(auto sf, env->NewWritableFile(JoinPath(dir, sparse_name)));
   ChecksummedWriter sparse(std::move(sf));
   std::string h(kSparseMagic, 8);
-  Put<uint32_t>(&h, kVersion);
-  Put<uint32_t>(&h, l.dim);
-  Put<uint32_t>(&h, l.emb_state);
-  Put<uint32_t>(&h, l.wide_state);
-  Put<uint64_t>(&h, Checksum64(h));
+  PutFixed<uint32_t>(&h, kVersion);
+  PutFixed<uint32_t>(&h, l.dim);
+  PutFixed<uint32_t>(&h, l.emb_state);
+  PutFixed<uint32_t>(&h, l.wide_state);
+  PutFixed<uint64_t>(&h, Checksum64(h));
   RETURN_IF_ERROR(sparse.Append(h));
   uint64_t blocks = 0, sparse_sum = 0;
   RowBlock rows(l);
@@ -300,9 +311,9 @@ StatusOr<ModelManifest> SaveModel(Env* env, const std::string& dir, const ModelS
         m.keys_with_embedding += rows.has_emb(i);
       }
       std::string bh(kBlockMagic, 4);
-      Put<uint32_t>(&bh, static_cast<uint32_t>(e - b));
-      Put<uint64_t>(&bh, enc.size());
-      Put<uint64_t>(&bh, Checksum64(enc));
+      PutFixed<uint32_t>(&bh, static_cast<uint32_t>(e - b));
+      PutFixed<uint64_t>(&bh, enc.size());
+      PutFixed<uint64_t>(&bh, Checksum64(enc));
       RETURN_IF_ERROR(sparse.Append(bh));
       RETURN_IF_ERROR(sparse.Append(enc));
       ++blocks;
@@ -310,9 +321,9 @@ StatusOr<ModelManifest> SaveModel(Env* env, const std::string& dir, const ModelS
     }
   }
   std::string footer(kSparseEnd, 8);
-  Put<uint64_t>(&footer, blocks);
-  Put<uint64_t>(&footer, m.keys);
-  Put<uint64_t>(&footer, Checksum64(footer));
+  PutFixed<uint64_t>(&footer, blocks);
+  PutFixed<uint64_t>(&footer, m.keys);
+  PutFixed<uint64_t>(&footer, Checksum64(footer));
   RETURN_IF_ERROR(sparse.Append(footer));
   RETURN_IF_ERROR(sparse.SyncAndClose());
   m.files.push_back(sparse.Info(sparse_name));
@@ -324,7 +335,7 @@ StatusOr<ModelManifest> SaveModel(Env* env, const std::string& dir, const ModelS
     ASSIGN_OR_RETURN(auto df, env->NewWritableFile(JoinPath(dir, dense_name)));
     ChecksummedWriter dense(std::move(df));
     std::string whole = payload;
-    Put<uint64_t>(&whole, Checksum64(payload));
+    PutFixed<uint64_t>(&whole, Checksum64(payload));
     RETURN_IF_ERROR(dense.Append(whole));
     RETURN_IF_ERROR(dense.SyncAndClose());
     m.files.push_back(dense.Info(dense_name));
@@ -343,7 +354,8 @@ StatusOr<ModelManifest> SaveModel(Env* env, const std::string& dir, const ModelS
     bool ours = c == sparse_name || c == dense_name;
     bool model_file = (c.rfind("sparse-", 0) == 0 || c.rfind("dense-", 0) == 0) && c.size() > 4 &&
                       c.substr(c.size() - 4) == ".bin";
-    if (model_file && !ours) env->DeleteFile(JoinPath(dir, c)).IgnoreError();  // garbage; retried next save
+    if (model_file && !ours)
+      env->DeleteFile(JoinPath(dir, c)).IgnoreError();  // garbage; retried next save
   }
   return m;
 }
@@ -353,22 +365,26 @@ Status LoadModel(Env* env, const std::string& dir, const ModelManifest& m, MemTa
   SparseScan scan;
   uint64_t checksum = 0;
   const std::string sparse_path = JoinPath(dir, m.files[0].name);
-  RETURN_IF_ERROR(ReadSparse(env, sparse_path, table->layout(),
-                             [&](RowBlock& rows) { table->Push(rows, pool); }, &scan, &checksum));
-  if (checksum != m.files[0].checksum) return CorruptionError(sparse_path + ": file checksum differs from the MANIFEST");
+  RETURN_IF_ERROR(ReadSparse(
+      env, sparse_path, table->layout(), [&](RowBlock& rows) { table->Push(rows, pool); }, &scan,
+      &checksum));
+  if (checksum != m.files[0].checksum)
+    return CorruptionError(sparse_path + ": file checksum differs from the MANIFEST");
   const std::string dense_path = JoinPath(dir, m.files[1].name);
   ASSIGN_OR_RETURN(std::string payload, ReadDense(env, dense_path, &checksum));
-  if (checksum != m.files[1].checksum) return CorruptionError(dense_path + ": file checksum differs from the MANIFEST");
+  if (checksum != m.files[1].checksum)
+    return CorruptionError(dense_path + ": file checksum differs from the MANIFEST");
   DenseOptimizer& opt = model->dense_optimizer();
   auto& params = model->dense_params();
   const char* p = payload.data();
-  const uint64_t n = Get<uint64_t>(p + 16);
+  const uint64_t n = GetFixed<uint64_t>(p + 16);
   const size_t expect = 32 + 4 * (n + opt.m().size() + opt.v().size());
-  if (Get<uint32_t>(p + 8) != kVersion || n != params.size() ||
-      Get<uint32_t>(p + 12) != static_cast<uint32_t>(opt.options().kind) || payload.size() != expect) {
+  if (GetFixed<uint32_t>(p + 8) != kVersion || n != params.size() ||
+      GetFixed<uint32_t>(p + 12) != static_cast<uint32_t>(opt.options().kind) ||
+      payload.size() != expect) {
     return CorruptionError(dense_path + ": does not match the model spec");
   }
-  opt.set_step(Get<uint64_t>(p + 24));
+  opt.set_step(GetFixed<uint64_t>(p + 24));
   p += 32;
   std::memcpy(params.data(), p, n * 4);
   p += n * 4;
@@ -387,21 +403,26 @@ StatusOr<ModelManifest> VerifyModel(Env* env, const std::string& dir) {
   SparseScan scan;
   uint64_t checksum = 0;
   const std::string sparse_path = JoinPath(dir, m.files[0].name);
-  RETURN_IF_ERROR(ReadSparse(env, sparse_path, shape.value_layout(), [](RowBlock&) {}, &scan, &checksum));
-  if (checksum != m.files[0].checksum) return CorruptionError(sparse_path + ": file checksum differs from the MANIFEST");
+  RETURN_IF_ERROR(ReadSparse(
+      env, sparse_path, shape.value_layout(), [](RowBlock&) {}, &scan, &checksum));
+  if (checksum != m.files[0].checksum)
+    return CorruptionError(sparse_path + ": file checksum differs from the MANIFEST");
   const std::string dense_path = JoinPath(dir, m.files[1].name);
   ASSIGN_OR_RETURN(std::string payload, ReadDense(env, dense_path, &checksum));
-  if (checksum != m.files[1].checksum) return CorruptionError(dense_path + ": file checksum differs from the MANIFEST");
-  if (scan.rows != m.keys || scan.bytes_live != m.bytes_live || scan.with_emb != m.keys_with_embedding ||
-      Digest(scan.sum, scan.rows, payload) != m.digest) {
-    return CorruptionError(JoinPath(dir, "MANIFEST") + ": the files do not match its counts or digest");
+  if (checksum != m.files[1].checksum)
+    return CorruptionError(dense_path + ": file checksum differs from the MANIFEST");
+  if (scan.rows != m.keys || scan.bytes_live != m.bytes_live ||
+      scan.with_emb != m.keys_with_embedding || Digest(scan.sum, scan.rows, payload) != m.digest) {
+    return CorruptionError(JoinPath(dir, "MANIFEST") +
+                           ": the files do not match its counts or digest");
   }
   return m;
 }
 
 StatusOr<LoadedModel> OpenModel(Env* env, const std::string& dir, uint32_t shard_bits,
                                 ThreadPool* pool) {
-  if (!ModelExists(env, dir)) return NotFoundError(fmt::format("no model in {} (no MANIFEST)", dir));
+  if (!ModelExists(env, dir))
+    return NotFoundError(fmt::format("no model in {} (no MANIFEST)", dir));
   LoadedModel lm;
   ASSIGN_OR_RETURN(lm.manifest, ReadManifest(env, dir));
   const ModelSpec& s = lm.manifest.spec;

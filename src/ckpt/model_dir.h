@@ -46,8 +46,8 @@ StatusOr<ModelManifest> SaveModel(Env* env, const std::string& dir, const ModelS
 
 // Loads the model named by `manifest` into `table` and `model`, which must have been built
 // from manifest.spec (empty table). Verifies checksums, counts and the digest.
-Status LoadModel(Env* env, const std::string& dir, const ModelManifest& manifest,
-                 MemTable* table, CtrModel* model, ThreadPool* pool);
+Status LoadModel(Env* env, const std::string& dir, const ModelManifest& manifest, MemTable* table,
+                 CtrModel* model, ThreadPool* pool);
 
 // Reads every file of the model in `dir`, verifying checksums and recomputing the counts and
 // the digest, which must match the MANIFEST. Returns the manifest.

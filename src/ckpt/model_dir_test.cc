@@ -82,7 +82,8 @@ TEST_F(ModelDirTest, NewGenerationsReplaceOldFilesAtomically) {
   EXPECT_EQ(second->generation, 2u);
   auto children = Env::Posix()->GetChildren(dir_);
   ASSERT_TRUE(children.ok());
-  EXPECT_EQ(*children, (std::vector<std::string>{"MANIFEST", "dense-000002.bin", "sparse-000002.bin"}));
+  EXPECT_EQ(*children,
+            (std::vector<std::string>{"MANIFEST", "dense-000002.bin", "sparse-000002.bin"}));
 }
 
 TEST_F(ModelDirTest, EveryFlippedByteIsDetected) {

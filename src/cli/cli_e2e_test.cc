@@ -56,8 +56,9 @@ class CliTest : public ::testing::Test {
 
 TEST_F(CliTest, QuickStartDemoTrainsAndPrintsAuc) {
   // The README's first command ends with scripts/demo; run it on small data.
-  Result r = Run("CTRBOX_BIN=" + ctrbox_ + " CTRBOX_DEMO_MODEL_DIR=" + Path("demo") + " " + source_ +
-                 "/scripts/demo --set data.gen.rows=40000 --set data.gen.test_rows=10000");
+  Result r =
+      Run("CTRBOX_BIN=" + ctrbox_ + " CTRBOX_DEMO_MODEL_DIR=" + Path("demo") + " " + source_ +
+          "/scripts/demo --set data.gen.rows=40000 --set data.gen.test_rows=10000");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   ASSERT_TRUE(r.last_json.is_object()) << r.out;
   EXPECT_EQ(r.last_json["examples"], 40000);
@@ -68,7 +69,9 @@ TEST_F(CliTest, QuickStartDemoTrainsAndPrintsAuc) {
 }
 
 TEST_F(CliTest, GenConvertTrainEvalPredictInspect) {
-  ASSERT_EQ(Run(Ctrbox("gen --format criteo --rows 12000 --seed 1 --out " + Path("train.tsv"))).exit_code, 0);
+  ASSERT_EQ(
+      Run(Ctrbox("gen --format criteo --rows 12000 --seed 1 --out " + Path("train.tsv"))).exit_code,
+      0);
   Result g = Run(Ctrbox("gen --format criteo --rows 3000 --seed 2 --out " + Path("test.tsv")));
   ASSERT_EQ(g.exit_code, 0) << g.err;
   EXPECT_GT(g.last_json["oracle_auc"].get<double>(), 0.75);
@@ -87,7 +90,8 @@ TEST_F(CliTest, GenConvertTrainEvalPredictInspect) {
                          Path("m2") + common));
   ASSERT_EQ(t2.exit_code, 0) << t2.err;
   EXPECT_EQ(t1.last_json["digest"], t2.last_json["digest"]) << "shards must be lossless";
-  for (const char* k : {"examples", "seconds", "examples_per_s", "auc", "logloss", "peak_rss_bytes"}) {
+  for (const char* k :
+       {"examples", "seconds", "examples_per_s", "auc", "logloss", "peak_rss_bytes"}) {
     EXPECT_TRUE(t1.last_json.contains(k)) << k;
   }
 
@@ -97,7 +101,8 @@ TEST_F(CliTest, GenConvertTrainEvalPredictInspect) {
   EXPECT_DOUBLE_EQ(e.last_json["auc"].get<double>(), t1.last_json["test_auc"].get<double>());
   EXPECT_TRUE(e.last_json.contains("copc"));
 
-  Result p = Run(Ctrbox("predict --model-dir " + Path("m1") + " --format criteo"), Path("test.tsv"));
+  Result p =
+      Run(Ctrbox("predict --model-dir " + Path("m1") + " --format criteo"), Path("test.tsv"));
   ASSERT_EQ(p.exit_code, 0) << p.err;
   auto lines = Split(Trim(p.out), '\n');
   ASSERT_EQ(lines.size(), 3000u);
@@ -136,7 +141,8 @@ TEST_F(CliTest, EveryInputFormatTrains) {
 TEST_F(CliTest, ErrorsAreClearAndCommitNothing) {
   Result r = Run(Ctrbox("train --set model.embeding_dim=8"));
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("unknown configuration key 'model.embeding_dim'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("unknown configuration key 'model.embeding_dim'"), std::string::npos)
+      << r.err;
 
   r = Run(Ctrbox("train --set train.batch_size=-3"));
   EXPECT_EQ(r.exit_code, 1);

@@ -27,7 +27,8 @@ void PrintJson(const nlohmann::json& j) { std::cout << j.dump() << std::endl; }
 Status RunGenCommand(const GenArgs& args) {
   SynthOptions o;
   if (!ParseDataFormat(args.format, &o.format) || o.format == DataFormat::kShards) {
-    return InvalidArgumentError(fmt::format("gen --format {}: expected criteo, libsvm, libfm or slots", args.format));
+    return InvalidArgumentError(
+        fmt::format("gen --format {}: expected criteo, libsvm, libfm or slots", args.format));
   }
   if (args.out.empty()) return InvalidArgumentError("gen needs --out FILE");
   o.seed = args.seed;
@@ -68,15 +69,24 @@ Status RunGenCommand(const GenArgs& args) {
   RETURN_IF_ERROR(env->RenameFile(tmp, args.out));
   const MetricSummary s = oracle.Summary();
   const Schema schema = gen.schema();
-  LOG_INFO("wrote {} rows to {} ({}); oracle AUC {:.4f}", args.rows, args.out, FormatBytes(bytes), s.auc);
+  LOG_INFO("wrote {} rows to {} ({}); oracle AUC {:.4f}", args.rows, args.out, FormatBytes(bytes),
+           s.auc);
   if (o.format == DataFormat::kSlots || o.format == DataFormat::kLibfm) {
     LOG_INFO("read it with --format {} --set data.num_slots={}{}", args.format, schema.num_slots,
              schema.num_dense ? fmt::format(" --set data.num_dense={}", schema.num_dense) : "");
   }
-  PrintJson({{"command", "gen"}, {"format", args.format}, {"rows", args.rows}, {"seed", args.seed},
-             {"out", args.out}, {"bytes", bytes}, {"seconds", clock.Seconds()}, {"ctr", s.ctr},
-             {"oracle_auc", s.auc}, {"oracle_logloss", s.logloss},
-             {"num_slots", schema.num_slots}, {"num_dense", schema.num_dense}});
+  PrintJson({{"command", "gen"},
+             {"format", args.format},
+             {"rows", args.rows},
+             {"seed", args.seed},
+             {"out", args.out},
+             {"bytes", bytes},
+             {"seconds", clock.Seconds()},
+             {"ctr", s.ctr},
+             {"oracle_auc", s.auc},
+             {"oracle_logloss", s.logloss},
+             {"num_slots", schema.num_slots},
+             {"num_dense", schema.num_dense}});
   return Status::OK();
 }
 
@@ -113,7 +123,8 @@ Status RunConvertCommand(const JobConfig& job, const ConvertArgs& args) {
         tmp = final_path + ".tmp";
         ASSIGN_OR_RETURN(writer, ShardWriter::Open(env, tmp, reader->schema(), wo));
       }
-      const size_t take = std::min<uint64_t>(batch.rows() - begin, args.rows_per_file - writer->rows());
+      const size_t take =
+          std::min<uint64_t>(batch.rows() - begin, args.rows_per_file - writer->rows());
       slice.Reset(batch.schema);
       slice.AppendRows(batch, begin, begin + take);
       RETURN_IF_ERROR(writer->Add(slice));
@@ -125,10 +136,16 @@ Status RunConvertCommand(const JobConfig& job, const ConvertArgs& args) {
   RETURN_IF_ERROR(finish_file());
   RETURN_IF_ERROR(env->SyncDir(args.out));
   const RecordCounts c = reader->counts();
-  PrintJson({{"command", "convert"}, {"rows", rows}, {"files", files}, {"out", args.out},
-             {"bytes_out", bytes_out}, {"codec", args.codec}, {"seconds", clock.Seconds()},
+  PrintJson({{"command", "convert"},
+             {"rows", rows},
+             {"files", files},
+             {"out", args.out},
+             {"bytes_out", bytes_out},
+             {"codec", args.codec},
+             {"seconds", clock.Seconds()},
              {"records_malformed", c.bad_total()},
-             {"num_slots", reader->schema().num_slots}, {"num_dense", reader->schema().num_dense}});
+             {"num_slots", reader->schema().num_slots},
+             {"num_dense", reader->schema().num_dense}});
   return Status::OK();
 }
 
@@ -142,9 +159,12 @@ Status RunTrainCommand(const JobConfig& job) {
   ProgressPrinter progress;
   ASSIGN_OR_RETURN(nlohmann::json report, RunTrain(Env::Posix(), job, &progress));
   if (report.contains("test_auc")) {
-    LOG_INFO("trained on {} examples at {:.0f} examples/s: test AUC {:.4f}{}", report["examples"].get<uint64_t>(),
-             report["examples_per_s"].get<double>(), report["test_auc"].get<double>(),
-             report.contains("oracle_auc") ? fmt::format(" (oracle {:.4f})", report["oracle_auc"].get<double>()) : "");
+    LOG_INFO("trained on {} examples at {:.0f} examples/s: test AUC {:.4f}{}",
+             report["examples"].get<uint64_t>(), report["examples_per_s"].get<double>(),
+             report["test_auc"].get<double>(),
+             report.contains("oracle_auc")
+                 ? fmt::format(" (oracle {:.4f})", report["oracle_auc"].get<double>())
+                 : "");
   }
   PrintJson(report);
   return Status::OK();
@@ -158,7 +178,8 @@ Status RunEvalCommand(const JobConfig& job) {
 
 Status RunPredictCommand(const JobConfig& job) {
   ThreadPool pool(job.train.threads);
-  ASSIGN_OR_RETURN(LoadedModel lm, OpenModel(Env::Posix(), job.model_dir, job.table_shard_bits, &pool));
+  ASSIGN_OR_RETURN(LoadedModel lm,
+                   OpenModel(Env::Posix(), job.model_dir, job.table_shard_bits, &pool));
   DataOptions data = job.data;
   if (data.paths.empty()) data.paths = {"-"};
   data.num_slots = lm.manifest.spec.schema.num_slots;

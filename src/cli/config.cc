@@ -95,7 +95,8 @@ Setter Format(std::function<void(JobConfig*, DataFormat)> assign, bool allow_sha
   return [=](JobConfig* j, std::string_view v, std::string* expect) {
     DataFormat f;
     if (!ParseDataFormat(v, &f) || (!allow_shards && f == DataFormat::kShards)) {
-      *expect = allow_shards ? "criteo, libsvm, libfm, slots or shards" : "criteo, libsvm, libfm or slots";
+      *expect = allow_shards ? "criteo, libsvm, libfm, slots or shards"
+                             : "criteo, libsvm, libfm or slots";
       return false;
     }
     assign(j, f);
@@ -141,9 +142,11 @@ const std::vector<Key>& Keys() {
       {"data.format", "criteo", "criteo | libsvm | libfm | slots | shards (also --format)",
        Format([](JobConfig* j, DataFormat f) { j->data.format = f; }, true)},
       {"data.num_slots", "0", "slots per row for the libfm and slots formats (required there)",
-       UInt([](JobConfig* j, uint64_t v) { j->data.num_slots = static_cast<uint32_t>(v); }, 1, 100000)},
+       UInt([](JobConfig* j, uint64_t v) { j->data.num_slots = static_cast<uint32_t>(v); }, 1,
+            100000)},
       {"data.num_dense", "0", "dense values per row for the slots format",
-       UInt([](JobConfig* j, uint64_t v) { j->data.num_dense = static_cast<uint32_t>(v); }, 0, 100000)},
+       UInt([](JobConfig* j, uint64_t v) { j->data.num_dense = static_cast<uint32_t>(v); }, 0,
+            100000)},
       {"data.eval_paths", "(none)", "train: data to evaluate on after training (also --eval-data)",
        List([](JobConfig* j, auto v) { j->eval_paths = std::move(v); })},
       {"data.max_error_rate", "0.01", "the job stops once malformed records exceed this fraction",
@@ -164,7 +167,9 @@ const std::vector<Key>& Keys() {
        Format([](JobConfig* j, DataFormat f) { j->generated.layout = f; }, false)},
       // model
       {"model.embedding_dim", "16", "embedding dimension of every slot",
-       UInt([](JobConfig* j, uint64_t v) { j->spec.model.embedding_dim = static_cast<uint32_t>(v); }, 1, 1024)},
+       UInt(
+           [](JobConfig* j, uint64_t v) { j->spec.model.embedding_dim = static_cast<uint32_t>(v); },
+           1, 1024)},
       {"model.mlp", "512,256,128", "hidden layer widths of the MLP tower (ReLU)", Widths()},
       {"model.wide", "false", "add the wide (LR) part: the sum of the keys' wide weights",
        Bool([](JobConfig* j, bool v) { j->spec.model.wide = v; })},
@@ -193,8 +198,10 @@ const std::vector<Key>& Keys() {
        Float([](JobConfig* j, float v) { j->spec.dense_optimizer.beta2 = v; }, 0, 0.999999)},
       // table
       {"table.shard_bits", "6", "the in-memory table has 2^shard_bits shards",
-       UInt([](JobConfig* j, uint64_t v) { j->table_shard_bits = static_cast<uint32_t>(v); }, 0, 12)},
-      {"table.embedx_threshold", "0", "create a key's embedding once its show/click score reaches this",
+       UInt([](JobConfig* j, uint64_t v) { j->table_shard_bits = static_cast<uint32_t>(v); }, 0,
+            12)},
+      {"table.embedx_threshold", "0",
+       "create a key's embedding once its show/click score reaches this",
        Float([](JobConfig* j, float v) { j->spec.table.embedx_threshold = v; }, 0, 1e9)},
       {"table.nonclk_coeff", "0.1", "score = (show - click) * nonclk_coeff + click * click_coeff",
        Float([](JobConfig* j, float v) { j->spec.table.nonclk_coeff = v; }, 0, 1e6)},
@@ -206,10 +213,15 @@ const std::vector<Key>& Keys() {
        Float([](JobConfig* j, float v) { j->spec.table.decay = v; }, 0, 1)},
       {"table.delete_threshold", "0", "shrink deletes keys whose score falls below this",
        Float([](JobConfig* j, float v) { j->spec.table.delete_threshold = v; }, 0, 1e9)},
-      {"table.delete_after_unseen_passes", "0", "shrink deletes keys unseen for more passes (0: never)",
-       UInt([](JobConfig* j, uint64_t v) { j->spec.table.delete_after_unseen_passes = static_cast<uint32_t>(v); }, 0, 65535)},
+      {"table.delete_after_unseen_passes", "0",
+       "shrink deletes keys unseen for more passes (0: never)",
+       UInt([](JobConfig* j,
+               uint64_t v) { j->spec.table.delete_after_unseen_passes = static_cast<uint32_t>(v); },
+            0, 65535)},
       {"table.shrink_every_passes", "0", "run shrink after every N passes (0: never)",
-       UInt([](JobConfig* j, uint64_t v) { j->train.shrink_every_passes = static_cast<uint32_t>(v); }, 0, kMaxU32)},
+       UInt([](JobConfig* j,
+               uint64_t v) { j->train.shrink_every_passes = static_cast<uint32_t>(v); },
+            0, kMaxU32)},
       // train
       {"train.threads", "number of CPUs", "trainer threads",
        UInt([](JobConfig* j, uint64_t v) { j->train.threads = static_cast<int>(v); }, 1, 1024)},
@@ -219,9 +231,11 @@ const std::vector<Key>& Keys() {
        "require bit-identical runs; the CPU trainer always is (docs/model.md)",
        Bool([](JobConfig* j, bool v) { j->train.deterministic = v; })},
       {"train.batch_size", "2048", "examples per minibatch",
-       UInt([](JobConfig* j, uint64_t v) { j->train.batch_size = static_cast<uint32_t>(v); }, 1, 1 << 20)},
+       UInt([](JobConfig* j, uint64_t v) { j->train.batch_size = static_cast<uint32_t>(v); }, 1,
+            1 << 20)},
       {"train.epochs", "1", "passes over the data (1: online learning, each example seen once)",
-       UInt([](JobConfig* j, uint64_t v) { j->train.epochs = static_cast<uint32_t>(v); }, 1, 100000)},
+       UInt([](JobConfig* j, uint64_t v) { j->train.epochs = static_cast<uint32_t>(v); }, 1,
+            100000)},
       {"train.metrics_path", "<model-dir>/metrics.jsonl", "JSON-lines metrics log",
        Text([](JobConfig* j, std::string v) { j->train.metrics_path = std::move(v); })},
       {"train.progress_seconds", "2", "seconds between progress updates",
@@ -230,7 +244,8 @@ const std::vector<Key>& Keys() {
       {"pipeline.pass_examples", "262144", "examples per pass (the unit of pull / train / push)",
        UInt([](JobConfig* j, uint64_t v) { j->pipeline.pass_examples = v; }, 1, uint64_t{1} << 32)},
       {"pipeline.queue_depth", "1", "prepared passes queued ahead of the trainer",
-       UInt([](JobConfig* j, uint64_t v) { j->pipeline.queue_depth = static_cast<uint32_t>(v); }, 1, 64)},
+       UInt([](JobConfig* j, uint64_t v) { j->pipeline.queue_depth = static_cast<uint32_t>(v); }, 1,
+            64)},
   };
   return keys;
 }
@@ -248,7 +263,8 @@ Status Flatten(const YAML::Node& node, const std::string& prefix, const std::str
     std::string joined;
     for (const auto& item : node) {
       if (!item.IsScalar()) {
-        return InvalidArgumentError(fmt::format("{}:{}: {}: expected a list of values", path, line, prefix));
+        return InvalidArgumentError(
+            fmt::format("{}:{}: {}: expected a list of values", path, line, prefix));
       }
       if (!joined.empty()) joined += ",";
       joined += item.as<std::string>();
@@ -270,13 +286,14 @@ JobConfigBuilder::JobConfigBuilder() {
   job_.spec.dense_optimizer.lr = 1e-3f;
 }
 
-Status JobConfigBuilder::Set(std::string_view key, std::string_view value, std::string_view origin) {
+Status JobConfigBuilder::Set(std::string_view key, std::string_view value,
+                             std::string_view origin) {
   for (const Key& k : Keys()) {
     if (key != k.name) continue;
     std::string expect;
     if (!k.set(&job_, Trim(value), &expect)) {
-      return InvalidArgumentError(fmt::format("{}: bad value '{}' for {}: expected {}", origin, value,
-                                              key, expect));
+      return InvalidArgumentError(
+          fmt::format("{}: bad value '{}' for {}: expected {}", origin, value, key, expect));
     }
     set_keys_.insert(std::string(key));
     return Status::OK();

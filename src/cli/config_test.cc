@@ -45,7 +45,8 @@ TEST(ConfigTest, UnknownKeysAndBadValuesNameTheKey) {
   Status s = b.ApplySet("model.embeding_dim=8");
   EXPECT_NE(s.message().find("unknown configuration key 'model.embeding_dim'"), std::string::npos);
   s = b.ApplySet("train.threads=zero");
-  EXPECT_NE(s.message().find("bad value 'zero' for train.threads"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("bad value 'zero' for train.threads"), std::string::npos)
+      << s.message();
   s = b.ApplySet("model.mlp=512,,128");
   EXPECT_NE(s.message().find("model.mlp"), std::string::npos);
   s = b.ApplySet("optimizer.sparse.type=rmsprop");

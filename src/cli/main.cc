@@ -1,6 +1,5 @@
 // ctrbox: train click-through-rate models whose sparse tables outgrow memory.
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <iostream>
 
@@ -60,7 +59,8 @@ int main(int argc, char** argv) {
 
   auto* train = app.add_subcommand("train", "train a model (generated data if no --data)");
   AddJobOptions(train, &train_args);
-  train->add_option("--model-dir", train_args.model_dir, "where the model is saved (and continued from)");
+  train->add_option("--model-dir", train_args.model_dir,
+                    "where the model is saved (and continued from)");
   train->add_option("--eval-data", train_args.eval_data, "data to evaluate on after training");
   train->add_flag("--fresh", train_args.fresh, "start a new model even if --model-dir holds one");
 
@@ -68,7 +68,8 @@ int main(int argc, char** argv) {
   AddJobOptions(eval, &eval_args);
   eval->add_option("--model-dir", eval_args.model_dir, "the model")->required();
 
-  auto* predict = app.add_subcommand("predict", "one probability per input line (stdin by default)");
+  auto* predict =
+      app.add_subcommand("predict", "one probability per input line (stdin by default)");
   AddJobOptions(predict, &predict_args);
   predict->add_option("--model-dir", predict_args.model_dir, "the model")->required();
 
@@ -98,9 +99,10 @@ int main(int argc, char** argv) {
   }
 
   if (train->parsed() || eval->parsed() || predict->parsed() || convert_cmd->parsed()) {
-    const JobArgs& a = train->parsed() ? train_args
-                       : eval->parsed() ? eval_args
-                       : predict->parsed() ? predict_args : convert_args;
+    const JobArgs& a = train->parsed()     ? train_args
+                       : eval->parsed()    ? eval_args
+                       : predict->parsed() ? predict_args
+                                           : convert_args;
     auto job = BuildJob(a);
     if (!job.ok()) return Report(job.status());
     if (train->parsed()) return Report(ctrbox::RunTrainCommand(*job));

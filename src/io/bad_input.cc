@@ -8,13 +8,20 @@ namespace ctrbox {
 
 std::string_view BadKindName(BadKind kind) {
   switch (kind) {
-    case BadKind::kFieldCount: return "field_count";
-    case BadKind::kBadNumber: return "bad_number";
-    case BadKind::kBadLabel: return "bad_label";
-    case BadKind::kOverlongLine: return "overlong_line";
-    case BadKind::kBadUtf8: return "bad_utf8";
-    case BadKind::kBadSlot: return "bad_slot";
-    case BadKind::kNumKinds: break;
+    case BadKind::kFieldCount:
+      return "field_count";
+    case BadKind::kBadNumber:
+      return "bad_number";
+    case BadKind::kBadLabel:
+      return "bad_label";
+    case BadKind::kOverlongLine:
+      return "overlong_line";
+    case BadKind::kBadUtf8:
+      return "bad_utf8";
+    case BadKind::kBadSlot:
+      return "bad_slot";
+    case BadKind::kNumKinds:
+      break;
   }
   return "unknown";
 }

@@ -33,8 +33,8 @@ std::string_view BadKindName(BadKind kind);
 struct BadRecord {
   BadKind kind;
   std::string file;
-  uint64_t line = 0;     // 1-based line number (or record number in binary files)
-  std::string detail;    // what was wrong, with the offending text (truncated)
+  uint64_t line = 0;   // 1-based line number (or record number in binary files)
+  std::string detail;  // what was wrong, with the offending text (truncated)
   std::string ToString() const;
 };
 

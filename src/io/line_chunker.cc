@@ -51,8 +51,8 @@ Status LineChunker::Next(TextChunk* chunk, bool* eof) {
         chunk->data.assign(pending_, 0, last_nl + 1);
         pending_.erase(0, last_nl + 1);
         offset_ += last_nl + 1;
-        next_line_ += static_cast<uint64_t>(
-            std::count(chunk->data.begin(), chunk->data.end(), '\n'));
+        next_line_ +=
+            static_cast<uint64_t>(std::count(chunk->data.begin(), chunk->data.end(), '\n'));
         return Status::OK();
       }
       if (eof_) {

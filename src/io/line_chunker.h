@@ -19,20 +19,28 @@ namespace ctrbox {
 
 // A unit of raw input for one parse task: whole text lines, or one shard block.
 struct TextChunk {
-  std::string file;                     // the source, for messages
-  std::string data;                     // whole lines, each ending in '\n' (or a shard block)
-  uint64_t first_line = 1;              // number of the first line (or block) in data, 1-based
-  uint64_t offset = 0;                  // byte offset of data in the file
+  std::string file;                      // the source, for messages
+  std::string data;                      // whole lines, each ending in '\n' (or a shard block)
+  uint64_t first_line = 1;               // number of the first line (or block) in data, 1-based
+  uint64_t offset = 0;                   // byte offset of data in the file
   std::vector<uint64_t> overlong_lines;  // lines skipped for length (after the lines in data)
-  uint64_t seq = 0;                     // position of the chunk in the job's stream
+  uint64_t seq = 0;                      // position of the chunk in the job's stream
 };
 
-class LineChunker {
+// A sequential source of raw input chunks. Thread safety: not thread-safe.
+class ChunkSource {
+ public:
+  virtual ~ChunkSource() = default;
+  // Fills *chunk with the next unit of input, or sets *eof.
+  virtual Status Next(TextChunk* chunk, bool* eof) = 0;
+};
+
+class LineChunker final : public ChunkSource {
  public:
   LineChunker(std::unique_ptr<SequentialFile> file, size_t chunk_bytes, size_t max_line_bytes);
 
   // Fills *chunk with the next lines; sets *eof (and leaves the chunk empty) at the end.
-  Status Next(TextChunk* chunk, bool* eof);
+  Status Next(TextChunk* chunk, bool* eof) override;
   uint64_t bytes_read() const { return bytes_read_; }
 
  private:

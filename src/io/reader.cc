@@ -17,82 +17,37 @@ namespace {
 
 constexpr std::string_view kShardSuffix = ".ctrshard";
 
-// A sequential source of raw chunks over several files, opened one after another.
-class ChunkSource {
+// Reads several files one after another through a per-file ChunkSource.
+class FileSequenceSource final : public ChunkSource {
  public:
-  virtual ~ChunkSource() = default;
-  virtual Status Next(TextChunk* chunk, bool* eof) = 0;
-};
+  using Opener = std::function<StatusOr<std::unique_ptr<ChunkSource>>(const std::string& path)>;
+  FileSequenceSource(std::vector<std::string> files, Opener open)
+      : files_(std::move(files)), open_(std::move(open)) {}
 
-class TextSource final : public ChunkSource {
- public:
-  TextSource(Env* env, std::vector<std::string> files, const DataOptions& o)
-      : env_(env), files_(std::move(files)), options_(o) {}
   Status Next(TextChunk* chunk, bool* eof) override {
     while (true) {
-      if (!chunker_) {
+      if (!current_) {
         if (next_file_ == files_.size()) {
           *eof = true;
           return Status::OK();
         }
-        ASSIGN_OR_RETURN(auto file, env_->NewSequentialFile(files_[next_file_++]));
-        chunker_ = std::make_unique<LineChunker>(std::move(file), options_.chunk_bytes,
-                                                 options_.max_line_bytes);
+        ASSIGN_OR_RETURN(current_, open_(files_[next_file_++]));
       }
       bool file_eof = false;
-      RETURN_IF_ERROR(chunker_->Next(chunk, &file_eof));
+      RETURN_IF_ERROR(current_->Next(chunk, &file_eof));
       if (!file_eof) {
         *eof = false;
         return Status::OK();
       }
-      chunker_.reset();
+      current_.reset();
     }
   }
 
  private:
-  Env* env_;
   std::vector<std::string> files_;
-  DataOptions options_;
+  Opener open_;
   size_t next_file_ = 0;
-  std::unique_ptr<LineChunker> chunker_;
-};
-
-class ShardSource final : public ChunkSource {
- public:
-  ShardSource(Env* env, std::vector<std::string> files, Schema schema)
-      : env_(env), files_(std::move(files)), schema_(schema) {}
-  Status Next(TextChunk* chunk, bool* eof) override {
-    while (true) {
-      if (!source_) {
-        if (next_file_ == files_.size()) {
-          *eof = true;
-          return Status::OK();
-        }
-        const std::string& path = files_[next_file_++];
-        ASSIGN_OR_RETURN(source_, ShardBlockSource::Open(env_, path));
-        if (!(source_->schema() == schema_)) {
-          return InvalidArgumentError(fmt::format(
-              "{}: shard has {} slots and {} dense values, but the data set has {} and {}", path,
-              source_->schema().num_slots, source_->schema().num_dense, schema_.num_slots,
-              schema_.num_dense));
-        }
-      }
-      bool file_eof = false;
-      RETURN_IF_ERROR(source_->Next(chunk, &file_eof));
-      if (!file_eof) {
-        *eof = false;
-        return Status::OK();
-      }
-      source_.reset();
-    }
-  }
-
- private:
-  Env* env_;
-  std::vector<std::string> files_;
-  Schema schema_;
-  size_t next_file_ = 0;
-  std::unique_ptr<ShardBlockSource> source_;
+  std::unique_ptr<ChunkSource> current_;
 };
 
 // Synthetic rows: a chunk names a row range (first_line = first row, offset = row count);
@@ -127,7 +82,8 @@ class ParallelChunkReader final : public BatchReader {
         decode_(std::move(decode)),
         max_inflight_(std::max(options.max_inflight, options.threads)),
         tracker_(options.bad_input) {
-    for (int t = 0; t < std::max(1, options.threads); ++t) workers_.emplace_back([this] { Work(); });
+    for (int t = 0; t < std::max(1, options.threads); ++t)
+      workers_.emplace_back([this] { Work(); });
   }
   ~ParallelChunkReader() override {
     {
@@ -182,8 +138,10 @@ class ParallelChunkReader final : public BatchReader {
       uint64_t seq;
       {
         std::unique_lock<std::mutex> l(mu_);
-        cv_.wait(l, [&] { return stop_ || source_done_at_ != kNotDone ||
-                                 next_seq_ - next_out_ < static_cast<uint64_t>(max_inflight_); });
+        cv_.wait(l, [&] {
+          return stop_ || source_done_at_ != kNotDone ||
+                 next_seq_ - next_out_ < static_cast<uint64_t>(max_inflight_);
+        });
         if (stop_ || source_done_at_ != kNotDone) return;
         bool eof = false;
         Status s = source_->Next(&chunk, &eof);
@@ -212,11 +170,11 @@ class ParallelChunkReader final : public BatchReader {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false;                           // guarded by mu_
-  uint64_t next_seq_ = 0;                       // guarded by mu_
-  uint64_t next_out_ = 0;                       // guarded by mu_
-  uint64_t source_done_at_ = kNotDone;          // guarded by mu_
-  Status source_status_;                        // guarded by mu_
+  bool stop_ = false;                             // guarded by mu_
+  uint64_t next_seq_ = 0;                         // guarded by mu_
+  uint64_t next_out_ = 0;                         // guarded by mu_
+  uint64_t source_done_at_ = kNotDone;            // guarded by mu_
+  Status source_status_;                          // guarded by mu_
   std::map<uint64_t, ChunkParseResult> results_;  // guarded by mu_
 
   // Owned by the consumer thread.
@@ -245,8 +203,9 @@ StatusOr<std::vector<std::string>> ExpandDataPaths(Env* env, const std::vector<s
         if (!env->IsDirectory(full)) files.push_back(std::move(full));
       }
       if (files.size() == before) {
-        return InvalidArgumentError(fmt::format("data directory {} holds no {} files", p,
-                                                format == DataFormat::kShards ? "*.ctrshard" : "data"));
+        return InvalidArgumentError(
+            fmt::format("data directory {} holds no {} files", p,
+                        format == DataFormat::kShards ? "*.ctrshard" : "data"));
       }
     } else if (p == "-" || env->FileExists(p)) {
       files.push_back(p);
@@ -262,8 +221,8 @@ StatusOr<Schema> ResolveSchema(Env* env, const DataOptions& o) {
   if (o.format != DataFormat::kShards) {
     Schema s = SchemaForFormat(o.format, o.num_slots, o.num_dense);
     if (s.num_slots == 0) {
-      return InvalidArgumentError(fmt::format(
-          "data.num_slots must be set (> 0) for format {}", DataFormatName(o.format)));
+      return InvalidArgumentError(
+          fmt::format("data.num_slots must be set (> 0) for format {}", DataFormatName(o.format)));
     }
     return s;
   }
@@ -277,7 +236,18 @@ StatusOr<std::unique_ptr<BatchReader>> OpenReader(Env* env, const DataOptions& o
   ASSIGN_OR_RETURN(auto files, ExpandDataPaths(env, o.paths, o.format));
   ASSIGN_OR_RETURN(Schema schema, ResolveSchema(env, o));
   if (o.format == DataFormat::kShards) {
-    auto source = std::make_unique<ShardSource>(env, std::move(files), schema);
+    auto source = std::make_unique<FileSequenceSource>(
+        std::move(files),
+        [env, schema](const std::string& path) -> StatusOr<std::unique_ptr<ChunkSource>> {
+          ASSIGN_OR_RETURN(auto shard, ShardBlockSource::Open(env, path));
+          if (!(shard->schema() == schema)) {
+            return InvalidArgumentError(fmt::format(
+                "{}: shard has {} slots and {} dense values, but the data set has {} and {}", path,
+                shard->schema().num_slots, shard->schema().num_dense, schema.num_slots,
+                schema.num_dense));
+          }
+          return std::unique_ptr<ChunkSource>(std::move(shard));
+        });
     DecodeFn decode = [schema](const TextChunk& c, ChunkParseResult* r) {
       DecodeShardBlock(schema, c, r);
     };
@@ -289,14 +259,20 @@ StatusOr<std::unique_ptr<BatchReader>> OpenReader(Env* env, const DataOptions& o
   text.schema = schema;
   text.labels_optional = o.labels_optional;
   text.max_line_bytes = o.max_line_bytes;
-  auto source = std::make_unique<TextSource>(env, std::move(files), o);
+  auto source = std::make_unique<FileSequenceSource>(
+      std::move(files),
+      [env, o](const std::string& path) -> StatusOr<std::unique_ptr<ChunkSource>> {
+        ASSIGN_OR_RETURN(auto file, env->NewSequentialFile(path));
+        return std::unique_ptr<ChunkSource>(
+            new LineChunker(std::move(file), o.chunk_bytes, o.max_line_bytes));
+      });
   DecodeFn decode = [text](const TextChunk& c, ChunkParseResult* r) { ParseTextChunk(text, c, r); };
   return std::unique_ptr<BatchReader>(
       new ParallelChunkReader(schema, std::move(source), std::move(decode), o));
 }
 
-std::unique_ptr<BatchReader> NewSynthReader(const SynthOptions& options, uint64_t rows,
-                                            int threads, uint64_t block_rows) {
+std::unique_ptr<BatchReader> NewSynthReader(const SynthOptions& options, uint64_t rows, int threads,
+                                            uint64_t block_rows) {
   auto gen = std::make_shared<SynthGenerator>(options);
   const Schema schema = gen->schema();
   DecodeFn decode = [gen, schema](const TextChunk& c, ChunkParseResult* r) {

@@ -20,20 +20,7 @@ std::string CriteoText(uint64_t rows, uint64_t seed) {
   return text;
 }
 
-StatusOr<Batch> ReadAll(const DataOptions& o) {
-  ASSIGN_OR_RETURN(auto reader, OpenReader(Env::Posix(), o));
-  Batch all;
-  all.Reset(reader->schema());
-  while (true) {
-    Batch b;
-    bool eof = false;
-    RETURN_IF_ERROR(reader->Next(&b, &eof));
-    if (eof) break;
-    EXPECT_GT(b.rows(), 0u);
-    all.AppendRows(b, 0, b.rows());
-  }
-  return all;
-}
+using testing::ReadAll;
 
 TEST(ReaderTest, ThreadCountAndChunkSizeDoNotChangeTheStream) {
   TempDir dir;

@@ -6,6 +6,7 @@
 
 #include <cstring>
 
+#include "util/coding.h"
 #include "util/hash.h"
 
 namespace ctrbox {
@@ -20,21 +21,6 @@ constexpr size_t kBlockHeaderSize = 56;
 constexpr size_t kFooterSize = 40;
 constexpr uint32_t kFlagWeights = 1;
 constexpr uint32_t kFlagAllSingle = 2;
-
-template <typename T>
-void Put(std::string* s, T v) {
-  s->append(reinterpret_cast<const char*>(&v), sizeof(v));
-}
-template <typename T>
-T Get(const char* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-template <typename T>
-void PutArray(std::string* s, const T* v, size_t n) {
-  s->append(reinterpret_cast<const char*>(v), n * sizeof(T));
-}
 
 struct BlockHeader {
   uint32_t flags, rows, unique_keys;
@@ -73,10 +59,14 @@ class KeyDictionary {
 }  // namespace
 
 bool ParseShardCodec(std::string_view name, ShardCodec* out) {
-  if (name == "zstd") *out = ShardCodec::kZstd;
-  else if (name == "lz4") *out = ShardCodec::kLz4;
-  else if (name == "none") *out = ShardCodec::kNone;
-  else return false;
+  if (name == "zstd")
+    *out = ShardCodec::kZstd;
+  else if (name == "lz4")
+    *out = ShardCodec::kLz4;
+  else if (name == "none")
+    *out = ShardCodec::kNone;
+  else
+    return false;
   return true;
 }
 
@@ -95,11 +85,11 @@ StatusOr<std::unique_ptr<ShardWriter>> ShardWriter::Open(Env* env, const std::st
   ASSIGN_OR_RETURN(auto file, env->NewWritableFile(path));
   std::unique_ptr<ShardWriter> w(new ShardWriter(std::move(file), schema, options));
   std::string h(kFileMagic, 8);
-  Put<uint32_t>(&h, kVersion);
-  Put<uint32_t>(&h, schema.num_slots);
-  Put<uint32_t>(&h, schema.num_dense);
-  Put<uint32_t>(&h, static_cast<uint32_t>(options.codec));
-  Put<uint64_t>(&h, Checksum64(h));
+  PutFixed<uint32_t>(&h, kVersion);
+  PutFixed<uint32_t>(&h, schema.num_slots);
+  PutFixed<uint32_t>(&h, schema.num_dense);
+  PutFixed<uint32_t>(&h, static_cast<uint32_t>(options.codec));
+  PutFixed<uint64_t>(&h, Checksum64(h));
   RETURN_IF_ERROR(w->Write(h));
   return w;
 }
@@ -132,7 +122,8 @@ Status ShardWriter::WriteBlock() {
   for (float l : b.labels) payload_.push_back(static_cast<char>(l != 0.0f));
   PutArray(&payload_, b.dense.data(), b.dense.size());
   if (!all_single) {
-    for (size_t i = 0; i < rows * S; ++i) Put<uint32_t>(&payload_, b.offsets[i + 1] - b.offsets[i]);
+    for (size_t i = 0; i < rows * S; ++i)
+      PutFixed<uint32_t>(&payload_, b.offsets[i + 1] - b.offsets[i]);
   }
   KeyDictionary dict;
   dict.Reset(b.keys.size());
@@ -143,7 +134,9 @@ Status ShardWriter::WriteBlock() {
   if (b.has_weights()) PutArray(&payload_, b.weights.data(), b.weights.size());
 
   switch (options_.codec) {
-    case ShardCodec::kNone: stored_ = payload_; break;
+    case ShardCodec::kNone:
+      stored_ = payload_;
+      break;
     case ShardCodec::kZstd: {
       stored_.resize(ZSTD_compressBound(payload_.size()));
       size_t n = ZSTD_compress(stored_.data(), stored_.size(), payload_.data(), payload_.size(),
@@ -157,24 +150,24 @@ Status ShardWriter::WriteBlock() {
         return InvalidArgumentError("shard block too large for lz4; lower block_rows");
       }
       stored_.resize(LZ4_compressBound(static_cast<int>(payload_.size())));
-      int n = LZ4_compress_default(payload_.data(), stored_.data(),
-                                   static_cast<int>(payload_.size()),
-                                   static_cast<int>(stored_.size()));
+      int n =
+          LZ4_compress_default(payload_.data(), stored_.data(), static_cast<int>(payload_.size()),
+                               static_cast<int>(stored_.size()));
       if (n <= 0) return InternalError("lz4 compression failed");
       stored_.resize(static_cast<size_t>(n));
       break;
     }
   }
   std::string h;
-  Put<uint32_t>(&h, kBlockMagic);
-  Put<uint32_t>(&h, (b.has_weights() ? kFlagWeights : 0) | (all_single ? kFlagAllSingle : 0));
-  Put<uint32_t>(&h, static_cast<uint32_t>(rows));
-  Put<uint32_t>(&h, static_cast<uint32_t>(dict.keys().size()));
-  Put<uint64_t>(&h, b.keys.size());
-  Put<uint64_t>(&h, payload_.size());
-  Put<uint64_t>(&h, stored_.size());
-  Put<uint64_t>(&h, Checksum64(stored_));
-  Put<uint64_t>(&h, Checksum64(h));
+  PutFixed<uint32_t>(&h, kBlockMagic);
+  PutFixed<uint32_t>(&h, (b.has_weights() ? kFlagWeights : 0) | (all_single ? kFlagAllSingle : 0));
+  PutFixed<uint32_t>(&h, static_cast<uint32_t>(rows));
+  PutFixed<uint32_t>(&h, static_cast<uint32_t>(dict.keys().size()));
+  PutFixed<uint64_t>(&h, b.keys.size());
+  PutFixed<uint64_t>(&h, payload_.size());
+  PutFixed<uint64_t>(&h, stored_.size());
+  PutFixed<uint64_t>(&h, Checksum64(stored_));
+  PutFixed<uint64_t>(&h, Checksum64(h));
   RETURN_IF_ERROR(Write(h));
   RETURN_IF_ERROR(Write(stored_));
   ++num_blocks_;
@@ -187,10 +180,10 @@ Status ShardWriter::WriteBlock() {
 Status ShardWriter::Finish() {
   RETURN_IF_ERROR(WriteBlock());
   std::string f(kFooterMagic, 8);
-  Put<uint64_t>(&f, num_blocks_);
-  Put<uint64_t>(&f, total_rows_);
-  Put<uint64_t>(&f, total_keys_);
-  Put<uint64_t>(&f, Checksum64(f));
+  PutFixed<uint64_t>(&f, num_blocks_);
+  PutFixed<uint64_t>(&f, total_rows_);
+  PutFixed<uint64_t>(&f, total_keys_);
+  PutFixed<uint64_t>(&f, Checksum64(f));
   RETURN_IF_ERROR(Write(f));
   RETURN_IF_ERROR(file_->Sync());
   return file_->Close();
@@ -220,22 +213,23 @@ Status ShardBlockSource::ReadExact(size_t n, char* out) {
 StatusOr<std::unique_ptr<ShardBlockSource>> ShardBlockSource::Open(Env* env,
                                                                    const std::string& path) {
   ASSIGN_OR_RETURN(auto file, env->NewSequentialFile(path));
-  std::unique_ptr<ShardBlockSource> src(new ShardBlockSource(std::move(file), Schema{}, ShardCodec::kNone));
+  std::unique_ptr<ShardBlockSource> src(
+      new ShardBlockSource(std::move(file), Schema{}, ShardCodec::kNone));
   char h[kFileHeaderSize];
   RETURN_IF_ERROR(src->ReadExact(kFileHeaderSize, h));
   if (std::memcmp(h, kFileMagic, 8) != 0) {
     return CorruptionError(path + ": not a ctrbox shard (bad magic)");
   }
-  if (Get<uint64_t>(h + 24) != Checksum64(h, 24)) {
+  if (GetFixed<uint64_t>(h + 24) != Checksum64(h, 24)) {
     return CorruptionError(path + ": shard header checksum mismatch");
   }
-  uint32_t version = Get<uint32_t>(h + 8);
+  uint32_t version = GetFixed<uint32_t>(h + 8);
   if (version != kVersion) {
-    return CorruptionError(fmt::format("{}: shard version {} is not supported (this build reads {})",
-                                       path, version, kVersion));
+    return CorruptionError(fmt::format(
+        "{}: shard version {} is not supported (this build reads {})", path, version, kVersion));
   }
-  src->schema_ = Schema{Get<uint32_t>(h + 12), Get<uint32_t>(h + 16)};
-  uint32_t codec = Get<uint32_t>(h + 20);
+  src->schema_ = Schema{GetFixed<uint32_t>(h + 12), GetFixed<uint32_t>(h + 16)};
+  uint32_t codec = GetFixed<uint32_t>(h + 20);
   if (codec > 2) return CorruptionError(fmt::format("{}: unknown codec {}", path, codec));
   src->codec_ = static_cast<ShardCodec>(codec);
   return src;
@@ -249,20 +243,20 @@ Status ShardBlockSource::Next(TextChunk* chunk, bool* eof) {
   chunk->overlong_lines.clear();
   char magic[8];
   RETURN_IF_ERROR(ReadExact(4, magic));
-  if (Get<uint32_t>(magic) != kBlockMagic) {
+  if (GetFixed<uint32_t>(magic) != kBlockMagic) {
     // Must be the footer.
     char f[kFooterSize];
     std::memcpy(f, magic, 4);
     RETURN_IF_ERROR(ReadExact(kFooterSize - 4, f + 4));
-    if (std::memcmp(f, kFooterMagic, 8) != 0 || Get<uint64_t>(f + 32) != Checksum64(f, 32)) {
+    if (std::memcmp(f, kFooterMagic, 8) != 0 || GetFixed<uint64_t>(f + 32) != Checksum64(f, 32)) {
       return CorruptionError(fmt::format("{}: offset {}: neither a block nor a valid footer",
                                          file_->name(), chunk->offset));
     }
-    if (Get<uint64_t>(f + 8) != blocks_ || Get<uint64_t>(f + 16) != rows_ ||
-        Get<uint64_t>(f + 24) != keys_) {
+    if (GetFixed<uint64_t>(f + 8) != blocks_ || GetFixed<uint64_t>(f + 16) != rows_ ||
+        GetFixed<uint64_t>(f + 24) != keys_) {
       return CorruptionError(fmt::format(
           "{}: footer totals ({} blocks, {} rows) do not match the blocks read ({}, {})",
-          file_->name(), Get<uint64_t>(f + 8), Get<uint64_t>(f + 16), blocks_, rows_));
+          file_->name(), GetFixed<uint64_t>(f + 8), GetFixed<uint64_t>(f + 16), blocks_, rows_));
     }
     size_t extra = 0;
     char c;
@@ -275,14 +269,15 @@ Status ShardBlockSource::Next(TextChunk* chunk, bool* eof) {
   char h[kBlockHeaderSize];
   std::memcpy(h, magic, 4);
   RETURN_IF_ERROR(ReadExact(kBlockHeaderSize - 4, h + 4));
-  if (Get<uint64_t>(h + 48) != Checksum64(h, 48)) {
+  if (GetFixed<uint64_t>(h + 48) != Checksum64(h, 48)) {
     return CorruptionError(fmt::format("{}: block {} at offset {}: header checksum mismatch",
                                        file_->name(), blocks_ + 1, chunk->offset));
   }
-  const uint64_t stored = Get<uint64_t>(h + 32);
-  const uint64_t raw = Get<uint64_t>(h + 24);
+  const uint64_t stored = GetFixed<uint64_t>(h + 32);
+  const uint64_t raw = GetFixed<uint64_t>(h + 24);
   if (stored > (1ull << 32) || raw > (1ull << 34)) {
-    return CorruptionError(fmt::format("{}: block {}: implausible sizes", file_->name(), blocks_ + 1));
+    return CorruptionError(
+        fmt::format("{}: block {}: implausible sizes", file_->name(), blocks_ + 1));
   }
   chunk->data.resize(4 + kBlockHeaderSize + stored);
   const uint32_t codec = static_cast<uint32_t>(codec_);
@@ -290,8 +285,8 @@ Status ShardBlockSource::Next(TextChunk* chunk, bool* eof) {
   std::memcpy(chunk->data.data() + 4, h, kBlockHeaderSize);
   RETURN_IF_ERROR(ReadExact(stored, chunk->data.data() + 4 + kBlockHeaderSize));
   ++blocks_;
-  rows_ += Get<uint32_t>(h + 8);
-  keys_ += Get<uint64_t>(h + 16);
+  rows_ += GetFixed<uint32_t>(h + 8);
+  keys_ += GetFixed<uint64_t>(h + 16);
   return Status::OK();
 }
 
@@ -302,11 +297,11 @@ void DecodeShardBlock(Schema schema, const TextChunk& chunk, ChunkParseResult* r
                                                  chunk.first_line, chunk.offset, what));
   };
   const char* d = chunk.data.data();
-  const ShardCodec codec = static_cast<ShardCodec>(Get<uint32_t>(d));
+  const ShardCodec codec = static_cast<ShardCodec>(GetFixed<uint32_t>(d));
   const char* h = d + 4;
-  BlockHeader bh{Get<uint32_t>(h + 4),  Get<uint32_t>(h + 8),  Get<uint32_t>(h + 12),
-                 Get<uint64_t>(h + 16), Get<uint64_t>(h + 24), Get<uint64_t>(h + 32),
-                 Get<uint64_t>(h + 40)};
+  BlockHeader bh{GetFixed<uint32_t>(h + 4),  GetFixed<uint32_t>(h + 8),  GetFixed<uint32_t>(h + 12),
+                 GetFixed<uint64_t>(h + 16), GetFixed<uint64_t>(h + 24), GetFixed<uint64_t>(h + 32),
+                 GetFixed<uint64_t>(h + 40)};
   const char* stored = h + kBlockHeaderSize;
   if (Checksum64(stored, bh.stored_bytes) != bh.payload_checksum) {
     return fail("payload checksum mismatch");
@@ -322,7 +317,8 @@ void DecodeShardBlock(Schema schema, const TextChunk& chunk, ChunkParseResult* r
     raw_buf.resize(bh.raw_bytes);
     int n = LZ4_decompress_safe(stored, raw_buf.data(), static_cast<int>(bh.stored_bytes),
                                 static_cast<int>(bh.raw_bytes));
-    if (n < 0 || static_cast<uint64_t>(n) != bh.raw_bytes) return fail("lz4 payload does not decompress");
+    if (n < 0 || static_cast<uint64_t>(n) != bh.raw_bytes)
+      return fail("lz4 payload does not decompress");
     p = raw_buf.data();
   } else if (bh.stored_bytes != bh.raw_bytes) {
     return fail("stored and raw sizes differ without a codec");
@@ -353,7 +349,7 @@ void DecodeShardBlock(Schema schema, const TextChunk& chunk, ChunkParseResult* r
   } else {
     uint64_t sum = 0;
     for (size_t i = 0; i < rows * S; ++i) {
-      sum += Get<uint32_t>(p + 4 * i);
+      sum += GetFixed<uint32_t>(p + 4 * i);
       if (sum > bh.num_keys) return fail("slot counts exceed the key count");
       b.offsets[i + 1] = static_cast<uint32_t>(sum);
     }
@@ -364,9 +360,9 @@ void DecodeShardBlock(Schema schema, const TextChunk& chunk, ChunkParseResult* r
   p += uint64_t{bh.unique_keys} * 8;
   b.keys.resize(bh.num_keys);
   for (size_t i = 0; i < bh.num_keys; ++i) {
-    uint32_t ix = Get<uint32_t>(p + 4 * i);
+    uint32_t ix = GetFixed<uint32_t>(p + 4 * i);
     if (ix >= bh.unique_keys) return fail("key index out of range");
-    b.keys[i] = Get<uint64_t>(dict + 8 * size_t{ix});
+    b.keys[i] = GetFixed<uint64_t>(dict + 8 * size_t{ix});
   }
   p += bh.num_keys * 4;
   if (weighted) {

@@ -53,14 +53,14 @@ class ShardWriter {
 
 // Reads the blocks of one shard file in order, undecoded, for parallel decoding.
 // Thread safety: not thread-safe.
-class ShardBlockSource {
+class ShardBlockSource final : public ChunkSource {
  public:
   static StatusOr<std::unique_ptr<ShardBlockSource>> Open(Env* env, const std::string& path);
 
   Schema schema() const { return schema_; }
   // Fills chunk->data with the next block: the file's codec (u32), the block header and the
   // stored payload. At the footer, checks the totals and sets *eof.
-  Status Next(TextChunk* chunk, bool* eof);
+  Status Next(TextChunk* chunk, bool* eof) override;
 
  private:
   ShardBlockSource(std::unique_ptr<SequentialFile> file, Schema schema, ShardCodec codec);

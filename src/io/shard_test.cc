@@ -13,28 +13,19 @@ using testing::RandomBatch;
 using testing::SameBatch;
 using testing::TempDir;
 
-Status WriteShard(const std::string& path, const std::vector<Batch>& batches, ShardWriterOptions o) {
+Status WriteShard(const std::string& path, const std::vector<Batch>& batches,
+                  ShardWriterOptions o) {
   ASSIGN_OR_RETURN(auto w, ShardWriter::Open(Env::Posix(), path, batches[0].schema, o));
   for (const Batch& b : batches) RETURN_IF_ERROR(w->Add(b));
   return w->Finish();
 }
 
-StatusOr<Batch> ReadAll(const std::string& path, int threads) {
+StatusOr<Batch> ReadShard(const std::string& path, int threads) {
   DataOptions o;
   o.paths = {path};
   o.format = DataFormat::kShards;
   o.threads = threads;
-  ASSIGN_OR_RETURN(auto reader, OpenReader(Env::Posix(), o));
-  Batch all;
-  all.Reset(reader->schema());
-  while (true) {
-    Batch b;
-    bool eof = false;
-    RETURN_IF_ERROR(reader->Next(&b, &eof));
-    if (eof) break;
-    all.AppendRows(b, 0, b.rows());
-  }
-  return all;
+  return testing::ReadAll(o);
 }
 
 TEST(ShardTest, RoundTripsEveryCodecAndShape) {
@@ -54,7 +45,7 @@ TEST(ShardTest, RoundTripsEveryCodecAndShape) {
         std::string path = dir.File("x.ctrshard");
         ASSERT_TRUE(WriteShard(path, parts, o).ok());
         for (int threads : {1, 3}) {
-          auto got = ReadAll(path, threads);
+          auto got = ReadShard(path, threads);
           ASSERT_TRUE(got.ok()) << got.status().ToString();
           EXPECT_TRUE(SameBatch(*got, expect)) << static_cast<int>(codec) << multi << weights;
         }
@@ -77,7 +68,7 @@ TEST(ShardTest, EveryCorruptedByteIsDetected) {
     std::string bad = good;
     bad[i] ^= static_cast<char>(1 << (i % 8));
     ASSERT_TRUE(WriteFileAtomic(Env::Posix(), path, bad).ok());
-    auto got = ReadAll(path, 1);
+    auto got = ReadShard(path, 1);
     ASSERT_FALSE(got.ok()) << "flip at byte " << i << " went unnoticed";
     EXPECT_EQ(got.status().code(), StatusCode::kCorruption) << got.status().ToString();
     EXPECT_NE(got.status().message().find("c.ctrshard"), std::string::npos);
@@ -85,7 +76,7 @@ TEST(ShardTest, EveryCorruptedByteIsDetected) {
   // Truncation at every length is detected too.
   for (size_t len = 0; len < good.size(); len += 7) {
     ASSERT_TRUE(WriteFileAtomic(Env::Posix(), path, good.substr(0, len)).ok());
-    auto got = ReadAll(path, 1);
+    auto got = ReadShard(path, 1);
     ASSERT_FALSE(got.ok()) << "truncation to " << len;
   }
 }

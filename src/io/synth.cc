@@ -11,10 +11,9 @@ namespace ctrbox {
 namespace {
 
 // Criteo's mix of tiny, medium and huge vocabularies.
-constexpr uint64_t kCriteoVocab[26] = {1000,    500,   3000000, 800000, 300,     24,     12000,
-                                       600,     3,     90000,   5000,   2000000, 3100,   27,
-                                       14000,   1500000, 10,    5600,   2100,    4,      1800000,
-                                       18,      15,    140000,  100,    70000};
+constexpr uint64_t kCriteoVocab[26] = {
+    1000, 500,   3000000, 800000, 300,  24,   12000, 600,     3,  90000, 5000,   2000000, 3100,
+    27,   14000, 1500000, 10,     5600, 2100, 4,     1800000, 18, 15,    140000, 100,     70000};
 // Pairs of slots whose ids interact in the planted model.
 constexpr uint32_t kPairs[4][2] = {{2, 3}, {11, 15}, {0, 20}, {6, 23}};
 constexpr int kRank = 4;
@@ -23,7 +22,8 @@ constexpr uint64_t kModelSeed = 0x706c616e746564ULL;  // "planted": fixed, indep
 
 double HashGaussian(uint64_t h) {
   double u1 = (static_cast<double>(h >> 38) + 0.5) / static_cast<double>(1 << 26);
-  double u2 = (static_cast<double>((h >> 12) & ((1 << 26) - 1)) + 0.5) / static_cast<double>(1 << 26);
+  double u2 =
+      (static_cast<double>((h >> 12) & ((1 << 26) - 1)) + 0.5) / static_cast<double>(1 << 26);
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
 }
 
@@ -84,9 +84,12 @@ SynthGenerator::SynthGenerator(SynthOptions options) : options_(options) {
 
 Schema SynthGenerator::schema() const {
   switch (options_.format) {
-    case DataFormat::kLibsvm: return Schema{1, 0};
-    case DataFormat::kLibfm: return Schema{static_cast<uint32_t>(slots_.size()) + num_dense_, 0};
-    default: return Schema{static_cast<uint32_t>(slots_.size()), num_dense_};
+    case DataFormat::kLibsvm:
+      return Schema{1, 0};
+    case DataFormat::kLibfm:
+      return Schema{static_cast<uint32_t>(slots_.size()) + num_dense_, 0};
+    default:
+      return Schema{static_cast<uint32_t>(slots_.size()), num_dense_};
   }
 }
 
@@ -94,7 +97,7 @@ void SynthGenerator::MakeRow(uint64_t index, Row* row) const {
   Random rng(Mix64(options_.seed * 0x9E3779B97F4A7C15ULL + index));
   const uint32_t S = static_cast<uint32_t>(slots_.size());
   row->ids.resize(S);
-  double logit = -1.6;  // base rate: about a fifth of the rows are clicks
+  double logit = -1.6;              // base rate: about a fifth of the rows are clicks
   double latent[kMaxSlots][kRank];  // per slot, averaged over its ids
   for (uint32_t s = 0; s < S; ++s) {
     auto& ids = row->ids[s];
@@ -148,7 +151,8 @@ void SynthGenerator::GenerateBatch(uint64_t begin, uint64_t end, Batch* out,
       case DataFormat::kCriteo:
         for (uint32_t j = 0; j < num_dense_; ++j) b.SetDense(j, row.dense[j]);
         for (uint32_t s = 0; s < S; ++s) {
-          b.AddKey(s, FeatureKey(s, row.ids[s].empty() ? std::string() : CriteoValue(s, row.ids[s][0])));
+          b.AddKey(
+              s, FeatureKey(s, row.ids[s].empty() ? std::string() : CriteoValue(s, row.ids[s][0])));
         }
         break;
       case DataFormat::kSlots:
@@ -173,7 +177,8 @@ void SynthGenerator::GenerateBatch(uint64_t begin, uint64_t end, Batch* out,
         }
         break;
       }
-      case DataFormat::kShards: break;
+      case DataFormat::kShards:
+        break;
     }
     b.EndRow();
   }
@@ -191,7 +196,8 @@ void SynthGenerator::GenerateText(uint64_t begin, uint64_t end, std::string* out
       case DataFormat::kCriteo:
         for (uint32_t j = 0; j < num_dense_; ++j) {
           out->push_back('\t');
-          if (!row.dense_missing[j]) fmt::format_to(std::back_inserter(*out), "{}", static_cast<int64_t>(row.dense[j]));
+          if (!row.dense_missing[j])
+            fmt::format_to(std::back_inserter(*out), "{}", static_cast<int64_t>(row.dense[j]));
         }
         for (uint32_t s = 0; s < S; ++s) {
           out->push_back('\t');
@@ -214,18 +220,23 @@ void SynthGenerator::GenerateText(uint64_t begin, uint64_t end, std::string* out
         for (uint32_t j = 0; j < num_dense_; ++j) {
           if (row.dense_missing[j]) continue;
           std::string v = FormatFloat(std::log1p(row.dense[j]));
-          if (fm) fmt::format_to(std::back_inserter(*out), " {}:{}:{}", S + j, j, v);
-          else fmt::format_to(std::back_inserter(*out), " {}:{}", j, v);
+          if (fm)
+            fmt::format_to(std::back_inserter(*out), " {}:{}:{}", S + j, j, v);
+          else
+            fmt::format_to(std::back_inserter(*out), " {}:{}", j, v);
         }
         for (uint32_t s = 0; s < S; ++s) {
           for (uint64_t id : row.ids[s]) {
-            if (fm) fmt::format_to(std::back_inserter(*out), " {}:{}:1", s, id);
-            else fmt::format_to(std::back_inserter(*out), " {}:1", index_base_[s] + id);
+            if (fm)
+              fmt::format_to(std::back_inserter(*out), " {}:{}:1", s, id);
+            else
+              fmt::format_to(std::back_inserter(*out), " {}:1", index_base_[s] + id);
           }
         }
         break;
       }
-      case DataFormat::kShards: break;
+      case DataFormat::kShards:
+        break;
     }
     out->push_back('\n');
   }

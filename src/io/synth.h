@@ -37,8 +37,8 @@ class ZipfSampler {
 };
 
 struct SynthSlot {
-  uint64_t vocab;        // distinct ids
-  double zipf = 1.15;    // popularity exponent (> 1)
+  uint64_t vocab;         // distinct ids
+  double zipf = 1.15;     // popularity exponent (> 1)
   uint32_t max_keys = 1;  // > 1: multi-hot, 1..max_keys ids per row
   double missing = 0.04;  // probability that the slot is empty in a row
 };
@@ -62,13 +62,14 @@ class SynthGenerator {
   // form; probs (if not null) receives the planted click probabilities.
   void GenerateBatch(uint64_t begin, uint64_t end, Batch* out, std::vector<double>* probs) const;
   // Rows [begin, end) as text lines in the format.
-  void GenerateText(uint64_t begin, uint64_t end, std::string* out, std::vector<double>* probs) const;
+  void GenerateText(uint64_t begin, uint64_t end, std::string* out,
+                    std::vector<double>* probs) const;
 
  private:
   struct Row {
     float label;
     double prob;
-    std::vector<float> dense;      // raw values
+    std::vector<float> dense;  // raw values
     std::vector<bool> dense_missing;
     std::vector<std::vector<uint64_t>> ids;  // per slot
   };

@@ -12,8 +12,8 @@ namespace ctrbox {
 namespace {
 
 TEST(SynthTest, BatchFormEqualsTheParsedTextForm) {
-  for (DataFormat f : {DataFormat::kCriteo, DataFormat::kSlots, DataFormat::kLibsvm,
-                       DataFormat::kLibfm}) {
+  for (DataFormat f :
+       {DataFormat::kCriteo, DataFormat::kSlots, DataFormat::kLibsvm, DataFormat::kLibfm}) {
     SynthOptions o;
     o.format = f;
     o.seed = 5;
@@ -28,8 +28,8 @@ TEST(SynthTest, BatchFormEqualsTheParsedTextForm) {
     t.schema = g.schema();
     ChunkParseResult r;
     ParseTextChunk(t, chunk, &r);
-    ASSERT_EQ(r.counts.bad_total(), 0u) << DataFormatName(f) << ": "
-                                        << (r.samples.empty() ? "" : r.samples[0].ToString());
+    ASSERT_EQ(r.counts.bad_total(), 0u)
+        << DataFormatName(f) << ": " << (r.samples.empty() ? "" : r.samples[0].ToString());
     EXPECT_TRUE(testing::SameBatch(direct, r.batch)) << DataFormatName(f);
     EXPECT_EQ(p1, p2);
   }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "io/batch.h"
+#include "io/reader.h"
 #include "util/random.h"
 
 namespace ctrbox::testing {
@@ -33,7 +34,8 @@ inline Batch RandomBatch(Schema schema, size_t rows, uint64_t seed, bool multi_h
   BatchBuilder builder(&b);
   for (size_t r = 0; r < rows; ++r) {
     builder.BeginRow(static_cast<float>(rng.Below(2)));
-    for (uint32_t j = 0; j < schema.num_dense; ++j) builder.SetDense(j, static_cast<float>(rng.Below(1000)) - 3);
+    for (uint32_t j = 0; j < schema.num_dense; ++j)
+      builder.SetDense(j, static_cast<float>(rng.Below(1000)) - 3);
     for (uint32_t s = 0; s < schema.num_slots; ++s) {
       uint64_t n = multi_hot ? rng.Below(4) : 1;
       for (uint64_t k = 0; k < n; ++k) {
@@ -44,6 +46,20 @@ inline Batch RandomBatch(Schema schema, size_t rows, uint64_t seed, bool multi_h
     builder.EndRow();
   }
   return b;
+}
+
+// Reads everything `o` names into one batch.
+inline StatusOr<Batch> ReadAll(const DataOptions& o) {
+  ASSIGN_OR_RETURN(auto reader, OpenReader(Env::Posix(), o));
+  Batch all;
+  all.Reset(reader->schema());
+  while (true) {
+    Batch b;
+    bool eof = false;
+    RETURN_IF_ERROR(reader->Next(&b, &eof));
+    if (eof) return all;
+    all.AppendRows(b, 0, b.rows());
+  }
 }
 
 inline bool SameBatch(const Batch& a, const Batch& b) {

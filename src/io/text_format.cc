@@ -12,10 +12,11 @@
 namespace ctrbox {
 
 bool ParseDataFormat(std::string_view name, DataFormat* out) {
-  static const std::pair<std::string_view, DataFormat> kNames[] = {
-      {"criteo", DataFormat::kCriteo}, {"libsvm", DataFormat::kLibsvm},
-      {"libfm", DataFormat::kLibfm},   {"slots", DataFormat::kSlots},
-      {"shards", DataFormat::kShards}};
+  static const std::pair<std::string_view, DataFormat> kNames[] = {{"criteo", DataFormat::kCriteo},
+                                                                   {"libsvm", DataFormat::kLibsvm},
+                                                                   {"libfm", DataFormat::kLibfm},
+                                                                   {"slots", DataFormat::kSlots},
+                                                                   {"shards", DataFormat::kShards}};
   for (const auto& [n, f] : kNames) {
     if (n == name) {
       *out = f;
@@ -27,22 +28,31 @@ bool ParseDataFormat(std::string_view name, DataFormat* out) {
 
 std::string_view DataFormatName(DataFormat f) {
   switch (f) {
-    case DataFormat::kCriteo: return "criteo";
-    case DataFormat::kLibsvm: return "libsvm";
-    case DataFormat::kLibfm: return "libfm";
-    case DataFormat::kSlots: return "slots";
-    case DataFormat::kShards: return "shards";
+    case DataFormat::kCriteo:
+      return "criteo";
+    case DataFormat::kLibsvm:
+      return "libsvm";
+    case DataFormat::kLibfm:
+      return "libfm";
+    case DataFormat::kSlots:
+      return "slots";
+    case DataFormat::kShards:
+      return "shards";
   }
   return "unknown";
 }
 
 Schema SchemaForFormat(DataFormat format, uint32_t num_slots, uint32_t num_dense) {
   switch (format) {
-    case DataFormat::kCriteo: return Schema{kCriteoSlots, kCriteoDense};
-    case DataFormat::kLibsvm: return Schema{1, 0};
-    case DataFormat::kLibfm: return Schema{num_slots, 0};
+    case DataFormat::kCriteo:
+      return Schema{kCriteoSlots, kCriteoDense};
+    case DataFormat::kLibsvm:
+      return Schema{1, 0};
+    case DataFormat::kLibfm:
+      return Schema{num_slots, 0};
     case DataFormat::kSlots:
-    case DataFormat::kShards: return Schema{num_slots, num_dense};
+    case DataFormat::kShards:
+      return Schema{num_slots, num_dense};
   }
   return Schema{};
 }
@@ -74,7 +84,8 @@ bool ParseCriteo(std::string_view line, const TextFormatOptions& opt, BatchBuild
   float label = 0;
   if (n == kFields) {
     if (!text_scan::ParseLabel(f[0], /*allow_minus_one=*/false, &label)) {
-      return err->Set(BadKind::kBadLabel, fmt::format("label '{}' is not 0 or 1", text_scan::Clip(f[0])));
+      return err->Set(BadKind::kBadLabel,
+                      fmt::format("label '{}' is not 0 or 1", text_scan::Clip(f[0])));
     }
   } else if (n == kFields - 1 && opt.labels_optional) {
     first = 0;
@@ -104,24 +115,34 @@ bool ParseCriteo(std::string_view line, const TextFormatOptions& opt, BatchBuild
   return true;
 }
 
-// libsvm: label idx:val ...      libfm: label field:idx:val ...
-bool ParseSparse(std::string_view line, const TextFormatOptions& opt, bool fields,
-                 BatchBuilder* b, LineError* err) {
-  text_scan::Tokenizer tok(line);
-  std::string_view t;
-  if (!tok.Next(&t)) return err->Set(BadKind::kFieldCount, "empty line");
+// Starts a row of a whitespace-tokenised format: reads the label (or, where labels are
+// optional, accepts a line that starts with a feature) and leaves the first feature token in
+// *t (*have_token false if there is none).
+bool BeginTokenRow(const TextFormatOptions& opt, bool allow_minus_one, text_scan::Tokenizer* tok,
+                   std::string_view* t, bool* have_token, BatchBuilder* b, LineError* err) {
+  if (!tok->Next(t)) return err->Set(BadKind::kFieldCount, "empty line");
   float label = 0;
-  bool have_token = true;
-  if (t.find(':') == std::string_view::npos) {
-    if (!text_scan::ParseLabel(t, /*allow_minus_one=*/true, &label)) {
-      return err->Set(BadKind::kBadLabel,
-                      fmt::format("label '{}' is not 0/1 or -1/+1", text_scan::Clip(t)));
+  *have_token = true;
+  if (t->find(':') == std::string_view::npos) {
+    if (!text_scan::ParseLabel(*t, allow_minus_one, &label)) {
+      return err->Set(BadKind::kBadLabel, fmt::format("label '{}' is not {}", text_scan::Clip(*t),
+                                                      allow_minus_one ? "0/1 or -1/+1" : "0 or 1"));
     }
-    have_token = tok.Next(&t);
+    *have_token = tok->Next(t);
   } else if (!opt.labels_optional) {
     return err->Set(BadKind::kBadLabel, "line starts with a feature, not a label");
   }
   b->BeginRow(label);
+  return true;
+}
+
+// libsvm: label idx:val ...      libfm: label field:idx:val ...
+bool ParseSparse(std::string_view line, const TextFormatOptions& opt, bool fields, BatchBuilder* b,
+                 LineError* err) {
+  text_scan::Tokenizer tok(line);
+  std::string_view t;
+  bool have_token;
+  if (!BeginTokenRow(opt, /*allow_minus_one=*/true, &tok, &t, &have_token, b, err)) return false;
   const uint32_t num_slots = b->schema().num_slots;
   for (; have_token; have_token = tok.Next(&t)) {
     size_t c1 = t.find(':');
@@ -130,8 +151,8 @@ bool ParseSparse(std::string_view line, const TextFormatOptions& opt, bool field
     std::string_view idx, val;
     if (fields) {
       if (c2 == std::string_view::npos) {
-        return err->Set(BadKind::kBadSlot, fmt::format("token '{}' is not field:index:value",
-                                                       text_scan::Clip(t)));
+        return err->Set(BadKind::kBadSlot,
+                        fmt::format("token '{}' is not field:index:value", text_scan::Clip(t)));
       }
       uint64_t field;
       if (!ParseUint64(t.substr(0, c1), &field) || field >= num_slots) {
@@ -170,19 +191,8 @@ bool ParseSlots(std::string_view line, const TextFormatOptions& opt, BatchBuilde
                 LineError* err) {
   text_scan::Tokenizer tok(line);
   std::string_view t;
-  if (!tok.Next(&t)) return err->Set(BadKind::kFieldCount, "empty line");
-  float label = 0;
-  bool have_token = true;
-  if (t.find(':') == std::string_view::npos) {
-    if (!text_scan::ParseLabel(t, /*allow_minus_one=*/false, &label)) {
-      return err->Set(BadKind::kBadLabel,
-                      fmt::format("label '{}' is not 0 or 1", text_scan::Clip(t)));
-    }
-    have_token = tok.Next(&t);
-  } else if (!opt.labels_optional) {
-    return err->Set(BadKind::kBadLabel, "line starts with a feature, not a label");
-  }
-  b->BeginRow(label);
+  bool have_token;
+  if (!BeginTokenRow(opt, /*allow_minus_one=*/false, &tok, &t, &have_token, b, err)) return false;
   const Schema schema = b->schema();
   for (; have_token; have_token = tok.Next(&t)) {
     size_t c = t.find(':');
@@ -196,8 +206,9 @@ bool ParseSlots(std::string_view line, const TextFormatOptions& opt, BatchBuilde
       for (std::string_view v : Split(rest, ',')) {
         float x;
         if (j >= schema.num_dense) {
-          return err->Set(BadKind::kFieldCount,
-                          fmt::format("more than data.num_dense={} dense values", schema.num_dense));
+          return err->Set(
+              BadKind::kFieldCount,
+              fmt::format("more than data.num_dense={} dense values", schema.num_dense));
         }
         if (!text_scan::ParseNumber(v, &x)) {
           return err->Set(BadKind::kBadNumber,
@@ -206,9 +217,9 @@ bool ParseSlots(std::string_view line, const TextFormatOptions& opt, BatchBuilde
         b->SetDense(j++, x);
       }
       if (j != schema.num_dense) {
-        return err->Set(BadKind::kFieldCount,
-                        fmt::format("{} dense values, expected data.num_dense={}", j,
-                                    schema.num_dense));
+        return err->Set(
+            BadKind::kFieldCount,
+            fmt::format("{} dense values, expected data.num_dense={}", j, schema.num_dense));
       }
       continue;
     }
@@ -218,8 +229,8 @@ bool ParseSlots(std::string_view line, const TextFormatOptions& opt, BatchBuilde
                                                      text_scan::Clip(head), schema.num_slots));
     }
     if (!ParseUint64(rest, &key)) {
-      return err->Set(BadKind::kBadNumber,
-                      fmt::format("key '{}' is not an unsigned 64-bit integer", text_scan::Clip(rest)));
+      return err->Set(BadKind::kBadNumber, fmt::format("key '{}' is not an unsigned 64-bit integer",
+                                                       text_scan::Clip(rest)));
     }
     b->AddKey(static_cast<uint32_t>(slot), FeatureKey(static_cast<uint32_t>(slot), key));
   }
@@ -268,11 +279,20 @@ void ParseTextChunk(const TextFormatOptions& opt, const TextChunk& chunk,
     }
     bool ok = false;
     switch (opt.format) {
-      case DataFormat::kCriteo: ok = ParseCriteo(line, opt, &builder, &err); break;
-      case DataFormat::kLibsvm: ok = ParseSparse(line, opt, false, &builder, &err); break;
-      case DataFormat::kLibfm: ok = ParseSparse(line, opt, true, &builder, &err); break;
-      case DataFormat::kSlots: ok = ParseSlots(line, opt, &builder, &err); break;
-      case DataFormat::kShards: break;
+      case DataFormat::kCriteo:
+        ok = ParseCriteo(line, opt, &builder, &err);
+        break;
+      case DataFormat::kLibsvm:
+        ok = ParseSparse(line, opt, false, &builder, &err);
+        break;
+      case DataFormat::kLibfm:
+        ok = ParseSparse(line, opt, true, &builder, &err);
+        break;
+      case DataFormat::kSlots:
+        ok = ParseSlots(line, opt, &builder, &err);
+        break;
+      case DataFormat::kShards:
+        break;
     }
     if (ok) {
       builder.EndRow();

@@ -41,8 +41,8 @@ struct ChunkParseResult {
   Status status;  // not OK only for unrecoverable input (a corrupt shard block)
   Batch batch;
   RecordCounts counts;
-  std::vector<BadRecord> samples;    // the first few bad records of each kind
-  std::vector<uint64_t> bad_lines;   // every bad line, in order (including overlong ones)
+  std::vector<BadRecord> samples;   // the first few bad records of each kind
+  std::vector<uint64_t> bad_lines;  // every bad line, in order (including overlong ones)
 };
 
 // Parses the lines of `chunk` into result->batch (reset to the format's schema).

@@ -10,7 +10,8 @@ namespace {
 std::string CriteoLine(std::string label = "1") {
   std::string l = label;
   for (int j = 0; j < 13; ++j) l += "\t" + (j == 2 ? std::string() : std::to_string(j * 3 - 1));
-  for (int s = 0; s < 26; ++s) l += "\t" + (s == 5 ? std::string() : "a1b2c3" + std::to_string(s % 10) + "f");
+  for (int s = 0; s < 26; ++s)
+    l += "\t" + (s == 5 ? std::string() : "a1b2c3" + std::to_string(s % 10) + "f");
   return l;
 }
 
@@ -115,8 +116,9 @@ TEST(LibfmTest, FieldsBecomeSlots) {
   opt.schema = SchemaForFormat(DataFormat::kLibfm, 3, 0);
   auto r = Parse(opt, "1 2:5:1 0:7:0.25 2:6:1\n0 3:1:1\n0 1:2\n");
   ASSERT_EQ(r.counts.good, 1u);
-  EXPECT_EQ(r.batch.keys, (std::vector<uint64_t>{FeatureKey(0, uint64_t{7}), FeatureKey(2, uint64_t{5}),
-                                                 FeatureKey(2, uint64_t{6})}));
+  EXPECT_EQ(r.batch.keys,
+            (std::vector<uint64_t>{FeatureKey(0, uint64_t{7}), FeatureKey(2, uint64_t{5}),
+                                   FeatureKey(2, uint64_t{6})}));
   EXPECT_EQ(r.batch.offsets, (std::vector<uint32_t>{0, 1, 1, 3}));
   EXPECT_EQ(r.counts.bad[static_cast<int>(BadKind::kBadSlot)], 2u);
 }

@@ -11,7 +11,8 @@ double ExactAuc(const std::vector<float>& labels, const std::vector<double>& sco
   const size_t n = labels.size();
   std::vector<uint32_t> order(n);
   std::iota(order.begin(), order.end(), 0u);
-  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return scores[a] < scores[b]; });
+  std::sort(order.begin(), order.end(),
+            [&](uint32_t a, uint32_t b) { return scores[a] < scores[b]; });
   // Sum of the (tie-averaged) ranks of the positives: Mann-Whitney U.
   double rank_sum = 0, npos = 0;
   for (size_t i = 0; i < n;) {
@@ -37,8 +38,10 @@ void BucketAuc::Add(float label, double prediction) {
   const size_t n = pos_.size();
   double x = prediction * static_cast<double>(n);
   size_t b = x <= 0 ? 0 : (x >= static_cast<double>(n) ? n - 1 : static_cast<size_t>(x));
-  if (label > 0.5f) ++pos_[b];
-  else ++neg_[b];
+  if (label > 0.5f)
+    ++pos_[b];
+  else
+    ++neg_[b];
 }
 
 void BucketAuc::Merge(const BucketAuc& other) {

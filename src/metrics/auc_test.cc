@@ -66,8 +66,9 @@ TEST(AucTest, BucketedIsCloseToExactAndMerges) {
   EXPECT_NEAR(whole.Auc(), exact, 1e-5);
   a.Merge(b);
   EXPECT_EQ(a.Auc(), whole.Auc());
-  EXPECT_NEAR(exact, BruteForceAuc(std::vector<float>(y.begin(), y.begin() + 2000),
-                                   std::vector<double>(s.begin(), s.begin() + 2000)),
+  EXPECT_NEAR(exact,
+              BruteForceAuc(std::vector<float>(y.begin(), y.begin() + 2000),
+                            std::vector<double>(s.begin(), s.begin() + 2000)),
               0.05);
 }
 

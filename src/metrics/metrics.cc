@@ -6,7 +6,7 @@
 namespace ctrbox {
 
 nlohmann::json MetricSummary::ToJson() const {
-  return nlohmann::json{{"examples", examples}, {"auc", auc},   {"logloss", logloss},
+  return nlohmann::json{{"examples", examples}, {"auc", auc}, {"logloss", logloss},
                         {"copc", copc},         {"ctr", ctr}, {"mean_prediction", mean_prediction}};
 }
 

@@ -4,9 +4,8 @@
 
 #include <cstdint>
 #include <memory>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "metrics/auc.h"
 #include "util/env.h"

@@ -16,12 +16,14 @@ void Sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const f
            const float* b, int ldb, float beta, float* c, int ldc) {
   if (m <= 0 || n <= 0) return;
   const bool count = counting.load(std::memory_order_relaxed);
-  const auto start = count ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-              m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  const auto start =
+      count ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   if (count) {
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                        std::chrono::steady_clock::now() - start).count();
+                        std::chrono::steady_clock::now() - start)
+                        .count();
     counted_calls.fetch_add(1, std::memory_order_relaxed);
     counted_flops.fetch_add(2ull * m * n * k, std::memory_order_relaxed);
     counted_nanos.fetch_add(static_cast<uint64_t>(ns), std::memory_order_relaxed);

@@ -10,11 +10,6 @@
 namespace ctrbox {
 namespace {
 
-void RunTasks(ThreadPool* pool, size_t n, const ThreadPool::TaskFn& fn) {
-  if (pool) pool->ParallelFor(n, fn);
-  else for (size_t i = 0; i < n; ++i) fn(i, 0);
-}
-
 float Sigmoid(float z) { return 1.0f / (1.0f + std::exp(-z)); }
 
 // Binary cross-entropy from the logit, stable for large |z|.
@@ -118,7 +113,7 @@ StepStats CtrModel::TrainMinibatch(const Batch& pass, const WorkingSet& ws, cons
   std::vector<double> block_loss(blocks, 0.0);
 
   // Phase A (row blocks): inputs, forward, loss gradient, backward to the inputs.
-  RunTasks(pool, blocks, [&](size_t blk, int) {
+  RunParallel(pool, blocks, [&](size_t blk, int) {
     const uint32_t r0 = static_cast<uint32_t>(blk * kRowBlock), r1 = std::min(B, r0 + kRowBlock);
     BuildInputs(pass, ws, mb, *rows, r0, r1);
     ForwardBlock(r0, r1);
@@ -146,14 +141,15 @@ StepStats CtrModel::TrainMinibatch(const Batch& pass, const WorkingSet& ws, cons
   dense_opt_.BeginStep();
   const size_t chunks = (mb.uniq.size() + kSparseChunk - 1) / kSparseChunk;
   std::vector<uint32_t> created(chunks, 0);
-  RunTasks(pool, tiles_.size() + chunks, [&](size_t task, int) {
+  RunParallel(pool, tiles_.size() + chunks, [&](size_t task, int) {
     if (task < tiles_.size()) {
       DenseTile(task, B);
       return;
     }
     const size_t c = task - tiles_.size();
     UpdateSparseChunk(pass, ws, mb, c * kSparseChunk,
-                      std::min(mb.uniq.size(), (c + 1) * kSparseChunk), rows, accessor, &created[c]);
+                      std::min(mb.uniq.size(), (c + 1) * kSparseChunk), rows, accessor,
+                      &created[c]);
   });
 
   StepStats stats;
@@ -209,7 +205,7 @@ void CtrModel::Predict(const Batch& examples, const WorkingSet& ws, const Miniba
   const uint32_t B = mb.rows();
   EnsureBuffers(B);
   const size_t blocks = (B + kRowBlock - 1) / kRowBlock;
-  RunTasks(pool, blocks, [&](size_t blk, int) {
+  RunParallel(pool, blocks, [&](size_t blk, int) {
     const uint32_t r0 = static_cast<uint32_t>(blk * kRowBlock), r1 = std::min(B, r0 + kRowBlock);
     BuildInputs(examples, ws, mb, rows, r0, r1);
     ForwardBlock(r0, r1);

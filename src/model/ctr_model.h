@@ -79,9 +79,8 @@ class CtrModel {
   void BuildInputs(const Batch& pass, const WorkingSet& ws, const Minibatch& mb,
                    const RowBlock& rows, uint32_t r0, uint32_t r1);
   void ForwardBlock(uint32_t r0, uint32_t r1);
-  void UpdateSparseChunk(const Batch& pass, const WorkingSet& ws, const Minibatch& mb,
-                         size_t u0, size_t u1, RowBlock* rows, const CtrAccessor& accessor,
-                         uint32_t* created);
+  void UpdateSparseChunk(const Batch& pass, const WorkingSet& ws, const Minibatch& mb, size_t u0,
+                         size_t u1, RowBlock* rows, const CtrAccessor& accessor, uint32_t* created);
   void DenseTile(size_t tile, uint32_t batch_rows);
 
   Schema schema_;

@@ -41,7 +41,8 @@ struct Fixture {
     BuildWorkingSet(pass, batch, nullptr, &ws);
     rows.Resize(ws.keys.size());
     for (size_t i = 0; i < ws.keys.size(); ++i) accessor.InitRow(&rows, i, ws.keys[i]);
-    for (size_t i = 0; i < ws.keys.size(); ++i) rows.wide(i) = 0.1f * static_cast<float>(i % 5) - 0.2f;
+    for (size_t i = 0; i < ws.keys.size(); ++i)
+      rows.wide(i) = 0.1f * static_cast<float>(i % 5) - 0.2f;
   }
   CtrModel model;
   Batch pass;
@@ -167,7 +168,8 @@ TEST(CtrModelTest, LazyEmbeddingsAppearOncePopular) {
   std::vector<float> pred(50);
   uint32_t created = 0;
   for (const Minibatch& mb : ws.batches) {
-    created += model.TrainMinibatch(pass, ws, mb, &rows, acc, nullptr, pred.data()).embeddings_created;
+    created +=
+        model.TrainMinibatch(pass, ws, mb, &rows, acc, nullptr, pred.data()).embeddings_created;
   }
   size_t with = 0;
   for (size_t i = 0; i < rows.size(); ++i) {

@@ -42,8 +42,8 @@ void Mlp::Forward(const float* params, const float* x, int rows, float* const* a
   for (uint32_t l = 0; l + 1 < L; ++l) {
     const uint32_t n = out(l);
     float* y = acts[l];
-    blas::Sgemm(false, false, rows, n, in(l), 1.0f, input, in(l), params + w_offset(l), n, 0.0f,
-                y, n);
+    blas::Sgemm(false, false, rows, n, in(l), 1.0f, input, in(l), params + w_offset(l), n, 0.0f, y,
+                n);
     const float* b = params + b_offset(l);
     for (int r = 0; r < rows; ++r) {
       float* yr = y + size_t(r) * n;
@@ -104,8 +104,8 @@ void Mlp::Backward(const float* params, const float* const* acts, const float* d
               params + w_offset(0) + size_t{dx_begin} * n_out, n_out, 0.0f, dx, width);
 }
 
-void Mlp::TileGrad(uint32_t l, uint32_t c0, uint32_t c1, const float* xin, const float* g,
-                   int rows, float* grad_params) const {
+void Mlp::TileGrad(uint32_t l, uint32_t c0, uint32_t c1, const float* xin, const float* g, int rows,
+                   float* grad_params) const {
   const uint32_t n_in = in(l), n_out = out(l), width = c1 - c0;
   blas::Sgemm(true, false, n_in, width, rows, 1.0f, xin, n_in, g + c0, n_out, 0.0f,
               grad_params + w_offset(l) + c0, n_out);

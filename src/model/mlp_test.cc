@@ -33,7 +33,8 @@ double Loss(const Mlp& mlp, const std::vector<float>& params, const std::vector<
 
 TEST(MlpTest, GradientsMatchFiniteDifferences) {
   blas::UseSingleThreadedBlas();
-  for (auto hidden : {std::vector<uint32_t>{}, std::vector<uint32_t>{6}, std::vector<uint32_t>{6, 5, 4}}) {
+  for (auto hidden :
+       {std::vector<uint32_t>{}, std::vector<uint32_t>{6}, std::vector<uint32_t>{6, 5, 4}}) {
     const uint32_t in = 7;
     const int rows = 9;
     Mlp mlp(in, hidden);
@@ -81,7 +82,8 @@ TEST(MlpTest, GradientsMatchFiniteDifferences) {
       if (pu != base || pd != base) continue;
       ++checked;
       double numeric = (up - down) / (2 * h);
-      EXPECT_NEAR(gparams[i], numeric, 2e-3 + 2e-3 * std::fabs(numeric)) << "param " << i << " layers " << mlp.num_layers();
+      EXPECT_NEAR(gparams[i], numeric, 2e-3 + 2e-3 * std::fabs(numeric))
+          << "param " << i << " layers " << mlp.num_layers();
     }
     for (int r = 0; r < rows; ++r) {
       for (uint32_t j = 2; j < in; ++j) {

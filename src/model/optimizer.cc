@@ -5,27 +5,37 @@
 namespace ctrbox {
 
 bool ParseOptimizerKind(std::string_view name, OptimizerKind* out) {
-  if (name == "adagrad") *out = OptimizerKind::kAdagrad;
-  else if (name == "sgd") *out = OptimizerKind::kSgd;
-  else if (name == "adam") *out = OptimizerKind::kAdam;
-  else return false;
+  if (name == "adagrad")
+    *out = OptimizerKind::kAdagrad;
+  else if (name == "sgd")
+    *out = OptimizerKind::kSgd;
+  else if (name == "adam")
+    *out = OptimizerKind::kAdam;
+  else
+    return false;
   return true;
 }
 
 std::string_view OptimizerKindName(OptimizerKind k) {
   switch (k) {
-    case OptimizerKind::kAdagrad: return "adagrad";
-    case OptimizerKind::kSgd: return "sgd";
-    case OptimizerKind::kAdam: return "adam";
+    case OptimizerKind::kAdagrad:
+      return "adagrad";
+    case OptimizerKind::kSgd:
+      return "sgd";
+    case OptimizerKind::kAdam:
+      return "adam";
   }
   return "unknown";
 }
 
 uint32_t SparseOptimizer::StateFloats(uint32_t n) const {
   switch (o_.kind) {
-    case OptimizerKind::kAdagrad: return n;
-    case OptimizerKind::kSgd: return 0;
-    case OptimizerKind::kAdam: return 2 * n + 2;
+    case OptimizerKind::kAdagrad:
+      return n;
+    case OptimizerKind::kSgd:
+      return 0;
+    case OptimizerKind::kAdam:
+      return 2 * n + 2;
   }
   return 0;
 }

@@ -75,8 +75,9 @@ Status PredictLines(Env* env, const DataOptions& data, const MemTable& table, Ct
     if (parsed.batch.rows() > 0) {
       PredictChunk(parsed.batch, table, model, batch_size, pool, &predictions);
     }
-    const uint64_t lines = static_cast<uint64_t>(std::count(chunk.data.begin(), chunk.data.end(), '\n')) +
-                           chunk.overlong_lines.size();
+    const uint64_t lines =
+        static_cast<uint64_t>(std::count(chunk.data.begin(), chunk.data.end(), '\n')) +
+        chunk.overlong_lines.size();
     size_t next_bad = 0, next_row = 0;
     std::string text_out;
     for (uint64_t l = chunk.first_line; l < chunk.first_line + lines; ++l) {

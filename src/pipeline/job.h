@@ -34,14 +34,14 @@ struct GeneratedData {
   DataFormat layout = DataFormat::kCriteo;
   uint64_t rows = 500000;
   uint64_t test_rows = 100000;
-  uint64_t seed = 11;       // train rows; the test rows use seed + 1
+  uint64_t seed = 11;  // train rows; the test rows use seed + 1
 };
 
 struct JobConfig {
   DataOptions data;                     // training (or eval / predict) input
   std::vector<std::string> eval_paths;  // train: data to evaluate on after training
   GeneratedData generated;
-  ModelSpec spec;                       // schema filled in from the data
+  ModelSpec spec;  // schema filled in from the data
   uint32_t table_shard_bits = 6;
   TrainOptions train;
   PipelineOptions pipeline;

@@ -33,7 +33,12 @@ class PassProducer {
       : open_(std::move(open)), job_(job), queue_(job.pipeline.queue_depth) {}
   ~PassProducer() { Stop().IgnoreError(); }  // errors were reported by the explicit Stop()
 
-  void Start() { thread_ = std::thread([this] { status_ = Run(); queue_.Close(); }); }
+  void Start() {
+    thread_ = std::thread([this] {
+      status_ = Run();
+      queue_.Close();
+    });
+  }
   bool Next(std::unique_ptr<Pass>* pass) { return queue_.Pop(pass); }
   // Stops reading (if still running) and returns the first error, if any.
   Status Stop() {
@@ -110,7 +115,8 @@ class PassProducer {
 
 nlohmann::json CountsJson(const RecordCounts& c) {
   nlohmann::json bad = nlohmann::json::object();
-  for (int k = 0; k < kNumBadKinds; ++k) bad[std::string(BadKindName(static_cast<BadKind>(k)))] = c.bad[k];
+  for (int k = 0; k < kNumBadKinds; ++k)
+    bad[std::string(BadKindName(static_cast<BadKind>(k)))] = c.bad[k];
   return {{"records_good", c.good}, {"records_malformed", c.bad_total()}, {"malformed", bad}};
 }
 
@@ -172,11 +178,13 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink) {
   } else {
     model = std::make_unique<CtrModel>(job.spec.schema, job.spec.model, job.spec.sparse_optimizer,
                                        job.spec.dense_optimizer, job.train.seed);
-    table = std::make_unique<MemTable>(MemTableOptions{model->value_layout(), job.table_shard_bits});
+    table =
+        std::make_unique<MemTable>(MemTableOptions{model->value_layout(), job.table_shard_bits});
   }
   const CtrAccessor accessor(model->value_layout(), job.spec.table);
   std::string metrics_path = job.train.metrics_path;
-  if (metrics_path.empty() && !job.model_dir.empty()) metrics_path = JoinPath(job.model_dir, "metrics.jsonl");
+  if (metrics_path.empty() && !job.model_dir.empty())
+    metrics_path = JoinPath(job.model_dir, "metrics.jsonl");
   ASSIGN_OR_RETURN(auto metrics_log, MetricsLog::Open(env, metrics_path));
 
   // Train pass by pass.
@@ -308,16 +316,20 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink) {
     DataOptions eval = job.data;
     eval.paths = job.eval_paths;
     ASSIGN_OR_RETURN(auto reader, OpenData(env, eval, job.generated, true));
-    ASSIGN_OR_RETURN(MetricSummary t, Evaluate(reader.get(), *table, model.get(), job.train.batch_size,
-                                               job.pipeline.pass_examples, &pool, nullptr));
+    ASSIGN_OR_RETURN(MetricSummary t,
+                     Evaluate(reader.get(), *table, model.get(), job.train.batch_size,
+                              job.pipeline.pass_examples, &pool, nullptr));
     report["test_examples"] = t.examples;
     report["test_auc"] = t.auc;
     report["test_logloss"] = t.logloss;
     report["test_copc"] = t.copc;
     report["eval_seconds"] = clock.Seconds();
     if (generated) report["oracle_auc"] = OracleAuc(job.generated);
-    RETURN_IF_ERROR(metrics_log->Write({{"event", "test"}, {"examples", t.examples}, {"auc", t.auc},
-                                        {"logloss", t.logloss}, {"copc", t.copc}}));
+    RETURN_IF_ERROR(metrics_log->Write({{"event", "test"},
+                                        {"examples", t.examples},
+                                        {"auc", t.auc},
+                                        {"logloss", t.logloss},
+                                        {"copc", t.copc}}));
   }
   RETURN_IF_ERROR(metrics_log->Close());
   report["total_seconds"] = total_clock.Seconds();
@@ -354,9 +366,9 @@ StatusOr<nlohmann::json> RunEval(Env* env, const JobConfig& job) {
     }
     return Status::OK();
   };
-  ASSIGN_OR_RETURN(MetricSummary s, Evaluate(reader.get(), *lm.table, lm.model.get(),
-                                             job.train.batch_size, job.pipeline.pass_examples,
-                                             &pool, keep));
+  ASSIGN_OR_RETURN(MetricSummary s,
+                   Evaluate(reader.get(), *lm.table, lm.model.get(), job.train.batch_size,
+                            job.pipeline.pass_examples, &pool, keep));
   const double seconds = clock.Seconds();
   nlohmann::json report = {{"command", "eval"},
                            {"examples", s.examples},

@@ -7,8 +7,8 @@
 #include "ckpt/model_dir.h"
 #include "io/synth.h"
 #include "io/test_util.h"
-#include "util/parse.h"
 #include "pipeline/evaluator.h"
+#include "util/parse.h"
 
 namespace ctrbox {
 namespace {
@@ -111,7 +111,8 @@ TEST(TrainerTest, ContinuingFromTheModelDirEqualsOneRun) {
   other.spec.model.embedding_dim = 8;
   auto r3 = RunTrain(Env::Posix(), other, nullptr);
   ASSERT_FALSE(r3.ok());
-  EXPECT_NE(r3.status().message().find("model.embedding_dim"), std::string::npos) << r3.status().message();
+  EXPECT_NE(r3.status().message().find("model.embedding_dim"), std::string::npos)
+      << r3.status().message();
 }
 
 TEST(TrainerTest, EvalAndPredictAgreeWithTheSavedModel) {

@@ -15,8 +15,8 @@ struct AccessorOptions {
   float embedx_threshold = 0.0f;  // 0: every key gets its embedding on first sight
   float init_range = 0.01f;       // embeddings start uniform in [-init_range, init_range]
   uint64_t seed = 1;
-  float decay = 0.98f;            // show/click multiplier at each shrink
-  float delete_threshold = 0.0f;  // shrink deletes keys whose score falls below this
+  float decay = 0.98f;                      // show/click multiplier at each shrink
+  float delete_threshold = 0.0f;            // shrink deletes keys whose score falls below this
   uint32_t delete_after_unseen_passes = 0;  // ... or unseen for more passes (0: never)
 };
 

@@ -193,8 +193,7 @@ void MemTable::Pull(const uint64_t* keys, size_t n, const CtrAccessor* accessor,
       }
     }
   };
-  if (pool) pool->ParallelFor(shards_.size(), task);
-  else for (size_t s = 0; s < shards_.size(); ++s) task(s, 0);
+  RunParallel(pool, shards_.size(), task);
 }
 
 void MemTable::Push(const RowBlock& rows, ThreadPool* pool) {
@@ -214,8 +213,7 @@ void MemTable::Push(const RowBlock& rows, ThreadPool* pool) {
       shard.WriteRow(id, inserted, rows, i);
     }
   };
-  if (pool) pool->ParallelFor(shards_.size(), task);
-  else for (size_t s = 0; s < shards_.size(); ++s) task(s, 0);
+  RunParallel(pool, shards_.size(), task);
 }
 
 uint64_t MemTable::Shrink(const CtrAccessor& accessor, ThreadPool* pool) {
@@ -238,8 +236,7 @@ uint64_t MemTable::Shrink(const CtrAccessor& accessor, ThreadPool* pool) {
     for (uint64_t key : doomed) shard.EraseSlot(shard.Probe(key));
     deleted[s] = doomed.size();
   };
-  if (pool) pool->ParallelFor(shards_.size(), task);
-  else for (size_t s = 0; s < shards_.size(); ++s) task(s, 0);
+  RunParallel(pool, shards_.size(), task);
   uint64_t total = 0;
   for (uint64_t d : deleted) total += d;
   return total;
@@ -288,8 +285,7 @@ uint64_t MemTable::SparseDigest(ThreadPool* pool) const {
     }
     sums[s] = sum;
   };
-  if (pool) pool->ParallelFor(shards_.size(), task);
-  else for (size_t s = 0; s < shards_.size(); ++s) task(s, 0);
+  RunParallel(pool, shards_.size(), task);
   uint64_t total = 0;
   for (uint64_t v : sums) total += v;
   return total;

@@ -25,9 +25,7 @@ class SlabArena {
     return next_++;
   }
   void Free(uint32_t id) { free_.push_back(id); }
-  uint32_t* Get(uint32_t id) {
-    return slabs_[id >> kSlabShift].get() + (id & kSlabMask) * words_;
-  }
+  uint32_t* Get(uint32_t id) { return slabs_[id >> kSlabShift].get() + (id & kSlabMask) * words_; }
   const uint32_t* Get(uint32_t id) const {
     return slabs_[id >> kSlabShift].get() + (id & kSlabMask) * words_;
   }

@@ -71,9 +71,10 @@ size_t RowBlock::DecodeRow(const char* p, size_t n, size_t i) {
 }
 
 size_t RowBlock::MemoryBytes() const {
-  return keys_.capacity() * 8 + (show_.capacity() + click_.capacity() + wide_.capacity() +
-                                 wide_state_.capacity() + emb_.capacity() + emb_state_.capacity()) *
-                                    4 +
+  return keys_.capacity() * 8 +
+         (show_.capacity() + click_.capacity() + wide_.capacity() + wide_state_.capacity() +
+          emb_.capacity() + emb_state_.capacity()) *
+             4 +
          (unseen_.capacity() + flags_.capacity()) * 2;
 }
 

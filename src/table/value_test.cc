@@ -57,7 +57,7 @@ TEST(AccessorTest, LazyEmbeddingAndShrinkRules) {
   EXPECT_FALSE(r.has_emb(0));  // score 0 < 1
   r.show(0) = 5;               // score (5-0)*0.1 = 0.5
   EXPECT_FALSE(acc.MaybeCreateEmbedding(&r, 0));
-  r.click(0) = 1;              // score 4*0.1 + 1 = 1.4
+  r.click(0) = 1;  // score 4*0.1 + 1 = 1.4
   EXPECT_TRUE(acc.MaybeCreateEmbedding(&r, 0));
   for (int d = 0; d < 8; ++d) EXPECT_LE(std::abs(r.emb(0)[d]), o.init_range);
   EXPECT_NE(r.emb(0)[0], r.emb(0)[1]);

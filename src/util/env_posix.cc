@@ -23,7 +23,8 @@ Status PosixError(const std::string& context, int err) {
 
 class PosixSequentialFile final : public SequentialFile {
  public:
-  PosixSequentialFile(std::string name, int fd, bool owns) : name_(std::move(name)), fd_(fd), owns_(owns) {}
+  PosixSequentialFile(std::string name, int fd, bool owns)
+      : name_(std::move(name)), fd_(fd), owns_(owns) {}
   ~PosixSequentialFile() override {
     if (owns_) ::close(fd_);
   }

@@ -10,11 +10,14 @@ namespace ctrbox {
 namespace {
 
 TEST(HashTest, FeatureKeysDependOnSlotAndValue) {
-  EXPECT_EQ(FeatureKey(3, std::string_view("68fd1e64")), FeatureKey(3, std::string_view("68fd1e64")));
-  EXPECT_NE(FeatureKey(3, std::string_view("68fd1e64")), FeatureKey(4, std::string_view("68fd1e64")));
+  EXPECT_EQ(FeatureKey(3, std::string_view("68fd1e64")),
+            FeatureKey(3, std::string_view("68fd1e64")));
+  EXPECT_NE(FeatureKey(3, std::string_view("68fd1e64")),
+            FeatureKey(4, std::string_view("68fd1e64")));
   EXPECT_NE(FeatureKey(0, uint64_t{1}), FeatureKey(1, uint64_t{1}));
   // Pinned values: keys are part of the shard and model formats and must never change.
-  EXPECT_EQ(FeatureKey(0, uint64_t{0}), 0x21469cf2aff815e1ULL) << std::hex << FeatureKey(0, uint64_t{0});
+  EXPECT_EQ(FeatureKey(0, uint64_t{0}), 0x21469cf2aff815e1ULL)
+      << std::hex << FeatureKey(0, uint64_t{0});
 }
 
 TEST(HashTest, NoCollisionsAmongManyKeys) {

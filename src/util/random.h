@@ -27,7 +27,9 @@ class Random {
   // Uniform in [0, 1) with 24 bits.
   float UniformFloat() { return static_cast<float>(Next() >> 40) * 0x1.0p-24f; }
   // Uniform integer in [0, n). REQUIRES: n > 0.
-  uint64_t Below(uint64_t n) { return static_cast<uint64_t>((static_cast<unsigned __int128>(Next()) * n) >> 64); }
+  uint64_t Below(uint64_t n) {
+    return static_cast<uint64_t>((static_cast<unsigned __int128>(Next()) * n) >> 64);
+  }
   // Standard normal (Box-Muller).
   double Gaussian() {
     double u1 = (static_cast<double>(Next() >> 11) + 0.5) * 0x1.0p-53;

@@ -4,18 +4,30 @@ namespace ctrbox {
 
 std::string_view StatusCodeName(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "ok";
-    case StatusCode::kInvalidArgument: return "invalid_argument";
-    case StatusCode::kNotFound: return "not_found";
-    case StatusCode::kAlreadyExists: return "already_exists";
-    case StatusCode::kCorruption: return "corruption";
-    case StatusCode::kDataLoss: return "data_loss";
-    case StatusCode::kIOError: return "io_error";
-    case StatusCode::kOutOfRange: return "out_of_range";
-    case StatusCode::kResourceExhausted: return "resource_exhausted";
-    case StatusCode::kFailedPrecondition: return "failed_precondition";
-    case StatusCode::kCancelled: return "cancelled";
-    case StatusCode::kInternal: return "internal";
+    case StatusCode::kOk:
+      return "ok";
+    case StatusCode::kInvalidArgument:
+      return "invalid_argument";
+    case StatusCode::kNotFound:
+      return "not_found";
+    case StatusCode::kAlreadyExists:
+      return "already_exists";
+    case StatusCode::kCorruption:
+      return "corruption";
+    case StatusCode::kDataLoss:
+      return "data_loss";
+    case StatusCode::kIOError:
+      return "io_error";
+    case StatusCode::kOutOfRange:
+      return "out_of_range";
+    case StatusCode::kResourceExhausted:
+      return "resource_exhausted";
+    case StatusCode::kFailedPrecondition:
+      return "failed_precondition";
+    case StatusCode::kCancelled:
+      return "cancelled";
+    case StatusCode::kInternal:
+      return "internal";
   }
   return "unknown";
 }

@@ -20,13 +20,13 @@ enum class StatusCode {
   kInvalidArgument,  // bad configuration or a bad call argument
   kNotFound,         // a file, key or model that does not exist
   kAlreadyExists,
-  kCorruption,       // checksum mismatch, malformed file
-  kDataLoss,         // malformed input beyond the configured error rate
-  kIOError,          // the operating system reported an error
-  kOutOfRange,       // end of input, out-of-range index
+  kCorruption,  // checksum mismatch, malformed file
+  kDataLoss,    // malformed input beyond the configured error rate
+  kIOError,     // the operating system reported an error
+  kOutOfRange,  // end of input, out-of-range index
   kResourceExhausted,
   kFailedPrecondition,
-  kCancelled,        // stopped on request (signal, another stage failed)
+  kCancelled,  // stopped on request (signal, another stage failed)
   kInternal,
 };
 
@@ -122,9 +122,9 @@ class [[nodiscard]] StatusOr {
 #define CTRBOX_CONCAT_(a, b) CTRBOX_CONCAT_INNER_(a, b)
 
 // Returns from the enclosing function if `expr` (a Status) is not OK.
-#define RETURN_IF_ERROR(expr)                      \
-  do {                                             \
-    ::ctrbox::Status _ctrbox_status = (expr);      \
+#define RETURN_IF_ERROR(expr)                        \
+  do {                                               \
+    ::ctrbox::Status _ctrbox_status = (expr);        \
     if (!_ctrbox_status.ok()) return _ctrbox_status; \
   } while (0)
 

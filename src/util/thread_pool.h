@@ -47,6 +47,15 @@ class ThreadPool {
   std::atomic<bool> stop_{false};
 };
 
+// Runs fn for every task on `pool`, or on the calling thread (as thread 0) when pool is null.
+inline void RunParallel(ThreadPool* pool, size_t num_tasks, const ThreadPool::TaskFn& fn) {
+  if (pool != nullptr) {
+    pool->ParallelFor(num_tasks, fn);
+  } else {
+    for (size_t t = 0; t < num_tasks; ++t) fn(t, 0);
+  }
+}
+
 }  // namespace ctrbox
 
 #endif  // CTRBOX_UTIL_THREAD_POOL_H_

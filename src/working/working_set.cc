@@ -11,11 +11,6 @@ constexpr int kPartitionBits = 6;
 constexpr size_t kPartitions = size_t{1} << kPartitionBits;
 constexpr uint32_t kNone = 0xFFFFFFFFu;
 
-void RunTasks(ThreadPool* pool, size_t n, const ThreadPool::TaskFn& fn) {
-  if (pool) pool->ParallelFor(n, fn);
-  else for (size_t i = 0; i < n; ++i) fn(i, 0);
-}
-
 // Assigns partition-local ids to the occurrences of one partition, in occurrence order.
 void DedupePartition(const uint64_t* keys, const std::vector<uint32_t>& occurrences,
                      std::vector<uint32_t>* local, std::vector<uint64_t>* part_keys) {
@@ -69,14 +64,14 @@ void BuildWorkingSet(const Batch& pass, size_t batch_size, ThreadPool* pool, Wor
   // 2. Number the distinct keys of each partition; then offset by the partition's base.
   out->local.resize(n);
   std::vector<std::vector<uint64_t>> part_keys(kPartitions);
-  RunTasks(pool, kPartitions,
-           [&](size_t q, int) { DedupePartition(keys, parts[q], &out->local, &part_keys[q]); });
+  RunParallel(pool, kPartitions,
+              [&](size_t q, int) { DedupePartition(keys, parts[q], &out->local, &part_keys[q]); });
   std::vector<uint32_t> base(kPartitions + 1, 0);
   for (size_t q = 0; q < kPartitions; ++q) {
     base[q + 1] = base[q] + static_cast<uint32_t>(part_keys[q].size());
   }
   out->keys.resize(base[kPartitions]);
-  RunTasks(pool, kPartitions, [&](size_t q, int) {
+  RunParallel(pool, kPartitions, [&](size_t q, int) {
     std::copy(part_keys[q].begin(), part_keys[q].end(), out->keys.begin() + base[q]);
     for (uint32_t p : parts[q]) out->local[p] += base[q];
   });
@@ -88,7 +83,7 @@ void BuildWorkingSet(const Batch& pass, size_t batch_size, ThreadPool* pool, Wor
   out->cell.resize(n);
   const int threads = pool ? pool->num_threads() : 1;
   std::vector<std::vector<uint32_t>> seen(threads), index(threads);
-  RunTasks(pool, num_batches, [&](size_t b, int t) {
+  RunParallel(pool, num_batches, [&](size_t b, int t) {
     Minibatch& mb = out->batches[b];
     mb.row_begin = static_cast<uint32_t>(b * batch_size);
     mb.row_end = static_cast<uint32_t>(std::min(rows, (b + 1) * batch_size));
@@ -97,7 +92,8 @@ void BuildWorkingSet(const Batch& pass, size_t batch_size, ThreadPool* pool, Wor
     for (uint32_t r = mb.row_begin; r < mb.row_end; ++r) {
       for (uint32_t s = 0; s < S; ++s) {
         const uint32_t c = (r - mb.row_begin) * S + s;
-        for (uint32_t p = pass.offsets[size_t{r} * S + s]; p < pass.offsets[size_t{r} * S + s + 1]; ++p) {
+        for (uint32_t p = pass.offsets[size_t{r} * S + s]; p < pass.offsets[size_t{r} * S + s + 1];
+             ++p) {
           out->cell[p] = c;
         }
       }

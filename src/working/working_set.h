@@ -27,9 +27,9 @@ struct Minibatch {
 };
 
 struct WorkingSet {
-  std::vector<uint64_t> keys;    // local id -> key
-  std::vector<uint32_t> local;   // per key occurrence of the pass: its local id
-  std::vector<uint32_t> cell;    // per key occurrence: (row - minibatch row_begin) * slots + slot
+  std::vector<uint64_t> keys;   // local id -> key
+  std::vector<uint32_t> local;  // per key occurrence of the pass: its local id
+  std::vector<uint32_t> cell;   // per key occurrence: (row - minibatch row_begin) * slots + slot
   std::vector<Minibatch> batches;
 
   size_t MemoryBytes() const;

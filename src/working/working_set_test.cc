@@ -19,7 +19,8 @@ Batch MakePass(size_t rows, uint32_t slots, uint64_t seed) {
     builder.BeginRow(0);
     for (uint32_t s = 0; s < slots; ++s) {
       uint64_t n = rng.Below(3);  // 0..2 keys: missing and multi-hot slots
-      for (uint64_t k = 0; k < n; ++k) builder.AddKey(s, rng.Below(5) ? rng.Below(200) : rng.Next());
+      for (uint64_t k = 0; k < n; ++k)
+        builder.AddKey(s, rng.Below(5) ? rng.Below(200) : rng.Next());
     }
     builder.EndRow();
   }
@@ -35,7 +36,8 @@ TEST(WorkingSetTest, MatchesAReferenceAndIgnoresThreadCount) {
   std::set<uint64_t> distinct(pass.keys.begin(), pass.keys.end());
   ASSERT_EQ(ref_ws.keys.size(), distinct.size());
   ASSERT_EQ(std::set<uint64_t>(ref_ws.keys.begin(), ref_ws.keys.end()), distinct);
-  for (size_t p = 0; p < pass.keys.size(); ++p) ASSERT_EQ(ref_ws.keys[ref_ws.local[p]], pass.keys[p]);
+  for (size_t p = 0; p < pass.keys.size(); ++p)
+    ASSERT_EQ(ref_ws.keys[ref_ws.local[p]], pass.keys[p]);
 
   ASSERT_EQ(ref_ws.batches.size(), 16u);  // 15 of 64 rows + one of 40
   EXPECT_EQ(ref_ws.batches.back().rows(), 40u);
@@ -50,7 +52,8 @@ TEST(WorkingSetTest, MatchesAReferenceAndIgnoresThreadCount) {
     }
     ASSERT_EQ(mb.uniq, expect_uniq);
     for (size_t u = 0; u < mb.uniq.size(); ++u) {
-      std::vector<uint32_t> got(mb.occ.begin() + mb.occ_begin[u], mb.occ.begin() + mb.occ_begin[u + 1]);
+      std::vector<uint32_t> got(mb.occ.begin() + mb.occ_begin[u],
+                                mb.occ.begin() + mb.occ_begin[u + 1]);
       ASSERT_EQ(got, expect_occ[mb.uniq[u]]);
     }
     for (uint32_t r = mb.row_begin; r < mb.row_end; ++r) {
