@@ -386,11 +386,11 @@ Status LoadModel(Env* env, const std::string& dir, const ModelManifest& m, MemTa
   }
   opt.set_step(GetFixed<uint64_t>(p + 24));
   p += 32;
-  std::memcpy(params.data(), p, n * 4);
+  CopyBytes(params.data(), p, n * 4);
   p += n * 4;
-  std::memcpy(opt.m().data(), p, opt.m().size() * 4);
+  CopyBytes(opt.m().data(), p, opt.m().size() * 4);
   p += opt.m().size() * 4;
-  std::memcpy(opt.v().data(), p, opt.v().size() * 4);
+  CopyBytes(opt.v().data(), p, opt.v().size() * 4);
   if (scan.rows != m.keys || Digest(scan.sum, scan.rows, payload) != m.digest) {
     return CorruptionError(JoinPath(dir, "MANIFEST") + ": the files do not match its digest");
   }

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "util/coding.h"
 #include "util/random.h"
 
 namespace ctrbox {
@@ -14,7 +15,7 @@ bool CtrAccessor::MaybeCreateEmbedding(RowBlock* rows, size_t i) const {
   for (uint32_t d = 0; d < layout_.dim; ++d) {
     e[d] = HashUniform(options_.seed, key, d, options_.init_range);
   }
-  std::memset(rows->emb_state(i), 0, layout_.emb_state * sizeof(float));
+  ZeroBytes(rows->emb_state(i), layout_.emb_state * sizeof(float));
   rows->flags(i) |= kFlagHasEmb;
   return true;
 }

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "table/slab.h"
+#include "util/coding.h"
 #include "util/hash.h"
 
 namespace ctrbox {
@@ -110,14 +111,14 @@ struct MemTable::Shard {
     out->unseen(r) = static_cast<uint16_t>(h[kAge] & 0xFFFF);
     out->flags(r) = static_cast<uint16_t>(h[kAge] >> 16);
     out->wide(r) = AsFloat(h[kWide]);
-    std::memcpy(out->wide_state(r), h + kWideState, 4 * l.wide_state);
+    CopyBytes(out->wide_state(r), h + kWideState, 4 * l.wide_state);
     if (h[kEmbId] != kNoEmb) {
       const uint32_t* e = embs.Get(h[kEmbId]);
-      std::memcpy(out->emb(r), e, 4 * l.dim);
-      std::memcpy(out->emb_state(r), e + l.dim, 4 * l.emb_state);
+      CopyBytes(out->emb(r), e, 4 * l.dim);
+      CopyBytes(out->emb_state(r), e + l.dim, 4 * l.emb_state);
     } else {
-      std::memset(out->emb(r), 0, 4 * l.dim);
-      std::memset(out->emb_state(r), 0, 4 * l.emb_state);
+      ZeroBytes(out->emb(r), 4 * l.dim);
+      ZeroBytes(out->emb_state(r), 4 * l.emb_state);
     }
   }
 
@@ -129,12 +130,12 @@ struct MemTable::Shard {
     h[kClick] = AsWord(in.click(r));
     h[kAge] = uint32_t{in.unseen(r)} | (uint32_t{in.flags(r)} << 16);
     h[kWide] = AsWord(in.wide(r));
-    std::memcpy(h + kWideState, in.wide_state(r), 4 * l.wide_state);
+    CopyBytes(h + kWideState, in.wide_state(r), 4 * l.wide_state);
     if (in.has_emb(r)) {
       if (h[kEmbId] == kNoEmb) h[kEmbId] = embs.Allocate();
       uint32_t* e = embs.Get(h[kEmbId]);
-      std::memcpy(e, in.emb(r), 4 * l.dim);
-      std::memcpy(e + l.dim, in.emb_state(r), 4 * l.emb_state);
+      CopyBytes(e, in.emb(r), 4 * l.dim);
+      CopyBytes(e + l.dim, in.emb_state(r), 4 * l.emb_state);
     } else if (h[kEmbId] != kNoEmb) {
       embs.Free(h[kEmbId]);
       h[kEmbId] = kNoEmb;

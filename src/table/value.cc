@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "util/coding.h"
+
 namespace ctrbox {
 
 void RowBlock::Resize(size_t n) {
@@ -21,9 +23,9 @@ void RowBlock::ClearRow(size_t i, uint64_t key) {
   show_[i] = click_[i] = wide_[i] = 0.0f;
   unseen_[i] = 0;
   flags_[i] = 0;
-  std::memset(wide_state(i), 0, layout_.wide_state * sizeof(float));
-  std::memset(emb(i), 0, layout_.dim * sizeof(float));
-  std::memset(emb_state(i), 0, layout_.emb_state * sizeof(float));
+  ZeroBytes(wide_state(i), layout_.wide_state * sizeof(float));
+  ZeroBytes(emb(i), layout_.dim * sizeof(float));
+  ZeroBytes(emb_state(i), layout_.emb_state * sizeof(float));
 }
 
 namespace {
@@ -56,17 +58,17 @@ size_t RowBlock::DecodeRow(const char* p, size_t n, size_t i) {
   std::memcpy(&unseen_[i], p + 16, 2);
   std::memcpy(&flags_[i], p + 18, 2);
   std::memcpy(&wide_[i], p + 20, 4);
-  std::memcpy(wide_state(i), p + 24, 4 * layout_.wide_state);
+  CopyBytes(wide_state(i), p + 24, 4 * layout_.wide_state);
   if (flags_[i] & ~kFlagHasEmb) return 0;  // unknown flags: not a row of this version
   if (!has_emb(i)) {
-    std::memset(emb(i), 0, 4 * layout_.dim);
-    std::memset(emb_state(i), 0, 4 * layout_.emb_state);
+    ZeroBytes(emb(i), 4 * layout_.dim);
+    ZeroBytes(emb_state(i), 4 * layout_.emb_state);
     return fixed;
   }
   const size_t full = layout_.EncodedBytes(true);
   if (n < full) return 0;
-  std::memcpy(emb(i), p + fixed, 4 * layout_.dim);
-  std::memcpy(emb_state(i), p + fixed + 4 * layout_.dim, 4 * layout_.emb_state);
+  CopyBytes(emb(i), p + fixed, 4 * layout_.dim);
+  CopyBytes(emb_state(i), p + fixed + 4 * layout_.dim, 4 * layout_.emb_state);
   return full;
 }
 

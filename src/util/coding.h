@@ -30,6 +30,15 @@ T GetFixed(const char* p) {
   return v;
 }
 
+// memcpy / memset that are defined for zero bytes, where the pointers may be null (the
+// state arrays of an optimizer without state are empty vectors).
+inline void CopyBytes(void* dst, const void* src, size_t bytes) {
+  if (bytes != 0) std::memcpy(dst, src, bytes);
+}
+inline void ZeroBytes(void* dst, size_t bytes) {
+  if (bytes != 0) std::memset(dst, 0, bytes);
+}
+
 }  // namespace ctrbox
 
 #endif  // CTRBOX_UTIL_CODING_H_
