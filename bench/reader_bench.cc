@@ -1,6 +1,6 @@
 // Reader benchmark: parsing Criteo TSV against reading the same rows from binary shards.
 //
-//   build/bench/reader_bench [--tsv FILE] [--rows N] [--reps N]
+//   build/bench/reader_bench [--tsv FILE] [--rows N] [--reps N] [--inputs text,zstd,lz4]
 //
 // With --tsv, reads that file (e.g. the output of shared/baselines/gen_criteo.py); otherwise
 // generates N Criteo-like rows. Converts them to shards (zstd and lz4) in a temporary
@@ -49,7 +49,9 @@ int Main(int argc, char** argv) {
   std::string tsv;
   uint64_t rows = 1000000;
   int reps = 3;
+  std::string inputs = "text,zstd,lz4";
   for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--inputs")) inputs = argv[i + 1];
     if (!std::strcmp(argv[i], "--tsv")) tsv = argv[i + 1];
     if (!std::strcmp(argv[i], "--rows")) rows = std::strtoull(argv[i + 1], nullptr, 10);
     if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
@@ -83,6 +85,7 @@ int Main(int argc, char** argv) {
   const uint64_t text_bytes = *env->GetFileSize(tsv);
   double text_1t = 0, zstd_1t = 0, text_2t = 0, zstd_2t = 0;
   for (const char* input : {"text", "zstd", "lz4"}) {
+    if (inputs.find(input) == std::string::npos) continue;
     for (int threads : {1, 2}) {
       DataOptions o = text_opts;
       o.threads = threads;
