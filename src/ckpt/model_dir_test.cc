@@ -128,6 +128,17 @@ TEST_F(ModelDirTest, SpecDifferencesAreNamed) {
   other = spec_;
   other.sparse_optimizer.lr = 0.1f;
   EXPECT_EQ(spec_.FirstDifference(other), "sparse_optimizer.lr");
+  // Hyperparameters may change between runs of one model; shapes and optimizer kinds not.
+  other = spec_;
+  other.sparse_optimizer.lr = 0.1f;
+  other.table.seed = 9;
+  EXPECT_EQ(spec_.FirstIncompatibility(other), "");
+  other.dense_optimizer.kind = OptimizerKind::kSgd;
+  EXPECT_EQ(spec_.FirstIncompatibility(other), "dense_optimizer.kind");
+  other = spec_;
+  other.table.decay = 0.5f;
+  other.model.embedding_dim = 4;
+  EXPECT_EQ(spec_.FirstIncompatibility(other), "model.embedding_dim");
   auto j = spec_.ToJson();
   j["schema"].erase("num_dense");
   EXPECT_FALSE(ModelSpec::FromJson(j).ok());

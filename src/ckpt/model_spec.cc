@@ -100,4 +100,19 @@ std::string ModelSpec::FirstDifference(const ModelSpec& other) const {
   return a.size() == b.size() ? "" : "spec";
 }
 
+std::string ModelSpec::FirstIncompatibility(const ModelSpec& other) const {
+  std::string diff = FirstDifference(other);
+  const bool structural = diff.empty() || diff == "spec" || diff.rfind("schema.", 0) == 0 ||
+                          diff.rfind("model.", 0) == 0 || diff.ends_with(".kind");
+  if (structural) return diff;
+  // A hyperparameter differs; look for a structural difference further on.
+  ModelSpec a = *this, b = other;
+  a.sparse_optimizer = OptimizerOptions{sparse_optimizer.kind};
+  b.sparse_optimizer = OptimizerOptions{other.sparse_optimizer.kind};
+  a.dense_optimizer = OptimizerOptions{dense_optimizer.kind};
+  b.dense_optimizer = OptimizerOptions{other.dense_optimizer.kind};
+  a.table = b.table = AccessorOptions{};
+  return a.FirstDifference(b);
+}
+
 }  // namespace ctrbox

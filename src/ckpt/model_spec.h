@@ -25,6 +25,11 @@ struct ModelSpec {
   static StatusOr<ModelSpec> FromJson(const nlohmann::json& j);
   // The first key whose value differs from `other` ("model.embedding_dim"), or "" if none.
   std::string FirstDifference(const ModelSpec& other) const;
+  // The first difference that makes a model saved with this spec unusable under `other`:
+  // the schema, the model's shape and inputs, the optimizer kinds (their state layout).
+  // Hyperparameters (learning rates, betas, the table's thresholds, seeds) may change
+  // between runs that continue one model. "" if compatible.
+  std::string FirstIncompatibility(const ModelSpec& other) const;
 };
 
 }  // namespace ctrbox

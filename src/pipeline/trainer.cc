@@ -163,13 +163,15 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink) {
   uint64_t trained_before = 0;
   if (!job.model_dir.empty() && !job.fresh && ModelExists(env, job.model_dir)) {
     ASSIGN_OR_RETURN(LoadedModel lm, OpenModel(env, job.model_dir, job.table_shard_bits, &pool));
-    std::string diff = lm.manifest.spec.FirstDifference(job.spec);
+    std::string diff = lm.manifest.spec.FirstIncompatibility(job.spec);
     if (!diff.empty()) {
       return InvalidArgumentError(fmt::format(
           "the model in {} was trained with a different {} than this job sets; use --fresh to "
           "start a new model there",
           job.model_dir, diff));
     }
+    diff = lm.manifest.spec.FirstDifference(job.spec);
+    if (!diff.empty()) LOG_INFO("continuing with this job's {} (and other hyperparameters)", diff);
     LOG_INFO("continuing training of the model in {} ({} keys, {} examples trained)", job.model_dir,
              lm.manifest.keys, lm.manifest.trained_examples);
     trained_before = lm.manifest.trained_examples;

@@ -105,7 +105,15 @@ TEST(TrainerTest, ContinuingFromTheModelDirEqualsOneRun) {
   EXPECT_EQ((*r2)["generation"], 2u);
   EXPECT_EQ((*r1)["digest"], (*r2)["digest"]);
 
-  // A job with another model shape refuses to continue, naming the key.
+  // A job with other hyperparameters continues; one with another model shape refuses,
+  // naming the key.
+  JobConfig lr = SmallJob(dir.File("two"));
+  lr.data.paths = {b};
+  lr.spec.sparse_optimizer.lr = 0.01f;
+  lr.train.seed = 5;
+  auto r4 = RunTrain(Env::Posix(), lr, nullptr);
+  ASSERT_TRUE(r4.ok()) << r4.status().ToString();
+  EXPECT_EQ((*r4)["generation"], 3u);
   JobConfig other = SmallJob(dir.File("two"));
   other.data.paths = {b};
   other.spec.model.embedding_dim = 8;
