@@ -271,7 +271,7 @@ StatusOr<ModelManifest> ReadManifest(Env* env, const std::string& dir) {
 }
 
 StatusOr<ModelManifest> SaveModel(Env* env, const std::string& dir, const ModelSpec& spec,
-                                  const MemTable& table, const CtrModel& model,
+                                  SparseTable& table, const CtrModel& model,
                                   uint64_t trained_examples, ThreadPool* pool) {
   RETURN_IF_ERROR(env->CreateDirs(dir));
   ModelManifest m;
@@ -299,7 +299,7 @@ StatusOr<ModelManifest> SaveModel(Env* env, const std::string& dir, const ModelS
   RowBlock rows(l);
   std::string enc;
   for (size_t s = 0; s < table.num_shards(); ++s) {
-    table.ExportShard(s, &rows);
+    RETURN_IF_ERROR(table.ExportShard(s, &rows));
     for (size_t b = 0; b < rows.size(); b += kBlockRows) {
       const size_t e = std::min(rows.size(), b + kBlockRows);
       enc.clear();
@@ -360,14 +360,19 @@ StatusOr<ModelManifest> SaveModel(Env* env, const std::string& dir, const ModelS
   return m;
 }
 
-Status LoadModel(Env* env, const std::string& dir, const ModelManifest& m, MemTable* table,
+Status LoadModel(Env* env, const std::string& dir, const ModelManifest& m, SparseTable* table,
                  CtrModel* model, ThreadPool* pool) {
   SparseScan scan;
   uint64_t checksum = 0;
   const std::string sparse_path = JoinPath(dir, m.files[0].name);
+  Status inserted;
   RETURN_IF_ERROR(ReadSparse(
-      env, sparse_path, table->layout(), [&](RowBlock& rows) { table->Push(rows, pool); }, &scan,
-      &checksum));
+      env, sparse_path, table->layout(),
+      [&](RowBlock& rows) {
+        if (inserted.ok()) inserted = table->Insert(rows, pool);
+      },
+      &scan, &checksum));
+  RETURN_IF_ERROR(inserted);
   if (checksum != m.files[0].checksum)
     return CorruptionError(sparse_path + ": file checksum differs from the MANIFEST");
   const std::string dense_path = JoinPath(dir, m.files[1].name);
@@ -419,7 +424,7 @@ StatusOr<ModelManifest> VerifyModel(Env* env, const std::string& dir) {
   return m;
 }
 
-StatusOr<LoadedModel> OpenModel(Env* env, const std::string& dir, uint32_t shard_bits,
+StatusOr<LoadedModel> OpenModel(Env* env, const std::string& dir, TieredOptions storage,
                                 ThreadPool* pool) {
   if (!ModelExists(env, dir))
     return NotFoundError(fmt::format("no model in {} (no MANIFEST)", dir));
@@ -428,13 +433,15 @@ StatusOr<LoadedModel> OpenModel(Env* env, const std::string& dir, uint32_t shard
   const ModelSpec& s = lm.manifest.spec;
   lm.model = std::make_unique<CtrModel>(s.schema, s.model, s.sparse_optimizer, s.dense_optimizer,
                                         s.table.seed);
-  lm.table = std::make_unique<MemTable>(MemTableOptions{lm.model->value_layout(), shard_bits});
+  storage.layout = lm.model->value_layout();
+  ASSIGN_OR_RETURN(lm.table, TieredTable::Open(env, storage));
   RETURN_IF_ERROR(LoadModel(env, dir, lm.manifest, lm.table.get(), lm.model.get(), pool));
   return lm;
 }
 
-std::string ModelDigest(const MemTable& table, const CtrModel& model, ThreadPool* pool) {
-  return Digest(table.SparseDigest(pool), table.Stats().keys, DensePayload(model));
+StatusOr<std::string> ModelDigest(SparseTable& table, const CtrModel& model, ThreadPool* pool) {
+  ASSIGN_OR_RETURN(uint64_t sparse, table.SparseDigest(pool));
+  return Digest(sparse, table.Stats().keys, DensePayload(model));
 }
 
 }  // namespace ctrbox

@@ -10,7 +10,8 @@
 
 #include "ckpt/model_spec.h"
 #include "model/ctr_model.h"
-#include "table/mem_table.h"
+#include "table/sparse_table.h"
+#include "table/tiered_table.h"
 #include "util/env.h"
 #include "util/thread_pool.h"
 
@@ -41,13 +42,13 @@ StatusOr<ModelManifest> ReadManifest(Env* env, const std::string& dir);
 // Saves the table and the dense state as the next generation in `dir` (created if needed)
 // and commits it; then deletes the previous generation's files.
 StatusOr<ModelManifest> SaveModel(Env* env, const std::string& dir, const ModelSpec& spec,
-                                  const MemTable& table, const CtrModel& model,
+                                  SparseTable& table, const CtrModel& model,
                                   uint64_t trained_examples, ThreadPool* pool);
 
 // Loads the model named by `manifest` into `table` and `model`, which must have been built
 // from manifest.spec (empty table). Verifies checksums, counts and the digest.
-Status LoadModel(Env* env, const std::string& dir, const ModelManifest& manifest, MemTable* table,
-                 CtrModel* model, ThreadPool* pool);
+Status LoadModel(Env* env, const std::string& dir, const ModelManifest& manifest,
+                 SparseTable* table, CtrModel* model, ThreadPool* pool);
 
 // Reads every file of the model in `dir`, verifying checksums and recomputing the counts and
 // the digest, which must match the MANIFEST. Returns the manifest.
@@ -57,13 +58,14 @@ StatusOr<ModelManifest> VerifyModel(Env* env, const std::string& dir);
 struct LoadedModel {
   ModelManifest manifest;
   std::unique_ptr<CtrModel> model;
-  std::unique_ptr<MemTable> table;
+  std::unique_ptr<SparseTable> table;
 };
-StatusOr<LoadedModel> OpenModel(Env* env, const std::string& dir, uint32_t shard_bits,
+// `storage` says where the rows go (its layout is set from the model's spec).
+StatusOr<LoadedModel> OpenModel(Env* env, const std::string& dir, TieredOptions storage,
                                 ThreadPool* pool);
 
 // The digest of a model in memory (equal to the saved model's digest).
-std::string ModelDigest(const MemTable& table, const CtrModel& model, ThreadPool* pool);
+StatusOr<std::string> ModelDigest(SparseTable& table, const CtrModel& model, ThreadPool* pool);
 
 }  // namespace ctrbox
 

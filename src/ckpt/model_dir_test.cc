@@ -27,8 +27,12 @@ class ModelDirTest : public ::testing::Test {
                                       spec_.dense_optimizer, 5);
   }
   // A table with random rows, some without embeddings.
-  std::unique_ptr<MemTable> NewTable(const CtrModel& model, size_t keys) {
-    auto table = std::make_unique<MemTable>(MemTableOptions{model.value_layout(), 3});
+  std::unique_ptr<SparseTable> NewTable(const CtrModel& model, size_t keys,
+                                        uint32_t shard_bits = 3) {
+    TieredOptions o;
+    o.layout = model.value_layout();
+    o.shard_bits = shard_bits;
+    auto table = std::move(TieredTable::Open(Env::Posix(), o).value());
     CtrAccessor acc(model.value_layout(), spec_.table);
     RowBlock rows(model.value_layout());
     rows.Resize(keys);
@@ -39,7 +43,7 @@ class ModelDirTest : public ::testing::Test {
       rows.wide(i) = rng.UniformFloat();
       if (i % 7 == 0) rows.flags(i) = 0;
     }
-    table->Push(rows, nullptr);
+    EXPECT_TRUE(table->Insert(rows, nullptr).ok());
     return table;
   }
 
@@ -55,7 +59,7 @@ TEST_F(ModelDirTest, SaveLoadRoundTripKeepsTheDigest) {
   ThreadPool pool(2);
   auto saved = SaveModel(Env::Posix(), dir_, spec_, *table, *model, 1234, &pool);
   ASSERT_TRUE(saved.ok()) << saved.status().ToString();
-  EXPECT_EQ(saved->digest, ModelDigest(*table, *model, &pool));
+  EXPECT_EQ(saved->digest, *ModelDigest(*table, *model, &pool));
   EXPECT_EQ(saved->keys, 150000u);
   EXPECT_EQ(saved->bytes_live, table->Stats().value_bytes);
 
@@ -64,9 +68,9 @@ TEST_F(ModelDirTest, SaveLoadRoundTripKeepsTheDigest) {
   EXPECT_EQ(m->spec.FirstDifference(spec_), "");
   EXPECT_EQ(m->trained_examples, 1234u);
   auto model2 = NewModel();
-  MemTable table2(MemTableOptions{model2->value_layout(), 5});  // other sharding, same model
-  ASSERT_TRUE(LoadModel(Env::Posix(), dir_, *m, &table2, model2.get(), &pool).ok());
-  EXPECT_EQ(ModelDigest(table2, *model2, &pool), saved->digest);
+  auto table2 = NewTable(*model2, 0, 5);  // other sharding, same model
+  ASSERT_TRUE(LoadModel(Env::Posix(), dir_, *m, table2.get(), model2.get(), &pool).ok());
+  EXPECT_EQ(*ModelDigest(*table2, *model2, &pool), saved->digest);
   EXPECT_EQ(model2->dense_optimizer().step(), 1u);
   auto verified = VerifyModel(Env::Posix(), dir_);
   ASSERT_TRUE(verified.ok()) << verified.status().ToString();

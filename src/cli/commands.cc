@@ -178,8 +178,9 @@ Status RunEvalCommand(const JobConfig& job) {
 
 Status RunPredictCommand(const JobConfig& job) {
   ThreadPool pool(job.train.threads);
-  ASSIGN_OR_RETURN(LoadedModel lm,
-                   OpenModel(Env::Posix(), job.model_dir, job.table_shard_bits, &pool));
+  TieredOptions storage = job.storage;
+  storage.shard_bits = job.table_shard_bits;
+  ASSIGN_OR_RETURN(LoadedModel lm, OpenModel(Env::Posix(), job.model_dir, storage, &pool));
   DataOptions data = job.data;
   if (data.paths.empty()) data.paths = {"-"};
   data.num_slots = lm.manifest.spec.schema.num_slots;

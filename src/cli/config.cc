@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <functional>
 #include <limits>
 
@@ -222,6 +223,34 @@ const std::vector<Key>& Keys() {
        UInt([](JobConfig* j,
                uint64_t v) { j->train.shrink_every_passes = static_cast<uint32_t>(v); },
             0, kMaxU32)},
+      // storage (docs/storage.md)
+      {"storage.ssd_dir", "(none: all rows in memory)",
+       "directory of the SSD parameter files; with it the table keeps storage.memory_budget in "
+       "memory",
+       Text([](JobConfig* j, std::string v) { j->storage.ssd.dir = std::move(v); })},
+      {"storage.memory_budget", "0 (unlimited; required with storage.ssd_dir)",
+       "bytes of sparse-table memory (cache, group index, Bloom filters), e.g. 512MB",
+       Bytes([](JobConfig* j, uint64_t v) { j->storage.memory_budget = v; }, 0)},
+      {"storage.disk_budget", "0 (unlimited)", "bytes the parameter files may take",
+       Bytes([](JobConfig* j, uint64_t v) { j->storage.ssd.disk_budget = v; }, 0)},
+      {"storage.group_bits", "log2(memory_budget / 640)",
+       "2^group_bits key groups (one SSD record and one index entry each)",
+       UInt([](JobConfig* j, uint64_t v) { j->storage.ssd.group_bits = static_cast<uint32_t>(v); },
+            1, 30)},
+      {"storage.file_bytes", "64MB", "size at which a parameter file is sealed",
+       Bytes([](JobConfig* j, uint64_t v) { j->storage.ssd.file_bytes = v; }, 4096)},
+      {"storage.io_threads", "4", "parallel record reads per pull",
+       UInt([](JobConfig* j, uint64_t v) { j->storage.io_threads = static_cast<int>(v); }, 1, 256)},
+      {"storage.bloom_bits_per_key", "8", "Bloom filter bits per key (8: ~2 % false positives)",
+       UInt([](JobConfig* j,
+               uint64_t v) { j->storage.ssd.bloom_bits_per_key = static_cast<int>(v); },
+            1, 32)},
+      {"storage.evict_start", "0.9", "eviction starts above this share of the memory budget",
+       Float([](JobConfig* j, float v) { j->storage.evict_start = v; }, 0.05, 1)},
+      {"storage.evict_stop", "0.8", "... and stops below this share",
+       Float([](JobConfig* j, float v) { j->storage.evict_stop = v; }, 0.01, 1)},
+      {"storage.compact_stale", "0.5", "compact files whose stale share exceeds this",
+       Float([](JobConfig* j, float v) { j->storage.compact_stale = v; }, 0.01, 0.99)},
       // train
       {"train.threads", "number of CPUs", "trainer threads",
        UInt([](JobConfig* j, uint64_t v) { j->train.threads = static_cast<int>(v); }, 1, 1024)},
@@ -335,6 +364,21 @@ Status JobConfigBuilder::LoadYaml(const std::string& path) {
 }
 
 StatusOr<JobConfig> JobConfigBuilder::Finish() {
+  TieredOptions& st = job_.storage;
+  if (!st.ssd.dir.empty()) {
+    if (st.memory_budget == 0)
+      return InvalidArgumentError("storage.ssd_dir needs storage.memory_budget");
+    if (!was_set("storage.group_bits")) {
+      // The group index takes about 1/16 of the budget (40 bytes per group).
+      uint32_t bits = 0;
+      while ((uint64_t{1} << (bits + 1)) * 640 <= st.memory_budget) ++bits;
+      st.ssd.group_bits =
+          std::clamp<uint32_t>(bits, std::max<uint32_t>(10, job_.table_shard_bits), 28);
+    }
+    if (st.evict_stop >= st.evict_start) {
+      return InvalidArgumentError("storage.evict_stop must be below storage.evict_start");
+    }
+  }
   auto default_epsilon = [](OptimizerOptions* o) {
     o->epsilon = o->kind == OptimizerKind::kAdagrad ? 1e-10f : 1e-8f;
   };

@@ -10,19 +10,22 @@
 
 namespace ctrbox {
 
-void PredictChunk(const Batch& chunk, const MemTable& table, CtrModel* model, uint32_t batch_size,
-                  ThreadPool* pool, std::vector<float>* predictions) {
+Status PredictChunk(const Batch& chunk, SparseTable& table, CtrModel* model, uint32_t batch_size,
+                    ThreadPool* pool, std::vector<float>* predictions) {
   WorkingSet ws;
   BuildWorkingSet(chunk, batch_size, pool, &ws);
   RowBlock rows(table.layout());
-  table.Pull(ws.keys.data(), ws.keys.size(), /*accessor=*/nullptr, &rows, pool);
+  // Lookups: absent keys come back empty and are not inserted; the pins go with `pins`.
+  ASSIGN_OR_RETURN(PinnedRows pins,
+                   table.Pull(ws.keys.data(), ws.keys.size(), /*accessor=*/nullptr, &rows, pool));
   predictions->resize(chunk.rows());
   for (const Minibatch& mb : ws.batches) {
     model->Predict(chunk, ws, mb, rows, pool, predictions->data() + mb.row_begin);
   }
+  return Status::OK();
 }
 
-StatusOr<MetricSummary> Evaluate(BatchReader* reader, const MemTable& table, CtrModel* model,
+StatusOr<MetricSummary> Evaluate(BatchReader* reader, SparseTable& table, CtrModel* model,
                                  uint32_t batch_size, uint64_t chunk_rows, ThreadPool* pool,
                                  const ChunkFn& on_chunk) {
   MetricAccumulator metrics;
@@ -34,7 +37,7 @@ StatusOr<MetricSummary> Evaluate(BatchReader* reader, const MemTable& table, Ctr
     RETURN_IF_ERROR(reader->Next(&block, &eof));
     if (!eof) chunk.AppendRows(block, 0, block.rows());
     if (chunk.rows() == 0 || (!eof && chunk.rows() < chunk_rows)) continue;
-    PredictChunk(chunk, table, model, batch_size, pool, &predictions);
+    RETURN_IF_ERROR(PredictChunk(chunk, table, model, batch_size, pool, &predictions));
     for (size_t r = 0; r < chunk.rows(); ++r) metrics.Add(chunk.labels[r], predictions[r]);
     if (on_chunk) RETURN_IF_ERROR(on_chunk(chunk, predictions));
     chunk.Reset(reader->schema());
@@ -42,7 +45,7 @@ StatusOr<MetricSummary> Evaluate(BatchReader* reader, const MemTable& table, Ctr
   return metrics.Summary();
 }
 
-Status PredictLines(Env* env, const DataOptions& data, const MemTable& table, CtrModel* model,
+Status PredictLines(Env* env, const DataOptions& data, SparseTable& table, CtrModel* model,
                     uint32_t batch_size, ThreadPool* pool, std::FILE* out, RecordCounts* counts) {
   if (data.format == DataFormat::kShards) {
     return InvalidArgumentError("predict reads text records; for shards use eval");
@@ -73,7 +76,7 @@ Status PredictLines(Env* env, const DataOptions& data, const MemTable& table, Ct
     ParseTextChunk(text, chunk, &parsed);
     RETURN_IF_ERROR(tracker.Add(parsed.counts, parsed.samples));
     if (parsed.batch.rows() > 0) {
-      PredictChunk(parsed.batch, table, model, batch_size, pool, &predictions);
+      RETURN_IF_ERROR(PredictChunk(parsed.batch, table, model, batch_size, pool, &predictions));
     }
     const uint64_t lines =
         static_cast<uint64_t>(std::count(chunk.data.begin(), chunk.data.end(), '\n')) +

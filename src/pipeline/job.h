@@ -10,6 +10,7 @@
 #include "ckpt/model_spec.h"
 #include "io/reader.h"
 #include "io/synth.h"
+#include "table/tiered_table.h"
 
 namespace ctrbox {
 
@@ -43,6 +44,7 @@ struct JobConfig {
   GeneratedData generated;
   ModelSpec spec;  // schema filled in from the data
   uint32_t table_shard_bits = 6;
+  TieredOptions storage;  // the sparse table's tiers (the layout is set at run time)
   TrainOptions train;
   PipelineOptions pipeline;
   std::string model_dir;

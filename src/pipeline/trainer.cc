@@ -8,7 +8,8 @@
 #include "io/synth.h"
 #include "model/blas.h"
 #include "pipeline/evaluator.h"
-#include "table/mem_table.h"
+#include "table/ssd_store.h"
+#include "table/tiered_table.h"
 #include "util/bounded_queue.h"
 #include "util/logging.h"
 #include "util/sys.h"
@@ -146,6 +147,31 @@ double OracleAuc(const GeneratedData& gen) {
   return m.Summary().auc;
 }
 
+// The storage counters that change per pass, as differences between two reports.
+nlohmann::json StorageDelta(const nlohmann::json& before, const nlohmann::json& after) {
+  nlohmann::json d;
+  for (const char* k :
+       {"pulled_keys", "hits", "loaded_from_ssd", "new_keys", "bloom_prunes", "ssd_bytes_read",
+        "ssd_bytes_written", "evicted_dirty", "evicted_clean", "compactions"}) {
+    if (after.contains(k)) d[k] = after[k].get<uint64_t>() - before.value(k, uint64_t{0});
+  }
+  const uint64_t hits = d.value("hits", uint64_t{0}),
+                 loaded = d.value("loaded_from_ssd", uint64_t{0});
+  d["hit_rate"] =
+      hits + loaded ? static_cast<double>(hits) / static_cast<double>(hits + loaded) : 1.0;
+  for (const char* k : {"memory_bytes", "file_bytes", "live_bytes", "keys_on_disk"}) {
+    if (after.contains(k)) d[k] = after[k];
+  }
+  return d;
+}
+
+TieredOptions StorageFor(const JobConfig& job, const ValueLayout& layout) {
+  TieredOptions o = job.storage;
+  o.layout = layout;
+  o.shard_bits = job.table_shard_bits;
+  return o;
+}
+
 }  // namespace
 
 StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink) {
@@ -159,10 +185,10 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink) {
 
   // The model: continue the one in model_dir, or start a new one.
   std::unique_ptr<CtrModel> model;
-  std::unique_ptr<MemTable> table;
+  std::unique_ptr<SparseTable> table;
   uint64_t trained_before = 0;
   if (!job.model_dir.empty() && !job.fresh && ModelExists(env, job.model_dir)) {
-    ASSIGN_OR_RETURN(LoadedModel lm, OpenModel(env, job.model_dir, job.table_shard_bits, &pool));
+    ASSIGN_OR_RETURN(LoadedModel lm, OpenModel(env, job.model_dir, StorageFor(job, {}), &pool));
     std::string diff = lm.manifest.spec.FirstIncompatibility(job.spec);
     if (!diff.empty()) {
       return InvalidArgumentError(fmt::format(
@@ -180,8 +206,7 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink) {
   } else {
     model = std::make_unique<CtrModel>(job.spec.schema, job.spec.model, job.spec.sparse_optimizer,
                                        job.spec.dense_optimizer, job.train.seed);
-    table =
-        std::make_unique<MemTable>(MemTableOptions{model->value_layout(), job.table_shard_bits});
+    ASSIGN_OR_RETURN(table, TieredTable::Open(env, StorageFor(job, model->value_layout())));
   }
   const CtrAccessor accessor(model->value_layout(), job.spec.table);
   std::string metrics_path = job.train.metrics_path;
@@ -198,6 +223,7 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink) {
   uint64_t examples = 0, passes = 0, shrunk = 0, created = 0;
   double wait_s = 0, prepare_s = 0, read_s = 0, pull_s = 0, step_s = 0, push_s = 0, shrink_s = 0;
   Stopwatch progress_clock;
+  nlohmann::json storage_before = table->StorageReport();
   while (true) {
     Stopwatch clock;
     std::unique_ptr<Pass> pass;
@@ -207,7 +233,8 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink) {
     read_s += pass->read_seconds;
     Stopwatch pass_clock;
     clock.Reset();
-    table->Pull(pass->ws.keys.data(), pass->ws.keys.size(), &accessor, &rows, &pool);
+    ASSIGN_OR_RETURN(PinnedRows pins, table->Pull(pass->ws.keys.data(), pass->ws.keys.size(),
+                                                  &accessor, &rows, &pool));
     const double pull = clock.Seconds();
     clock.Reset();
     pass_metrics.Reset();
@@ -229,7 +256,7 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink) {
     }
     const double step = clock.Seconds();
     clock.Reset();
-    table->Push(rows, &pool);
+    RETURN_IF_ERROR(table->Push(&pins, rows, &pool));
     const double push = clock.Seconds();
     pull_s += pull;
     step_s += step;
@@ -237,7 +264,8 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink) {
     ++passes;
     if (job.train.shrink_every_passes > 0 && passes % job.train.shrink_every_passes == 0) {
       clock.Reset();
-      shrunk += table->Shrink(accessor, &pool);
+      ASSIGN_OR_RETURN(uint64_t deleted, table->Shrink(accessor, &pool));
+      shrunk += deleted;
       shrink_s += clock.Seconds();
     }
     const MetricSummary ps = pass_metrics.Summary();
@@ -256,6 +284,9 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink) {
                              {"pull_seconds", pull},
                              {"train_seconds", step},
                              {"push_seconds", push}};
+    nlohmann::json storage_now = table->StorageReport();
+    record["storage"] = StorageDelta(storage_before, storage_now);
+    storage_before = std::move(storage_now);
     RETURN_IF_ERROR(metrics_log->Write(record));
     if (sink) sink->OnPass(record);
   }
@@ -283,6 +314,9 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink) {
       {"keys_shrunk", shrunk},
       {"bytes_live", ts.value_bytes},
       {"table_memory_bytes", ts.memory_bytes},
+      {"keys_in_memory", ts.keys_in_memory},
+      {"keys_on_disk", ts.keys_on_disk},
+      {"storage", table->StorageReport()},
       {"table_bytes_per_key", ts.keys ? double(ts.memory_bytes) / ts.keys : 0.0},
       {"value_bytes_per_key", ts.keys ? double(ts.value_bytes) / ts.keys : 0.0},
       {"dense_params", model->dense_params().size()},
@@ -309,7 +343,7 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink) {
     report["digest"] = m.digest;
     report["save_seconds"] = clock.Seconds();
   } else {
-    report["digest"] = ModelDigest(*table, *model, &pool);
+    ASSIGN_OR_RETURN(report["digest"], ModelDigest(*table, *model, &pool));
   }
 
   // Held-out evaluation: --eval-data, or the generated test rows.
@@ -334,6 +368,10 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink) {
                                         {"copc", t.copc}}));
   }
   RETURN_IF_ERROR(metrics_log->Close());
+  // The SSD files were this job's scratch space: the model is in the model directory.
+  table.reset();
+  if (!job.storage.ssd.dir.empty())
+    RETURN_IF_ERROR(SsdStore::RemoveFiles(env, job.storage.ssd.dir));
   report["total_seconds"] = total_clock.Seconds();
   report["peak_rss_bytes"] = PeakRssBytes();
   return report;
@@ -342,7 +380,7 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink) {
 StatusOr<nlohmann::json> RunEval(Env* env, const JobConfig& job) {
   ThreadPool pool(job.train.threads);
   Stopwatch clock;
-  ASSIGN_OR_RETURN(LoadedModel lm, OpenModel(env, job.model_dir, job.table_shard_bits, &pool));
+  ASSIGN_OR_RETURN(LoadedModel lm, OpenModel(env, job.model_dir, StorageFor(job, {}), &pool));
   const double load_seconds = clock.Seconds();
   DataOptions data = job.data;
   if (data.format != DataFormat::kShards) {

@@ -86,6 +86,41 @@ TEST(TrainerTest, DeterministicAcrossRunsAndThreadCounts) {
   }
 }
 
+TEST(TrainerTest, TieredStorageIsLosslessWithAFivePercentBudget) {
+  // Invariant 1 of docs/storage.md: a budget of ~5 % of the model, most keys evicted and
+  // reloaded several times, the same digest as the all-in-memory run.
+  TempDir dir;
+  std::string data = WriteCriteo(dir, "train.tsv", 0, 40000, 4);
+  JobConfig mem = SmallJob(dir.File("mem"));
+  mem.data.paths = {data};
+  mem.spec.model.mlp = {32};
+  auto r1 = RunTrain(Env::Posix(), mem, nullptr);
+  ASSERT_TRUE(r1.ok()) << r1.status().ToString();
+  const uint64_t model_bytes = (*r1)["table_memory_bytes"];
+
+  JobConfig tiered = SmallJob(dir.File("tiered"));
+  tiered.data.paths = {data};
+  tiered.spec.model.mlp = {32};
+  tiered.storage.ssd.dir = dir.File("ssd");
+  tiered.storage.memory_budget = model_bytes / 20;
+  tiered.storage.ssd.group_bits = 10;
+  tiered.storage.ssd.file_bytes = 1 << 20;
+  tiered.table_shard_bits = 4;
+  tiered.pipeline.pass_examples = 256;  // small passes: a working set must fit the budget
+  auto r2 = RunTrain(Env::Posix(), tiered, nullptr);
+  ASSERT_TRUE(r2.ok()) << r2.status().ToString();
+  EXPECT_EQ((*r1)["digest"], (*r2)["digest"]);
+  const auto& st = (*r2)["storage"];
+  RecordProperty("storage", st.dump());
+  EXPECT_GT(st["loaded_from_ssd"].get<uint64_t>(), (*r2)["keys"].get<uint64_t>()) << st.dump();
+  EXPECT_GT(st["evicted_dirty"].get<uint64_t>(), (*r2)["keys"].get<uint64_t>());
+  EXPECT_LE(st["peak_memory_bytes"].get<uint64_t>(), tiered.storage.memory_budget * 11 / 10);
+  // The scratch files are gone; the model is in the model directory.
+  auto left = Env::Posix()->GetChildren(dir.File("ssd"));
+  ASSERT_TRUE(left.ok());
+  EXPECT_TRUE(left->empty());
+}
+
 TEST(TrainerTest, ContinuingFromTheModelDirEqualsOneRun) {
   TempDir dir;
   // 8192 rows = 2 passes, then 4000 more; one run over both files must equal two runs.
@@ -153,7 +188,7 @@ TEST(TrainerTest, EvalAndPredictAgreeWithTheSavedModel) {
   std::string in = dir.File("in.tsv");
   ASSERT_TRUE(WriteFileAtomic(Env::Posix(), in, text).ok());
   ThreadPool pool(2);
-  auto lm = OpenModel(Env::Posix(), dir.File("model"), 6, &pool);
+  auto lm = OpenModel(Env::Posix(), dir.File("model"), TieredOptions{}, &pool);
   ASSERT_TRUE(lm.ok());
   DataOptions d;
   d.paths = {in};

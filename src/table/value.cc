@@ -28,6 +28,24 @@ void RowBlock::ClearRow(size_t i, uint64_t key) {
   ZeroBytes(emb_state(i), layout_.emb_state * sizeof(float));
 }
 
+void RowBlock::CopyRow(const RowBlock& src, size_t j, size_t i) {
+  keys_[i] = src.keys_[j];
+  show_[i] = src.show_[j];
+  click_[i] = src.click_[j];
+  unseen_[i] = src.unseen_[j];
+  flags_[i] = src.flags_[j];
+  wide_[i] = src.wide_[j];
+  CopyBytes(wide_state(i), src.wide_state(j), 4 * layout_.wide_state);
+  CopyBytes(emb(i), src.emb(j), 4 * layout_.dim);
+  CopyBytes(emb_state(i), src.emb_state(j), 4 * layout_.emb_state);
+}
+
+void RowBlock::AppendRow(const RowBlock& src, size_t j) {
+  const size_t i = size();
+  Resize(i + 1);
+  CopyRow(src, j, i);
+}
+
 namespace {
 template <typename T>
 void Append(std::string* out, const T& v) {

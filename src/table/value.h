@@ -57,6 +57,10 @@ class RowBlock {
 
   // Row i as a row with no history: counters, wide part and state zero, no embedding.
   void ClearRow(size_t i, uint64_t key);
+  // Copies row j of src (same layout) into row i.
+  void CopyRow(const RowBlock& src, size_t j, size_t i);
+  // Appends a copy of row j of src (same layout).
+  void AppendRow(const RowBlock& src, size_t j);
 
   // Appends the canonical encoding of row i to *out.
   void EncodeRow(size_t i, std::string* out) const;

@@ -1,0 +1,42 @@
+// BloomFilter: a blocked Bloom filter over 64-bit keys (every key's bits fall in one 512-bit
+// cache line), one per SSD-PS parameter file (docs/storage.md).
+//
+// Thread safety: one thread at a time may Add (the SSD store's writer); MayContain may run
+// concurrently with it (the words are atomics). A reader is guaranteed to see a key added
+// before an operation that synchronises with it (ctrbox adds a key under the slot lock that
+// also guards the group index the reader consults first).
+#ifndef CTRBOX_TABLE_BLOOM_H_
+#define CTRBOX_TABLE_BLOOM_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace ctrbox {
+
+class BloomFilter {
+ public:
+  // A filter sized for about `expected_keys` keys at `bits_per_key` (8: ~2 % false positives).
+  BloomFilter(size_t expected_keys, int bits_per_key);
+  // A filter restored from its words (as written by words()); `hashes` as returned by hashes().
+  BloomFilter(const std::vector<uint64_t>& words, int hashes);
+
+  void Add(uint64_t key);
+  bool MayContain(uint64_t key) const;
+
+  size_t num_bits() const { return num_blocks_ * 512; }
+  int hashes() const { return hashes_; }
+  std::vector<uint64_t> words() const;
+  size_t MemoryBytes() const { return num_blocks_ * 64; }
+
+ private:
+  size_t num_blocks_;
+  int hashes_;
+  std::unique_ptr<std::atomic<uint64_t>[]> words_;
+};
+
+}  // namespace ctrbox
+
+#endif  // CTRBOX_TABLE_BLOOM_H_

@@ -1,0 +1,163 @@
+#include "table/cache_slot.h"
+
+#include <cstring>
+
+#include "util/coding.h"
+#include "util/hash.h"
+
+namespace ctrbox {
+namespace {
+
+// Header record words: key (2), show, click, unseen | flags << 16, embedding id, wide,
+// wide_state...
+constexpr size_t kKey = 0, kShow = 2, kClick = 3, kAge = 4, kEmbId = 5, kWide = 6, kWideState = 7;
+constexpr uint32_t kNoEmb = 0xFFFFFFFFu;
+
+float AsFloat(uint32_t w) {
+  float f;
+  std::memcpy(&f, &w, 4);
+  return f;
+}
+uint32_t AsWord(float f) {
+  uint32_t w;
+  std::memcpy(&w, &f, 4);
+  return w;
+}
+
+}  // namespace
+
+CacheSlot::CacheSlot(const ValueLayout& layout)
+    : layout_(layout),
+      headers_(kWideState + layout.wide_state),
+      embs_(layout.dim + layout.emb_state) {
+  Rehash(64);
+}
+
+size_t CacheSlot::Probe(uint64_t key) const {
+  const size_t mask = keys_.size() - 1;
+  size_t i = Mix64(key) & mask;
+  while (rows_[i] != kNoNode && keys_[i] != key) i = (i + 1) & mask;
+  return i;
+}
+
+void CacheSlot::Rehash(size_t capacity) {
+  std::vector<uint64_t> old_keys(capacity);
+  std::vector<uint32_t> old_rows(capacity, kNoNode);
+  old_keys.swap(keys_);
+  old_rows.swap(rows_);
+  for (size_t i = 0; i < old_rows.size(); ++i) {
+    if (old_rows[i] == kNoNode) continue;
+    size_t j = Probe(old_keys[i]);
+    keys_[j] = old_keys[i];
+    rows_[j] = old_rows[i];
+  }
+}
+
+uint32_t CacheSlot::Find(uint64_t key) const { return rows_[Probe(key)]; }
+
+uint32_t CacheSlot::Insert(uint64_t key) {
+  if ((size_ + 1) * 10 > keys_.size() * 7) Rehash(keys_.size() * 2);
+  const size_t i = Probe(key);
+  const uint32_t node = headers_.Allocate();
+  keys_[i] = key;
+  rows_[i] = node;
+  ++size_;
+  if (node >= meta_.size()) meta_.resize(std::max<size_t>(node + 1, meta_.size() * 2));
+  meta_[node] = NodeMeta{};
+  uint32_t* h = headers_.Get(node);
+  std::memcpy(h + kKey, &key, 8);
+  h[kShow] = h[kClick] = h[kAge] = h[kWide] = 0;
+  h[kEmbId] = kNoEmb;
+  ZeroBytes(h + kWideState, 4 * layout_.wide_state);
+  return node;
+}
+
+void CacheSlot::Erase(uint32_t node) {
+  uint32_t* h = headers_.Get(node);
+  const uint64_t k = key(node);
+  if (h[kEmbId] != kNoEmb) embs_.Free(h[kEmbId]);
+  headers_.Free(node);
+  // Backward-shift deletion from the linear-probing index.
+  const size_t mask = keys_.size() - 1;
+  size_t i = Probe(k);
+  size_t j = i;
+  while (true) {
+    j = (j + 1) & mask;
+    if (rows_[j] == kNoNode) break;
+    const size_t home = Mix64(keys_[j]) & mask;
+    const bool stays = (i <= j) ? (i < home && home <= j) : (i < home || home <= j);
+    if (stays) continue;
+    keys_[i] = keys_[j];
+    rows_[i] = rows_[j];
+    i = j;
+  }
+  rows_[i] = kNoNode;
+  --size_;
+  // Give memory back once the index is sparse (the budget counts its capacity).
+  if (keys_.size() > 64 && size_ * 8 < keys_.size()) Rehash(keys_.size() / 2);
+}
+
+uint64_t CacheSlot::key(uint32_t node) const {
+  uint64_t k;
+  std::memcpy(&k, headers_.Get(node) + kKey, 8);
+  return k;
+}
+
+bool CacheSlot::has_emb(uint32_t node) const { return headers_.Get(node)[kEmbId] != kNoEmb; }
+
+float CacheSlot::show(uint32_t node) const { return AsFloat(headers_.Get(node)[kShow]); }
+
+void CacheSlot::ReadRow(uint32_t node, RowBlock* out, size_t r) const {
+  const uint32_t* h = headers_.Get(node);
+  std::memcpy(&out->key(r), h + kKey, 8);
+  out->show(r) = AsFloat(h[kShow]);
+  out->click(r) = AsFloat(h[kClick]);
+  out->unseen(r) = static_cast<uint16_t>(h[kAge] & 0xFFFF);
+  out->flags(r) = static_cast<uint16_t>(h[kAge] >> 16);
+  out->wide(r) = AsFloat(h[kWide]);
+  CopyBytes(out->wide_state(r), h + kWideState, 4 * layout_.wide_state);
+  if (h[kEmbId] != kNoEmb) {
+    const uint32_t* e = embs_.Get(h[kEmbId]);
+    CopyBytes(out->emb(r), e, 4 * layout_.dim);
+    CopyBytes(out->emb_state(r), e + layout_.dim, 4 * layout_.emb_state);
+  } else {
+    ZeroBytes(out->emb(r), 4 * layout_.dim);
+    ZeroBytes(out->emb_state(r), 4 * layout_.emb_state);
+  }
+}
+
+void CacheSlot::WriteRow(uint32_t node, const RowBlock& in, size_t r) {
+  uint32_t* h = headers_.Get(node);
+  h[kShow] = AsWord(in.show(r));
+  h[kClick] = AsWord(in.click(r));
+  h[kAge] = uint32_t{in.unseen(r)} | (uint32_t{in.flags(r)} << 16);
+  h[kWide] = AsWord(in.wide(r));
+  CopyBytes(h + kWideState, in.wide_state(r), 4 * layout_.wide_state);
+  if (in.has_emb(r)) {
+    if (h[kEmbId] == kNoEmb) h[kEmbId] = embs_.Allocate();
+    uint32_t* e = embs_.Get(h[kEmbId]);
+    CopyBytes(e, in.emb(r), 4 * layout_.dim);
+    CopyBytes(e + layout_.dim, in.emb_state(r), 4 * layout_.emb_state);
+  } else if (h[kEmbId] != kNoEmb) {
+    embs_.Free(h[kEmbId]);
+    h[kEmbId] = kNoEmb;
+  }
+}
+
+size_t CacheSlot::MemoryBytes() const {
+  return keys_.capacity() * 8 + rows_.capacity() * 4 + meta_.capacity() * sizeof(NodeMeta) +
+         headers_.live() * 4 * (kWideState + layout_.wide_state) +
+         embs_.live() * 4 * (layout_.dim + layout_.emb_state);
+}
+
+size_t CacheSlot::AllocatedBytes() const {
+  return keys_.capacity() * 8 + rows_.capacity() * 4 + meta_.capacity() * sizeof(NodeMeta) +
+         headers_.MemoryBytes() + embs_.MemoryBytes();
+}
+
+size_t CacheSlot::RowBytes() const {
+  return 4 * (kWideState + layout_.wide_state + layout_.dim + layout_.emb_state) +
+         sizeof(NodeMeta) + 12 * 10 / 7;
+}
+
+}  // namespace ctrbox

@@ -1,0 +1,92 @@
+// SSD-PS parameter files (docs/formats/param_file.md): the file header, group records and
+// the in-memory handle of one file.
+#ifndef CTRBOX_TABLE_PARAM_FILE_H_
+#define CTRBOX_TABLE_PARAM_FILE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "table/bloom.h"
+#include "table/value.h"
+#include "util/env.h"
+
+namespace ctrbox {
+
+constexpr size_t kParamFileHeaderBytes = 32;
+constexpr size_t kRecordHeaderBytes = 20;
+
+// The header of a parameter file with id `file_id` for rows of `layout`.
+std::string EncodeParamFileHeader(uint32_t file_id, const ValueLayout& layout);
+Status CheckParamFileHeader(const std::string& path, const char* p, size_t n, uint32_t file_id,
+                            const ValueLayout& layout);
+
+// The fields of a record header.
+struct RecordHeader {
+  uint32_t group = 0, rows = 0, payload_bytes = 0;
+};
+
+// Parses and verifies the record in [p, p + n) (header and CRC); `where` names it in errors.
+StatusOr<RecordHeader> CheckRecord(const char* p, size_t n, const std::string& where);
+
+// A verified group record in memory, its rows still encoded (the canonical row encoding).
+// Merging records copies rows byte for byte; only the rows a pull wants are decoded.
+struct RecordView {
+  uint32_t group = 0;
+  std::string bytes;              // the whole record, header included
+  std::vector<uint32_t> offsets;  // rows() + 1 offsets into bytes: where each row starts
+  std::vector<uint64_t> keys;
+
+  size_t rows() const { return keys.size(); }
+  std::string_view row(size_t i) const {
+    return std::string_view(bytes).substr(offsets[i], offsets[i + 1] - offsets[i]);
+  }
+  // Parses a verified record held in `bytes`, checking that every row has the layout and
+  // belongs to the group; `where` names it in errors.
+  Status Parse(const ValueLayout& layout, uint32_t group_bits, const std::string& where);
+  // Decodes row i into row r of out.
+  Status DecodeRow(size_t i, RowBlock* out, size_t r) const;
+};
+
+// Builds a record: rows from views (bytes copied) or from RowBlocks (encoded).
+class RecordBuilder {
+ public:
+  void Reset(uint32_t group);
+  void AddEncoded(std::string_view row, uint64_t key);
+  void AddRow(const RowBlock& rows, size_t i);
+  size_t rows() const { return keys_.size(); }
+  // Rows added with an embedding.
+  uint32_t emb_rows() const { return emb_rows_; }
+  const std::vector<uint64_t>& keys() const { return keys_; }
+  // The finished record (header with payload size and CRC filled in).
+  std::string_view Finish();
+
+ private:
+  std::string bytes_;
+  std::vector<uint64_t> keys_;
+  uint32_t emb_rows_ = 0;
+};
+
+// One parameter file. Its counters are guarded by the owning store's file mutex; the reader
+// and the Bloom filter may be used concurrently. A file marked obsolete is unlinked when the
+// last reference to it goes.
+struct ParamFile {
+  ParamFile(Env* env, uint32_t id, std::string path, std::unique_ptr<BloomFilter> bloom)
+      : env(env), id(id), path(std::move(path)), bloom(std::move(bloom)) {}
+  ~ParamFile();
+
+  Env* const env;
+  const uint32_t id;
+  const std::string path;
+  std::unique_ptr<RandomAccessFile> reader;  // set once the header is written
+  std::unique_ptr<BloomFilter> bloom;
+  uint64_t bytes = 0;       // appended so far, header included
+  uint64_t live_bytes = 0;  // bytes of the records the group index points at
+  uint32_t live_records = 0;
+  bool obsolete = false;
+};
+
+}  // namespace ctrbox
+
+#endif  // CTRBOX_TABLE_PARAM_FILE_H_

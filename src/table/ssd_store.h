@@ -1,0 +1,151 @@
+// SsdStore: the SSD-PS (docs/storage.md): append-only parameter files of group records, the
+// in-memory group index, per-file Bloom filters, stale accounting, and the INDEX written at a
+// clean shutdown.
+//
+// Thread safety: the group index entry of group g is guarded by the lock of the cache slot
+// that holds g (the caller's). Everything else may be called concurrently: appends go through
+// an internal mutex, file counters through the file mutex. WriteIndex needs quiescence.
+#ifndef CTRBOX_TABLE_SSD_STORE_H_
+#define CTRBOX_TABLE_SSD_STORE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include "table/param_file.h"
+#include "table/value.h"
+#include "util/env.h"
+#include "util/hash.h"
+
+namespace ctrbox {
+
+constexpr uint32_t kNoFile = 0xFFFFFFFFu;
+
+// Where a record is.
+struct RecordLoc {
+  uint32_t file = kNoFile;
+  uint32_t offset = 0;
+  uint32_t length = 0;  // bytes, header included
+  bool exists() const { return file != kNoFile; }
+  bool operator==(const RecordLoc&) const = default;
+};
+
+// A group's records (docs/storage.md): its rows on disk are the base's overridden by the
+// delta's. `unique_rows` counts distinct keys over both, `unique_emb` those whose newest
+// version has an embedding (so the store's totals are exact without reading records).
+struct GroupEntry {
+  RecordLoc base, delta;
+  uint32_t base_rows = 0, delta_rows = 0;
+  uint32_t unique_rows = 0, unique_emb = 0;
+  bool operator==(const GroupEntry&) const = default;
+};
+
+struct SsdOptions {
+  std::string dir;
+  uint32_t group_bits = 20;
+  uint64_t file_bytes = 64ull << 20;
+  uint64_t disk_budget = 0;  // 0: unlimited
+  int bloom_bits_per_key = 8;
+};
+
+struct DiskStats {
+  uint64_t files = 0, file_bytes = 0, live_bytes = 0;
+  uint64_t rows = 0, emb_rows = 0, value_bytes = 0;  // distinct keys on disk (newest versions)
+  uint64_t index_bytes = 0, bloom_bytes = 0;
+  uint64_t records_read = 0, bytes_read = 0, records_written = 0, bytes_written = 0;
+};
+
+class SsdStore {
+ public:
+  // A new, empty store in options.dir (created if needed); parameter files and an INDEX left
+  // there by an earlier store are deleted.
+  static StatusOr<std::unique_ptr<SsdStore>> Create(Env* env, const SsdOptions& options,
+                                                    const ValueLayout& layout);
+  // The store a clean shutdown left in options.dir (its INDEX); the INDEX is then removed, so
+  // a crash of the reopened store cannot be mistaken for a clean state.
+  static StatusOr<std::unique_ptr<SsdStore>> Reopen(Env* env, const SsdOptions& options,
+                                                    const ValueLayout& layout);
+
+  // Deletes the parameter files and INDEX a store left in `dir` (a job's scratch space).
+  static Status RemoveFiles(Env* env, const std::string& dir);
+
+  uint32_t group_bits() const { return options_.group_bits; }
+  uint32_t GroupOf(uint64_t key) const {
+    return static_cast<uint32_t>(Mix64(key) >> (64 - options_.group_bits));
+  }
+
+  // The records of group g. REQUIRES: g's slot lock.
+  const GroupEntry& entry(uint32_t g) const { return index_[g]; }
+  // Whether the record at loc may hold key: false if there is no record, or the Bloom filter
+  // of its file rules the key out.
+  bool MayHold(const RecordLoc& loc, uint64_t key) const;
+  // As MayHold, with the file already resolved (no lock taken).
+  static bool MayHold(const ParamFile* file, uint64_t key) {
+    return file != nullptr && file->bloom->MayContain(key);
+  }
+  // The file with this id (keeps it readable while held), or null.
+  std::shared_ptr<ParamFile> File(uint32_t id) const;
+  // Reads and verifies the record at loc of group g into *out (its buffers are reused).
+  Status ReadRecord(const ParamFile& file, const RecordLoc& loc, uint32_t g, RecordView* out) const;
+  // Reads the record at loc (any thread; the file is kept alive meanwhile); an absent loc
+  // gives an empty view.
+  Status Read(const RecordLoc& loc, uint32_t g, RecordView* out) const;
+  // Reads a whole file (for compaction).
+  Status ReadFile(const ParamFile& file, std::string* data) const;
+
+  // ---- writer side (serialised by the caller) ----
+  // Appends an encoded record of group g whose keys are `keys`; *loc is where it went. Fails
+  // with ResourceExhausted beyond the disk budget. Not readable until FlushAppends().
+  Status Append(uint32_t g, std::string_view record, const std::vector<uint64_t>& keys,
+                RecordLoc* loc);
+  // Hands appended records to the operating system, making them readable.
+  Status FlushAppends();
+  // Sets group g's entry; records it no longer names become stale, and a file left with no
+  // live record is deleted. REQUIRES: g's slot lock; appends flushed.
+  void Replace(uint32_t g, const GroupEntry& entry);
+  // Sealed files whose stale bytes exceed `stale_fraction` of their records (any stale byte
+  // if stale_fraction is 0), most stale first.
+  std::vector<std::shared_ptr<ParamFile>> CompactionCandidates(double stale_fraction) const;
+  // Writes the INDEX. REQUIRES: every appended record flushed and referenced as intended.
+  Status WriteIndex();
+
+  DiskStats Stats() const;
+  // Memory held by the group index and the Bloom filters (counted in the memory budget).
+  uint64_t MemoryBytes() const;
+  const SsdOptions& options() const { return options_; }
+
+ private:
+  SsdStore(Env* env, SsdOptions options, ValueLayout layout);
+  Status Roll();
+  Status ReserveSpace(uint64_t bytes);
+  // File counters of a record becoming live (+1) or stale (-1). REQUIRES: files_mu_.
+  void Count(const RecordLoc& loc, int sign);
+
+  Env* const env_;
+  const SsdOptions options_;
+  const ValueLayout layout_;
+  std::vector<GroupEntry> index_;  // by group; each entry guarded by its slot's lock
+
+  mutable std::shared_mutex files_mu_;
+  std::vector<std::shared_ptr<ParamFile>> files_;  // by id; null once deleted (files_mu_)
+  uint64_t file_bytes_ = 0;                        // sum over live files (files_mu_)
+  uint64_t live_bytes_ = 0, live_records_ = 0, unique_rows_ = 0, unique_emb_ = 0;  // (files_mu_)
+  uint64_t bloom_bytes_ = 0;                                                       // (files_mu_)
+  const ParamFile* current_file_ = nullptr;  // the file appends go to (files_mu_)
+
+  std::mutex append_mu_;  // guards the three below
+  std::shared_ptr<ParamFile> current_;
+  std::unique_ptr<WritableFile> writer_;
+  uint32_t next_file_id_ = 1;
+
+  mutable std::atomic<uint64_t> records_read_{0}, bytes_read_{0};
+  std::atomic<uint64_t> records_written_{0}, bytes_written_{0};
+};
+
+}  // namespace ctrbox
+
+#endif  // CTRBOX_TABLE_SSD_STORE_H_

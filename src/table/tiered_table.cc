@@ -1,0 +1,1129 @@
+#include "table/tiered_table.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cassert>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "util/hash.h"
+
+namespace ctrbox {
+
+// A group record a pull has to read: the keys it wants from it and, once read, those rows.
+struct TieredTable::Load {
+  uint32_t group = 0;
+  GroupEntry entry;                                  // the group's records when the pull looked
+  std::shared_ptr<ParamFile> base_file, delta_file;  // taken under the slot lock: kept alive
+  std::vector<uint32_t> idx;  // positions in the pull of the keys wanted from this group
+  RowBlock rows;              // row w: the newest disk version of key idx[w], if found[w]
+  std::vector<bool> found;
+  Status status;
+};
+
+struct TieredTable::Counters {
+  std::atomic<uint64_t> pulled{0}, hits{0}, loaded{0}, new_keys{0}, lookup_misses{0};
+  std::atomic<uint64_t> no_record{0}, bloom_prunes{0}, bloom_false_positives{0};
+  std::atomic<uint64_t> evicted_dirty{0}, evicted_clean{0}, dropped_fresh{0};
+  std::atomic<uint64_t> evict_rounds{0}, groups_written{0}, compactions{0}, compaction_bytes{0};
+};
+
+namespace {
+
+void Pin(NodeMeta& m, uint16_t epoch) {
+  ++m.pins;
+  m.epoch = epoch;
+}
+
+// The LFU priority of an unpinned row (docs/storage.md): its show counter, halved for every
+// kHalfLife passes since its last pull. Rows with the lowest priority are evicted first.
+constexpr double kHalfLife = 16.0;
+float Priority(const CacheSlot& slot, uint32_t node, uint16_t now) {
+  const uint16_t age = static_cast<uint16_t>(now - slot.meta(node).epoch);
+  return slot.show(node) * static_cast<float>(std::exp2(-static_cast<double>(age) / kHalfLife));
+}
+
+}  // namespace
+
+// ---- PinnedRows -------------------------------------------------------------------------
+
+PinnedRows& PinnedRows::operator=(PinnedRows&& o) noexcept {
+  if (this != &o) {
+    if (table_ != nullptr) table_->Release(this);
+    table_ = o.table_;
+    nodes_ = std::move(o.nodes_);
+    o.table_ = nullptr;
+    o.nodes_.clear();
+  }
+  return *this;
+}
+
+PinnedRows::~PinnedRows() {
+  if (table_ != nullptr) table_->Release(this);
+}
+
+// ---- construction -----------------------------------------------------------------------
+
+TieredTable::TieredTable(Env* env, TieredOptions options)
+    : env_(env), options_(std::move(options)), counters_(std::make_unique<Counters>()) {
+  for (size_t s = 0; s < (size_t{1} << options_.shard_bits); ++s) {
+    slots_.push_back(std::make_unique<CacheSlot>(options_.layout));
+  }
+  accounted_.assign(slots_.size(), 0);
+}
+
+StatusOr<std::unique_ptr<TieredTable>> TieredTable::Open(Env* env, const TieredOptions& options) {
+  if (options.shard_bits > 12) return InvalidArgumentError("table.shard_bits must be <= 12");
+  std::unique_ptr<TieredTable> t(new TieredTable(env, options));
+  for (size_t s = 0; s < t->slots_.size(); ++s) {
+    std::lock_guard<std::mutex> l(t->slots_[s]->mu);
+    t->Account(s);
+  }
+  if (options.ssd.dir.empty()) return t;
+  if (options.memory_budget == 0) {
+    return InvalidArgumentError("storage.memory_budget must be set with storage.ssd_dir");
+  }
+  if (options.ssd.group_bits < options.shard_bits) {
+    return InvalidArgumentError("storage.group_bits must be >= table.shard_bits");
+  }
+  if (options.reopen) {
+    ASSIGN_OR_RETURN(t->ssd_, SsdStore::Reopen(env, options.ssd, options.layout));
+  } else {
+    ASSIGN_OR_RETURN(t->ssd_, SsdStore::Create(env, options.ssd, options.layout));
+  }
+  if (t->ssd_->group_bits() < options.shard_bits) {
+    return InvalidArgumentError("the reopened store has fewer groups than the table has slots");
+  }
+  if (t->ssd_->MemoryBytes() >= options.memory_budget / 2) {
+    return InvalidArgumentError(fmt::format(
+        "storage.memory_budget ({}) is too small: the group index and Bloom filters alone take "
+        "{}; lower storage.group_bits",
+        options.memory_budget, t->ssd_->MemoryBytes()));
+  }
+  if (options.io_threads > 1) t->io_pool_ = std::make_unique<ThreadPool>(options.io_threads);
+  if (options.evict_threads > 1)
+    t->evict_pool_ = std::make_unique<ThreadPool>(options.evict_threads);
+  t->worker_ = std::thread([p = t.get()] { p->WorkerLoop(); });
+  return t;
+}
+
+TieredTable::~TieredTable() {
+  {
+    std::lock_guard<std::mutex> l(worker_mu_);
+    stop_ = true;
+  }
+  worker_cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+#ifndef NDEBUG
+  for (const auto& slot : slots_) {
+    std::lock_guard<std::mutex> l(slot->mu);
+    slot->ForEachNode([&](uint32_t n) { assert(slot->meta(n).pins == 0 && "rows left pinned"); });
+  }
+#endif
+}
+
+size_t TieredTable::SlotOf(uint64_t key) const {
+  return options_.shard_bits == 0 ? 0 : Mix64(key) >> (64 - options_.shard_bits);
+}
+
+void TieredTable::GroupBySlot(const uint64_t* keys, size_t n, std::vector<uint32_t>* order,
+                              std::vector<uint32_t>* begin) const {
+  const size_t S = slots_.size();
+  std::vector<uint16_t> slot_of(n);
+  begin->assign(S + 1, 0);
+  for (size_t i = 0; i < n; ++i) {
+    slot_of[i] = static_cast<uint16_t>(SlotOf(keys[i]));
+    ++(*begin)[slot_of[i] + 1];
+  }
+  for (size_t s = 0; s < S; ++s) (*begin)[s + 1] += (*begin)[s];
+  std::vector<uint32_t> fill(begin->begin(), begin->end() - 1);
+  order->resize(n);
+  for (size_t i = 0; i < n; ++i) (*order)[fill[slot_of[i]]++] = static_cast<uint32_t>(i);
+}
+
+void TieredTable::Account(size_t s) {
+  const size_t now = slots_[s]->MemoryBytes();
+  used_.fetch_add(now - accounted_[s], std::memory_order_relaxed);  // wraps on decrease
+  accounted_[s] = now;
+  const uint64_t used = UsedBytes();
+  uint64_t peak = peak_used_.load(std::memory_order_relaxed);
+  while (used > peak && !peak_used_.compare_exchange_weak(peak, used)) {
+  }
+}
+
+uint64_t TieredTable::UsedBytes() const {
+  return used_.load(std::memory_order_relaxed) + (ssd_ ? ssd_->MemoryBytes() : 0);
+}
+
+Status TieredTable::error() const {
+  std::lock_guard<std::mutex> l(error_mu_);
+  return error_;
+}
+
+void TieredTable::SetError(const Status& s) {
+  {
+    std::lock_guard<std::mutex> l(error_mu_);
+    if (error_.ok()) error_ = s;
+  }
+  budget_cv_.notify_all();
+}
+
+// ---- pull -------------------------------------------------------------------------------
+
+void TieredTable::NewRow(size_t s, size_t i, uint64_t key, const CtrAccessor* accessor,
+                         RowBlock* out, PinnedRows* pins) {
+  if (accessor == nullptr) {
+    out->ClearRow(i, key);
+    counters_->lookup_misses.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  CacheSlot& slot = *slots_[s];
+  const uint16_t epoch = epoch_.load(std::memory_order_relaxed);
+  accessor->InitRow(out, i, key);
+  const uint32_t node = slot.Insert(key);
+  slot.WriteRow(node, *out, i);
+  slot.meta(node).state = kFresh;
+  Pin(slot.meta(node), epoch);
+  pins->nodes_[i] = {static_cast<uint32_t>(s), node};
+  counters_->new_keys.fetch_add(1, std::memory_order_relaxed);
+}
+
+void TieredTable::PullResident(size_t s, const uint64_t* keys, const uint32_t* idx, size_t n,
+                               const CtrAccessor* accessor, RowBlock* out, PinnedRows* pins,
+                               std::vector<Load>* loads) {
+  CacheSlot& slot = *slots_[s];
+  const uint16_t epoch = epoch_.load(std::memory_order_relaxed);
+  std::unordered_map<uint32_t, size_t> load_of;  // group -> index in *loads
+  // Files resolved once per task (a lookup takes the store's file lock); a file named by a
+  // group entry of this slot stays alive while we hold the slot's lock.
+  std::vector<std::pair<uint32_t, std::shared_ptr<ParamFile>>> files;
+  auto file_of = [&](const RecordLoc& loc) -> const std::shared_ptr<ParamFile>& {
+    static const std::shared_ptr<ParamFile> kNone;
+    if (!loc.exists()) return kNone;
+    for (const auto& [id, f] : files) {
+      if (id == loc.file) return f;
+    }
+    files.emplace_back(loc.file, ssd_->File(loc.file));
+    return files.back().second;
+  };
+  auto may_hold = [&](const RecordLoc& loc, uint64_t key) {
+    return SsdStore::MayHold(file_of(loc).get(), key);
+  };
+  uint64_t hits = 0, no_record = 0, pruned = 0;
+  std::lock_guard<std::mutex> lock(slot.mu);
+  for (size_t k = 0; k < n; ++k) {
+    const uint32_t i = idx[k];
+    const uint64_t key = keys[i];
+    const uint32_t node = slot.Find(key);
+    if (node != kNoNode) {
+      Pin(slot.meta(node), epoch);
+      slot.ReadRow(node, out, i);
+      pins->nodes_[i] = {static_cast<uint32_t>(s), node};
+      ++hits;
+      continue;
+    }
+    if (ssd_) {
+      const uint32_t g = ssd_->GroupOf(key);
+      const GroupEntry& e = ssd_->entry(g);
+      if (may_hold(e.delta, key) || may_hold(e.base, key)) {
+        auto [it, added] = load_of.emplace(g, loads->size());
+        if (added) {
+          loads->emplace_back();
+          Load& l = loads->back();
+          l.group = g;
+          l.entry = e;
+          l.base_file = file_of(e.base);
+          l.delta_file = file_of(e.delta);
+          l.rows = RowBlock(options_.layout);
+        }
+        (*loads)[it->second].idx.push_back(i);
+        continue;
+      }
+      ++(e.base.exists() ? pruned : no_record);
+    }
+    NewRow(s, i, key, accessor, out, pins);
+  }
+  Account(s);
+  counters_->hits.fetch_add(hits, std::memory_order_relaxed);
+  counters_->no_record.fetch_add(no_record, std::memory_order_relaxed);
+  counters_->bloom_prunes.fetch_add(pruned, std::memory_order_relaxed);
+}
+
+namespace {
+
+// Reads the newest disk versions of the keys keys[idx[w]] of group g: the delta first (if its
+// file's Bloom filter may hold one of them), then the base for the rest. The rest of each
+// record is dropped.
+Status ReadWanted(const SsdStore& ssd, const uint64_t* keys, RecordView* view, const GroupEntry& e,
+                  const std::shared_ptr<ParamFile>& base_file,
+                  const std::shared_ptr<ParamFile>& delta_file, uint32_t group,
+                  const std::vector<uint32_t>& idx, RowBlock* rows, std::vector<bool>* found) {
+  rows->Resize(idx.size());
+  found->assign(idx.size(), false);
+  for (const RecordLoc* loc : {&e.delta, &e.base}) {
+    if (!loc->exists()) continue;
+    const std::shared_ptr<ParamFile>& file = loc == &e.delta ? delta_file : base_file;
+    if (!file)
+      return InternalError(fmt::format("the file of a record of group {} disappeared", group));
+    bool wanted = false;
+    for (size_t w = 0; w < idx.size() && !wanted; ++w) {
+      wanted = !(*found)[w] && SsdStore::MayHold(file.get(), keys[idx[w]]);
+    }
+    if (!wanted) continue;
+    RETURN_IF_ERROR(ssd.ReadRecord(*file, *loc, group, view));
+    for (size_t w = 0; w < idx.size(); ++w) {
+      if ((*found)[w]) continue;
+      for (size_t j = 0; j < view->rows(); ++j) {
+        if (view->keys[j] != keys[idx[w]]) continue;
+        RETURN_IF_ERROR(view->DecodeRow(j, rows, w));
+        (*found)[w] = true;
+        break;
+      }
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status TieredTable::ReadLoads(const uint64_t* keys, std::vector<Load*>* loads) {
+  const int threads = io_pool_ ? io_pool_->num_threads() : 1;
+  std::vector<RecordView> views(threads);  // one read buffer per I/O thread
+  auto read = [&](size_t j, int t) {
+    Load& l = *(*loads)[j];
+    l.status = ReadWanted(*ssd_, keys, &views[t], l.entry, l.base_file, l.delta_file, l.group,
+                          l.idx, &l.rows, &l.found);
+  };
+  if (io_pool_ && loads->size() > 1) {
+    std::lock_guard<std::mutex> l(io_mu_);
+    io_pool_->ParallelFor(loads->size(), read);
+  } else {
+    for (size_t j = 0; j < loads->size(); ++j) read(j, 0);
+  }
+  for (Load* l : *loads) RETURN_IF_ERROR(l->status);
+  return Status::OK();
+}
+
+Status TieredTable::InstallLoaded(size_t s, const uint64_t* keys, const CtrAccessor* accessor,
+                                  RowBlock* out, PinnedRows* pins, std::vector<Load>* loads) {
+  CacheSlot& slot = *slots_[s];
+  const uint16_t epoch = epoch_.load(std::memory_order_relaxed);
+  uint64_t loaded = 0, false_positives = 0, hits = 0;
+  RecordView view;
+  std::lock_guard<std::mutex> lock(slot.mu);
+  for (Load& l : *loads) {
+    if (!(ssd_->entry(l.group) == l.entry)) {
+      // The group was rewritten while we read (a concurrent pull made some of its keys
+      // resident and the worker wrote them back): read its current records.
+      l.entry = ssd_->entry(l.group);
+      l.base_file = ssd_->File(l.entry.base.file);
+      l.delta_file = ssd_->File(l.entry.delta.file);
+      RETURN_IF_ERROR(ReadWanted(*ssd_, keys, &view, l.entry, l.base_file, l.delta_file, l.group,
+                                 l.idx, &l.rows, &l.found));
+    }
+    for (size_t w = 0; w < l.idx.size(); ++w) {
+      const uint32_t i = l.idx[w];
+      const uint64_t key = keys[i];
+      uint32_t node = slot.Find(key);
+      if (node != kNoNode) {  // made resident meanwhile by a concurrent pull
+        Pin(slot.meta(node), epoch);
+        slot.ReadRow(node, out, i);
+        pins->nodes_[i] = {static_cast<uint32_t>(s), node};
+        ++hits;
+        continue;
+      }
+      if (!l.found[w]) {  // a Bloom filter false positive
+        ++false_positives;
+        NewRow(s, i, key, accessor, out, pins);
+        continue;
+      }
+      node = slot.Insert(key);
+      slot.WriteRow(node, l.rows, w);
+      NodeMeta& m = slot.meta(node);
+      m.state = kOnDisk | (l.rows.has_emb(w) ? kDiskEmb : 0);
+      Pin(m, epoch);
+      out->CopyRow(l.rows, w, i);
+      pins->nodes_[i] = {static_cast<uint32_t>(s), node};
+      ++loaded;
+    }
+  }
+  Account(s);
+  counters_->loaded.fetch_add(loaded, std::memory_order_relaxed);
+  counters_->hits.fetch_add(hits, std::memory_order_relaxed);
+  counters_->bloom_false_positives.fetch_add(false_positives, std::memory_order_relaxed);
+  return Status::OK();
+}
+
+StatusOr<PinnedRows> TieredTable::Pull(const uint64_t* keys, size_t n, const CtrAccessor* accessor,
+                                       RowBlock* out, ThreadPool* pool) {
+  assert(out->layout() == options_.layout);
+  RETURN_IF_ERROR(error());
+  RETURN_IF_ERROR(WaitForBudget());
+  epoch_.fetch_add(1, std::memory_order_relaxed);  // a pull is a pass: frequencies age
+  out->Resize(n);
+  PinnedRows pins;
+  pins.table_ = this;
+  pins.nodes_.assign(n, {kNotPinned, 0});
+  std::vector<uint32_t> order, begin;
+  GroupBySlot(keys, n, &order, &begin);
+  const size_t S = slots_.size();
+  std::vector<std::vector<Load>> loads(S);
+  RunParallel(pool, S, [&](size_t s, int) {
+    PullResident(s, keys, order.data() + begin[s], begin[s + 1] - begin[s], accessor, out, &pins,
+                 &loads[s]);
+  });
+  counters_->pulled.fetch_add(n, std::memory_order_relaxed);
+  if (ssd_) {
+    std::vector<Load*> all;
+    for (auto& v : loads) {
+      for (Load& l : v) all.push_back(&l);
+    }
+    RETURN_IF_ERROR(ReadLoads(keys, &all));  // pins releases what was pinned
+    std::vector<Status> status(S);
+    RunParallel(pool, S, [&](size_t s, int) {
+      if (!loads[s].empty()) status[s] = InstallLoaded(s, keys, accessor, out, &pins, &loads[s]);
+    });
+    for (const Status& st : status) RETURN_IF_ERROR(st);
+  }
+  RETURN_IF_ERROR(WaitForBudget());
+  return pins;
+}
+
+// ---- push, release, insert ---------------------------------------------------------------
+
+Status TieredTable::Push(PinnedRows* pins, const RowBlock& rows, ThreadPool* pool) {
+  assert(pins->table_ == this && rows.size() == pins->nodes_.size());
+  const size_t S = slots_.size();
+  std::vector<std::vector<uint32_t>> by_slot(S);
+  for (size_t i = 0; i < pins->nodes_.size(); ++i) {
+    if (pins->nodes_[i].first != kNotPinned) by_slot[pins->nodes_[i].first].push_back(i);
+  }
+  RunParallel(pool, S, [&](size_t s, int) {
+    if (by_slot[s].empty()) return;
+    CacheSlot& slot = *slots_[s];
+    std::lock_guard<std::mutex> lock(slot.mu);
+    for (uint32_t i : by_slot[s]) {
+      const uint32_t node = pins->nodes_[i].second;
+      assert(slot.key(node) == rows.key(i));
+      slot.WriteRow(node, rows, i);
+      NodeMeta& m = slot.meta(node);
+      m.state = (m.state | kDirty) & ~kFresh;
+      --m.pins;
+    }
+    Account(s);
+  });
+  pins->nodes_.clear();
+  pins->table_ = nullptr;
+  return error();
+}
+
+void TieredTable::Release(PinnedRows* pins) {
+  const size_t S = slots_.size();
+  std::vector<std::vector<uint32_t>> by_slot(S);
+  for (const auto& [s, node] : pins->nodes_) {
+    if (s != kNotPinned) by_slot[s].push_back(node);
+  }
+  for (size_t s = 0; s < S; ++s) {
+    if (by_slot[s].empty()) continue;
+    std::lock_guard<std::mutex> lock(slots_[s]->mu);
+    for (uint32_t node : by_slot[s]) --slots_[s]->meta(node).pins;
+  }
+  pins->nodes_.clear();
+  pins->table_ = nullptr;
+}
+
+Status TieredTable::Insert(const RowBlock& rows, ThreadPool* pool) {
+  RETURN_IF_ERROR(error());
+  RETURN_IF_ERROR(WaitForBudget());
+  std::vector<uint64_t> keys(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) keys[i] = rows.key(i);
+  std::vector<uint32_t> order, begin;
+  GroupBySlot(keys.data(), keys.size(), &order, &begin);
+  RunParallel(pool, slots_.size(), [&](size_t s, int) {
+    CacheSlot& slot = *slots_[s];
+    std::lock_guard<std::mutex> lock(slot.mu);
+    for (uint32_t k = begin[s]; k < begin[s + 1]; ++k) {
+      const uint32_t i = order[k];
+      uint32_t node = slot.Find(keys[i]);
+      if (node == kNoNode) node = slot.Insert(keys[i]);
+      slot.WriteRow(node, rows, i);
+      NodeMeta& m = slot.meta(node);
+      m.state = (m.state | kDirty) & ~kFresh;
+    }
+    Account(s);
+  });
+  return WaitForBudget();
+}
+
+// ---- writing groups back -------------------------------------------------------------------
+
+Status TieredTable::ReadGroups(size_t s, std::vector<GroupRead>* reads, bool locked) {
+  for (GroupRead& r : *reads) {
+    GroupEntry e;
+    std::shared_ptr<ParamFile> base_file, delta_file;  // kept alive while we read
+    {
+      std::unique_lock<std::mutex> lock(slots_[s]->mu, std::defer_lock);
+      if (!locked) lock.lock();
+      e = ssd_->entry(r.group);
+      if (e.delta.exists()) delta_file = ssd_->File(e.delta.file);
+      if (e.base.exists()) base_file = ssd_->File(e.base.file);
+    }
+    r.delta.keys.clear();
+    r.delta.offsets.assign(1, 0);
+    if (e.delta.exists()) {
+      if (!delta_file) return InternalError("a group record's file disappeared");
+      RETURN_IF_ERROR(ssd_->ReadRecord(*delta_file, e.delta, r.group, &r.delta));
+    }
+    r.have_base = r.want_base && e.base.exists();
+    if (r.have_base) {
+      if (!base_file) return InternalError("a group record's file disappeared");
+      RETURN_IF_ERROR(ssd_->ReadRecord(*base_file, e.base, r.group, &r.base));
+    }
+  }
+  return Status::OK();
+}
+
+namespace {
+
+bool Contains(const std::vector<uint64_t>& sorted, uint64_t key) {
+  return std::binary_search(sorted.begin(), sorted.end(), key);
+}
+
+}  // namespace
+
+Status TieredTable::WriteGroups(size_t s, std::vector<GroupRead>* reads) {
+  CacheSlot& slot = *slots_[s];
+  std::sort(reads->begin(), reads->end(),
+            [](const GroupRead& a, const GroupRead& b) { return a.group < b.group; });
+  // The rows to write: resident, not fresh, dirty or not on disk yet; by group.
+  std::vector<std::pair<uint32_t, uint32_t>> dirty;  // (group, node)
+  slot.ForEachNode([&](uint32_t node) {
+    const uint8_t st = slot.meta(node).state;
+    if ((st & kFresh) || !((st & kDirty) || !(st & kOnDisk))) return;
+    const uint32_t g = ssd_->GroupOf(slot.key(node));
+    auto it = std::lower_bound(reads->begin(), reads->end(), g,
+                               [](const GroupRead& r, uint32_t x) { return r.group < x; });
+    if (it != reads->end() && it->group == g) dirty.emplace_back(g, node);
+  });
+  std::sort(dirty.begin(), dirty.end());
+  RecordBuilder builder;
+  RowBlock row(options_.layout);
+  row.Resize(1);
+  std::vector<std::pair<uint32_t, GroupEntry>> updates;
+  std::vector<uint64_t> dirty_keys, delta_keys;
+  auto first = dirty.begin();
+  for (GroupRead& r : *reads) {
+    const uint32_t g = r.group;
+    auto last = first;
+    while (last != dirty.end() && last->first == g) ++last;
+    if (first == last) continue;  // nothing of this group to write
+    const GroupEntry e = ssd_->entry(g);
+    dirty_keys.clear();
+    for (auto it = first; it != last; ++it) dirty_keys.push_back(slot.key(it->second));
+    std::sort(dirty_keys.begin(), dirty_keys.end());
+    size_t carried = 0;  // old delta rows that stay
+    for (size_t j = 0; j < r.delta.rows(); ++j) carried += !Contains(dirty_keys, r.delta.keys[j]);
+    const bool merge = !e.base.exists() || (carried + dirty_keys.size()) * 3 > e.base_rows;
+    if (merge && e.base.exists() && !r.have_base) {  // the guess was wrong: read it now
+      RETURN_IF_ERROR(ssd_->Read(e.base, g, &r.base));
+      r.have_base = true;
+    }
+    builder.Reset(g);
+    if (merge) {
+      delta_keys = r.delta.keys;
+      delta_keys.insert(delta_keys.end(), dirty_keys.begin(), dirty_keys.end());
+      std::sort(delta_keys.begin(), delta_keys.end());
+      for (size_t j = 0; j < r.base.rows() && e.base.exists(); ++j) {
+        if (!Contains(delta_keys, r.base.keys[j]))
+          builder.AddEncoded(r.base.row(j), r.base.keys[j]);
+      }
+    }
+    for (size_t j = 0; j < r.delta.rows(); ++j) {
+      if (!Contains(dirty_keys, r.delta.keys[j]))
+        builder.AddEncoded(r.delta.row(j), r.delta.keys[j]);
+    }
+    GroupEntry next = e;
+    for (auto it = first; it != last; ++it) {
+      const uint32_t node = it->second;
+      slot.ReadRow(node, &row, 0);
+      builder.AddRow(row, 0);
+      const uint8_t st = slot.meta(node).state;
+      const uint32_t emb = slot.has_emb(node) ? 1 : 0;
+      if (st & kOnDisk) {  // a newer version of a key the group holds
+        next.unique_emb = next.unique_emb + emb - ((st & kDiskEmb) ? 1 : 0);
+      } else {
+        next.unique_rows += 1;
+        next.unique_emb += emb;
+      }
+    }
+    RecordLoc loc;
+    const std::string_view record = builder.Finish();
+    RETURN_IF_ERROR(ssd_->Append(g, record, builder.keys(), &loc));
+    if (merge) {
+      next = GroupEntry{loc,
+                        RecordLoc{},
+                        static_cast<uint32_t>(builder.rows()),
+                        0,
+                        static_cast<uint32_t>(builder.rows()),
+                        builder.emb_rows()};
+    } else {
+      next.delta = loc;
+      next.delta_rows = static_cast<uint32_t>(builder.rows());
+    }
+    updates.emplace_back(g, next);
+    first = last;
+  }
+  RETURN_IF_ERROR(ssd_->FlushAppends());
+  for (const auto& [g, e] : updates) ssd_->Replace(g, e);
+  for (const auto& [g, node] : dirty) {
+    NodeMeta& m = slot.meta(node);
+    m.state = (m.state & ~(kDirty | kDiskEmb)) | kOnDisk | (slot.has_emb(node) ? kDiskEmb : 0);
+  }
+  counters_->groups_written.fetch_add(updates.size(), std::memory_order_relaxed);
+  return Status::OK();
+}
+
+StatusOr<uint64_t> TieredTable::EvictSlot(size_t s, uint64_t share, bool all) {
+  CacheSlot& slot = *slots_[s];
+  std::vector<GroupRead> reads;
+  std::vector<uint64_t> victims;  // dirty rows to drop once their groups are written
+  uint64_t dropped = 0;
+  {
+    std::lock_guard<std::mutex> lock(slot.mu);
+    const size_t bytes = slot.MemoryBytes();
+    if (!all && bytes <= share) return 0;
+    std::vector<uint32_t> candidates;
+    slot.ForEachNode([&](uint32_t node) {
+      if (slot.meta(node).pins == 0) candidates.push_back(node);
+    });
+    const uint16_t now = epoch_.load(std::memory_order_relaxed);
+    size_t k = candidates.size();
+    float threshold = std::numeric_limits<float>::infinity();
+    std::vector<float> priority;
+    if (!all && k > 0) {
+      k = std::min<size_t>(
+          k, std::max<size_t>(options_.min_evict_rows,
+                              (bytes - share + slot.RowBytes() - 1) / slot.RowBytes()));
+      std::vector<std::pair<float, uint32_t>> ranked;
+      ranked.reserve(candidates.size());
+      for (uint32_t node : candidates) ranked.emplace_back(Priority(slot, node, now), node);
+      std::nth_element(ranked.begin(), ranked.begin() + (k - 1), ranked.end());
+      threshold = ranked[k - 1].first;
+      for (size_t v = 0; v < ranked.size(); ++v) {
+        candidates[v] = ranked[v].second;
+        priority.push_back(ranked[v].first);
+      }
+    }
+    std::unordered_map<uint32_t, uint32_t> dirty_groups;  // group -> dirty victims
+    auto take = [&](uint32_t node) {
+      const NodeMeta m = slot.meta(node);
+      if (m.state & kFresh) {  // a default never pushed: nothing to keep
+        slot.Erase(node);
+        counters_->dropped_fresh.fetch_add(1, std::memory_order_relaxed);
+        ++dropped;
+      } else if (!(m.state & kDirty) && (m.state & kOnDisk)) {  // its record has it
+        slot.Erase(node);
+        counters_->evicted_clean.fetch_add(1, std::memory_order_relaxed);
+        ++dropped;
+      } else {
+        const uint64_t key = slot.key(node);
+        victims.push_back(key);
+        ++dirty_groups[ssd_->GroupOf(key)];
+      }
+    };
+    for (size_t v = 0; v < k; ++v) take(candidates[v]);
+    // A group with a dirty victim is rewritten anyway: its other unpinned rows that are used
+    // no more often than the victims leave with it (fewer rewrites per row evicted).
+    for (size_t v = k; v < priority.size(); ++v) {
+      const uint32_t node = candidates[v];
+      if (priority[v] <= threshold && dirty_groups.count(ssd_->GroupOf(slot.key(node)))) take(node);
+    }
+    for (const auto& [g, n] : dirty_groups) {
+      const GroupEntry& e = ssd_->entry(g);
+      GroupRead r;
+      r.group = g;
+      r.want_base = e.base.exists() && (e.delta_rows + n) * 3 > e.base_rows;
+      reads.push_back(std::move(r));
+    }
+    Account(s);
+  }
+  if (reads.empty()) return dropped;
+  RETURN_IF_ERROR(ReadGroups(s, &reads, /*locked=*/false));
+  std::lock_guard<std::mutex> lock(slot.mu);
+  RETURN_IF_ERROR(WriteGroups(s, &reads));
+  for (uint64_t key : victims) {
+    const uint32_t node = slot.Find(key);
+    if (node == kNoNode || slot.meta(node).pins > 0) continue;  // pinned again meanwhile
+    slot.Erase(node);
+    counters_->evicted_dirty.fetch_add(1, std::memory_order_relaxed);
+    ++dropped;
+  }
+  Account(s);
+  return dropped;
+}
+
+Status TieredTable::FlushSlot(size_t s) {
+  CacheSlot& slot = *slots_[s];
+  std::lock_guard<std::mutex> lock(slot.mu);
+  std::unordered_map<uint32_t, uint32_t> dirty;  // group -> rows to write
+  slot.ForEachNode([&](uint32_t node) {
+    const uint8_t st = slot.meta(node).state;
+    if (!(st & kFresh) && ((st & kDirty) || !(st & kOnDisk)))
+      ++dirty[ssd_->GroupOf(slot.key(node))];
+  });
+  if (dirty.empty()) return Status::OK();
+  std::vector<GroupRead> reads;
+  for (const auto& [g, n] : dirty) {
+    const GroupEntry& e = ssd_->entry(g);
+    GroupRead r;
+    r.group = g;
+    r.want_base = e.base.exists() && (e.delta_rows + n) * 3 > e.base_rows;
+    reads.push_back(std::move(r));
+  }
+  RETURN_IF_ERROR(ReadGroups(s, &reads, /*locked=*/true));
+  RETURN_IF_ERROR(WriteGroups(s, &reads));
+  Account(s);
+  return Status::OK();
+}
+
+Status TieredTable::CompactFile(const std::shared_ptr<ParamFile>& file) {
+  std::string data;
+  RETURN_IF_ERROR(ssd_->ReadFile(*file, &data));
+  struct Rec {
+    uint32_t group, offset, length;
+  };
+  std::vector<std::vector<Rec>> by_slot(slots_.size());
+  for (size_t off = kParamFileHeaderBytes; off < data.size();) {
+    const std::string where = fmt::format("{}: record at offset {}", file->path, off);
+    ASSIGN_OR_RETURN(RecordHeader h, CheckRecord(data.data() + off, data.size() - off, where));
+    const uint32_t len = static_cast<uint32_t>(kRecordHeaderBytes + h.payload_bytes);
+    by_slot[SlotOfGroup(h.group)].push_back(Rec{h.group, static_cast<uint32_t>(off), len});
+    off += len;
+  }
+  uint64_t moved = 0;
+  RecordView view;
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    if (by_slot[s].empty()) continue;
+    std::lock_guard<std::mutex> lock(slots_[s]->mu);
+    std::vector<std::pair<uint32_t, GroupEntry>> relocated;
+    for (const Rec& r : by_slot[s]) {
+      const RecordLoc here{file->id, r.offset, r.length};
+      GroupEntry e = ssd_->entry(r.group);
+      const bool base = e.base == here, delta = e.delta == here;
+      if (!base && !delta) continue;  // stale
+      view.bytes.assign(data, r.offset, r.length);
+      RETURN_IF_ERROR(view.Parse(options_.layout, ssd_->group_bits(),
+                                 fmt::format("{}: record at offset {}", file->path, r.offset)));
+      RecordLoc loc;
+      RETURN_IF_ERROR(ssd_->Append(r.group, view.bytes, view.keys, &loc));
+      (base ? e.base : e.delta) = loc;
+      relocated.emplace_back(r.group, e);
+      moved += r.length;
+    }
+    RETURN_IF_ERROR(ssd_->FlushAppends());
+    for (const auto& [g, e] : relocated) ssd_->Replace(g, e);
+  }
+  counters_->compactions.fetch_add(1, std::memory_order_relaxed);
+  counters_->compaction_bytes.fetch_add(moved, std::memory_order_relaxed);
+  return Status::OK();
+}
+
+// ---- the background worker ---------------------------------------------------------------
+
+bool TieredTable::NeedsEviction() const {
+  return options_.memory_budget > 0 &&
+         static_cast<double>(UsedBytes()) >
+             options_.evict_start * static_cast<double>(options_.memory_budget);
+}
+
+Status TieredTable::Maintain() {
+  std::lock_guard<std::mutex> writer(writer_mu_);
+  if (NeedsEviction()) {
+    const uint64_t fixed = ssd_->MemoryBytes();
+    const uint64_t target =
+        static_cast<uint64_t>(options_.evict_stop * static_cast<double>(options_.memory_budget));
+    const uint64_t share = target > fixed ? (target - fixed) / slots_.size() : 0;
+    // Every slot over its share, in parallel (each slot under its own lock; appends to the
+    // files are serialised inside the store), starting where the last round stopped.
+    const size_t S = slots_.size(), start = next_evict_slot_;
+    next_evict_slot_ = (start + 1) % S;
+    auto evict_all = [&](uint64_t slot_share, bool all) -> StatusOr<uint64_t> {
+      std::vector<StatusOr<uint64_t>> freed(S, uint64_t{0});
+      RunParallel(evict_pool_.get(), S, [&](size_t k, int) {
+        const size_t s = (start + k) % S;
+        if (all || UsedBytes() > target) freed[k] = EvictSlot(s, slot_share, all);
+      });
+      uint64_t total = 0;
+      for (auto& f : freed) {
+        RETURN_IF_ERROR(f.status());
+        total += *f;
+      }
+      return total;
+    };
+    ASSIGN_OR_RETURN(uint64_t freed, evict_all(share, false));
+    if (freed == 0 && UsedBytes() > options_.memory_budget) {
+      // Every slot is within its share, yet the budget is exceeded (fixed costs, skew): take
+      // every unpinned row before concluding that nothing can go.
+      ASSIGN_OR_RETURN(freed, evict_all(0, true));
+    }
+    counters_->evict_rounds.fetch_add(1, std::memory_order_relaxed);
+    const uint64_t round = rounds_done_.fetch_add(1) + 1;
+    if (freed == 0 && UsedBytes() > options_.memory_budget) last_stuck_round_.store(round);
+  }
+  // Compaction is lazy: only once the files exceed compact_trigger x the live bytes, then the
+  // most stale eligible files first until compact_target. Every eligible file is more than
+  // compact_stale stale, so total file bytes stay <= live / (1 - compact_stale) + one file.
+  DiskStats d = ssd_->Stats();
+  const auto over = [&](double ratio) {
+    return static_cast<double>(d.file_bytes) > ratio * static_cast<double>(d.live_bytes) +
+                                                   static_cast<double>(ssd_->options().file_bytes);
+  };
+  if (over(options_.compact_trigger)) {
+    for (const auto& f : ssd_->CompactionCandidates(options_.compact_stale)) {
+      RETURN_IF_ERROR(CompactFile(f));
+      d = ssd_->Stats();
+      if (!over(options_.compact_target)) break;
+    }
+  }
+  return Status::OK();
+}
+
+void TieredTable::WorkerLoop() {
+  std::unique_lock<std::mutex> l(worker_mu_);
+  while (!stop_) {
+    worker_cv_.wait_for(l, std::chrono::milliseconds(50), [&] { return stop_ || NeedsEviction(); });
+    if (stop_) break;
+    l.unlock();
+    Status s = Maintain();
+    if (!s.ok()) SetError(s.WithContext("SSD-PS maintenance"));
+    budget_cv_.notify_all();
+    l.lock();
+  }
+}
+
+Status TieredTable::WaitForBudget() {
+  if (options_.memory_budget == 0 || !ssd_) return Status::OK();
+  const uint64_t start_round = rounds_done_.load();
+  std::unique_lock<std::mutex> l(budget_mu_);
+  while (UsedBytes() > options_.memory_budget) {
+    RETURN_IF_ERROR(error());
+    if (last_stuck_round_.load() > start_round) {
+      return ResourceExhaustedError(fmt::format(
+          "the rows in use do not fit storage.memory_budget ({} used of {}): every row left in "
+          "memory is pinned by a pass in flight; lower pipeline.pass_examples or raise the budget",
+          UsedBytes(), options_.memory_budget));
+    }
+    worker_cv_.notify_one();
+    budget_cv_.wait_for(l, std::chrono::milliseconds(20));
+  }
+  return Status::OK();
+}
+
+// ---- whole-table operations ------------------------------------------------------------------
+
+namespace {
+
+// Calls f(view, j) for the newest disk version of every key of a group (delta rows, then the
+// base rows the delta does not override).
+template <typename F>
+void ForEachDiskRow(const RecordView& base, const RecordView& delta, F f) {
+  std::vector<uint64_t> delta_keys = delta.keys;
+  std::sort(delta_keys.begin(), delta_keys.end());
+  for (size_t j = 0; j < delta.rows(); ++j) f(delta, j);
+  for (size_t j = 0; j < base.rows(); ++j) {
+    if (!std::binary_search(delta_keys.begin(), delta_keys.end(), base.keys[j])) f(base, j);
+  }
+}
+
+}  // namespace
+
+StatusOr<uint64_t> TieredTable::Shrink(const CtrAccessor& accessor, ThreadPool* pool) {
+  RETURN_IF_ERROR(error());
+  std::lock_guard<std::mutex> writer(writer_mu_);
+  std::vector<uint64_t> deleted(slots_.size(), 0);
+  std::vector<Status> status(slots_.size());
+  auto shrink_slot = [&](size_t s, int) {
+    CacheSlot& slot = *slots_[s];
+    std::lock_guard<std::mutex> lock(slot.mu);
+    RowBlock row(options_.layout);
+    row.Resize(1);
+    // Shrinks a resident row; erases it (if unpinned) when the accessor rejects it. Returns
+    // whether it is still there.
+    auto shrink_resident = [&](uint32_t node) {
+      slot.ReadRow(node, &row, 0);
+      if (accessor.ShrinkRow(&row.show(0), &row.click(0), &row.unseen(0))) {
+        slot.WriteRow(node, row, 0);
+        slot.meta(node).state |= kDirty;
+        return true;
+      }
+      if (slot.meta(node).pins > 0) return true;
+      slot.Erase(node);
+      ++deleted[s];
+      return false;
+    };
+    std::unordered_map<uint32_t, std::vector<uint32_t>> resident;  // group -> nodes
+    slot.ForEachNode([&](uint32_t node) {
+      if (slot.meta(node).state & kFresh) return;
+      resident[ssd_ ? ssd_->GroupOf(slot.key(node)) : 0].push_back(node);
+    });
+    if (!ssd_) {
+      for (const auto& [g, nodes] : resident) {
+        for (uint32_t node : nodes) shrink_resident(node);
+      }
+      Account(s);
+      return;
+    }
+    // Every row changes: every group of the slot gets a new base holding its surviving rows
+    // (disk rows not in memory, shrunk here, and the resident rows, shrunk in memory).
+    const uint32_t shift = ssd_->group_bits() - options_.shard_bits;
+    const uint32_t first = static_cast<uint32_t>(s) << shift, last = (static_cast<uint32_t>(s) + 1)
+                                                                     << shift;
+    RecordView base, delta;
+    RecordBuilder builder;
+    std::vector<std::pair<uint32_t, GroupEntry>> updates;
+    std::vector<uint32_t> written;
+    for (uint32_t g = first; g < last; ++g) {
+      const GroupEntry e = ssd_->entry(g);
+      auto it = resident.find(g);
+      if (!e.base.exists() && !e.delta.exists() && it == resident.end()) continue;
+      status[s] = ssd_->Read(e.base, g, &base);
+      if (status[s].ok()) status[s] = ssd_->Read(e.delta, g, &delta);
+      if (!status[s].ok()) return;
+      builder.Reset(g);
+      ForEachDiskRow(base, delta, [&](const RecordView& v, size_t j) {
+        if (!status[s].ok() || slot.Find(v.keys[j]) != kNoNode) return;  // resident: newer
+        status[s] = v.DecodeRow(j, &row, 0);
+        if (!status[s].ok()) return;
+        if (accessor.ShrinkRow(&row.show(0), &row.click(0), &row.unseen(0))) {
+          builder.AddRow(row, 0);
+        } else {
+          ++deleted[s];
+        }
+      });
+      if (!status[s].ok()) return;
+      if (it != resident.end()) {
+        for (uint32_t node : it->second) {
+          if (!shrink_resident(node)) continue;
+          slot.ReadRow(node, &row, 0);
+          builder.AddRow(row, 0);
+          written.push_back(node);
+        }
+      }
+      GroupEntry next;
+      if (builder.rows() > 0) {
+        const std::string_view record = builder.Finish();
+        status[s] = ssd_->Append(g, record, builder.keys(), &next.base);
+        if (!status[s].ok()) return;
+        next.base_rows = next.unique_rows = static_cast<uint32_t>(builder.rows());
+        next.unique_emb = builder.emb_rows();
+      }
+      updates.emplace_back(g, next);
+    }
+    status[s] = ssd_->FlushAppends();
+    if (!status[s].ok()) return;
+    for (const auto& [g, e] : updates) ssd_->Replace(g, e);
+    for (uint32_t node : written) {
+      NodeMeta& m = slot.meta(node);
+      m.state = (m.state & ~(kDirty | kDiskEmb)) | kOnDisk | (slot.has_emb(node) ? kDiskEmb : 0);
+    }
+    Account(s);
+  };
+  if (ssd_) {
+    for (size_t s = 0; s < slots_.size(); ++s) shrink_slot(s, 0);  // one writer at a time
+  } else {
+    RunParallel(pool, slots_.size(), shrink_slot);
+  }
+  uint64_t total = 0;
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    RETURN_IF_ERROR(status[s]);
+    total += deleted[s];
+  }
+  return total;
+}
+
+Status TieredTable::ExportShard(size_t s, RowBlock* out) {
+  RETURN_IF_ERROR(error());
+  CacheSlot& slot = *slots_[s];
+  out->Resize(0);
+  std::lock_guard<std::mutex> lock(slot.mu);
+  if (ssd_) {
+    const uint32_t shift = ssd_->group_bits() - options_.shard_bits;
+    RecordView base, delta;
+    Status st;
+    for (uint32_t g = static_cast<uint32_t>(s) << shift;
+         g < (static_cast<uint32_t>(s) + 1) << shift; ++g) {
+      const GroupEntry e = ssd_->entry(g);
+      if (!e.base.exists() && !e.delta.exists()) continue;
+      RETURN_IF_ERROR(ssd_->Read(e.base, g, &base));
+      RETURN_IF_ERROR(ssd_->Read(e.delta, g, &delta));
+      ForEachDiskRow(base, delta, [&](const RecordView& v, size_t j) {
+        if (!st.ok() || slot.Find(v.keys[j]) != kNoNode) return;
+        const size_t r = out->size();
+        out->Resize(r + 1);
+        st = v.DecodeRow(j, out, r);
+      });
+      RETURN_IF_ERROR(st);
+    }
+  }
+  slot.ForEachNode([&](uint32_t node) {
+    if (slot.meta(node).state & kFresh) return;
+    const size_t r = out->size();
+    out->Resize(r + 1);
+    slot.ReadRow(node, out, r);
+  });
+  return Status::OK();
+}
+
+StatusOr<uint64_t> TieredTable::SparseDigest(ThreadPool* pool) {
+  std::vector<uint64_t> sums(slots_.size(), 0);
+  std::vector<Status> status(slots_.size());
+  RunParallel(pool, slots_.size(), [&](size_t s, int) {
+    RowBlock rows(options_.layout);
+    status[s] = ExportShard(s, &rows);
+    std::string enc;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      enc.clear();
+      rows.EncodeRow(i, &enc);
+      sums[s] += Checksum64(enc);
+    }
+  });
+  uint64_t total = 0;
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    RETURN_IF_ERROR(status[s]);
+    total += sums[s];
+  }
+  return total;
+}
+
+TableStats TieredTable::Stats() const {
+  const ValueLayout& l = options_.layout;
+  const uint64_t fixed = l.EncodedBytes(false) - 8,
+                 extra = l.EncodedBytes(true) - l.EncodedBytes(false);
+  TableStats st;
+  int64_t value = 0, emb = 0, keys = 0;
+  uint64_t allocated = 0;
+  for (const auto& sp : slots_) {
+    const CacheSlot& slot = *sp;
+    std::lock_guard<std::mutex> lock(slot.mu);
+    allocated += slot.AllocatedBytes();
+    slot.ForEachNode([&](uint32_t node) {
+      const uint8_t state = slot.meta(node).state;
+      if (state & kFresh) return;
+      ++st.keys_in_memory;
+      const bool has = slot.has_emb(node);
+      // Count the row's memory version instead of its disk version (if any).
+      keys += (state & kOnDisk) ? 0 : 1;
+      emb += (has ? 1 : 0) - ((state & kDiskEmb) ? 1 : 0);
+      value +=
+          static_cast<int64_t>(fixed + (has ? extra : 0)) -
+          ((state & kOnDisk) ? static_cast<int64_t>(fixed + ((state & kDiskEmb) ? extra : 0)) : 0);
+    });
+  }
+  if (ssd_) {
+    const DiskStats d = ssd_->Stats();
+    st.keys_on_disk = d.rows;
+    keys += static_cast<int64_t>(d.rows);
+    emb += static_cast<int64_t>(d.emb_rows);
+    value += static_cast<int64_t>(d.value_bytes);
+  }
+  st.keys = static_cast<uint64_t>(keys);
+  st.keys_with_emb = static_cast<uint64_t>(emb);
+  st.value_bytes = static_cast<uint64_t>(value);
+  st.memory_bytes = allocated + (ssd_ ? ssd_->MemoryBytes() : 0);
+  return st;
+}
+
+nlohmann::json TieredTable::StorageReport() const {
+  const Counters& c = *counters_;
+  const uint64_t hits = c.hits.load(), loaded = c.loaded.load();
+  nlohmann::json r = {
+      {"tiers", ssd_ ? "memory+ssd" : "memory"},
+      {"memory_budget", options_.memory_budget},
+      {"memory_bytes", UsedBytes()},
+      {"peak_memory_bytes", peak_used_.load()},
+      {"pulled_keys", c.pulled.load()},
+      {"hits", hits},
+      {"loaded_from_ssd", loaded},
+      {"new_keys", c.new_keys.load()},
+      {"lookup_misses", c.lookup_misses.load()},
+      {"hit_rate",
+       hits + loaded ? static_cast<double>(hits) / static_cast<double>(hits + loaded) : 1.0},
+  };
+  if (!ssd_) return r;
+  const DiskStats d = ssd_->Stats();
+  const uint64_t records = d.file_bytes;
+  r.update(
+      {{"group_bits", ssd_->group_bits()},
+       {"no_record", c.no_record.load()},
+       {"bloom_prunes", c.bloom_prunes.load()},
+       {"bloom_false_positives", c.bloom_false_positives.load()},
+       {"records_read", d.records_read},
+       {"ssd_bytes_read", d.bytes_read},
+       {"records_written", d.records_written},
+       {"ssd_bytes_written", d.bytes_written},
+       {"groups_written", c.groups_written.load()},
+       {"evicted_dirty", c.evicted_dirty.load()},
+       {"evicted_clean", c.evicted_clean.load()},
+       {"dropped_fresh", c.dropped_fresh.load()},
+       {"evict_rounds", c.evict_rounds.load()},
+       {"compactions", c.compactions.load()},
+       {"compaction_bytes", c.compaction_bytes.load()},
+       {"files", d.files},
+       {"file_bytes", d.file_bytes},
+       {"live_bytes", d.live_bytes},
+       {"stale_fraction",
+        records ? 1.0 - static_cast<double>(d.live_bytes) / static_cast<double>(records) : 0.0},
+       {"keys_on_disk", d.rows},
+       {"index_bytes", d.index_bytes},
+       {"bloom_bytes", d.bloom_bytes}});
+  return r;
+}
+
+Status TieredTable::FlushAll() {
+  if (!ssd_) return Status::OK();
+  std::lock_guard<std::mutex> writer(writer_mu_);
+  for (size_t s = 0; s < slots_.size(); ++s) RETURN_IF_ERROR(FlushSlot(s));
+  return Status::OK();
+}
+
+Status TieredTable::EvictAll() {
+  if (!ssd_) return Status::OK();
+  std::lock_guard<std::mutex> writer(writer_mu_);
+  for (size_t s = 0; s < slots_.size(); ++s) RETURN_IF_ERROR(EvictSlot(s, 0, true).status());
+  return Status::OK();
+}
+
+Status TieredTable::Compact(double stale_fraction) {
+  if (!ssd_) return Status::OK();
+  std::lock_guard<std::mutex> writer(writer_mu_);
+  for (const auto& f : ssd_->CompactionCandidates(stale_fraction)) RETURN_IF_ERROR(CompactFile(f));
+  return Status::OK();
+}
+
+Status TieredTable::Close() {
+  {
+    std::lock_guard<std::mutex> l(worker_mu_);
+    stop_ = true;
+  }
+  worker_cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+  RETURN_IF_ERROR(error());
+  if (!ssd_ || closed_) return Status::OK();
+  for (const auto& slot : slots_) {
+    std::lock_guard<std::mutex> l(slot->mu);
+    bool pinned = false;
+    slot->ForEachNode([&](uint32_t n) { pinned |= slot->meta(n).pins > 0; });
+    if (pinned) return FailedPreconditionError("closing a table with rows still pinned");
+  }
+  RETURN_IF_ERROR(FlushAll());
+  std::lock_guard<std::mutex> writer(writer_mu_);
+  RETURN_IF_ERROR(ssd_->WriteIndex());
+  closed_ = true;
+  return Status::OK();
+}
+
+}  // namespace ctrbox

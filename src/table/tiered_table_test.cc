@@ -1,0 +1,480 @@
+#include "table/tiered_table.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <thread>
+#include <unordered_map>
+
+#include "util/random.h"
+#include "util/sys.h"
+
+namespace ctrbox {
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/ctrbox_tiered_XXXXXX";
+    path_ = mkdtemp(tmpl);
+  }
+  ~TempDir() { (void)std::system(("rm -rf '" + path_ + "'").c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+constexpr ValueLayout kLayout{4, 4, 1};
+
+TieredOptions Options(const std::string& dir, uint64_t budget, uint32_t group_bits = 8,
+                      uint64_t file_bytes = 64 << 10) {
+  TieredOptions o;
+  o.layout = kLayout;
+  o.shard_bits = 3;
+  o.memory_budget = budget;
+  o.ssd.dir = dir;
+  o.ssd.group_bits = group_bits;
+  o.ssd.file_bytes = file_bytes;
+  o.io_threads = 2;
+  o.min_evict_rows = 4;
+  return o;
+}
+
+std::unique_ptr<TieredTable> Open(const TieredOptions& o) {
+  auto t = TieredTable::Open(Env::Posix(), o);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  return t.ok() ? std::move(*t) : nullptr;
+}
+
+std::string Encode(const RowBlock& rows, size_t i) {
+  std::string e;
+  rows.EncodeRow(i, &e);
+  return e;
+}
+
+// The reference: key -> canonical encoding.
+using Reference = std::unordered_map<uint64_t, std::string>;
+
+void ExpectSame(TieredTable& table, const Reference& ref) {
+  std::map<uint64_t, std::string> got;
+  RowBlock rows(table.layout());
+  for (size_t s = 0; s < table.num_shards(); ++s) {
+    ASSERT_TRUE(table.ExportShard(s, &rows).ok());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      ASSERT_TRUE(got.emplace(rows.key(i), Encode(rows, i)).second)
+          << "duplicate key " << rows.key(i);
+    }
+  }
+  ASSERT_EQ(got.size(), ref.size());
+  uint64_t value_bytes = 0, with_emb = 0;
+  for (const auto& [k, v] : got) {
+    auto it = ref.find(k);
+    ASSERT_NE(it, ref.end()) << k;
+    ASSERT_EQ(it->second, v) << k;
+    value_bytes += v.size() - 8;
+    with_emb += v.size() == kLayout.EncodedBytes(true);
+  }
+  TableStats st = table.Stats();
+  EXPECT_EQ(st.keys, ref.size());
+  EXPECT_EQ(st.value_bytes, value_bytes);
+  EXPECT_EQ(st.keys_with_emb, with_emb);
+}
+
+// Distinct random keys from a small space, so they repeat across steps.
+std::vector<uint64_t> RandomKeys(Random* rng, size_t n, uint64_t space) {
+  std::vector<uint64_t> keys;
+  std::map<uint64_t, bool> seen;
+  while (keys.size() < n) {
+    uint64_t k = Mix64(rng->Below(space));
+    if (!seen[k]) {
+      seen[k] = true;
+      keys.push_back(k);
+    }
+  }
+  return keys;
+}
+
+void RunDifferential(bool disk, uint64_t seed) {
+  TempDir dir;
+  AccessorOptions ao;
+  ao.embedx_threshold = 0.25f;  // some keys without embeddings
+  ao.delete_threshold = 0.3f;
+  ao.decay = 0.9f;
+  CtrAccessor acc(kLayout, ao);
+  // 48 KiB: about a quarter of the ~2 000 rows (the rest of the budget is the group index,
+  // the Bloom filters and the slots' fixed structures).
+  TieredOptions o = Options(disk ? dir.path() : "", disk ? 48 << 10 : 0);
+  auto table = Open(o);
+  Reference ref;
+  ThreadPool pool(3);
+  Random rng(seed);
+  std::map<std::string, uint64_t> traffic;  // storage counters summed over reopens
+  auto add_traffic = [&] {
+    const nlohmann::json rep = table->StorageReport();
+    for (const char* k : {"loaded_from_ssd", "evicted_dirty", "compactions", "bloom_prunes"}) {
+      if (rep.contains(k)) traffic[k] += rep[k].get<uint64_t>();
+    }
+  };
+  for (int step = 0; step < 400; ++step) {
+    const int op = static_cast<int>(rng.Below(20));
+    if (op < 12) {  // pull for training, change, push
+      std::vector<uint64_t> keys = RandomKeys(&rng, rng.Below(120), 2000);
+      RowBlock rows(kLayout);
+      auto pins =
+          table->Pull(keys.data(), keys.size(), &acc, &rows, rng.Below(2) ? &pool : nullptr);
+      ASSERT_TRUE(pins.ok()) << pins.status().ToString();
+      for (size_t i = 0; i < keys.size(); ++i) {
+        ASSERT_EQ(rows.key(i), keys[i]);
+        auto it = ref.find(keys[i]);
+        if (it != ref.end()) {
+          ASSERT_EQ(Encode(rows, i), it->second) << "step " << step;
+        } else {
+          RowBlock fresh(kLayout);
+          fresh.Resize(1);
+          acc.InitRow(&fresh, 0, keys[i]);
+          ASSERT_EQ(Encode(rows, i), Encode(fresh, 0));
+        }
+        rows.show(i) += static_cast<float>(rng.Below(3));
+        rows.click(i) += static_cast<float>(rng.Below(2));
+        rows.unseen(i) = 0;
+        rows.wide(i) += 0.5f;
+        acc.MaybeCreateEmbedding(&rows, i);
+        if (rows.has_emb(i)) rows.emb(i)[rng.Below(4)] += 1.0f;
+        ref[keys[i]] = Encode(rows, i);
+      }
+      ASSERT_TRUE(table->Push(&*pins, rows, rng.Below(2) ? &pool : nullptr).ok());
+    } else if (op < 14) {  // lookups (eval): nothing changes, absent keys are not inserted
+      std::vector<uint64_t> keys = RandomKeys(&rng, rng.Below(60), 4000);
+      RowBlock rows(kLayout);
+      auto pins = table->Pull(keys.data(), keys.size(), nullptr, &rows, &pool);
+      ASSERT_TRUE(pins.ok());
+      for (size_t i = 0; i < keys.size(); ++i) {
+        auto it = ref.find(keys[i]);
+        if (it != ref.end()) {
+          ASSERT_EQ(Encode(rows, i), it->second);
+        } else {
+          ASSERT_FALSE(rows.has_emb(i));
+          ASSERT_EQ(rows.show(i), 0.0f);
+        }
+      }
+    } else if (op == 14) {
+      auto deleted = table->Shrink(acc, &pool);
+      ASSERT_TRUE(deleted.ok()) << deleted.status().ToString();
+      uint64_t expect_deleted = 0;
+      for (auto it = ref.begin(); it != ref.end();) {
+        RowBlock r(kLayout);
+        r.Resize(1);
+        r.DecodeRow(it->second.data(), it->second.size(), 0);
+        if (acc.ShrinkRow(&r.show(0), &r.click(0), &r.unseen(0))) {
+          it->second = Encode(r, 0);
+          ++it;
+        } else {
+          it = ref.erase(it);
+          ++expect_deleted;
+        }
+      }
+      ASSERT_EQ(*deleted, expect_deleted);
+    } else if (op == 15) {
+      ASSERT_TRUE(table->FlushAll().ok());
+    } else if (op == 16) {
+      ASSERT_TRUE(table->EvictAll().ok());
+    } else if (op == 17) {
+      ASSERT_TRUE(table->Compact(0).ok());
+    } else if (op == 18 && disk) {  // clean shutdown and reopen
+      add_traffic();
+      ASSERT_TRUE(table->Close().ok());
+      table.reset();
+      TieredOptions r = o;
+      r.reopen = true;
+      table = Open(r);
+      ASSERT_NE(table, nullptr);
+    } else {
+      ExpectSame(*table, ref);
+    }
+  }
+  ExpectSame(*table, ref);
+  if (disk) {
+    add_traffic();
+    // Most rows went to disk and came back, several times.
+    EXPECT_GT(traffic["loaded_from_ssd"], ref.size());
+    EXPECT_GT(traffic["evicted_dirty"], ref.size());
+    EXPECT_GT(traffic["compactions"], 0u);
+    EXPECT_GT(traffic["bloom_prunes"], 0u);
+  }
+}
+
+TEST(TieredTableTest, DifferentialInMemory) { RunDifferential(false, 1); }
+TEST(TieredTableTest, DifferentialOverSsdFiles) {
+  for (uint64_t seed : {2, 3, 4}) RunDifferential(true, seed);
+}
+
+TEST(TieredTableTest, ReopenKeepsTheDigestAndNeedsACleanShutdown) {
+  TempDir dir;
+  CtrAccessor acc(kLayout, AccessorOptions{});
+  TieredOptions o = Options(dir.path(), 64 << 10);
+  uint64_t digest = 0;
+  {
+    auto table = Open(o);
+    Random rng(5);
+    for (int round = 0; round < 50; ++round) {
+      std::vector<uint64_t> keys = RandomKeys(&rng, 100, 5000);
+      RowBlock rows(kLayout);
+      auto pins = table->Pull(keys.data(), keys.size(), &acc, &rows, nullptr);
+      ASSERT_TRUE(pins.ok()) << pins.status().ToString();
+      for (size_t i = 0; i < keys.size(); ++i) rows.show(i) += 1;
+      ASSERT_TRUE(table->Push(&*pins, rows, nullptr).ok());
+    }
+    digest = *table->SparseDigest(nullptr);
+    ASSERT_TRUE(table->Close().ok());
+  }
+  TieredOptions r = o;
+  r.reopen = true;
+  {
+    auto table = Open(r);
+    ASSERT_NE(table, nullptr);
+    EXPECT_EQ(*table->SparseDigest(nullptr), digest);
+    // Not closed: the INDEX was consumed at reopen, so this state cannot be reopened.
+  }
+  auto again = TieredTable::Open(Env::Posix(), r);
+  ASSERT_FALSE(again.ok());
+  EXPECT_NE(again.status().message().find("not shut down cleanly"), std::string::npos);
+}
+
+TEST(TieredTableTest, FirstTimeKeysCostNoReadAndCorruptionIsReported) {
+  TempDir dir;
+  CtrAccessor acc(kLayout, AccessorOptions{});
+  auto table = Open(Options(dir.path(), 1 << 20));
+  Random rng(6);
+  std::vector<uint64_t> keys = RandomKeys(&rng, 3000, 1 << 30);
+  RowBlock rows(kLayout);
+  {
+    auto pins = table->Pull(keys.data(), keys.size(), &acc, &rows, nullptr);
+    ASSERT_TRUE(pins.ok());
+    ASSERT_TRUE(table->Push(&*pins, rows, nullptr).ok());
+  }
+  ASSERT_TRUE(table->EvictAll().ok());  // every group now has a record on disk
+  const nlohmann::json before = table->StorageReport();
+  std::vector<uint64_t> fresh = RandomKeys(&rng, 3000, 1 << 30);
+  {
+    auto pins = table->Pull(fresh.data(), fresh.size(), &acc, &rows, nullptr);
+    ASSERT_TRUE(pins.ok());
+  }
+  const nlohmann::json after = table->StorageReport();
+  const uint64_t reads =
+      after["records_read"].get<uint64_t>() - before["records_read"].get<uint64_t>();
+  const uint64_t prunes =
+      after["bloom_prunes"].get<uint64_t>() - before["bloom_prunes"].get<uint64_t>();
+  EXPECT_GT(prunes, 2800u);  // ~2 % false positives
+  EXPECT_LT(reads, 200u);
+
+  // Flip a byte inside a record payload: the pull that reads it fails with corruption.
+  ASSERT_TRUE(table->EvictAll().ok());
+  auto children = Env::Posix()->GetChildren(dir.path());
+  std::string victim;
+  for (const auto& c : *children) {
+    if (c.rfind("params-", 0) == 0) victim = dir.path() + "/" + c;
+  }
+  std::string data;
+  ASSERT_TRUE(ReadFileToString(Env::Posix(), victim, &data).ok());
+  for (size_t i = kParamFileHeaderBytes + 40; i < data.size(); i += 97) data[i] ^= 0x10;
+  {
+    auto f = Env::Posix()->NewWritableFile(victim);
+    ASSERT_TRUE((*f)->Append(data).ok());
+    ASSERT_TRUE((*f)->Close().ok());
+  }
+  Status failed;
+  for (size_t b = 0; b < keys.size() && failed.ok(); b += 100) {
+    auto pins = table->Pull(keys.data() + b, 100, &acc, &rows, nullptr);
+    if (!pins.ok()) failed = pins.status();
+  }
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.code(), StatusCode::kCorruption) << failed.ToString();
+  EXPECT_NE(failed.message().find("params-"), std::string::npos) << failed.ToString();
+}
+
+TEST(TieredTableTest, MemoryStaysWithinTheBudgetWhileTheFilesGrowTenfold) {
+  TempDir dir;
+  ValueLayout layout{16, 16, 1};  // the default model's rows
+  CtrAccessor acc(layout, AccessorOptions{});
+  TieredOptions o = Options(dir.path(), 4 << 20, /*group_bits=*/12, /*file_bytes=*/4 << 20);
+  o.layout = layout;
+  o.shard_bits = 6;
+  auto table = Open(o);
+  Random rng(7);
+  uint64_t max_used = 0;
+  for (int pass = 0; pass < 400; ++pass) {
+    // A pass: 2 000 keys, half of them hot (a small set), half new.
+    std::vector<uint64_t> keys = RandomKeys(&rng, 1000, 5000);
+    for (int i = 0; i < 1000; ++i) keys.push_back(Mix64((uint64_t{1} << 40) + pass * 1000 + i));
+    RowBlock rows(layout);
+    auto pins = table->Pull(keys.data(), keys.size(), &acc, &rows, nullptr);
+    ASSERT_TRUE(pins.ok()) << pins.status().ToString();
+    for (size_t i = 0; i < keys.size(); ++i) rows.show(i) += 1;
+    ASSERT_TRUE(table->Push(&*pins, rows, nullptr).ok());
+    max_used = std::max(max_used, table->UsedBytes());
+  }
+  const nlohmann::json rep = table->StorageReport();
+  RecordProperty("storage", rep.dump());
+  EXPECT_GE(rep["live_bytes"].get<uint64_t>(), 10 * o.memory_budget) << rep.dump();
+  // Over the budget by at most one pass's new rows (2 000 rows of ~170 B) between checks.
+  EXPECT_LE(rep["peak_memory_bytes"].get<uint64_t>(), o.memory_budget + 2000 * 200) << rep.dump();
+  EXPECT_GT(rep["hit_rate"].get<double>(), 0.5);
+}
+
+TEST(TieredTableTest, CompactionBoundsDiskUseUnderSkewedUpdates) {
+  TempDir dir;
+  CtrAccessor acc(kLayout, AccessorOptions{});
+  TieredOptions o = Options(dir.path(), 64 << 10, /*group_bits=*/8, /*file_bytes=*/32 << 10);
+  auto table = Open(o);
+  Random rng(8);
+  for (int pass = 0; pass < 300; ++pass) {
+    // Zipf-like: low ranks far more often.
+    std::map<uint64_t, bool> seen;
+    std::vector<uint64_t> keys;
+    for (int i = 0; i < 200; ++i) {
+      uint64_t rank = static_cast<uint64_t>(std::pow(rng.Uniform() + 1e-9, -1.5));
+      uint64_t k = Mix64(rank % 20000);
+      if (!seen[k]) {
+        seen[k] = true;
+        keys.push_back(k);
+      }
+    }
+    RowBlock rows(kLayout);
+    auto pins = table->Pull(keys.data(), keys.size(), &acc, &rows, nullptr);
+    ASSERT_TRUE(pins.ok());
+    for (size_t i = 0; i < keys.size(); ++i) rows.show(i) += 1;
+    ASSERT_TRUE(table->Push(&*pins, rows, nullptr).ok());
+  }
+  ASSERT_TRUE(table->Compact(0.5).ok());  // whatever the worker has not got to yet
+  const nlohmann::json rep = table->StorageReport();
+  RecordProperty("storage", rep.dump());
+  const uint64_t files = rep["file_bytes"], live = rep["live_bytes"];
+  EXPECT_GT(rep["compactions"].get<uint64_t>(), 0u);
+  EXPECT_LE(files, 2 * live + o.ssd.file_bytes) << rep.dump();
+}
+
+TEST(TieredTableTest, DiskBudgetAndWorkingSetLimitsAreClearErrors) {
+  TempDir dir;
+  CtrAccessor acc(kLayout, AccessorOptions{});
+  {
+    TieredOptions o = Options(dir.path(), 16 << 10, /*group_bits=*/6);
+    auto table = Open(o);
+    Random rng(9);
+    std::vector<uint64_t> keys = RandomKeys(&rng, 2000, 1 << 30);  // far more than 16 KiB
+    RowBlock rows(kLayout);
+    auto pins = table->Pull(keys.data(), keys.size(), &acc, &rows, nullptr);
+    ASSERT_FALSE(pins.ok());
+    EXPECT_EQ(pins.status().code(), StatusCode::kResourceExhausted);
+    EXPECT_NE(pins.status().message().find("storage.memory_budget"), std::string::npos);
+  }
+  {
+    TieredOptions o = Options(dir.path(), 16 << 10, /*group_bits=*/6);
+    o.ssd.disk_budget = 8 << 10;
+    auto table = Open(o);
+    Random rng(10);
+    Status failed;
+    for (int pass = 0; pass < 100 && failed.ok(); ++pass) {
+      std::vector<uint64_t> keys = RandomKeys(&rng, 50, 1 << 30);
+      RowBlock rows(kLayout);
+      auto pins = table->Pull(keys.data(), keys.size(), &acc, &rows, nullptr);
+      if (!pins.ok()) {
+        failed = pins.status();
+        break;
+      }
+      failed = table->Push(&*pins, rows, nullptr);
+    }
+    ASSERT_FALSE(failed.ok());
+    EXPECT_NE(failed.message().find("storage.disk_budget"), std::string::npos) << failed.ToString();
+  }
+}
+
+TEST(TieredTableTest, ConcurrentPullsPushesFlushingAndCompaction) {
+  TempDir dir;
+  CtrAccessor acc(kLayout, AccessorOptions{});
+  auto table = Open(Options(dir.path(), 48 << 10, 8, 16 << 10));
+  constexpr int kThreads = 3, kRounds = 150;
+  std::vector<std::thread> threads;
+  std::atomic<bool> failed{false};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      Random rng(100 + t);
+      RowBlock rows(kLayout);
+      for (int round = 0; round < kRounds && !failed; ++round) {
+        // Thread t owns keys = t mod kThreads: its counts are exact. Lookups of other keys race
+        // through the table.
+        std::map<uint64_t, bool> seen;
+        std::vector<uint64_t> keys;
+        for (int i = 0; i < 40; ++i) {
+          uint64_t k = Mix64(rng.Below(800) * kThreads + t);
+          if (!seen[k]) {
+            seen[k] = true;
+            keys.push_back(k);
+          }
+        }
+        auto pins = table->Pull(keys.data(), keys.size(), &acc, &rows, nullptr);
+        if (!pins.ok()) {
+          failed = true;
+          ADD_FAILURE() << pins.status().ToString();
+          return;
+        }
+        for (size_t i = 0; i < keys.size(); ++i) rows.show(i) += 1;
+        if (!table->Push(&*pins, rows, nullptr).ok()) failed = true;
+        uint64_t other = Mix64(rng.Below(2400));
+        RowBlock one(kLayout);
+        auto look = table->Pull(&other, 1, nullptr, &one, nullptr);
+        if (!look.ok()) failed = true;
+      }
+    });
+  }
+  threads.emplace_back([&] {
+    for (int i = 0; i < 30 && !failed; ++i) {
+      if (!table->Compact(0.3).ok() || !table->FlushAll().ok()) failed = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  });
+  for (auto& th : threads) th.join();
+  ASSERT_FALSE(failed);
+  // Every pull of a thread's key added 1 to its show.
+  double total = 0;
+  RowBlock rows(kLayout);
+  for (size_t s = 0; s < table->num_shards(); ++s) {
+    ASSERT_TRUE(table->ExportShard(s, &rows).ok());
+    for (size_t i = 0; i < rows.size(); ++i) total += rows.show(i);
+  }
+  const nlohmann::json rep = table->StorageReport();
+  EXPECT_GT(rep["evicted_dirty"].get<uint64_t>(), 0u) << rep.dump();
+  EXPECT_GT(total, kThreads * kRounds * 30.0);
+}
+
+TEST(TieredTableTest, InMemoryOverheadWithinOneAndAHalfTimesTheValues) {
+  ValueLayout l{16, 16, 1};  // the default model's layout
+  CtrAccessor acc(l, AccessorOptions{});
+  TieredOptions o;
+  o.layout = l;
+  auto table = Open(o);
+  ThreadPool pool(2);
+  constexpr size_t kKeys = (1 << 20) + 12345, kBatch = 1 << 16;
+  std::vector<uint64_t> keys;
+  RowBlock rows(l);
+  for (size_t b = 0; b < kKeys; b += kBatch) {
+    keys.clear();
+    for (size_t i = b; i < std::min(kKeys, b + kBatch); ++i) keys.push_back(Mix64(i));
+    auto pins = table->Pull(keys.data(), keys.size(), &acc, &rows, &pool);
+    ASSERT_TRUE(pins.ok());
+    ASSERT_TRUE(table->Push(&*pins, rows, &pool).ok());
+  }
+  TableStats st = table->Stats();
+  EXPECT_EQ(st.keys, kKeys);
+  EXPECT_EQ(st.keys_with_emb, kKeys);
+  EXPECT_EQ(st.value_bytes, kKeys * 148);
+  const double ratio = static_cast<double>(st.memory_bytes) / static_cast<double>(st.value_bytes);
+  RecordProperty("overhead_ratio", std::to_string(ratio));
+  EXPECT_LE(ratio, 1.5) << st.memory_bytes << " bytes for " << st.value_bytes << " value bytes";
+  EXPECT_GE(ratio, 1.0);
+}
+
+}  // namespace
+}  // namespace ctrbox
