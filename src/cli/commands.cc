@@ -32,6 +32,8 @@ Status RunGenCommand(const GenArgs& args) {
   }
   if (args.out.empty()) return InvalidArgumentError("gen needs --out FILE");
   o.seed = args.seed;
+  o.vocab_scale = args.vocab_scale;
+  o.zipf = args.zipf;
   SynthGenerator gen(o);
   Env* env = Env::Posix();
   const std::string tmp = args.out + ".tmp";

@@ -19,6 +19,8 @@ struct GenArgs {
   uint64_t seed = 1;
   std::string out;
   int threads = 0;  // 0: number of CPUs
+  double vocab_scale = 1.0;
+  double zipf = 0.0;
 };
 
 struct ConvertArgs {

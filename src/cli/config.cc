@@ -164,6 +164,11 @@ const std::vector<Key>& Keys() {
        UInt([](JobConfig* j, uint64_t v) { j->generated.test_rows = v; }, 1, uint64_t{1} << 40)},
       {"data.gen.seed", "11", "seed of the generated training rows",
        UInt([](JobConfig* j, uint64_t v) { j->generated.seed = v; }, 0, ~uint64_t{0} - 1)},
+      {"data.gen.vocab_scale", "1", "multiply every generated slot's vocabulary (scale tests)",
+       Float([](JobConfig* j, float v) { j->generated.vocab_scale = v; }, 1e-3, 1e6)},
+      {"data.gen.zipf", "1.15",
+       "Zipf exponent of the generated ids (> 1; flatter: more distinct keys)",
+       Float([](JobConfig* j, float v) { j->generated.zipf = v; }, 1.0001, 10)},
       {"data.gen.format", "criteo", "layout of the generated rows: criteo | slots | libsvm | libfm",
        Format([](JobConfig* j, DataFormat f) { j->generated.layout = f; }, false)},
       // model

@@ -82,6 +82,8 @@ int main(int argc, char** argv) {
   gen_cmd->add_option("--seed", gen.seed, "seed (the planted model does not depend on it)");
   gen_cmd->add_option("--out", gen.out, "output file")->required();
   gen_cmd->add_option("--threads", gen.threads, "generator threads (default: number of CPUs)");
+  gen_cmd->add_option("--vocab-scale", gen.vocab_scale, "multiply every slot's vocabulary");
+  gen_cmd->add_option("--zipf", gen.zipf, "Zipf exponent of the ids (> 1; default 1.15)");
 
   auto* convert_cmd = app.add_subcommand("convert", "convert text input to binary shards");
   AddJobOptions(convert_cmd, &convert_args);

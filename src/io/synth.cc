@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "util/hash.h"
@@ -73,6 +74,11 @@ SynthGenerator::SynthGenerator(SynthOptions options) : options_(options) {
   } else {
     for (uint64_t v : kCriteoVocab) slots_.push_back(SynthSlot{v});
     num_dense_ = 13;
+  }
+  for (SynthSlot& s : slots_) {
+    s.vocab = std::max<uint64_t>(
+        1, static_cast<uint64_t>(static_cast<double>(s.vocab) * options_.vocab_scale));
+    if (options_.zipf > 1.0) s.zipf = options_.zipf;
   }
   uint64_t base = num_dense_;
   for (const SynthSlot& s : slots_) {

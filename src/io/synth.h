@@ -49,6 +49,11 @@ struct SynthOptions {
   // criteo layout as field:idx:val with the dense values as fields 26..38.
   DataFormat format = DataFormat::kCriteo;
   uint64_t seed = 1;
+  // Long-tail knobs for scale tests: every slot's vocabulary is multiplied by vocab_scale and
+  // its Zipf exponent set to `zipf` (0: keep 1.15). A flatter law over larger vocabularies
+  // yields many more distinct keys per row, as user, query and ad ids do in real logs.
+  double vocab_scale = 1.0;
+  double zipf = 0.0;
 };
 
 class SynthGenerator {

@@ -35,7 +35,9 @@ struct GeneratedData {
   DataFormat layout = DataFormat::kCriteo;
   uint64_t rows = 500000;
   uint64_t test_rows = 100000;
-  uint64_t seed = 11;  // train rows; the test rows use seed + 1
+  uint64_t seed = 11;        // train rows; the test rows use seed + 1
+  double vocab_scale = 1.0;  // long-tail knobs (io/synth.h)
+  double zipf = 0.0;
 };
 
 struct JobConfig {

@@ -127,6 +127,8 @@ StatusOr<std::unique_ptr<BatchReader>> OpenData(Env* env, const DataOptions& dat
   SynthOptions o;
   o.format = gen.layout;
   o.seed = test ? gen.seed + 1 : gen.seed;
+  o.vocab_scale = gen.vocab_scale;
+  o.zipf = gen.zipf;
   return NewSynthReader(o, test ? gen.test_rows : gen.rows, data.threads);
 }
 
@@ -135,6 +137,8 @@ double OracleAuc(const GeneratedData& gen) {
   SynthOptions o;
   o.format = gen.layout;
   o.seed = gen.seed + 1;
+  o.vocab_scale = gen.vocab_scale;
+  o.zipf = gen.zipf;
   SynthGenerator g(o);
   MetricAccumulator m;
   Batch b;

@@ -114,7 +114,8 @@ TEST(TrainerTest, TieredStorageIsLosslessWithAFivePercentBudget) {
   RecordProperty("storage", st.dump());
   EXPECT_GT(st["loaded_from_ssd"].get<uint64_t>(), (*r2)["keys"].get<uint64_t>()) << st.dump();
   EXPECT_GT(st["evicted_dirty"].get<uint64_t>(), (*r2)["keys"].get<uint64_t>());
-  EXPECT_LE(st["peak_memory_bytes"].get<uint64_t>(), tiered.storage.memory_budget * 11 / 10);
+  // Within the budget plus the stated margin: a few slots' share of one pass.
+  EXPECT_LE(st["peak_memory_bytes"].get<uint64_t>(), tiered.storage.memory_budget * 5 / 4);
   // The scratch files are gone; the model is in the model directory.
   auto left = Env::Posix()->GetChildren(dir.File("ssd"));
   ASSERT_TRUE(left.ok());

@@ -364,6 +364,7 @@ StatusOr<PinnedRows> TieredTable::Pull(const uint64_t* keys, size_t n, const Ctr
   RETURN_IF_ERROR(error());
   RETURN_IF_ERROR(WaitForBudget());
   epoch_.fetch_add(1, std::memory_order_relaxed);  // a pull is a pass: frequencies age
+  const uint64_t used_before = used_.load(std::memory_order_relaxed);
   out->Resize(n);
   PinnedRows pins;
   pins.table_ = this;
@@ -372,10 +373,16 @@ StatusOr<PinnedRows> TieredTable::Pull(const uint64_t* keys, size_t n, const Ctr
   GroupBySlot(keys, n, &order, &begin);
   const size_t S = slots_.size();
   std::vector<std::vector<Load>> loads(S);
+  // Each slot task waits for the budget before inserting its share of the pass, so the cache
+  // overshoots by at most a few slots' share of one pass.
+  std::vector<Status> waited(S);
   RunParallel(pool, S, [&](size_t s, int) {
+    waited[s] = WaitForBudget();
+    if (!waited[s].ok()) return;
     PullResident(s, keys, order.data() + begin[s], begin[s + 1] - begin[s], accessor, out, &pins,
                  &loads[s]);
   });
+  for (const Status& w : waited) RETURN_IF_ERROR(w);
   counters_->pulled.fetch_add(n, std::memory_order_relaxed);
   if (ssd_) {
     std::vector<Load*> all;
@@ -389,6 +396,9 @@ StatusOr<PinnedRows> TieredTable::Pull(const uint64_t* keys, size_t n, const Ctr
     });
     for (const Status& st : status) RETURN_IF_ERROR(st);
   }
+  const uint64_t used_after = used_.load(std::memory_order_relaxed);
+  if (accessor != nullptr) headroom_.store(used_after > used_before ? used_after - used_before : 0);
+  worker_cv_.notify_one();  // make room for the next pass while this one trains
   RETURN_IF_ERROR(WaitForBudget());
   return pins;
 }

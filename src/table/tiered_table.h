@@ -121,6 +121,9 @@ class TieredTable final : public SparseTable {
   void WorkerLoop();
   Status Maintain();
   bool NeedsEviction() const;
+  // The use the worker evicts down to, and the use above which it starts.
+  uint64_t EvictTarget() const;
+  uint64_t EvictStart() const;
   // Waits until the cache is within the budget; fails if the worker cannot get it there.
   Status WaitForBudget();
   Status error() const;
@@ -135,7 +138,10 @@ class TieredTable final : public SparseTable {
   std::mutex io_mu_;                        // one ParallelFor on io_pool_ at a time
   std::unique_ptr<ThreadPool> evict_pool_;  // used by the worker only
 
-  std::atomic<uint64_t> used_{0};   // cache bytes over all slots
+  std::atomic<uint64_t> used_{0};  // cache bytes over all slots
+  // Bytes the last pull added to the cache: the worker keeps that much room free, so the next
+  // pass's rows go in while the current one trains instead of waiting for evictions.
+  std::atomic<uint64_t> headroom_{0};
   std::atomic<uint16_t> epoch_{0};  // pulls so far (wraps): the clock of frequency ageing
   std::atomic<uint64_t> peak_used_{0};
   std::unique_ptr<Counters> counters_;
