@@ -138,6 +138,36 @@ TEST_F(CliTest, EveryInputFormatTrains) {
   }
 }
 
+TEST_F(CliTest, TrainsOverAnSsdStoreAndInspectsIt) {
+  ASSERT_EQ(Run(Ctrbox("gen --rows 20000 --out " + Path("train.tsv"))).exit_code, 0);
+  const std::string common = " --data " + Path("train.tsv") +
+                             " --set model.mlp=32 --set train.batch_size=512 --fresh"
+                             " --set pipeline.pass_examples=2048";
+  Result mem = Run(Ctrbox("train --model-dir " + Path("m1") + common));
+  ASSERT_EQ(mem.exit_code, 0) << mem.err;
+  Result ssd = Run(Ctrbox("train --model-dir " + Path("m2") + common +
+                          " --set storage.ssd_dir=" + Path("ssd") +
+                          " --set storage.memory_budget=3MB --set storage.file_bytes=4MB"
+                          " --set storage.keep_store=true"));
+  ASSERT_EQ(ssd.exit_code, 0) << ssd.err;
+  EXPECT_EQ(mem.last_json["digest"], ssd.last_json["digest"]);
+  const auto& st = ssd.last_json["storage"];
+  EXPECT_EQ(st["tiers"], "memory+ssd");
+  EXPECT_GT(st["loaded_from_ssd"].get<uint64_t>(), 0u) << st.dump();
+  Result in = Run(Ctrbox("inspect --store " + Path("ssd")));
+  ASSERT_EQ(in.exit_code, 0) << in.err;
+  EXPECT_EQ(in.last_json["keys"], ssd.last_json["keys"]) << in.out;
+  EXPECT_EQ(in.last_json["bytes_live"], ssd.last_json["bytes_live"]);
+  // The compaction bound (docs/storage.md): no sealed file is more than compact_stale (0.5)
+  // stale, so the files take at most 2 x the live records plus the active file.
+  EXPECT_GT(in.last_json["files"].get<int>(), 1) << in.out;
+  EXPECT_LE(in.last_json["file_bytes"].get<double>(),
+            2 * in.last_json["live_record_bytes"].get<double>() + 4.1 * 1024 * 1024)
+      << in.out;
+  Result both = Run(Ctrbox("inspect --store " + Path("ssd") + " --model-dir " + Path("m2")));
+  EXPECT_NE(both.exit_code, 0);
+}
+
 TEST_F(CliTest, ErrorsAreClearAndCommitNothing) {
   Result r = Run(Ctrbox("train --set model.embeding_dim=8"));
   EXPECT_EQ(r.exit_code, 1);

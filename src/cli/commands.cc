@@ -12,6 +12,7 @@
 #include "metrics/metrics.h"
 #include "pipeline/evaluator.h"
 #include "pipeline/trainer.h"
+#include "table/ssd_store.h"
 #include "util/logging.h"
 #include "util/parse.h"
 #include "util/sys.h"
@@ -192,8 +193,14 @@ Status RunPredictCommand(const JobConfig& job) {
                       stdout, &counts);
 }
 
-Status RunInspectCommand(const std::string& model_dir) {
-  if (model_dir.empty()) return InvalidArgumentError("inspect needs --model-dir DIR");
+Status RunInspectCommand(const std::string& model_dir, const std::string& store_dir) {
+  if (!store_dir.empty()) {
+    ASSIGN_OR_RETURN(nlohmann::json report, SsdStore::Inspect(Env::Posix(), store_dir));
+    PrintJson(report);
+    return Status::OK();
+  }
+  if (model_dir.empty())
+    return InvalidArgumentError("inspect needs --model-dir DIR or --store DIR");
   Stopwatch clock;
   ASSIGN_OR_RETURN(ModelManifest m, VerifyModel(Env::Posix(), model_dir));
   uint64_t on_disk = 0;

@@ -35,7 +35,8 @@ Status RunConvertCommand(const JobConfig& job, const ConvertArgs& args);
 Status RunTrainCommand(const JobConfig& job);
 Status RunEvalCommand(const JobConfig& job);
 Status RunPredictCommand(const JobConfig& job);
-Status RunInspectCommand(const std::string& model_dir);
+// Inspects a model directory, or (store_dir) the SSD store a clean shutdown left.
+Status RunInspectCommand(const std::string& model_dir, const std::string& store_dir);
 
 }  // namespace ctrbox
 

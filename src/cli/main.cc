@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
   JobArgs train_args, eval_args, predict_args, convert_args;
   ctrbox::GenArgs gen;
   ctrbox::ConvertArgs convert;
-  std::string inspect_dir;
+  std::string inspect_dir, inspect_store;
 
   auto* train = app.add_subcommand("train", "train a model (generated data if no --data)");
   AddJobOptions(train, &train_args);
@@ -74,7 +74,11 @@ int main(int argc, char** argv) {
   predict->add_option("--model-dir", predict_args.model_dir, "the model")->required();
 
   auto* inspect = app.add_subcommand("inspect", "verify a model directory and report its contents");
-  inspect->add_option("--model-dir", inspect_dir, "the model")->required();
+  auto* model_opt = inspect->add_option("--model-dir", inspect_dir, "a model directory");
+  auto* store_opt =
+      inspect->add_option("--store", inspect_store, "an SSD store directory (storage.ssd_dir)");
+  model_opt->excludes(store_opt);
+  inspect->require_option(1);
 
   auto* gen_cmd = app.add_subcommand("gen", "write a synthetic click log with a planted model");
   gen_cmd->add_option("--format", gen.format, "criteo | libsvm | libfm | slots");
@@ -112,7 +116,7 @@ int main(int argc, char** argv) {
     if (predict->parsed()) return Report(ctrbox::RunPredictCommand(*job));
     return Report(ctrbox::RunConvertCommand(*job, convert));
   }
-  if (inspect->parsed()) return Report(ctrbox::RunInspectCommand(inspect_dir));
+  if (inspect->parsed()) return Report(ctrbox::RunInspectCommand(inspect_dir, inspect_store));
   if (gen_cmd->parsed()) return Report(ctrbox::RunGenCommand(gen));
   if (config_cmd->parsed()) {
     std::cout << ctrbox::ConfigReference();

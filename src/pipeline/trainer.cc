@@ -372,10 +372,16 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink) {
                                         {"copc", t.copc}}));
   }
   RETURN_IF_ERROR(metrics_log->Close());
-  // The SSD files were this job's scratch space: the model is in the model directory.
-  table.reset();
-  if (!job.storage.ssd.dir.empty())
-    RETURN_IF_ERROR(SsdStore::RemoveFiles(env, job.storage.ssd.dir));
+  // The SSD files are this job's scratch space (the model is in the model directory) unless
+  // storage.keep_store asks for a cleanly closed store to inspect or reopen.
+  if (job.storage.keep_store) {
+    RETURN_IF_ERROR(table->Close());
+    table.reset();
+  } else {
+    table.reset();
+    if (!job.storage.ssd.dir.empty())
+      RETURN_IF_ERROR(SsdStore::RemoveFiles(env, job.storage.ssd.dir));
+  }
   report["total_seconds"] = total_clock.Seconds();
   report["peak_rss_bytes"] = PeakRssBytes();
   return report;

@@ -1,4 +1,4 @@
-// SlabArena: fixed-size records in 1 Ki-record slabs, with a free list. Record ids are
+// SlabArena: fixed-size records in 256-record slabs, with a free list. Record ids are
 // stable (records never move). Thread safety: not thread-safe (owned by one table shard).
 #ifndef CTRBOX_TABLE_SLAB_H_
 #define CTRBOX_TABLE_SLAB_H_
@@ -35,7 +35,7 @@ class SlabArena {
   }
 
  private:
-  static constexpr uint32_t kSlabShift = 10;  // 1 Ki records: little waste per shard
+  static constexpr uint32_t kSlabShift = 8;  // 256 records: little waste per slot
   static constexpr uint32_t kSlabMask = (1u << kSlabShift) - 1;
   size_t words_;
   std::vector<std::unique_ptr<uint32_t[]>> slabs_;

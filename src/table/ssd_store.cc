@@ -23,6 +23,75 @@ bool IsStoreFile(const std::string& name) {
          name == kIndexName || name == std::string(kIndexName) + ".tmp";
 }
 
+// A validated INDEX (docs/storage.md): header, file table and group index. Offsets point into
+// `data`.
+struct IndexFileEntry {
+  uint32_t id, live_records;
+  uint64_t bytes, live_bytes;
+  size_t bloom_offset;  // nwords little-endian uint64 words
+  uint64_t bloom_words;
+  int bloom_hashes;
+};
+struct ParsedIndex {
+  std::string path, data;
+  uint32_t group_bits = 0, next_file_id = 0;
+  ValueLayout layout;
+  std::vector<IndexFileEntry> files;
+  size_t groups_offset = 0;  // 2^group_bits GroupEntry
+};
+
+StatusOr<ParsedIndex> ParseIndex(Env* env, const std::string& path) {
+  ParsedIndex x;
+  x.path = path;
+  RETURN_IF_ERROR(ReadFileToString(env, path, &x.data));
+  const std::string& s = x.data;
+  auto bad = [&](const std::string& what) { return CorruptionError(path + ": " + what); };
+  if (s.size() < 44 || std::memcmp(s.data(), kIndexMagic, 8) != 0) return bad("not a store INDEX");
+  if (GetFixed<uint64_t>(s.data() + s.size() - 8) != Checksum64(s.data(), s.size() - 8)) {
+    return bad("checksum mismatch");
+  }
+  const char* const begin = s.data();
+  const char* p = begin + 8;
+  if (GetFixed<uint32_t>(p) != kIndexVersion) return bad("unknown version");
+  x.group_bits = GetFixed<uint32_t>(p + 4);
+  if (x.group_bits < 1 || x.group_bits > 30) return bad("bad group_bits");
+  x.layout = ValueLayout{GetFixed<uint32_t>(p + 8), GetFixed<uint32_t>(p + 12),
+                         GetFixed<uint32_t>(p + 16)};
+  x.next_file_id = GetFixed<uint32_t>(p + 20);
+  const uint32_t nfiles = GetFixed<uint32_t>(p + 24);
+  p += 28;
+  const char* end = begin + s.size() - 8;
+  for (uint32_t i = 0; i < nfiles; ++i) {
+    if (end - p < 36) return bad("truncated file table");
+    IndexFileEntry f;
+    f.id = GetFixed<uint32_t>(p);
+    f.bytes = GetFixed<uint64_t>(p + 4);
+    f.live_bytes = GetFixed<uint64_t>(p + 12);
+    f.live_records = GetFixed<uint32_t>(p + 20);
+    f.bloom_words = GetFixed<uint64_t>(p + 24);
+    f.bloom_hashes = static_cast<int>(GetFixed<uint32_t>(p + 32));
+    p += 36;
+    if (f.id >= x.next_file_id || f.bloom_words > (uint64_t{1} << 32) ||
+        static_cast<uint64_t>(end - p) < f.bloom_words * 8) {
+      return bad("bad file entry");
+    }
+    f.bloom_offset = static_cast<size_t>(p - begin);
+    p += f.bloom_words * 8;
+    x.files.push_back(f);
+  }
+  if (static_cast<uint64_t>(end - p) != (uint64_t{1} << x.group_bits) * sizeof(GroupEntry)) {
+    return bad("group index size does not match group_bits");
+  }
+  x.groups_offset = static_cast<size_t>(p - begin);
+  return x;
+}
+
+GroupEntry GroupAt(const ParsedIndex& x, uint64_t g) {
+  GroupEntry e;
+  std::memcpy(&e, x.data.data() + x.groups_offset + g * sizeof(GroupEntry), sizeof(GroupEntry));
+  return e;
+}
+
 }  // namespace
 
 SsdStore::SsdStore(Env* env, SsdOptions options, ValueLayout layout)
@@ -92,18 +161,9 @@ Status SsdStore::ReadRecord(const ParamFile& file, const RecordLoc& loc, uint32_
   return out->Parse(layout_, options_.group_bits, where());
 }
 
-Status SsdStore::ReadFile(const ParamFile& file, std::string* data) const {
-  uint64_t bytes;
-  {
-    std::shared_lock<std::shared_mutex> lock(files_mu_);
-    bytes = file.bytes;
-  }
-  data->resize(bytes);
-  size_t got = 0;
-  RETURN_IF_ERROR(file.reader->Read(0, bytes, data->data(), &got));
-  if (got != bytes) return CorruptionError(file.path + ": shorter than recorded");
-  bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
-  return CheckParamFileHeader(file.path, data->data(), data->size(), file.id, layout_);
+uint64_t SsdStore::FileBytes(const ParamFile& file) const {
+  std::shared_lock<std::shared_mutex> lock(files_mu_);
+  return file.bytes;
 }
 
 Status SsdStore::Roll() {
@@ -312,6 +372,59 @@ Status SsdStore::WriteIndex() {
   return WriteFileAtomic(env_, JoinPath(options_.dir, kIndexName), s);
 }
 
+StatusOr<nlohmann::json> SsdStore::Inspect(Env* env, const std::string& dir) {
+  const std::string path = JoinPath(dir, kIndexName);
+  if (!env->FileExists(path)) {
+    return NotFoundError(path + " is missing: no cleanly closed store in " + dir);
+  }
+  ASSIGN_OR_RETURN(const ParsedIndex x, ParseIndex(env, path));
+  const ValueLayout& layout = x.layout;
+  const uint32_t nfiles = static_cast<uint32_t>(x.files.size());
+  uint64_t file_bytes = 0, bloom_bytes = 0;
+  for (const IndexFileEntry& f : x.files) {
+    file_bytes += f.bytes;
+    bloom_bytes += f.bloom_words * 8;
+  }
+  const uint64_t groups = uint64_t{1} << x.group_bits;
+  uint64_t live = 0, records = 0, rows = 0, emb = 0, with_delta = 0;
+  for (uint64_t g = 0; g < groups; ++g) {
+    const GroupEntry e = GroupAt(x, g);
+    for (const RecordLoc* loc : {&e.base, &e.delta}) {
+      if (!loc->exists()) continue;
+      live += loc->length;
+      ++records;
+    }
+    with_delta += e.delta.exists();
+    rows += e.unique_rows;
+    emb += e.unique_emb;
+  }
+  const uint64_t fixed = layout.EncodedBytes(false) - 8,
+                 extra = layout.EncodedBytes(true) - layout.EncodedBytes(false);
+  return nlohmann::json{
+      {"command", "inspect"},
+      {"store_dir", dir},
+      {"tiers", {{"memory_keys", 0}, {"disk_keys", rows}}},
+      {"keys", rows},
+      {"keys_with_embedding", emb},
+      {"bytes_live", rows * fixed + emb * extra},
+      {"files", nfiles},
+      {"file_bytes", file_bytes},
+      {"live_record_bytes", live},
+      {"stale_fraction",
+       file_bytes ? 1.0 - static_cast<double>(live) / static_cast<double>(file_bytes) : 0.0},
+      {"records", records},
+      {"groups", groups},
+      {"groups_with_delta", with_delta},
+      {"index_bytes", groups * sizeof(GroupEntry)},
+      {"bloom_bytes", bloom_bytes},
+      {"index_bytes_per_key", rows
+                                  ? static_cast<double>(groups * sizeof(GroupEntry) + bloom_bytes) /
+                                        static_cast<double>(rows)
+                                  : 0.0},
+      {"layout",
+       {{"dim", layout.dim}, {"emb_state", layout.emb_state}, {"wide_state", layout.wide_state}}}};
+}
+
 StatusOr<std::unique_ptr<SsdStore>> SsdStore::Reopen(Env* env, const SsdOptions& options,
                                                      const ValueLayout& layout) {
   const std::string path = JoinPath(options.dir, kIndexName);
@@ -319,59 +432,33 @@ StatusOr<std::unique_ptr<SsdStore>> SsdStore::Reopen(Env* env, const SsdOptions&
     return FailedPreconditionError(path + " is missing: the store in " + options.dir +
                                    " was not shut down cleanly and cannot be reopened");
   }
-  std::string s;
-  RETURN_IF_ERROR(ReadFileToString(env, path, &s));
+  ASSIGN_OR_RETURN(const ParsedIndex x, ParseIndex(env, path));
   auto bad = [&](const std::string& what) { return CorruptionError(path + ": " + what); };
-  if (s.size() < 44 || std::memcmp(s.data(), kIndexMagic, 8) != 0) return bad("not a store INDEX");
-  if (GetFixed<uint64_t>(s.data() + s.size() - 8) != Checksum64(s.data(), s.size() - 8)) {
-    return bad("checksum mismatch");
-  }
-  const char* p = s.data() + 8;
-  if (GetFixed<uint32_t>(p) != kIndexVersion) return bad("unknown version");
+  if (!(x.layout == layout)) return bad("row layout differs from the table's");
   SsdOptions o = options;
-  o.group_bits = GetFixed<uint32_t>(p + 4);
-  if (o.group_bits < 1 || o.group_bits > 30) return bad("bad group_bits");
-  const ValueLayout stored{GetFixed<uint32_t>(p + 8), GetFixed<uint32_t>(p + 12),
-                           GetFixed<uint32_t>(p + 16)};
-  if (!(stored == layout)) return bad("row layout differs from the table's");
-  if (o.group_bits < 1 || o.group_bits > 30) return bad("bad group_bits");
+  o.group_bits = x.group_bits;
   std::unique_ptr<SsdStore> store(new SsdStore(env, o, layout));
-  store->next_file_id_ = GetFixed<uint32_t>(p + 20);
-  const uint32_t nfiles = GetFixed<uint32_t>(p + 24);
-  p += 28;
-  const char* end = s.data() + s.size() - 8;
-  for (uint32_t i = 0; i < nfiles; ++i) {
-    if (end - p < 36) return bad("truncated file table");
-    const uint32_t id = GetFixed<uint32_t>(p);
-    const uint64_t bytes = GetFixed<uint64_t>(p + 4), live = GetFixed<uint64_t>(p + 12);
-    const uint32_t records = GetFixed<uint32_t>(p + 20);
-    const uint64_t nwords = GetFixed<uint64_t>(p + 24);
-    const int hashes = static_cast<int>(GetFixed<uint32_t>(p + 32));
-    p += 36;
-    if (id >= store->next_file_id_ || nwords > (uint64_t{1} << 32) ||
-        static_cast<uint64_t>(end - p) < nwords * 8) {
-      return bad("bad file entry");
-    }
-    std::vector<uint64_t> words(nwords);
-    std::memcpy(words.data(), p, nwords * 8);
-    p += nwords * 8;
-    const std::string fpath = JoinPath(o.dir, FileNameOf(id));
-    auto f =
-        std::make_shared<ParamFile>(env, id, fpath, std::make_unique<BloomFilter>(words, hashes));
+  store->next_file_id_ = x.next_file_id;
+  for (const IndexFileEntry& e : x.files) {
+    std::vector<uint64_t> words(e.bloom_words);
+    std::memcpy(words.data(), x.data.data() + e.bloom_offset, e.bloom_words * 8);
+    const std::string fpath = JoinPath(o.dir, FileNameOf(e.id));
+    auto f = std::make_shared<ParamFile>(env, e.id, fpath,
+                                         std::make_unique<BloomFilter>(words, e.bloom_hashes));
     ASSIGN_OR_RETURN(f->reader, env->NewRandomAccessFile(fpath));
-    if (f->reader->size() < bytes) return CorruptionError(fpath + ": shorter than the INDEX says");
-    f->bytes = bytes;
-    f->live_bytes = live;
-    f->live_records = records;
-    if (store->files_.size() <= id) store->files_.resize(id + 1);
-    store->files_[id] = f;
-    store->file_bytes_ += bytes;
+    if (f->reader->size() < e.bytes) {
+      return CorruptionError(fpath + ": shorter than the INDEX says");
+    }
+    f->bytes = e.bytes;
+    f->live_bytes = e.live_bytes;
+    f->live_records = e.live_records;
+    if (store->files_.size() <= e.id) store->files_.resize(e.id + 1);
+    store->files_[e.id] = f;
+    store->file_bytes_ += e.bytes;
     store->bloom_bytes_ += f->bloom->MemoryBytes();
   }
-  if (static_cast<size_t>(end - p) != store->index_.size() * sizeof(GroupEntry)) {
-    return bad("group index size does not match group_bits");
-  }
-  std::memcpy(store->index_.data(), p, store->index_.size() * sizeof(GroupEntry));
+  std::memcpy(store->index_.data(), x.data.data() + x.groups_offset,
+              store->index_.size() * sizeof(GroupEntry));
   for (const GroupEntry& e : store->index_) {
     for (const RecordLoc* loc : {&e.base, &e.delta}) {
       if (!loc->exists()) continue;

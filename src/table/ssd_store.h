@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <shared_mutex>
 #include <string>
 #include <vector>
@@ -72,6 +73,9 @@ class SsdStore {
 
   // Deletes the parameter files and INDEX a store left in `dir` (a job's scratch space).
   static Status RemoveFiles(Env* env, const std::string& dir);
+  // Describes the store a clean shutdown left in `dir` from its INDEX alone (nothing is
+  // loaded or changed): files, bytes, live bytes, stale fraction, keys on disk, index bytes.
+  static StatusOr<nlohmann::json> Inspect(Env* env, const std::string& dir);
 
   uint32_t group_bits() const { return options_.group_bits; }
   uint32_t GroupOf(uint64_t key) const {
@@ -94,8 +98,8 @@ class SsdStore {
   // Reads the record at loc (any thread; the file is kept alive meanwhile); an absent loc
   // gives an empty view.
   Status Read(const RecordLoc& loc, uint32_t g, RecordView* out) const;
-  // Reads a whole file (for compaction).
-  Status ReadFile(const ParamFile& file, std::string* data) const;
+  // Bytes appended to a file so far.
+  uint64_t FileBytes(const ParamFile& file) const;
 
   // ---- writer side (serialised by the caller) ----
   // Appends an encoded record of group g whose keys are `keys`; *loc is where it went. Fails

@@ -6,10 +6,12 @@
 #include <cassert>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "util/coding.h"
 #include "util/hash.h"
 
 namespace ctrbox {
@@ -33,6 +35,9 @@ struct TieredTable::Counters {
 };
 
 namespace {
+
+// Groups written back per batch: bounds the old records held in memory (~256 x 8 KiB).
+constexpr size_t kGroupsPerBatch = 256;
 
 void Pin(NodeMeta& m, uint16_t epoch) {
   ++m.pins;
@@ -662,17 +667,29 @@ StatusOr<uint64_t> TieredTable::EvictSlot(size_t s, uint64_t share, bool all) {
     Account(s);
   }
   if (reads.empty()) return dropped;
-  RETURN_IF_ERROR(ReadGroups(s, &reads, /*locked=*/false));
-  std::lock_guard<std::mutex> lock(slot.mu);
-  RETURN_IF_ERROR(WriteGroups(s, &reads));
-  for (uint64_t key : victims) {
-    const uint32_t node = slot.Find(key);
-    if (node == kNoNode || slot.meta(node).pins > 0) continue;  // pinned again meanwhile
-    slot.Erase(node);
-    counters_->evicted_dirty.fetch_add(1, std::memory_order_relaxed);
-    ++dropped;
+  // Write back in batches of groups, so the old records held in memory stay bounded.
+  std::sort(reads.begin(), reads.end(),
+            [](const GroupRead& a, const GroupRead& b) { return a.group < b.group; });
+  std::sort(victims.begin(), victims.end(),
+            [&](uint64_t a, uint64_t b) { return ssd_->GroupOf(a) < ssd_->GroupOf(b); });
+  size_t v = 0;
+  for (size_t b = 0; b < reads.size(); b += kGroupsPerBatch) {
+    std::vector<GroupRead> batch(
+        std::make_move_iterator(reads.begin() + b),
+        std::make_move_iterator(reads.begin() + std::min(reads.size(), b + kGroupsPerBatch)));
+    const uint32_t last_group = batch.back().group;
+    RETURN_IF_ERROR(ReadGroups(s, &batch, /*locked=*/false));
+    std::lock_guard<std::mutex> lock(slot.mu);
+    RETURN_IF_ERROR(WriteGroups(s, &batch));
+    for (; v < victims.size() && ssd_->GroupOf(victims[v]) <= last_group; ++v) {
+      const uint32_t node = slot.Find(victims[v]);
+      if (node == kNoNode || slot.meta(node).pins > 0) continue;  // pinned again meanwhile
+      slot.Erase(node);
+      counters_->evicted_dirty.fetch_add(1, std::memory_order_relaxed);
+      ++dropped;
+    }
+    Account(s);
   }
-  Account(s);
   return dropped;
 }
 
@@ -694,24 +711,39 @@ Status TieredTable::FlushSlot(size_t s) {
     r.want_base = e.base.exists() && (e.delta_rows + n) * 3 > e.base_rows;
     reads.push_back(std::move(r));
   }
-  RETURN_IF_ERROR(ReadGroups(s, &reads, /*locked=*/true));
-  RETURN_IF_ERROR(WriteGroups(s, &reads));
+  for (size_t b = 0; b < reads.size(); b += kGroupsPerBatch) {
+    std::vector<GroupRead> batch(
+        std::make_move_iterator(reads.begin() + b),
+        std::make_move_iterator(reads.begin() + std::min(reads.size(), b + kGroupsPerBatch)));
+    RETURN_IF_ERROR(ReadGroups(s, &batch, /*locked=*/true));
+    RETURN_IF_ERROR(WriteGroups(s, &batch));
+  }
   Account(s);
   return Status::OK();
 }
 
 Status TieredTable::CompactFile(const std::shared_ptr<ParamFile>& file) {
-  std::string data;
-  RETURN_IF_ERROR(ssd_->ReadFile(*file, &data));
+  // Walk the file's record headers; read and move only the records the index still names
+  // (stale ones are skipped unread), one at a time, so memory stays small.
+  const uint64_t size = ssd_->FileBytes(*file);
   struct Rec {
     uint32_t group, offset, length;
   };
   std::vector<std::vector<Rec>> by_slot(slots_.size());
-  for (size_t off = kParamFileHeaderBytes; off < data.size();) {
-    const std::string where = fmt::format("{}: record at offset {}", file->path, off);
-    ASSIGN_OR_RETURN(RecordHeader h, CheckRecord(data.data() + off, data.size() - off, where));
-    const uint32_t len = static_cast<uint32_t>(kRecordHeaderBytes + h.payload_bytes);
-    by_slot[SlotOfGroup(h.group)].push_back(Rec{h.group, static_cast<uint32_t>(off), len});
+  char header[kRecordHeaderBytes];
+  uint64_t off = kParamFileHeaderBytes;
+  while (off + kRecordHeaderBytes <= size) {
+    size_t got = 0;
+    RETURN_IF_ERROR(file->reader->Read(off, kRecordHeaderBytes, header, &got));
+    if (got != kRecordHeaderBytes) break;
+    const uint32_t group = GetFixed<uint32_t>(header + 4);
+    const uint32_t len =
+        static_cast<uint32_t>(kRecordHeaderBytes + GetFixed<uint32_t>(header + 12));
+    if (std::memcmp(header, "GREC", 4) != 0 || group >= (uint64_t{1} << ssd_->group_bits()) ||
+        off + len > size) {
+      return CorruptionError(fmt::format("{}: record at offset {}: bad header", file->path, off));
+    }
+    by_slot[SlotOfGroup(group)].push_back(Rec{group, static_cast<uint32_t>(off), len});
     off += len;
   }
   uint64_t moved = 0;
@@ -725,9 +757,7 @@ Status TieredTable::CompactFile(const std::shared_ptr<ParamFile>& file) {
       GroupEntry e = ssd_->entry(r.group);
       const bool base = e.base == here, delta = e.delta == here;
       if (!base && !delta) continue;  // stale
-      view.bytes.assign(data, r.offset, r.length);
-      RETURN_IF_ERROR(view.Parse(options_.layout, ssd_->group_bits(),
-                                 fmt::format("{}: record at offset {}", file->path, r.offset)));
+      RETURN_IF_ERROR(ssd_->ReadRecord(*file, here, r.group, &view));
       RecordLoc loc;
       RETURN_IF_ERROR(ssd_->Append(r.group, view.bytes, view.keys, &loc));
       (base ? e.base : e.delta) = loc;
@@ -784,6 +814,10 @@ Status TieredTable::Maintain() {
     const uint64_t round = rounds_done_.fetch_add(1) + 1;
     if (freed == 0 && UsedBytes() > options_.memory_budget) last_stuck_round_.store(round);
   }
+  return CompactIfOver();
+}
+
+Status TieredTable::CompactIfOver() {
   // Compaction is lazy: only once the files exceed compact_trigger x the live bytes, then the
   // most stale eligible files first until compact_target. Every eligible file is more than
   // compact_stale stale, so total file bytes stay <= live / (1 - compact_stale) + one file.
@@ -1131,6 +1165,8 @@ Status TieredTable::Close() {
   }
   RETURN_IF_ERROR(FlushAll());
   std::lock_guard<std::mutex> writer(writer_mu_);
+  // The final write-back leaves stale records behind: keep the file-size bound on disk too.
+  RETURN_IF_ERROR(CompactIfOver());
   RETURN_IF_ERROR(ssd_->WriteIndex());
   closed_ = true;
   return Status::OK();

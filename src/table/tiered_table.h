@@ -27,15 +27,16 @@ namespace ctrbox {
 
 struct TieredOptions {
   ValueLayout layout;
-  uint32_t shard_bits = 6;        // 2^shard_bits cache slots
-  uint64_t memory_budget = 0;     // bytes; 0: unlimited (required without a disk tier)
-  SsdOptions ssd;                 // ssd.dir empty: no disk tier
-  bool reopen = false;            // reopen the store a clean shutdown left in ssd.dir
-  int io_threads = 4;             // parallel record reads per pull
-  int evict_threads = 2;          // slots evicted in parallel by the background worker
-  double evict_start = 0.90;      // the worker starts evicting above this share of the budget
-  double evict_stop = 0.80;       // ... and stops below this one
-  double compact_stale = 0.5;     // only sealed files whose stale share exceeds this are compacted
+  uint32_t shard_bits = 6;     // 2^shard_bits cache slots
+  uint64_t memory_budget = 0;  // bytes; 0: unlimited (required without a disk tier)
+  SsdOptions ssd;              // ssd.dir empty: no disk tier
+  bool reopen = false;         // reopen the store a clean shutdown left in ssd.dir
+  bool keep_store = false;     // train: close the store cleanly at the end instead of deleting it
+  int io_threads = 4;          // parallel record reads per pull
+  int evict_threads = 2;       // slots evicted in parallel by the background worker
+  double evict_start = 0.90;   // the worker starts evicting above this share of the budget
+  double evict_stop = 0.80;    // ... and stops below this one
+  double compact_stale = 0.5;  // only sealed files whose stale share exceeds this are compacted
   double compact_trigger = 1.75;  // compaction starts when file bytes exceed this x live bytes
   double compact_target = 1.5;    // ... and stops at this ratio
   uint32_t min_evict_rows = 64;
@@ -120,6 +121,8 @@ class TieredTable final : public SparseTable {
   // The background worker.
   void WorkerLoop();
   Status Maintain();
+  // Lazy compaction (compact_trigger / compact_target); the caller holds writer_mu_.
+  Status CompactIfOver();
   bool NeedsEviction() const;
   // The use the worker evicts down to, and the use above which it starts.
   uint64_t EvictTarget() const;

@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""End-to-end cost of the SSD tier: the reference model trained all in memory and with
+storage.memory_budget at a fraction (default 10 %) of the in-memory table, same data, same
+pass size, same machine. Checks that both give the same digest (the tiers are lossless) and
+prints one JSON line per run and a summary with medians and the ratio.
+
+  bench/tiered_e2e.py [--data-dir DIR] [--reps 3] [--fraction 0.1] [--pass-examples 16384]
+
+The data are shared/baselines/gen_criteo.py's 1 M training rows (seed 11) and 200 K test rows
+(seed 12), generated into --data-dir if absent (as bench/e2e_vs_torch.py does).
+"""
+import argparse, json, os, shutil, statistics, subprocess, sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED = os.path.join(os.path.dirname(ROOT), "shared", "baselines")
+
+
+def train(ctrbox, args):
+    p = subprocess.run([ctrbox, "train", *args, "--set", "train.progress_seconds=1e9"],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"ctrbox train failed:\n{p.stderr[-3000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data-dir", default="/tmp/ctrbox-bench")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--fraction", type=float, default=0.1)
+    ap.add_argument("--pass-examples", type=int, default=16384)
+    ap.add_argument("--ctrbox", default=os.path.join(ROOT, "build", "ctrbox"))
+    a = ap.parse_args()
+    d = a.data_dir
+    os.makedirs(d, exist_ok=True)
+    train_tsv, test_tsv = os.path.join(d, "train.tsv"), os.path.join(d, "test.tsv")
+    for path, rows, seed in [(train_tsv, 1_000_000, 11), (test_tsv, 200_000, 12)]:
+        if not os.path.exists(path):
+            subprocess.run(["/usr/bin/python3", os.path.join(SHARED, "gen_criteo.py"), "--rows", str(rows),
+                            "--seed", str(seed), "--out", path], check=True)
+    common = ["--data", train_tsv, "--eval-data", test_tsv, "--fresh",
+              "--set", f"pipeline.pass_examples={a.pass_examples}"]
+    ssd = os.path.join(d, "ssd")
+    runs = {"memory": [], "ssd": []}
+    budget = None
+    for rep in range(a.reps):
+        r = train(a.ctrbox, common + ["--model-dir", os.path.join(d, "model-mem")])
+        runs["memory"].append(r)
+        budget = budget or int(a.fraction * r["table_memory_bytes"])
+        print(json.dumps({"bench": "tiered_e2e", "tier": "memory", "rep": rep, "examples_per_s": r["examples_per_s"],
+                          "test_auc": r["test_auc"], "digest": r["digest"], "peak_rss_bytes": r["peak_rss_bytes"],
+                          "table_memory_bytes": r["table_memory_bytes"], "stages": r["stages"]}), flush=True)
+        shutil.rmtree(ssd, ignore_errors=True)
+        r = train(a.ctrbox, common + ["--model-dir", os.path.join(d, "model-ssd"), "--set", f"storage.ssd_dir={ssd}",
+                                      "--set", f"storage.memory_budget={budget}"])
+        runs["ssd"].append(r)
+        st = r["storage"]
+        print(json.dumps({"bench": "tiered_e2e", "tier": "ssd", "rep": rep, "memory_budget": budget,
+                          "examples_per_s": r["examples_per_s"], "test_auc": r["test_auc"], "digest": r["digest"],
+                          "peak_rss_bytes": r["peak_rss_bytes"], "hit_rate": st["hit_rate"],
+                          "peak_memory_bytes": st["peak_memory_bytes"],
+                          "ssd_bytes_read_per_pushed_key": st["ssd_bytes_read"] / max(1, st["pulled_keys"]),
+                          "ssd_bytes_written_per_pushed_key": st["ssd_bytes_written"] / max(1, st["pulled_keys"]),
+                          "stages": r["stages"]}), flush=True)
+    med = {k: statistics.median(x["examples_per_s"] for x in v) for k, v in runs.items()}
+    digests = {x["digest"] for v in runs.values() for x in v}
+    print(json.dumps({"bench": "tiered_e2e_summary", "memory_budget": budget, "fraction": a.fraction,
+                      "pass_examples": a.pass_examples, "reps": a.reps, "examples_per_s_median": med,
+                      "ratio_ssd_over_memory": med["ssd"] / med["memory"],
+                      "same_digest": len(digests) == 1,
+                      "hit_rate_median": statistics.median(x["storage"]["hit_rate"] for x in runs["ssd"])}))
+
+
+if __name__ == "__main__":
+    main()
