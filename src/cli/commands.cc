@@ -1,7 +1,10 @@
 #include "cli/commands.h"
 
 #include <fmt/format.h>
+#include <signal.h>
 
+#include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 
@@ -160,7 +163,27 @@ Status RunTrainCommand(const JobConfig& job) {
              job.generated.test_rows);
   }
   ProgressPrinter progress;
-  ASSIGN_OR_RETURN(nlohmann::json report, RunTrain(Env::Posix(), job, &progress));
+  // Ctrl-C (or SIGTERM) stops after the pass in training is pushed and saves the model; a
+  // second one ends the process at once.
+  static std::atomic<bool> stop{false};
+  struct sigaction sa = {};
+  sa.sa_handler = [](int sig) {
+    stop.store(true);
+    std::signal(sig, SIG_DFL);
+  };
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  ASSIGN_OR_RETURN(nlohmann::json report, RunTrain(Env::Posix(), job, &progress, &stop));
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  if (report.value("interrupted", false)) {
+    LOG_WARNING("interrupted: stopped after {} examples; the model trained so far is saved{}",
+                report["examples"].get<uint64_t>(),
+                job.model_dir.empty() ? " (nowhere: no --model-dir)" : " in " + job.model_dir);
+    PrintJson(report);
+    return CancelledError("interrupted");
+  }
   if (report.contains("test_auc")) {
     LOG_INFO("trained on {} examples at {:.0f} examples/s: test AUC {:.4f}{}",
              report["examples"].get<uint64_t>(), report["examples_per_s"].get<double>(),

@@ -140,6 +140,9 @@ const std::vector<Key>& Keys() {
       // data
       {"data.paths", "(none: generated data)", "input files or directories (also --data)",
        List([](JobConfig* j, auto v) { j->data.paths = std::move(v); })},
+      {"data.command", "(none)",
+       "a shell command whose standard output is the (text) training data, instead of data.paths",
+       Text([](JobConfig* j, std::string v) { j->data.command = std::move(v); })},
       {"data.format", "criteo", "criteo | libsvm | libfm | slots | shards (also --format)",
        Format([](JobConfig* j, DataFormat f) { j->data.format = f; }, true)},
       {"data.num_slots", "0", "slots per row for the libfm and slots formats (required there)",
@@ -283,9 +286,19 @@ const std::vector<Key>& Keys() {
       // pipeline
       {"pipeline.pass_examples", "262144", "examples per pass (the unit of pull / train / push)",
        UInt([](JobConfig* j, uint64_t v) { j->pipeline.pass_examples = v; }, 1, uint64_t{1} << 32)},
-      {"pipeline.queue_depth", "1", "prepared passes queued ahead of the trainer",
+      {"pipeline.enabled", "true",
+       "overlap read, pull, train and push on consecutive passes (false: one after the other; "
+       "docs/pipeline.md)",
+       Bool([](JobConfig* j, bool v) { j->pipeline.enabled = v; })},
+      {"pipeline.queue_depth", "1", "passes each queue between two stages holds",
        UInt([](JobConfig* j, uint64_t v) { j->pipeline.queue_depth = static_cast<uint32_t>(v); }, 1,
             64)},
+      {"pipeline.pull_threads", "2", "threads of the pull stage",
+       UInt([](JobConfig* j, uint64_t v) { j->pipeline.pull_threads = static_cast<int>(v); }, 1,
+            256)},
+      {"pipeline.push_threads", "1", "threads of the push stage",
+       UInt([](JobConfig* j, uint64_t v) { j->pipeline.push_threads = static_cast<int>(v); }, 1,
+            256)},
   };
   return keys;
 }

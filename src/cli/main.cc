@@ -40,6 +40,7 @@ ctrbox::StatusOr<ctrbox::JobConfig> BuildJob(const JobArgs& a) {
 
 int Report(const ctrbox::Status& s) {
   if (s.ok()) return 0;
+  if (s.code() == ctrbox::StatusCode::kCancelled) return 130;  // Ctrl-C: the report is printed
   std::fprintf(stderr, "ctrbox: error: %s\n", s.ToString().c_str());
   return 1;
 }

@@ -1,8 +1,12 @@
 #include "io/reader.h"
 
 #include <fmt/format.h>
+#include <sys/wait.h>
 
+#include <cerrno>
 #include <condition_variable>
+#include <cstdio>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -231,9 +235,63 @@ StatusOr<Schema> ResolveSchema(Env* env, const DataOptions& o) {
   return src->schema();
 }
 
+namespace {
+
+// The standard output of a shell command (data.command), read as a text data file. A command
+// that exits with a nonzero status is an error at the end of its output.
+class CommandOutput final : public SequentialFile {
+ public:
+  static StatusOr<std::unique_ptr<SequentialFile>> Open(const std::string& command) {
+    std::fflush(nullptr);
+    FILE* f = ::popen(command.c_str(), "r");
+    if (f == nullptr) {
+      return IOError(
+          fmt::format("data.command: cannot run `{}`: {}", command, std::strerror(errno)));
+    }
+    return std::unique_ptr<SequentialFile>(new CommandOutput(command, f));
+  }
+  ~CommandOutput() override {
+    if (f_ != nullptr) ::pclose(f_);
+  }
+  Status Read(size_t n, char* scratch, size_t* bytes_read) override {
+    *bytes_read = 0;
+    if (f_ == nullptr) return Status::OK();
+    *bytes_read = std::fread(scratch, 1, n, f_);
+    if (*bytes_read > 0) return Status::OK();
+    if (std::ferror(f_))
+      return IOError(fmt::format("{}: read error: {}", name_, std::strerror(errno)));
+    const int status = ::pclose(f_);
+    f_ = nullptr;
+    if (status == -1) return IOError(fmt::format("{}: {}", name_, std::strerror(errno)));
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return Status::OK();
+    return IOError(fmt::format("{} failed ({})", name_,
+                               WIFEXITED(status)
+                                   ? fmt::format("exit status {}", WEXITSTATUS(status))
+                                   : fmt::format("signal {}", WTERMSIG(status))));
+  }
+  const std::string& name() const override { return name_; }
+
+ private:
+  CommandOutput(const std::string& command, FILE* f)
+      : name_(fmt::format("data.command `{}`", command)), f_(f) {}
+  std::string name_;
+  FILE* f_;
+};
+
+}  // namespace
+
 StatusOr<std::unique_ptr<BatchReader>> OpenReader(Env* env, const DataOptions& o) {
   if (o.threads < 1) return InvalidArgumentError("data.reader_threads must be >= 1");
-  ASSIGN_OR_RETURN(auto files, ExpandDataPaths(env, o.paths, o.format));
+  if (!o.command.empty()) {
+    if (!o.paths.empty()) return InvalidArgumentError("set data.paths or data.command, not both");
+    if (o.format == DataFormat::kShards) {
+      return InvalidArgumentError("data.command reads text formats only, not shards");
+    }
+  }
+  std::vector<std::string> files = {o.command};
+  if (o.command.empty()) {
+    ASSIGN_OR_RETURN(files, ExpandDataPaths(env, o.paths, o.format));
+  }
   ASSIGN_OR_RETURN(Schema schema, ResolveSchema(env, o));
   if (o.format == DataFormat::kShards) {
     auto source = std::make_unique<FileSequenceSource>(
@@ -262,7 +320,12 @@ StatusOr<std::unique_ptr<BatchReader>> OpenReader(Env* env, const DataOptions& o
   auto source = std::make_unique<FileSequenceSource>(
       std::move(files),
       [env, o](const std::string& path) -> StatusOr<std::unique_ptr<ChunkSource>> {
-        ASSIGN_OR_RETURN(auto file, env->NewSequentialFile(path));
+        std::unique_ptr<SequentialFile> file;
+        if (o.command.empty()) {
+          ASSIGN_OR_RETURN(file, env->NewSequentialFile(path));
+        } else {
+          ASSIGN_OR_RETURN(file, CommandOutput::Open(o.command));
+        }
         return std::unique_ptr<ChunkSource>(
             new LineChunker(std::move(file), o.chunk_bytes, o.max_line_bytes));
       });

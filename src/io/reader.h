@@ -20,6 +20,7 @@ namespace ctrbox {
 
 struct DataOptions {
   std::vector<std::string> paths;  // files, or directories (read in name order)
+  std::string command;             // text formats: read this shell command's stdout instead
   DataFormat format = DataFormat::kCriteo;
   uint32_t num_slots = 0;  // libfm and slots formats
   uint32_t num_dense = 0;  // slots format

@@ -26,8 +26,11 @@ struct TrainOptions {
 };
 
 struct PipelineOptions {
+  bool enabled = true;              // overlap the stages (false: one after the other)
   uint64_t pass_examples = 262144;  // examples per pass
-  uint32_t queue_depth = 1;         // prepared passes waiting ahead of the trainer
+  uint32_t queue_depth = 1;         // passes each queue between two stages holds
+  int pull_threads = 2;             // the pull stage's pool
+  int push_threads = 1;             // the push stage's pool
 };
 
 // Generated data, used when a job names no data paths.

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <map>
 #include <thread>
 
 #include "ckpt/model_dir.h"
@@ -14,103 +15,145 @@
 #include "util/logging.h"
 #include "util/sys.h"
 #include "working/working_set.h"
+#include "working/working_table.h"
 
 namespace ctrbox {
 namespace {
 
+// ---- passes and their stages (docs/pipeline.md) ---------------------------------------------
+
+enum Stage { kRead, kPull, kTrain, kPush, kNumStages };
+constexpr const char* kStageNames[kNumStages] = {"read", "pull", "train", "push"};
+
+struct StageClock {
+  double busy = 0, stalled = 0, idle = 0;
+  void Add(const StageClock& o) {
+    busy += o.busy;
+    stalled += o.stalled;
+    idle += o.idle;
+  }
+  nlohmann::json Json() const {
+    return {{"busy_seconds", busy}, {"stalled_seconds", stalled}, {"idle_seconds", idle}};
+  }
+};
+
+// Passes pulled and not yet pushed, with their working tables: what a new pull must patch
+// its rows from (docs/pipeline.md, "Correctness across overlapping passes").
+class InFlight {
+ public:
+  // The working tables of the passes in flight now, ascending.
+  std::vector<std::pair<uint64_t, std::shared_ptr<const WorkingTable>>> Snapshot() {
+    std::lock_guard<std::mutex> l(mu_);
+    return {tables_.begin(), tables_.end()};
+  }
+  void Add(uint64_t pass, std::shared_ptr<const WorkingTable> table) {
+    std::lock_guard<std::mutex> l(mu_);
+    tables_.emplace(pass, std::move(table));
+  }
+  // Pass `pass` was pushed (and shrunk after, if due), or discarded.
+  void Remove(uint64_t pass, bool pushed) {
+    std::lock_guard<std::mutex> l(mu_);
+    tables_.erase(pass);
+    if (pushed) pushed_ = pass + 1;
+    cv_.notify_all();
+  }
+  // The shrink barrier: waits until every pass before `pass` is pushed (false: cancelled).
+  bool WaitPushed(uint64_t pass) {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return cancelled_ || pushed_ >= pass; });
+    return !cancelled_;
+  }
+  void Cancel() {
+    std::lock_guard<std::mutex> l(mu_);
+    cancelled_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<uint64_t, std::shared_ptr<const WorkingTable>> tables_;
+  uint64_t pushed_ = 0;
+  bool cancelled_ = false;
+};
+
 struct Pass {
+  explicit Pass(const ValueLayout& layout) : table(std::make_shared<WorkingTable>(layout)) {}
+  ~Pass() {
+    if (registry != nullptr) registry->Remove(index, /*pushed=*/false);  // discarded
+  }
+
   uint64_t index = 0;
   Batch examples;
   WorkingSet ws;
-  double read_seconds = 0, prepare_seconds = 0;
+  // The pass's rows; shared with later passes pulled while this one is in flight.
+  std::shared_ptr<WorkingTable> table;
+  PinnedRows pins;
+  InFlight* registry = nullptr;  // set while registered as in flight
+  // Rows to take from passes ahead of this one before training, ascending.
+  std::vector<std::pair<std::shared_ptr<const WorkingTable>, SharedRows>> ahead;
+  uint64_t patched_rows = 0;
+  // This pass's time in each stage (stalled: written as the pass enters the next queue).
+  StageClock clock[kNumStages];
+  MetricSummary metrics;
+  uint64_t embeddings_created = 0;
 };
+using PassPtr = std::unique_ptr<Pass>;
 
 using ReaderFactory = std::function<StatusOr<std::unique_ptr<BatchReader>>()>;
 
-// Reads the epochs' examples on its own thread and hands out prepared passes.
-class PassProducer {
+// The read stage's source: the epochs' examples cut into passes (a pass never spans epochs).
+class PassReader {
  public:
-  PassProducer(ReaderFactory open, const JobConfig& job)
-      : open_(std::move(open)), job_(job), queue_(job.pipeline.queue_depth) {}
-  ~PassProducer() { Stop().IgnoreError(); }  // errors were reported by the explicit Stop()
-
-  void Start() {
-    thread_ = std::thread([this] {
-      status_ = Run();
-      queue_.Close();
-    });
-  }
-  bool Next(std::unique_ptr<Pass>* pass) { return queue_.Pop(pass); }
-  // Stops reading (if still running) and returns the first error, if any.
-  Status Stop() {
-    queue_.Close();
-    if (thread_.joinable()) thread_.join();
-    return status_;
-  }
-  const RecordCounts& counts() const { return counts_; }  // valid after Stop()
-  Schema schema() const { return schema_; }
+  PassReader(ReaderFactory open, const JobConfig& job) : open_(std::move(open)), job_(job) {}
 
   // Opens the first reader up front so the schema is known before training starts.
   Status Open() {
     ASSIGN_OR_RETURN(reader_, open_());
     schema_ = reader_->schema();
+    block_.Reset(schema_);
+    return Status::OK();
+  }
+  Schema schema() const { return schema_; }
+  const RecordCounts& counts() const { return counts_; }  // of the epochs read to the end
+
+  // Fills pass->examples with the next pass; sets *eof (and leaves it empty) at the end.
+  Status Next(Pass* pass, bool* eof) {
+    pass->examples.Reset(schema_);
+    const uint64_t want = job_.pipeline.pass_examples;
+    while (pass->examples.rows() < want) {
+      if (begin_ < block_.rows()) {
+        const size_t take = std::min<size_t>(block_.rows() - begin_, want - pass->examples.rows());
+        pass->examples.AppendRows(block_, begin_, begin_ + take);
+        begin_ += take;
+        continue;
+      }
+      if (!reader_) {
+        if (epoch_ >= job_.train.epochs) break;
+        ASSIGN_OR_RETURN(reader_, open_());
+      }
+      bool end = false;
+      RETURN_IF_ERROR(reader_->Next(&block_, &end));
+      begin_ = 0;
+      if (end) {
+        counts_.Add(reader_->counts());
+        reader_.reset();
+        block_.Reset(schema_);
+        if (++epoch_ >= job_.train.epochs || pass->examples.rows() > 0) break;
+      }
+    }
+    *eof = pass->examples.rows() == 0;
     return Status::OK();
   }
 
  private:
-  Status Run() {
-    uint64_t index = 0;
-    for (uint32_t epoch = 0; epoch < job_.train.epochs; ++epoch) {
-      if (!reader_) {
-        ASSIGN_OR_RETURN(reader_, open_());
-      }
-      auto pass = std::make_unique<Pass>();
-      pass->examples.Reset(schema_);
-      Stopwatch read_clock;
-      Batch block;
-      bool eof = false;
-      while (!eof) {
-        RETURN_IF_ERROR(reader_->Next(&block, &eof));
-        size_t begin = 0;
-        while (!eof && begin < block.rows()) {
-          size_t take = std::min<size_t>(block.rows() - begin,
-                                         job_.pipeline.pass_examples - pass->examples.rows());
-          pass->examples.AppendRows(block, begin, begin + take);
-          begin += take;
-          if (pass->examples.rows() == job_.pipeline.pass_examples) {
-            pass->read_seconds = read_clock.Seconds();
-            if (!Emit(std::move(pass), index++)) return Status::OK();
-            pass = std::make_unique<Pass>();
-            pass->examples.Reset(schema_);
-            read_clock.Reset();
-          }
-        }
-      }
-      if (pass->examples.rows() > 0) {
-        pass->read_seconds = read_clock.Seconds();
-        if (!Emit(std::move(pass), index++)) return Status::OK();
-      }
-      counts_.Add(reader_->counts());
-      reader_.reset();
-    }
-    return Status::OK();
-  }
-
-  bool Emit(std::unique_ptr<Pass> pass, uint64_t index) {
-    Stopwatch clock;
-    pass->index = index;
-    BuildWorkingSet(pass->examples, job_.train.batch_size, nullptr, &pass->ws);
-    pass->prepare_seconds = clock.Seconds();
-    return queue_.Push(std::move(pass));
-  }
-
   ReaderFactory open_;
   const JobConfig& job_;
-  BoundedQueue<std::unique_ptr<Pass>> queue_;
-  std::thread thread_;
   std::unique_ptr<BatchReader> reader_;
   Schema schema_;
-  Status status_;
+  Batch block_;
+  size_t begin_ = 0;
+  uint32_t epoch_ = 0;
   RecordCounts counts_;
 };
 
@@ -123,7 +166,7 @@ nlohmann::json CountsJson(const RecordCounts& c) {
 
 StatusOr<std::unique_ptr<BatchReader>> OpenData(Env* env, const DataOptions& data,
                                                 const GeneratedData& gen, bool test) {
-  if (!data.paths.empty()) return OpenReader(env, data);
+  if (!data.paths.empty() || !data.command.empty()) return OpenReader(env, data);
   SynthOptions o;
   o.format = gen.layout;
   o.seed = test ? gen.seed + 1 : gen.seed;
@@ -176,14 +219,379 @@ TieredOptions StorageFor(const JobConfig& job, const ValueLayout& layout) {
   return o;
 }
 
+// ---- the train job ---------------------------------------------------------------------------
+
+// One run of the train job: the four stage functions, and the two ways to run them.
+class TrainRun {
+ public:
+  TrainRun(const JobConfig& job, PassReader* reader, SparseTable* table, CtrModel* model,
+           const CtrAccessor* accessor, MetricsLog* log, ProgressSink* sink,
+           const std::atomic<bool>* stop, ThreadPool* train_pool)
+      : job_(job),
+        reader_(reader),
+        table_(table),
+        model_(model),
+        accessor_(accessor),
+        log_(log),
+        sink_(sink),
+        stop_(stop),
+        train_pool_(train_pool),
+        predictions_(job.train.batch_size) {}
+
+  // Runs every pass; returns the first error of any stage.
+  Status Run(bool pipelined) {
+    run_clock_.Reset();
+    storage_before_ = table_->StorageReport();
+    if (!pipelined) {
+      last_push_ = 0;
+      RETURN_IF_ERROR(RunSequential());
+    } else {
+      RETURN_IF_ERROR(RunPipelined());
+    }
+    seconds_ = run_clock_.Seconds();
+    for (int s = 0; s < kNumStages; ++s) {
+      totals_[s].idle = std::max(0.0, seconds_ - totals_[s].busy - totals_[s].stalled);
+    }
+    return Status::OK();
+  }
+
+  double seconds() const { return seconds_; }
+  uint64_t examples() const { return examples_; }
+  uint64_t passes() const { return passes_; }
+  uint64_t shrunk() const { return shrunk_; }
+  uint64_t created() const { return created_; }
+  uint64_t patched_rows() const { return patched_rows_; }
+  bool interrupted() const { return interrupted_; }
+  MetricSummary summary() const { return total_.Summary(); }
+  nlohmann::json StagesJson() const {
+    nlohmann::json j;
+    for (int s = 0; s < kNumStages; ++s) j[kStageNames[s]] = totals_[s].Json();
+    return j;
+  }
+
+ private:
+  bool Stopping() const { return stop_ != nullptr && stop_->load(std::memory_order_relaxed); }
+
+  // ---- the stage functions; each adds its busy time to the pass's clock ----
+
+  // Read: the next pass with its working set and working-table index; nullptr at the end.
+  StatusOr<PassPtr> ReadStage() {
+    Stopwatch clock;
+    auto pass = std::make_unique<Pass>(model_->value_layout());
+    bool eof = false;
+    RETURN_IF_ERROR(reader_->Next(pass.get(), &eof));
+    if (eof) return PassPtr();
+    pass->index = next_index_++;
+    BuildWorkingSet(pass->examples, job_.train.batch_size, nullptr, &pass->ws);
+    pass->table->Build(pass->ws.keys, nullptr);
+    pass->clock[kRead].busy = clock.Seconds();
+    return pass;
+  }
+
+  // Pull: the pass's rows resident, pinned and copied into its working table; the keys it
+  // shares with the passes in flight found.
+  Status PullStage(Pass* pass, ThreadPool* pool) {
+    const uint32_t every = job_.train.shrink_every_passes;
+    if (every > 0 && pass->index > 0 && pass->index % every == 0) {
+      Stopwatch wait;  // the shrink barrier
+      if (!in_flight_.WaitPushed(pass->index)) return CancelledError("the train job stopped");
+      pass->clock[kPull].stalled += wait.Seconds();
+    }
+    Stopwatch clock;
+    auto ahead = in_flight_.Snapshot();  // before the table is read
+    ASSIGN_OR_RETURN(pass->pins, table_->Pull(pass->ws.keys.data(), pass->ws.keys.size(), accessor_,
+                                              &pass->table->rows(), pool));
+    for (auto& [index, t] : ahead) {
+      SharedRows shared;
+      pass->table->FindShared(*t, &shared, pool);
+      if (!shared.empty()) pass->ahead.emplace_back(std::move(t), std::move(shared));
+    }
+    in_flight_.Add(pass->index, pass->table);
+    pass->registry = &in_flight_;
+    pass->clock[kPull].busy = clock.Seconds();
+    return Status::OK();
+  }
+
+  // Train: the newer rows of shared keys, then the minibatches. Returns false (and leaves
+  // the pass half trained) if the job failed meanwhile.
+  bool TrainStage(Pass* pass, const std::atomic<bool>* failed) {
+    Stopwatch clock;
+    for (const auto& [from, shared] : pass->ahead) {
+      pass->table->CopyRows(*from, shared, train_pool_);
+      pass->patched_rows += shared.size();
+    }
+    pass->ahead.clear();
+    MetricAccumulator pass_metrics;
+    for (const Minibatch& mb : pass->ws.batches) {
+      if (failed != nullptr && failed->load(std::memory_order_relaxed)) return false;
+      StepStats st = model_->TrainMinibatch(pass->examples, pass->ws, mb, &pass->table->rows(),
+                                            *accessor_, train_pool_, predictions_.data());
+      pass->embeddings_created += st.embeddings_created;
+      for (uint32_t r = 0; r < mb.rows(); ++r) {
+        const float y = pass->examples.labels[mb.row_begin + r];
+        pass_metrics.Add(y, predictions_[r]);
+        total_.Add(y, predictions_[r]);
+      }
+      trained_examples_ += mb.rows();
+      if (sink_ && progress_clock_.Seconds() >= job_.train.progress_seconds) {
+        progress_clock_.Reset();
+        const double s = run_clock_.Seconds();
+        std::lock_guard<std::mutex> l(sink_mu_);
+        sink_->OnProgress(
+            TrainProgress{trained_examples_, s, trained_examples_ / s, total_.Summary()});
+      }
+    }
+    pass->metrics = pass_metrics.Summary();
+    pass->clock[kTrain].busy = clock.Seconds();
+    return true;
+  }
+
+  // Push: the rows back into the table and unpinned; shrink when due; the pass's metrics line.
+  Status PushStage(Pass* pass, ThreadPool* pool) {
+    Stopwatch clock;
+    RETURN_IF_ERROR(table_->Push(&pass->pins, pass->table->rows(), pool));
+    ++passes_;
+    const uint32_t every = job_.train.shrink_every_passes;
+    if (every > 0 && passes_ % every == 0) {
+      ASSIGN_OR_RETURN(uint64_t deleted, table_->Shrink(*accessor_, pool));
+      shrunk_ += deleted;
+    }
+    pass->registry = nullptr;
+    in_flight_.Remove(pass->index, /*pushed=*/true);
+    pass->clock[kPush].busy = clock.Seconds();
+
+    examples_ += pass->examples.rows();
+    created_ += pass->embeddings_created;
+    patched_rows_ += pass->patched_rows;
+    const double now = run_clock_.Seconds();
+    const double pass_seconds = now - last_push_;
+    last_push_ = now;
+    const MetricSummary& ps = pass->metrics;
+    nlohmann::json stages;
+    for (int s = 0; s < kNumStages; ++s) {
+      stages[kStageNames[s]] = pass->clock[s].Json();
+    }
+    nlohmann::json record = {{"event", "pass"},
+                             {"pass", pass->index},
+                             {"examples", examples_},
+                             {"pass_examples", ps.examples},
+                             {"auc", ps.auc},
+                             {"logloss", ps.logloss},
+                             {"copc", ps.copc},
+                             {"working_set_keys", pass->ws.keys.size()},
+                             {"rows_from_passes_in_flight", pass->patched_rows},
+                             {"table_keys", table_->Stats().keys},
+                             {"seconds", pass_seconds},
+                             {"examples_per_s", ps.examples / std::max(pass_seconds, 1e-9)},
+                             {"stages", stages}};
+    nlohmann::json storage_now = table_->StorageReport();
+    record["storage"] = StorageDelta(storage_before_, storage_now);
+    storage_before_ = std::move(storage_now);
+    RETURN_IF_ERROR(log_->Write(record));
+    if (sink_) {
+      std::lock_guard<std::mutex> l(sink_mu_);
+      sink_->OnPass(record);
+    }
+    return Status::OK();
+  }
+
+  // ---- sequential: the stages one after the other, pass by pass ----
+
+  Status RunSequential() {
+    while (true) {
+      if (Stopping()) {
+        interrupted_ = true;
+        break;
+      }
+      ASSIGN_OR_RETURN(PassPtr pass, ReadStage());
+      if (!pass) break;
+      RETURN_IF_ERROR(PullStage(pass.get(), train_pool_));
+      TrainStage(pass.get(), nullptr);
+      RETURN_IF_ERROR(PushStage(pass.get(), train_pool_));
+      for (int s = 0; s < kNumStages; ++s) totals_[s].Add(pass->clock[s]);
+    }
+    return Status::OK();
+  }
+
+  // ---- pipelined: one thread per stage, bounded queues between them ----
+
+  // The first error of any stage: closes every queue, discards the passes in them (their
+  // pins are released) and cancels the shrink barrier, so every stage returns promptly.
+  void Fail(const Status& s) {
+    {
+      std::lock_guard<std::mutex> l(error_mu_);
+      if (first_error_.ok()) first_error_ = s;
+    }
+    failed_.store(true);
+    for (auto& q : queues_) q->Close();
+    in_flight_.Cancel();
+    for (auto& q : queues_) {
+      PassPtr dropped;
+      while (q->Pop(&dropped)) dropped.reset();
+    }
+  }
+
+  // Hands a finished pass to the next stage, timing the stall. Returns false if closed.
+  bool Handoff(Stage stage, PassPtr pass, StageClock* total) {
+    Stopwatch clock;
+    const bool ok = queues_[stage]->Push(
+        std::move(pass), [&](PassPtr& p) { p->clock[stage].stalled += clock.Seconds(); });
+    total->stalled += clock.Seconds();
+    return ok;
+  }
+
+  // Takes the next pass for a stage, timing the wait. Returns false when the input ended.
+  bool Take(Stage stage, PassPtr* pass, StageClock* total) {
+    Stopwatch clock;
+    const bool ok = queues_[stage - 1]->Pop(pass);
+    const double waited = clock.Seconds();
+    total->idle += waited;
+    if (ok) (*pass)->clock[stage].idle = waited;
+    return ok && !failed_.load();
+  }
+
+  Status RunPipelined() {
+    for (auto& q : queues_) q = std::make_unique<BoundedQueue<PassPtr>>(job_.pipeline.queue_depth);
+    ThreadPool pull_pool(job_.pipeline.pull_threads), push_pool(job_.pipeline.push_threads);
+    StageClock clocks[kNumStages];
+
+    std::thread read([&] {
+      while (!failed_.load()) {
+        if (Stopping()) {
+          interrupted_flag_.store(true);
+          break;
+        }
+        StatusOr<PassPtr> pass = ReadStage();
+        if (!pass.ok()) {
+          Fail(pass.status());
+          break;
+        }
+        if (!*pass) break;
+        clocks[kRead].busy += (*pass)->clock[kRead].busy;
+        if (!Handoff(kRead, std::move(*pass), &clocks[kRead])) break;
+      }
+      queues_[kRead]->Close();
+    });
+    std::thread pull([&] {
+      PassPtr pass;
+      while (Take(kPull, &pass, &clocks[kPull])) {
+        if (Stopping()) {  // read but not pulled: discarded
+          interrupted_flag_.store(true);
+          pass.reset();
+          continue;
+        }
+        Status s = PullStage(pass.get(), &pull_pool);
+        clocks[kPull].busy += pass->clock[kPull].busy;
+        clocks[kPull].stalled += pass->clock[kPull].stalled;
+        if (!s.ok()) {
+          Fail(s);
+          break;
+        }
+        if (!Handoff(kPull, std::move(pass), &clocks[kPull])) break;
+      }
+      pass.reset();
+      queues_[kPull]->Close();
+    });
+    std::thread push([&] {
+      PassPtr pass;
+      // Every trained pass is pushed, also after Ctrl-C; nothing after an error.
+      while (Take(kPush, &pass, &clocks[kPush])) {
+        Status s = PushStage(pass.get(), &push_pool);
+        clocks[kPush].busy += pass->clock[kPush].busy;
+        if (!s.ok()) {
+          Fail(s);
+          break;
+        }
+        pass.reset();
+      }
+      pass.reset();
+    });
+
+    // The train stage runs here.
+    {
+      PassPtr pass;
+      while (Take(kTrain, &pass, &clocks[kTrain])) {
+        if (Stopping()) {  // pulled but not trained: discarded, its pins released
+          interrupted_flag_.store(true);
+          pass.reset();
+          continue;
+        }
+        if (!TrainStage(pass.get(), &failed_)) break;
+        clocks[kTrain].busy += pass->clock[kTrain].busy;
+        if (!Handoff(kTrain, std::move(pass), &clocks[kTrain])) break;
+      }
+      pass.reset();
+      queues_[kTrain]->Close();
+    }
+    read.join();
+    pull.join();
+    push.join();
+    for (int s = 0; s < kNumStages; ++s) totals_[s] = clocks[s];
+    interrupted_ = interrupted_flag_.load();
+    std::lock_guard<std::mutex> l(error_mu_);
+    return first_error_;
+  }
+
+  const JobConfig& job_;
+  PassReader* const reader_;
+  SparseTable* const table_;
+  CtrModel* const model_;
+  const CtrAccessor* const accessor_;
+  MetricsLog* const log_;
+  ProgressSink* const sink_;
+  const std::atomic<bool>* const stop_;
+  ThreadPool* const train_pool_;
+
+  InFlight in_flight_;
+  uint64_t next_index_ = 0;                                                           // read stage
+  std::vector<float> predictions_;                                                    // train stage
+  MetricAccumulator total_;                                                           // train stage
+  uint64_t trained_examples_ = 0;                                                     // train stage
+  Stopwatch progress_clock_;                                                          // train stage
+  uint64_t examples_ = 0, passes_ = 0, shrunk_ = 0, created_ = 0, patched_rows_ = 0;  // push
+  double last_push_ = 0;                                                              // push stage
+  nlohmann::json storage_before_;                                                     // push stage
+  std::mutex sink_mu_;
+
+  std::unique_ptr<BoundedQueue<PassPtr>> queues_[kNumStages - 1];
+  std::atomic<bool> failed_{false};
+  std::atomic<bool> interrupted_flag_{false};
+  std::mutex error_mu_;
+  Status first_error_;
+
+  Stopwatch run_clock_;
+  double seconds_ = 0;
+  StageClock totals_[kNumStages];
+  bool interrupted_ = false;
+};
+
+// AIBox Table 1: each stage's busy time as a share of the run (the pass time in aggregate).
+void LogStageTable(const nlohmann::json& stages, double seconds, uint64_t passes, bool pipelined) {
+  std::string line;
+  for (const char* name : kStageNames) {
+    const double busy = stages[name]["busy_seconds"].get<double>();
+    line += fmt::format("  {} {:.1f}% ({:.3f} s/pass)", name,
+                        100.0 * busy / std::max(seconds, 1e-9), passes ? busy / passes : 0.0);
+  }
+  LOG_INFO("stage busy time / pass time ({}, {} passes, {:.3f} s/pass):{}",
+           pipelined ? "pipelined" : "sequential", passes, passes ? seconds / passes : 0.0, line);
+}
+
 }  // namespace
 
-StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink) {
+StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
+                                  const std::atomic<bool>* stop) {
   Stopwatch total_clock;
-  const bool generated = job.data.paths.empty();
-  PassProducer producer([&] { return OpenData(env, job.data, job.generated, false); }, job);
-  RETURN_IF_ERROR(producer.Open());
-  job.spec.schema = producer.schema();
+  const bool generated = job.data.paths.empty() && job.data.command.empty();
+  if (job.pipeline.queue_depth < 1 || job.pipeline.pull_threads < 1 ||
+      job.pipeline.push_threads < 1 || job.pipeline.pass_examples < 1) {
+    return InvalidArgumentError(
+        "pipeline.queue_depth, pipeline.pull_threads, pipeline.push_threads and "
+        "pipeline.pass_examples must be >= 1");
+  }
+  PassReader reader([&] { return OpenData(env, job.data, job.generated, false); }, job);
+  RETURN_IF_ERROR(reader.Open());
+  job.spec.schema = reader.schema();
   job.spec.table.seed = job.train.seed;
   ThreadPool pool(job.train.threads);
 
@@ -218,130 +626,65 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink) {
     metrics_path = JoinPath(job.model_dir, "metrics.jsonl");
   ASSIGN_OR_RETURN(auto metrics_log, MetricsLog::Open(env, metrics_path));
 
-  // Train pass by pass.
-  Stopwatch train_clock;
-  producer.Start();
-  MetricAccumulator total, pass_metrics;
-  RowBlock rows(model->value_layout());
-  std::vector<float> predictions(job.train.batch_size);
-  uint64_t examples = 0, passes = 0, shrunk = 0, created = 0;
-  double wait_s = 0, prepare_s = 0, read_s = 0, pull_s = 0, step_s = 0, push_s = 0, shrink_s = 0;
-  Stopwatch progress_clock;
-  nlohmann::json storage_before = table->StorageReport();
-  while (true) {
-    Stopwatch clock;
-    std::unique_ptr<Pass> pass;
-    if (!producer.Next(&pass)) break;
-    wait_s += clock.Seconds();
-    prepare_s += pass->prepare_seconds;
-    read_s += pass->read_seconds;
-    Stopwatch pass_clock;
-    clock.Reset();
-    ASSIGN_OR_RETURN(PinnedRows pins, table->Pull(pass->ws.keys.data(), pass->ws.keys.size(),
-                                                  &accessor, &rows, &pool));
-    const double pull = clock.Seconds();
-    clock.Reset();
-    pass_metrics.Reset();
-    for (const Minibatch& mb : pass->ws.batches) {
-      StepStats st = model->TrainMinibatch(pass->examples, pass->ws, mb, &rows, accessor, &pool,
-                                           predictions.data());
-      created += st.embeddings_created;
-      for (uint32_t r = 0; r < mb.rows(); ++r) {
-        const float y = pass->examples.labels[mb.row_begin + r];
-        pass_metrics.Add(y, predictions[r]);
-        total.Add(y, predictions[r]);
-      }
-      examples += mb.rows();
-      if (sink && progress_clock.Seconds() >= job.train.progress_seconds) {
-        progress_clock.Reset();
-        const double s = train_clock.Seconds();
-        sink->OnProgress(TrainProgress{examples, s, examples / s, total.Summary()});
-      }
-    }
-    const double step = clock.Seconds();
-    clock.Reset();
-    RETURN_IF_ERROR(table->Push(&pins, rows, &pool));
-    const double push = clock.Seconds();
-    pull_s += pull;
-    step_s += step;
-    push_s += push;
-    ++passes;
-    if (job.train.shrink_every_passes > 0 && passes % job.train.shrink_every_passes == 0) {
-      clock.Reset();
-      ASSIGN_OR_RETURN(uint64_t deleted, table->Shrink(accessor, &pool));
-      shrunk += deleted;
-      shrink_s += clock.Seconds();
-    }
-    const MetricSummary ps = pass_metrics.Summary();
-    const double pass_seconds = pass_clock.Seconds();
-    nlohmann::json record = {{"event", "pass"},
-                             {"pass", pass->index},
-                             {"examples", examples},
-                             {"pass_examples", ps.examples},
-                             {"auc", ps.auc},
-                             {"logloss", ps.logloss},
-                             {"copc", ps.copc},
-                             {"working_set_keys", pass->ws.keys.size()},
-                             {"table_keys", table->Stats().keys},
-                             {"seconds", pass_seconds},
-                             {"examples_per_s", ps.examples / std::max(pass_seconds, 1e-9)},
-                             {"pull_seconds", pull},
-                             {"train_seconds", step},
-                             {"push_seconds", push}};
-    nlohmann::json storage_now = table->StorageReport();
-    record["storage"] = StorageDelta(storage_before, storage_now);
-    storage_before = std::move(storage_now);
-    RETURN_IF_ERROR(metrics_log->Write(record));
-    if (sink) sink->OnPass(record);
+  // Train pass by pass: nothing is committed unless every stage succeeded (a read error or
+  // too many malformed records included).
+  nlohmann::json report;
+  {
+    TrainRun run(job, &reader, table.get(), model.get(), &accessor, metrics_log.get(), sink, stop,
+                 &pool);
+    RETURN_IF_ERROR(run.Run(job.pipeline.enabled));
+    if (sink) sink->OnDone();
+    const nlohmann::json stages = run.StagesJson();
+    LogStageTable(stages, run.seconds(), run.passes(), job.pipeline.enabled);
+    RETURN_IF_ERROR(metrics_log->Write({{"event", "stages"},
+                                        {"pipelined", job.pipeline.enabled},
+                                        {"passes", run.passes()},
+                                        {"seconds", run.seconds()},
+                                        {"stages", stages}}));
+    const MetricSummary summary = run.summary();
+    const TableStats ts = table->Stats();
+    report = {
+        {"command", "train"},
+        {"examples", run.examples()},
+        {"seconds", run.seconds()},
+        {"examples_per_s", run.examples() / std::max(run.seconds(), 1e-9)},
+        {"auc", summary.auc},
+        {"logloss", summary.logloss},
+        {"copc", summary.copc},
+        {"passes", run.passes()},
+        {"epochs", job.train.epochs},
+        {"threads", job.train.threads},
+        {"batch_size", job.train.batch_size},
+        {"keys", ts.keys},
+        {"keys_with_embedding", ts.keys_with_emb},
+        {"embeddings_created", run.created()},
+        {"keys_shrunk", run.shrunk()},
+        {"bytes_live", ts.value_bytes},
+        {"table_memory_bytes", ts.memory_bytes},
+        {"keys_in_memory", ts.keys_in_memory},
+        {"keys_on_disk", ts.keys_on_disk},
+        {"storage", table->StorageReport()},
+        {"table_bytes_per_key", ts.keys ? double(ts.memory_bytes) / ts.keys : 0.0},
+        {"value_bytes_per_key", ts.keys ? double(ts.value_bytes) / ts.keys : 0.0},
+        {"dense_params", model->dense_params().size()},
+        {"input", generated ? "generated" : (job.data.command.empty() ? "files" : "command")},
+        {"blas_core", blas::CoreName()},
+        {"deterministic", job.train.deterministic},
+        {"pipelined", job.pipeline.enabled},
+        {"rows_from_passes_in_flight", run.patched_rows()},
+        {"interrupted", run.interrupted()},
+        {"stages", stages},
+    };
+    // An interrupted run read only part of the data; its record counts are partial.
+    if (!run.interrupted()) report.update(CountsJson(reader.counts()));
   }
-  RETURN_IF_ERROR(producer.Stop());  // a read error or too many malformed records: no commit
-  const double train_seconds = train_clock.Seconds();
-  if (sink) sink->OnDone();
-
-  const MetricSummary summary = total.Summary();
-  const TableStats ts = table->Stats();
-  nlohmann::json report = {
-      {"command", "train"},
-      {"examples", examples},
-      {"seconds", train_seconds},
-      {"examples_per_s", examples / std::max(train_seconds, 1e-9)},
-      {"auc", summary.auc},
-      {"logloss", summary.logloss},
-      {"copc", summary.copc},
-      {"passes", passes},
-      {"epochs", job.train.epochs},
-      {"threads", job.train.threads},
-      {"batch_size", job.train.batch_size},
-      {"keys", ts.keys},
-      {"keys_with_embedding", ts.keys_with_emb},
-      {"embeddings_created", created},
-      {"keys_shrunk", shrunk},
-      {"bytes_live", ts.value_bytes},
-      {"table_memory_bytes", ts.memory_bytes},
-      {"keys_in_memory", ts.keys_in_memory},
-      {"keys_on_disk", ts.keys_on_disk},
-      {"storage", table->StorageReport()},
-      {"table_bytes_per_key", ts.keys ? double(ts.memory_bytes) / ts.keys : 0.0},
-      {"value_bytes_per_key", ts.keys ? double(ts.value_bytes) / ts.keys : 0.0},
-      {"dense_params", model->dense_params().size()},
-      {"input", generated ? "generated" : "files"},
-      {"blas_core", blas::CoreName()},
-      {"deterministic", job.train.deterministic},
-      {"stages",
-       {{"read_seconds", read_s},
-        {"prepare_seconds", prepare_s},
-        {"wait_seconds", wait_s},
-        {"pull_seconds", pull_s},
-        {"train_seconds", step_s},
-        {"push_seconds", push_s},
-        {"shrink_seconds", shrink_s}}},
-  };
-  report.update(CountsJson(producer.counts()));
+  const bool interrupted = report["interrupted"].get<bool>();
 
   if (!job.model_dir.empty()) {
     Stopwatch clock;
-    ASSIGN_OR_RETURN(ModelManifest m, SaveModel(env, job.model_dir, job.spec, *table, *model,
-                                                trained_before + examples, &pool));
+    ASSIGN_OR_RETURN(ModelManifest m,
+                     SaveModel(env, job.model_dir, job.spec, *table, *model,
+                               trained_before + report["examples"].get<uint64_t>(), &pool));
     report["model_dir"] = job.model_dir;
     report["generation"] = m.generation;
     report["digest"] = m.digest;
@@ -350,14 +693,15 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink) {
     ASSIGN_OR_RETURN(report["digest"], ModelDigest(*table, *model, &pool));
   }
 
-  // Held-out evaluation: --eval-data, or the generated test rows.
-  if (generated || !job.eval_paths.empty()) {
+  // Held-out evaluation: --eval-data, or the generated test rows (not after Ctrl-C).
+  if (!interrupted && (generated || !job.eval_paths.empty())) {
     Stopwatch clock;
     DataOptions eval = job.data;
     eval.paths = job.eval_paths;
-    ASSIGN_OR_RETURN(auto reader, OpenData(env, eval, job.generated, true));
+    eval.command.clear();
+    ASSIGN_OR_RETURN(auto eval_reader, OpenData(env, eval, job.generated, true));
     ASSIGN_OR_RETURN(MetricSummary t,
-                     Evaluate(reader.get(), *table, model.get(), job.train.batch_size,
+                     Evaluate(eval_reader.get(), *table, model.get(), job.train.batch_size,
                               job.pipeline.pass_examples, &pool, nullptr));
     report["test_examples"] = t.examples;
     report["test_auc"] = t.auc;

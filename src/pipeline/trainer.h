@@ -1,16 +1,11 @@
-// The train job: read examples, cut them into passes, train pass by pass, save the model.
-//
-// Data flow (DESIGN.md §2), one pass at a time on the trainer thread:
-//   read + prepare (own thread: parse, assemble the pass, build its working set)
-//     -> pull (copy the pass's rows out of the table, creating new keys)
-//     -> train (minibatches on the pass's rows: pool, MLP, sparse + dense updates)
-//     -> push (write the rows back), shrink every table.shrink_every_passes passes.
-// The reader thread prepares pass i+1 while pass i trains (a bounded queue of
-// pipeline.queue_depth passes between them). Nothing is written to the model directory
-// unless every pass succeeded.
+// The train job: read examples, cut them into passes, run each pass through the stages
+// read -> pull -> train -> push, overlapped on consecutive passes (pipeline.enabled) or one
+// after the other; save the model. Stages, invariants and the stage report: docs/pipeline.md.
+// Nothing is written to the model directory unless every pass succeeded.
 #ifndef CTRBOX_PIPELINE_TRAINER_H_
 #define CTRBOX_PIPELINE_TRAINER_H_
 
+#include <atomic>
 #include <nlohmann/json.hpp>
 
 #include "metrics/metrics.h"
@@ -35,8 +30,11 @@ class ProgressSink {
   virtual void OnDone() {}
 };
 
-// Runs the train job and returns its report (the JSON object `ctrbox train` prints).
-StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink);
+// Runs the train job and returns its report (the JSON object `ctrbox train` prints). When
+// *stop becomes true (Ctrl-C), the job stops after the pass in training is pushed, saves the
+// model and reports "interrupted": true (docs/pipeline.md).
+StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
+                                  const std::atomic<bool>* stop = nullptr);
 
 // Evaluates the model in job.model_dir on job.data; returns the eval report.
 StatusOr<nlohmann::json> RunEval(Env* env, const JobConfig& job);

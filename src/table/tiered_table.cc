@@ -373,6 +373,7 @@ StatusOr<PinnedRows> TieredTable::Pull(const uint64_t* keys, size_t n, const Ctr
   out->Resize(n);
   PinnedRows pins;
   pins.table_ = this;
+  live_pulls_.fetch_add(1);
   pins.nodes_.assign(n, {kNotPinned, 0});
   std::vector<uint32_t> order, begin;
   GroupBySlot(keys, n, &order, &begin);
@@ -382,7 +383,7 @@ StatusOr<PinnedRows> TieredTable::Pull(const uint64_t* keys, size_t n, const Ctr
   // overshoots by at most a few slots' share of one pass.
   std::vector<Status> waited(S);
   RunParallel(pool, S, [&](size_t s, int) {
-    waited[s] = WaitForBudget();
+    waited[s] = WaitForBudget(/*own_pulls=*/1);
     if (!waited[s].ok()) return;
     PullResident(s, keys, order.data() + begin[s], begin[s + 1] - begin[s], accessor, out, &pins,
                  &loads[s]);
@@ -404,7 +405,7 @@ StatusOr<PinnedRows> TieredTable::Pull(const uint64_t* keys, size_t n, const Ctr
   const uint64_t used_after = used_.load(std::memory_order_relaxed);
   if (accessor != nullptr) headroom_.store(used_after > used_before ? used_after - used_before : 0);
   worker_cv_.notify_one();  // make room for the next pass while this one trains
-  RETURN_IF_ERROR(WaitForBudget());
+  RETURN_IF_ERROR(WaitForBudget(/*own_pulls=*/1));
   return pins;
 }
 
@@ -433,6 +434,7 @@ Status TieredTable::Push(PinnedRows* pins, const RowBlock& rows, ThreadPool* poo
   });
   pins->nodes_.clear();
   pins->table_ = nullptr;
+  OnUnpinned();
   return error();
 }
 
@@ -449,6 +451,17 @@ void TieredTable::Release(PinnedRows* pins) {
   }
   pins->nodes_.clear();
   pins->table_ = nullptr;
+  OnUnpinned();
+}
+
+void TieredTable::OnUnpinned() {
+  live_pulls_.fetch_sub(1);
+  unpin_events_.fetch_add(1);
+  {
+    std::lock_guard<std::mutex> l(budget_mu_);  // no lost wake-up of a waiting pull
+  }
+  budget_cv_.notify_all();
+  worker_cv_.notify_one();  // the rows just unpinned may be evicted now
 }
 
 Status TieredTable::Insert(const RowBlock& rows, ThreadPool* pool) {
@@ -849,13 +862,21 @@ void TieredTable::WorkerLoop() {
   }
 }
 
-Status TieredTable::WaitForBudget() {
+Status TieredTable::WaitForBudget(int own_pulls) {
   if (options_.memory_budget == 0 || !ssd_) return Status::OK();
-  const uint64_t start_round = rounds_done_.load();
+  // Stuck means: a maintenance round that began after this wait (or after the last unpin)
+  // found nothing to evict; the round in progress now may have begun before, hence the + 1.
+  uint64_t start_round = rounds_done_.load() + 1;
+  uint64_t unpins = unpin_events_.load();
   std::unique_lock<std::mutex> l(budget_mu_);
   while (UsedBytes() > options_.memory_budget) {
     RETURN_IF_ERROR(error());
-    if (last_stuck_round_.load() > start_round) {
+    if (unpin_events_.load() != unpins) {
+      // Rows were unpinned: judge stuckness again from the next maintenance round on.
+      unpins = unpin_events_.load();
+      start_round = rounds_done_.load() + 1;
+    } else if (last_stuck_round_.load() > start_round && live_pulls_.load() <= own_pulls) {
+      // Nothing is evictable and no other pass in flight will unpin anything.
       return ResourceExhaustedError(fmt::format(
           "the rows in use do not fit storage.memory_budget ({} used of {}): every row left in "
           "memory is pinned by a pass in flight; lower pipeline.pass_examples or raise the budget",

@@ -127,8 +127,12 @@ class TieredTable final : public SparseTable {
   // The use the worker evicts down to, and the use above which it starts.
   uint64_t EvictTarget() const;
   uint64_t EvictStart() const;
-  // Waits until the cache is within the budget; fails if the worker cannot get it there.
-  Status WaitForBudget();
+  // Waits until the cache is within the budget. When a maintenance round finds nothing it
+  // can evict, it waits for another pull's pins to be pushed or released if there are such
+  // pulls (own_pulls: the caller's own pulls in flight), and fails otherwise.
+  Status WaitForBudget(int own_pulls = 0);
+  // A pull's pins were pushed or released.
+  void OnUnpinned();
   Status error() const;
   void SetError(const Status& s);
 
@@ -163,6 +167,8 @@ class TieredTable final : public SparseTable {
   std::condition_variable budget_cv_;
   std::atomic<uint64_t> rounds_done_{0};       // eviction rounds finished
   std::atomic<uint64_t> last_stuck_round_{0};  // a round that found nothing to evict
+  std::atomic<int> live_pulls_{0};             // PinnedRows of this table not yet consumed
+  std::atomic<uint64_t> unpin_events_{0};      // pushes and releases so far
 
   mutable std::mutex error_mu_;
   Status error_;  // sticky: the first background failure (error_mu_)

@@ -19,9 +19,16 @@ class BoundedQueue {
 
   // Returns false (and drops item) if the queue was closed.
   bool Push(T item) {
+    return Push(std::move(item), [](T&) {});
+  }
+  // As Push(item), calling on_enqueue(item) under the queue's lock just before the item
+  // becomes visible to Pop: what it writes into the item happens before the consumer sees it.
+  template <typename F>
+  bool Push(T item, F&& on_enqueue) {
     std::unique_lock<std::mutex> l(mu_);
     not_full_.wait(l, [&] { return closed_ || items_.size() < capacity_; });
     if (closed_) return false;
+    on_enqueue(item);
     items_.push_back(std::move(item));
     not_empty_.notify_one();
     return true;

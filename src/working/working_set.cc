@@ -2,13 +2,9 @@
 
 #include <cassert>
 
-#include "util/hash.h"
-
 namespace ctrbox {
 namespace {
 
-constexpr int kPartitionBits = 6;
-constexpr size_t kPartitions = size_t{1} << kPartitionBits;
 constexpr uint32_t kNone = 0xFFFFFFFFu;
 
 // Assigns partition-local ids to the occurrences of one partition, in occurrence order.
@@ -55,7 +51,7 @@ void BuildWorkingSet(const Batch& pass, size_t batch_size, ThreadPool* pool, Wor
     std::vector<uint8_t> part_of(n);
     std::vector<size_t> counts(kPartitions, 0);
     for (size_t p = 0; p < n; ++p) {
-      part_of[p] = static_cast<uint8_t>(Mix64(keys[p]) >> (64 - kPartitionBits));
+      part_of[p] = static_cast<uint8_t>(PartitionOf(keys[p]));
       ++counts[part_of[p]];
     }
     for (size_t q = 0; q < kPartitions; ++q) parts[q].reserve(counts[q]);

@@ -12,9 +12,16 @@
 #include <vector>
 
 #include "io/batch.h"
+#include "util/hash.h"
 #include "util/thread_pool.h"
 
 namespace ctrbox {
+
+// Local ids are numbered per key partition: partition(key) = the top kPartitionBits bits of
+// Mix64(key). Partition p owns a contiguous range of local ids, in ascending p.
+constexpr int kPartitionBits = 6;
+constexpr size_t kPartitions = size_t{1} << kPartitionBits;
+inline size_t PartitionOf(uint64_t key) { return Mix64(key) >> (64 - kPartitionBits); }
 
 struct Minibatch {
   uint32_t row_begin = 0, row_end = 0;  // rows of the pass

@@ -1,0 +1,257 @@
+// The overlapped pipeline (docs/pipeline.md): bit-identical to the sequential run, the stage
+// report adds up, errors stop every stage, Ctrl-C stops after a pushed pass.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <fstream>
+
+#include "ckpt/model_dir.h"
+#include "io/synth.h"
+#include "io/test_util.h"
+#include "pipeline/trainer.h"
+#include "util/parse.h"
+
+namespace ctrbox {
+namespace {
+
+using testing::TempDir;
+
+// Criteo rows whose passes share most keys: small vocabularies.
+std::string WriteOverlapping(const TempDir& dir, const std::string& name, uint64_t rows) {
+  SynthOptions o;
+  o.seed = 21;
+  o.vocab_scale = 0.02;
+  std::string text;
+  SynthGenerator(o).GenerateText(0, rows, &text, nullptr);
+  std::string path = dir.File(name);
+  EXPECT_TRUE(WriteFileAtomic(Env::Posix(), path, text).ok());
+  return path;
+}
+
+JobConfig Job(const std::string& model_dir, const std::string& data) {
+  JobConfig job;
+  job.model_dir = model_dir;
+  job.fresh = true;
+  job.data.paths = {data};
+  job.spec.model.mlp = {32, 16};
+  job.spec.model.wide = true;
+  job.spec.table.embedx_threshold = 1.5f;  // embeddings created lazily, across passes
+  job.spec.table.delete_after_unseen_passes = 1;
+  job.train.shrink_every_passes = 3;
+  job.train.batch_size = 128;
+  job.train.threads = 2;
+  job.train.deterministic = true;
+  job.train.progress_seconds = 1e9;
+  job.pipeline.pass_examples = 1000;
+  return job;
+}
+
+// The tiered store in dir/ssd with a memory budget of `budget` bytes.
+void UseTiers(JobConfig* job, const TempDir& dir, uint64_t budget) {
+  job->storage.ssd.dir = dir.File("ssd");
+  job->storage.memory_budget = budget;
+  job->storage.ssd.group_bits = 10;
+  job->storage.ssd.file_bytes = 1 << 20;
+  job->table_shard_bits = 4;
+}
+
+void ExpectStagesAddUp(const nlohmann::json& r) {
+  const double seconds = r["seconds"];
+  for (const char* stage : {"read", "pull", "train", "push"}) {
+    const auto& s = r["stages"][stage];
+    const double sum = s["busy_seconds"].get<double>() + s["stalled_seconds"].get<double>() +
+                       s["idle_seconds"].get<double>();
+    EXPECT_NEAR(sum, seconds, 0.01 * seconds + 1e-3) << stage << " " << r["stages"].dump();
+    EXPECT_GT(s["busy_seconds"].get<double>(), 0.0) << stage;
+  }
+}
+
+TEST(PipelineTest, PipelinedEqualsSequentialWithOverlapSmallBudgetAndShrink) {
+  TempDir dir;
+  const std::string data = WriteOverlapping(dir, "train.tsv", 24000);
+
+  JobConfig seq = Job(dir.File("seq"), data);
+  seq.pipeline.enabled = false;
+  auto r0 = RunTrain(Env::Posix(), seq, nullptr);
+  ASSERT_TRUE(r0.ok()) << r0.status().ToString();
+  EXPECT_EQ((*r0)["rows_from_passes_in_flight"], 0u);
+  EXPECT_GT((*r0)["keys_shrunk"].get<uint64_t>(), 0u);
+  ExpectStagesAddUp(*r0);
+  const uint64_t model_bytes = (*r0)["table_memory_bytes"];
+
+  uint64_t patched = 0;
+  for (uint32_t depth : {1u, 3u}) {
+    for (bool tiered : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "queue_depth " << depth << " tiered " << tiered);
+      JobConfig pipe = Job(dir.File("pipe"), data);
+      pipe.pipeline.queue_depth = depth;
+      if (tiered) {
+        UseTiers(&pipe, dir, model_bytes / 10);  // 10 % of the model
+        pipe.pipeline.pass_examples = 200;
+      }
+      auto r = RunTrain(Env::Posix(), pipe, nullptr);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      JobConfig same = seq;
+      same.pipeline.pass_examples = pipe.pipeline.pass_examples;
+      if (tiered) {  // the sequential reference at the same pass size
+        same.model_dir = dir.File("seq250");
+        auto r1 = RunTrain(Env::Posix(), same, nullptr);
+        ASSERT_TRUE(r1.ok()) << r1.status().ToString();
+        EXPECT_EQ((*r)["digest"], (*r1)["digest"]);
+        EXPECT_GT((*r)["storage"]["loaded_from_ssd"].get<uint64_t>(), (*r)["keys"].get<uint64_t>());
+      } else {
+        EXPECT_EQ((*r)["digest"], (*r0)["digest"]);
+      }
+      EXPECT_TRUE((*r)["pipelined"].get<bool>());
+      ExpectStagesAddUp(*r);
+      patched += (*r)["rows_from_passes_in_flight"].get<uint64_t>();
+    }
+  }
+  // Overlap happened: later passes took rows from passes still in flight.
+  EXPECT_GT(patched, 0u);
+}
+
+TEST(PipelineTest, PassLinesCarryTheirStageClocks) {
+  TempDir dir;
+  const std::string data = WriteOverlapping(dir, "train.tsv", 5000);
+  JobConfig job = Job(dir.File("m"), data);
+  job.train.metrics_path = dir.File("metrics.jsonl");
+  auto r = RunTrain(Env::Posix(), job, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  std::ifstream in(job.train.metrics_path);
+  std::string line;
+  int passes = 0, totals = 0;
+  double pass_seconds = 0;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j["event"] == "pass") {
+      ++passes;
+      pass_seconds += j["seconds"].get<double>();
+      for (const char* stage : {"read", "pull", "train", "push"})
+        EXPECT_GT(j["stages"][stage]["busy_seconds"].get<double>(), 0.0) << line;
+    } else if (j["event"] == "stages") {
+      ++totals;
+      EXPECT_EQ(j["stages"], (*r)["stages"]);
+    }
+  }
+  EXPECT_EQ(passes, 5);
+  EXPECT_EQ(totals, 1);
+  EXPECT_LE(pass_seconds, (*r)["seconds"].get<double>() + 1e-6);  // push-to-push intervals
+}
+
+TEST(PipelineTest, AReadErrorStopsEveryStageAndCommitsNothing) {
+  TempDir dir;
+  std::string text;
+  SynthGenerator(SynthOptions{}).GenerateText(0, 20000, &text, nullptr);
+  for (int i = 0; i < 400; ++i) text += "1\tnot\ta\tcriteo\tline\n";  // 2 % bad, at the end
+  const std::string path = dir.File("bad.tsv");
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), path, text).ok());
+  JobConfig job = Job(dir.File("model"), path);
+  UseTiers(&job, dir, 4 << 20);
+  auto r = RunTrain(Env::Posix(), job, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("bad.tsv:20001"), std::string::npos) << r.status().message();
+  EXPECT_FALSE(ModelExists(Env::Posix(), dir.File("model")));
+}
+
+TEST(PipelineTest, APullErrorStopsEveryStage) {
+  // A budget smaller than one pass: the pull stage fails once nothing else is in flight.
+  TempDir dir;
+  const std::string data = WriteOverlapping(dir, "train.tsv", 8000);
+  JobConfig job = Job(dir.File("model"), data);
+  job.storage.ssd.dir = dir.File("ssd");
+  job.storage.memory_budget = 16 << 10;
+  job.table_shard_bits = 2;
+  job.storage.ssd.group_bits = 6;
+  auto r = RunTrain(Env::Posix(), job, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status().ToString();
+  EXPECT_FALSE(ModelExists(Env::Posix(), dir.File("model")));
+}
+
+TEST(PipelineTest, APushErrorStopsEveryStage) {
+  // The push stage writes each pass's metrics line; /dev/full fails every write (ENOSPC).
+  TempDir dir;
+  const std::string data = WriteOverlapping(dir, "train.tsv", 8000);
+  JobConfig job = Job(dir.File("model"), data);
+  job.train.metrics_path = "/dev/full";
+  auto r = RunTrain(Env::Posix(), job, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("/dev/full"), std::string::npos) << r.status().ToString();
+  EXPECT_FALSE(ModelExists(Env::Posix(), dir.File("model")));
+}
+
+// Sets the stop flag (as Ctrl-C does) once `after` passes are pushed.
+class StopAfter : public ProgressSink {
+ public:
+  StopAfter(std::atomic<bool>* stop, uint64_t after) : stop_(stop), after_(after) {}
+  void OnPass(const nlohmann::json& record) override {
+    if (record["pass"].get<uint64_t>() + 1 >= after_) stop_->store(true);
+  }
+
+ private:
+  std::atomic<bool>* stop_;
+  uint64_t after_;
+};
+
+TEST(PipelineTest, InterruptStopsAfterAPushedPassAndSavesExactlyThatModel) {
+  TempDir dir;
+  const std::string data = WriteOverlapping(dir, "train.tsv", 20000);
+  for (bool pipelined : {true, false}) {
+    SCOPED_TRACE(pipelined ? "pipelined" : "sequential");
+    JobConfig job = Job(dir.File("m"), data);
+    job.pipeline.enabled = pipelined;
+    job.pipeline.queue_depth = 2;
+    UseTiers(&job, dir, 2 << 20);
+    std::atomic<bool> stop{false};
+    StopAfter sink(&stop, 3);
+    auto r = RunTrain(Env::Posix(), job, &sink, &stop);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE((*r)["interrupted"].get<bool>());
+    const uint64_t examples = (*r)["examples"];
+    EXPECT_GE(examples, 3000u);
+    EXPECT_LT(examples, 20000u);
+    EXPECT_EQ(examples % 1000, 0u);  // whole passes only
+    ASSERT_TRUE(ModelExists(Env::Posix(), dir.File("m")));
+
+    // The saved model is exactly the model of the examples trained: nothing from the passes
+    // read or pulled and then discarded (no default rows of their new keys) is in it.
+    std::string text, head;
+    ASSERT_TRUE(ReadFileToString(Env::Posix(), data, &text).ok());
+    size_t pos = 0;
+    for (uint64_t i = 0; i < examples; ++i) pos = text.find('\n', pos) + 1;
+    const std::string part = dir.File("part.tsv");
+    ASSERT_TRUE(WriteFileAtomic(Env::Posix(), part, text.substr(0, pos)).ok());
+    JobConfig ref = Job(dir.File("ref"), part);
+    ref.pipeline.enabled = false;
+    auto r1 = RunTrain(Env::Posix(), ref, nullptr);
+    ASSERT_TRUE(r1.ok()) << r1.status().ToString();
+    EXPECT_EQ((*r)["digest"], (*r1)["digest"]);
+    EXPECT_EQ((*r)["keys"], (*r1)["keys"]);
+  }
+}
+
+TEST(PipelineTest, ReadsFromACommand) {
+  TempDir dir;
+  const std::string data = WriteOverlapping(dir, "train.tsv", 3000);
+  JobConfig files = Job(dir.File("a"), data);
+  auto r0 = RunTrain(Env::Posix(), files, nullptr);
+  ASSERT_TRUE(r0.ok()) << r0.status().ToString();
+  JobConfig cmd = Job(dir.File("b"), data);
+  cmd.data.paths.clear();
+  cmd.data.command = "cat '" + data + "'";
+  auto r1 = RunTrain(Env::Posix(), cmd, nullptr);
+  ASSERT_TRUE(r1.ok()) << r1.status().ToString();
+  EXPECT_EQ((*r0)["digest"], (*r1)["digest"]);
+  EXPECT_EQ((*r1)["input"], "command");
+
+  cmd.data.command = "head -n 100 '" + data + "'; exit 3";
+  auto r2 = RunTrain(Env::Posix(), cmd, nullptr);
+  ASSERT_FALSE(r2.ok());
+  EXPECT_NE(r2.status().message().find("exit status 3"), std::string::npos)
+      << r2.status().ToString();
+}
+
+}  // namespace
+}  // namespace ctrbox

@@ -1,0 +1,75 @@
+// WorkingTable: the parameters of one pass, indexed by pass-local id — the CPU counterpart of
+// the HBM-PS (HPS §4; docs/pipeline.md). The pull stage fills its rows from the sparse table,
+// the trainer updates them in place, the push stage writes them back.
+//
+// Rows are contiguous, row i holding key i of the working set (WorkingSet::keys). An
+// open-addressing index per key partition (working_set.h: PartitionOf) maps key -> local id;
+// partition p owns local ids [partition_begin(p), partition_begin(p + 1)), so building and
+// searching run per partition without locks — the split a multi-device table shards by.
+//
+// The per-key gradient accumulation of a minibatch is the working set's occurrence lists
+// (Minibatch::uniq / occ), reduced in a fixed order by the model; see docs/pipeline.md.
+//
+// Thread safety: const methods may run concurrently; Build and the row mutators may not.
+#ifndef CTRBOX_WORKING_WORKING_TABLE_H_
+#define CTRBOX_WORKING_WORKING_TABLE_H_
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "table/value.h"
+#include "util/thread_pool.h"
+#include "working/working_set.h"
+
+namespace ctrbox {
+
+// Keys two working tables share: (local id in this table, local id in the other).
+using SharedRows = std::vector<std::pair<uint32_t, uint32_t>>;
+
+class WorkingTable {
+ public:
+  static constexpr uint32_t kNotFound = 0xFFFFFFFFu;
+
+  explicit WorkingTable(ValueLayout layout = {}) : rows_(layout) {}
+
+  // Insert: indexes `keys` (distinct, grouped by ascending partition as BuildWorkingSet
+  // numbers them; key i gets local id i) and sizes the rows (contents unspecified until a
+  // pull fills them). pool may be null.
+  void Build(const std::vector<uint64_t>& keys, ThreadPool* pool);
+
+  size_t size() const { return keys_.size(); }
+  uint64_t key(uint32_t local) const { return keys_[local]; }
+  const std::vector<uint64_t>& keys() const { return keys_; }
+  uint32_t partition_begin(size_t p) const { return part_begin_[p]; }
+
+  // Get: the local id of key, or kNotFound.
+  uint32_t Find(uint64_t key) const;
+  // The keys this table shares with `other`, ordered by partition, then by this table's
+  // local id (or other's, whichever partition is smaller: the order is fixed by the two key
+  // sets). pool may be null.
+  void FindShared(const WorkingTable& other, SharedRows* out, ThreadPool* pool) const;
+  // Copies, for every pair (here, there), row `there` of `from` into row `here`.
+  void CopyRows(const WorkingTable& from, const SharedRows& pairs, ThreadPool* pool);
+
+  RowBlock& rows() { return rows_; }
+  const RowBlock& rows() const { return rows_; }
+  size_t MemoryBytes() const;
+
+ private:
+  struct Partition {
+    uint64_t mask = 0;  // capacity - 1 (a power of two)
+    size_t first = 0;   // its first slot in slot_key_ / slot_id_
+  };
+
+  std::vector<uint64_t> keys_;
+  std::vector<uint32_t> part_begin_ = std::vector<uint32_t>(kPartitions + 1, 0);
+  std::vector<Partition> parts_ = std::vector<Partition>(kPartitions);
+  std::vector<uint64_t> slot_key_;
+  std::vector<uint32_t> slot_id_;  // kNotFound: empty
+  RowBlock rows_;
+};
+
+}  // namespace ctrbox
+
+#endif  // CTRBOX_WORKING_WORKING_TABLE_H_
