@@ -168,6 +168,28 @@ TEST_F(CliTest, TrainsOverAnSsdStoreAndInspectsIt) {
   EXPECT_NE(both.exit_code, 0);
 }
 
+TEST_F(CliTest, CtrlCStopsAfterAPushedPassSavesAndExits130) {
+  // A long job on generated data, interrupted once its first pass is pushed.
+  const std::string metrics = Path("metrics.jsonl");
+  const std::string train =
+      Ctrbox("train --model-dir " + Path("m") +
+             " --set data.gen.rows=20000000 --set pipeline.pass_examples=4096 --set model.mlp=32 "
+             "--set train.metrics_path=" +
+             metrics + " >" + Path("out.json"));
+  Result r = Run("sh -c '" + train + " & p=$!; until grep -q pass " + metrics +
+                 " 2>/dev/null; do sleep 0.05; done; kill -INT $p; wait $p; echo $?'");
+  EXPECT_EQ(Trim(r.out), "130") << r.err;
+  std::string out;
+  ASSERT_TRUE(ReadFileToString(Env::Posix(), Path("out.json"), &out).ok());
+  auto report = nlohmann::json::parse(Trim(out));
+  EXPECT_TRUE(report["interrupted"].get<bool>());
+  EXPECT_GE(report["examples"].get<uint64_t>(), 4096u);
+  EXPECT_LT(report["examples"].get<uint64_t>(), 20000000u);
+  Result inspect = Run(Ctrbox("inspect --model-dir " + Path("m")));
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+  EXPECT_EQ(inspect.last_json["digest"], report["digest"]);
+}
+
 TEST_F(CliTest, ErrorsAreClearAndCommitNothing) {
   Result r = Run(Ctrbox("train --set model.embeding_dim=8"));
   EXPECT_EQ(r.exit_code, 1);
