@@ -823,6 +823,7 @@ Status TieredTable::Maintain() {
       // every unpinned row before concluding that nothing can go.
       ASSIGN_OR_RETURN(freed, evict_all(0, true));
     }
+    last_round_freed_.store(freed);
     counters_->evict_rounds.fetch_add(1, std::memory_order_relaxed);
     const uint64_t round = rounds_done_.fetch_add(1) + 1;
     if (freed == 0 && UsedBytes() > options_.memory_budget) last_stuck_round_.store(round);
@@ -851,11 +852,22 @@ Status TieredTable::CompactIfOver() {
 
 void TieredTable::WorkerLoop() {
   std::unique_lock<std::mutex> l(worker_mu_);
+  // After a round that freed nothing (every row left is pinned by passes in flight), the next
+  // one waits for an unpin (or the periodic tick): rescanning pinned rows frees nothing and
+  // takes slot locks and CPU from the pulls and the trainer.
+  bool blocked = false;
+  uint64_t blocked_unpins = 0;
   while (!stop_) {
-    worker_cv_.wait_for(l, std::chrono::milliseconds(50), [&] { return stop_ || NeedsEviction(); });
+    worker_cv_.wait_for(l, std::chrono::milliseconds(50), [&] {
+      return stop_ || (NeedsEviction() && !(blocked && unpin_events_.load() == blocked_unpins));
+    });
     if (stop_) break;
     l.unlock();
+    const uint64_t unpins = unpin_events_.load();
+    const uint64_t rounds = rounds_done_.load();
     Status s = Maintain();
+    blocked = rounds_done_.load() != rounds && last_round_freed_.load() == 0;
+    blocked_unpins = unpins;
     if (!s.ok()) SetError(s.WithContext("SSD-PS maintenance"));
     budget_cv_.notify_all();
     l.lock();

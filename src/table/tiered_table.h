@@ -167,6 +167,7 @@ class TieredTable final : public SparseTable {
   std::condition_variable budget_cv_;
   std::atomic<uint64_t> rounds_done_{0};       // eviction rounds finished
   std::atomic<uint64_t> last_stuck_round_{0};  // a round that found nothing to evict
+  std::atomic<uint64_t> last_round_freed_{0};  // rows the last eviction round dropped
   std::atomic<int> live_pulls_{0};             // PinnedRows of this table not yet consumed
   std::atomic<uint64_t> unpin_events_{0};      // pushes and releases so far
 
