@@ -17,8 +17,7 @@ The data are shared/baselines/gen_criteo.py's 1 M training rows (seed 11) and 20
 """
 import argparse, json, os, shutil, statistics, subprocess, sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = os.path.join(os.path.dirname(ROOT), "shared", "baselines")
+from bench_data import ROOT, criteo_train_test
 STAGES = ("read", "pull", "train", "push")
 
 
@@ -49,12 +48,7 @@ def main():
     ap.add_argument("--modes", default="memory,ssd")
     a = ap.parse_args()
     d = a.data_dir
-    os.makedirs(d, exist_ok=True)
-    train_tsv, test_tsv = os.path.join(d, "train.tsv"), os.path.join(d, "test.tsv")
-    for path, rows, seed in [(train_tsv, 1_000_000, 11), (test_tsv, 200_000, 12)]:
-        if not os.path.exists(path):
-            subprocess.run(["/usr/bin/python3", os.path.join(SHARED, "gen_criteo.py"), "--rows", str(rows),
-                            "--seed", str(seed), "--out", path], check=True)
+    train_tsv, test_tsv = criteo_train_test(d)
     common = ["--data", train_tsv, "--eval-data", test_tsv, "--fresh", "--set", "train.deterministic=true",
               "--set", f"pipeline.pass_examples={a.pass_examples}", "--set", f"pipeline.queue_depth={a.queue_depth}"]
     ssd = os.path.join(d, "ssd-pipe")

@@ -243,7 +243,6 @@ class TrainRun {
     run_clock_.Reset();
     storage_before_ = table_->StorageReport();
     if (!pipelined) {
-      last_push_ = 0;
       RETURN_IF_ERROR(RunSequential());
     } else {
       RETURN_IF_ERROR(RunPipelined());
@@ -440,13 +439,13 @@ class TrainRun {
     return ok;
   }
 
-  // Takes the next pass for a stage, timing the wait. Returns false when the input ended.
-  bool Take(Stage stage, PassPtr* pass, StageClock* total) {
+  // Takes the next pass for a stage, timing the wait (the pass's idle time; a stage's total
+  // idle time is what its busy and stalled time leave of the run). Returns false when the
+  // input ended.
+  bool Take(Stage stage, PassPtr* pass) {
     Stopwatch clock;
     const bool ok = queues_[stage - 1]->Pop(pass);
-    const double waited = clock.Seconds();
-    total->idle += waited;
-    if (ok) (*pass)->clock[stage].idle = waited;
+    if (ok) (*pass)->clock[stage].idle = clock.Seconds();
     return ok && !failed_.load();
   }
 
@@ -474,7 +473,7 @@ class TrainRun {
     });
     std::thread pull([&] {
       PassPtr pass;
-      while (Take(kPull, &pass, &clocks[kPull])) {
+      while (Take(kPull, &pass)) {
         if (Stopping()) {  // read but not pulled: discarded
           interrupted_flag_.store(true);
           pass.reset();
@@ -495,7 +494,7 @@ class TrainRun {
     std::thread push([&] {
       PassPtr pass;
       // Every trained pass is pushed, also after Ctrl-C; nothing after an error.
-      while (Take(kPush, &pass, &clocks[kPush])) {
+      while (Take(kPush, &pass)) {
         Status s = PushStage(pass.get(), &push_pool);
         clocks[kPush].busy += pass->clock[kPush].busy;
         if (!s.ok()) {
@@ -510,7 +509,7 @@ class TrainRun {
     // The train stage runs here.
     {
       PassPtr pass;
-      while (Take(kTrain, &pass, &clocks[kTrain])) {
+      while (Take(kTrain, &pass)) {
         if (Stopping()) {  // pulled but not trained: discarded, its pins released
           interrupted_flag_.store(true);
           pass.reset();
