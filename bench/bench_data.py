@@ -6,12 +6,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(os.path.dirname(ROOT), "shared", "baselines")
 
 
+def criteo_file(path, rows, seed):
+    """Generates gen_criteo.py's `rows` rows of `seed` into path if absent; returns path."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    if not os.path.exists(path):
+        tmp = path + ".tmp"
+        subprocess.run(["/usr/bin/python3", os.path.join(SHARED, "gen_criteo.py"), "--rows", str(rows),
+                        "--seed", str(seed), "--out", tmp], check=True, stdout=subprocess.DEVNULL)
+        os.rename(tmp, path)
+    return path
+
+
 def criteo_train_test(data_dir):
     """Returns the paths of train.tsv and test.tsv in data_dir, generating them first if absent."""
-    os.makedirs(data_dir, exist_ok=True)
-    train_tsv, test_tsv = os.path.join(data_dir, "train.tsv"), os.path.join(data_dir, "test.tsv")
-    for path, rows, seed in [(train_tsv, 1_000_000, 11), (test_tsv, 200_000, 12)]:
-        if not os.path.exists(path):
-            subprocess.run(["/usr/bin/python3", os.path.join(SHARED, "gen_criteo.py"), "--rows", str(rows),
-                            "--seed", str(seed), "--out", path], check=True)
-    return train_tsv, test_tsv
+    return (criteo_file(os.path.join(data_dir, "train.tsv"), 1_000_000, 11),
+            criteo_file(os.path.join(data_dir, "test.tsv"), 200_000, 12))

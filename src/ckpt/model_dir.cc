@@ -15,6 +15,9 @@ constexpr char kSparseEnd[8] = {'C', 'T', 'R', 'S', 'P', 'E', 'N', 'D'};
 constexpr char kBlockMagic[4] = {'S', 'B', 'L', 'K'};
 constexpr char kDenseMagic[8] = {'C', 'T', 'R', 'D', 'E', 'N', 'S', '1'};
 constexpr uint32_t kVersion = 1;
+// Sparse file versions: 1 (float32 embeddings, 32-byte header), 2 (the header adds the
+// embedding quantization: 40 bytes). Version 1 files still load.
+constexpr uint32_t kSparseVersion = 2;
 constexpr size_t kBlockRows = 65536;
 constexpr const char* kManifest = "MANIFEST";
 
@@ -120,20 +123,32 @@ Status ReadSparse(Env* env, const std::string& path, const ValueLayout& layout,
   ASSIGN_OR_RETURN(auto file, env->NewSequentialFile(path));
   ChecksummedReader in(std::move(file));
   std::string buf;
-  RETURN_IF_ERROR(in.Read(32, &buf));
+  RETURN_IF_ERROR(in.Read(12, &buf));
   if (std::memcmp(buf.data(), kSparseMagic, 8) != 0)
     return CorruptionError(path + ": not a sparse model file");
-  if (GetFixed<uint64_t>(buf.data() + 24) != Checksum64(buf.data(), 24)) {
+  const uint32_t version = GetFixed<uint32_t>(buf.data() + 8);
+  if (version < 1 || version > kSparseVersion) {
+    return CorruptionError(fmt::format("{}: unknown version {}", path, version));
+  }
+  std::string rest;
+  RETURN_IF_ERROR(in.Read(version == 1 ? 20 : 28, &rest));
+  buf += rest;
+  const size_t sum_at = buf.size() - 8;
+  if (GetFixed<uint64_t>(buf.data() + sum_at) != Checksum64(buf.data(), sum_at)) {
     return CorruptionError(path + ": header checksum mismatch");
   }
-  if (GetFixed<uint32_t>(buf.data() + 8) != kVersion)
-    return CorruptionError(path + ": unknown version");
   ValueLayout got{GetFixed<uint32_t>(buf.data() + 12), GetFixed<uint32_t>(buf.data() + 16),
                   GetFixed<uint32_t>(buf.data() + 20)};
+  if (version >= 2) {
+    got.quant_bits = GetFixed<uint32_t>(buf.data() + 24);
+    got.quant_range = GetFixed<float>(buf.data() + 28);
+  }
   if (!(got == layout)) {
     return CorruptionError(fmt::format(
-        "{}: row layout ({}, {}, {}) differs from the spec's ({}, {}, {})", path, got.dim,
-        got.emb_state, got.wide_state, layout.dim, layout.emb_state, layout.wide_state));
+        "{}: row layout (dim {}, emb_state {}, wide_state {}, quant_bits {}, quant_range {}) "
+        "differs from the spec's ({}, {}, {}, {}, {})",
+        path, got.dim, got.emb_state, got.wide_state, got.quant_bits, got.quant_range, layout.dim,
+        layout.emb_state, layout.wide_state, layout.quant_bits, layout.quant_range));
   }
   RowBlock rows(layout);
   std::string enc;
@@ -289,10 +304,12 @@ StatusOr<ModelManifest> SaveModel(Env* env, const std::string& dir, const ModelS
   ASSIGN_OR_RETURN(auto sf, env->NewWritableFile(JoinPath(dir, sparse_name)));
   ChecksummedWriter sparse(std::move(sf));
   std::string h(kSparseMagic, 8);
-  PutFixed<uint32_t>(&h, kVersion);
+  PutFixed<uint32_t>(&h, kSparseVersion);
   PutFixed<uint32_t>(&h, l.dim);
   PutFixed<uint32_t>(&h, l.emb_state);
   PutFixed<uint32_t>(&h, l.wide_state);
+  PutFixed<uint32_t>(&h, l.quant_bits);
+  PutFixed<float>(&h, l.quant_range);
   PutFixed<uint64_t>(&h, Checksum64(h));
   RETURN_IF_ERROR(sparse.Append(h));
   uint64_t blocks = 0, sparse_sum = 0;

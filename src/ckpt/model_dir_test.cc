@@ -15,7 +15,7 @@ class ModelDirTest : public ::testing::Test {
     char tmpl[] = "/tmp/ctrbox_ckpt_XXXXXX";
     dir_ = mkdtemp(tmpl);
     spec_.schema = Schema{4, 3};
-    spec_.model = ModelOptions{8, {16, 8}, true, true};
+    spec_.model = ModelOptions{8, {16, 8}, true, true, {}};
     spec_.dense_optimizer.kind = OptimizerKind::kAdam;
     spec_.dense_optimizer.lr = 1e-3f;
     spec_.dense_optimizer.epsilon = 1e-8f;

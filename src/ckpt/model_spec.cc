@@ -45,7 +45,11 @@ nlohmann::json ModelSpec::ToJson() const {
        {{"embedding_dim", model.embedding_dim},
         {"mlp", model.mlp},
         {"wide", model.wide},
-        {"dense_log1p", model.dense_log1p}}},
+        {"dense_log1p", model.dense_log1p},
+        {"quant",
+         {{"bits", model.quant.bits},
+          {"range", model.quant.range},
+          {"rounding", QuantRoundingName(model.quant.rounding)}}}}},
       {"sparse_optimizer", OptimizerJson(sparse_optimizer)},
       {"dense_optimizer", OptimizerJson(dense_optimizer)},
       {"table",
@@ -70,6 +74,17 @@ StatusOr<ModelSpec> ModelSpec::FromJson(const nlohmann::json& j) {
     s.model.mlp = m.at("mlp").get<std::vector<uint32_t>>();
     s.model.wide = m.at("wide").get<bool>();
     s.model.dense_log1p = m.at("dense_log1p").get<bool>();
+    if (m.contains("quant")) {  // absent in manifests written before quantization: float32
+      const auto& q = m.at("quant");
+      s.model.quant.bits = q.at("bits").get<uint32_t>();
+      s.model.quant.range = q.at("range").get<float>();
+      if (!ParseQuantRounding(q.at("rounding").get<std::string>(), &s.model.quant.rounding)) {
+        return CorruptionError("model spec: unknown model.quant.rounding");
+      }
+      if (std::string_view e = QuantOptionsError(s.model.quant); !e.empty()) {
+        return CorruptionError("model spec: " + std::string(e));
+      }
+    }
     s.sparse_optimizer = OptimizerFromJson(j.at("sparse_optimizer"));
     s.dense_optimizer = OptimizerFromJson(j.at("dense_optimizer"));
     const auto& t = j.at("table");
@@ -102,11 +117,14 @@ std::string ModelSpec::FirstDifference(const ModelSpec& other) const {
 
 std::string ModelSpec::FirstIncompatibility(const ModelSpec& other) const {
   std::string diff = FirstDifference(other);
+  // The rounding of future updates may change; the stored codes' bits and range may not.
   const bool structural = diff.empty() || diff == "spec" || diff.rfind("schema.", 0) == 0 ||
-                          diff.rfind("model.", 0) == 0 || diff.ends_with(".kind");
+                          (diff.rfind("model.", 0) == 0 && diff != "model.quant.rounding") ||
+                          diff.ends_with(".kind");
   if (structural) return diff;
   // A hyperparameter differs; look for a structural difference further on.
   ModelSpec a = *this, b = other;
+  a.model.quant.rounding = b.model.quant.rounding;
   a.sparse_optimizer = OptimizerOptions{sparse_optimizer.kind};
   b.sparse_optimizer = OptimizerOptions{other.sparse_optimizer.kind};
   a.dense_optimizer = OptimizerOptions{dense_optimizer.kind};

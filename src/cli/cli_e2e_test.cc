@@ -190,6 +190,76 @@ TEST_F(CliTest, CtrlCStopsAfterAPushedPassSavesAndExits130) {
   EXPECT_EQ(inspect.last_json["digest"], report["digest"]);
 }
 
+TEST_F(CliTest, Float32TrainingIsBitIdenticalToBeforeQuantization) {
+  // The digest of this run from the build before storage.quant existed (commit 604b907),
+  // under the BLAS kernels it was measured with (the MLP's float results depend on them).
+  ASSERT_EQ(
+      Run(Ctrbox("gen --format criteo --rows 12000 --seed 1 --out " + Path("g.tsv"))).exit_code, 0);
+  Result r = Run(Ctrbox("train --data " + Path("g.tsv") + " --model-dir " + Path("m") +
+                        " --set model.mlp=32,16 --set pipeline.pass_examples=4000"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  if (r.last_json["blas_core"] != "Haswell") {
+    GTEST_SKIP() << "golden digest measured with OpenBLAS core Haswell; this machine runs "
+                 << r.last_json["blas_core"];
+  }
+  EXPECT_EQ(r.last_json["digest"], "b01268c1b335c8ee");
+  EXPECT_EQ(r.last_json["value_bytes_per_key"], 148.0);
+}
+
+TEST_F(CliTest, QuantizedEmbeddingsTrainThroughEveryTier) {
+  ASSERT_EQ(
+      Run(Ctrbox("gen --format criteo --rows 20000 --seed 3 --out " + Path("q.tsv"))).exit_code, 0);
+  const std::string base = "train --data " + Path("q.tsv") +
+                           " --set model.mlp=32,16 --set pipeline.pass_examples=2000"
+                           " --set optimizer.sparse.type=sgd --set optimizer.sparse.lr=50"
+                           " --set storage.quant.bits=8 --set storage.quant.range=0.5";
+  Result mem = Run(Ctrbox(base + " --model-dir " + Path("mem")));
+  ASSERT_EQ(mem.exit_code, 0) << mem.err;
+  EXPECT_EQ(mem.last_json["quant"]["bits"], 8);
+  // sgd: 16 bytes of counters and wide weight, then 16 one-byte codes (float32: 64 bytes).
+  EXPECT_EQ(mem.last_json["value_bytes_per_key"], 32.0);
+
+  // Over the SSD tier with a small budget, and sequentially: the same model bit for bit.
+  Result ssd =
+      Run(Ctrbox(base + " --model-dir " + Path("ssd") + " --set storage.ssd_dir=" + Path("store") +
+                 " --set storage.memory_budget=2MB --set storage.file_bytes=4MB"));
+  ASSERT_EQ(ssd.exit_code, 0) << ssd.err;
+  EXPECT_GT(ssd.last_json["storage"]["loaded_from_ssd"].get<uint64_t>(), 0u);
+  EXPECT_EQ(ssd.last_json["digest"], mem.last_json["digest"]);
+  Result seq = Run(Ctrbox(base + " --model-dir " + Path("seq") + " --set pipeline.enabled=false"));
+  ASSERT_EQ(seq.exit_code, 0) << seq.err;
+  EXPECT_EQ(seq.last_json["digest"], mem.last_json["digest"]);
+
+  // Nearest rounding is a different model; the stored model says how it is quantized.
+  Result near =
+      Run(Ctrbox(base + " --model-dir " + Path("near") + " --set storage.quant.rounding=nearest"));
+  ASSERT_EQ(near.exit_code, 0) << near.err;
+  EXPECT_NE(near.last_json["digest"], mem.last_json["digest"]);
+  Result inspect = Run(Ctrbox("inspect --model-dir " + Path("mem")));
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+  EXPECT_EQ(inspect.last_json["embedding_bytes"], 16);
+  EXPECT_EQ(inspect.last_json["value_bytes_per_key"], 32.0);
+  EXPECT_EQ(inspect.last_json["spec"]["model"]["quant"]["bits"], 8);
+  EXPECT_EQ(inspect.last_json["digest"], mem.last_json["digest"]);
+  Result eval = Run(Ctrbox("eval --model-dir " + Path("mem") + " --data " + Path("q.tsv")));
+  ASSERT_EQ(eval.exit_code, 0) << eval.err;
+
+  // Continuing the model: the rounding may change, the stored codes' width may not.
+  Result cont =
+      Run(Ctrbox(base + " --model-dir " + Path("mem") + " --set storage.quant.rounding=nearest"));
+  EXPECT_EQ(cont.exit_code, 0) << cont.err;
+  Result bad = Run(Ctrbox(base + " --model-dir " + Path("mem") + " --set storage.quant.bits=16"));
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("model.quant.bits"), std::string::npos) << bad.err;
+
+  Result wrong = Run(Ctrbox("train --set storage.quant.bits=1"));
+  EXPECT_EQ(wrong.exit_code, 1);
+  EXPECT_NE(wrong.err.find("storage.quant.bits"), std::string::npos) << wrong.err;
+  wrong = Run(Ctrbox("train --set storage.quant.rounding=fix"));
+  EXPECT_EQ(wrong.exit_code, 1);
+  EXPECT_NE(wrong.err.find("stochastic or nearest"), std::string::npos) << wrong.err;
+}
+
 TEST_F(CliTest, ErrorsAreClearAndCommitNothing) {
   Result r = Run(Ctrbox("train --set model.embeding_dim=8"));
   EXPECT_EQ(r.exit_code, 1);

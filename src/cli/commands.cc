@@ -24,6 +24,11 @@
 namespace ctrbox {
 namespace {
 
+// Bytes of one stored embedding (codes when quantized, else float32).
+uint64_t QuantizedEmbeddingBytes(const ModelOptions& m) {
+  return Quantizer(m.quant.bits, m.quant.range).StoredBytes(m.embedding_dim);
+}
+
 void PrintJson(const nlohmann::json& j) { std::cout << j.dump() << std::endl; }
 
 }  // namespace
@@ -239,6 +244,7 @@ Status RunInspectCommand(const std::string& model_dir, const std::string& store_
       {"keys_with_embedding", m.keys_with_embedding},
       {"bytes_live", m.bytes_live},
       {"value_bytes_per_key", m.keys ? double(m.bytes_live) / m.keys : 0.0},
+      {"embedding_bytes", QuantizedEmbeddingBytes(m.spec.model)},
       {"dense_params", m.dense_params},
       {"digest", m.digest},
       {"generation", m.generation},

@@ -115,6 +115,16 @@ Setter Optimizer(std::function<OptimizerOptions*(JobConfig*)> field) {
   };
 }
 
+Setter Rounding() {
+  return [](JobConfig* j, std::string_view v, std::string* expect) {
+    if (!ParseQuantRounding(v, &j->spec.model.quant.rounding)) {
+      *expect = "stochastic or nearest";
+      return false;
+    }
+    return true;
+  };
+}
+
 Setter Widths() {
   return [](JobConfig* j, std::string_view v, std::string* expect) {
     std::vector<uint32_t> widths;  // empty: no hidden layer (a linear model of the inputs)
@@ -250,6 +260,17 @@ const std::vector<Key>& Keys() {
             1, 30)},
       {"storage.file_bytes", "64MB", "size at which a parameter file is sealed",
        Bytes([](JobConfig* j, uint64_t v) { j->storage.ssd.file_bytes = v; }, 4096)},
+      {"storage.quant.bits", "0 (float32)",
+       "store embeddings as b-bit integer codes (2..16; 8 and 16 are the paper's; "
+       "docs/quantization.md); every sparse update is rounded onto the grid",
+       UInt([](JobConfig* j, uint64_t v) { j->spec.model.quant.bits = static_cast<uint32_t>(v); },
+            0, 16)},
+      {"storage.quant.range", "1",
+       "w: codes cover [-w, w] in 2^bits - 1 steps; values outside "
+       "are clipped",
+       Float([](JobConfig* j, float v) { j->spec.model.quant.range = v; }, 1e-6, 1e6)},
+      {"storage.quant.rounding", "stochastic",
+       "stochastic (StocQ: floor(x/step + u), u uniform, unbiased) | nearest (FixQ)", Rounding()},
       {"storage.io_threads", "4", "parallel record reads per pull",
        UInt([](JobConfig* j, uint64_t v) { j->storage.io_threads = static_cast<int>(v); }, 1, 256)},
       {"storage.evict_threads", "2", "slots the background worker writes back in parallel",
@@ -402,6 +423,9 @@ StatusOr<JobConfig> JobConfigBuilder::Finish() {
     if (st.evict_stop >= st.evict_start) {
       return InvalidArgumentError("storage.evict_stop must be below storage.evict_start");
     }
+  }
+  if (job_.spec.model.quant.bits == 1) {
+    return InvalidArgumentError("storage.quant.bits must be 0 (float32) or 2..16");
   }
   auto default_epsilon = [](OptimizerOptions* o) {
     o->epsilon = o->kind == OptimizerKind::kAdagrad ? 1e-10f : 1e-8f;

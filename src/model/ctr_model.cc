@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "model/blas.h"
+#include "util/hash.h"
 
 namespace ctrbox {
 namespace {
@@ -29,7 +30,9 @@ CtrModel::CtrModel(Schema schema, ModelOptions model, OptimizerOptions sparse,
       params_(mlp_.num_params()),
       grads_(mlp_.num_params()),
       dense_opt_(dense, mlp_.num_params()),
-      input_width_(schema.num_dense + schema.num_slots * options_.embedding_dim) {
+      input_width_(schema.num_dense + schema.num_slots * options_.embedding_dim),
+      quant_(options_.quant.bits, options_.quant.range),
+      quant_seed_(Mix64(seed ^ 0x51A7'0000'0000'0002ULL)) {
   blas::UseSingleThreadedBlas();
   mlp_.Init(params_.data(), seed);
   for (uint32_t l = 0; l < mlp_.num_layers(); ++l) {
@@ -44,7 +47,7 @@ CtrModel::CtrModel(Schema schema, ModelOptions model, OptimizerOptions sparse,
 
 ValueLayout CtrModel::value_layout() const {
   return ValueLayout{options_.embedding_dim, sparse_opt_.StateFloats(options_.embedding_dim),
-                     sparse_opt_.StateFloats(1)};
+                     sparse_opt_.StateFloats(1), options_.quant.bits, options_.quant.range};
 }
 
 void CtrModel::EnsureBuffers(uint32_t rows) {
@@ -194,7 +197,12 @@ void CtrModel::UpdateSparseChunk(const Batch& pass, const WorkingSet& ws, const 
     rows->show(l) += static_cast<float>(mb.occ_begin[u + 1] - mb.occ_begin[u]);
     rows->click(l) += clicks;
     rows->unseen(l) = 0;
-    if (rows->has_emb(l)) sparse_opt_.Update(rows->emb(l), rows->emb_state(l), g.data(), dim);
+    if (rows->has_emb(l)) {
+      sparse_opt_.Update(rows->emb(l), rows->emb_state(l), g.data(), dim);
+      // x <- Q(x + update): u drawn from (seed, key, step), independent of the threads.
+      quant_.Round(rows->emb(l), dim, options_.quant.rounding, quant_seed_,
+                   Mix64(rows->key(l)) + dense_opt_.step());
+    }
     if (options_.wide) sparse_opt_.Update(&rows->wide(l), rows->wide_state(l), &g_wide, 1);
     if (accessor.MaybeCreateEmbedding(rows, l)) ++*created;
   }

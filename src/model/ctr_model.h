@@ -22,6 +22,7 @@
 #include "model/mlp.h"
 #include "model/optimizer.h"
 #include "table/accessor.h"
+#include "table/quant.h"
 #include "table/value.h"
 #include "util/thread_pool.h"
 #include "working/working_set.h"
@@ -33,6 +34,9 @@ struct ModelOptions {
   std::vector<uint32_t> mlp = {512, 256, 128};
   bool wide = false;        // add the wide (LR) part to the logit
   bool dense_log1p = true;  // dense inputs as log(1 + max(x, 0)); else as they are
+  // storage.quant: embeddings stored as b-bit codes; every sparse update is rounded onto the
+  // grid (x <- Q(x + update), docs/quantization.md). bits 0: float32.
+  QuantOptions quant;
 };
 
 struct StepStats {
@@ -90,6 +94,8 @@ class CtrModel {
   std::vector<float> params_, grads_;
   DenseOptimizer dense_opt_;
   uint32_t input_width_;  // num_dense + num_slots * dim
+  Quantizer quant_;       // of the stored embeddings (disabled: float32)
+  uint64_t quant_seed_;   // stochastic rounding of updates
   struct Tile {
     uint32_t layer, c0, c1;
   };

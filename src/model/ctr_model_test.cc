@@ -34,7 +34,7 @@ Batch MakePass(size_t rows, uint64_t seed, bool weights) {
 
 struct Fixture {
   Fixture(OptimizerOptions sparse, OptimizerOptions dense, bool weights, size_t batch)
-      : model(kSchema, ModelOptions{4, {8, 4}, true, true}, sparse, dense, 7),
+      : model(kSchema, ModelOptions{4, {8, 4}, true, true, {}}, sparse, dense, 7),
         pass(MakePass(40, 9, weights)),
         accessor(model.value_layout(), AccessorOptions{0.1f, 1.0f, 0.0f, 0.5f, 3}),
         rows(model.value_layout()) {
@@ -154,7 +154,7 @@ TEST(CtrModelTest, BitIdenticalWhateverTheThreadCount) {
 
 TEST(CtrModelTest, LazyEmbeddingsAppearOncePopular) {
   OptimizerOptions o;
-  CtrModel model(kSchema, ModelOptions{4, {8}, false, true}, o, o, 1);
+  CtrModel model(kSchema, ModelOptions{4, {8}, false, true, {}}, o, o, 1);
   AccessorOptions ao;
   ao.embedx_threshold = 2.5f;  // with click_coeff 1 and nonclk 0.1: needs clicks
   CtrAccessor acc(model.value_layout(), ao);

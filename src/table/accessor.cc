@@ -6,6 +6,9 @@
 #include "util/random.h"
 
 namespace ctrbox {
+namespace {
+constexpr uint64_t kInitQuantSalt = 0x51A7'1A17'0000'0001ULL;
+}  // namespace
 
 bool CtrAccessor::MaybeCreateEmbedding(RowBlock* rows, size_t i) const {
   if (rows->has_emb(i)) return false;
@@ -15,6 +18,7 @@ bool CtrAccessor::MaybeCreateEmbedding(RowBlock* rows, size_t i) const {
   for (uint32_t d = 0; d < layout_.dim; ++d) {
     e[d] = HashUniform(options_.seed, key, d, options_.init_range);
   }
+  quant_.Round(e, layout_.dim, QuantRounding::kStochastic, options_.seed ^ kInitQuantSalt, key);
   ZeroBytes(rows->emb_state(i), layout_.emb_state * sizeof(float));
   rows->flags(i) |= kFlagHasEmb;
   return true;

@@ -23,7 +23,8 @@ struct AccessorOptions {
 // Thread safety: immutable after construction.
 class CtrAccessor {
  public:
-  CtrAccessor(ValueLayout layout, AccessorOptions options) : layout_(layout), options_(options) {}
+  CtrAccessor(ValueLayout layout, AccessorOptions options)
+      : layout_(layout), options_(options), quant_(layout.quantizer()) {}
 
   const ValueLayout& layout() const { return layout_; }
   const AccessorOptions& options() const { return options_; }
@@ -32,7 +33,8 @@ class CtrAccessor {
     return (show - click) * options_.nonclk_coeff + click * options_.click_coeff;
   }
   // Gives row i of `rows` its embedding if it has none and its score passes the threshold.
-  // Returns true if it created one.
+  // Returns true if it created one. In a quantized layout the initial draw is put on the
+  // grid by stochastic rounding (from the key and seed), whatever the update rounding.
   bool MaybeCreateEmbedding(RowBlock* rows, size_t i) const;
   // Row i as a key seen for the first time: cleared, embedding created if the threshold
   // allows.
@@ -44,6 +46,7 @@ class CtrAccessor {
  private:
   ValueLayout layout_;
   AccessorOptions options_;
+  Quantizer quant_;
 };
 
 }  // namespace ctrbox

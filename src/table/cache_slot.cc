@@ -28,8 +28,10 @@ uint32_t AsWord(float f) {
 
 CacheSlot::CacheSlot(const ValueLayout& layout)
     : layout_(layout),
+      quant_(layout.quantizer()),
+      emb_words_(static_cast<uint32_t>((layout.EmbBytes() + 3) / 4)),
       headers_(kWideState + layout.wide_state),
-      embs_(layout.dim + layout.emb_state) {
+      embs_(emb_words_ + layout.emb_state) {
   Rehash(64);
 }
 
@@ -118,8 +120,12 @@ void CacheSlot::ReadRow(uint32_t node, RowBlock* out, size_t r) const {
   CopyBytes(out->wide_state(r), h + kWideState, 4 * layout_.wide_state);
   if (h[kEmbId] != kNoEmb) {
     const uint32_t* e = embs_.Get(h[kEmbId]);
-    CopyBytes(out->emb(r), e, 4 * layout_.dim);
-    CopyBytes(out->emb_state(r), e + layout_.dim, 4 * layout_.emb_state);
+    if (quant_.enabled()) {
+      quant_.Decode(reinterpret_cast<const char*>(e), layout_.dim, out->emb(r));
+    } else {
+      CopyBytes(out->emb(r), e, 4 * layout_.dim);
+    }
+    CopyBytes(out->emb_state(r), e + emb_words_, 4 * layout_.emb_state);
   } else {
     ZeroBytes(out->emb(r), 4 * layout_.dim);
     ZeroBytes(out->emb_state(r), 4 * layout_.emb_state);
@@ -136,8 +142,12 @@ void CacheSlot::WriteRow(uint32_t node, const RowBlock& in, size_t r) {
   if (in.has_emb(r)) {
     if (h[kEmbId] == kNoEmb) h[kEmbId] = embs_.Allocate();
     uint32_t* e = embs_.Get(h[kEmbId]);
-    CopyBytes(e, in.emb(r), 4 * layout_.dim);
-    CopyBytes(e + layout_.dim, in.emb_state(r), 4 * layout_.emb_state);
+    if (quant_.enabled()) {
+      quant_.Encode(in.emb(r), layout_.dim, reinterpret_cast<char*>(e));
+    } else {
+      CopyBytes(e, in.emb(r), 4 * layout_.dim);
+    }
+    CopyBytes(e + emb_words_, in.emb_state(r), 4 * layout_.emb_state);
   } else if (h[kEmbId] != kNoEmb) {
     embs_.Free(h[kEmbId]);
     h[kEmbId] = kNoEmb;
@@ -147,7 +157,7 @@ void CacheSlot::WriteRow(uint32_t node, const RowBlock& in, size_t r) {
 size_t CacheSlot::MemoryBytes() const {
   return keys_.capacity() * 8 + rows_.capacity() * 4 + meta_.capacity() * sizeof(NodeMeta) +
          headers_.live() * 4 * (kWideState + layout_.wide_state) +
-         embs_.live() * 4 * (layout_.dim + layout_.emb_state);
+         embs_.live() * 4 * (emb_words_ + layout_.emb_state);
 }
 
 size_t CacheSlot::AllocatedBytes() const {
@@ -156,8 +166,8 @@ size_t CacheSlot::AllocatedBytes() const {
 }
 
 size_t CacheSlot::RowBytes() const {
-  return 4 * (kWideState + layout_.wide_state + layout_.dim + layout_.emb_state) +
-         sizeof(NodeMeta) + 12 * 10 / 7;
+  return 4 * (kWideState + layout_.wide_state + emb_words_ + layout_.emb_state) + sizeof(NodeMeta) +
+         12 * 10 / 7;
 }
 
 }  // namespace ctrbox

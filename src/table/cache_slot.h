@@ -77,6 +77,8 @@ class CacheSlot {
   void Rehash(size_t capacity);
 
   ValueLayout layout_;
+  Quantizer quant_;
+  uint32_t emb_words_;          // 32-bit words of the stored embedding (codes are packed)
   std::vector<uint64_t> keys_;  // open addressing, linear probing
   std::vector<uint32_t> rows_;  // node per slot, kNoNode when free
   size_t size_ = 0;

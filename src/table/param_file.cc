@@ -12,7 +12,7 @@ namespace ctrbox {
 namespace {
 constexpr char kFileMagic[8] = {'C', 'T', 'R', 'P', 'A', 'R', 'M', '1'};
 constexpr char kRecordMagic[4] = {'G', 'R', 'E', 'C'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: the header names the embedding quantization
 }  // namespace
 
 ParamFile::~ParamFile() {
@@ -26,6 +26,8 @@ std::string EncodeParamFileHeader(uint32_t file_id, const ValueLayout& l) {
   PutFixed<uint32_t>(&h, l.dim);
   PutFixed<uint32_t>(&h, l.emb_state);
   PutFixed<uint32_t>(&h, l.wide_state);
+  PutFixed<uint32_t>(&h, l.quant_bits);
+  PutFixed<float>(&h, l.quant_range);
   PutFixed<uint32_t>(&h, Crc32c(h.data(), h.size()));
   return h;
 }
@@ -35,12 +37,17 @@ Status CheckParamFileHeader(const std::string& path, const char* p, size_t n, ui
   if (n < kParamFileHeaderBytes || std::memcmp(p, kFileMagic, 8) != 0) {
     return CorruptionError(path + ": not a ctrbox parameter file");
   }
-  if (GetFixed<uint32_t>(p + 28) != Crc32c(p, 28))
+  if (GetFixed<uint32_t>(p + 8) != kVersion) {
+    return CorruptionError(fmt::format("{}: unknown version {} (this build reads {})", path,
+                                       GetFixed<uint32_t>(p + 8), kVersion));
+  }
+  if (GetFixed<uint32_t>(p + 36) != Crc32c(p, 36))
     return CorruptionError(path + ": header CRC mismatch");
-  if (GetFixed<uint32_t>(p + 8) != kVersion) return CorruptionError(path + ": unknown version");
   if (GetFixed<uint32_t>(p + 12) != file_id || GetFixed<uint32_t>(p + 16) != l.dim ||
-      GetFixed<uint32_t>(p + 20) != l.emb_state || GetFixed<uint32_t>(p + 24) != l.wide_state) {
-    return CorruptionError(path + ": header does not match the store (file id or row layout)");
+      GetFixed<uint32_t>(p + 20) != l.emb_state || GetFixed<uint32_t>(p + 24) != l.wide_state ||
+      GetFixed<uint32_t>(p + 28) != l.quant_bits || GetFixed<float>(p + 32) != l.quant_range) {
+    return CorruptionError(
+        path + ": header does not match the store (file id, row layout or quantization)");
   }
   return Status::OK();
 }

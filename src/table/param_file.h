@@ -14,7 +14,7 @@
 
 namespace ctrbox {
 
-constexpr size_t kParamFileHeaderBytes = 32;
+constexpr size_t kParamFileHeaderBytes = 40;
 constexpr size_t kRecordHeaderBytes = 20;
 
 // The header of a parameter file with id `file_id` for rows of `layout`.

@@ -12,7 +12,7 @@ namespace ctrbox {
 namespace {
 
 constexpr char kIndexMagic[8] = {'C', 'T', 'R', 'S', 'I', 'D', 'X', '1'};
-constexpr uint32_t kIndexVersion = 1;
+constexpr uint32_t kIndexVersion = 2;  // 2: the layout names the embedding quantization
 constexpr const char* kIndexName = "INDEX";
 
 std::string FileNameOf(uint32_t id) { return fmt::format("params-{:06d}.dat", id); }
@@ -46,7 +46,7 @@ StatusOr<ParsedIndex> ParseIndex(Env* env, const std::string& path) {
   RETURN_IF_ERROR(ReadFileToString(env, path, &x.data));
   const std::string& s = x.data;
   auto bad = [&](const std::string& what) { return CorruptionError(path + ": " + what); };
-  if (s.size() < 44 || std::memcmp(s.data(), kIndexMagic, 8) != 0) return bad("not a store INDEX");
+  if (s.size() < 52 || std::memcmp(s.data(), kIndexMagic, 8) != 0) return bad("not a store INDEX");
   if (GetFixed<uint64_t>(s.data() + s.size() - 8) != Checksum64(s.data(), s.size() - 8)) {
     return bad("checksum mismatch");
   }
@@ -55,11 +55,15 @@ StatusOr<ParsedIndex> ParseIndex(Env* env, const std::string& path) {
   if (GetFixed<uint32_t>(p) != kIndexVersion) return bad("unknown version");
   x.group_bits = GetFixed<uint32_t>(p + 4);
   if (x.group_bits < 1 || x.group_bits > 30) return bad("bad group_bits");
-  x.layout = ValueLayout{GetFixed<uint32_t>(p + 8), GetFixed<uint32_t>(p + 12),
-                         GetFixed<uint32_t>(p + 16)};
-  x.next_file_id = GetFixed<uint32_t>(p + 20);
-  const uint32_t nfiles = GetFixed<uint32_t>(p + 24);
-  p += 28;
+  x.layout =
+      ValueLayout{GetFixed<uint32_t>(p + 8), GetFixed<uint32_t>(p + 12), GetFixed<uint32_t>(p + 16),
+                  GetFixed<uint32_t>(p + 20), GetFixed<float>(p + 24)};
+  if (!QuantOptionsError(QuantOptions{x.layout.quant_bits, x.layout.quant_range}).empty()) {
+    return bad("bad quantization");
+  }
+  x.next_file_id = GetFixed<uint32_t>(p + 28);
+  const uint32_t nfiles = GetFixed<uint32_t>(p + 32);
+  p += 36;
   const char* end = begin + s.size() - 8;
   for (uint32_t i = 0; i < nfiles; ++i) {
     if (end - p < 36) return bad("truncated file table");
@@ -347,6 +351,8 @@ Status SsdStore::WriteIndex() {
   PutFixed<uint32_t>(&s, layout_.dim);
   PutFixed<uint32_t>(&s, layout_.emb_state);
   PutFixed<uint32_t>(&s, layout_.wide_state);
+  PutFixed<uint32_t>(&s, layout_.quant_bits);
+  PutFixed<float>(&s, layout_.quant_range);
   PutFixed<uint32_t>(&s, next_file_id_);
   std::vector<std::shared_ptr<ParamFile>> live;
   {
@@ -422,7 +428,13 @@ StatusOr<nlohmann::json> SsdStore::Inspect(Env* env, const std::string& dir) {
                                         static_cast<double>(rows)
                                   : 0.0},
       {"layout",
-       {{"dim", layout.dim}, {"emb_state", layout.emb_state}, {"wide_state", layout.wide_state}}}};
+       {{"dim", layout.dim},
+        {"emb_state", layout.emb_state},
+        {"wide_state", layout.wide_state},
+        {"quant_bits", layout.quant_bits},
+        {"quant_range", layout.quant_range}}},
+      {"value_bytes_per_key",
+       rows ? static_cast<double>(rows * fixed + emb * extra) / static_cast<double>(rows) : 0.0}};
 }
 
 StatusOr<std::unique_ptr<SsdStore>> SsdStore::Reopen(Env* env, const SsdOptions& options,

@@ -1,5 +1,6 @@
 #include "table/tiered_table.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -75,7 +76,7 @@ void ExpectSame(TieredTable& table, const Reference& ref) {
     ASSERT_NE(it, ref.end()) << k;
     ASSERT_EQ(it->second, v) << k;
     value_bytes += v.size() - 8;
-    with_emb += v.size() == kLayout.EncodedBytes(true);
+    with_emb += v.size() == table.layout().EncodedBytes(true);
   }
   TableStats st = table.Stats();
   EXPECT_EQ(st.keys, ref.size());
@@ -97,16 +98,20 @@ std::vector<uint64_t> RandomKeys(Random* rng, size_t n, uint64_t space) {
   return keys;
 }
 
-void RunDifferential(bool disk, uint64_t seed) {
+// A random mix of every table operation against the reference; with a quantized layout the
+// rows' embeddings are stored as codes in every tier and must come back as the same codes.
+void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayout) {
   TempDir dir;
   AccessorOptions ao;
   ao.embedx_threshold = 0.25f;  // some keys without embeddings
   ao.delete_threshold = 0.3f;
   ao.decay = 0.9f;
-  CtrAccessor acc(kLayout, ao);
+  CtrAccessor acc(layout, ao);
+  const Quantizer quant = layout.quantizer();
   // 48 KiB: about a quarter of the ~2 000 rows (the rest of the budget is the group index,
   // the Bloom filters and the slots' fixed structures).
   TieredOptions o = Options(disk ? dir.path() : "", disk ? 48 << 10 : 0);
+  o.layout = layout;
   auto table = Open(o);
   Reference ref;
   ThreadPool pool(3);
@@ -122,7 +127,7 @@ void RunDifferential(bool disk, uint64_t seed) {
     const int op = static_cast<int>(rng.Below(20));
     if (op < 12) {  // pull for training, change, push
       std::vector<uint64_t> keys = RandomKeys(&rng, rng.Below(120), 2000);
-      RowBlock rows(kLayout);
+      RowBlock rows(layout);
       auto pins =
           table->Pull(keys.data(), keys.size(), &acc, &rows, rng.Below(2) ? &pool : nullptr);
       ASSERT_TRUE(pins.ok()) << pins.status().ToString();
@@ -132,7 +137,7 @@ void RunDifferential(bool disk, uint64_t seed) {
         if (it != ref.end()) {
           ASSERT_EQ(Encode(rows, i), it->second) << "step " << step;
         } else {
-          RowBlock fresh(kLayout);
+          RowBlock fresh(layout);
           fresh.Resize(1);
           acc.InitRow(&fresh, 0, keys[i]);
           ASSERT_EQ(Encode(rows, i), Encode(fresh, 0));
@@ -142,13 +147,18 @@ void RunDifferential(bool disk, uint64_t seed) {
         rows.unseen(i) = 0;
         rows.wide(i) += 0.5f;
         acc.MaybeCreateEmbedding(&rows, i);
-        if (rows.has_emb(i)) rows.emb(i)[rng.Below(4)] += 1.0f;
+        if (rows.has_emb(i)) {
+          rows.emb(i)[rng.Below(4)] += 1.0f;
+          if (rng.Below(2)) rows.emb(i)[rng.Below(4)] = static_cast<float>(rng.Uniform() - 0.5);
+          // As the trainer does after every update: back onto the grid.
+          quant.Round(rows.emb(i), layout.dim, QuantRounding::kStochastic, seed, rng.Next());
+        }
         ref[keys[i]] = Encode(rows, i);
       }
       ASSERT_TRUE(table->Push(&*pins, rows, rng.Below(2) ? &pool : nullptr).ok());
     } else if (op < 14) {  // lookups (eval): nothing changes, absent keys are not inserted
       std::vector<uint64_t> keys = RandomKeys(&rng, rng.Below(60), 4000);
-      RowBlock rows(kLayout);
+      RowBlock rows(layout);
       auto pins = table->Pull(keys.data(), keys.size(), nullptr, &rows, &pool);
       ASSERT_TRUE(pins.ok());
       for (size_t i = 0; i < keys.size(); ++i) {
@@ -165,7 +175,7 @@ void RunDifferential(bool disk, uint64_t seed) {
       ASSERT_TRUE(deleted.ok()) << deleted.status().ToString();
       uint64_t expect_deleted = 0;
       for (auto it = ref.begin(); it != ref.end();) {
-        RowBlock r(kLayout);
+        RowBlock r(layout);
         r.Resize(1);
         r.DecodeRow(it->second.data(), it->second.size(), 0);
         if (acc.ShrinkRow(&r.show(0), &r.click(0), &r.unseen(0))) {
@@ -209,6 +219,17 @@ void RunDifferential(bool disk, uint64_t seed) {
 TEST(TieredTableTest, DifferentialInMemory) { RunDifferential(false, 1); }
 TEST(TieredTableTest, DifferentialOverSsdFiles) {
   for (uint64_t seed : {2, 3, 4}) RunDifferential(true, seed);
+}
+TEST(TieredTableTest, QuantizedCodesSurviveEveryTier) {
+  // Rows through the cache slots, group records in the SSD files, compaction and an INDEX
+  // reopen: the reference compares canonical encodings, so the integer codes must be exact.
+  for (uint32_t bits : {8u, 16u}) {
+    ValueLayout q = kLayout;
+    q.quant_bits = bits;
+    q.quant_range = 0.75f;
+    RunDifferential(false, 10 + bits, q);
+    RunDifferential(true, 20 + bits, q);
+  }
 }
 
 TEST(TieredTableTest, ReopenKeepsTheDigestAndNeedsACleanShutdown) {
@@ -347,6 +368,33 @@ TEST(TieredTableTest, FirstTimeKeysCostNoReadAndCorruptionIsReported) {
   ASSERT_FALSE(failed.ok());
   EXPECT_EQ(failed.code(), StatusCode::kCorruption) << failed.ToString();
   EXPECT_NE(failed.message().find("params-"), std::string::npos) << failed.ToString();
+}
+
+TEST(TieredTableTest, QuantizedRowsCostTheBudgetLess) {
+  // The cache stores codes, so each key costs the memory budget less and a budget holds more
+  // keys: sgd's rows (no state) at dim 16 have 92 bytes of records as float32, 60 as 16-bit
+  // and 44 as 8-bit codes, plus the same index and metadata for each (about 21 bytes).
+  std::map<uint32_t, double> per_key;
+  for (uint32_t bits : {0u, 16u, 8u}) {
+    ValueLayout layout{16, 0, 0, bits, 1.0f};
+    CtrAccessor acc(layout, AccessorOptions{});
+    TieredOptions o = Options("", 0);
+    o.layout = layout;
+    o.shard_bits = 4;
+    auto table = Open(o);
+    std::vector<uint64_t> keys;
+    for (int i = 0; i < 50000; ++i) keys.push_back(Mix64(i));
+    RowBlock rows(layout);
+    auto pins = table->Pull(keys.data(), keys.size(), &acc, &rows, nullptr);
+    ASSERT_TRUE(pins.ok()) << pins.status().ToString();
+    ASSERT_TRUE(table->Push(&*pins, rows, nullptr).ok());
+    per_key[bits] = static_cast<double>(table->UsedBytes()) / 50000;
+  }
+  RecordProperty("budget_bytes_per_key_f32_q16_q8",
+                 fmt::format("{:.1f} {:.1f} {:.1f}", per_key[0], per_key[16], per_key[8]));
+  EXPECT_NEAR(per_key[0] - per_key[16], 32, 1);
+  EXPECT_NEAR(per_key[16] - per_key[8], 16, 1);
+  EXPECT_GT(per_key[0] / per_key[8], 1.5);
 }
 
 TEST(TieredTableTest, MemoryStaysWithinTheBudgetWhileTheFilesGrowTenfold) {

@@ -62,7 +62,13 @@ void RowBlock::EncodeRow(size_t i, std::string* out) const {
   Append(out, wide_[i]);
   out->append(reinterpret_cast<const char*>(wide_state(i)), 4 * layout_.wide_state);
   if (has_emb(i)) {
-    out->append(reinterpret_cast<const char*>(emb(i)), 4 * layout_.dim);
+    if (quant_.enabled()) {
+      const size_t at = out->size();
+      out->resize(at + quant_.StoredBytes(layout_.dim));
+      quant_.Encode(emb(i), layout_.dim, out->data() + at);
+    } else {
+      out->append(reinterpret_cast<const char*>(emb(i)), 4 * layout_.dim);
+    }
     out->append(reinterpret_cast<const char*>(emb_state(i)), 4 * layout_.emb_state);
   }
 }
@@ -85,8 +91,13 @@ size_t RowBlock::DecodeRow(const char* p, size_t n, size_t i) {
   }
   const size_t full = layout_.EncodedBytes(true);
   if (n < full) return 0;
-  CopyBytes(emb(i), p + fixed, 4 * layout_.dim);
-  CopyBytes(emb_state(i), p + fixed + 4 * layout_.dim, 4 * layout_.emb_state);
+  const size_t emb_bytes = layout_.EmbBytes();
+  if (quant_.enabled()) {
+    quant_.Decode(p + fixed, layout_.dim, emb(i));
+  } else {
+    CopyBytes(emb(i), p + fixed, emb_bytes);
+  }
+  CopyBytes(emb_state(i), p + fixed + emb_bytes, 4 * layout_.emb_state);
   return full;
 }
 

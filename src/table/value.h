@@ -8,27 +8,35 @@
 #include <string>
 #include <vector>
 
+#include "table/quant.h"
+
 namespace ctrbox {
 
 struct ValueLayout {
-  uint32_t dim = 16;        // embedding dimension
-  uint32_t emb_state = 16;  // optimizer-state floats per embedding
-  uint32_t wide_state = 1;  // optimizer-state floats of the wide weight
+  uint32_t dim = 16;         // embedding dimension
+  uint32_t emb_state = 16;   // optimizer-state floats per embedding
+  uint32_t wide_state = 1;   // optimizer-state floats of the wide weight
+  uint32_t quant_bits = 0;   // stored embedding codes (table/quant.h); 0: float32
+  float quant_range = 1.0f;  // w of the quantization range [-w, w] (when quant_bits > 0)
 
+  Quantizer quantizer() const { return Quantizer(quant_bits, quant_range); }
+  // Bytes of the stored embedding (codes or floats).
+  size_t EmbBytes() const { return quantizer().StoredBytes(dim); }
   // Bytes of the canonical encoding of one row, key included.
   size_t EncodedBytes(bool has_emb) const {
-    return 8 + 4 * 4 + 4 * wide_state + (has_emb ? 4 * (dim + emb_state) : 0);
+    return 8 + 4 * 4 + 4 * wide_state + (has_emb ? EmbBytes() + 4 * emb_state : 0);
   }
   bool operator==(const ValueLayout&) const = default;
 };
 
 constexpr uint16_t kFlagHasEmb = 1;
 
-// n rows in structure-of-arrays form. Thread safety: a value type; distinct rows may be
-// written by distinct threads.
+// n rows in structure-of-arrays form; embeddings are floats here whatever the stored form
+// (a quantized layout's values are expected on its grid: EncodeRow rounds to nearest). Thread
+// safety: a value type; distinct rows may be written by distinct threads.
 class RowBlock {
  public:
-  explicit RowBlock(ValueLayout layout = {}) : layout_(layout) {}
+  explicit RowBlock(ValueLayout layout = {}) : layout_(layout), quant_(layout.quantizer()) {}
 
   const ValueLayout& layout() const { return layout_; }
   size_t size() const { return keys_.size(); }
@@ -72,6 +80,7 @@ class RowBlock {
 
  private:
   ValueLayout layout_;
+  Quantizer quant_;
   std::vector<uint64_t> keys_;
   std::vector<float> show_, click_, wide_, wide_state_, emb_, emb_state_;
   std::vector<uint16_t> unseen_, flags_;
