@@ -76,6 +76,35 @@ TEST_F(ModelDirTest, SaveLoadRoundTripKeepsTheDigest) {
   ASSERT_TRUE(verified.ok()) << verified.status().ToString();
 }
 
+TEST_F(ModelDirTest, QuantizedModelsSaveTheirCodesExactly) {
+  for (uint32_t bits : {8u, 12u}) {
+    spec_.model.quant = QuantOptions{bits, 0.02f, QuantRounding::kStochastic};
+    auto model = NewModel();
+    ASSERT_EQ(model->value_layout().quant_bits, bits);
+    auto table = NewTable(*model, 20000);
+    ThreadPool pool(2);
+    auto saved = SaveModel(Env::Posix(), dir_, spec_, *table, *model, 1, &pool);
+    ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+    // 8-bit codes: 1 byte per element; 12-bit: 2 (float32: 4).
+    const ValueLayout l = model->value_layout();
+    EXPECT_EQ(l.EncodedBytes(true) - l.EncodedBytes(false), 8 * (bits <= 8 ? 1 : 2) + 4 * 8u);
+    EXPECT_EQ(saved->bytes_live, table->Stats().value_bytes);
+    auto lm = OpenModel(Env::Posix(), dir_, TieredOptions{}, &pool);
+    ASSERT_TRUE(lm.ok()) << lm.status().ToString();
+    EXPECT_EQ(lm->model->value_layout(), l);
+    EXPECT_EQ(*ModelDigest(*lm->table, *lm->model, &pool), saved->digest);
+    ASSERT_TRUE(VerifyModel(Env::Posix(), dir_).ok());
+    // A model file of another quantization is refused, naming both layouts.
+    spec_.model.quant.range = 0.04f;
+    auto other_model = NewModel();
+    auto other_table = NewTable(*other_model, 0);
+    Status st = LoadModel(Env::Posix(), dir_, *saved, other_table.get(), other_model.get(), &pool);
+    EXPECT_EQ(st.code(), StatusCode::kCorruption) << st.ToString();
+    EXPECT_NE(st.message().find("quant_range"), std::string::npos) << st.ToString();
+    (void)std::system(("rm -rf " + dir_ + "/*").c_str());
+  }
+}
+
 TEST_F(ModelDirTest, NewGenerationsReplaceOldFilesAtomically) {
   auto model = NewModel();
   auto table = NewTable(*model, 100);
@@ -146,6 +175,40 @@ TEST_F(ModelDirTest, SpecDifferencesAreNamed) {
   auto j = spec_.ToJson();
   j["schema"].erase("num_dense");
   EXPECT_FALSE(ModelSpec::FromJson(j).ok());
+  // Quantization: the stored codes' width and range are structural, the rounding is not.
+  other = spec_;
+  other.model.quant.rounding = QuantRounding::kNearest;
+  EXPECT_EQ(spec_.FirstDifference(other), "model.quant.rounding");
+  EXPECT_EQ(spec_.FirstIncompatibility(other), "");
+  other.model.quant.bits = 8;
+  EXPECT_EQ(spec_.FirstIncompatibility(other), "model.quant.bits");
+  other = spec_;
+  other.model.quant.range = 0.5f;
+  EXPECT_EQ(spec_.FirstIncompatibility(other), "model.quant.range");
+  j = spec_.ToJson();
+  j["model"]["quant"]["bits"] = 1;
+  EXPECT_FALSE(ModelSpec::FromJson(j).ok());
+  j["model"].erase("quant");  // a spec from before quantization: float32
+  auto old = ModelSpec::FromJson(j);
+  ASSERT_TRUE(old.ok());
+  EXPECT_EQ(old->model.quant, QuantOptions{});
+}
+
+TEST(ModelDirFormatTest, AVersion1ModelDirectoryStillLoads) {
+  // Written by the build before quantization (commit 604b907): sparse file version 1, a
+  // MANIFEST without model.quant. It loads as a float32 model with the digest it was saved with.
+  const std::string dir = std::string(CTRBOX_SOURCE_DIR) + "/src/ckpt/testdata/model_v1";
+  auto m = VerifyModel(Env::Posix(), dir);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->keys, 811u);
+  EXPECT_EQ(m->digest, "196acbdea002f2f2");
+  EXPECT_EQ(m->spec.model.quant.bits, 0u);
+  ThreadPool pool(2);
+  auto lm = OpenModel(Env::Posix(), dir, TieredOptions{}, &pool);
+  ASSERT_TRUE(lm.ok()) << lm.status().ToString();
+  auto digest = ModelDigest(*lm->table, *lm->model, &pool);
+  ASSERT_TRUE(digest.ok());
+  EXPECT_EQ(*digest, "196acbdea002f2f2");
 }
 
 }  // namespace

@@ -33,8 +33,9 @@ Batch MakePass(size_t rows, uint64_t seed, bool weights) {
 }
 
 struct Fixture {
-  Fixture(OptimizerOptions sparse, OptimizerOptions dense, bool weights, size_t batch)
-      : model(kSchema, ModelOptions{4, {8, 4}, true, true, {}}, sparse, dense, 7),
+  Fixture(OptimizerOptions sparse, OptimizerOptions dense, bool weights, size_t batch,
+          QuantOptions quant = {})
+      : model(kSchema, ModelOptions{4, {8, 4}, true, true, quant}, sparse, dense, 7),
         pass(MakePass(40, 9, weights)),
         accessor(model.value_layout(), AccessorOptions{0.1f, 1.0f, 0.0f, 0.5f, 3}),
         rows(model.value_layout()) {
@@ -180,6 +181,51 @@ TEST(CtrModelTest, LazyEmbeddingsAppearOncePopular) {
   }
   EXPECT_GT(with, 0u);
   EXPECT_EQ(with, created);
+}
+
+TEST(CtrModelTest, QuantizedUpdatesAreTheFloatUpdateRoundedOntoTheGrid) {
+  // Differential: from the same rows, a quantized model's step equals the float model's step
+  // followed by the rounding: x <- Q(x + update), exactly Q for nearest, and one of the two
+  // neighbouring grid points for stochastic.
+  for (auto rounding : {QuantRounding::kNearest, QuantRounding::kStochastic}) {
+    for (auto kind : {OptimizerKind::kSgd, OptimizerKind::kAdagrad}) {
+      OptimizerOptions sparse;
+      sparse.kind = kind;
+      sparse.lr = kind == OptimizerKind::kSgd ? 2.0f : 0.05f;
+      OptimizerOptions dense;
+      const QuantOptions q{12, 0.5f, rounding};
+      Fixture fl(sparse, dense, false, 40), qu(sparse, dense, false, 40, q);
+      const Quantizer quant(q.bits, q.range);
+      // Start the float model from the quantized model's (on-grid) rows.
+      for (size_t i = 0; i < qu.ws.keys.size(); ++i) {
+        for (uint32_t d = 0; d < 4; ++d) {
+          ASSERT_EQ(quant.Value(quant.Code(qu.rows.emb(i)[d], 0.5f)), qu.rows.emb(i)[d]);
+        }
+      }
+      fl.rows = qu.rows;
+      const RowBlock start = qu.rows;
+      std::vector<float> pred(40);
+      fl.model.TrainMinibatch(fl.pass, fl.ws, fl.ws.batches[0], &fl.rows, fl.accessor, nullptr,
+                              pred.data());
+      qu.model.TrainMinibatch(qu.pass, qu.ws, qu.ws.batches[0], &qu.rows, qu.accessor, nullptr,
+                              pred.data());
+      size_t moved = 0;
+      for (size_t i = 0; i < qu.ws.keys.size(); ++i) {
+        ASSERT_EQ(qu.rows.wide(i), fl.rows.wide(i));  // the wide part stays float
+        for (uint32_t d = 0; d < 4; ++d) {
+          const float x = fl.rows.emb(i)[d], got = qu.rows.emb(i)[d];
+          const int32_t down = quant.Code(x, 0.0f), up = quant.Code(x, 0.9999999f);
+          if (rounding == QuantRounding::kNearest) {
+            ASSERT_EQ(got, quant.Value(quant.Code(x, 0.5f))) << i << " " << d;
+          } else {
+            ASSERT_TRUE(got == quant.Value(down) || got == quant.Value(up)) << i << " " << d;
+          }
+          moved += got != start.emb(i)[d] ? 1 : 0;
+        }
+      }
+      EXPECT_GT(moved, 10u);  // the step did change the stored codes
+    }
+  }
 }
 
 }  // namespace
