@@ -44,19 +44,6 @@ Quantizer::Quantizer(uint32_t bits, float range) : bits_(bits), range_(range) {
   inv_delta_ = bins / (2.0 * range_);
 }
 
-int32_t Quantizer::Code(float x, float u) const {
-  if (std::isnan(x)) return 0;
-  const double w = range_;
-  double f = std::clamp(static_cast<double>(x), -w, w) * inv_delta_;
-  // The float of a grid point (what Value returns) is that point: i * Δ is rarely a float,
-  // and re-rounding Value(i) must give i again, whatever u.
-  const double nearest = std::nearbyint(f);
-  if (std::fabs(nearest) <= max_code_ && Value(static_cast<int32_t>(nearest)) == x) f = nearest;
-  const double i = std::floor(f + u);
-  return static_cast<int32_t>(
-      std::clamp(i, -static_cast<double>(max_code_), static_cast<double>(max_code_)));
-}
-
 void Quantizer::Encode(const float* x, uint32_t n, char* p) const {
   if (code_bytes() == 1) {
     for (uint32_t d = 0; d < n; ++d)

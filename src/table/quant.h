@@ -9,6 +9,8 @@
 #ifndef CTRBOX_TABLE_QUANT_H_
 #define CTRBOX_TABLE_QUANT_H_
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -48,7 +50,18 @@ class Quantizer {
 
   // floor(clip(x) / Δ + u), clamped to the code range; x == Value(i) (the float nearest a
   // grid point) gives i. NaN gives 0.
-  int32_t Code(float x, float u) const;
+  int32_t Code(float x, float u) const {  // inline: called per element on every update
+    if (std::isnan(x)) return 0;
+    const double w = range_;
+    double f = std::clamp(static_cast<double>(x), -w, w) * inv_delta_;
+    // The float of a grid point (what Value returns) is that point: i * Δ is rarely a
+    // float, and re-rounding Value(i) must give i again, whatever u.
+    const double nearest = std::nearbyint(f);
+    if (std::fabs(nearest) <= max_code_ && Value(static_cast<int32_t>(nearest)) == x) f = nearest;
+    const double i = std::floor(f + u);
+    return static_cast<int32_t>(
+        std::clamp(i, -static_cast<double>(max_code_), static_cast<double>(max_code_)));
+  }
   float Value(int32_t code) const { return static_cast<float>(code * delta_); }
 
   // Stores x[0..n) as codes rounded to nearest (exact for values on the grid), little-endian,
