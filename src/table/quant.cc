@@ -1,9 +1,7 @@
 #include "table/quant.h"
 
-#include <algorithm>
 #include <cassert>
 #include <cmath>
-#include <cstring>
 
 #include "util/hash.h"
 #include "util/random.h"
