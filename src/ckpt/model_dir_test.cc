@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 
+#include "util/mem_env.h"
 #include "util/random.h"
 
 namespace ctrbox {
@@ -102,6 +103,68 @@ TEST_F(ModelDirTest, QuantizedModelsSaveTheirCodesExactly) {
     EXPECT_EQ(st.code(), StatusCode::kCorruption) << st.ToString();
     EXPECT_NE(st.message().find("quant_range"), std::string::npos) << st.ToString();
     (void)std::system(("rm -rf " + dir_ + "/*").c_str());
+  }
+}
+
+TEST_F(ModelDirTest, ACrashOrIoErrorAtAnyCallOfASaveKeepsACommittedModel) {
+  // Generation 1 is committed; saving generation 2 then stops at its n-th I/O call, for every
+  // n: by a crash (that call and all later ones fail, then power is lost) or by one ENOSPC or
+  // EIO (the save reports it; then power is lost). The directory must then hold a complete
+  // model: generation 1, or generation 2 if that save returned OK.
+  ThreadPool pool(2);
+  auto model = NewModel();
+  auto table = NewTable(*model, 3000);
+  RowBlock changed(model->value_layout());
+  {
+    std::vector<uint64_t> keys;
+    Random rng(1);
+    for (int i = 0; i < 500; ++i) keys.push_back(rng.Next());  // the first NewTable keys
+    CtrAccessor acc(model->value_layout(), spec_.table);
+    changed.Resize(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      acc.InitRow(&changed, i, keys[i]);
+      changed.show(i) = 1000.0f + static_cast<float>(i);
+    }
+  }
+  struct Mode {
+    const char* name;
+    bool sticky;
+    Status error;
+  };
+  const Mode modes[] = {{"crash", true, MemEnv::Eio("power lost")},
+                        {"enospc", false, MemEnv::NoSpace("disk full")},
+                        {"eio", false, MemEnv::Eio("bad sector")}};
+  for (const Mode& mode : modes) {
+    uint64_t n = 1;
+    for (;; ++n) {
+      SCOPED_TRACE(testing::Message() << mode.name << " at call " << n);
+      MemEnv env;
+      auto t = NewTable(*model, 3000);
+      auto g1 = SaveModel(&env, "/m", spec_, *t, *model, 10, &pool);
+      ASSERT_TRUE(g1.ok()) << g1.status().ToString();
+      ASSERT_TRUE(t->Insert(changed, &pool).ok());
+      const std::string d2 = *ModelDigest(*t, *model, &pool);
+      ASSERT_NE(d2, g1->digest);
+      env.InjectFault(FaultOp::kAny, n, mode.error, mode.sticky);
+      const uint64_t fired_before = env.FaultsFired();
+      auto g2 = SaveModel(&env, "/m", spec_, *t, *model, 20, &pool);
+      const bool fired = env.FaultsFired() > fired_before;
+      env.ClearFaults();
+      env.SimulateCrash();
+      auto verified = VerifyModel(&env, "/m");
+      ASSERT_TRUE(verified.ok()) << verified.status().ToString();
+      auto lm = OpenModel(&env, "/m", TieredOptions{}, &pool);
+      ASSERT_TRUE(lm.ok()) << lm.status().ToString();
+      const std::string got = *ModelDigest(*lm->table, *lm->model, &pool);
+      EXPECT_EQ(got, verified->digest);
+      if (g2.ok()) {  // committed (a failure after the commit, of a cleanup delete, is ignored)
+        EXPECT_EQ(got, d2) << "a save that returned OK was lost";
+      } else {
+        EXPECT_TRUE(got == g1->digest || got == d2);
+      }
+      if (!fired) break;  // n is past the save's last call
+    }
+    EXPECT_GT(n, 10u) << mode.name;  // the save made that many calls, each one tried
   }
 }
 
