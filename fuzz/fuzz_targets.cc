@@ -1,0 +1,263 @@
+#include "fuzz/fuzz_targets.h"
+
+#include <fmt/format.h>
+
+#include <memory>
+#include <string>
+
+#include "ckpt/model_dir.h"
+#include "io/line_chunker.h"
+#include "io/shard.h"
+#include "io/text_format.h"
+#include "table/param_file.h"
+#include "table/ssd_store.h"
+#include "table/tiered_table.h"
+#include "util/coding.h"
+#include "util/crc32c.h"
+#include "util/hash.h"
+#include "util/mem_env.h"
+#include "util/random.h"
+
+namespace ctrbox {
+namespace {
+
+thread_local bool accepted = false;  // the last input parsed without an error
+
+std::string Bytes(const uint8_t* data, size_t size) {
+  return std::string(reinterpret_cast<const char*>(data), size);
+}
+
+// A file system holding `contents` at `path`.
+std::unique_ptr<MemEnv> EnvWith(const std::string& path, const std::string& contents) {
+  auto env = std::make_unique<MemEnv>();
+  env->CreateDirs(DirName(path)).IgnoreError();
+  auto f = env->NewWritableFile(path);
+  if (f.ok()) {
+    (*f)->Append(contents).IgnoreError();
+    (*f)->Close().IgnoreError();
+  }
+  return env;
+}
+
+// A small valid model directory, saved once: its MANIFEST and dense file, the sparse file's
+// name, and the sparse file's bytes (the corpus seed).
+struct ModelTemplate {
+  std::string manifest, dense, dense_name, sparse_name, sparse;
+};
+
+const ModelTemplate& Model() {
+  static const ModelTemplate t = [] {
+    ModelTemplate m;
+    MemEnv env;
+    ModelSpec spec;
+    spec.schema = Schema{3, 2};
+    spec.model = ModelOptions{4, {8}, false, true, {}};
+    CtrModel model(spec.schema, spec.model, spec.sparse_optimizer, spec.dense_optimizer, 1);
+    TieredOptions o;
+    o.layout = model.value_layout();
+    o.shard_bits = 1;
+    auto table = std::move(TieredTable::Open(&env, o).value());
+    CtrAccessor acc(o.layout, spec.table);
+    RowBlock rows(o.layout);
+    rows.Resize(40);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      acc.InitRow(&rows, i, Mix64(i));
+      if (i % 5 == 0) rows.flags(i) = 0;
+    }
+    table->Insert(rows, nullptr).IgnoreError();
+    auto saved = SaveModel(&env, "/m", spec, *table, model, 40, nullptr);
+    if (!saved.ok()) std::abort();
+    m.sparse_name = saved->files[0].name;
+    m.dense_name = saved->files[1].name;
+    m.manifest = *env.Contents("/m/MANIFEST");
+    m.dense = *env.Contents("/m/" + m.dense_name);
+    m.sparse = *env.Contents("/m/" + m.sparse_name);
+    return m;
+  }();
+  return t;
+}
+
+}  // namespace
+
+bool LastInputAccepted() { return accepted; }
+
+int FuzzTextInput(const uint8_t* data, size_t size) {
+  if (size < 3) return 0;
+  static constexpr DataFormat kFormats[] = {DataFormat::kCriteo, DataFormat::kLibsvm,
+                                            DataFormat::kLibfm, DataFormat::kSlots};
+  TextFormatOptions o;
+  o.format = kFormats[data[0] % 4];
+  o.labels_optional = (data[0] >> 2) & 1;
+  o.schema = SchemaForFormat(o.format, 1 + data[1] % 64, data[2] % 16);
+  o.max_line_bytes = 1024;  // so overlong lines are exercised too
+  auto env = EnvWith("/in.txt", Bytes(data + 3, size - 3));
+  auto file = env->NewSequentialFile("/in.txt");
+  if (!file.ok()) return 0;
+  LineChunker chunker(std::move(*file), 64, o.max_line_bytes);
+  ChunkParseResult result;
+  accepted = true;
+  for (int i = 0; i < 10000; ++i) {
+    TextChunk chunk;
+    bool eof = false;
+    if (!chunker.Next(&chunk, &eof).ok()) accepted = false;
+    if (!accepted || eof) break;
+    ParseTextChunk(o, chunk, &result);
+    // A good record is a row of the batch.
+    if (result.batch.rows() != result.counts.good) std::abort();
+    if (result.counts.bad_total() > 0) accepted = false;
+  }
+  return 0;
+}
+
+int FuzzShard(const uint8_t* data, size_t size) {
+  accepted = false;
+  auto env = EnvWith("/s.shard", Bytes(data, size));
+  auto source = ShardBlockSource::Open(env.get(), "/s.shard");
+  if (!source.ok()) return 0;
+  ChunkParseResult result;
+  for (int i = 0; i < 10000; ++i) {
+    TextChunk chunk;
+    bool eof = false;
+    if (!(*source)->Next(&chunk, &eof).ok()) break;
+    if (eof) {
+      accepted = true;
+      break;
+    }
+    DecodeShardBlock((*source)->schema(), chunk, &result);
+    if (!result.status.ok()) break;
+  }
+  return 0;
+}
+
+int FuzzManifest(const uint8_t* data, size_t size) {
+  // The checksum line is appended, so the JSON and spec parsers behind it are fuzzed.
+  std::string text = Bytes(data, size);
+  text += fmt::format("#checksum {:016x}\n", Checksum64(text));
+  auto env = EnvWith("/m/MANIFEST", text);
+  auto m = ReadManifest(env.get(), "/m");
+  accepted = m.ok();
+  if (m.ok()) VerifyModel(env.get(), "/m").status().IgnoreError();  // no files: an error
+  return 0;
+}
+
+int FuzzModelSparse(const uint8_t* data, size_t size) {
+  const ModelTemplate& t = Model();
+  auto env = EnvWith("/m/MANIFEST", t.manifest);
+  for (const auto& [name, bytes] :
+       {std::pair{t.dense_name, t.dense}, std::pair{t.sparse_name, Bytes(data, size)}}) {
+    auto f = env->NewWritableFile("/m/" + name);
+    if (!f.ok()) return 0;
+    (*f)->Append(bytes).IgnoreError();
+  }
+  auto m = VerifyModel(env.get(), "/m");
+  accepted = m.ok();
+  // Only the exact saved bytes verify.
+  if (m.ok() && Bytes(data, size) != t.sparse) std::abort();
+  return 0;
+}
+
+int FuzzGroupRecord(const uint8_t* data, size_t size) {
+  if (size < 4) return 0;
+  // data[0]: layout (quantization); data[1..3]: group and row count; the rest: the payload.
+  ValueLayout layout{4, data[0] & 1 ? 4u : 0u, data[0] & 2 ? 1u : 0u};
+  if (data[0] & 4) layout.quant_bits = data[0] & 8 ? 16 : 8;
+  const uint32_t group_bits = 4, group = data[1] & 15, rows = data[2] | (data[3] & 1) << 8;
+  const std::string payload = Bytes(data + 4, size - 4);
+  std::string rec = "GREC";
+  PutFixed<uint32_t>(&rec, group);
+  PutFixed<uint32_t>(&rec, rows);
+  PutFixed<uint32_t>(&rec, static_cast<uint32_t>(payload.size()));
+  uint32_t crc = Crc32cExtend(Crc32c(rec.data(), rec.size()), payload.data(), payload.size());
+  PutFixed<uint32_t>(&rec, crc);
+  rec += payload;
+  accepted = false;
+  auto h = CheckRecord(rec.data(), rec.size(), "fuzz");
+  if (!h.ok()) return 0;
+  RecordView view;
+  view.bytes = rec;
+  if (!view.Parse(layout, group_bits, "fuzz").ok()) return 0;
+  accepted = true;
+  RowBlock out(layout);
+  out.Resize(view.rows());
+  for (size_t i = 0; i < view.rows(); ++i) {
+    if (!view.DecodeRow(i, &out, i).ok()) std::abort();  // Parse accepted every row
+  }
+  return 0;
+}
+
+int FuzzStoreIndex(const uint8_t* data, size_t size) {
+  // The trailing checksum is appended, so the parser behind it is fuzzed.
+  std::string text = Bytes(data, size);
+  PutFixed<uint64_t>(&text, Checksum64(text));
+  auto env = EnvWith("/store/INDEX", text);
+  accepted = SsdStore::Inspect(env.get(), "/store").ok();
+  return 0;
+}
+
+std::vector<std::string> BuiltInSeeds(const std::string& target) {
+  if (target == "model_sparse") return {Model().sparse};
+  if (target == "manifest") {
+    const std::string& m = Model().manifest;
+    return {m.substr(0, m.rfind("#checksum "))};
+  }
+  if (target == "group_record") {
+    // data[0] selects the layout (see FuzzGroupRecord): 0 = float32 without state, 4 = 8-bit.
+    std::vector<std::string> seeds;
+    for (uint8_t sel : {0, 4, 15}) {
+      ValueLayout layout{4, sel & 1 ? 4u : 0u, sel & 2 ? 1u : 0u};
+      if (sel & 4) layout.quant_bits = sel & 8 ? 16 : 8;
+      CtrAccessor acc(layout, AccessorOptions{});
+      RowBlock rows(layout);
+      rows.Resize(3);
+      std::string payload;
+      uint32_t n = 0;
+      for (uint64_t k = 0; n < 3 && k < 1000; ++k) {
+        const uint64_t key = Mix64(k);
+        if ((Mix64(key) >> (64 - 4)) != 5) continue;  // group 5 of 2^4
+        acc.InitRow(&rows, n, key);
+        if (n == 1) rows.flags(n) = 0;
+        rows.EncodeRow(n++, &payload);
+      }
+      std::string s(1, static_cast<char>(sel));
+      s += static_cast<char>(5);
+      s += static_cast<char>(n);
+      s += static_cast<char>(0);
+      seeds.push_back(s + payload);
+    }
+    return seeds;
+  }
+  if (target == "store_index") {
+    MemEnv env;
+    TieredOptions o;
+    o.layout = ValueLayout{4, 4, 1};
+    o.shard_bits = 1;
+    o.memory_budget = 1 << 20;
+    o.ssd.dir = "/store";
+    o.ssd.group_bits = 2;
+    o.ssd.file_bytes = 4096;
+    auto table = TieredTable::Open(&env, o);
+    if (!table.ok()) return {};
+    CtrAccessor acc(o.layout, AccessorOptions{});
+    RowBlock rows(o.layout);
+    rows.Resize(20);
+    for (size_t i = 0; i < rows.size(); ++i) acc.InitRow(&rows, i, Mix64(i));
+    (*table)->Insert(rows, nullptr).IgnoreError();
+    (*table)->EvictAll().IgnoreError();
+    if (!(*table)->Close().ok()) return {};
+    auto index = env.Contents("/store/INDEX");
+    if (!index.ok()) return {};
+    return {index->substr(0, index->size() - 8)};  // without the checksum the target appends
+  }
+  return {};
+}
+
+const std::vector<FuzzTarget>& FuzzTargets() {
+  static const std::vector<FuzzTarget> targets = {
+      {"text_input", FuzzTextInput},     {"shard", FuzzShard},
+      {"manifest", FuzzManifest},        {"model_sparse", FuzzModelSparse},
+      {"group_record", FuzzGroupRecord}, {"store_index", FuzzStoreIndex},
+  };
+  return targets;
+}
+
+}  // namespace ctrbox
