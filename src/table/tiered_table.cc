@@ -1077,6 +1077,8 @@ StatusOr<uint64_t> TieredTable::SparseDigest(ThreadPool* pool) {
 }
 
 TableStats TieredTable::Stats() const {
+  // A row written back between counting its slot and counting the files would count twice.
+  std::lock_guard<std::mutex> writer(writer_mu_);
   const ValueLayout& l = options_.layout;
   const uint64_t fixed = l.EncodedBytes(false) - 8,
                  extra = l.EncodedBytes(true) - l.EncodedBytes(false);

@@ -155,7 +155,8 @@ class TieredTable final : public SparseTable {
 
   // Held by the worker for a maintenance round, and by Shrink, Close, FlushAll, EvictAll and
   // Compact: they exclude each other. Slots are written back in parallel within a round.
-  std::mutex writer_mu_;
+  // Stats holds it too, so that no row moves between the tiers while they are counted.
+  mutable std::mutex writer_mu_;
   size_t next_evict_slot_ = 0;  // (writer_mu_)
 
   std::mutex worker_mu_;
