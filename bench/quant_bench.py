@@ -43,17 +43,17 @@ def quant(bits, rounding="stochastic", w=1.0):
 
 
 def configs():
-    c = [("sgd/float32", "float32", SGD)]
+    c = [("sgd/float32", SGD)]
     for bits in (8, 12, 16):
-        c.append((f"sgd/FixQ-{bits}", "bits", SGD + quant(bits, "nearest")))
-        c.append((f"sgd/StocQ-{bits}", "bits", SGD + quant(bits)))
+        c.append((f"sgd/FixQ-{bits}", SGD + quant(bits, "nearest")))
+        c.append((f"sgd/StocQ-{bits}", SGD + quant(bits)))
     for w in (0.01, 0.1, 10, 100):
-        c.append((f"sgd/StocQ-16 w={w:g}", "range", SGD + quant(16, w=w)))
-    c.append(("sgd/StocQ-16 dim=32", "dim", SGD + quant(16) + ["--set", "model.embedding_dim=32"]))
-    c.append(("adagrad/float32", "adagrad", ADAGRAD))
+        c.append((f"sgd/StocQ-16 w={w:g}", SGD + quant(16, w=w)))
+    c.append(("sgd/StocQ-16 dim=32", SGD + quant(16) + ["--set", "model.embedding_dim=32"]))
+    c.append(("adagrad/float32", ADAGRAD))
     for bits in (8, 16):
-        c.append((f"adagrad/FixQ-{bits}", "adagrad", ADAGRAD + quant(bits, "nearest")))
-        c.append((f"adagrad/StocQ-{bits}", "adagrad", ADAGRAD + quant(bits)))
+        c.append((f"adagrad/FixQ-{bits}", ADAGRAD + quant(bits, "nearest")))
+        c.append((f"adagrad/StocQ-{bits}", ADAGRAD + quant(bits)))
     return c
 
 
@@ -204,7 +204,7 @@ def main():
     if "quality" in groups:
         common = ["--data", train_tsv, "--eval-data", test_tsv, "--set", "train.deterministic=true",
                   "--set", f"pipeline.pass_examples={a.pass_examples}"]
-        for name, _, args in configs():
+        for name, args in configs():
             r = train(a.ctrbox, common + args, work)
             recs.append(emit({"bench": "quant", "run": name, "quant": r["quant"],
                               "dim": 32 if "model.embedding_dim=32" in args else 16, "online_auc": r["auc"],

@@ -26,7 +26,7 @@ namespace {
 
 // Bytes of one stored embedding (codes when quantized, else float32).
 uint64_t QuantizedEmbeddingBytes(const ModelOptions& m) {
-  return Quantizer(m.quant.bits, m.quant.range).StoredBytes(m.embedding_dim);
+  return uint64_t{StoredElementBytes(m.quant.bits)} * m.embedding_dim;
 }
 
 void PrintJson(const nlohmann::json& j) { std::cout << j.dump() << std::endl; }

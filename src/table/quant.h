@@ -29,6 +29,9 @@ struct QuantOptions {
   bool operator==(const QuantOptions&) const = default;
 };
 
+// Bytes of one stored element at `bits` (0: a float32): 1 up to 8 bits, 2 up to 16.
+constexpr uint32_t StoredElementBytes(uint32_t bits) { return bits == 0 ? 4 : bits <= 8 ? 1 : 2; }
+
 // The grid for `bits` and `range`. A small value type; thread-safe (immutable).
 class Quantizer {
  public:
@@ -46,7 +49,7 @@ class Quantizer {
   // Bytes of one stored code: 1 up to 8 bits, 2 above.
   uint32_t code_bytes() const { return bits_ <= 8 ? 1 : 2; }
   // Bytes of n stored elements (4 each when disabled).
-  size_t StoredBytes(uint32_t n) const { return size_t{n} * (enabled() ? code_bytes() : 4); }
+  size_t StoredBytes(uint32_t n) const { return size_t{n} * StoredElementBytes(bits_); }
 
   // floor(clip(x) / Δ + u), clamped to the code range; x == Value(i) (the float nearest a
   // grid point) gives i. NaN gives 0.

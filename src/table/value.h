@@ -21,7 +21,7 @@ struct ValueLayout {
 
   Quantizer quantizer() const { return Quantizer(quant_bits, quant_range); }
   // Bytes of the stored embedding (codes or floats).
-  size_t EmbBytes() const { return quantizer().StoredBytes(dim); }
+  size_t EmbBytes() const { return size_t{dim} * StoredElementBytes(quant_bits); }
   // Bytes of the canonical encoding of one row, key included.
   size_t EncodedBytes(bool has_emb) const {
     return 8 + 4 * 4 + 4 * wide_state + (has_emb ? EmbBytes() + 4 * emb_state : 0);
