@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/model_files.h"
 #include "ckpt/model_spec.h"
 #include "model/ctr_model.h"
 #include "table/sparse_table.h"
@@ -16,12 +17,6 @@
 #include "util/thread_pool.h"
 
 namespace ctrbox {
-
-struct ModelFileInfo {
-  std::string name;
-  uint64_t bytes = 0;
-  uint64_t checksum = 0;
-};
 
 struct ModelManifest {
   uint64_t generation = 0;

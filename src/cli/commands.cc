@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "ckpt/checkpoint.h"
 #include "ckpt/model_dir.h"
 #include "cli/progress.h"
 #include "io/reader.h"
@@ -221,14 +222,20 @@ Status RunPredictCommand(const JobConfig& job) {
                       stdout, &counts);
 }
 
-Status RunInspectCommand(const std::string& model_dir, const std::string& store_dir) {
+Status RunInspectCommand(const std::string& model_dir, const std::string& store_dir,
+                         const std::string& ckpt_dir) {
+  if (!ckpt_dir.empty()) {
+    ASSIGN_OR_RETURN(nlohmann::json report, InspectCheckpoints(Env::Posix(), ckpt_dir));
+    PrintJson(report);
+    return Status::OK();
+  }
   if (!store_dir.empty()) {
     ASSIGN_OR_RETURN(nlohmann::json report, SsdStore::Inspect(Env::Posix(), store_dir));
     PrintJson(report);
     return Status::OK();
   }
   if (model_dir.empty())
-    return InvalidArgumentError("inspect needs --model-dir DIR or --store DIR");
+    return InvalidArgumentError("inspect needs --model-dir DIR, --store DIR or --ckpt-dir DIR");
   Stopwatch clock;
   ASSIGN_OR_RETURN(ModelManifest m, VerifyModel(Env::Posix(), model_dir));
   uint64_t on_disk = 0;

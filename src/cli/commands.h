@@ -35,8 +35,10 @@ Status RunConvertCommand(const JobConfig& job, const ConvertArgs& args);
 Status RunTrainCommand(const JobConfig& job);
 Status RunEvalCommand(const JobConfig& job);
 Status RunPredictCommand(const JobConfig& job);
-// Inspects a model directory, or (store_dir) the SSD store a clean shutdown left.
-Status RunInspectCommand(const std::string& model_dir, const std::string& store_dir);
+// Inspects a model directory, (store_dir) the SSD store a clean shutdown left, or (ckpt_dir)
+// a train job's checkpoints.
+Status RunInspectCommand(const std::string& model_dir, const std::string& store_dir,
+                         const std::string& ckpt_dir);
 
 }  // namespace ctrbox
 

@@ -17,6 +17,7 @@ struct JobArgs {
   std::string model_dir;
   std::vector<std::string> eval_data;
   bool fresh = false;
+  bool resume = false;
 };
 
 void AddJobOptions(CLI::App* cmd, JobArgs* a) {
@@ -35,6 +36,7 @@ ctrbox::StatusOr<ctrbox::JobConfig> BuildJob(const JobArgs& a) {
   if (!a.eval_data.empty()) b.job().eval_paths = a.eval_data;
   if (!a.model_dir.empty()) b.job().model_dir = a.model_dir;
   b.job().fresh = a.fresh;
+  b.job().resume = a.resume;
   return b.Finish();
 }
 
@@ -56,14 +58,19 @@ int main(int argc, char** argv) {
   JobArgs train_args, eval_args, predict_args, convert_args;
   ctrbox::GenArgs gen;
   ctrbox::ConvertArgs convert;
-  std::string inspect_dir, inspect_store;
+  std::string inspect_dir, inspect_store, inspect_ckpt;
 
   auto* train = app.add_subcommand("train", "train a model (generated data if no --data)");
   AddJobOptions(train, &train_args);
   train->add_option("--model-dir", train_args.model_dir,
                     "where the model is saved (and continued from)");
   train->add_option("--eval-data", train_args.eval_data, "data to evaluate on after training");
-  train->add_flag("--fresh", train_args.fresh, "start a new model even if --model-dir holds one");
+  train->add_flag("--fresh", train_args.fresh,
+                  "start a new model even if --model-dir (or ckpt.dir) holds one");
+  train->add_flag("--resume", train_args.resume,
+                  "continue from the newest complete checkpoint in ckpt.dir (or start the job "
+                  "if there is none)")
+      ->excludes("--fresh");
 
   auto* eval = app.add_subcommand("eval", "AUC, logloss and COPC of a model on data");
   AddJobOptions(eval, &eval_args);
@@ -74,11 +81,14 @@ int main(int argc, char** argv) {
   AddJobOptions(predict, &predict_args);
   predict->add_option("--model-dir", predict_args.model_dir, "the model")->required();
 
-  auto* inspect = app.add_subcommand("inspect", "verify a model directory and report its contents");
+  auto* inspect = app.add_subcommand("inspect", "verify a model directory, SSD store or checkpoints and report them");
   auto* model_opt = inspect->add_option("--model-dir", inspect_dir, "a model directory");
   auto* store_opt =
       inspect->add_option("--store", inspect_store, "an SSD store directory (storage.ssd_dir)");
-  model_opt->excludes(store_opt);
+  auto* ckpt_opt =
+      inspect->add_option("--ckpt-dir", inspect_ckpt, "a checkpoint directory (ckpt.dir)");
+  model_opt->excludes(store_opt)->excludes(ckpt_opt);
+  store_opt->excludes(ckpt_opt);
   inspect->require_option(1);
 
   auto* gen_cmd = app.add_subcommand("gen", "write a synthetic click log with a planted model");
@@ -117,7 +127,7 @@ int main(int argc, char** argv) {
     if (predict->parsed()) return Report(ctrbox::RunPredictCommand(*job));
     return Report(ctrbox::RunConvertCommand(*job, convert));
   }
-  if (inspect->parsed()) return Report(ctrbox::RunInspectCommand(inspect_dir, inspect_store));
+  if (inspect->parsed()) return Report(ctrbox::RunInspectCommand(inspect_dir, inspect_store, inspect_ckpt));
   if (gen_cmd->parsed()) return Report(ctrbox::RunGenCommand(gen));
   if (config_cmd->parsed()) {
     std::cout << ctrbox::ConfigReference();

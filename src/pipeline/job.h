@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/checkpoint.h"
 #include "ckpt/model_spec.h"
 #include "io/reader.h"
 #include "io/synth.h"
@@ -53,7 +54,9 @@ struct JobConfig {
   TrainOptions train;
   PipelineOptions pipeline;
   std::string model_dir;
-  bool fresh = false;  // train: ignore a model already in model_dir
+  bool fresh = false;  // train: ignore a model already in model_dir (and old checkpoints)
+  CheckpointOptions ckpt;  // checkpoints of the train job (ckpt.dir empty: none)
+  bool resume = false;     // train: continue from the newest checkpoint in ckpt.dir
 };
 
 }  // namespace ctrbox

@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <optional>
 #include <thread>
 
+#include "ckpt/checkpoint.h"
 #include "ckpt/model_dir.h"
 #include "io/synth.h"
 #include "model/blas.h"
@@ -97,6 +99,9 @@ struct Pass {
   StageClock clock[kNumStages];
   MetricSummary metrics;
   uint64_t embeddings_created = 0;
+  // The dense state right after this pass trained, when a checkpoint is due after its push
+  // (the train stage goes on with later passes meanwhile).
+  std::string dense_snapshot;
 };
 using PassPtr = std::unique_ptr<Pass>;
 
@@ -117,14 +122,14 @@ class PassReader {
   Schema schema() const { return schema_; }
   const RecordCounts& counts() const { return counts_; }  // of the epochs read to the end
 
-  // Fills pass->examples with the next pass; sets *eof (and leaves it empty) at the end.
-  Status Next(Pass* pass, bool* eof) {
-    pass->examples.Reset(schema_);
+  // Fills *examples with the next pass; sets *eof (and leaves it empty) at the end.
+  Status Next(Batch* examples, bool* eof) {
+    examples->Reset(schema_);
     const uint64_t want = job_.pipeline.pass_examples;
-    while (pass->examples.rows() < want) {
+    while (examples->rows() < want) {
       if (begin_ < block_.rows()) {
-        const size_t take = std::min<size_t>(block_.rows() - begin_, want - pass->examples.rows());
-        pass->examples.AppendRows(block_, begin_, begin_ + take);
+        const size_t take = std::min<size_t>(block_.rows() - begin_, want - examples->rows());
+        examples->AppendRows(block_, begin_, begin_ + take);
         begin_ += take;
         continue;
       }
@@ -139,10 +144,35 @@ class PassReader {
         counts_.Add(reader_->counts());
         reader_.reset();
         block_.Reset(schema_);
-        if (++epoch_ >= job_.train.epochs || pass->examples.rows() > 0) break;
+        if (++epoch_ >= job_.train.epochs || examples->rows() > 0) break;
       }
     }
-    *eof = pass->examples.rows() == 0;
+    *eof = examples->rows() == 0;
+    return Status::OK();
+  }
+
+  // Reads past the first `passes` passes (a resumed job's trained data), which must hold
+  // `examples` examples: the same passes the job cut before.
+  Status Skip(uint64_t passes, uint64_t examples) {
+    Batch scratch;
+    uint64_t seen = 0;
+    for (uint64_t p = 0; p < passes; ++p) {
+      bool eof = false;
+      RETURN_IF_ERROR(Next(&scratch, &eof));
+      if (eof) {
+        return FailedPreconditionError(fmt::format(
+            "the input ended after {} passes, but the checkpoint was cut after {}: the data "
+            "changed since",
+            p, passes));
+      }
+      seen += scratch.rows();
+    }
+    if (seen != examples) {
+      return FailedPreconditionError(fmt::format(
+          "the first {} passes of the input hold {} examples, the checkpoint says {}: the data "
+          "changed since",
+          passes, seen, examples));
+    }
     return Status::OK();
   }
 
@@ -219,14 +249,80 @@ TieredOptions StorageFor(const JobConfig& job, const ValueLayout& layout) {
   return o;
 }
 
+// The job settings besides the model spec that change what a resumed job computes: what the
+// data is, and how it is cut into passes and minibatches. A checkpoint records them.
+StatusOr<nlohmann::json> ResultSettings(Env* env, const JobConfig& job) {
+  nlohmann::json data;
+  if (job.data.paths.empty() && job.data.command.empty()) {
+    const GeneratedData& g = job.generated;
+    data = {{"generated",
+             {{"layout", DataFormatName(g.layout)},
+              {"rows", g.rows},
+              {"seed", g.seed},
+              {"vocab_scale", g.vocab_scale},
+              {"zipf", g.zipf}}}};
+  } else if (!job.data.command.empty()) {
+    data = {{"format", DataFormatName(job.data.format)}, {"command", job.data.command}};
+  } else {
+    ASSIGN_OR_RETURN(auto files, ExpandDataPaths(env, job.data.paths, job.data.format));
+    nlohmann::json list = nlohmann::json::array();
+    for (const std::string& f : files) {
+      nlohmann::json bytes = nullptr;  // standard input: nothing to compare
+      if (f != "-") {
+        ASSIGN_OR_RETURN(uint64_t size, env->GetFileSize(f));
+        bytes = size;
+      }
+      list.push_back({{"path", f}, {"bytes", bytes}});
+    }
+    data = {{"format", DataFormatName(job.data.format)}, {"files", list}};
+  }
+  return nlohmann::json{{"data", data},
+                        {"pipeline.pass_examples", job.pipeline.pass_examples},
+                        {"train.batch_size", job.train.batch_size},
+                        {"train.epochs", job.train.epochs},
+                        {"train.shrink_every_passes", job.train.shrink_every_passes}};
+}
+
+// Why this job cannot continue from checkpoint `m`, or "".
+std::string ResumeMismatch(const CheckpointManifest& m, const ModelSpec& spec,
+                           const nlohmann::json& settings) {
+  const std::string name = CheckpointName(m.id);
+  if (m.spec.ToJson() != spec.ToJson()) {
+    std::string key = m.spec.FirstIncompatibility(spec);
+    if (key.empty()) key = m.spec.FirstDifference(spec);
+    return fmt::format("{} was written with another {} than this job sets", name,
+                       key.empty() ? "model spec" : key);
+  }
+  for (const auto& [key, value] : settings.items()) {
+    const nlohmann::json old = m.settings.contains(key) ? m.settings[key] : nlohmann::json();
+    if (old == value) continue;
+    if (key == "data" && old.contains("files") && value.contains("files")) {
+      const auto &a = old["files"], &b = value["files"];
+      for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+        if (i >= a.size() || i >= b.size() || a[i] != b[i]) {
+          return fmt::format("the input differs from {}'s: {} there, {} now", name,
+                             i < a.size() ? a[i].dump() : "no file",
+                             i < b.size() ? b[i].dump() : "no file");
+        }
+      }
+    }
+    return fmt::format("{} was written with {} = {}, this job sets {}", name, key, old.dump(),
+                       value.dump());
+  }
+  return "";
+}
+
 // ---- the train job ---------------------------------------------------------------------------
 
 // One run of the train job: the four stage functions, and the two ways to run them.
 class TrainRun {
  public:
+  // `start`: where the job stood when this run began (a resumed job: its checkpoint);
+  // `ckpt`: the checkpoint writer, or null.
   TrainRun(const JobConfig& job, PassReader* reader, SparseTable* table, CtrModel* model,
            const CtrAccessor* accessor, MetricsLog* log, ProgressSink* sink,
-           const std::atomic<bool>* stop, ThreadPool* train_pool)
+           const std::atomic<bool>* stop, ThreadPool* train_pool, const TrainPosition& start,
+           CheckpointWriter* ckpt)
       : job_(job),
         reader_(reader),
         table_(table),
@@ -236,6 +332,9 @@ class TrainRun {
         sink_(sink),
         stop_(stop),
         train_pool_(train_pool),
+        start_(start),
+        ckpt_(ckpt),
+        next_index_(start.passes),
         predictions_(job.train.batch_size) {}
 
   // Runs every pass; returns the first error of any stage.
@@ -260,6 +359,17 @@ class TrainRun {
   uint64_t shrunk() const { return shrunk_; }
   uint64_t created() const { return created_; }
   uint64_t patched_rows() const { return patched_rows_; }
+  double checkpoint_seconds() const { return checkpoint_seconds_; }
+  // Where the job stands after the passes pushed so far.
+  TrainPosition Position() const {
+    TrainPosition p = start_;
+    p.passes += passes_;
+    p.examples += examples_;
+    p.trained_examples += examples_;
+    p.embeddings_created += created_;
+    p.keys_shrunk += shrunk_;
+    return p;
+  }
   bool interrupted() const { return interrupted_; }
   MetricSummary summary() const { return total_.Summary(); }
   nlohmann::json StagesJson() const {
@@ -278,7 +388,7 @@ class TrainRun {
     Stopwatch clock;
     auto pass = std::make_unique<Pass>(model_->value_layout());
     bool eof = false;
-    RETURN_IF_ERROR(reader_->Next(pass.get(), &eof));
+    RETURN_IF_ERROR(reader_->Next(&pass->examples, &eof));
     if (eof) return PassPtr();
     pass->index = next_index_++;
     BuildWorkingSet(pass->examples, job_.train.batch_size, nullptr, &pass->ws);
@@ -341,6 +451,7 @@ class TrainRun {
       }
     }
     pass->metrics = pass_metrics.Summary();
+    if (ckpt_ != nullptr && ckpt_->Due(pass->index + 1)) pass->dense_snapshot = DensePayload(*model_);
     pass->clock[kTrain].busy = clock.Seconds();
     return true;
   }
@@ -350,18 +461,33 @@ class TrainRun {
     Stopwatch clock;
     RETURN_IF_ERROR(table_->Push(&pass->pins, pass->table->rows(), pool));
     ++passes_;
+    if (ckpt_ != nullptr) RETURN_IF_ERROR(ckpt_->OnPush(pass->table->rows()));
     const uint32_t every = job_.train.shrink_every_passes;
-    if (every > 0 && passes_ % every == 0) {
+    if (every > 0 && (start_.passes + passes_) % every == 0) {
       ASSIGN_OR_RETURN(uint64_t deleted, table_->Shrink(*accessor_, pool));
       shrunk_ += deleted;
+      if (ckpt_ != nullptr) ckpt_->OnShrink();
     }
     pass->registry = nullptr;
     in_flight_.Remove(pass->index, /*pushed=*/true);
-    pass->clock[kPush].busy = clock.Seconds();
-
     examples_ += pass->examples.rows();
     created_ += pass->embeddings_created;
     patched_rows_ += pass->patched_rows;
+
+    // A checkpoint at this barrier: pass `index` is pushed, the next push waits for it.
+    nlohmann::json checkpoint;
+    if (ckpt_ != nullptr && ckpt_->Due(start_.passes + passes_)) {
+      Stopwatch ckpt_clock;
+      ASSIGN_OR_RETURN(CheckpointManifest m,
+                       ckpt_->Commit(*table_, pass->dense_snapshot, Position(), "", pool));
+      checkpoint = {{"name", CheckpointName(m.id)},
+                    {"kind", m.base ? "base" : "delta"},
+                    {"rows", m.rows},
+                    {"bytes", m.files[0].bytes + m.files[1].bytes},
+                    {"seconds", ckpt_clock.Seconds()}};
+      checkpoint_seconds_ += ckpt_clock.Seconds();
+    }
+    pass->clock[kPush].busy = clock.Seconds();
     const double now = run_clock_.Seconds();
     const double pass_seconds = now - last_push_;
     last_push_ = now;
@@ -383,6 +509,7 @@ class TrainRun {
                              {"seconds", pass_seconds},
                              {"examples_per_s", ps.examples / std::max(pass_seconds, 1e-9)},
                              {"stages", stages}};
+    if (!checkpoint.is_null()) record["checkpoint"] = checkpoint;
     nlohmann::json storage_now = table_->StorageReport();
     record["storage"] = StorageDelta(storage_before_, storage_now);
     storage_before_ = std::move(storage_now);
@@ -540,15 +667,18 @@ class TrainRun {
   ProgressSink* const sink_;
   const std::atomic<bool>* const stop_;
   ThreadPool* const train_pool_;
+  const TrainPosition start_;
+  CheckpointWriter* const ckpt_;  // push stage
 
   InFlight in_flight_;
-  uint64_t next_index_ = 0;                                                           // read stage
+  uint64_t next_index_;                                                               // read stage
   std::vector<float> predictions_;                                                    // train stage
   MetricAccumulator total_;                                                           // train stage
   uint64_t trained_examples_ = 0;                                                     // train stage
   Stopwatch progress_clock_;                                                          // train stage
   uint64_t examples_ = 0, passes_ = 0, shrunk_ = 0, created_ = 0, patched_rows_ = 0;  // push
   double last_push_ = 0;                                                              // push stage
+  double checkpoint_seconds_ = 0;                                                     // push stage
   nlohmann::json storage_before_;                                                     // push stage
   std::mutex sink_mu_;
 
@@ -594,11 +724,55 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   job.spec.table.seed = job.train.seed;
   ThreadPool pool(job.train.threads);
 
-  // The model: continue the one in model_dir, or start a new one.
+  // The model: resume from the newest checkpoint, continue the one in model_dir, or start a
+  // new one.
   std::unique_ptr<CtrModel> model;
   std::unique_ptr<SparseTable> table;
-  uint64_t trained_before = 0;
-  if (!job.model_dir.empty() && !job.fresh && ModelExists(env, job.model_dir)) {
+  TrainPosition start;
+  nlohmann::json settings;
+  std::optional<CheckpointManifest> resumed;
+  std::vector<std::string> resume_warnings;
+  if (job.resume && job.ckpt.dir.empty())
+    return InvalidArgumentError("--resume needs ckpt.dir (--set ckpt.dir=DIR)");
+  if (!job.ckpt.dir.empty()) {
+    ASSIGN_OR_RETURN(settings, ResultSettings(env, job));
+    if (job.resume) {
+      StatusOr<ResumedState> r = ResumeNewestCheckpoint(
+          env, job.ckpt.dir,
+          [&](const ValueLayout& layout) -> StatusOr<std::unique_ptr<SparseTable>> {
+            ASSIGN_OR_RETURN(auto t, TieredTable::Open(env, StorageFor(job, layout)));
+            return std::unique_ptr<SparseTable>(std::move(t));
+          },
+          &pool);
+      if (r.ok()) {
+        const std::string why = ResumeMismatch(r->manifest, job.spec, settings);
+        if (!why.empty()) return InvalidArgumentError("cannot resume: " + why);
+        resumed = r->manifest;
+        resume_warnings = std::move(r->warnings);
+        model = std::move(r->model);
+        table = std::move(r->table);
+        start = resumed->position;
+        LOG_INFO("resuming from {} in {}: {} passes, {} examples done", CheckpointName(resumed->id),
+                 job.ckpt.dir, start.passes, start.examples);
+      } else if (r.status().code() == StatusCode::kNotFound) {
+        LOG_INFO("no checkpoint in {} yet: starting the job", job.ckpt.dir);
+      } else {
+        return r.status();
+      }
+    } else if (!job.fresh) {
+      ASSIGN_OR_RETURN(auto ids, ListCheckpoints(env, job.ckpt.dir));
+      if (!ids.empty()) {
+        return InvalidArgumentError(fmt::format(
+            "{} holds checkpoints of an earlier job (newest {}): pass --resume to continue it, "
+            "or --fresh to start a new job there (its old checkpoints are pruned after the "
+            "first new one)",
+            job.ckpt.dir, CheckpointName(ids.back())));
+      }
+    }
+  }
+  if (resumed) {
+    RETURN_IF_ERROR(reader.Skip(start.passes, start.examples));
+  } else if (!job.model_dir.empty() && !job.fresh && ModelExists(env, job.model_dir)) {
     ASSIGN_OR_RETURN(LoadedModel lm, OpenModel(env, job.model_dir, StorageFor(job, {}), &pool));
     std::string diff = lm.manifest.spec.FirstIncompatibility(job.spec);
     if (!diff.empty()) {
@@ -611,7 +785,7 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
     if (!diff.empty()) LOG_INFO("continuing with this job's {} (and other hyperparameters)", diff);
     LOG_INFO("continuing training of the model in {} ({} keys, {} examples trained)", job.model_dir,
              lm.manifest.keys, lm.manifest.trained_examples);
-    trained_before = lm.manifest.trained_examples;
+    start.trained_examples = lm.manifest.trained_examples;
     model = std::move(lm.model);
     table = std::move(lm.table);
   } else {
@@ -620,6 +794,12 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
     ASSIGN_OR_RETURN(table, TieredTable::Open(env, StorageFor(job, model->value_layout())));
   }
   const CtrAccessor accessor(model->value_layout(), job.spec.table);
+  std::unique_ptr<CheckpointWriter> ckpt;
+  if (!job.ckpt.dir.empty()) {
+    ASSIGN_OR_RETURN(ckpt, CheckpointWriter::Open(env, job.ckpt, job.spec, settings,
+                                                  model->value_layout(),
+                                                  resumed ? &*resumed : nullptr));
+  }
   std::string metrics_path = job.train.metrics_path;
   if (metrics_path.empty() && !job.model_dir.empty())
     metrics_path = JoinPath(job.model_dir, "metrics.jsonl");
@@ -628,10 +808,12 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   // Train pass by pass: nothing is committed unless every stage succeeded (a read error or
   // too many malformed records included).
   nlohmann::json report;
+  TrainPosition final_position;
   {
     TrainRun run(job, &reader, table.get(), model.get(), &accessor, metrics_log.get(), sink, stop,
-                 &pool);
+                 &pool, start, ckpt.get());
     RETURN_IF_ERROR(run.Run(job.pipeline.enabled));
+    final_position = run.Position();
     if (sink) sink->OnDone();
     const nlohmann::json stages = run.StagesJson();
     LogStageTable(stages, run.seconds(), run.passes(), job.pipeline.enabled);
@@ -677,22 +859,43 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
         {"rows_from_passes_in_flight", run.patched_rows()},
         {"interrupted", run.interrupted()},
         {"stages", stages},
+        {"checkpoint_seconds", run.checkpoint_seconds()},
+        {"job_passes", final_position.passes},
+        {"job_examples", final_position.examples},
     };
+    if (resumed) {
+      report["resumed_from"] = CheckpointName(resumed->id);
+      report["resume_warnings"] = resume_warnings;
+    }
     // An interrupted run read only part of the data; its record counts are partial.
     if (!run.interrupted()) report.update(CountsJson(reader.counts()));
   }
   const bool interrupted = report["interrupted"].get<bool>();
 
+  // The final checkpoint (unless the last pass's checkpoint is it).
+  if (ckpt) {
+    Stopwatch clock;
+    std::string digest;
+    if (!ckpt->has_last() || ckpt->last().position.passes != final_position.passes) {
+      ASSIGN_OR_RETURN(digest, ModelDigest(*table, *model, &pool));
+    }
+    ASSIGN_OR_RETURN(CheckpointManifest m, ckpt->Commit(*table, DensePayload(*model),
+                                                        final_position, digest, &pool));
+    report["checkpoint"] = ckpt->Report();
+    report["checkpoint"]["final_seconds"] = clock.Seconds();
+    if (!m.digest.empty()) report["digest"] = m.digest;
+  }
+
   if (!job.model_dir.empty()) {
     Stopwatch clock;
     ASSIGN_OR_RETURN(ModelManifest m,
                      SaveModel(env, job.model_dir, job.spec, *table, *model,
-                               trained_before + report["examples"].get<uint64_t>(), &pool));
+                               final_position.trained_examples, &pool));
     report["model_dir"] = job.model_dir;
     report["generation"] = m.generation;
     report["digest"] = m.digest;
     report["save_seconds"] = clock.Seconds();
-  } else {
+  } else if (!report.contains("digest")) {
     ASSIGN_OR_RETURN(report["digest"], ModelDigest(*table, *model, &pool));
   }
 
