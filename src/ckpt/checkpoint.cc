@@ -63,8 +63,11 @@ TrainPosition PositionFromJson(const nlohmann::json& j) {
   return p;
 }
 
-// Checks one checkpoint's files against its MANIFEST without loading the rows.
-Status VerifyFiles(Env* env, const std::string& path, const CheckpointManifest& m) {
+// Checks one checkpoint's files against its MANIFEST without loading the rows. *rows_ok: its
+// sparse.bin verifies (what a later delta of its chain needs).
+Status VerifyFiles(Env* env, const std::string& path, const CheckpointManifest& m,
+                   bool* rows_ok) {
+  *rows_ok = false;
   CtrModel shape(m.spec.schema, m.spec.model, m.spec.sparse_optimizer, m.spec.dense_optimizer, 0);
   SparseCounts counts;
   uint64_t checksum = 0;
@@ -74,6 +77,7 @@ Status VerifyFiles(Env* env, const std::string& path, const CheckpointManifest& 
       &checksum));
   if (checksum != m.files[0].checksum || counts.rows != m.rows)
     return CorruptionError(sparse + ": the file does not match its MANIFEST");
+  *rows_ok = true;
   ASSIGN_OR_RETURN(std::string payload, ReadDenseFile(env, dense, &checksum));
   if (checksum != m.files[1].checksum)
     return CorruptionError(dense + ": the file does not match its MANIFEST");
@@ -283,7 +287,7 @@ StatusOr<nlohmann::json> InspectCheckpoints(Env* env, const std::string& dir) {
   if (!env->IsDirectory(dir)) return NotFoundError(dir + ": no such directory");
   ASSIGN_OR_RETURN(std::vector<uint64_t> ids, AllIds(env, dir));
   nlohmann::json list = nlohmann::json::array();
-  std::map<uint64_t, bool> ok;  // complete checkpoints: verified
+  std::map<uint64_t, bool> ok, rows_ok;  // complete checkpoints: verified; sparse.bin verified
   std::map<uint64_t, CheckpointManifest> manifests;
   uint64_t bytes = 0;
   for (uint64_t id : ids) {
@@ -298,7 +302,9 @@ StatusOr<nlohmann::json> InspectCheckpoints(Env* env, const std::string& dir) {
     StatusOr<CheckpointManifest> m = ReadCheckpointManifest(env, dir, id);
     Status s = m.status();
     if (m.ok()) {
-      s = VerifyFiles(env, path, *m);
+      bool rows = false;
+      s = VerifyFiles(env, path, *m, &rows);
+      rows_ok[id] = rows;
       e["kind"] = m->base ? "base" : "delta";
       e["base"] = CheckpointName(m->base_id);
       if (m->parent) e["parent"] = CheckpointName(m->parent);
@@ -322,7 +328,7 @@ StatusOr<nlohmann::json> InspectCheckpoints(Env* env, const std::string& dir) {
     bool chain_ok = ok[it->first];
     for (uint64_t c = it->first; chain_ok && !manifests.at(c).base;) {
       c = manifests.at(c).parent;
-      chain_ok = manifests.count(c) && ok[c];
+      chain_ok = manifests.count(c) && rows_ok[c];
     }
     if (chain_ok) newest = CheckpointName(it->first);
   }
@@ -465,19 +471,17 @@ StatusOr<CheckpointManifest> CheckpointWriter::Commit(SparseTable& table,
 
 Status CheckpointWriter::Prune() {
   // Keep the newest `keep` checkpoints of this job's history, each with its chain.
+  // A manifest that cannot be read stops the pruning: nothing is deleted on a guess.
   std::set<uint64_t> kept;
   uint64_t cur = last_.id;
   for (uint32_t n = 0; cur != 0 && n < options_.keep; ++n) {
-    StatusOr<CheckpointManifest> m = ReadCheckpointManifest(env_, options_.dir, cur);
-    if (!m.ok()) break;
+    ASSIGN_OR_RETURN(CheckpointManifest m, ReadCheckpointManifest(env_, options_.dir, cur));
     kept.insert(cur);
-    for (CheckpointManifest c = *m; !c.base;) {
+    for (CheckpointManifest c = m; !c.base;) {
       kept.insert(c.parent);
-      StatusOr<CheckpointManifest> p = ReadCheckpointManifest(env_, options_.dir, c.parent);
-      if (!p.ok()) break;
-      c = std::move(*p);
+      ASSIGN_OR_RETURN(c, ReadCheckpointManifest(env_, options_.dir, c.parent));
     }
-    cur = m->parent;
+    cur = m.parent;
   }
   ASSIGN_OR_RETURN(std::vector<uint64_t> ids, ListCheckpoints(env_, options_.dir));
   for (uint64_t id : ids) {

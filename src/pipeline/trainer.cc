@@ -43,6 +43,8 @@ struct StageClock {
 // its rows from (docs/pipeline.md, "Correctness across overlapping passes").
 class InFlight {
  public:
+  // `pushed`: the passes pushed before this run (a resumed job's).
+  explicit InFlight(uint64_t pushed) : pushed_(pushed) {}
   // The working tables of the passes in flight now, ascending.
   std::vector<std::pair<uint64_t, std::shared_ptr<const WorkingTable>>> Snapshot() {
     std::lock_guard<std::mutex> l(mu_);
@@ -75,7 +77,7 @@ class InFlight {
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<uint64_t, std::shared_ptr<const WorkingTable>> tables_;
-  uint64_t pushed_ = 0;
+  uint64_t pushed_;
   bool cancelled_ = false;
 };
 
@@ -334,6 +336,7 @@ class TrainRun {
         train_pool_(train_pool),
         start_(start),
         ckpt_(ckpt),
+        in_flight_(start.passes),
         next_index_(start.passes),
         predictions_(job.train.batch_size) {}
 

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 
+#include "ckpt/checkpoint.h"
 #include "ckpt/model_dir.h"
 #include "io/synth.h"
 #include "io/test_util.h"
@@ -320,6 +321,179 @@ TEST(TrainerTest, AnIoErrorAtAnyCallEndsTheRunCleanlyAndKeepsTheCommittedModel) 
     }
   }
   EXPECT_GT(failed_runs, static_cast<int>(ns.size()));  // most faults stop the run
+}
+
+// Stops the job (as Ctrl-C does) once `after` passes were pushed.
+class StopAfter : public ProgressSink {
+ public:
+  StopAfter(int after, std::atomic<bool>* stop) : after_(after), stop_(stop) {}
+  void OnPass(const nlohmann::json&) override {
+    if (++passes_ >= after_) stop_->store(true);
+  }
+
+ private:
+  const int after_;
+  std::atomic<bool>* const stop_;
+  int passes_ = 0;
+};
+
+// Test 5 of docs/checkpoints.md: a job stopped twice and resumed twice, with other thread
+// counts and without the pipeline, ends with the digest of one uninterrupted run; shrinking
+// (which forces base checkpoints) included. What a resume refuses is named.
+TEST(TrainerTest, AJobResumedTwiceWithOtherThreadCountsEqualsOneRun) {
+  TempDir dir;
+  const std::string data = WriteCriteo(dir, "train.tsv", 0, 24000, 5);
+  auto job_for = [&](const std::string& model_dir) {
+    JobConfig job = SmallJob(model_dir);
+    job.data.paths = {data};
+    job.pipeline.pass_examples = 2000;
+    job.train.shrink_every_passes = 5;
+    job.spec.table.delete_threshold = 0.5f;
+    return job;
+  };
+  auto one = RunTrain(Env::Posix(), job_for(dir.File("one")), nullptr);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  ASSERT_GT((*one)["keys_shrunk"].get<uint64_t>(), 0u);
+
+  JobConfig job = job_for(dir.File("m"));
+  job.ckpt.dir = dir.File("ckpt");
+  job.ckpt.base_every = 3;
+  std::atomic<bool> stop{false};
+  StopAfter first(4, &stop);
+  auto r1 = RunTrain(Env::Posix(), job, &first, &stop);
+  ASSERT_TRUE(r1.ok()) << r1.status().ToString();
+  ASSERT_TRUE((*r1)["interrupted"].get<bool>());
+  const uint64_t passes1 = (*r1)["job_passes"];
+  ASSERT_LT(passes1, 12u);
+
+  // Without --resume the old checkpoints are not silently replaced.
+  auto no_resume = RunTrain(Env::Posix(), job, nullptr);
+  ASSERT_FALSE(no_resume.ok());
+  EXPECT_NE(no_resume.status().message().find("--resume"), std::string::npos);
+  // A setting that changes results, or other data, is refused and named.
+  job.resume = true;
+  JobConfig other = job;
+  other.train.batch_size = 128;
+  auto bad = RunTrain(Env::Posix(), other, nullptr);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("train.batch_size"), std::string::npos)
+      << bad.status().ToString();
+  other = job;
+  other.spec.sparse_optimizer.lr = 0.5f;
+  bad = RunTrain(Env::Posix(), other, nullptr);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("sparse_optimizer.lr"), std::string::npos)
+      << bad.status().ToString();
+  other = job;
+  other.data.paths = {WriteCriteo(dir, "other.tsv", 0, 24001, 5)};
+  bad = RunTrain(Env::Posix(), other, nullptr);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("other.tsv"), std::string::npos)
+      << bad.status().ToString();
+
+  stop = false;
+  job.train.threads = 1;
+  StopAfter second(3, &stop);
+  auto r2 = RunTrain(Env::Posix(), job, &second, &stop);
+  ASSERT_TRUE(r2.ok()) << r2.status().ToString();
+  EXPECT_EQ((*r2)["resumed_from"], (*r1)["checkpoint"]["last"]);
+  const uint64_t passes2 = (*r2)["job_passes"];
+  ASSERT_GT(passes2, passes1);
+  ASSERT_LT(passes2, 12u);
+
+  stop = false;
+  job.train.threads = 3;
+  job.pipeline.enabled = false;
+  auto r3 = RunTrain(Env::Posix(), job, nullptr);
+  ASSERT_TRUE(r3.ok()) << r3.status().ToString();
+  EXPECT_EQ((*r3)["job_passes"], 12u);
+  EXPECT_EQ((*r3)["job_examples"], 24000u);
+  EXPECT_EQ((*r3)["examples"].get<uint64_t>(), 24000u - (*r2)["job_examples"].get<uint64_t>());
+  EXPECT_EQ((*r3)["digest"], (*one)["digest"]);
+  auto verified = VerifyModel(Env::Posix(), job.model_dir);
+  ASSERT_TRUE(verified.ok());
+  EXPECT_EQ(verified->digest, (*one)["digest"]);
+  EXPECT_EQ(verified->trained_examples, 24000u);
+  // Shrinking every 5 passes made passes 5 and 10 bases besides the every-3rd ones.
+  EXPECT_GT((*r3)["checkpoint"]["bases"].get<uint64_t>() + (*r2)["checkpoint"]["bases"].get<uint64_t>() +
+                (*r1)["checkpoint"]["bases"].get<uint64_t>(),
+            3u);
+  auto report = InspectCheckpoints(Env::Posix(), job.ckpt.dir);
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ((*report)["resumes_from"], (*r3)["checkpoint"]["last"]);
+}
+
+// Test 3 with checkpoints: EIO, ENOSPC or a crash (every call failing from the N-th on) at
+// points across a run with a checkpoint after every pass over an SSD tier. Each run ends
+// cleanly; after a power loss, a resumed run ends with the digest of one uninterrupted run.
+TEST(TrainerTest, AFaultAnywhereInARunWithCheckpointsThenResumeGivesTheDigestOfOneRun) {
+  SynthOptions so;
+  so.seed = 9;
+  std::string text;
+  SynthGenerator(so).GenerateText(0, 3000, &text, nullptr);
+  JobConfig job = SmallJob("/m");
+  job.data.paths = {"/d/train.tsv"};
+  job.spec.model.mlp = {16};
+  job.train.threads = 1;
+  job.pipeline.pass_examples = 500;
+  job.storage.ssd.dir = "/ssd";
+  job.storage.ssd.group_bits = 8;
+  job.storage.ssd.file_bytes = 64 << 10;
+  job.storage.memory_budget = 4 << 20;
+  job.storage.io_threads = 1;
+  job.storage.evict_threads = 1;
+  job.storage.evict_start = 0.3;
+  job.storage.evict_stop = 0.2;
+  job.ckpt.dir = "/c";
+  job.ckpt.base_every = 3;
+  job.resume = true;
+  auto fresh = [&]() {
+    auto env = std::make_unique<MemEnv>();
+    EXPECT_TRUE(env->CreateDirs("/d").ok());
+    EXPECT_TRUE(WriteFileAtomic(env.get(), "/d/train.tsv", text).ok());
+    return env;
+  };
+  std::string digest;
+  uint64_t calls = 0;
+  {
+    auto env = fresh();
+    const uint64_t before = env->Calls(FaultOp::kAny);
+    auto r = RunTrain(env.get(), job, nullptr);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    digest = (*r)["digest"];
+    calls = env->Calls(FaultOp::kAny) - before;
+    ASSERT_EQ((*r)["checkpoint"]["deltas"].get<uint64_t>(), 4u);  // 6 passes: b d d b d d
+    ASSERT_GT((*r)["storage"]["loaded_from_ssd"].get<uint64_t>(), 0u);
+    RecordProperty("io_calls_per_run", std::to_string(calls));
+  }
+  std::vector<uint64_t> ns;
+  for (uint64_t n = 1; n <= calls; n += n < 30 ? 1 : 1 + calls / 60) ns.push_back(n);
+  ns.push_back(calls);
+  int failed = 0, resumed = 0;
+  for (uint64_t n : ns) {
+    for (int mode = 0; mode < 2; ++mode) {  // 0: one EIO or ENOSPC; 1: a crash at call n
+      SCOPED_TRACE(::testing::Message() << "fault at I/O call " << n << " of " << calls
+                                        << (mode ? " (crash)" : " (one error)"));
+      auto env = fresh();
+      env->InjectFault(FaultOp::kAny, n,
+                       n % 2 ? MemEnv::NoSpace("injected") : MemEnv::Eio("injected"), mode == 1);
+      auto r = RunTrain(env.get(), job, nullptr);
+      env->ClearFaults();
+      if (!r.ok()) {
+        ++failed;
+        EXPECT_NE(r.status().message().find("injected"), std::string::npos)
+            << r.status().ToString();
+      }
+      env->SimulateCrash();
+      auto again = RunTrain(env.get(), job, nullptr);
+      ASSERT_TRUE(again.ok()) << again.status().ToString();
+      EXPECT_EQ((*again)["digest"], digest);
+      EXPECT_EQ((*again)["job_examples"], 3000u);
+      resumed += again->contains("resumed_from");
+    }
+  }
+  EXPECT_GT(failed, static_cast<int>(ns.size()));
+  EXPECT_GT(resumed, static_cast<int>(ns.size()) / 2);
 }
 
 }  // namespace
