@@ -21,6 +21,8 @@ int FuzzTextInput(const uint8_t* data, size_t size);
 int FuzzShard(const uint8_t* data, size_t size);
 // A model directory's MANIFEST (JSON plus checksum line).
 int FuzzManifest(const uint8_t* data, size_t size);
+// A checkpoint's MANIFEST (JSON plus checksum line), read and its checkpoint inspected.
+int FuzzCheckpointManifest(const uint8_t* data, size_t size);
 // The sparse file of a model directory whose MANIFEST and dense file are valid: verified.
 int FuzzModelSparse(const uint8_t* data, size_t size);
 // An SSD-PS group record. The header's sizes and CRC are fixed up so that the row parser

@@ -1,5 +1,8 @@
 #include "table/ssd_store.h"
 
+#include <chrono>
+#include <thread>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -153,7 +156,19 @@ Status SsdStore::ReadRecord(const ParamFile& file, const RecordLoc& loc, uint32_
   };
   out->bytes.resize(loc.length);
   size_t got = 0;
-  RETURN_IF_ERROR(file.reader->Read(loc.offset, loc.length, out->bytes.data(), &got));
+  // An I/O error is retried a bounded number of times with backoff (a transient device or
+  // network-filesystem error); a short or corrupt record is not: it is not going to change.
+  constexpr int kReadRetries = 3;
+  for (int attempt = 0;; ++attempt) {
+    Status st = file.reader->Read(loc.offset, loc.length, out->bytes.data(), &got);
+    if (st.ok()) break;
+    if (st.code() != StatusCode::kIOError || attempt == kReadRetries) {
+      return Status(st.code(), fmt::format("{}: {}{}", where(), st.message(),
+                                           attempt ? fmt::format(" ({} retries)", attempt) : ""));
+    }
+    read_retries_.fetch_add(1, std::memory_order_relaxed);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1 << (2 * attempt)));  // 1, 4, 16 ms
+  }
   if (got != loc.length) return CorruptionError(where() + ": file too short");
   auto h = CheckRecord(out->bytes.data(), out->bytes.size(), where());
   if (!h.ok()) return h.status();
@@ -326,6 +341,7 @@ DiskStats SsdStore::Stats() const {
       s.rows * fixed + s.emb_rows * (layout_.EncodedBytes(true) - layout_.EncodedBytes(false));
   s.index_bytes = index_.capacity() * sizeof(GroupEntry);
   s.records_read = records_read_.load();
+  s.read_retries = read_retries_.load();
   s.bytes_read = bytes_read_.load();
   s.records_written = records_written_.load();
   s.bytes_written = bytes_written_.load();

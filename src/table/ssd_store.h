@@ -58,6 +58,7 @@ struct DiskStats {
   uint64_t rows = 0, emb_rows = 0, value_bytes = 0;  // distinct keys on disk (newest versions)
   uint64_t index_bytes = 0, bloom_bytes = 0;
   uint64_t records_read = 0, bytes_read = 0, records_written = 0, bytes_written = 0;
+  uint64_t read_retries = 0;  // reads retried after an I/O error
 };
 
 class SsdStore {
@@ -146,7 +147,7 @@ class SsdStore {
   std::unique_ptr<WritableFile> writer_;
   uint32_t next_file_id_ = 1;
 
-  mutable std::atomic<uint64_t> records_read_{0}, bytes_read_{0};
+  mutable std::atomic<uint64_t> records_read_{0}, bytes_read_{0}, read_retries_{0};
   std::atomic<uint64_t> records_written_{0}, bytes_written_{0};
 };
 

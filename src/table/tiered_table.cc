@@ -1141,6 +1141,7 @@ nlohmann::json TieredTable::StorageReport() const {
        {"bloom_prunes", c.bloom_prunes.load()},
        {"bloom_false_positives", c.bloom_false_positives.load()},
        {"records_read", d.records_read},
+       {"read_retries", d.read_retries},
        {"ssd_bytes_read", d.bytes_read},
        {"records_written", d.records_written},
        {"ssd_bytes_written", d.bytes_written},

@@ -402,6 +402,49 @@ TEST(TieredTableTest, InspectDescribesAClosedStoreAndADamagedIndexIsRefused) {
   EXPECT_EQ((*reopened)->Stats().keys, keys_on_disk);
 }
 
+TEST(TieredTableTest, ReadErrorsAreRetriedBoundedlyAndNeverServeADefaultRow) {
+  // The read policy of docs/checkpoints.md: EIO on a parameter-file read is retried up to 3
+  // times with backoff; a read that keeps failing fails the pull, naming the file, and no
+  // default row takes the place of a key that has a record.
+  MemEnv env;
+  CtrAccessor acc(kLayout, AccessorOptions{});
+  auto table = std::move(TieredTable::Open(&env, Options("/s", 1 << 20)).value());
+  Random rng(12);
+  std::vector<uint64_t> keys = RandomKeys(&rng, 800, 1 << 30);
+  Reference ref;
+  RowBlock rows(kLayout);
+  {
+    auto pins = table->Pull(keys.data(), keys.size(), &acc, &rows, nullptr);
+    ASSERT_TRUE(pins.ok());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      rows.show(i) = 5.0f + static_cast<float>(i);
+      ref[keys[i]] = Encode(rows, i);
+    }
+    ASSERT_TRUE(table->Push(&*pins, rows, nullptr).ok());
+  }
+  ASSERT_TRUE(table->EvictAll().ok());
+  auto expect_exact = [&](const char* what) {
+    auto pins = table->Pull(keys.data(), keys.size(), &acc, &rows, nullptr);
+    ASSERT_TRUE(pins.ok()) << what << ": " << pins.status().ToString();
+    for (size_t i = 0; i < keys.size(); ++i) ASSERT_EQ(Encode(rows, i), ref[keys[i]]) << what;
+  };
+
+  env.InjectFault(FaultOp::kRead, 1, MemEnv::Eio("injected"));  // one transient error
+  expect_exact("after one EIO");
+  EXPECT_EQ(table->StorageReport()["read_retries"], 1u);
+  ASSERT_TRUE(table->EvictAll().ok());
+
+  env.InjectFault(FaultOp::kRead, 1, MemEnv::Eio("injected"), /*sticky=*/true);  // a dead disk
+  auto pins = table->Pull(keys.data(), keys.size(), &acc, &rows, nullptr);
+  ASSERT_FALSE(pins.ok());
+  EXPECT_EQ(pins.status().code(), StatusCode::kIOError);
+  EXPECT_NE(pins.status().message().find("params-"), std::string::npos) << pins.status().ToString();
+  EXPECT_NE(pins.status().message().find("3 retries"), std::string::npos)
+      << pins.status().ToString();
+  env.ClearFaults();
+  expect_exact("after the failed pull");  // the failed pull inserted no default rows
+}
+
 TEST(TieredTableTest, FirstTimeKeysCostNoReadAndCorruptionIsReported) {
   TempDir dir;
   CtrAccessor acc(kLayout, AccessorOptions{});

@@ -1,0 +1,157 @@
+// Test 1 of docs/checkpoints.md: `ctrbox train --resume` killed with SIGKILL at random
+// moments, again and again. After every kill each complete checkpoint verifies; the job, resumed
+// each time, ends with the digest of one uninterrupted run. CTRBOX_CRASH_KILLS kills (5 in the
+// CI test, 100 in crash_loop_slow_test); CTRBOX_CRASH_SEED picks the moments.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ckpt/checkpoint.h"
+#include "util/env.h"
+#include "util/parse.h"
+#include "util/random.h"
+
+namespace ctrbox {
+namespace {
+
+class CrashLoopTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/ctrbox_crash_XXXXXX";
+    dir_ = mkdtemp(tmpl);
+  }
+  void TearDown() override {
+    if (!HasFailure()) (void)std::system(("rm -rf " + dir_).c_str());
+  }
+
+  // Starts ctrbox with `args`, its stdout and stderr going to files; returns the pid.
+  pid_t Start(const std::vector<std::string>& args, const std::string& out) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      const int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      const int fe = open((out + ".err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fd, 1);
+      dup2(fe, 2);
+      std::vector<char*> argv;
+      const std::string bin = std::string(CTRBOX_BINARY_DIR) + "/ctrbox";
+      argv.push_back(const_cast<char*>(bin.c_str()));
+      for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      execv(bin.c_str(), argv.data());
+      _exit(127);
+    }
+    return pid;
+  }
+  static nlohmann::json LastJson(const std::string& path) {
+    std::string text;
+    if (!ReadFileToString(Env::Posix(), path, &text).ok()) return nullptr;
+    std::string_view t = Trim(text);
+    const size_t nl = t.rfind('\n');
+    return nlohmann::json::parse(nl == std::string_view::npos ? t : t.substr(nl + 1), nullptr,
+                                 false);
+  }
+
+  std::vector<std::string> Job(const std::string& ckpt_dir) const {
+    std::vector<std::string> a = {"train",
+                                  "--set", "data.gen.rows=60000",
+                                  "--set", "data.gen.test_rows=2000",
+                                  "--set", "pipeline.pass_examples=2048",
+                                  "--set", "model.mlp=32,16",
+                                  "--set", "train.batch_size=256",
+                                  "--set", "train.threads=2",
+                                  "--set", "table.shrink_every_passes=7",
+                                  "--set", "table.delete_threshold=0.3",
+                                  "--set", "train.progress_seconds=100"};
+    if (!ckpt_dir.empty()) {
+      a.insert(a.end(), {"--set", "ckpt.dir=" + ckpt_dir, "--set", "ckpt.base_every=4",
+                         "--resume", "--model-dir", dir_ + "/model"});
+    }
+    return a;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(CrashLoopTest, KilledAtRandomMomentsAndResumedTheJobEndsWithTheDigestOfOneRun) {
+  const char* kills_env = std::getenv("CTRBOX_CRASH_KILLS");
+  const int want_kills = kills_env ? std::atoi(kills_env) : CTRBOX_CRASH_KILLS;
+  const char* seed_env = std::getenv("CTRBOX_CRASH_SEED");
+  Random rng(seed_env ? std::strtoull(seed_env, nullptr, 10) : 1);
+
+  // One uninterrupted run, timed: the kills fall within its length.
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t ref = Start(Job(""), dir_ + "/ref.out");
+  int status = 0;
+  ASSERT_EQ(waitpid(ref, &status, 0), ref);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  const double run_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const nlohmann::json reference = LastJson(dir_ + "/ref.out");
+  ASSERT_TRUE(reference.is_object());
+  const std::string digest = reference["digest"];
+
+  int kills = 0, rounds = 0, finished_runs = 0;
+  while (kills < want_kills) {
+    // A round: one job in a fresh checkpoint directory, killed and resumed until it ends.
+    const std::string ckpt = dir_ + "/ckpt" + std::to_string(rounds++);
+    (void)std::system(("rm -rf " + dir_ + "/model").c_str());
+    for (int attempt = 0;; ++attempt) {
+      ASSERT_LT(attempt, 1000) << "the job makes no progress";
+      const std::string out = dir_ + "/run.out";
+      const pid_t pid = Start(Job(ckpt), out);
+      const auto delay = std::chrono::microseconds(
+          static_cast<int64_t>(1000 * (50 + rng.Uniform() * run_ms * 0.8)));
+      const auto deadline = std::chrono::steady_clock::now() + delay;
+      bool exited = false;
+      while (std::chrono::steady_clock::now() < deadline) {
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+          exited = true;
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+      if (!exited && kills < want_kills) {
+        kill(pid, SIGKILL);
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        ++kills;
+        // Every complete checkpoint verifies, and one of them is what a resume loads.
+        auto report = InspectCheckpoints(Env::Posix(), ckpt);
+        if (!report.ok()) continue;  // killed before the directory existed
+        for (const auto& c : (*report)["checkpoints"]) {
+          if (c["complete"].get<bool>()) {
+            EXPECT_TRUE(c["verified"].get<bool>()) << c.dump();
+          }
+        }
+        continue;
+      }
+      if (!exited) {
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+      }
+      std::string err;
+      (void)ReadFileToString(Env::Posix(), out + ".err", &err);
+      ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << err;
+      const nlohmann::json r = LastJson(out);
+      ASSERT_TRUE(r.is_object()) << err;
+      EXPECT_EQ(r["digest"], digest) << "round " << rounds << " attempt " << attempt;
+      EXPECT_EQ(r["job_examples"], 60000);
+      EXPECT_EQ(r["test_auc"], reference["test_auc"]);
+      ++finished_runs;
+      break;
+    }
+  }
+  RecordProperty("kills", kills);
+  RecordProperty("rounds", rounds);
+  EXPECT_EQ(finished_runs, rounds);
+}
+
+}  // namespace
+}  // namespace ctrbox
