@@ -266,9 +266,12 @@ std::vector<std::string> BuiltInSeeds(const std::string& target) {
 
 const std::vector<FuzzTarget>& FuzzTargets() {
   static const std::vector<FuzzTarget> targets = {
-      {"text_input", FuzzTextInput},     {"shard", FuzzShard},
-      {"manifest", FuzzManifest},        {"model_sparse", FuzzModelSparse},
-      {"group_record", FuzzGroupRecord}, {"store_index", FuzzStoreIndex},
+      {"text_input", FuzzTextInput},
+      {"shard", FuzzShard},
+      {"manifest", FuzzManifest},
+      {"model_sparse", FuzzModelSparse},
+      {"group_record", FuzzGroupRecord},
+      {"store_index", FuzzStoreIndex},
       {"ckpt_manifest", FuzzCheckpointManifest},
   };
   return targets;

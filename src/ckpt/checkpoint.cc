@@ -65,8 +65,7 @@ TrainPosition PositionFromJson(const nlohmann::json& j) {
 
 // Checks one checkpoint's files against its MANIFEST without loading the rows. *rows_ok: its
 // sparse.bin verifies (what a later delta of its chain needs).
-Status VerifyFiles(Env* env, const std::string& path, const CheckpointManifest& m,
-                   bool* rows_ok) {
+Status VerifyFiles(Env* env, const std::string& path, const CheckpointManifest& m, bool* rows_ok) {
   *rows_ok = false;
   CtrModel shape(m.spec.schema, m.spec.model, m.spec.sparse_optimizer, m.spec.dense_optimizer, 0);
   SparseCounts counts;
@@ -129,8 +128,7 @@ StatusOr<std::vector<uint64_t>> ListCheckpoints(Env* env, const std::string& dir
   return complete;
 }
 
-StatusOr<CheckpointManifest> ReadCheckpointManifest(Env* env, const std::string& dir,
-                                                    uint64_t id) {
+StatusOr<CheckpointManifest> ReadCheckpointManifest(Env* env, const std::string& dir, uint64_t id) {
   const std::string path = JoinPath(JoinPath(dir, CheckpointName(id)), kManifest);
   std::string text;
   RETURN_IF_ERROR(ReadFileToString(env, path, &text));
@@ -139,9 +137,10 @@ StatusOr<CheckpointManifest> ReadCheckpointManifest(Env* env, const std::string&
     if (j.at("format") != "ctrbox-checkpoint")
       return CorruptionError(path + ": not a ctrbox checkpoint manifest");
     if (j.at("version").get<uint32_t>() > kVersion) {
-      return CorruptionError(fmt::format("{}: checkpoint version {} is newer than this build "
-                                         "reads ({})",
-                                         path, j.at("version").get<uint32_t>(), kVersion));
+      return CorruptionError(
+          fmt::format("{}: checkpoint version {} is newer than this build "
+                      "reads ({})",
+                      path, j.at("version").get<uint32_t>(), kVersion));
     }
     CheckpointManifest m;
     m.id = j.at("id").get<uint64_t>();
@@ -227,8 +226,8 @@ Status LoadCheckpoint(Env* env, const std::string& dir, uint64_t id, SparseTable
       return CorruptionError(sparse + ": the file does not match its MANIFEST");
     const uint64_t keys = table->Stats().keys;
     if (keys != c.keys) {
-      return CorruptionError(fmt::format("{}: the table holds {} rows after it, its MANIFEST {}",
-                                         path, keys, c.keys));
+      return CorruptionError(
+          fmt::format("{}: the table holds {} rows after it, its MANIFEST {}", path, keys, c.keys));
     }
     last = counts;
   }
@@ -332,8 +331,10 @@ StatusOr<nlohmann::json> InspectCheckpoints(Env* env, const std::string& dir) {
     }
     if (chain_ok) newest = CheckpointName(it->first);
   }
-  return nlohmann::json{{"command", "inspect"},      {"ckpt_dir", dir},
-                        {"checkpoints", list},       {"bytes_on_disk", bytes},
+  return nlohmann::json{{"command", "inspect"},
+                        {"ckpt_dir", dir},
+                        {"checkpoints", list},
+                        {"bytes_on_disk", bytes},
                         {"resumes_from", newest}};
 }
 
@@ -356,8 +357,8 @@ StatusOr<std::unique_ptr<CheckpointWriter>> CheckpointWriter::Open(
   RETURN_IF_ERROR(env->CreateDirs(options.dir));
   RETURN_IF_ERROR(RemoveIncompleteCheckpoints(env, options.dir));
   ASSIGN_OR_RETURN(std::vector<uint64_t> ids, AllIds(env, options.dir));
-  std::unique_ptr<CheckpointWriter> w(new CheckpointWriter(
-      env, std::move(options), std::move(spec), std::move(settings), layout));
+  std::unique_ptr<CheckpointWriter> w(
+      new CheckpointWriter(env, std::move(options), std::move(spec), std::move(settings), layout));
   w->next_id_ = ids.empty() ? 1 : ids.back() + 1;
   if (last != nullptr) {
     w->has_last_ = true;

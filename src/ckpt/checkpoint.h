@@ -35,9 +35,9 @@ struct CheckpointOptions {
 
 // Where a train job stands after a number of pushed passes, over all its runs.
 struct TrainPosition {
-  uint64_t passes = 0;             // passes pushed
-  uint64_t examples = 0;           // examples in those passes
-  uint64_t trained_examples = 0;   // plus the examples of the model the job continued
+  uint64_t passes = 0;            // passes pushed
+  uint64_t examples = 0;          // examples in those passes
+  uint64_t trained_examples = 0;  // plus the examples of the model the job continued
   uint64_t embeddings_created = 0;
   uint64_t keys_shrunk = 0;
 
@@ -146,8 +146,8 @@ class CheckpointWriter {
   bool has_last_ = false;
   CheckpointManifest last_;
   uint64_t next_id_ = 1;
-  uint32_t since_base_ = 0;  // deltas since the last base
-  bool shrunk_ = false;      // since the last checkpoint
+  uint32_t since_base_ = 0;                  // deltas since the last base
+  bool shrunk_ = false;                      // since the last checkpoint
   std::unique_ptr<SparseFileWriter> delta_;  // the next delta's sparse.bin, being written
   uint64_t pushes_since_ = 0;
   // Report.

@@ -36,9 +36,8 @@ class CheckpointTest : public ::testing::Test {
     return std::move(TieredTable::Open(Env::Posix(), o).value());
   }
   TableFactory Factory() const {
-    return [this](const ValueLayout&) -> StatusOr<std::unique_ptr<SparseTable>> {
-      return NewTable();
-    };
+    return
+        [this](const ValueLayout&) -> StatusOr<std::unique_ptr<SparseTable>> { return NewTable(); };
   }
 
   std::unique_ptr<CheckpointWriter> Writer(Env* env, CheckpointOptions o,
@@ -205,8 +204,8 @@ TEST_F(CheckpointTest, ACrashOrIoErrorAtAnyCallOfACommitKeepsTheLastCommittedSta
     bool enospc;
   };
   for (int phase = 0; phase < 2; ++phase) {  // 0: a delta commit; 1: a base commit + pruning
-    for (const Mode mode : {Mode{"crash", true, false}, Mode{"enospc", false, true},
-                            Mode{"eio", false, false}}) {
+    for (const Mode mode :
+         {Mode{"crash", true, false}, Mode{"enospc", false, true}, Mode{"eio", false, false}}) {
       uint64_t n = 1;
       for (;; ++n) {
         // The same job each time, up to the window.
@@ -308,8 +307,7 @@ TEST_F(CheckpointTest, FlippedBitsInAnyCheckpointFileAreDetectedAndThePreviousOn
       } else {
         // The chain's base: nothing loads.
         ASSERT_FALSE(r.ok()) << t.file << " of " << t.id << " bit " << bit << " was not detected";
-        EXPECT_NE(r.status().message().find(t.file), std::string::npos)
-            << r.status().message();
+        EXPECT_NE(r.status().message().find(t.file), std::string::npos) << r.status().message();
         ++detected;
       }
     }

@@ -56,7 +56,8 @@ StatusOr<ModelManifest> ReadManifest(Env* env, const std::string& dir) {
       ModelFileInfo fi;
       fi.name = f.at("name").get<std::string>();
       fi.bytes = f.at("bytes").get<uint64_t>();
-      ASSIGN_OR_RETURN(fi.checksum, ParseHex(path, "checksum", f.at("checksum").get<std::string>()));
+      ASSIGN_OR_RETURN(fi.checksum,
+                       ParseHex(path, "checksum", f.at("checksum").get<std::string>()));
       m.files.push_back(fi);
     }
     if (m.files.size() != 2) return CorruptionError(path + ": expected a sparse and a dense file");
@@ -130,8 +131,8 @@ Status LoadModel(Env* env, const std::string& dir, const ModelManifest& m, Spars
   uint64_t checksum = 0;
   const std::string sparse_path = JoinPath(dir, m.files[0].name);
   RETURN_IF_ERROR(ReadSparseFile(
-      env, sparse_path, table->layout(),
-      [&](RowBlock& rows) { return table->Insert(rows, pool); }, &scan, &checksum));
+      env, sparse_path, table->layout(), [&](RowBlock& rows) { return table->Insert(rows, pool); },
+      &scan, &checksum));
   if (checksum != m.files[0].checksum)
     return CorruptionError(sparse_path + ": file checksum differs from the MANIFEST");
   const std::string dense_path = JoinPath(dir, m.files[1].name);

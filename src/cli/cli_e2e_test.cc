@@ -285,5 +285,48 @@ TEST_F(CliTest, ErrorsAreClearAndCommitNothing) {
   EXPECT_NE(r.err.find("no model in"), std::string::npos) << r.err;
 }
 
+TEST_F(CliTest, CheckpointsListAndADamagedNewestOneFallsBackWithAWarning) {
+  const std::string job =
+      " --set data.gen.rows=30000 --set data.gen.test_rows=3000 --set pipeline.pass_examples=4096"
+      " --set model.mlp=32 --set train.batch_size=512 --set ckpt.dir=" +
+      Path("ckpt");
+  Result one = Run(Ctrbox("train" + job + " --set ckpt.every_passes=3"));
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_EQ(one.last_json["checkpoint"]["bases"], 1);
+  EXPECT_EQ(one.last_json["checkpoint"]["deltas"], 2);  // after passes 3 and 6, and the end (8)
+  EXPECT_EQ(one.last_json["checkpoint"]["last"], "ckpt-000003");
+
+  Result inspect = Run(Ctrbox("inspect --ckpt-dir " + Path("ckpt")));
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+  const auto& list = inspect.last_json["checkpoints"];
+  ASSERT_EQ(list.size(), 3u);
+  EXPECT_EQ(list[2]["kind"], "delta");
+  EXPECT_EQ(list[2]["position"]["passes"], 8);
+  EXPECT_EQ(list[2]["digest"], one.last_json["digest"]);  // the final one records it
+  EXPECT_EQ(inspect.last_json["resumes_from"], "ckpt-000003");
+
+  // A second train without --resume refuses to mix jobs.
+  Result again = Run(Ctrbox("train" + job));
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_NE(again.err.find("--resume"), std::string::npos) << again.err;
+
+  // Damage the newest checkpoint: resume warns, names the file, and continues from the one
+  // before it (the last passes are trained again), ending with the same model.
+  std::string bytes;
+  const std::string victim = Path("ckpt/ckpt-000003/sparse.bin");
+  ASSERT_TRUE(ReadFileToString(Env::Posix(), victim, &bytes).ok());
+  bytes[bytes.size() / 2] ^= 0x20;
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), victim, bytes).ok());
+  Result resumed = Run(Ctrbox("train" + job + " --set ckpt.every_passes=3 --resume"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_NE(resumed.err.find("ckpt-000003/sparse.bin"), std::string::npos) << resumed.err;
+  EXPECT_NE(resumed.err.find("checksum mismatch"), std::string::npos) << resumed.err;
+  EXPECT_NE(resumed.err.find("resuming from ckpt-000002"), std::string::npos) << resumed.err;
+  EXPECT_EQ(resumed.last_json["resumed_from"], "ckpt-000002");
+  EXPECT_EQ(resumed.last_json["examples"], 30000 - 6 * 4096);
+  EXPECT_EQ(resumed.last_json["digest"], one.last_json["digest"]);
+  EXPECT_EQ(resumed.last_json["test_auc"], one.last_json["test_auc"]);
+}
+
 }  // namespace
 }  // namespace ctrbox

@@ -62,18 +62,27 @@ class CrashLoopTest : public ::testing::Test {
 
   std::vector<std::string> Job(const std::string& ckpt_dir) const {
     std::vector<std::string> a = {"train",
-                                  "--set", "data.gen.rows=60000",
-                                  "--set", "data.gen.test_rows=2000",
-                                  "--set", "pipeline.pass_examples=2048",
-                                  "--set", "model.mlp=32,16",
-                                  "--set", "train.batch_size=256",
-                                  "--set", "train.threads=2",
-                                  "--set", "table.shrink_every_passes=7",
-                                  "--set", "table.delete_threshold=0.3",
-                                  "--set", "train.progress_seconds=100"};
+                                  "--set",
+                                  "data.gen.rows=60000",
+                                  "--set",
+                                  "data.gen.test_rows=2000",
+                                  "--set",
+                                  "pipeline.pass_examples=2048",
+                                  "--set",
+                                  "model.mlp=32,16",
+                                  "--set",
+                                  "train.batch_size=256",
+                                  "--set",
+                                  "train.threads=2",
+                                  "--set",
+                                  "table.shrink_every_passes=7",
+                                  "--set",
+                                  "table.delete_threshold=0.3",
+                                  "--set",
+                                  "train.progress_seconds=100"};
     if (!ckpt_dir.empty()) {
-      a.insert(a.end(), {"--set", "ckpt.dir=" + ckpt_dir, "--set", "ckpt.base_every=4",
-                         "--resume", "--model-dir", dir_ + "/model"});
+      a.insert(a.end(), {"--set", "ckpt.dir=" + ckpt_dir, "--set", "ckpt.base_every=4", "--resume",
+                         "--model-dir", dir_ + "/model"});
     }
     return a;
   }

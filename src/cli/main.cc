@@ -67,9 +67,10 @@ int main(int argc, char** argv) {
   train->add_option("--eval-data", train_args.eval_data, "data to evaluate on after training");
   train->add_flag("--fresh", train_args.fresh,
                   "start a new model even if --model-dir (or ckpt.dir) holds one");
-  train->add_flag("--resume", train_args.resume,
-                  "continue from the newest complete checkpoint in ckpt.dir (or start the job "
-                  "if there is none)")
+  train
+      ->add_flag("--resume", train_args.resume,
+                 "continue from the newest complete checkpoint in ckpt.dir (or start the job "
+                 "if there is none)")
       ->excludes("--fresh");
 
   auto* eval = app.add_subcommand("eval", "AUC, logloss and COPC of a model on data");
@@ -81,7 +82,8 @@ int main(int argc, char** argv) {
   AddJobOptions(predict, &predict_args);
   predict->add_option("--model-dir", predict_args.model_dir, "the model")->required();
 
-  auto* inspect = app.add_subcommand("inspect", "verify a model directory, SSD store or checkpoints and report them");
+  auto* inspect = app.add_subcommand(
+      "inspect", "verify a model directory, SSD store or checkpoints and report them");
   auto* model_opt = inspect->add_option("--model-dir", inspect_dir, "a model directory");
   auto* store_opt =
       inspect->add_option("--store", inspect_store, "an SSD store directory (storage.ssd_dir)");
@@ -127,7 +129,8 @@ int main(int argc, char** argv) {
     if (predict->parsed()) return Report(ctrbox::RunPredictCommand(*job));
     return Report(ctrbox::RunConvertCommand(*job, convert));
   }
-  if (inspect->parsed()) return Report(ctrbox::RunInspectCommand(inspect_dir, inspect_store, inspect_ckpt));
+  if (inspect->parsed())
+    return Report(ctrbox::RunInspectCommand(inspect_dir, inspect_store, inspect_ckpt));
   if (gen_cmd->parsed()) return Report(ctrbox::RunGenCommand(gen));
   if (config_cmd->parsed()) {
     std::cout << ctrbox::ConfigReference();

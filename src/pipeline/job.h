@@ -54,7 +54,7 @@ struct JobConfig {
   TrainOptions train;
   PipelineOptions pipeline;
   std::string model_dir;
-  bool fresh = false;  // train: ignore a model already in model_dir (and old checkpoints)
+  bool fresh = false;      // train: ignore a model already in model_dir (and old checkpoints)
   CheckpointOptions ckpt;  // checkpoints of the train job (ckpt.dir empty: none)
   bool resume = false;     // train: continue from the newest checkpoint in ckpt.dir
 };

@@ -282,7 +282,7 @@ StatusOr<nlohmann::json> ResultSettings(Env* env, const JobConfig& job) {
                         {"pipeline.pass_examples", job.pipeline.pass_examples},
                         {"train.batch_size", job.train.batch_size},
                         {"train.epochs", job.train.epochs},
-                        {"train.shrink_every_passes", job.train.shrink_every_passes}};
+                        {"table.shrink_every_passes", job.train.shrink_every_passes}};
 }
 
 // Why this job cannot continue from checkpoint `m`, or "".
@@ -454,7 +454,8 @@ class TrainRun {
       }
     }
     pass->metrics = pass_metrics.Summary();
-    if (ckpt_ != nullptr && ckpt_->Due(pass->index + 1)) pass->dense_snapshot = DensePayload(*model_);
+    if (ckpt_ != nullptr && ckpt_->Due(pass->index + 1))
+      pass->dense_snapshot = DensePayload(*model_);
     pass->clock[kTrain].busy = clock.Seconds();
     return true;
   }
@@ -743,7 +744,9 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
       StatusOr<ResumedState> r = ResumeNewestCheckpoint(
           env, job.ckpt.dir,
           [&](const ValueLayout& layout) -> StatusOr<std::unique_ptr<SparseTable>> {
-            ASSIGN_OR_RETURN(auto t, TieredTable::Open(env, StorageFor(job, layout)));
+            TieredOptions o = StorageFor(job, layout);
+            o.reopen = false;  // the checkpoint is the state: start from empty files
+            ASSIGN_OR_RETURN(auto t, TieredTable::Open(env, o));
             return std::unique_ptr<SparseTable>(std::move(t));
           },
           &pool);
@@ -799,14 +802,22 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   const CtrAccessor accessor(model->value_layout(), job.spec.table);
   std::unique_ptr<CheckpointWriter> ckpt;
   if (!job.ckpt.dir.empty()) {
-    ASSIGN_OR_RETURN(ckpt, CheckpointWriter::Open(env, job.ckpt, job.spec, settings,
-                                                  model->value_layout(),
-                                                  resumed ? &*resumed : nullptr));
+    ASSIGN_OR_RETURN(
+        ckpt, CheckpointWriter::Open(env, job.ckpt, job.spec, settings, model->value_layout(),
+                                     resumed ? &*resumed : nullptr));
   }
   std::string metrics_path = job.train.metrics_path;
   if (metrics_path.empty() && !job.model_dir.empty())
     metrics_path = JoinPath(job.model_dir, "metrics.jsonl");
   ASSIGN_OR_RETURN(auto metrics_log, MetricsLog::Open(env, metrics_path));
+  if (resumed) {
+    // Pass lines logged after this checkpoint by the run that stopped follow in the log; the
+    // passes from here on are logged again.
+    RETURN_IF_ERROR(metrics_log->Write({{"event", "resume"},
+                                        {"checkpoint", CheckpointName(resumed->id)},
+                                        {"passes", start.passes},
+                                        {"examples", start.examples}}));
+  }
 
   // Train pass by pass: nothing is committed unless every stage succeeded (a read error or
   // too many malformed records included).
@@ -882,8 +893,8 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
     if (!ckpt->has_last() || ckpt->last().position.passes != final_position.passes) {
       ASSIGN_OR_RETURN(digest, ModelDigest(*table, *model, &pool));
     }
-    ASSIGN_OR_RETURN(CheckpointManifest m, ckpt->Commit(*table, DensePayload(*model),
-                                                        final_position, digest, &pool));
+    ASSIGN_OR_RETURN(CheckpointManifest m,
+                     ckpt->Commit(*table, DensePayload(*model), final_position, digest, &pool));
     report["checkpoint"] = ckpt->Report();
     report["checkpoint"]["final_seconds"] = clock.Seconds();
     if (!m.digest.empty()) report["digest"] = m.digest;
@@ -891,9 +902,8 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
 
   if (!job.model_dir.empty()) {
     Stopwatch clock;
-    ASSIGN_OR_RETURN(ModelManifest m,
-                     SaveModel(env, job.model_dir, job.spec, *table, *model,
-                               final_position.trained_examples, &pool));
+    ASSIGN_OR_RETURN(ModelManifest m, SaveModel(env, job.model_dir, job.spec, *table, *model,
+                                                final_position.trained_examples, &pool));
     report["model_dir"] = job.model_dir;
     report["generation"] = m.generation;
     report["digest"] = m.digest;

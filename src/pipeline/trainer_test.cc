@@ -388,8 +388,7 @@ TEST(TrainerTest, AJobResumedTwiceWithOtherThreadCountsEqualsOneRun) {
   other.data.paths = {WriteCriteo(dir, "other.tsv", 0, 24001, 5)};
   bad = RunTrain(Env::Posix(), other, nullptr);
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("other.tsv"), std::string::npos)
-      << bad.status().ToString();
+  EXPECT_NE(bad.status().message().find("other.tsv"), std::string::npos) << bad.status().ToString();
 
   stop = false;
   job.train.threads = 1;
@@ -415,7 +414,8 @@ TEST(TrainerTest, AJobResumedTwiceWithOtherThreadCountsEqualsOneRun) {
   EXPECT_EQ(verified->digest, (*one)["digest"]);
   EXPECT_EQ(verified->trained_examples, 24000u);
   // Shrinking every 5 passes made passes 5 and 10 bases besides the every-3rd ones.
-  EXPECT_GT((*r3)["checkpoint"]["bases"].get<uint64_t>() + (*r2)["checkpoint"]["bases"].get<uint64_t>() +
+  EXPECT_GT((*r3)["checkpoint"]["bases"].get<uint64_t>() +
+                (*r2)["checkpoint"]["bases"].get<uint64_t>() +
                 (*r1)["checkpoint"]["bases"].get<uint64_t>(),
             3u);
   auto report = InspectCheckpoints(Env::Posix(), job.ckpt.dir);

@@ -1,13 +1,12 @@
 #include "table/ssd_store.h"
 
-#include <chrono>
-#include <thread>
-
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #include "util/coding.h"
 
