@@ -415,15 +415,8 @@ StatusOr<CheckpointManifest> CheckpointWriter::Commit(SparseTable& table,
   SparseCounts counts;
   if (m.base) {
     delta_.reset();
-    ASSIGN_OR_RETURN(auto w, SparseFileWriter::Create(env_, JoinPath(path, kSparse), layout_));
-    RowBlock rows(layout_);
-    for (size_t s = 0; s < table.num_shards(); ++s) {
-      RETURN_IF_ERROR(table.ExportShard(s, &rows));
-      RETURN_IF_ERROR(w->Add(rows));
-    }
-    RETURN_IF_ERROR(w->Finish());
-    m.files.push_back(w->Info(kSparse));
-    counts = w->counts();
+    m.files.emplace_back();
+    RETURN_IF_ERROR(WriteTableSparseFile(env_, path, kSparse, table, &m.files.back(), &counts));
     m.keys = counts.rows;
     m.digest = StateDigest(counts.sum, counts.rows, dense_payload);
   } else {

@@ -85,19 +85,12 @@ StatusOr<ModelManifest> SaveModel(Env* env, const std::string& dir, const ModelS
   }
   m.spec = spec;
   m.trained_examples = trained_examples;
-  const ValueLayout& l = table.layout();
 
   // Sparse rows, shard by shard.
   const std::string sparse_name = FileName("sparse", m.generation);
-  ASSIGN_OR_RETURN(auto sparse, SparseFileWriter::Create(env, JoinPath(dir, sparse_name), l));
-  RowBlock rows(l);
-  for (size_t s = 0; s < table.num_shards(); ++s) {
-    RETURN_IF_ERROR(table.ExportShard(s, &rows));
-    RETURN_IF_ERROR(sparse->Add(rows));
-  }
-  RETURN_IF_ERROR(sparse->Finish());
-  m.files.push_back(sparse->Info(sparse_name));
-  const SparseCounts& c = sparse->counts();
+  SparseCounts c;
+  m.files.emplace_back();
+  RETURN_IF_ERROR(WriteTableSparseFile(env, dir, sparse_name, table, &m.files.back(), &c));
   m.keys = c.rows;
   m.keys_with_embedding = c.with_emb;
   m.bytes_live = c.bytes_live;

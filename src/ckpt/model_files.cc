@@ -138,6 +138,20 @@ ModelFileInfo SparseFileWriter::Info(const std::string& name) const {
   return {name, bytes_, XXH3_64bits_digest(&state_)};
 }
 
+Status WriteTableSparseFile(Env* env, const std::string& dir, const std::string& name,
+                            SparseTable& table, ModelFileInfo* info, SparseCounts* counts) {
+  ASSIGN_OR_RETURN(auto w, SparseFileWriter::Create(env, JoinPath(dir, name), table.layout()));
+  RowBlock rows(table.layout());
+  for (size_t s = 0; s < table.num_shards(); ++s) {
+    RETURN_IF_ERROR(table.ExportShard(s, &rows));
+    RETURN_IF_ERROR(w->Add(rows));
+  }
+  RETURN_IF_ERROR(w->Finish());
+  *info = w->Info(name);
+  *counts = w->counts();
+  return Status::OK();
+}
+
 Status ReadSparseFile(Env* env, const std::string& path, const ValueLayout& layout,
                       const std::function<Status(RowBlock&)>& on_block, SparseCounts* scan,
                       uint64_t* file_checksum) {

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "model/ctr_model.h"
+#include "table/sparse_table.h"
 #include "table/value.h"
 #include "util/env.h"
 
@@ -57,6 +58,11 @@ class SparseFileWriter {
   SparseCounts counts_;
   std::string enc_;
 };
+
+// Writes every row of `table` (all tiers, shard by shard) as the sparse file `dir`/`name`,
+// fsynced; *info and *counts describe it.
+Status WriteTableSparseFile(Env* env, const std::string& dir, const std::string& name,
+                            SparseTable& table, ModelFileInfo* info, SparseCounts* counts);
 
 // Streams the sparse file at `path`, verifying every checksum and the layout; calls on_block
 // with each block's rows. *file_checksum is the whole file's XXH3-64.

@@ -54,11 +54,17 @@ class InFlight {
     std::lock_guard<std::mutex> l(mu_);
     tables_.emplace(pass, std::move(table));
   }
-  // Pass `pass` was pushed (and shrunk after, if due), or discarded.
+  // Pass `pass` was pushed (and shrunk after, if due), or discarded. Passes are pushed in
+  // order, so after a discarded pass (Ctrl-C or a failure) no later one is: the barrier is
+  // cancelled, or a pull waiting at it would wait forever.
   void Remove(uint64_t pass, bool pushed) {
     std::lock_guard<std::mutex> l(mu_);
     tables_.erase(pass);
-    if (pushed) pushed_ = pass + 1;
+    if (pushed) {
+      pushed_ = pass + 1;
+    } else {
+      cancelled_ = true;
+    }
     cv_.notify_all();
   }
   // The shrink barrier: waits until every pass before `pass` is pushed (false: cancelled).
@@ -613,6 +619,11 @@ class TrainRun {
         Status s = PullStage(pass.get(), &pull_pool);
         clocks[kPull].busy += pass->clock[kPull].busy;
         clocks[kPull].stalled += pass->clock[kPull].stalled;
+        if (s.code() == StatusCode::kCancelled && Stopping()) {  // Ctrl-C at the shrink barrier
+          interrupted_flag_.store(true);
+          pass.reset();
+          continue;
+        }
         if (!s.ok()) {
           Fail(s);
           break;

@@ -42,6 +42,28 @@ JobConfig SmallJob(const std::string& model_dir) {
   return job;
 }
 
+// A small job over an SSD tier for the MemEnv fault tests: data in /d/train.tsv (3000 rows
+// make 6 passes), files in /ssd, one thread.
+JobConfig SmallSsdJobInMemEnv(const std::string& model_dir) {
+  JobConfig job = SmallJob(model_dir);
+  job.data.paths = {"/d/train.tsv"};
+  job.data.chunk_bytes = 64 << 10;
+  job.spec.model.mlp = {16};
+  job.train.threads = 1;
+  job.pipeline.pass_examples = 500;
+  job.storage.ssd.dir = "/ssd";
+  job.storage.ssd.group_bits = 8;
+  job.storage.ssd.file_bytes = 64 << 10;
+  // Room for the passes the pipeline pins at once even when training is slow (TSan): a
+  // tighter budget can legitimately stop the run with resource_exhausted, masking the fault.
+  job.storage.memory_budget = 4 << 20;
+  job.storage.io_threads = 1;
+  job.storage.evict_threads = 1;
+  job.storage.evict_start = 0.3;  // evict early: the SSD tier takes part
+  job.storage.evict_stop = 0.2;
+  return job;
+}
+
 TEST(TrainerTest, LearnsThePlantedModelOnGeneratedData) {
   TempDir dir;
   JobConfig job = SmallJob(dir.File("model"));
@@ -237,26 +259,7 @@ TEST(TrainerTest, AnIoErrorAtAnyCallEndsTheRunCleanlyAndKeepsTheCommittedModel) 
   so.seed = 8;
   std::string text;
   SynthGenerator(so).GenerateText(0, 3000, &text, nullptr);
-  auto job_for = [](const std::string& model_dir) {
-    JobConfig job = SmallJob(model_dir);
-    job.model_dir = model_dir;
-    job.data.paths = {"/d/train.tsv"};
-    job.data.chunk_bytes = 64 << 10;
-    job.spec.model.mlp = {16};
-    job.train.threads = 1;
-    job.pipeline.pass_examples = 500;
-    job.storage.ssd.dir = "/ssd";
-    job.storage.ssd.group_bits = 8;
-    job.storage.ssd.file_bytes = 64 << 10;
-    // Room for the passes the pipeline pins at once even when training is slow (TSan): a
-    // tighter budget can legitimately stop the run with resource_exhausted, masking the fault.
-    job.storage.memory_budget = 4 << 20;
-    job.storage.io_threads = 1;
-    job.storage.evict_threads = 1;
-    job.storage.evict_start = 0.3;  // evict early: the SSD tier takes part
-    job.storage.evict_stop = 0.2;
-    return job;
-  };
+  auto job_for = [](const std::string& model_dir) { return SmallSsdJobInMemEnv(model_dir); };
   // The committed model (generation 1) and the files a power-safe setup starts from.
   std::map<std::string, std::string> committed;
   std::string d1, d2;
@@ -431,19 +434,7 @@ TEST(TrainerTest, AFaultAnywhereInARunWithCheckpointsThenResumeGivesTheDigestOfO
   so.seed = 9;
   std::string text;
   SynthGenerator(so).GenerateText(0, 3000, &text, nullptr);
-  JobConfig job = SmallJob("/m");
-  job.data.paths = {"/d/train.tsv"};
-  job.spec.model.mlp = {16};
-  job.train.threads = 1;
-  job.pipeline.pass_examples = 500;
-  job.storage.ssd.dir = "/ssd";
-  job.storage.ssd.group_bits = 8;
-  job.storage.ssd.file_bytes = 64 << 10;
-  job.storage.memory_budget = 4 << 20;
-  job.storage.io_threads = 1;
-  job.storage.evict_threads = 1;
-  job.storage.evict_start = 0.3;
-  job.storage.evict_stop = 0.2;
+  JobConfig job = SmallSsdJobInMemEnv("/m");
   job.ckpt.dir = "/c";
   job.ckpt.base_every = 3;
   job.resume = true;
