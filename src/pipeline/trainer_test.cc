@@ -435,6 +435,9 @@ TEST(TrainerTest, AFaultAnywhereInARunWithCheckpointsThenResumeGivesTheDigestOfO
   std::string text;
   SynthGenerator(so).GenerateText(0, 3000, &text, nullptr);
   JobConfig job = SmallSsdJobInMemEnv("/m");
+  job.storage.compact_stale = 0.2;  // compact early: compactions take part too
+  job.storage.compact_trigger = 1.2;
+  job.storage.compact_target = 1.1;
   job.ckpt.dir = "/c";
   job.ckpt.base_every = 3;
   job.resume = true;
@@ -454,7 +457,9 @@ TEST(TrainerTest, AFaultAnywhereInARunWithCheckpointsThenResumeGivesTheDigestOfO
     digest = (*r)["digest"];
     calls = env->Calls(FaultOp::kAny) - before;
     ASSERT_EQ((*r)["checkpoint"]["deltas"].get<uint64_t>(), 4u);  // 6 passes: b d d b d d
+    // The faults land in SSD write-backs, reloads and compactions as well as in checkpoints.
     ASSERT_GT((*r)["storage"]["loaded_from_ssd"].get<uint64_t>(), 0u);
+    ASSERT_GT((*r)["storage"]["compactions"].get<uint64_t>(), 0u);
     RecordProperty("io_calls_per_run", std::to_string(calls));
   }
   std::vector<uint64_t> ns;
@@ -485,6 +490,35 @@ TEST(TrainerTest, AFaultAnywhereInARunWithCheckpointsThenResumeGivesTheDigestOfO
   }
   EXPECT_GT(failed, static_cast<int>(ns.size()));
   EXPECT_GT(resumed, static_cast<int>(ns.size()) / 2);
+}
+
+// Ctrl-C while the pull stage waits at the shrink barrier for a pass that the train stage then
+// discards (pulled, not trained): the job stops after the passes it pushed, without hanging.
+TEST(TrainerTest, CtrlCWhileAPullWaitsAtTheShrinkBarrierStopsCleanly) {
+  TempDir dir;
+  const std::string data = WriteCriteo(dir, "train.tsv", 0, 20000, 6);
+  JobConfig job = SmallJob(dir.File("m"));
+  job.data.paths = {data};
+  job.pipeline.pass_examples = 2048;
+  job.train.shrink_every_passes = 3;  // pass 3's pull waits until pass 2 is pushed
+  job.train.progress_seconds = 0;     // OnProgress after every minibatch
+  class StopInPassOne : public ProgressSink {
+   public:
+    explicit StopInPassOne(std::atomic<bool>* stop) : stop_(stop) {}
+    void OnProgress(const TrainProgress& p) override {
+      if (p.examples > 2048) stop_->store(true);  // pass 1 trains on; pass 2 is discarded
+    }
+
+   private:
+    std::atomic<bool>* const stop_;
+  };
+  std::atomic<bool> stop{false};
+  StopInPassOne sink(&stop);
+  auto r = RunTrain(Env::Posix(), job, &sink, &stop);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE((*r)["interrupted"].get<bool>());
+  EXPECT_EQ((*r)["passes"], 2u);
+  EXPECT_EQ((*r)["examples"], 4096u);
 }
 
 }  // namespace
