@@ -84,6 +84,11 @@ struct ParamFile {
   uint64_t bytes = 0;       // appended so far, header included
   uint64_t live_bytes = 0;  // bytes of the records the group index points at
   uint32_t live_records = 0;
+  // Records appended and not yet in the group index (a write-back or compaction between its
+  // Append and its Replace; or one that failed in between). A file is dropped only when it
+  // has neither live nor pending records: a write-back that rolls over to a new file must not
+  // lose the file holding its first records.
+  uint32_t pending_records = 0;
   bool obsolete = false;
 };
 

@@ -188,7 +188,7 @@ Status SsdStore::Roll() {
   if (current_) {
     RETURN_IF_ERROR(writer_->Close());
     std::unique_lock<std::shared_mutex> lock(files_mu_);
-    if (current_->live_records == 0) {  // nothing refers to it any more
+    if (current_->live_records == 0 && current_->pending_records == 0) {  // nothing refers to it
       current_->obsolete = true;
       file_bytes_ -= current_->bytes;
       bloom_bytes_ -= current_->bloom->MemoryBytes();
@@ -253,6 +253,7 @@ Status SsdStore::Append(uint32_t g, std::string_view record, const std::vector<u
   {
     std::unique_lock<std::shared_mutex> lock(files_mu_);
     current_->bytes += record.size();
+    current_->pending_records += 1;
     file_bytes_ += record.size();
   }
   records_written_.fetch_add(1, std::memory_order_relaxed);
@@ -268,6 +269,7 @@ Status SsdStore::FlushAppends() {
 void SsdStore::Count(const RecordLoc& loc, int sign) {
   ParamFile* f = files_[loc.file].get();
   if (sign > 0) {
+    if (f->pending_records > 0) f->pending_records -= 1;  // a new record: now in the index
     f->live_bytes += loc.length;
     f->live_records += 1;
     live_bytes_ += loc.length;
@@ -278,7 +280,7 @@ void SsdStore::Count(const RecordLoc& loc, int sign) {
   f->live_records -= 1;
   live_bytes_ -= loc.length;
   live_records_ -= 1;
-  if (f->live_records == 0 && f != current_file_) {
+  if (f->live_records == 0 && f->pending_records == 0 && f != current_file_) {
     f->obsolete = true;  // unlinked when the last reader lets go
     file_bytes_ -= f->bytes;
     bloom_bytes_ -= f->bloom->MemoryBytes();

@@ -765,16 +765,24 @@ Status TieredTable::CompactFile(const std::shared_ptr<ParamFile>& file) {
     if (by_slot[s].empty()) continue;
     std::lock_guard<std::mutex> lock(slots_[s]->mu);
     std::vector<std::pair<uint32_t, GroupEntry>> relocated;
+    std::unordered_map<uint32_t, size_t> relocated_at;  // group -> its entry in relocated
     for (const Rec& r : by_slot[s]) {
       const RecordLoc here{file->id, r.offset, r.length};
-      GroupEntry e = ssd_->entry(r.group);
+      // A group whose base and delta are both in this file is relocated once, with both.
+      auto at = relocated_at.find(r.group);
+      GroupEntry e = at == relocated_at.end() ? ssd_->entry(r.group) : relocated[at->second].second;
       const bool base = e.base == here, delta = e.delta == here;
       if (!base && !delta) continue;  // stale
       RETURN_IF_ERROR(ssd_->ReadRecord(*file, here, r.group, &view));
       RecordLoc loc;
       RETURN_IF_ERROR(ssd_->Append(r.group, view.bytes, view.keys, &loc));
       (base ? e.base : e.delta) = loc;
-      relocated.emplace_back(r.group, e);
+      if (at == relocated_at.end()) {
+        relocated_at.emplace(r.group, relocated.size());
+        relocated.emplace_back(r.group, e);
+      } else {
+        relocated[at->second].second = e;
+      }
       moved += r.length;
     }
     RETURN_IF_ERROR(ssd_->FlushAppends());

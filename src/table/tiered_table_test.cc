@@ -445,6 +445,39 @@ TEST(TieredTableTest, ReadErrorsAreRetriedBoundedlyAndNeverServeADefaultRow) {
   expect_exact("after the failed pull");  // the failed pull inserted no default rows
 }
 
+TEST(SsdStoreTest, AWriteBackThatRollsOverKeepsTheFileHoldingItsFirstRecords) {
+  // A write-back appends its groups' records, then sets their entries. When an append rolls
+  // over to a new file, the file it leaves may hold only records not yet in the index: it must
+  // not be dropped as empty (it was, and setting the entry then used a deleted file; seen as a
+  // rare crash in the I/O-error training test).
+  MemEnv env;
+  SsdOptions o;
+  o.dir = "/s";
+  o.group_bits = 2;
+  o.file_bytes = 4096;  // one 3000-byte record per file
+  auto created = SsdStore::Create(&env, o, kLayout);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  auto store = std::move(*created);
+  const std::string record(3000, 'r');  // Append stores bytes; nothing reads them here
+  RecordLoc a, b, c;
+  ASSERT_TRUE(store->Append(0, record, {1}, &a).ok());
+  ASSERT_TRUE(store->Append(1, record, {2}, &b).ok());  // rolls over
+  ASSERT_NE(a.file, b.file);
+  ASSERT_TRUE(store->FlushAppends().ok());
+  store->Replace(0, GroupEntry{a, {}, 1, 0, 1, 0});
+  store->Replace(1, GroupEntry{b, {}, 1, 0, 1, 0});
+  EXPECT_NE(store->File(a.file), nullptr);
+  EXPECT_EQ(store->Stats().files, 2u);
+  EXPECT_EQ(store->Stats().live_bytes, 6000u);
+  // Once its record is superseded, the sealed file holds nothing live and is deleted.
+  ASSERT_TRUE(store->Append(0, record, {1}, &c).ok());
+  ASSERT_TRUE(store->FlushAppends().ok());
+  store->Replace(0, GroupEntry{c, {}, 1, 0, 1, 0});
+  EXPECT_EQ(store->File(a.file), nullptr);
+  EXPECT_NE(store->File(b.file), nullptr);
+  EXPECT_EQ(store->Stats().files, 2u);
+}
+
 TEST(TieredTableTest, FirstTimeKeysCostNoReadAndCorruptionIsReported) {
   TempDir dir;
   CtrAccessor acc(kLayout, AccessorOptions{});
