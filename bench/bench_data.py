@@ -1,6 +1,6 @@
 """The benchmarks' shared data set: shared/baselines/gen_criteo.py's 1 M training rows (seed
-11) and 200 K test rows (seed 12), generated into a directory if absent."""
-import os, subprocess
+11) and 200 K test rows (seed 12), generated into a directory if absent; and running `ctrbox train` for a report."""
+import json, os, subprocess, sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(os.path.dirname(ROOT), "shared", "baselines")
@@ -21,3 +21,12 @@ def criteo_train_test(data_dir):
     """Returns the paths of train.tsv and test.tsv in data_dir, generating them first if absent."""
     return (criteo_file(os.path.join(data_dir, "train.tsv"), 1_000_000, 11),
             criteo_file(os.path.join(data_dir, "test.tsv"), 200_000, 12))
+
+
+def train(ctrbox, args):
+    """Runs `ctrbox train ARGS` quietly; returns its report (the last stdout line) or exits."""
+    p = subprocess.run([ctrbox, "train", *args, "--set", "train.progress_seconds=1e9"],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"ctrbox train failed:\n{p.stderr[-3000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])

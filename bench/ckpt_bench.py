@@ -15,17 +15,9 @@ Prints one JSON line per run and a summary with medians (runs interleaved) and r
 Data: shared/baselines/gen_criteo.py's 1 M training rows (seed 11) and 200 K test rows
 (seed 12), generated into --data-dir if absent.
 """
-import argparse, json, os, shutil, statistics, subprocess, sys, time
+import argparse, json, os, shutil, statistics, sys, time
 
-from bench_data import ROOT, criteo_train_test
-
-
-def train(ctrbox, args):
-    p = subprocess.run([ctrbox, "train", *args, "--set", "train.progress_seconds=1e9"],
-                       capture_output=True, text=True)
-    if p.returncode != 0:
-        sys.exit(f"ctrbox train failed:\n{p.stderr[-3000:]}")
-    return json.loads(p.stdout.strip().splitlines()[-1])
+from bench_data import ROOT, criteo_train_test, train
 
 
 def torch_save(path, keys, dim, mlp):

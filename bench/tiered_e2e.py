@@ -9,17 +9,9 @@ prints one JSON line per run and a summary with medians and the ratio.
 The data are shared/baselines/gen_criteo.py's 1 M training rows (seed 11) and 200 K test rows
 (seed 12), generated into --data-dir if absent (as bench/e2e_vs_torch.py does).
 """
-import argparse, json, os, shutil, statistics, subprocess, sys
+import argparse, json, os, shutil, statistics
 
-from bench_data import ROOT, criteo_train_test
-
-
-def train(ctrbox, args):
-    p = subprocess.run([ctrbox, "train", *args, "--set", "train.progress_seconds=1e9"],
-                       capture_output=True, text=True)
-    if p.returncode != 0:
-        sys.exit(f"ctrbox train failed:\n{p.stderr[-3000:]}")
-    return json.loads(p.stdout.strip().splitlines()[-1])
+from bench_data import ROOT, criteo_train_test, train
 
 
 def main():

@@ -96,9 +96,6 @@ nlohmann::json TrainPosition::ToJson() const {
 }
 
 nlohmann::json CheckpointManifest::ToJson() const {
-  nlohmann::json f = nlohmann::json::array();
-  for (const auto& fi : files)
-    f.push_back({{"name", fi.name}, {"bytes", fi.bytes}, {"checksum", Hex(fi.checksum)}});
   return {{"format", "ctrbox-checkpoint"},
           {"version", kVersion},
           {"id", id},
@@ -109,7 +106,7 @@ nlohmann::json CheckpointManifest::ToJson() const {
           {"spec", spec.ToJson()},
           {"settings", settings},
           {"position", position.ToJson()},
-          {"files", f},
+          {"files", FilesToJson(files)},
           {"rows", rows},
           {"keys", keys},
           {"digest", digest},
@@ -159,14 +156,7 @@ StatusOr<CheckpointManifest> ReadCheckpointManifest(Env* env, const std::string&
     ASSIGN_OR_RETURN(m.spec, ModelSpec::FromJson(j.at("spec")));
     m.settings = j.at("settings");
     m.position = PositionFromJson(j.at("position"));
-    for (const auto& f : j.at("files")) {
-      ModelFileInfo fi;
-      fi.name = f.at("name").get<std::string>();
-      fi.bytes = f.at("bytes").get<uint64_t>();
-      ASSIGN_OR_RETURN(fi.checksum,
-                       ParseHex(path, "checksum", f.at("checksum").get<std::string>()));
-      m.files.push_back(fi);
-    }
+    ASSIGN_OR_RETURN(m.files, FilesFromJson(path, j.at("files")));
     if (m.files.size() != 2 || m.files[0].name != kSparse || m.files[1].name != kDense)
       return CorruptionError(path + ": expected the files sparse.bin and dense.bin");
     m.rows = j.at("rows").get<uint64_t>();

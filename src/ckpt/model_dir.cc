@@ -17,14 +17,11 @@ std::string FileName(const char* kind, uint64_t generation) {
 }  // namespace
 
 nlohmann::json ModelManifest::ToJson() const {
-  nlohmann::json f = nlohmann::json::array();
-  for (const auto& fi : files)
-    f.push_back({{"name", fi.name}, {"bytes", fi.bytes}, {"checksum", Hex(fi.checksum)}});
   return {{"format", "ctrbox-model"},
           {"version", kVersion},
           {"generation", generation},
           {"spec", spec.ToJson()},
-          {"files", f},
+          {"files", FilesToJson(files)},
           {"keys", keys},
           {"keys_with_embedding", keys_with_embedding},
           {"bytes_live", bytes_live},
@@ -52,14 +49,7 @@ StatusOr<ModelManifest> ReadManifest(Env* env, const std::string& dir) {
     ModelManifest m;
     m.generation = j.at("generation").get<uint64_t>();
     ASSIGN_OR_RETURN(m.spec, ModelSpec::FromJson(j.at("spec")));
-    for (const auto& f : j.at("files")) {
-      ModelFileInfo fi;
-      fi.name = f.at("name").get<std::string>();
-      fi.bytes = f.at("bytes").get<uint64_t>();
-      ASSIGN_OR_RETURN(fi.checksum,
-                       ParseHex(path, "checksum", f.at("checksum").get<std::string>()));
-      m.files.push_back(fi);
-    }
+    ASSIGN_OR_RETURN(m.files, FilesFromJson(path, j.at("files")));
     if (m.files.size() != 2) return CorruptionError(path + ": expected a sparse and a dense file");
     m.keys = j.at("keys").get<uint64_t>();
     m.keys_with_embedding = j.at("keys_with_embedding").get<uint64_t>();

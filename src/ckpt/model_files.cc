@@ -71,6 +71,31 @@ StatusOr<uint64_t> ParseHex(const std::string& path, const std::string& field,
   return std::stoull(text, nullptr, 16);
 }
 
+nlohmann::json FilesToJson(const std::vector<ModelFileInfo>& files) {
+  nlohmann::json f = nlohmann::json::array();
+  for (const auto& fi : files)
+    f.push_back({{"name", fi.name}, {"bytes", fi.bytes}, {"checksum", Hex(fi.checksum)}});
+  return f;
+}
+
+StatusOr<std::vector<ModelFileInfo>> FilesFromJson(const std::string& path,
+                                                   const nlohmann::json& j) {
+  std::vector<ModelFileInfo> files;
+  try {
+    for (const auto& f : j) {
+      ModelFileInfo fi;
+      fi.name = f.at("name").get<std::string>();
+      fi.bytes = f.at("bytes").get<uint64_t>();
+      ASSIGN_OR_RETURN(fi.checksum,
+                       ParseHex(path, "checksum", f.at("checksum").get<std::string>()));
+      files.push_back(std::move(fi));
+    }
+  } catch (const std::exception& e) {
+    return CorruptionError(path + ": files: " + e.what());
+  }
+  return files;
+}
+
 // ---- sparse file ------------------------------------------------------------------------------
 
 SparseFileWriter::SparseFileWriter(std::unique_ptr<WritableFile> file) : file_(std::move(file)) {

@@ -29,6 +29,11 @@ std::string Hex(uint64_t v);
 StatusOr<uint64_t> ParseHex(const std::string& path, const std::string& field,
                             const std::string& text);
 
+// A MANIFEST's "files" array, and back (a bad entry is corruption of `path`).
+nlohmann::json FilesToJson(const std::vector<ModelFileInfo>& files);
+StatusOr<std::vector<ModelFileInfo>> FilesFromJson(const std::string& path,
+                                                   const nlohmann::json& j);
+
 // What a sparse file holds: rows, rows with an embedding, row bytes without keys, and the
 // wrapping sum of every row encoding's Checksum64 (the sparse part of a digest).
 struct SparseCounts {
