@@ -353,7 +353,6 @@ StatusOr<std::unique_ptr<CheckpointWriter>> CheckpointWriter::Open(
   if (last != nullptr) {
     w->has_last_ = true;
     w->last_ = *last;
-    w->since_base_ = last->depth;
   }
   return w;
 }
@@ -363,7 +362,7 @@ std::string CheckpointWriter::Path(uint64_t id) const {
 }
 
 bool CheckpointWriter::NextIsBase() const {
-  return !has_last_ || shrunk_ || since_base_ + 1 >= options_.base_every;
+  return !has_last_ || shrunk_ || last_.depth + 1 >= options_.base_every;
 }
 
 Status CheckpointWriter::OnPush(const RowBlock& rows) {
@@ -387,7 +386,7 @@ void CheckpointWriter::OnShrink() {
 StatusOr<CheckpointManifest> CheckpointWriter::Commit(SparseTable& table,
                                                       const std::string& dense_payload,
                                                       const TrainPosition& position,
-                                                      const std::string& digest, ThreadPool* pool) {
+                                                      const DigestFn& digest, ThreadPool* pool) {
   if (has_last_ && !shrunk_ && last_.position.passes == position.passes) return last_;
   Stopwatch clock;
   CheckpointManifest m;
@@ -418,7 +417,9 @@ StatusOr<CheckpointManifest> CheckpointWriter::Commit(SparseTable& table,
     counts = delta_->counts();
     delta_.reset();
     m.keys = table.Stats().keys;
-    m.digest = digest;
+    if (digest) {
+      ASSIGN_OR_RETURN(m.digest, digest());
+    }
   }
   m.rows = counts.rows;
   m.files.emplace_back();
@@ -443,7 +444,6 @@ StatusOr<CheckpointManifest> CheckpointWriter::Commit(SparseTable& table,
   has_last_ = true;
   last_ = m;
   next_id_ = m.id + 1;
-  since_base_ = m.depth;
   shrunk_ = false;
   Status pruned = Prune();
   if (!pruned.ok()) {

@@ -120,13 +120,15 @@ class CheckpointWriter {
   Status OnPush(const RowBlock& rows);
   // The table was shrunk (every row may have changed): the next checkpoint is a base.
   void OnShrink();
+  // The state's digest, when a caller can afford it (a full table scan).
+  using DigestFn = std::function<StatusOr<std::string>()>;
   // Commits a checkpoint of the table (its pushed rows) and the dense state `dense_payload`
-  // at `position`. `digest`: the state's digest if the caller knows it ("" otherwise; a base
-  // computes its own). No-op returning the last one if nothing was pushed since it.
+  // at `position`. A base computes its own digest while writing; a delta records digest()
+  // when one is given (the final checkpoint), none otherwise. No-op returning the last one if
+  // nothing was pushed since it.
   StatusOr<CheckpointManifest> Commit(SparseTable& table, const std::string& dense_payload,
-                                      const TrainPosition& position, const std::string& digest,
+                                      const TrainPosition& position, const DigestFn& digest,
                                       ThreadPool* pool);
-  bool has_last() const { return has_last_; }
   const CheckpointManifest& last() const { return last_; }
   // Checkpoints written, their kinds, bytes and seconds.
   nlohmann::json Report() const;
@@ -146,10 +148,8 @@ class CheckpointWriter {
   bool has_last_ = false;
   CheckpointManifest last_;
   uint64_t next_id_ = 1;
-  uint32_t since_base_ = 0;                  // deltas since the last base
   bool shrunk_ = false;                      // since the last checkpoint
   std::unique_ptr<SparseFileWriter> delta_;  // the next delta's sparse.bin, being written
-  uint64_t pushes_since_ = 0;
   // Report.
   uint64_t bases_ = 0, deltas_ = 0, base_bytes_ = 0, delta_bytes_ = 0, base_rows_ = 0,
            delta_rows_ = 0;

@@ -74,7 +74,7 @@ class CheckpointTest : public ::testing::Test {
   std::string Digest() { return ModelDigest(*table_, *model_, nullptr).value(); }
 
   StatusOr<CheckpointManifest> Commit(CheckpointWriter* w) {
-    auto m = w->Commit(*table_, DensePayload(*model_), position_, "", nullptr);
+    auto m = w->Commit(*table_, DensePayload(*model_), position_, nullptr, nullptr);
     if (m.ok()) digests_[m->id] = Digest();
     return m;
   }
@@ -130,10 +130,13 @@ TEST_F(CheckpointTest, EveryCheckpointOfAChainLoadsToTheStateItWasCutFrom) {
   EXPECT_EQ(again->id, 8u);
   // A final checkpoint with a digest the caller knows records it, and the load checks it.
   ASSERT_TRUE(Pass(w.get()).ok());
-  auto final_ckpt = w->Commit(*table_, DensePayload(*model_), position_, Digest(), nullptr);
+  const std::string digest = Digest();
+  auto final_ckpt = w->Commit(
+      *table_, DensePayload(*model_), position_, [&]() -> StatusOr<std::string> { return digest; },
+      nullptr);
   ASSERT_TRUE(final_ckpt.ok());
   EXPECT_FALSE(final_ckpt->base);
-  EXPECT_EQ(final_ckpt->digest, Digest());
+  EXPECT_EQ(final_ckpt->digest, digest);
   EXPECT_EQ(*Load(&env, "/c", final_ckpt->id), Digest());
 }
 

@@ -489,7 +489,7 @@ class TrainRun {
     if (ckpt_ != nullptr && ckpt_->Due(start_.passes + passes_)) {
       Stopwatch ckpt_clock;
       ASSIGN_OR_RETURN(CheckpointManifest m,
-                       ckpt_->Commit(*table_, pass->dense_snapshot, Position(), "", pool));
+                       ckpt_->Commit(*table_, pass->dense_snapshot, Position(), nullptr, pool));
       checkpoint = {{"name", CheckpointName(m.id)},
                     {"kind", m.base ? "base" : "delta"},
                     {"rows", m.rows},
@@ -900,12 +900,10 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   // The final checkpoint (unless the last pass's checkpoint is it).
   if (ckpt) {
     Stopwatch clock;
-    std::string digest;
-    if (!ckpt->has_last() || ckpt->last().position.passes != final_position.passes) {
-      ASSIGN_OR_RETURN(digest, ModelDigest(*table, *model, &pool));
-    }
     ASSIGN_OR_RETURN(CheckpointManifest m,
-                     ckpt->Commit(*table, DensePayload(*model), final_position, digest, &pool));
+                     ckpt->Commit(
+                         *table, DensePayload(*model), final_position,
+                         [&] { return ModelDigest(*table, *model, &pool); }, &pool));
     report["checkpoint"] = ckpt->Report();
     report["checkpoint"]["final_seconds"] = clock.Seconds();
     if (!m.digest.empty()) report["digest"] = m.digest;
