@@ -54,6 +54,10 @@ class CtrModel {
   const Mlp& mlp() const { return mlp_; }
   // The stored row layout this model's sparse optimizer needs.
   ValueLayout value_layout() const;
+  const SparseOptimizer& sparse_optimizer() const { return sparse_opt_; }
+  // The seed of the stochastic rounding of quantized updates (element d of key k's update at
+  // dense step t draws from (quant_seed, Mix64(k) + t)).
+  uint64_t quant_seed() const { return quant_seed_; }
 
   // Dense parameters (Mlp layout) and their optimizer, for saving and loading.
   std::vector<float>& dense_params() { return params_; }

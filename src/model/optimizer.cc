@@ -40,36 +40,6 @@ uint32_t SparseOptimizer::StateFloats(uint32_t n) const {
   return 0;
 }
 
-void SparseOptimizer::Update(float* w, float* state, const float* g, uint32_t n) const {
-  const float lr = o_.lr, eps = o_.epsilon;
-  switch (o_.kind) {
-    case OptimizerKind::kAdagrad:
-      for (uint32_t i = 0; i < n; ++i) {
-        state[i] += g[i] * g[i];
-        w[i] -= lr * g[i] / (std::sqrt(state[i]) + eps);
-      }
-      return;
-    case OptimizerKind::kSgd:
-      for (uint32_t i = 0; i < n; ++i) w[i] -= lr * g[i];
-      return;
-    case OptimizerKind::kAdam: {
-      float* m = state;
-      float* v = state + n;
-      float& c1 = state[2 * n];  // 1 - beta1^t
-      float& c2 = state[2 * n + 1];
-      c1 = 1.0f - (1.0f - c1) * o_.beta1;
-      c2 = 1.0f - (1.0f - c2) * o_.beta2;
-      const float step = lr / c1, inv_sqrt_c2 = 1.0f / std::sqrt(c2);
-      for (uint32_t i = 0; i < n; ++i) {
-        m[i] = o_.beta1 * m[i] + (1.0f - o_.beta1) * g[i];
-        v[i] = o_.beta2 * v[i] + (1.0f - o_.beta2) * g[i] * g[i];
-        w[i] -= step * m[i] / (std::sqrt(v[i]) * inv_sqrt_c2 + eps);
-      }
-      return;
-    }
-  }
-}
-
 DenseOptimizer::DenseOptimizer(OptimizerOptions o, size_t num_params) : o_(o) {
   if (o_.kind == OptimizerKind::kAdam) {
     m_.assign(num_params, 0.0f);
@@ -89,29 +59,16 @@ void DenseOptimizer::BeginStep() {
   }
 }
 
+DenseStep DenseOptimizer::CurrentStep() const {
+  return DenseStep{o_.kind, o_.lr, o_.epsilon, o_.beta1, o_.beta2, step_size_, 1.0f / bias2_sqrt_};
+}
+
 void DenseOptimizer::Update(float* p, const float* g, size_t offset, size_t n) {
-  const float lr = o_.lr, eps = o_.epsilon;
-  switch (o_.kind) {
-    case OptimizerKind::kSgd:
-      for (size_t i = offset; i < offset + n; ++i) p[i] -= lr * g[i];
-      return;
-    case OptimizerKind::kAdagrad:
-      for (size_t i = offset; i < offset + n; ++i) {
-        v_[i] += g[i] * g[i];
-        p[i] -= lr * g[i] / (std::sqrt(v_[i]) + eps);
-      }
-      return;
-    case OptimizerKind::kAdam: {
-      const float b1 = o_.beta1, b2 = o_.beta2, step = step_size_, inv_b2 = 1.0f / bias2_sqrt_;
-      float* m = m_.data();
-      float* v = v_.data();
-      for (size_t i = offset; i < offset + n; ++i) {
-        m[i] = b1 * m[i] + (1.0f - b1) * g[i];
-        v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-        p[i] -= step * m[i] / (std::sqrt(v[i]) * inv_b2 + eps);
-      }
-      return;
-    }
+  const DenseStep step = CurrentStep();
+  float* m = m_.empty() ? nullptr : m_.data();
+  float* v = v_.empty() ? nullptr : v_.data();
+  for (size_t i = offset; i < offset + n; ++i) {
+    step.Apply(p + i, g[i], m == nullptr ? nullptr : m + i, v == nullptr ? nullptr : v + i);
   }
 }
 

@@ -3,10 +3,13 @@
 #ifndef CTRBOX_MODEL_OPTIMIZER_H_
 #define CTRBOX_MODEL_OPTIMIZER_H_
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 #include <vector>
+
+#include "util/hd.h"
 
 namespace ctrbox {
 
@@ -25,16 +28,72 @@ struct OptimizerOptions {
 // Updates sparse rows. Adam is "lazy": a row's moments and step count advance only when the
 // row receives a gradient. State floats per n-vector: adagrad n (sum of squares), sgd 0,
 // adam 2n + 2 (moments, then 1 - beta1^t and 1 - beta2^t). All state starts at 0.
-// Thread safety: immutable; Update on distinct rows may run concurrently.
+// Thread safety: immutable; Update on distinct rows may run concurrently. A value type the
+// GPU backend copies to the device (Update is the same code there).
 class SparseOptimizer {
  public:
   explicit SparseOptimizer(OptimizerOptions o) : o_(o) {}
   uint32_t StateFloats(uint32_t n) const;
-  void Update(float* w, float* state, const float* g, uint32_t n) const;
+  CTRBOX_HD void Update(float* w, float* state, const float* g, uint32_t n) const {
+    const float lr = o_.lr, eps = o_.epsilon;
+    switch (o_.kind) {
+      case OptimizerKind::kAdagrad:
+        for (uint32_t i = 0; i < n; ++i) {
+          state[i] += g[i] * g[i];
+          w[i] -= lr * g[i] / (std::sqrt(state[i]) + eps);
+        }
+        return;
+      case OptimizerKind::kSgd:
+        for (uint32_t i = 0; i < n; ++i) w[i] -= lr * g[i];
+        return;
+      case OptimizerKind::kAdam: {
+        float* m = state;
+        float* v = state + n;
+        float& c1 = state[2 * n];  // 1 - beta1^t
+        float& c2 = state[2 * n + 1];
+        c1 = 1.0f - (1.0f - c1) * o_.beta1;
+        c2 = 1.0f - (1.0f - c2) * o_.beta2;
+        const float step = lr / c1, inv_sqrt_c2 = 1.0f / std::sqrt(c2);
+        for (uint32_t i = 0; i < n; ++i) {
+          m[i] = o_.beta1 * m[i] + (1.0f - o_.beta1) * g[i];
+          v[i] = o_.beta2 * v[i] + (1.0f - o_.beta2) * g[i] * g[i];
+          w[i] -= step * m[i] / (std::sqrt(v[i]) * inv_sqrt_c2 + eps);
+        }
+        return;
+      }
+    }
+  }
   const OptimizerOptions& options() const { return o_; }
 
  private:
   OptimizerOptions o_;
+};
+
+// One dense step's constants: what DenseOptimizer::Update applies to every parameter, as a
+// value the GPU backend passes to its update kernel.
+struct DenseStep {
+  OptimizerKind kind = OptimizerKind::kSgd;
+  float lr = 0, epsilon = 0, beta1 = 0, beta2 = 0;
+  float step_size = 0, inv_bias2_sqrt = 1;  // adam: lr / (1 - beta1^t), 1 / sqrt(1 - beta2^t)
+
+  // Updates one parameter p with gradient g; m and v are its state (unused by SGD; Adagrad
+  // keeps its sum of squares in v).
+  CTRBOX_HD void Apply(float* p, float g, float* m, float* v) const {
+    switch (kind) {
+      case OptimizerKind::kSgd:
+        *p -= lr * g;
+        return;
+      case OptimizerKind::kAdagrad:
+        *v += g * g;
+        *p -= lr * g / (std::sqrt(*v) + epsilon);
+        return;
+      case OptimizerKind::kAdam:
+        *m = beta1 * *m + (1.0f - beta1) * g;
+        *v = beta2 * *v + (1.0f - beta2) * g * g;
+        *p -= step_size * *m / (std::sqrt(*v) * inv_bias2_sqrt + epsilon);
+        return;
+    }
+  }
 };
 
 // Updates the dense parameters (a flat vector). Adam keeps m, v and a global step.
@@ -46,6 +105,8 @@ class DenseOptimizer {
   void BeginStep();
   // Updates params[i] with grads[i] for i in [offset, offset + n).
   void Update(float* params, const float* grads, size_t offset, size_t n);
+  // The constants of the step BeginStep started.
+  DenseStep CurrentStep() const;
 
   const OptimizerOptions& options() const { return o_; }
   uint64_t step() const { return t_; }

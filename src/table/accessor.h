@@ -6,6 +6,8 @@
 #include <cstdint>
 
 #include "table/value.h"
+#include "util/hd.h"
+#include "util/random.h"
 
 namespace ctrbox {
 
@@ -20,7 +22,8 @@ struct AccessorOptions {
   uint32_t delete_after_unseen_passes = 0;  // ... or unseen for more passes (0: never)
 };
 
-// Thread safety: immutable after construction.
+// Thread safety: immutable after construction. A value type the GPU backend copies to the
+// device, where the CTRBOX_HD members run the same code.
 class CtrAccessor {
  public:
   CtrAccessor(ValueLayout layout, AccessorOptions options)
@@ -29,13 +32,27 @@ class CtrAccessor {
   const ValueLayout& layout() const { return layout_; }
   const AccessorOptions& options() const { return options_; }
 
-  float Score(float show, float click) const {
+  CTRBOX_HD float Score(float show, float click) const {
     return (show - click) * options_.nonclk_coeff + click * options_.click_coeff;
   }
   // Gives row i of `rows` its embedding if it has none and its score passes the threshold.
   // Returns true if it created one. In a quantized layout the initial draw is put on the
   // grid by stochastic rounding (from the key and seed), whatever the update rounding.
   bool MaybeCreateEmbedding(RowBlock* rows, size_t i) const;
+  // The same on raw row fields: if the row has no embedding (flags) and its score passes
+  // the threshold, writes the embedding of `key` at emb, zeroes state and sets the flag.
+  CTRBOX_HD bool MaybeCreateEmbedding(uint64_t key, float show, float click, uint16_t* flags,
+                                      float* emb, float* state) const {
+    if (*flags & kFlagHasEmb) return false;
+    if (Score(show, click) < options_.embedx_threshold) return false;
+    for (uint32_t d = 0; d < layout_.dim; ++d) {
+      emb[d] = HashUniform(options_.seed, key, d, options_.init_range);
+    }
+    quant_.Round(emb, layout_.dim, QuantRounding::kStochastic, options_.seed ^ kInitQuantSalt, key);
+    for (uint32_t j = 0; j < layout_.emb_state; ++j) state[j] = 0.0f;
+    *flags |= kFlagHasEmb;
+    return true;
+  }
   // Row i as a key seen for the first time: cleared, embedding created if the threshold
   // allows.
   void InitRow(RowBlock* rows, size_t i, uint64_t key) const;
@@ -44,6 +61,9 @@ class CtrAccessor {
   bool ShrinkRow(float* show, float* click, uint16_t* unseen) const;
 
  private:
+  // Salts the stochastic rounding of a quantized layout's initial embedding.
+  static constexpr uint64_t kInitQuantSalt = 0x51A7'1A17'0000'0001ULL;
+
   ValueLayout layout_;
   AccessorOptions options_;
   Quantizer quant_;

@@ -68,22 +68,4 @@ void Quantizer::Decode(const char* p, uint32_t n, float* x) const {
   }
 }
 
-void Quantizer::Round(float* x, uint32_t n, QuantRounding rounding, uint64_t seed,
-                      uint64_t stream) const {
-  if (!enabled()) return;
-  if (rounding == QuantRounding::kNearest) {
-    for (uint32_t d = 0; d < n; ++d) x[d] = Value(Code(x[d], 0.5f));
-    return;
-  }
-  // Two 24-bit uniforms per 64-bit draw of a splitmix64 stream keyed by (seed, stream).
-  Random rng(Mix64(seed ^ Mix64(stream)));
-  for (uint32_t d = 0; d < n; d += 2) {
-    const uint64_t r = rng.Next();
-    x[d] = Value(Code(x[d], static_cast<float>(r >> 40) * 0x1.0p-24f));
-    if (d + 1 < n) {
-      x[d + 1] = Value(Code(x[d + 1], static_cast<float>(r & 0xFFFFFF) * 0x1.0p-24f));
-    }
-  }
-}
-
 }  // namespace ctrbox

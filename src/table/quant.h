@@ -15,6 +15,9 @@
 #include <cstdint>
 #include <string_view>
 
+#include "util/hd.h"
+#include "util/random.h"
+
 namespace ctrbox {
 
 enum class QuantRounding { kStochastic, kNearest };
@@ -41,7 +44,7 @@ class Quantizer {
   // REQUIRES: bits == 0 or kMinBits <= bits <= kMaxBits; range > 0 and finite.
   Quantizer(uint32_t bits, float range);
 
-  bool enabled() const { return bits_ != 0; }
+  CTRBOX_HD bool enabled() const { return bits_ != 0; }
   uint32_t bits() const { return bits_; }
   float range() const { return range_; }
   double delta() const { return delta_; }
@@ -53,7 +56,7 @@ class Quantizer {
 
   // floor(clip(x) / Δ + u), clamped to the code range; x == Value(i) (the float nearest a
   // grid point) gives i. NaN gives 0.
-  int32_t Code(float x, float u) const {  // inline: called per element on every update
+  CTRBOX_HD int32_t Code(float x, float u) const {  // inline: called per element on every update
     if (std::isnan(x)) return 0;
     const double w = range_;
     double f = std::clamp(static_cast<double>(x), -w, w) * inv_delta_;
@@ -65,7 +68,7 @@ class Quantizer {
     return static_cast<int32_t>(
         std::clamp(i, -static_cast<double>(max_code_), static_cast<double>(max_code_)));
   }
-  float Value(int32_t code) const { return static_cast<float>(code * delta_); }
+  CTRBOX_HD float Value(int32_t code) const { return static_cast<float>(code * delta_); }
 
   // Stores x[0..n) as codes rounded to nearest (exact for values on the grid), little-endian,
   // code_bytes() each, at p.
@@ -75,7 +78,24 @@ class Quantizer {
 
   // Puts x[0..n) on the grid. Stochastic rounding draws element d's u from
   // (seed, stream, d) only, so the result never depends on threads or call order.
-  void Round(float* x, uint32_t n, QuantRounding rounding, uint64_t seed, uint64_t stream) const;
+  // Inline: the GPU backend's sparse update calls it on the device.
+  CTRBOX_HD void Round(float* x, uint32_t n, QuantRounding rounding, uint64_t seed,
+                       uint64_t stream) const {
+    if (!enabled()) return;
+    if (rounding == QuantRounding::kNearest) {
+      for (uint32_t d = 0; d < n; ++d) x[d] = Value(Code(x[d], 0.5f));
+      return;
+    }
+    // Two 24-bit uniforms per 64-bit draw of a splitmix64 stream keyed by (seed, stream).
+    Random rng(Mix64(seed ^ Mix64(stream)));
+    for (uint32_t d = 0; d < n; d += 2) {
+      const uint64_t r = rng.Next();
+      x[d] = Value(Code(x[d], static_cast<float>(r >> 40) * 0x1.0p-24f));
+      if (d + 1 < n) {
+        x[d + 1] = Value(Code(x[d + 1], static_cast<float>(r & 0xFFFFFF) * 0x1.0p-24f));
+      }
+    }
+  }
 
  private:
   uint32_t bits_ = 0;

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "util/hd.h"
+
 // Inlined so the hash of a fixed-size key specialises. GCC 12 reports false "uninitialized"
 // warnings inside its own AVX-512 intrinsics when XXH3's streaming code is inlined.
 #pragma GCC diagnostic push
@@ -22,7 +24,7 @@
 namespace ctrbox {
 
 // splitmix64 finaliser: a bijective 64-bit mixer.
-inline uint64_t Mix64(uint64_t x) {
+CTRBOX_HD inline uint64_t Mix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ULL;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;

@@ -13,9 +13,9 @@ namespace ctrbox {
 // Thread safety: not thread-safe; use one per thread (or derive one per row from a counter).
 class Random {
  public:
-  explicit Random(uint64_t seed) : state_(seed) {}
+  CTRBOX_HD explicit Random(uint64_t seed) : state_(seed) {}
 
-  uint64_t Next() {
+  CTRBOX_HD uint64_t Next() {
     state_ += 0x9E3779B97F4A7C15ULL;
     uint64_t z = state_;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
@@ -44,7 +44,7 @@ class Random {
 };
 
 // A uniform float in [-range, range) that depends only on (seed, key, index).
-inline float HashUniform(uint64_t seed, uint64_t key, uint32_t index, float range) {
+CTRBOX_HD inline float HashUniform(uint64_t seed, uint64_t key, uint32_t index, float range) {
   uint64_t h = Mix64(seed ^ Mix64(key + 0x51ED27ULL * (index + 1)));
   float u = static_cast<float>(h >> 40) * 0x1.0p-24f;  // [0, 1)
   return (2.0f * u - 1.0f) * range;

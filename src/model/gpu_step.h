@@ -1,0 +1,802 @@
+// GpuStep: the train stage on N GPUs (docs/gpu.md), written once against an executor
+// (model/host_exec.h lists what one provides): model/cuda_exec.cu instantiates it on CUDA
+// streams, model/gpu_trainer.cc on host threads (the emulation the CPU-only tests run).
+//
+// A pass goes through two calls:
+//   Stage (pull stage, copy queues): plans the pass over the GPUs (working/hbm_plan.h),
+//     uploads each owner's rows and builds its hash index, uploads the examples, and looks up
+//     the rows of the keys every GPU will ask each owner for (the key -> row lookup).
+//   Train (train stage, compute queues): re-uploads rows that passes in flight changed, then
+//     per minibatch: owners gather the asked rows, the exchange copies them to the asking
+//     GPUs, each GPU pools its slice's embeddings and runs the MLP (forward, loss, backward)
+//     on its replica, reduces its gradients per key and sends them to the owners; the dense
+//     gradients are all-reduced and every replica takes the same step; owners accumulate the
+//     sparse gradients per row and update each row once (optimizer, quantization, counters,
+//     embedding creation). At the end the rows come back into the host's RowBlock.
+//
+// Every kernel body is a CTRBOX_HD lambda over an index: the same code on the GPU and in
+// the host emulation. Thread safety: Stage and Train may run on two threads (the pipeline's
+// pull and train stages) for different passes; neither is reentrant.
+#ifndef CTRBOX_MODEL_GPU_STEP_H_
+#define CTRBOX_MODEL_GPU_STEP_H_
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "io/batch.h"
+#include "model/ctr_model.h"
+#include "model/gpu_options.h"
+#include "table/accessor.h"
+#include "table/value.h"
+#include "util/hd.h"
+#include "util/status.h"
+#include "working/hbm_plan.h"
+#include "working/hbm_table.h"
+#include "working/working_set.h"
+
+namespace ctrbox {
+
+template <class Exec>
+class GpuStep {
+ public:
+  template <class T>
+  using Buf = typename Exec::template Buffer<T>;
+
+  // compute[g], copy[g]: GPU g's two queues (they may be the same executor). all_reduce, if
+  // set, sums n floats at ptrs[g] across the GPUs in place and returns true; if unset or it
+  // returns false, the step sums through GPU 0 in GPU order.
+  using AllReduceFn = bool (*)(void* ctx, const std::vector<float*>& ptrs, size_t n);
+  GpuStep(CtrModel* model, const CtrAccessor& accessor, const GpuOptions& options,
+          std::vector<Exec*> compute, std::vector<Exec*> copy, AllReduceFn all_reduce = nullptr,
+          void* all_reduce_ctx = nullptr)
+      : model_(model),
+        accessor_(accessor),
+        options_(options),
+        gpus_(static_cast<uint32_t>(compute.size())),
+        compute_(std::move(compute)),
+        copy_(std::move(copy)),
+        all_reduce_(all_reduce),
+        all_reduce_ctx_(all_reduce_ctx),
+        slots_(std::max<uint32_t>(1, options.slots)),
+        replicas_(gpus_) {
+    const Mlp& mlp = model_->mlp();
+    for (uint32_t l = 0; l < mlp.num_layers(); ++l) {
+      layers_.push_back(Layer{mlp.in(l), mlp.out(l), mlp.w_offset(l), mlp.b_offset(l)});
+    }
+    const size_t P = mlp.num_params();
+    for (uint32_t g = 0; g < gpus_; ++g) {
+      Replica& r = replicas_[g];
+      Exec& e = *compute_[g];
+      e.Upload(&r.params, model_->dense_params().data(), P);
+      e.Reserve(&r.grads, P);
+      const DenseOptimizer& opt = model_->dense_optimizer();
+      if (!opt.m().empty()) e.Upload(&r.m, opt.m().data(), P);
+      if (!opt.v().empty()) e.Upload(&r.v, opt.v().data(), P);
+      r.acts.resize(layers_.size());
+      r.hgrads.resize(layers_.size());
+    }
+  }
+
+  // ---- Stage: the pull stage's half --------------------------------------------------------
+
+  Status Stage(uint64_t pass_index, const Batch& pass, const WorkingSet& ws, const RowBlock& rows) {
+    Slot& s = slots_[pass_index % slots_.size()];
+    s.pass_index = pass_index;
+    for (uint32_t g = 0; g < gpus_; ++g) copy_[g]->Recycle();
+    BuildHbmPlan(pass, ws, gpus_, &s.plan);
+    const HbmPlan& plan = s.plan;
+    const ValueLayout& L = rows.layout();
+    s.parts.resize(gpus_);
+    s.feeds.resize(gpus_);
+    // Owners: rows, hash index, and the rows of the keys each GPU will ask for.
+    for (uint32_t o = 0; o < gpus_; ++o) {
+      Exec& e = *copy_[o];
+      Part& part = s.parts[o];
+      const std::vector<uint32_t>& locals = plan.locals[o];
+      part.n = locals.size();
+      HostRows host(L, locals.size());
+      host.Gather(rows, locals);
+      UploadRows(e, host, &part.rows);
+      std::vector<uint64_t> keys(locals.size());
+      for (size_t i = 0; i < locals.size(); ++i) keys[i] = ws.keys[locals[i]];
+      e.Upload(&part.keys, keys.data(), keys.size());
+      const size_t cap = HbmCapacity(part.n);
+      e.Reserve(&part.slot_keys, cap);
+      e.Reserve(&part.slot_rows, cap);
+      e.Reserve(&part.special, 1);
+      e.Fill(part.slot_keys.data(), kEmptyKey, cap);
+      e.Fill(part.special.data(), kNoRow, 1);
+      const HbmIndex idx{part.slot_keys.data(), part.slot_rows.data(), part.special.data(),
+                         cap - 1};
+      part.index = idx;
+      e.Reserve(&part.status, 1);
+      e.Fill(part.status.data(), 0u, 1);
+      {  // insert
+        const uint64_t* k = part.keys.data();
+        uint32_t* bad = part.status.data();
+        e.ForEach(part.n, [=] CTRBOX_HD(size_t i) {
+          if (!idx.Insert(k[i], static_cast<uint32_t>(i))) AtomicAddU32(bad, 1);
+        });
+      }
+      // The keys GPUs ask this owner for, per (minibatch, GPU), in segment order.
+      std::vector<uint64_t> recv;
+      part.recv_base.assign(plan.slices.size() + 1, 0);
+      for (size_t si = 0; si < plan.slices.size(); ++si) {
+        const HbmSlice& sl = plan.slices[si];
+        part.recv_base[si] = static_cast<uint32_t>(recv.size());
+        for (uint32_t u = sl.seg[o]; u < sl.seg[o + 1]; ++u) {
+          recv.push_back(ws.keys[plan.uniq_local[sl.uniq_begin + u]]);
+        }
+      }
+      part.recv_base.back() = static_cast<uint32_t>(recv.size());
+      e.Upload(&part.recv_keys, recv.data(), recv.size());
+      e.Reserve(&part.recv_rows, recv.size());
+      {  // get: key -> row
+        const uint64_t* k = part.recv_keys.data();
+        uint32_t* out = part.recv_rows.data();
+        uint32_t* bad = part.status.data();
+        e.ForEach(recv.size(), [=] CTRBOX_HD(size_t i) {
+          out[i] = idx.Find(k[i]);
+          if (out[i] == kNoRow) AtomicAddU32(bad, 1);
+        });
+      }
+      e.Upload(&part.touched, plan.touched[o].data(), plan.touched[o].size());
+      e.Reserve(&part.created, 1);
+      e.Fill(part.created.data(), 0u, 1);
+    }
+    // Every GPU's copy of the examples and of its slices' plan.
+    for (uint32_t g = 0; g < gpus_; ++g) {
+      Exec& e = *copy_[g];
+      Feed& f = s.feeds[g];
+      e.Upload(&f.labels, pass.labels.data(), pass.labels.size());
+      e.Upload(&f.dense, pass.dense.data(), pass.dense.size());
+      e.Upload(&f.offsets, pass.offsets.data(), pass.offsets.size());
+      e.Upload(&f.weights, pass.weights.data(), pass.weights.size());
+      e.Upload(&f.fetch_pos, plan.fetch_pos.data(), plan.fetch_pos.size());
+      e.Upload(&f.cell, ws.cell.data(), ws.cell.size());
+      e.Upload(&f.uniq_occ_begin, plan.uniq_occ_begin.data(), plan.uniq_occ_begin.size());
+      e.Upload(&f.uniq_occ, plan.uniq_occ.data(), plan.uniq_occ.size());
+      e.Reserve(&f.predictions, pass.rows());
+    }
+    s.staged.resize(gpus_);
+    for (uint32_t g = 0; g < gpus_; ++g) s.staged[g] = copy_[g]->Record();
+    for (uint32_t g = 0; g < gpus_; ++g) RETURN_IF_ERROR(copy_[g]->status());
+    return Status::OK();
+  }
+
+  // ---- Train: the train stage's half -------------------------------------------------------
+
+  // Trains the staged pass `pass_index`: `patched` lists the local ids whose rows in `rows`
+  // changed since Stage (rows taken from passes in flight). On return `rows` holds the
+  // trained rows, predictions[r] the prediction of row r before its minibatch's update, and
+  // *created the embeddings created.
+  Status Train(uint64_t pass_index, const Batch& pass, const WorkingSet& ws,
+               const std::vector<uint32_t>& patched, RowBlock* rows, float* predictions,
+               uint64_t* created) {
+    Slot& s = slots_[pass_index % slots_.size()];
+    if (s.pass_index != pass_index) {
+      return InternalError("GPU backend: pass " + std::to_string(pass_index) + " was not staged");
+    }
+    const HbmPlan& plan = s.plan;
+    for (uint32_t g = 0; g < gpus_; ++g) {
+      compute_[g]->Recycle();
+      compute_[g]->Wait(s.staged[g]);
+    }
+    for (uint32_t o = 0; o < gpus_; ++o) {
+      uint32_t bad = 0;
+      compute_[o]->Download(&bad, s.parts[o].status.data(), 1);
+      RETURN_IF_ERROR(compute_[o]->status());
+      if (bad != 0) {
+        return InternalError("GPU backend: the working table of GPU " + std::to_string(o) +
+                             " lost " + std::to_string(bad) + " keys (insert or lookup failed)");
+      }
+    }
+    if (!patched.empty()) Patch(s, *rows, patched);
+    EnsureWork(s, pass);
+    for (size_t b = 0; b < plan.minibatches(); ++b) TrainMinibatch(s, pass, b);
+    // Rows, predictions and counters back to the host.
+    const ValueLayout& L = rows->layout();
+    uint64_t total_created = 0;
+    for (uint32_t o = 0; o < gpus_; ++o) {
+      Exec& e = *compute_[o];
+      HostRows host(L, s.parts[o].n);
+      DownloadRows(e, s.parts[o].rows, &host);
+      host.Scatter(plan.locals[o], rows);
+      uint32_t c = 0;
+      e.Download(&c, s.parts[o].created.data(), 1);
+      total_created += c;
+      RETURN_IF_ERROR(e.status());
+    }
+    for (uint32_t g = 0; g < gpus_; ++g) {
+      std::vector<float> p(pass.rows());
+      compute_[g]->Download(p.data(), s.feeds[g].predictions.data(), p.size());
+      for (size_t b = 0; b < plan.minibatches(); ++b) {
+        const HbmSlice& sl = plan.slice(b, g);
+        std::copy(p.begin() + sl.row_begin, p.begin() + sl.row_end, predictions + sl.row_begin);
+      }
+    }
+    // The dense state back into the host model (checkpoints, export, evaluation).
+    const size_t P = model_->mlp().num_params();
+    Exec& e0 = *compute_[0];
+    e0.Download(model_->dense_params().data(), replicas_[0].params.data(), P);
+    DenseOptimizer& opt = model_->dense_optimizer();
+    if (!opt.m().empty()) e0.Download(opt.m().data(), replicas_[0].m.data(), P);
+    if (!opt.v().empty()) e0.Download(opt.v().data(), replicas_[0].v.data(), P);
+    for (uint32_t g = 0; g < gpus_; ++g) RETURN_IF_ERROR(compute_[g]->status());
+    *created = total_created;
+    s.pass_index = ~uint64_t{0};
+    return Status::OK();
+  }
+
+  // ---- pieces (public: CUDA's extended lambdas may not sit in private members) ----
+
+  struct Layer {
+    uint32_t in, out;
+    size_t w, b;  // offsets of the weights [in x out] and the bias [out]
+  };
+
+  // A pass's rows of one owner, field by field (RowBlock's structure of arrays).
+  struct DeviceRows {
+    Buf<float> show, click, wide, wide_state, emb, emb_state;
+    Buf<uint16_t> unseen, flags;
+  };
+  struct HostRows {
+    HostRows(const ValueLayout& L, size_t n)
+        : layout(L),
+          n(n),
+          show(n),
+          click(n),
+          wide(n),
+          wide_state(n * L.wide_state),
+          emb(n * L.dim),
+          emb_state(n * L.emb_state),
+          unseen(n),
+          flags(n) {}
+    void Gather(const RowBlock& r, const std::vector<uint32_t>& locals) {
+      for (size_t i = 0; i < locals.size(); ++i) Get(r, locals[i], i);
+    }
+    void Get(const RowBlock& r, uint32_t l, size_t i) {
+      show[i] = r.show(l);
+      click[i] = r.click(l);
+      wide[i] = r.wide(l);
+      unseen[i] = r.unseen(l);
+      flags[i] = r.flags(l);
+      std::copy_n(r.wide_state(l), layout.wide_state, wide_state.data() + i * layout.wide_state);
+      std::copy_n(r.emb(l), layout.dim, emb.data() + i * layout.dim);
+      std::copy_n(r.emb_state(l), layout.emb_state, emb_state.data() + i * layout.emb_state);
+    }
+    void Scatter(const std::vector<uint32_t>& locals, RowBlock* r) const {
+      for (size_t i = 0; i < locals.size(); ++i) {
+        const uint32_t l = locals[i];
+        r->show(l) = show[i];
+        r->click(l) = click[i];
+        r->wide(l) = wide[i];
+        r->unseen(l) = unseen[i];
+        r->flags(l) = flags[i];
+        std::copy_n(wide_state.data() + i * layout.wide_state, layout.wide_state, r->wide_state(l));
+        std::copy_n(emb.data() + i * layout.dim, layout.dim, r->emb(l));
+        std::copy_n(emb_state.data() + i * layout.emb_state, layout.emb_state, r->emb_state(l));
+      }
+    }
+    ValueLayout layout;
+    size_t n;
+    std::vector<float> show, click, wide, wide_state, emb, emb_state;
+    std::vector<uint16_t> unseen, flags;
+  };
+
+  struct Part {  // what one owner holds of a pass
+    size_t n = 0;
+    DeviceRows rows;
+    Buf<uint64_t> keys, slot_keys, recv_keys;
+    Buf<uint32_t> slot_rows, special, recv_rows, touched, status, created;
+    HbmIndex index;
+    std::vector<uint32_t> recv_base;  // [slice] offsets into recv_keys / recv_rows
+    // Per minibatch: rows gathered for each asking GPU, and their gradients coming back.
+    Buf<float> send, recv_grad, acc;
+  };
+  struct Feed {  // one GPU's copy of the pass's examples
+    Buf<float> labels, dense, weights, predictions;
+    Buf<uint32_t> offsets, fetch_pos, cell, uniq_occ_begin, uniq_occ;
+    // Per minibatch: the rows this GPU asked for (embedding, wide, flag) and its gradients.
+    Buf<float> fetch, grad;
+  };
+  struct Slot {
+    uint64_t pass_index = ~uint64_t{0};
+    HbmPlan plan;
+    std::vector<Part> parts;
+    std::vector<Feed> feeds;
+    std::vector<typename Exec::Event> staged;
+  };
+  struct Replica {  // one GPU's dense parameters and minibatch buffers
+    Buf<float> params, grads, m, v, sum;
+    Buf<float> x, logits, dlogit, wide_sum, dx;
+    std::vector<Buf<float>> acts, hgrads;
+  };
+
+  // Floats per row in the exchange: embedding, wide, has-embedding flag (rows to the asking
+  // GPU), or embedding gradient, wide gradient, shows, clicks (gradients to the owner).
+  uint32_t FetchStride() const { return model_->options().embedding_dim + 2; }
+  uint32_t GradStride() const { return model_->options().embedding_dim + 3; }
+
+  void UploadRows(Exec& e, const HostRows& h, DeviceRows* d) {
+    e.Upload(&d->show, h.show.data(), h.n);
+    e.Upload(&d->click, h.click.data(), h.n);
+    e.Upload(&d->wide, h.wide.data(), h.n);
+    e.Upload(&d->wide_state, h.wide_state.data(), h.wide_state.size());
+    e.Upload(&d->emb, h.emb.data(), h.emb.size());
+    e.Upload(&d->emb_state, h.emb_state.data(), h.emb_state.size());
+    e.Upload(&d->unseen, h.unseen.data(), h.n);
+    e.Upload(&d->flags, h.flags.data(), h.n);
+  }
+  void DownloadRows(Exec& e, DeviceRows& d, HostRows* h) {
+    e.Download(h->show.data(), d.show.data(), h->n);
+    e.Download(h->click.data(), d.click.data(), h->n);
+    e.Download(h->wide.data(), d.wide.data(), h->n);
+    e.Download(h->wide_state.data(), d.wide_state.data(), h->wide_state.size());
+    e.Download(h->emb.data(), d.emb.data(), h->emb.size());
+    e.Download(h->emb_state.data(), d.emb_state.data(), h->emb_state.size());
+    e.Download(h->unseen.data(), d.unseen.data(), h->n);
+    e.Download(h->flags.data(), d.flags.data(), h->n);
+  }
+
+  // Re-uploads the rows of `patched` local ids: per owner, the rows in a staging block,
+  // then scattered into place.
+  void Patch(Slot& s, const RowBlock& rows, const std::vector<uint32_t>& patched) {
+    const ValueLayout& L = rows.layout();
+    std::vector<std::vector<uint32_t>> by_owner(gpus_), at(gpus_);
+    for (uint32_t l : patched) {
+      const uint32_t o = OwnerOf(rows.key(l), gpus_);
+      by_owner[o].push_back(l);
+      at[o].push_back(s.plan.row_of[l]);
+    }
+    for (uint32_t o = 0; o < gpus_; ++o) {
+      if (by_owner[o].empty()) continue;
+      Exec& e = *compute_[o];
+      HostRows h(L, by_owner[o].size());
+      h.Gather(rows, by_owner[o]);
+      UploadRows(e, h, &patch_rows_);
+      e.Upload(&patch_at_, at[o].data(), at[o].size());
+      DeviceRows& dst = s.parts[o].rows;
+      const uint32_t* where = patch_at_.data();
+      const uint32_t dim = L.dim, es = L.emb_state, ws = L.wide_state;
+      const float *show = patch_rows_.show.data(), *click = patch_rows_.click.data(),
+                  *wide = patch_rows_.wide.data(), *wst = patch_rows_.wide_state.data(),
+                  *emb = patch_rows_.emb.data(), *est = patch_rows_.emb_state.data();
+      const uint16_t *unseen = patch_rows_.unseen.data(), *flags = patch_rows_.flags.data();
+      float *d_show = dst.show.data(), *d_click = dst.click.data(), *d_wide = dst.wide.data(),
+            *d_wst = dst.wide_state.data(), *d_emb = dst.emb.data(), *d_est = dst.emb_state.data();
+      uint16_t *d_unseen = dst.unseen.data(), *d_flags = dst.flags.data();
+      e.ForEach(h.n, [=] CTRBOX_HD(size_t i) {
+        const size_t r = where[i];
+        d_show[r] = show[i];
+        d_click[r] = click[i];
+        d_wide[r] = wide[i];
+        d_unseen[r] = unseen[i];
+        d_flags[r] = flags[i];
+        for (uint32_t j = 0; j < ws; ++j) d_wst[r * ws + j] = wst[i * ws + j];
+        for (uint32_t j = 0; j < dim; ++j) d_emb[r * dim + j] = emb[i * dim + j];
+        for (uint32_t j = 0; j < es; ++j) d_est[r * es + j] = est[i * es + j];
+      });
+    }
+  }
+
+  // Sizes the minibatch buffers for the slot's largest slice and exchange.
+  void EnsureWork(Slot& s, const Batch& pass) {
+    const HbmPlan& plan = s.plan;
+    const uint32_t dim = model_->options().embedding_dim, S = pass.schema.num_slots;
+    const uint32_t in0 = layers_[0].in;
+    uint32_t max_rows = 0, max_uniq = 0;
+    std::vector<uint32_t> max_recv(gpus_, 0), max_touched(gpus_, 0);
+    for (size_t b = 0; b < plan.minibatches(); ++b) {
+      for (uint32_t g = 0; g < gpus_; ++g) {
+        const HbmSlice& sl = plan.slice(b, g);
+        max_rows = std::max(max_rows, sl.rows());
+        max_uniq = std::max(max_uniq, sl.uniq());
+      }
+      for (uint32_t o = 0; o < gpus_; ++o) {
+        const Part& part = s.parts[o];
+        max_recv[o] =
+            std::max(max_recv[o], part.recv_base[(b + 1) * gpus_] - part.recv_base[b * gpus_]);
+      }
+    }
+    for (uint32_t g = 0; g < gpus_; ++g) {
+      Exec& e = *compute_[g];
+      Replica& r = replicas_[g];
+      const size_t B = std::max<uint32_t>(max_rows, 1);
+      e.Reserve(&r.x, B * in0);
+      e.Reserve(&r.logits, B);
+      e.Reserve(&r.dlogit, B);
+      e.Reserve(&r.wide_sum, B);
+      e.Reserve(&r.dx, B * S * dim);
+      for (size_t l = 0; l + 1 < layers_.size(); ++l) {
+        e.Reserve(&r.acts[l], B * layers_[l].out);
+        e.Reserve(&r.hgrads[l], B * layers_[l].out);
+      }
+      e.Reserve(&r.sum, gpus_ > 1 ? model_->mlp().num_params() * gpus_ : 0);
+      Feed& f = s.feeds[g];
+      e.Reserve(&f.fetch, size_t{std::max<uint32_t>(max_uniq, 1)} * FetchStride());
+      e.Reserve(&f.grad, size_t{std::max<uint32_t>(max_uniq, 1)} * GradStride());
+      Part& part = s.parts[g];
+      e.Reserve(&part.send, size_t{std::max<uint32_t>(max_recv[g], 1)} * FetchStride());
+      e.Reserve(&part.recv_grad, size_t{std::max<uint32_t>(max_recv[g], 1)} * GradStride());
+      e.Reserve(&part.acc, std::max<size_t>(part.n, 1) * GradStride());
+    }
+  }
+
+  void TrainMinibatch(Slot& s, const Batch& pass, size_t b) {
+    const HbmPlan& plan = s.plan;
+    const uint32_t N = gpus_;
+    // 1. Owners gather the rows each GPU asked for; the exchange copies them over.
+    for (uint32_t o = 0; o < N; ++o) GatherRows(s, b, o);
+    std::vector<typename Exec::Event> gathered(N);
+    for (uint32_t o = 0; o < N; ++o) gathered[o] = compute_[o]->Record();
+    for (uint32_t g = 0; g < N; ++g) {
+      Exec& e = *compute_[g];
+      const HbmSlice& sl = plan.slice(b, g);
+      for (uint32_t o = 0; o < N; ++o) {
+        // Always waited for, also with nothing to copy: o's queue then is past its reads of
+        // this GPU's buffers from the minibatch before.
+        if (o != g) e.Wait(gathered[o]);
+        const uint32_t n = sl.seg[o + 1] - sl.seg[o];
+        if (n == 0) continue;
+        const Part& part = s.parts[o];
+        const size_t from = part.recv_base[b * N + g] - part.recv_base[b * N];
+        e.Copy(s.feeds[g].fetch.data() + size_t{sl.seg[o]} * FetchStride(),
+               part.send.data() + from * FetchStride(), size_t{n} * FetchStride());
+      }
+    }
+    // 2. Each GPU: inputs, MLP forward / backward, per-key gradients.
+    model_->dense_optimizer().BeginStep();
+    const DenseStep step = model_->dense_optimizer().CurrentStep();
+    const uint32_t batch_rows = plan.slice(b, N - 1).row_end - plan.slice(b, 0).row_begin;
+    for (uint32_t g = 0; g < N; ++g) Forward(s, pass, b, g, batch_rows);
+    // 3. Dense gradients summed over the GPUs; every replica takes the same step.
+    AllReduceDense();
+    for (uint32_t g = 0; g < N; ++g) DenseUpdate(g, step);
+    // 4. Gradients to the owners; each owner updates its rows.
+    std::vector<typename Exec::Event> reduced(N);
+    for (uint32_t g = 0; g < N; ++g) reduced[g] = compute_[g]->Record();
+    for (uint32_t o = 0; o < N; ++o) {
+      Exec& e = *compute_[o];
+      Part& part = s.parts[o];
+      for (uint32_t g = 0; g < N; ++g) {
+        if (g != o) e.Wait(reduced[g]);
+        const HbmSlice& sl = plan.slice(b, g);
+        const uint32_t n = sl.seg[o + 1] - sl.seg[o];
+        if (n == 0) continue;
+        const size_t to = part.recv_base[b * N + g] - part.recv_base[b * N];
+        e.Copy(part.recv_grad.data() + to * GradStride(),
+               s.feeds[g].grad.data() + size_t{sl.seg[o]} * GradStride(), size_t{n} * GradStride());
+      }
+      UpdateRows(s, b, o);
+    }
+  }
+
+  void GatherRows(Slot& s, size_t b, uint32_t o) {
+    Exec& e = *compute_[o];
+    Part& part = s.parts[o];
+    const uint32_t N = gpus_;
+    const uint32_t first = part.recv_base[b * N], n = part.recv_base[(b + 1) * N] - first;
+    const uint32_t* row_of = part.recv_rows.data() + first;
+    const uint32_t dim = model_->options().embedding_dim, stride = FetchStride();
+    const float *emb = part.rows.emb.data(), *wide = part.rows.wide.data();
+    const uint16_t* flags = part.rows.flags.data();
+    float* out = part.send.data();
+    e.ForEach(size_t{n} * stride, [=] CTRBOX_HD(size_t i) {
+      const size_t k = i / stride, j = i % stride;
+      const size_t r = row_of[k];
+      float v;
+      if (j < dim) {
+        v = emb[r * dim + j];
+      } else if (j == dim) {
+        v = wide[r];
+      } else {
+        v = (flags[r] & kFlagHasEmb) ? 1.0f : 0.0f;
+      }
+      out[i] = v;
+    });
+  }
+
+  void Forward(Slot& s, const Batch& pass, size_t b, uint32_t g, uint32_t batch_rows) {
+    Exec& e = *compute_[g];
+    Replica& rep = replicas_[g];
+    Feed& f = s.feeds[g];
+    const size_t si = b * gpus_ + g;
+    const HbmSlice& sl = s.plan.slices[si];
+    const uint32_t B = sl.rows();
+    if (B == 0) {  // a slice without rows contributes zero gradients
+      e.Fill(rep.grads.data(), 0.0f, model_->mlp().num_params());
+      return;
+    }
+    const ModelOptions& mo = model_->options();
+    const uint32_t D = pass.schema.num_dense, S = pass.schema.num_slots, dim = mo.embedding_dim;
+    const uint32_t in0 = layers_[0].in, fs = FetchStride(), row0 = sl.row_begin;
+    const bool weighted = pass.has_weights(), log1p = mo.dense_log1p, wide_on = mo.wide;
+    const float *dense = f.dense.data(), *weights = f.weights.data(), *fetch = f.fetch.data(),
+                *labels = f.labels.data();
+    const uint32_t *offsets = f.offsets.data(), *fetch_pos = f.fetch_pos.data(),
+                   *cells = f.cell.data();
+    // ws.cell counts from the minibatch's first row; the slice's cells from its own.
+    const uint32_t cell_shift = (row0 - s.plan.slice(b, 0).row_begin) * S;
+    float *x = rep.x.data(), *wide_sum = rep.wide_sum.data();
+    // Inputs: dense features, then each slot's pooled embeddings (sum over its keys, in the
+    // CPU model's order).
+    e.ForEach(size_t{B} * in0, [=] CTRBOX_HD(size_t i) {
+      const size_t r = i / in0, c = i % in0, R = row0 + r;
+      if (c < D) {
+        const float v = dense[R * D + c];
+        x[i] = log1p ? std::log1p(v > 0.0f ? v : 0.0f) : v;
+        return;
+      }
+      const uint32_t slot = static_cast<uint32_t>((c - D) / dim),
+                     d = static_cast<uint32_t>((c - D) % dim);
+      float sum = 0.0f;
+      for (uint32_t p = offsets[R * S + slot]; p < offsets[R * S + slot + 1]; ++p) {
+        const float* row = fetch + size_t{fetch_pos[p]} * fs;
+        if (row[dim + 1] == 0.0f) continue;  // no embedding yet
+        const float w = weighted ? weights[p] : 1.0f;
+        sum += w * row[d];
+      }
+      x[i] = sum;
+    });
+    e.ForEach(B, [=] CTRBOX_HD(size_t r) {
+      const size_t R = row0 + r;
+      float wide = 0.0f;
+      for (uint32_t p = offsets[R * S]; p < offsets[R * S + S]; ++p) {
+        const float w = weighted ? weights[p] : 1.0f;
+        wide += w * fetch[size_t{fetch_pos[p]} * fs + dim];
+      }
+      wide_sum[r] = wide_on ? wide : 0.0f;
+    });
+    // MLP forward.
+    const float* params = rep.params.data();
+    const float* input = x;
+    const uint32_t L = static_cast<uint32_t>(layers_.size());
+    for (uint32_t l = 0; l + 1 < L; ++l) {
+      const Layer ly = layers_[l];
+      float* y = rep.acts[l].data();
+      e.Gemm(false, false, B, ly.out, ly.in, input, ly.in, params + ly.w, ly.out, y, ly.out);
+      const float* bias = params + ly.b;
+      const uint32_t n = ly.out;
+      e.ForEach(size_t{B} * n, [=] CTRBOX_HD(size_t i) {
+        const float v = y[i] + bias[i % n];
+        y[i] = v > 0.0f ? v : 0.0f;
+      });
+      input = y;
+    }
+    // The output layer: a dot product per row in the CPU model's order.
+    const Layer last = layers_[L - 1];
+    float *logits = rep.logits.data(), *dlogit = rep.dlogit.data();
+    float* pred = f.predictions.data();
+    const float* w_last = params + last.w;
+    const float* bias_last = params + last.b;
+    const uint32_t k_last = last.in;
+    const float rows_f = static_cast<float>(batch_rows);
+    e.ForEach(B, [=] CTRBOX_HD(size_t r) {
+      const float* xr = input + r * k_last;
+      float dot = 0.0f;
+      for (uint32_t j = 0; j < k_last; ++j) dot += xr[j] * w_last[j];
+      const float z = (dot + *bias_last) + wide_sum[r];
+      logits[r] = z;
+      const float p = 1.0f / (1.0f + std::exp(-z));
+      pred[row0 + r] = p;
+      dlogit[r] = (p - labels[row0 + r]) / rows_f;
+    });
+    // Backward to the hidden layers and the inputs.
+    float* dx = rep.dx.data();
+    const uint32_t emb_width = in0 - D;
+    if (L == 1) {
+      const float* w = params + last.w;
+      e.ForEach(size_t{B} * emb_width,
+                [=] CTRBOX_HD(size_t i) { dx[i] = dlogit[i / emb_width] * w[D + i % emb_width]; });
+    } else {
+      {
+        const uint32_t n = last.in;
+        const float* w = params + last.w;
+        const float* a = rep.acts[L - 2].data();
+        float* gr = rep.hgrads[L - 2].data();
+        e.ForEach(size_t{B} * n, [=] CTRBOX_HD(size_t i) {
+          gr[i] = a[i] > 0.0f ? dlogit[i / n] * w[i % n] : 0.0f;
+        });
+      }
+      for (uint32_t l = L - 2; l >= 1; --l) {
+        const Layer ly = layers_[l];
+        float* gprev = rep.hgrads[l - 1].data();
+        e.Gemm(false, true, B, ly.in, ly.out, rep.hgrads[l].data(), ly.out, params + ly.w, ly.out,
+               gprev, ly.in);
+        const float* a = rep.acts[l - 1].data();
+        e.ForEach(size_t{B} * ly.in, [=] CTRBOX_HD(size_t i) {
+          if (a[i] <= 0.0f) gprev[i] = 0.0f;
+        });
+      }
+      const Layer first = layers_[0];
+      e.Gemm(false, true, B, emb_width, first.out, rep.hgrads[0].data(), first.out,
+             params + first.w + size_t{D} * first.out, first.out, dx, emb_width);
+    }
+    // Weight gradients of this slice (summed over the GPUs next).
+    float* grads = rep.grads.data();
+    for (uint32_t l = 0; l < L; ++l) {
+      const Layer ly = layers_[l];
+      const float* xin = l == 0 ? x : rep.acts[l - 1].data();
+      const float* gout = l == L - 1 ? dlogit : rep.hgrads[l].data();
+      e.Gemm(true, false, ly.in, ly.out, B, xin, ly.in, gout, ly.out, grads + ly.w, ly.out);
+      // Bias gradients: column sums in row order (the CPU model's order).
+      float* db = grads + ly.b;
+      const uint32_t n = ly.out;
+      e.ForEach(n, [=] CTRBOX_HD(size_t j) {
+        float acc = 0.0f;
+        for (uint32_t r = 0; r < B; ++r) acc += gout[size_t{r} * n + j];
+        db[j] = acc;
+      });
+    }
+    // Per-key gradients, shows and clicks of the slice's distinct keys.
+    const uint32_t uniq = sl.uniq(), gs = GradStride();
+    const uint32_t* occ_begin = s.plan.occ_offsets(si);
+    const size_t occ_off = occ_begin - s.plan.uniq_occ_begin.data();
+    const uint32_t *occ_b = f.uniq_occ_begin.data() + occ_off, *occ = f.uniq_occ.data();
+    float* grad = f.grad.data();
+    if (options_.scatter == ScatterMode::kSegment) {
+      e.ForEach(size_t{uniq} * gs, [=] CTRBOX_HD(size_t i) {
+        const size_t u = i / gs, j = i % gs;
+        float acc = 0.0f;
+        for (uint32_t q = occ_b[u]; q < occ_b[u + 1]; ++q) {
+          const uint32_t p = occ[q];
+          const uint32_t cell = cells[p] - cell_shift;
+          const float w = weighted ? weights[p] : 1.0f;
+          const uint32_t r = cell / S;
+          if (j < dim) {
+            acc += w * dx[size_t{cell} * dim + j];
+          } else if (j == dim) {
+            acc += w * dlogit[r];
+          } else if (j == dim + 1) {
+            acc += 1.0f;
+          } else {
+            acc += labels[row0 + r];
+          }
+        }
+        grad[i] = acc;
+      });
+    } else {
+      e.Fill(grad, 0.0f, size_t{uniq} * gs);
+      const uint32_t occ0 = sl.occ_begin, n_occ = sl.occ_end - sl.occ_begin;
+      e.ForEach(size_t{n_occ} * gs, [=] CTRBOX_HD(size_t i) {
+        const uint32_t p = occ0 + static_cast<uint32_t>(i / gs), j = static_cast<uint32_t>(i % gs);
+        const uint32_t cell = cells[p] - cell_shift, r = cell / S;
+        const float w = weighted ? weights[p] : 1.0f;
+        float v;
+        if (j < dim) {
+          v = w * dx[size_t{cell} * dim + j];
+        } else if (j == dim) {
+          v = w * dlogit[r];
+        } else if (j == dim + 1) {
+          v = 1.0f;
+        } else {
+          v = labels[row0 + r];
+        }
+        AtomicAddFloat(grad + size_t{fetch_pos[p]} * gs + j, v);
+      });
+    }
+  }
+
+  void AllReduceDense() {
+    const uint32_t N = gpus_;
+    if (N == 1) return;
+    const size_t P = model_->mlp().num_params();
+    std::vector<float*> ptrs(N);
+    for (uint32_t g = 0; g < N; ++g) ptrs[g] = replicas_[g].grads.data();
+    if (all_reduce_ != nullptr && all_reduce_(all_reduce_ctx_, ptrs, P)) return;
+    // Through GPU 0, in GPU order: the same sum for every replica.
+    Exec& e0 = *compute_[0];
+    float* sum = replicas_[0].sum.data();
+    for (uint32_t g = 1; g < N; ++g) {
+      e0.Wait(compute_[g]->Record());
+      e0.Copy(sum + g * P, ptrs[g], P);
+    }
+    float* g0 = ptrs[0];
+    const uint32_t n = N;
+    e0.ForEach(P, [=] CTRBOX_HD(size_t i) {
+      float acc = g0[i];
+      for (uint32_t g = 1; g < n; ++g) acc += sum[g * P + i];
+      g0[i] = acc;
+    });
+    const auto done = e0.Record();
+    for (uint32_t g = 1; g < N; ++g) {
+      compute_[g]->Wait(done);
+      compute_[g]->Copy(ptrs[g], g0, P);
+    }
+  }
+
+  void DenseUpdate(uint32_t g, const DenseStep& step) {
+    Replica& r = replicas_[g];
+    float *p = r.params.data(), *gr = r.grads.data();
+    float* m = r.m.size() > 0 ? r.m.data() : nullptr;
+    float* v = r.v.size() > 0 ? r.v.data() : nullptr;
+    compute_[g]->ForEach(model_->mlp().num_params(), [=] CTRBOX_HD(size_t i) {
+      step.Apply(p + i, gr[i], m == nullptr ? nullptr : m + i, v == nullptr ? nullptr : v + i);
+    });
+  }
+
+  // Owner o: the gradients the GPUs sent, summed per row in GPU order (or with atomics), then
+  // one update per row the minibatch touched: counters, optimizer, quantization, creation.
+  void UpdateRows(Slot& s, size_t b, uint32_t o) {
+    Exec& e = *compute_[o];
+    Part& part = s.parts[o];
+    const uint32_t N = gpus_, gs = GradStride();
+    const uint32_t t0 = s.plan.touched_begin[o][b], nt = s.plan.touched_begin[o][b + 1] - t0;
+    if (nt == 0) return;
+    const uint32_t* touched = part.touched.data() + t0;
+    float* acc = part.acc.data();
+    e.ForEach(size_t{nt} * gs,
+              [=] CTRBOX_HD(size_t i) { acc[size_t{touched[i / gs]} * gs + i % gs] = 0.0f; });
+    const uint32_t base = part.recv_base[b * N];
+    const uint32_t* rows = part.recv_rows.data();
+    const float* in = part.recv_grad.data();
+    if (options_.scatter == ScatterMode::kSegment) {
+      for (uint32_t g = 0; g < N; ++g) {  // a GPU's keys are distinct: no two threads meet
+        const uint32_t from = part.recv_base[b * N + g], n = part.recv_base[b * N + g + 1] - from;
+        e.ForEach(size_t{n} * gs, [=] CTRBOX_HD(size_t i) {
+          const size_t k = from + i / gs, j = i % gs;
+          acc[size_t{rows[k]} * gs + j] += in[(k - base) * gs + j];
+        });
+      }
+    } else {
+      const uint32_t n = part.recv_base[(b + 1) * N] - base;
+      const HbmIndex idx = part.index;
+      const uint64_t* keys = part.recv_keys.data();
+      e.ForEach(
+          n, [=] CTRBOX_HD(size_t k) { idx.Accumulate(keys[base + k], in + k * gs, gs, acc, gs); });
+    }
+    const SparseOptimizer opt = model_->sparse_optimizer();
+    const CtrAccessor accessor = accessor_;
+    const QuantRounding rounding = model_->options().quant.rounding;
+    const Quantizer quant(model_->options().quant.bits, model_->options().quant.range);
+    const uint64_t quant_seed = model_->quant_seed(), t = model_->dense_optimizer().step();
+    const bool wide_on = model_->options().wide;
+    const uint32_t dim = model_->options().embedding_dim;
+    const ValueLayout L = accessor_.layout();
+    const uint32_t es = L.emb_state, ws = L.wide_state;
+    DeviceRows& R = part.rows;
+    float *show = R.show.data(), *click = R.click.data(), *wide = R.wide.data(),
+          *wide_state = R.wide_state.data(), *emb = R.emb.data(), *emb_state = R.emb_state.data();
+    uint16_t *unseen = R.unseen.data(), *flags = R.flags.data();
+    const uint64_t* keys = part.keys.data();
+    uint32_t* created = part.created.data();
+    e.ForEach(nt, [=] CTRBOX_HD(size_t i) {
+      const size_t r = touched[i];
+      const float* g = acc + r * gs;
+      show[r] += g[dim + 1];
+      click[r] += g[dim + 2];
+      unseen[r] = 0;
+      if (flags[r] & kFlagHasEmb) {
+        opt.Update(emb + r * dim, emb_state + r * es, g, dim);
+        quant.Round(emb + r * dim, dim, rounding, quant_seed, Mix64(keys[r]) + t);
+      }
+      if (wide_on) opt.Update(wide + r, wide_state + r * ws, g + dim, 1);
+      if (accessor.MaybeCreateEmbedding(keys[r], show[r], click[r], flags + r, emb + r * dim,
+                                        emb_state + r * es)) {
+        AtomicAddU32(created, 1);
+      }
+    });
+  }
+
+  CtrModel* const model_;
+  const CtrAccessor accessor_;
+  const GpuOptions options_;
+  const uint32_t gpus_;
+  std::vector<Exec*> compute_, copy_;
+  AllReduceFn all_reduce_;
+  void* all_reduce_ctx_;
+  std::vector<Layer> layers_;
+  std::vector<Slot> slots_;
+  std::vector<Replica> replicas_;
+  DeviceRows patch_rows_;  // train stage
+  Buf<uint32_t> patch_at_;
+};
+
+}  // namespace ctrbox
+
+#endif  // CTRBOX_MODEL_GPU_STEP_H_

@@ -1,0 +1,122 @@
+#include "model/gpu_trainer.h"
+
+#include <fmt/format.h>
+
+#include "model/gpu_step.h"
+#include "model/host_exec.h"
+
+#if defined(CTRBOX_WITH_CUDA)
+#include "model/cuda_backend.h"
+#endif
+
+namespace ctrbox {
+
+bool ParseGemmPrecision(std::string_view name, GemmPrecision* out) {
+  if (name == "fp32") {
+    *out = GemmPrecision::kFp32;
+  } else if (name == "tf32") {
+    *out = GemmPrecision::kTf32;
+  } else if (name == "bf16") {
+    *out = GemmPrecision::kBf16;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+std::string_view GemmPrecisionName(GemmPrecision p) {
+  switch (p) {
+    case GemmPrecision::kFp32:
+      return "fp32";
+    case GemmPrecision::kTf32:
+      return "tf32";
+    case GemmPrecision::kBf16:
+      return "bf16";
+  }
+  return "?";
+}
+
+bool ParseScatterMode(std::string_view name, ScatterMode* out) {
+  if (name == "segment") {
+    *out = ScatterMode::kSegment;
+  } else if (name == "atomic") {
+    *out = ScatterMode::kAtomic;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+std::string_view ScatterModeName(ScatterMode m) {
+  return m == ScatterMode::kSegment ? "segment" : "atomic";
+}
+
+namespace {
+
+// The host emulation: every GPU an executor on the same pool, run one call at a time.
+class HostGpuTrainer : public GpuTrainer {
+ public:
+  HostGpuTrainer(CtrModel* model, const CtrAccessor& accessor, const GpuOptions& options,
+                 ThreadPool* pool)
+      : options_(options), execs_(options.gpus, HostExec(pool)) {
+    std::vector<HostExec*> ptrs;
+    for (HostExec& e : execs_) ptrs.push_back(&e);
+    step_ = std::make_unique<GpuStep<HostExec>>(model, accessor, options, ptrs, ptrs);
+  }
+  Status Stage(uint64_t pass_index, const Batch& pass, const WorkingSet& ws,
+               const RowBlock& rows) override {
+    return step_->Stage(pass_index, pass, ws, rows);
+  }
+  Status Train(uint64_t pass_index, const Batch& pass, const WorkingSet& ws,
+               const std::vector<uint32_t>& patched, RowBlock* rows, float* predictions,
+               uint64_t* created) override {
+    return step_->Train(pass_index, pass, ws, patched, rows, predictions, created);
+  }
+  std::string Describe() const override {
+    return fmt::format("host emulation of {} GPU{} (scatter {})", options_.gpus,
+                       options_.gpus == 1 ? "" : "s", ScatterModeName(options_.scatter));
+  }
+
+ private:
+  GpuOptions options_;
+  std::vector<HostExec> execs_;
+  std::unique_ptr<GpuStep<HostExec>> step_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(CtrModel* model,
+                                                         const CtrAccessor& accessor,
+                                                         const GpuOptions& options,
+                                                         ThreadPool* pool) {
+  if (options.gpus == 0) return InvalidArgumentError("gpu.count must be at least 1");
+  if (options.emulate) {
+    return std::unique_ptr<GpuTrainer>(new HostGpuTrainer(model, accessor, options, pool));
+  }
+#if defined(CTRBOX_WITH_CUDA)
+  return CreateCudaTrainer(model, accessor, options);
+#else
+  return FailedPreconditionError(
+      "device: gpu needs the CUDA backend, and this ctrbox was built without it (nvcc was not "
+      "found at build time; or set gpu.emulate=true to run the GPU step on the CPU)");
+#endif
+}
+
+bool CudaBackendBuilt() {
+#if defined(CTRBOX_WITH_CUDA)
+  return true;
+#else
+  return false;
+#endif
+}
+
+int CudaDeviceCount(std::string* why) {
+#if defined(CTRBOX_WITH_CUDA)
+  return CudaDevices(why);
+#else
+  *why = "built without the CUDA backend (nvcc not found at build time)";
+  return 0;
+#endif
+}
+
+}  // namespace ctrbox

@@ -1,0 +1,178 @@
+// The HBM working table's index and pass plan against host references. The index functions
+// run here on CPU threads with the same atomics the kernels use; the CUDA backend's own test
+// (model/gpu_trainer_test.cc) compares the device table against these on a GPU.
+#include "working/hbm_table.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include "util/random.h"
+#include "util/thread_pool.h"
+#include "working/hbm_plan.h"
+
+namespace ctrbox {
+namespace {
+
+struct HostIndex {
+  explicit HostIndex(size_t n)
+      : keys(HbmCapacity(n), kEmptyKey), rows(keys.size(), kNoRow), special(kNoRow) {}
+  HbmIndex view() { return HbmIndex{keys.data(), rows.data(), &special, keys.size() - 1}; }
+  std::vector<uint64_t> keys;
+  std::vector<uint32_t> rows;
+  uint32_t special;
+};
+
+TEST(HbmIndexTest, ConcurrentInsertsThenGetAndAccumulateMatchAMap) {
+  ThreadPool pool(4);
+  for (uint64_t seed : {1, 2, 3}) {
+    Random rng(seed);
+    // Keys that collide in their probe start and the sentinel value itself.
+    std::vector<uint64_t> keys;
+    std::unordered_map<uint64_t, uint32_t> ref;
+    while (keys.size() < 20000) {
+      uint64_t k = rng.Below(4) == 0 ? rng.Below(64) : rng.Next();
+      if (keys.size() == 777) k = kEmptyKey;
+      if (ref.emplace(k, static_cast<uint32_t>(keys.size())).second) keys.push_back(k);
+    }
+    HostIndex t(keys.size());
+    HbmIndex idx = t.view();
+    std::vector<int> inserted(keys.size());
+    RunParallel(&pool, keys.size(), [&](size_t i, int) { inserted[i] = idx.Insert(keys[i], i); });
+    for (size_t i = 0; i < keys.size(); ++i) ASSERT_TRUE(inserted[i]) << i;
+    // A second insert of a present key changes nothing.
+    EXPECT_FALSE(idx.Insert(keys[5], 12345));
+    EXPECT_FALSE(idx.Insert(kEmptyKey, 12345));
+    for (const auto& [k, row] : ref) ASSERT_EQ(idx.Find(k), row) << k;
+    for (int i = 0; i < 2000; ++i) {
+      const uint64_t k = rng.Next();
+      if (!ref.count(k)) {
+        ASSERT_EQ(idx.Find(k), kNoRow);
+      }
+    }
+    // Accumulate: many threads add into the same rows; small integers sum exactly.
+    constexpr uint32_t kWidth = 3;
+    std::vector<float> acc(keys.size() * kWidth, 0.0f);
+    std::vector<double> expect(acc.size(), 0.0);
+    std::vector<uint64_t> stream(100000);
+    for (auto& k : stream) k = keys[rng.Below(keys.size())];
+    RunParallel(&pool, stream.size(), [&](size_t i, int) {
+      const float g[kWidth] = {1.0f, static_cast<float>(i % 7), -2.0f};
+      EXPECT_TRUE(idx.Accumulate(stream[i], g, kWidth, acc.data(), kWidth));
+    });
+    for (size_t i = 0; i < stream.size(); ++i) {
+      const uint32_t row = ref[stream[i]];
+      expect[row * kWidth] += 1;
+      expect[row * kWidth + 1] += static_cast<double>(i % 7);
+      expect[row * kWidth + 2] -= 2;
+    }
+    for (size_t j = 0; j < acc.size(); ++j) ASSERT_EQ(acc[j], expect[j]) << j;
+    const float g[kWidth] = {1, 1, 1};
+    EXPECT_FALSE(idx.Accumulate(0xABCDEF0123ULL, g, kWidth, acc.data(), kWidth));
+  }
+}
+
+TEST(HbmIndexTest, FillsToCapacityWithoutLosingKeys) {
+  HostIndex t(8);  // 16 slots
+  HbmIndex idx = t.view();
+  for (uint64_t k = 0; k < 16; ++k) ASSERT_TRUE(idx.Insert(k * 16, static_cast<uint32_t>(k)));
+  EXPECT_FALSE(idx.Insert(999, 16));  // full: refused, not looping
+  for (uint64_t k = 0; k < 16; ++k) EXPECT_EQ(idx.Find(k * 16), k);
+  EXPECT_EQ(idx.Find(999), kNoRow);
+}
+
+Batch MakePass(size_t rows, uint32_t slots, uint64_t seed) {
+  Random rng(seed);
+  Batch b;
+  b.Reset(Schema{slots, 0});
+  BatchBuilder builder(&b);
+  for (size_t r = 0; r < rows; ++r) {
+    builder.BeginRow(static_cast<float>(rng.Below(2)));
+    for (uint32_t s = 0; s < slots; ++s) {
+      uint64_t n = rng.Below(3);  // missing and multi-hot slots, repeated keys
+      for (uint64_t k = 0; k < n; ++k)
+        builder.AddKey(s, rng.Below(4) ? rng.Below(300) : rng.Next());
+    }
+    builder.EndRow();
+  }
+  return b;
+}
+
+TEST(HbmPlanTest, PartitionsSlicesAndExchangeListsMatchAReference) {
+  Batch pass = MakePass(1500, 6, 7);
+  WorkingSet ws;
+  BuildWorkingSet(pass, 256, nullptr, &ws);
+  for (uint32_t gpus : {1u, 2u, 3u, 8u}) {
+    SCOPED_TRACE(gpus);
+    HbmPlan plan;
+    BuildHbmPlan(pass, ws, gpus, &plan);
+    // Rows: each key on its owner, owners' rows in ascending local id.
+    ASSERT_EQ(plan.locals.size(), gpus);
+    size_t total = 0;
+    for (uint32_t o = 0; o < gpus; ++o) {
+      for (size_t r = 0; r < plan.locals[o].size(); ++r) {
+        const uint32_t l = plan.locals[o][r];
+        ASSERT_EQ(OwnerOf(ws.keys[l], gpus), o);
+        ASSERT_EQ(plan.row_of[l], r);
+        if (r > 0) {
+          ASSERT_LT(plan.locals[o][r - 1], l);
+        }
+      }
+      total += plan.locals[o].size();
+    }
+    ASSERT_EQ(total, ws.keys.size());
+    ASSERT_EQ(plan.minibatches(), ws.batches.size());
+    for (size_t b = 0; b < ws.batches.size(); ++b) {
+      const Minibatch& mb = ws.batches[b];
+      std::vector<std::set<uint32_t>> expect_touched(gpus);
+      uint32_t row = mb.row_begin;
+      for (uint32_t g = 0; g < gpus; ++g) {
+        const size_t si = b * gpus + g;
+        const HbmSlice& s = plan.slices[si];
+        ASSERT_EQ(s.row_begin, row);  // contiguous slices covering the minibatch
+        row = s.row_end;
+        const uint32_t* off = plan.occ_offsets(si);
+        // The reference: the slice's distinct keys and their occurrences, in order.
+        std::map<uint32_t, std::vector<uint32_t>> occ_of;  // local id -> occurrences
+        for (uint32_t p = s.occ_begin; p < s.occ_end; ++p) occ_of[ws.local[p]].push_back(p);
+        ASSERT_EQ(s.uniq(), occ_of.size());
+        for (uint32_t u = 0; u < s.uniq(); ++u) {
+          const uint32_t l = plan.uniq_local[s.uniq_begin + u];
+          // Segment o holds owner o's keys.
+          const uint32_t o = OwnerOf(ws.keys[l], gpus);
+          ASSERT_GE(u, s.seg[o]);
+          ASSERT_LT(u, s.seg[o + 1]);
+          std::vector<uint32_t> got(plan.uniq_occ.begin() + off[u],
+                                    plan.uniq_occ.begin() + off[u + 1]);
+          ASSERT_EQ(got, occ_of[l]);
+          for (uint32_t p : got) ASSERT_EQ(plan.fetch_pos[p], u);
+          expect_touched[o].insert(plan.row_of[l]);
+        }
+        if (gpus == 1) {  // the CPU model's order: first occurrence, occurrence lists alike
+          ASSERT_EQ(std::vector<uint32_t>(plan.uniq_local.begin() + s.uniq_begin,
+                                          plan.uniq_local.begin() + s.uniq_begin + s.uniq()),
+                    mb.uniq);
+          for (uint32_t u = 0; u < s.uniq(); ++u) {
+            for (uint32_t q = mb.occ_begin[u]; q < mb.occ_begin[u + 1]; ++q) {
+              ASSERT_EQ(plan.uniq_occ[off[u] + q - mb.occ_begin[u]], mb.key_begin + mb.occ[q]);
+            }
+          }
+        }
+      }
+      ASSERT_EQ(row, mb.row_end);
+      for (uint32_t o = 0; o < gpus; ++o) {
+        const auto& t = plan.touched[o];
+        std::vector<uint32_t> got(t.begin() + plan.touched_begin[o][b],
+                                  t.begin() + plan.touched_begin[o][b + 1]);
+        ASSERT_EQ(std::set<uint32_t>(got.begin(), got.end()).size(), got.size());
+        ASSERT_EQ(std::set<uint32_t>(got.begin(), got.end()), expect_touched[o]);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ctrbox
