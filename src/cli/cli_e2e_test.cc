@@ -191,8 +191,11 @@ TEST_F(CliTest, CtrlCStopsAfterAPushedPassSavesAndExits130) {
 }
 
 TEST_F(CliTest, Float32TrainingIsBitIdenticalToBeforeQuantization) {
-  // The digest of this run from the build before storage.quant existed (commit 604b907),
-  // under the BLAS kernels it was measured with (the MLP's float results depend on them).
+  // The digest of this run, first measured before storage.quant existed (commit 604b907), under
+  // the BLAS kernels it was measured with (the MLP's float results depend on them). Re-measured
+  // once when the build stopped contracting a * b + c into fused multiply-adds
+  // (-ffp-contract=off, for the GPU backend's equivalence: docs/gpu.md); it guards against any
+  // other change of the float32 path.
   ASSERT_EQ(
       Run(Ctrbox("gen --format criteo --rows 12000 --seed 1 --out " + Path("g.tsv"))).exit_code, 0);
   Result r = Run(Ctrbox("train --data " + Path("g.tsv") + " --model-dir " + Path("m") +
@@ -202,8 +205,39 @@ TEST_F(CliTest, Float32TrainingIsBitIdenticalToBeforeQuantization) {
     GTEST_SKIP() << "golden digest measured with OpenBLAS core Haswell; this machine runs "
                  << r.last_json["blas_core"];
   }
-  EXPECT_EQ(r.last_json["digest"], "b01268c1b335c8ee");
+  EXPECT_EQ(r.last_json["digest"], "422d013c8b33fa53");
   EXPECT_EQ(r.last_json["value_bytes_per_key"], 148.0);
+}
+
+TEST_F(CliTest, DeviceGpuRunsTheGpuStepAndEqualsTheCpuWhereTheMathAllows) {
+  // The GPU train step in its host emulation (gpu.emulate) through the whole job: pipelined,
+  // with passes in flight handing rows over. With one GPU and GEMM shapes that OpenBLAS blocks
+  // as the CPU model's row blocks and column tiles (256-row minibatches, layers <= 128 wide),
+  // the model is bit-identical to the CPU's; with three GPUs sums run in another order.
+  const std::string common = "train --model-dir " + Path("m") +
+                             " --fresh --set data.gen.rows=30000 --set data.gen.test_rows=5000"
+                             " --set pipeline.pass_examples=10000 --set model.mlp=64,32"
+                             " --set train.batch_size=256 --set model.wide=true";
+  Result cpu = Run(Ctrbox(common));
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.err;
+  Result one = Run(Ctrbox(common + " --set device=gpu --set gpu.emulate=true"));
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_EQ(one.last_json["device"], "host emulation of 1 GPU (scatter segment)");
+  EXPECT_EQ(one.last_json["digest"], cpu.last_json["digest"]);
+  EXPECT_EQ(one.last_json["test_auc"], cpu.last_json["test_auc"]);
+  Result three = Run(Ctrbox(common + " --set device=gpu --set gpu.emulate=true --set gpu.count=3"));
+  ASSERT_EQ(three.exit_code, 0) << three.err;
+  EXPECT_NEAR(three.last_json["test_auc"].get<double>(), cpu.last_json["test_auc"].get<double>(),
+              2e-3);
+  // Without a GPU (and no emulation) the job says why and commits nothing.
+  Result real =
+      Run(Ctrbox("train --model-dir " + Path("g") + " --set data.gen.rows=1000 --set device=gpu"));
+  if (real.exit_code == 0) GTEST_SKIP() << "this machine has a GPU: the job ran on it";
+  EXPECT_NE(real.err.find("device: gpu"), std::string::npos) << real.err;
+  EXPECT_FALSE(Env::Posix()->FileExists(Path("g") + "/MANIFEST"));
+  Result bad = Run(Ctrbox("train --set device=tpu"));
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("cpu or gpu"), std::string::npos) << bad.err;
 }
 
 TEST_F(CliTest, QuantizedEmbeddingsTrainThroughEveryTier) {

@@ -115,6 +115,37 @@ Setter Optimizer(std::function<OptimizerOptions*(JobConfig*)> field) {
   };
 }
 
+Setter Device() {
+  return [](JobConfig* j, std::string_view v, std::string* expect) {
+    if (v != "cpu" && v != "gpu") {
+      *expect = "cpu or gpu";
+      return false;
+    }
+    j->gpu = v == "gpu";
+    return true;
+  };
+}
+
+Setter Gemm() {
+  return [](JobConfig* j, std::string_view v, std::string* expect) {
+    if (!ParseGemmPrecision(v, &j->gpu_options.precision)) {
+      *expect = "fp32, tf32 or bf16";
+      return false;
+    }
+    return true;
+  };
+}
+
+Setter Scatter() {
+  return [](JobConfig* j, std::string_view v, std::string* expect) {
+    if (!ParseScatterMode(v, &j->gpu_options.scatter)) {
+      *expect = "segment or atomic";
+      return false;
+    }
+    return true;
+  };
+}
+
 Setter Rounding() {
   return [](JobConfig* j, std::string_view v, std::string* expect) {
     if (!ParseQuantRounding(v, &j->spec.model.quant.rounding)) {
@@ -318,6 +349,21 @@ const std::vector<Key>& Keys() {
        Text([](JobConfig* j, std::string v) { j->train.metrics_path = std::move(v); })},
       {"train.progress_seconds", "2", "seconds between progress updates",
        Float([](JobConfig* j, float v) { j->train.progress_seconds = v; }, 0, 1e9)},
+      // device
+      {"device", "cpu", "where the train stage runs: cpu | gpu (docs/gpu.md)", Device()},
+      {"gpu.count", "1",
+       "GPUs the pass's working table is partitioned over (key mod count); more than the "
+       "machine has share GPUs round robin",
+       UInt([](JobConfig* j, uint64_t v) { j->gpu_options.gpus = static_cast<uint32_t>(v); }, 1,
+            1024)},
+      {"gpu.gemm", "fp32", "MLP GEMM precision: fp32 | tf32 | bf16 (tensor cores, fp32 sums)",
+       Gemm()},
+      {"gpu.scatter", "segment",
+       "per-key gradient sums: segment (fixed order, deterministic) | atomic (float atomics)",
+       Scatter()},
+      {"gpu.emulate", "false",
+       "run the GPU train step on CPU threads (no GPU needed; slow; for tests and debugging)",
+       Bool([](JobConfig* j, bool v) { j->gpu_options.emulate = v; })},
       // pipeline
       {"pipeline.pass_examples", "262144", "examples per pass (the unit of pull / train / push)",
        UInt([](JobConfig* j, uint64_t v) { j->pipeline.pass_examples = v; }, 1, uint64_t{1} << 32)},

@@ -56,12 +56,15 @@ namespace {
 // The host emulation: every GPU an executor on the same pool, run one call at a time.
 class HostGpuTrainer : public GpuTrainer {
  public:
+  // The compute queues run on `pool` (the train stage's); the copy queues on the calling
+  // thread (the pull stage's): a ThreadPool takes one caller at a time.
   HostGpuTrainer(CtrModel* model, const CtrAccessor& accessor, const GpuOptions& options,
                  ThreadPool* pool)
-      : options_(options), execs_(options.gpus, HostExec(pool)) {
-    std::vector<HostExec*> ptrs;
-    for (HostExec& e : execs_) ptrs.push_back(&e);
-    step_ = std::make_unique<GpuStep<HostExec>>(model, accessor, options, ptrs, ptrs);
+      : options_(options), compute_(options.gpus, HostExec(pool)), copy_(options.gpus, HostExec()) {
+    std::vector<HostExec*> compute, copy;
+    for (HostExec& e : compute_) compute.push_back(&e);
+    for (HostExec& e : copy_) copy.push_back(&e);
+    step_ = std::make_unique<GpuStep<HostExec>>(model, accessor, options, compute, copy);
   }
   Status Stage(uint64_t pass_index, const Batch& pass, const WorkingSet& ws,
                const RowBlock& rows) override {
@@ -79,7 +82,7 @@ class HostGpuTrainer : public GpuTrainer {
 
  private:
   GpuOptions options_;
-  std::vector<HostExec> execs_;
+  std::vector<HostExec> compute_, copy_;
   std::unique_ptr<GpuStep<HostExec>> step_;
 };
 

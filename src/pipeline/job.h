@@ -11,6 +11,7 @@
 #include "ckpt/model_spec.h"
 #include "io/reader.h"
 #include "io/synth.h"
+#include "model/gpu_options.h"
 #include "table/tiered_table.h"
 
 namespace ctrbox {
@@ -57,6 +58,8 @@ struct JobConfig {
   bool fresh = false;      // train: ignore a model already in model_dir (and old checkpoints)
   CheckpointOptions ckpt;  // checkpoints of the train job (ckpt.dir empty: none)
   bool resume = false;     // train: continue from the newest checkpoint in ckpt.dir
+  bool gpu = false;        // device: gpu — the train stage on GPUs (model/gpu_trainer.h)
+  GpuOptions gpu_options;
 };
 
 }  // namespace ctrbox

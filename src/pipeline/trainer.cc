@@ -10,6 +10,7 @@
 #include "ckpt/model_dir.h"
 #include "io/synth.h"
 #include "model/blas.h"
+#include "model/gpu_trainer.h"
 #include "pipeline/evaluator.h"
 #include "table/ssd_store.h"
 #include "table/tiered_table.h"
@@ -330,7 +331,7 @@ class TrainRun {
   TrainRun(const JobConfig& job, PassReader* reader, SparseTable* table, CtrModel* model,
            const CtrAccessor* accessor, MetricsLog* log, ProgressSink* sink,
            const std::atomic<bool>* stop, ThreadPool* train_pool, const TrainPosition& start,
-           CheckpointWriter* ckpt)
+           CheckpointWriter* ckpt, GpuTrainer* gpu)
       : job_(job),
         reader_(reader),
         table_(table),
@@ -342,6 +343,7 @@ class TrainRun {
         train_pool_(train_pool),
         start_(start),
         ckpt_(ckpt),
+        gpu_(gpu),
         in_flight_(start.passes),
         next_index_(start.passes),
         predictions_(job.train.batch_size) {}
@@ -426,44 +428,71 @@ class TrainRun {
     }
     in_flight_.Add(pass->index, pass->table);
     pass->registry = &in_flight_;
+    // The rows as pulled go to the GPUs now (copy streams), while an earlier pass trains.
+    if (gpu_ != nullptr) {
+      RETURN_IF_ERROR(gpu_->Stage(pass->index, pass->examples, pass->ws, pass->table->rows()));
+    }
     pass->clock[kPull].busy = clock.Seconds();
     return Status::OK();
   }
 
-  // Train: the newer rows of shared keys, then the minibatches. Returns false (and leaves
-  // the pass half trained) if the job failed meanwhile.
-  bool TrainStage(Pass* pass, const std::atomic<bool>* failed) {
+  // Train: the newer rows of shared keys, then the minibatches (on the CPU, or the whole
+  // pass on the GPUs). Returns Cancelled (the pass half trained) if the job failed meanwhile.
+  Status TrainStage(Pass* pass, const std::atomic<bool>* failed) {
     Stopwatch clock;
+    std::vector<uint32_t> patched;
     for (const auto& [from, shared] : pass->ahead) {
       pass->table->CopyRows(*from, shared, train_pool_);
       pass->patched_rows += shared.size();
+      if (gpu_ != nullptr) {
+        for (const auto& pair : shared) patched.push_back(pair.first);
+      }
     }
     pass->ahead.clear();
     MetricAccumulator pass_metrics;
-    for (const Minibatch& mb : pass->ws.batches) {
-      if (failed != nullptr && failed->load(std::memory_order_relaxed)) return false;
-      StepStats st = model_->TrainMinibatch(pass->examples, pass->ws, mb, &pass->table->rows(),
-                                            *accessor_, train_pool_, predictions_.data());
-      pass->embeddings_created += st.embeddings_created;
-      for (uint32_t r = 0; r < mb.rows(); ++r) {
-        const float y = pass->examples.labels[mb.row_begin + r];
-        pass_metrics.Add(y, predictions_[r]);
-        total_.Add(y, predictions_[r]);
+    if (gpu_ != nullptr) {
+      const Batch& ex = pass->examples;
+      pass_predictions_.resize(ex.rows());
+      uint64_t created = 0;
+      RETURN_IF_ERROR(gpu_->Train(pass->index, ex, pass->ws, patched, &pass->table->rows(),
+                                  pass_predictions_.data(), &created));
+      pass->embeddings_created += created;
+      for (size_t r = 0; r < ex.rows(); ++r) {
+        pass_metrics.Add(ex.labels[r], pass_predictions_[r]);
+        total_.Add(ex.labels[r], pass_predictions_[r]);
       }
-      trained_examples_ += mb.rows();
-      if (sink_ && progress_clock_.Seconds() >= job_.train.progress_seconds) {
-        progress_clock_.Reset();
-        const double s = run_clock_.Seconds();
-        std::lock_guard<std::mutex> l(sink_mu_);
-        sink_->OnProgress(
-            TrainProgress{trained_examples_, s, trained_examples_ / s, total_.Summary()});
+      trained_examples_ += ex.rows();
+      ReportProgress();
+    } else {
+      for (const Minibatch& mb : pass->ws.batches) {
+        if (failed != nullptr && failed->load(std::memory_order_relaxed)) {
+          return CancelledError("the train job failed");
+        }
+        StepStats st = model_->TrainMinibatch(pass->examples, pass->ws, mb, &pass->table->rows(),
+                                              *accessor_, train_pool_, predictions_.data());
+        pass->embeddings_created += st.embeddings_created;
+        for (uint32_t r = 0; r < mb.rows(); ++r) {
+          const float y = pass->examples.labels[mb.row_begin + r];
+          pass_metrics.Add(y, predictions_[r]);
+          total_.Add(y, predictions_[r]);
+        }
+        trained_examples_ += mb.rows();
+        ReportProgress();
       }
     }
     pass->metrics = pass_metrics.Summary();
     if (ckpt_ != nullptr && ckpt_->Due(pass->index + 1))
       pass->dense_snapshot = DensePayload(*model_);
     pass->clock[kTrain].busy = clock.Seconds();
-    return true;
+    return Status::OK();
+  }
+
+  void ReportProgress() {
+    if (!sink_ || progress_clock_.Seconds() < job_.train.progress_seconds) return;
+    progress_clock_.Reset();
+    const double s = run_clock_.Seconds();
+    std::lock_guard<std::mutex> l(sink_mu_);
+    sink_->OnProgress(TrainProgress{trained_examples_, s, trained_examples_ / s, total_.Summary()});
   }
 
   // Push: the rows back into the table and unpinned; shrink when due; the pass's metrics line.
@@ -542,7 +571,7 @@ class TrainRun {
       ASSIGN_OR_RETURN(PassPtr pass, ReadStage());
       if (!pass) break;
       RETURN_IF_ERROR(PullStage(pass.get(), train_pool_));
-      TrainStage(pass.get(), nullptr);
+      RETURN_IF_ERROR(TrainStage(pass.get(), nullptr));
       RETURN_IF_ERROR(PushStage(pass.get(), train_pool_));
       for (int s = 0; s < kNumStages; ++s) totals_[s].Add(pass->clock[s]);
     }
@@ -657,7 +686,11 @@ class TrainRun {
           pass.reset();
           continue;
         }
-        if (!TrainStage(pass.get(), &failed_)) break;
+        Status s = TrainStage(pass.get(), &failed_);
+        if (!s.ok()) {
+          if (!failed_.load()) Fail(s);  // else: another stage failed first
+          break;
+        }
         clocks[kTrain].busy += pass->clock[kTrain].busy;
         if (!Handoff(kTrain, std::move(pass), &clocks[kTrain])) break;
       }
@@ -684,10 +717,12 @@ class TrainRun {
   ThreadPool* const train_pool_;
   const TrainPosition start_;
   CheckpointWriter* const ckpt_;  // push stage
+  GpuTrainer* const gpu_;         // device: gpu (Stage in the pull stage, Train in the train stage)
 
   InFlight in_flight_;
   uint64_t next_index_;                                                               // read stage
   std::vector<float> predictions_;                                                    // train stage
+  std::vector<float> pass_predictions_;                                               // train stage
   MetricAccumulator total_;                                                           // train stage
   uint64_t trained_examples_ = 0;                                                     // train stage
   Stopwatch progress_clock_;                                                          // train stage
@@ -835,8 +870,15 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   nlohmann::json report;
   TrainPosition final_position;
   {
+    std::unique_ptr<GpuTrainer> gpu;
+    if (job.gpu) {
+      GpuOptions go = job.gpu_options;
+      go.slots = job.pipeline.queue_depth + 2;  // passes between the pull and the train stage
+      ASSIGN_OR_RETURN(gpu, GpuTrainer::Create(model.get(), accessor, go, &pool));
+      LOG_INFO("train stage on the GPU: {}", gpu->Describe());
+    }
     TrainRun run(job, &reader, table.get(), model.get(), &accessor, metrics_log.get(), sink, stop,
-                 &pool, start, ckpt.get());
+                 &pool, start, ckpt.get(), gpu.get());
     RETURN_IF_ERROR(run.Run(job.pipeline.enabled));
     final_position = run.Position();
     if (sink) sink->OnDone();
@@ -860,6 +902,7 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
         {"passes", run.passes()},
         {"epochs", job.train.epochs},
         {"threads", job.train.threads},
+        {"device", gpu ? gpu->Describe() : std::string("cpu")},
         {"batch_size", job.train.batch_size},
         {"keys", ts.keys},
         {"keys_with_embedding", ts.keys_with_emb},
