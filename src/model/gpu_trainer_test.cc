@@ -138,7 +138,7 @@ std::vector<Case> Cases() {
 std::string FirstDifference(const RowBlock& x, const RowBlock& y) {
   const ValueLayout& L = x.layout();
   auto differ = [](const float* a, const float* b, uint32_t n) {
-    return std::memcmp(a, b, n * sizeof(float)) != 0;
+    return n > 0 && std::memcmp(a, b, n * sizeof(float)) != 0;
   };
   auto bits_differ = [](float a, float b) { return std::memcmp(&a, &b, sizeof(float)) != 0; };
   for (size_t i = 0; i < x.size(); ++i) {
