@@ -254,7 +254,7 @@ class CudaExec {
   std::shared_ptr<FirstError> status_;
 };
 
-class CudaGpuTrainer : public GpuTrainer {
+class CudaGpuTrainer : public GpuStepTrainer<CudaExec> {
  public:
   CudaGpuTrainer(const GpuOptions& options, int devices) : options_(options), devices_(devices) {}
 
@@ -311,15 +311,6 @@ class CudaGpuTrainer : public GpuTrainer {
     for (ncclComm_t c : comms_) ncclCommDestroy(c);
   }
 
-  Status Stage(uint64_t pass_index, const Batch& pass, const WorkingSet& ws,
-               const RowBlock& rows) override {
-    return step_->Stage(pass_index, pass, ws, rows);
-  }
-  Status Train(uint64_t pass_index, const Batch& pass, const WorkingSet& ws,
-               const std::vector<uint32_t>& patched, RowBlock* rows, float* predictions,
-               uint64_t* created) override {
-    return step_->Train(pass_index, pass, ws, patched, rows, predictions, created);
-  }
   std::string Describe() const override {
     std::string out;
     for (int d = 0; d < std::min<int>(devices_, options_.gpus); ++d) {
@@ -355,7 +346,6 @@ class CudaGpuTrainer : public GpuTrainer {
   std::shared_ptr<FirstError> status_ = std::make_shared<FirstError>();
   std::vector<std::unique_ptr<CudaExec>> compute_, copy_;
   std::vector<ncclComm_t> comms_;
-  std::unique_ptr<GpuStep<CudaExec>> step_;
 };
 
 }  // namespace

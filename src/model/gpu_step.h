@@ -30,6 +30,7 @@
 #include "io/batch.h"
 #include "model/ctr_model.h"
 #include "model/gpu_options.h"
+#include "model/gpu_trainer.h"
 #include "table/accessor.h"
 #include "table/value.h"
 #include "util/hd.h"
@@ -795,6 +796,24 @@ class GpuStep {
   std::vector<Replica> replicas_;
   DeviceRows patch_rows_;  // train stage
   Buf<uint32_t> patch_at_;
+};
+
+// A GpuTrainer running a GpuStep on Exec; the backend constructs step_ over its executors.
+template <class Exec>
+class GpuStepTrainer : public GpuTrainer {
+ public:
+  Status Stage(uint64_t pass_index, const Batch& pass, const WorkingSet& ws,
+               const RowBlock& rows) override {
+    return step_->Stage(pass_index, pass, ws, rows);
+  }
+  Status Train(uint64_t pass_index, const Batch& pass, const WorkingSet& ws,
+               const std::vector<uint32_t>& patched, RowBlock* rows, float* predictions,
+               uint64_t* created) override {
+    return step_->Train(pass_index, pass, ws, patched, rows, predictions, created);
+  }
+
+ protected:
+  std::unique_ptr<GpuStep<Exec>> step_;
 };
 
 }  // namespace ctrbox

@@ -54,7 +54,7 @@ std::string_view ScatterModeName(ScatterMode m) {
 namespace {
 
 // The host emulation: every GPU an executor on the same pool, run one call at a time.
-class HostGpuTrainer : public GpuTrainer {
+class HostGpuTrainer : public GpuStepTrainer<HostExec> {
  public:
   // The compute queues run on `pool` (the train stage's); the copy queues on the calling
   // thread (the pull stage's): a ThreadPool takes one caller at a time.
@@ -66,15 +66,6 @@ class HostGpuTrainer : public GpuTrainer {
     for (HostExec& e : copy_) copy.push_back(&e);
     step_ = std::make_unique<GpuStep<HostExec>>(model, accessor, options, compute, copy);
   }
-  Status Stage(uint64_t pass_index, const Batch& pass, const WorkingSet& ws,
-               const RowBlock& rows) override {
-    return step_->Stage(pass_index, pass, ws, rows);
-  }
-  Status Train(uint64_t pass_index, const Batch& pass, const WorkingSet& ws,
-               const std::vector<uint32_t>& patched, RowBlock* rows, float* predictions,
-               uint64_t* created) override {
-    return step_->Train(pass_index, pass, ws, patched, rows, predictions, created);
-  }
   std::string Describe() const override {
     return fmt::format("host emulation of {} GPU{} (scatter {})", options_.gpus,
                        options_.gpus == 1 ? "" : "s", ScatterModeName(options_.scatter));
@@ -83,7 +74,6 @@ class HostGpuTrainer : public GpuTrainer {
  private:
   GpuOptions options_;
   std::vector<HostExec> compute_, copy_;
-  std::unique_ptr<GpuStep<HostExec>> step_;
 };
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "io/test_util.h"
 #include "util/random.h"
 #include "working/hbm_table.h"
 
@@ -23,28 +24,6 @@ namespace ctrbox {
 namespace {
 
 constexpr Schema kSchema{4, 3};
-
-Batch MakePass(size_t rows, uint64_t seed, bool weights) {
-  Random rng(seed);
-  Batch b;
-  b.Reset(kSchema);
-  BatchBuilder builder(&b);
-  for (size_t r = 0; r < rows; ++r) {
-    builder.BeginRow(rng.Uniform() < 0.3 ? 1.0f : 0.0f);
-    for (uint32_t j = 0; j < kSchema.num_dense; ++j) {
-      builder.SetDense(j, static_cast<float>(rng.Below(30)) - 3.0f);
-    }
-    for (uint32_t s = 0; s < kSchema.num_slots; ++s) {
-      const uint64_t n = rng.Below(4);  // missing, one-hot and multi-hot slots
-      for (uint64_t k = 0; k < n; ++k) {
-        const uint64_t key = rng.Below(3) ? rng.Below(400) : rng.Next();  // hot and cold keys
-        builder.AddKey(s, key, weights ? 0.25f + rng.UniformFloat() : 1.0f);
-      }
-    }
-    builder.EndRow();
-  }
-  return b;
-}
 
 struct Case {
   OptimizerOptions sparse, dense;
@@ -58,7 +37,7 @@ struct Trained {
   explicit Trained(const Case& s)
       : model(kSchema, ModelOptions{8, {32, 16}, true, true, s.quant}, s.sparse, s.dense, 5),
         accessor(model.value_layout(), AccessorOptions{0.1f, 1.0f, s.embedx_threshold, 0.05f, 9}),
-        pass(MakePass(700, 3, s.weights)),
+        pass(testing::RandomBatch(kSchema, 700, 3, /*multi_hot=*/true, s.weights)),
         rows(model.value_layout()) {
     BuildWorkingSet(pass, 128, nullptr, &ws);
     rows.Resize(ws.keys.size());

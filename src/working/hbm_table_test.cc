@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "io/test_util.h"
 #include "util/random.h"
 #include "util/thread_pool.h"
 #include "working/hbm_plan.h"
@@ -84,25 +85,8 @@ TEST(HbmIndexTest, FillsToCapacityWithoutLosingKeys) {
   EXPECT_EQ(idx.Find(999), kNoRow);
 }
 
-Batch MakePass(size_t rows, uint32_t slots, uint64_t seed) {
-  Random rng(seed);
-  Batch b;
-  b.Reset(Schema{slots, 0});
-  BatchBuilder builder(&b);
-  for (size_t r = 0; r < rows; ++r) {
-    builder.BeginRow(static_cast<float>(rng.Below(2)));
-    for (uint32_t s = 0; s < slots; ++s) {
-      uint64_t n = rng.Below(3);  // missing and multi-hot slots, repeated keys
-      for (uint64_t k = 0; k < n; ++k)
-        builder.AddKey(s, rng.Below(4) ? rng.Below(300) : rng.Next());
-    }
-    builder.EndRow();
-  }
-  return b;
-}
-
 TEST(HbmPlanTest, PartitionsSlicesAndExchangeListsMatchAReference) {
-  Batch pass = MakePass(1500, 6, 7);
+  Batch pass = testing::RandomBatch(Schema{6, 0}, 1500, 7, /*multi_hot=*/true, /*weights=*/false);
   WorkingSet ws;
   BuildWorkingSet(pass, 256, nullptr, &ws);
   for (uint32_t gpus : {1u, 2u, 3u, 8u}) {
