@@ -229,15 +229,20 @@ TEST_F(CliTest, DeviceGpuRunsTheGpuStepAndEqualsTheCpuWhereTheMathAllows) {
   ASSERT_EQ(three.exit_code, 0) << three.err;
   EXPECT_NEAR(three.last_json["test_auc"].get<double>(), cpu.last_json["test_auc"].get<double>(),
               2e-3);
+  Result nondet = Run(Ctrbox("train --model-dir " + Path("g") +
+                             " --set data.gen.rows=1000 --set device=gpu --set gpu.emulate=true"
+                             " --set gpu.scatter=atomic --set train.deterministic=true"));
+  EXPECT_NE(nondet.exit_code, 0);
+  EXPECT_NE(nondet.err.find("gpu.scatter=segment"), std::string::npos) << nondet.err;
+  Result bad = Run(Ctrbox("train --set device=tpu"));
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("cpu or gpu"), std::string::npos) << bad.err;
   // Without a GPU (and no emulation) the job says why and commits nothing.
   Result real =
       Run(Ctrbox("train --model-dir " + Path("g") + " --set data.gen.rows=1000 --set device=gpu"));
   if (real.exit_code == 0) GTEST_SKIP() << "this machine has a GPU: the job ran on it";
   EXPECT_NE(real.err.find("device: gpu"), std::string::npos) << real.err;
   EXPECT_FALSE(Env::Posix()->FileExists(Path("g") + "/MANIFEST"));
-  Result bad = Run(Ctrbox("train --set device=tpu"));
-  EXPECT_NE(bad.exit_code, 0);
-  EXPECT_NE(bad.err.find("cpu or gpu"), std::string::npos) << bad.err;
 }
 
 TEST_F(CliTest, QuantizedEmbeddingsTrainThroughEveryTier) {

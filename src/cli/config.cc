@@ -337,7 +337,9 @@ const std::vector<Key>& Keys() {
       {"train.seed", "1", "seed of the MLP and embedding initialisation",
        UInt([](JobConfig* j, uint64_t v) { j->train.seed = v; }, 0, ~uint64_t{0} - 1)},
       {"train.deterministic", "false",
-       "require bit-identical runs; the CPU trainer always is (docs/model.md)",
+       "require bit-identical runs; the CPU trainer always is, device: gpu needs "
+       "gpu.scatter=segment "
+       "(docs/model.md)",
        Bool([](JobConfig* j, bool v) { j->train.deterministic = v; })},
       {"train.batch_size", "2048", "examples per minibatch",
        UInt([](JobConfig* j, uint64_t v) { j->train.batch_size = static_cast<uint32_t>(v); }, 1,

@@ -872,6 +872,10 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   {
     std::unique_ptr<GpuTrainer> gpu;
     if (job.gpu) {
+      if (job.train.deterministic && job.gpu_options.scatter == ScatterMode::kAtomic) {
+        return InvalidArgumentError(
+            "train.deterministic=true needs gpu.scatter=segment (atomic sums have no fixed order)");
+      }
       GpuOptions go = job.gpu_options;
       go.slots = job.pipeline.queue_depth + 2;  // passes between the pull and the train stage
       ASSIGN_OR_RETURN(gpu, GpuTrainer::Create(model.get(), accessor, go, &pool));
