@@ -348,8 +348,13 @@ class GpuStep {
   // then scattered into place.
   void Patch(Slot& s, const RowBlock& rows, const std::vector<uint32_t>& patched) {
     const ValueLayout& L = rows.layout();
+    // A row patched from two passes in flight is listed twice (with its final value in
+    // `rows`): once each, so no two threads write one row.
+    std::vector<uint32_t> ids(patched);
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
     std::vector<std::vector<uint32_t>> by_owner(gpus_), at(gpus_);
-    for (uint32_t l : patched) {
+    for (uint32_t l : ids) {
       const uint32_t o = OwnerOf(rows.key(l), gpus_);
       by_owner[o].push_back(l);
       at[o].push_back(s.plan.row_of[l]);

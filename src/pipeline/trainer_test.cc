@@ -426,6 +426,65 @@ TEST(TrainerTest, AJobResumedTwiceWithOtherThreadCountsEqualsOneRun) {
   EXPECT_EQ((*report)["resumes_from"], (*r3)["checkpoint"]["last"]);
 }
 
+// The GPU train stage (its host emulation: docs/gpu.md) through the whole job: shrink,
+// checkpoints (the dense snapshot comes from the host model the GPU step writes back),
+// stop, resume on the CPU, stop, resume on the GPU. With this job's GEMM shapes (256-row
+// minibatches, layers <= 128 wide) one emulated GPU computes what the CPU model does bit for
+// bit, so every mix of devices must end with the digest of one CPU run.
+TEST(TrainerTest, AJobMovedBetweenCpuAndEmulatedGpuByResumesEqualsOneCpuRun) {
+  TempDir dir;
+  const std::string data = WriteCriteo(dir, "train.tsv", 0, 16000, 7);
+  auto job_for = [&](const std::string& model_dir) {
+    JobConfig job = SmallJob(model_dir);
+    job.data.paths = {data};
+    job.pipeline.pass_examples = 2000;
+    job.spec.model.wide = true;
+    job.train.shrink_every_passes = 3;
+    job.spec.table.delete_threshold = 0.5f;
+    job.gpu_options.emulate = true;
+    return job;
+  };
+  auto one = RunTrain(Env::Posix(), job_for(dir.File("one")), nullptr);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  ASSERT_GT((*one)["keys_shrunk"].get<uint64_t>(), 0u);
+
+  JobConfig job = job_for(dir.File("m"));
+  job.ckpt.dir = dir.File("ckpt");
+  job.resume = true;
+  job.gpu = true;
+  std::atomic<bool> stop{false};
+  StopAfter first(3, &stop);
+  auto r1 = RunTrain(Env::Posix(), job, &first, &stop);
+  ASSERT_TRUE(r1.ok()) << r1.status().ToString();
+  ASSERT_TRUE((*r1)["interrupted"].get<bool>());
+  EXPECT_EQ((*r1)["device"], "host emulation of 1 GPU (scatter segment)");
+
+  stop = false;
+  job.gpu = false;
+  StopAfter second(2, &stop);
+  auto r2 = RunTrain(Env::Posix(), job, &second, &stop);
+  ASSERT_TRUE(r2.ok()) << r2.status().ToString();
+  EXPECT_EQ((*r2)["device"], "cpu");
+  ASSERT_GT((*r2)["job_passes"].get<uint64_t>(), (*r1)["job_passes"].get<uint64_t>());
+
+  stop = false;
+  job.gpu = true;
+  auto r3 = RunTrain(Env::Posix(), job, nullptr);
+  ASSERT_TRUE(r3.ok()) << r3.status().ToString();
+  EXPECT_EQ((*r3)["job_passes"], 8u);
+  EXPECT_EQ((*r3)["digest"], (*one)["digest"]);
+
+  // Two emulated GPUs sum in another order: the same model up to float rounding.
+  JobConfig two = job_for(dir.File("two"));
+  two.gpu = true;
+  two.gpu_options.gpus = 2;
+  auto r4 = RunTrain(Env::Posix(), two, nullptr);
+  ASSERT_TRUE(r4.ok()) << r4.status().ToString();
+  EXPECT_NE((*r4)["digest"], (*one)["digest"]);
+  EXPECT_NEAR((*r4)["auc"].get<double>(), (*one)["auc"].get<double>(), 1e-3);
+  EXPECT_EQ((*r4)["keys"], (*one)["keys"]);
+}
+
 // Test 3 with checkpoints: EIO, ENOSPC or a crash (every call failing from the N-th on) at
 // points across a run with a checkpoint after every pass over an SSD tier. Each run ends
 // cleanly; after a power loss, a resumed run ends with the digest of one uninterrupted run.
