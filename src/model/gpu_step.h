@@ -323,25 +323,25 @@ class GpuStep {
   uint32_t FetchStride() const { return model_->options().embedding_dim + 2; }
   uint32_t GradStride() const { return model_->options().embedding_dim + 3; }
 
+  // Calls f(device field, host field) for every field of a row.
+  template <class H, class F>
+  static void EachField(DeviceRows& d, H& h, F f) {
+    f(d.show, h.show);
+    f(d.click, h.click);
+    f(d.wide, h.wide);
+    f(d.wide_state, h.wide_state);
+    f(d.emb, h.emb);
+    f(d.emb_state, h.emb_state);
+    f(d.unseen, h.unseen);
+    f(d.flags, h.flags);
+  }
   void UploadRows(Exec& e, const HostRows& h, DeviceRows* d) {
-    e.Upload(&d->show, h.show.data(), h.n);
-    e.Upload(&d->click, h.click.data(), h.n);
-    e.Upload(&d->wide, h.wide.data(), h.n);
-    e.Upload(&d->wide_state, h.wide_state.data(), h.wide_state.size());
-    e.Upload(&d->emb, h.emb.data(), h.emb.size());
-    e.Upload(&d->emb_state, h.emb_state.data(), h.emb_state.size());
-    e.Upload(&d->unseen, h.unseen.data(), h.n);
-    e.Upload(&d->flags, h.flags.data(), h.n);
+    EachField(*d, h,
+              [&](auto& dev, const auto& host) { e.Upload(&dev, host.data(), host.size()); });
   }
   void DownloadRows(Exec& e, DeviceRows& d, HostRows* h) {
-    e.Download(h->show.data(), d.show.data(), h->n);
-    e.Download(h->click.data(), d.click.data(), h->n);
-    e.Download(h->wide.data(), d.wide.data(), h->n);
-    e.Download(h->wide_state.data(), d.wide_state.data(), h->wide_state.size());
-    e.Download(h->emb.data(), d.emb.data(), h->emb.size());
-    e.Download(h->emb_state.data(), d.emb_state.data(), h->emb_state.size());
-    e.Download(h->unseen.data(), d.unseen.data(), h->n);
-    e.Download(h->flags.data(), d.flags.data(), h->n);
+    EachField(d, *h,
+              [&](auto& dev, auto& host) { e.Download(host.data(), dev.data(), host.size()); });
   }
 
   // Re-uploads the rows of `patched` local ids: per owner, the rows in a staging block,

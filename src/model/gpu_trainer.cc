@@ -95,14 +95,6 @@ StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(CtrModel* model,
 #endif
 }
 
-bool CudaBackendBuilt() {
-#if defined(CTRBOX_WITH_CUDA)
-  return true;
-#else
-  return false;
-#endif
-}
-
 int CudaDeviceCount(std::string* why) {
 #if defined(CTRBOX_WITH_CUDA)
   return CudaDevices(why);

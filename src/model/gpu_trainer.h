@@ -48,9 +48,8 @@ class GpuTrainer {
   virtual std::string Describe() const = 0;
 };
 
-// Whether this binary has the CUDA backend, and the GPUs the driver reports (0 with the
-// reason in *why when there are none or no backend).
-bool CudaBackendBuilt();
+// The GPUs the driver reports (0 with the reason in *why when there are none, or when this
+// binary has no CUDA backend).
 int CudaDeviceCount(std::string* why);
 
 }  // namespace ctrbox

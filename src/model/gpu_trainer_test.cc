@@ -70,12 +70,6 @@ struct Trained {
     return Status::OK();
   }
 
-  std::string EncodedRows() const {
-    std::string out;
-    for (size_t i = 0; i < rows.size(); ++i) rows.EncodeRow(i, &out);
-    return out;
-  }
-
   CtrModel model;
   CtrAccessor accessor;
   Batch pass;

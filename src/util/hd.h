@@ -30,15 +30,6 @@ CTRBOX_HD inline uint64_t AtomicCas64(uint64_t* p, uint64_t expected, uint64_t d
 #endif
 }
 
-// Reads *p (written by AtomicCas64 on another thread).
-CTRBOX_HD inline uint64_t AtomicLoad64(const uint64_t* p) {
-#if defined(__CUDA_ARCH__)
-  return *reinterpret_cast<const volatile unsigned long long*>(p);
-#else
-  return std::atomic_ref<uint64_t>(*const_cast<uint64_t*>(p)).load(std::memory_order_acquire);
-#endif
-}
-
 CTRBOX_HD inline void AtomicAddFloat(float* p, float v) {
 #if defined(__CUDA_ARCH__)
   atomicAdd(p, v);
@@ -52,14 +43,6 @@ CTRBOX_HD inline void AtomicAddU32(uint32_t* p, uint32_t v) {
   atomicAdd(p, v);
 #else
   std::atomic_ref<uint32_t>(*p).fetch_add(v, std::memory_order_relaxed);
-#endif
-}
-
-CTRBOX_HD inline void AtomicAddDouble(double* p, double v) {
-#if defined(__CUDA_ARCH__)
-  atomicAdd(p, v);
-#else
-  std::atomic_ref<double>(*p).fetch_add(v, std::memory_order_relaxed);
 #endif
 }
 
