@@ -30,6 +30,7 @@
 
 #include "bench/bench_util.h"
 #include "io/synth.h"
+#include "pipeline/train_report.h"
 #include "table/tiered_table.h"
 #include "util/random.h"
 
@@ -116,7 +117,7 @@ class CtrboxStore final : public Store {
     for (size_t i = 0; i < rows.size(); ++i) Train(&rows, i);
     return table_->Push(&pins, rows, &pool_);
   }
-  nlohmann::json Report() override { return table_->StorageReport(); }
+  nlohmann::json Report() override { return StorageJson(table_->Storage()); }
 
  private:
   ThreadPool pool_;

@@ -4,12 +4,11 @@
 #define CTRBOX_CLI_COMMANDS_H_
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "cli/config.h"
-#include "io/shard.h"
-#include "io/text_format.h"
 
 namespace ctrbox {
 
@@ -29,6 +28,9 @@ struct ConvertArgs {
   uint32_t block_rows = 65536;
   uint64_t rows_per_file = 1 << 22;
 };
+
+// Prints j as one line of standard output.
+void PrintJson(const nlohmann::json& j);
 
 Status RunGenCommand(const GenArgs& args);
 Status RunConvertCommand(const JobConfig& job, const ConvertArgs& args);

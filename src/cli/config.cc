@@ -248,7 +248,7 @@ const std::vector<Key>& Keys() {
        Float([](JobConfig* j, float v) { j->spec.dense_optimizer.beta2 = v; }, 0, 0.999999)},
       // table
       {"table.shard_bits", "6", "the in-memory table has 2^shard_bits shards",
-       UInt([](JobConfig* j, uint64_t v) { j->table_shard_bits = static_cast<uint32_t>(v); }, 0,
+       UInt([](JobConfig* j, uint64_t v) { j->storage.shard_bits = static_cast<uint32_t>(v); }, 0,
             12)},
       {"table.embedx_threshold", "0",
        "create a key's embedding once its show/click score reaches this",
@@ -471,23 +471,14 @@ Status JobConfigBuilder::LoadYaml(const std::string& path) {
 }
 
 StatusOr<JobConfig> JobConfigBuilder::Finish() {
+  // Defaults that depend on other keys. The settings are validated where the job starts
+  // (JobConfig::Validate, TieredOptions::Validate), not here.
   TieredOptions& st = job_.storage;
-  if (!st.ssd.dir.empty()) {
-    if (st.memory_budget == 0)
-      return InvalidArgumentError("storage.ssd_dir needs storage.memory_budget");
-    if (!was_set("storage.group_bits")) {
-      // The group index takes about 1/16 of the budget (40 bytes per group).
-      uint32_t bits = 0;
-      while ((uint64_t{1} << (bits + 1)) * 640 <= st.memory_budget) ++bits;
-      st.ssd.group_bits =
-          std::clamp<uint32_t>(bits, std::max<uint32_t>(10, job_.table_shard_bits), 28);
-    }
-    if (st.evict_stop >= st.evict_start) {
-      return InvalidArgumentError("storage.evict_stop must be below storage.evict_start");
-    }
-  }
-  if (job_.spec.model.quant.bits == 1) {
-    return InvalidArgumentError("storage.quant.bits must be 0 (float32) or 2..16");
+  if (!st.ssd.dir.empty() && !was_set("storage.group_bits")) {
+    // The group index takes about 1/16 of the budget (40 bytes per group).
+    uint32_t bits = 0;
+    while ((uint64_t{1} << (bits + 1)) * 640 <= st.memory_budget) ++bits;
+    st.ssd.group_bits = std::clamp<uint32_t>(bits, std::max<uint32_t>(10, st.shard_bits), 28);
   }
   auto default_epsilon = [](OptimizerOptions* o) {
     o->epsilon = o->kind == OptimizerKind::kAdagrad ? 1e-10f : 1e-8f;

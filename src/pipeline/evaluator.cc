@@ -4,8 +4,13 @@
 
 #include <algorithm>
 
+#include "ckpt/model_dir.h"
 #include "io/line_chunker.h"
 #include "io/text_format.h"
+#include "metrics/auc.h"
+#include "pipeline/data.h"
+#include "pipeline/train_report.h"
+#include "util/sys.h"
 #include "working/working_set.h"
 
 namespace ctrbox {
@@ -98,6 +103,71 @@ Status PredictLines(Env* env, const DataOptions& data, SparseTable& table, CtrMo
   std::fflush(out);
   if (counts) *counts = tracker.counts();
   return tracker.Finish();
+}
+
+StatusOr<nlohmann::json> RunEval(Env* env, const JobConfig& job) {
+  RETURN_IF_ERROR(job.Validate());
+  ThreadPool pool(job.train.threads);
+  Stopwatch clock;
+  ASSIGN_OR_RETURN(LoadedModel lm, OpenModel(env, job.model_dir, job.StorageFor({}), &pool));
+  const double load_seconds = clock.Seconds();
+  DataOptions data = job.data;
+  if (data.format != DataFormat::kShards) {
+    data.num_slots = lm.manifest.spec.schema.num_slots;
+    data.num_dense = lm.manifest.spec.schema.num_dense;
+  }
+  ASSIGN_OR_RETURN(auto reader, OpenData(env, data, job.generated, true));
+  if (!(reader->schema() == lm.model->schema())) {
+    return InvalidArgumentError(fmt::format(
+        "the data has {} slots and {} dense values but the model was trained on {} and {}",
+        reader->schema().num_slots, reader->schema().num_dense, lm.model->schema().num_slots,
+        lm.model->schema().num_dense));
+  }
+  clock.Reset();
+  // Besides the streaming (bucketed) AUC, the exact AUC over the first kExactAucRows examples.
+  constexpr size_t kExactAucRows = size_t{1} << 24;
+  std::vector<float> labels;
+  std::vector<double> scores;
+  ChunkFn keep = [&](const Batch& rows, const std::vector<float>& p) {
+    for (size_t r = 0; r < rows.rows() && labels.size() < kExactAucRows; ++r) {
+      labels.push_back(rows.labels[r]);
+      scores.push_back(p[r]);
+    }
+    return Status::OK();
+  };
+  ASSIGN_OR_RETURN(MetricSummary s,
+                   Evaluate(reader.get(), *lm.table, lm.model.get(), job.train.batch_size,
+                            job.pipeline.pass_examples, &pool, keep));
+  const double seconds = clock.Seconds();
+  nlohmann::json report = {{"command", "eval"},
+                           {"examples", s.examples},
+                           {"auc", s.auc},
+                           {"auc_exact", ExactAuc(labels, scores)},
+                           {"auc_exact_examples", labels.size()},
+                           {"logloss", s.logloss},
+                           {"copc", s.copc},
+                           {"ctr", s.ctr},
+                           {"seconds", seconds},
+                           {"examples_per_s", s.examples / std::max(seconds, 1e-9)},
+                           {"load_seconds", load_seconds},
+                           {"model_dir", job.model_dir},
+                           {"digest", lm.manifest.digest},
+                           {"peak_rss_bytes", PeakRssBytes()}};
+  report.update(CountsJson(reader->counts()));
+  return report;
+}
+
+Status RunPredict(Env* env, const JobConfig& job, std::FILE* out) {
+  RETURN_IF_ERROR(job.Validate());
+  ThreadPool pool(job.train.threads);
+  ASSIGN_OR_RETURN(LoadedModel lm, OpenModel(env, job.model_dir, job.StorageFor({}), &pool));
+  DataOptions data = job.data;
+  if (data.paths.empty()) data.paths = {"-"};
+  data.num_slots = lm.manifest.spec.schema.num_slots;
+  data.num_dense = lm.manifest.spec.schema.num_dense;
+  RecordCounts counts;
+  return PredictLines(env, data, *lm.table, lm.model.get(), job.train.batch_size, &pool, out,
+                      &counts);
 }
 
 }  // namespace ctrbox

@@ -1,19 +1,32 @@
-// Prediction over a stream of examples with a trained model: eval (metrics) and predict
-// (one probability per input line).
+// Prediction with a trained model over a stream of examples: eval (metrics over labelled
+// data) and predict (one probability per input line) — the jobs behind `ctrbox eval` and
+// `ctrbox predict`, and the held-out evaluation at the end of a train job.
 #ifndef CTRBOX_PIPELINE_EVALUATOR_H_
 #define CTRBOX_PIPELINE_EVALUATOR_H_
 
 #include <cstdio>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "io/reader.h"
 #include "metrics/metrics.h"
 #include "model/ctr_model.h"
+#include "pipeline/job.h"
 #include "table/sparse_table.h"
+#include "util/env.h"
 #include "util/thread_pool.h"
 
 namespace ctrbox {
+
+// Evaluates the model in job.model_dir on job.data (or the generated test rows); returns the
+// eval report (the JSON object `ctrbox eval` prints): streaming and exact AUC, logloss, COPC,
+// record counts.
+StatusOr<nlohmann::json> RunEval(Env* env, const JobConfig& job);
+
+// Writes one probability per line of job.data (one text file, or standard input when it
+// names none) to `out` with the model in job.model_dir; see PredictLines.
+Status RunPredict(Env* env, const JobConfig& job, std::FILE* out);
 
 // Predicts every row of `chunk`: its keys are looked up in `table` (absent keys contribute
 // nothing), minibatches of batch_size rows run on `pool`.

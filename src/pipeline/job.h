@@ -25,6 +25,9 @@ struct TrainOptions {
   uint32_t shrink_every_passes = 0;  // 0: never shrink
   std::string metrics_path;          // "" means <model_dir>/metrics.jsonl
   double progress_seconds = 2.0;
+
+  // OK, or InvalidArgument naming the first bad key (train.threads, train.batch_size, ...).
+  Status Validate() const;
 };
 
 struct PipelineOptions {
@@ -33,6 +36,9 @@ struct PipelineOptions {
   uint32_t queue_depth = 1;         // passes each queue between two stages holds
   int pull_threads = 2;             // the pull stage's pool
   int push_threads = 1;             // the push stage's pool
+
+  // OK, or InvalidArgument naming the bad pipeline.* keys.
+  Status Validate() const;
 };
 
 // Generated data, used when a job names no data paths.
@@ -49,9 +55,9 @@ struct JobConfig {
   DataOptions data;                     // training (or eval / predict) input
   std::vector<std::string> eval_paths;  // train: data to evaluate on after training
   GeneratedData generated;
-  ModelSpec spec;  // schema filled in from the data
-  uint32_t table_shard_bits = 6;
-  TieredOptions storage;  // the sparse table's tiers (the layout is set at run time)
+  ModelSpec spec;         // schema filled in from the data
+  TieredOptions storage;  // the sparse table's tiers (the layout is set at run time; the
+                          // table validates them when it opens: TieredOptions::Validate)
   TrainOptions train;
   PipelineOptions pipeline;
   std::string model_dir;
@@ -60,6 +66,19 @@ struct JobConfig {
   bool resume = false;     // train: continue from the newest checkpoint in ckpt.dir
   bool gpu = false;        // device: gpu — the train stage on GPUs (model/gpu_trainer.h)
   GpuOptions gpu_options;
+
+  // The job's settings are consistent: every options struct's Validate, and the rules
+  // between them (--resume needs ckpt.dir; train.deterministic needs gpu.scatter=segment).
+  // Called once, by the entry points (RunTrain, RunEval, RunPredict), before anything is
+  // opened. Returns InvalidArgument naming the key.
+  Status Validate() const;
+
+  // The table's options for a model of `layout`.
+  TieredOptions StorageFor(const ValueLayout& layout) const {
+    TieredOptions o = storage;
+    o.layout = layout;
+    return o;
+  }
 };
 
 }  // namespace ctrbox

@@ -52,7 +52,7 @@ void UseTiers(JobConfig* job, const TempDir& dir, uint64_t budget) {
   job->storage.memory_budget = budget;
   job->storage.ssd.group_bits = 10;
   job->storage.ssd.file_bytes = 1 << 20;
-  job->table_shard_bits = 4;
+  job->storage.shard_bits = 4;
 }
 
 void ExpectStagesAddUp(const nlohmann::json& r) {
@@ -164,7 +164,7 @@ TEST(PipelineTest, APullErrorStopsEveryStage) {
   JobConfig job = Job(dir.File("model"), data);
   job.storage.ssd.dir = dir.File("ssd");
   job.storage.memory_budget = 16 << 10;
-  job.table_shard_bits = 2;
+  job.storage.shard_bits = 2;
   job.storage.ssd.group_bits = 6;
   auto r = RunTrain(Env::Posix(), job, nullptr);
   ASSERT_FALSE(r.ok());

@@ -9,7 +9,7 @@
 #define CTRBOX_TABLE_SPARSE_TABLE_H_
 
 #include <cstdint>
-#include <nlohmann/json.hpp>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -56,6 +56,45 @@ struct TableStats {
   uint64_t memory_bytes = 0;   // cache: index, slabs, metadata, group index, Bloom filters
 };
 
+// Storage counters for reports (reports turn them into JSON: pipeline/train_report.h).
+// Counters count since the table was opened; the byte and key figures are current.
+struct StorageStats {
+  bool has_disk = false;           // the SSD tier is on (the disk fields below are zero if not)
+  uint64_t memory_budget = 0;      // bytes (0: unlimited)
+  uint64_t memory_bytes = 0;       // the cache's use counted against the budget now
+  uint64_t peak_memory_bytes = 0;  // ... its peak
+  uint64_t pulled_keys = 0;        // keys pulled (train, eval and predict)
+  uint64_t hits = 0;               // pulled keys found in the cache
+  uint64_t loaded_from_ssd = 0;    // ... loaded from the SSD tier
+  uint64_t new_keys = 0;           // ... in no tier, inserted with a default row
+  uint64_t lookup_misses = 0;      // ... in no tier, looked up without insertion
+  // The SSD tier.
+  uint32_t group_bits = 0;
+  uint64_t no_record = 0;     // keys whose group has no record
+  uint64_t bloom_prunes = 0;  // reads a Bloom filter saved
+  uint64_t bloom_false_positives = 0;
+  uint64_t records_read = 0, read_retries = 0, ssd_bytes_read = 0;
+  uint64_t records_written = 0, ssd_bytes_written = 0, groups_written = 0;
+  uint64_t evicted_dirty = 0, evicted_clean = 0, dropped_fresh = 0, evict_rounds = 0;
+  uint64_t compactions = 0, compaction_bytes = 0;
+  uint64_t files = 0, file_bytes = 0, live_bytes = 0, keys_on_disk = 0;
+  uint64_t index_bytes = 0, bloom_bytes = 0;
+
+  // hits / (hits + loaded_from_ssd); 1 when nothing was pulled from either.
+  double hit_rate() const {
+    return hits + loaded_from_ssd
+               ? static_cast<double>(hits) / static_cast<double>(hits + loaded_from_ssd)
+               : 1.0;
+  }
+  // "name=value ..." of the counters, for test failures and debug logs.
+  std::string DebugString() const;
+  // The share of the file bytes no live record refers to.
+  double stale_fraction() const {
+    return file_bytes ? 1.0 - static_cast<double>(live_bytes) / static_cast<double>(file_bytes)
+                      : 0.0;
+  }
+};
+
 class SparseTable {
  public:
   virtual ~SparseTable() = default;
@@ -80,8 +119,8 @@ class SparseTable {
   virtual Status ExportShard(size_t s, RowBlock* out) = 0;
   // Counts over all tiers, each row counted once in its newest version.
   virtual TableStats Stats() const = 0;
-  // Storage counters (cache hits, SSD I/O, compactions...) for reports; {} without a disk tier.
-  virtual nlohmann::json StorageReport() const = 0;
+  // Storage counters (cache hits, SSD I/O, compactions...) for reports.
+  virtual StorageStats Storage() const = 0;
   // An order-independent hash of every row's canonical encoding (docs/sparse_table.md).
   virtual StatusOr<uint64_t> SparseDigest(ThreadPool* pool) = 0;
   // Writes every dirty row to the disk tier and the INDEX (a clean shutdown); no-op in memory.

@@ -395,7 +395,7 @@ Status SsdStore::WriteIndex() {
   return WriteFileAtomic(env_, JoinPath(options_.dir, kIndexName), s);
 }
 
-StatusOr<nlohmann::json> SsdStore::Inspect(Env* env, const std::string& dir) {
+StatusOr<StoreSummary> SsdStore::Inspect(Env* env, const std::string& dir) {
   const std::string path = JoinPath(dir, kIndexName);
   if (!env->FileExists(path)) {
     return NotFoundError(path + " is missing: no cleanly closed store in " + dir);
@@ -423,35 +423,20 @@ StatusOr<nlohmann::json> SsdStore::Inspect(Env* env, const std::string& dir) {
   }
   const uint64_t fixed = layout.EncodedBytes(false) - 8,
                  extra = layout.EncodedBytes(true) - layout.EncodedBytes(false);
-  return nlohmann::json{
-      {"command", "inspect"},
-      {"store_dir", dir},
-      {"tiers", {{"memory_keys", 0}, {"disk_keys", rows}}},
-      {"keys", rows},
-      {"keys_with_embedding", emb},
-      {"bytes_live", rows * fixed + emb * extra},
-      {"files", nfiles},
-      {"file_bytes", file_bytes},
-      {"live_record_bytes", live},
-      {"stale_fraction",
-       file_bytes ? 1.0 - static_cast<double>(live) / static_cast<double>(file_bytes) : 0.0},
-      {"records", records},
-      {"groups", groups},
-      {"groups_with_delta", with_delta},
-      {"index_bytes", groups * sizeof(GroupEntry)},
-      {"bloom_bytes", bloom_bytes},
-      {"index_bytes_per_key", rows
-                                  ? static_cast<double>(groups * sizeof(GroupEntry) + bloom_bytes) /
-                                        static_cast<double>(rows)
-                                  : 0.0},
-      {"layout",
-       {{"dim", layout.dim},
-        {"emb_state", layout.emb_state},
-        {"wide_state", layout.wide_state},
-        {"quant_bits", layout.quant_bits},
-        {"quant_range", layout.quant_range}}},
-      {"value_bytes_per_key",
-       rows ? static_cast<double>(rows * fixed + emb * extra) / static_cast<double>(rows) : 0.0}};
+  StoreSummary r;
+  r.layout = layout;
+  r.keys = rows;
+  r.keys_with_embedding = emb;
+  r.bytes_live = rows * fixed + emb * extra;
+  r.files = nfiles;
+  r.file_bytes = file_bytes;
+  r.live_record_bytes = live;
+  r.records = records;
+  r.groups = groups;
+  r.groups_with_delta = with_delta;
+  r.index_bytes = groups * sizeof(GroupEntry);
+  r.bloom_bytes = bloom_bytes;
+  return r;
 }
 
 StatusOr<std::unique_ptr<SsdStore>> SsdStore::Reopen(Env* env, const SsdOptions& options,

@@ -12,7 +12,6 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <shared_mutex>
 #include <string>
 #include <vector>
@@ -61,6 +60,16 @@ struct DiskStats {
   uint64_t read_retries = 0;  // reads retried after an I/O error
 };
 
+// What the INDEX of a cleanly closed store says (SsdStore::Inspect).
+struct StoreSummary {
+  ValueLayout layout;
+  uint64_t keys = 0, keys_with_embedding = 0;
+  uint64_t bytes_live = 0;  // encoded row bytes without keys
+  uint64_t files = 0, file_bytes = 0, live_record_bytes = 0, records = 0;
+  uint64_t groups = 0, groups_with_delta = 0;
+  uint64_t index_bytes = 0, bloom_bytes = 0;
+};
+
 class SsdStore {
  public:
   // A new, empty store in options.dir (created if needed); parameter files and an INDEX left
@@ -76,7 +85,7 @@ class SsdStore {
   static Status RemoveFiles(Env* env, const std::string& dir);
   // Describes the store a clean shutdown left in `dir` from its INDEX alone (nothing is
   // loaded or changed): files, bytes, live bytes, stale fraction, keys on disk, index bytes.
-  static StatusOr<nlohmann::json> Inspect(Env* env, const std::string& dir);
+  static StatusOr<StoreSummary> Inspect(Env* env, const std::string& dir);
 
   uint32_t group_bits() const { return options_.group_bits; }
   uint32_t GroupOf(uint64_t key) const {

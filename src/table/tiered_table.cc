@@ -81,20 +81,28 @@ TieredTable::TieredTable(Env* env, TieredOptions options)
   accounted_.assign(slots_.size(), 0);
 }
 
+Status TieredOptions::Validate() const {
+  if (shard_bits > 12) return InvalidArgumentError("table.shard_bits must be <= 12");
+  if (ssd.dir.empty()) return Status::OK();
+  if (memory_budget == 0)
+    return InvalidArgumentError("storage.ssd_dir needs storage.memory_budget");
+  if (ssd.group_bits < shard_bits) {
+    return InvalidArgumentError("storage.group_bits must be >= table.shard_bits");
+  }
+  if (evict_stop >= evict_start) {
+    return InvalidArgumentError("storage.evict_stop must be below storage.evict_start");
+  }
+  return Status::OK();
+}
+
 StatusOr<std::unique_ptr<TieredTable>> TieredTable::Open(Env* env, const TieredOptions& options) {
-  if (options.shard_bits > 12) return InvalidArgumentError("table.shard_bits must be <= 12");
+  RETURN_IF_ERROR(options.Validate());
   std::unique_ptr<TieredTable> t(new TieredTable(env, options));
   for (size_t s = 0; s < t->slots_.size(); ++s) {
     std::lock_guard<std::mutex> l(t->slots_[s]->mu);
     t->Account(s);
   }
   if (options.ssd.dir.empty()) return t;
-  if (options.memory_budget == 0) {
-    return InvalidArgumentError("storage.memory_budget must be set with storage.ssd_dir");
-  }
-  if (options.ssd.group_bits < options.shard_bits) {
-    return InvalidArgumentError("storage.group_bits must be >= table.shard_bits");
-  }
   if (options.reopen) {
     ASSIGN_OR_RETURN(t->ssd_, SsdStore::Reopen(env, options.ssd, options.layout));
   } else {
@@ -1124,50 +1132,42 @@ TableStats TieredTable::Stats() const {
   return st;
 }
 
-nlohmann::json TieredTable::StorageReport() const {
+StorageStats TieredTable::Storage() const {
   const Counters& c = *counters_;
-  const uint64_t hits = c.hits.load(), loaded = c.loaded.load();
-  nlohmann::json r = {
-      {"tiers", ssd_ ? "memory+ssd" : "memory"},
-      {"memory_budget", options_.memory_budget},
-      {"memory_bytes", UsedBytes()},
-      {"peak_memory_bytes", peak_used_.load()},
-      {"pulled_keys", c.pulled.load()},
-      {"hits", hits},
-      {"loaded_from_ssd", loaded},
-      {"new_keys", c.new_keys.load()},
-      {"lookup_misses", c.lookup_misses.load()},
-      {"hit_rate",
-       hits + loaded ? static_cast<double>(hits) / static_cast<double>(hits + loaded) : 1.0},
-  };
+  StorageStats r;
+  r.has_disk = ssd_ != nullptr;
+  r.memory_budget = options_.memory_budget;
+  r.memory_bytes = UsedBytes();
+  r.peak_memory_bytes = peak_used_.load();
+  r.pulled_keys = c.pulled.load();
+  r.hits = c.hits.load();
+  r.loaded_from_ssd = c.loaded.load();
+  r.new_keys = c.new_keys.load();
+  r.lookup_misses = c.lookup_misses.load();
   if (!ssd_) return r;
   const DiskStats d = ssd_->Stats();
-  const uint64_t records = d.file_bytes;
-  r.update(
-      {{"group_bits", ssd_->group_bits()},
-       {"no_record", c.no_record.load()},
-       {"bloom_prunes", c.bloom_prunes.load()},
-       {"bloom_false_positives", c.bloom_false_positives.load()},
-       {"records_read", d.records_read},
-       {"read_retries", d.read_retries},
-       {"ssd_bytes_read", d.bytes_read},
-       {"records_written", d.records_written},
-       {"ssd_bytes_written", d.bytes_written},
-       {"groups_written", c.groups_written.load()},
-       {"evicted_dirty", c.evicted_dirty.load()},
-       {"evicted_clean", c.evicted_clean.load()},
-       {"dropped_fresh", c.dropped_fresh.load()},
-       {"evict_rounds", c.evict_rounds.load()},
-       {"compactions", c.compactions.load()},
-       {"compaction_bytes", c.compaction_bytes.load()},
-       {"files", d.files},
-       {"file_bytes", d.file_bytes},
-       {"live_bytes", d.live_bytes},
-       {"stale_fraction",
-        records ? 1.0 - static_cast<double>(d.live_bytes) / static_cast<double>(records) : 0.0},
-       {"keys_on_disk", d.rows},
-       {"index_bytes", d.index_bytes},
-       {"bloom_bytes", d.bloom_bytes}});
+  r.group_bits = ssd_->group_bits();
+  r.no_record = c.no_record.load();
+  r.bloom_prunes = c.bloom_prunes.load();
+  r.bloom_false_positives = c.bloom_false_positives.load();
+  r.records_read = d.records_read;
+  r.read_retries = d.read_retries;
+  r.ssd_bytes_read = d.bytes_read;
+  r.records_written = d.records_written;
+  r.ssd_bytes_written = d.bytes_written;
+  r.groups_written = c.groups_written.load();
+  r.evicted_dirty = c.evicted_dirty.load();
+  r.evicted_clean = c.evicted_clean.load();
+  r.dropped_fresh = c.dropped_fresh.load();
+  r.evict_rounds = c.evict_rounds.load();
+  r.compactions = c.compactions.load();
+  r.compaction_bytes = c.compaction_bytes.load();
+  r.files = d.files;
+  r.file_bytes = d.file_bytes;
+  r.live_bytes = d.live_bytes;
+  r.keys_on_disk = d.rows;
+  r.index_bytes = d.index_bytes;
+  r.bloom_bytes = d.bloom_bytes;
   return r;
 }
 

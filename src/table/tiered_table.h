@@ -40,6 +40,9 @@ struct TieredOptions {
   double compact_trigger = 1.75;  // compaction starts when file bytes exceed this x live bytes
   double compact_target = 1.5;    // ... and stops at this ratio
   uint32_t min_evict_rows = 64;
+
+  // OK, or InvalidArgument naming the bad key (table.shard_bits, storage.*). Open calls it.
+  Status Validate() const;
 };
 
 class TieredTable final : public SparseTable {
@@ -56,7 +59,7 @@ class TieredTable final : public SparseTable {
   StatusOr<uint64_t> Shrink(const CtrAccessor& accessor, ThreadPool* pool) override;
   Status ExportShard(size_t s, RowBlock* out) override;
   TableStats Stats() const override;
-  nlohmann::json StorageReport() const override;
+  StorageStats Storage() const override;
   StatusOr<uint64_t> SparseDigest(ThreadPool* pool) override;
   Status Close() override;
 

@@ -119,10 +119,12 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
   Random rng(seed);
   std::map<std::string, uint64_t> traffic;  // storage counters summed over reopens
   auto add_traffic = [&] {
-    const nlohmann::json rep = table->StorageReport();
-    for (const char* k : {"loaded_from_ssd", "evicted_dirty", "compactions", "bloom_prunes"}) {
-      if (rep.contains(k)) traffic[k] += rep[k].get<uint64_t>();
-    }
+    const StorageStats rep = table->Storage();
+    if (!rep.has_disk) return;
+    traffic["loaded_from_ssd"] += rep.loaded_from_ssd;
+    traffic["evicted_dirty"] += rep.evicted_dirty;
+    traffic["compactions"] += rep.compactions;
+    traffic["bloom_prunes"] += rep.bloom_prunes;
   };
   for (int step = 0; step < 400; ++step) {
     const int op = static_cast<int>(rng.Below(20));
@@ -368,8 +370,9 @@ TEST(TieredTableTest, InspectDescribesAClosedStoreAndADamagedIndexIsRefused) {
   }
   auto report = SsdStore::Inspect(Env::Posix(), dir.path());
   ASSERT_TRUE(report.ok()) << report.status().ToString();
-  EXPECT_EQ((*report)["keys"].get<uint64_t>(), keys_on_disk);
-  EXPECT_EQ((*report)["tiers"]["disk_keys"].get<uint64_t>(), keys_on_disk);
+  EXPECT_EQ(report->keys, keys_on_disk);
+  EXPECT_GT(report->records, 0u);
+  EXPECT_GE(report->file_bytes, report->live_record_bytes);
 
   const std::string index = dir.path() + "/INDEX";
   std::string good;
@@ -431,7 +434,7 @@ TEST(TieredTableTest, ReadErrorsAreRetriedBoundedlyAndNeverServeADefaultRow) {
 
   env.InjectFault(FaultOp::kRead, 1, MemEnv::Eio("injected"));  // one transient error
   expect_exact("after one EIO");
-  EXPECT_EQ(table->StorageReport()["read_retries"], 1u);
+  EXPECT_EQ(table->Storage().read_retries, 1u);
   ASSERT_TRUE(table->EvictAll().ok());
 
   env.InjectFault(FaultOp::kRead, 1, MemEnv::Eio("injected"), /*sticky=*/true);  // a dead disk
@@ -491,17 +494,15 @@ TEST(TieredTableTest, FirstTimeKeysCostNoReadAndCorruptionIsReported) {
     ASSERT_TRUE(table->Push(&*pins, rows, nullptr).ok());
   }
   ASSERT_TRUE(table->EvictAll().ok());  // every group now has a record on disk
-  const nlohmann::json before = table->StorageReport();
+  const StorageStats before = table->Storage();
   std::vector<uint64_t> fresh = RandomKeys(&rng, 3000, 1 << 30);
   {
     auto pins = table->Pull(fresh.data(), fresh.size(), &acc, &rows, nullptr);
     ASSERT_TRUE(pins.ok());
   }
-  const nlohmann::json after = table->StorageReport();
-  const uint64_t reads =
-      after["records_read"].get<uint64_t>() - before["records_read"].get<uint64_t>();
-  const uint64_t prunes =
-      after["bloom_prunes"].get<uint64_t>() - before["bloom_prunes"].get<uint64_t>();
+  const StorageStats after = table->Storage();
+  const uint64_t reads = after.records_read - before.records_read;
+  const uint64_t prunes = after.bloom_prunes - before.bloom_prunes;
   EXPECT_GT(prunes, 2800u);  // ~2 % false positives
   EXPECT_LT(reads, 200u);
 
@@ -578,12 +579,12 @@ TEST(TieredTableTest, MemoryStaysWithinTheBudgetWhileTheFilesGrowTenfold) {
     ASSERT_TRUE(table->Push(&*pins, rows, nullptr).ok());
     max_used = std::max(max_used, table->UsedBytes());
   }
-  const nlohmann::json rep = table->StorageReport();
-  RecordProperty("storage", rep.dump());
-  EXPECT_GE(rep["live_bytes"].get<uint64_t>(), 10 * o.memory_budget) << rep.dump();
+  const StorageStats rep = table->Storage();
+  RecordProperty("storage", rep.DebugString());
+  EXPECT_GE(rep.live_bytes, 10 * o.memory_budget) << rep.DebugString();
   // Over the budget by at most one pass's new rows (2 000 rows of ~170 B) between checks.
-  EXPECT_LE(rep["peak_memory_bytes"].get<uint64_t>(), o.memory_budget + 2000 * 200) << rep.dump();
-  EXPECT_GT(rep["hit_rate"].get<double>(), 0.5);
+  EXPECT_LE(rep.peak_memory_bytes, o.memory_budget + 2000 * 200) << rep.DebugString();
+  EXPECT_GT(rep.hit_rate(), 0.5);
 }
 
 TEST(TieredTableTest, ResidentMemoryStaysWithinBudgetPlusMarginAsTheModelGrows) {
@@ -616,12 +617,12 @@ TEST(TieredTableTest, ResidentMemoryStaysWithinBudgetPlusMarginAsTheModelGrows) 
     ++pass;
     const uint64_t rss = CurrentRssBytes();
     max_growth = std::max(max_growth, rss > rss0 ? rss - rss0 : 0);
-    if (table->StorageReport()["live_bytes"].get<uint64_t>() >= 10 * o.memory_budget) break;
+    if (table->Storage().live_bytes >= 10 * o.memory_budget) break;
   }
   RecordProperty("max_rss_growth", std::to_string(max_growth));
   RecordProperty("passes", std::to_string(pass));
   EXPECT_LE(max_growth, o.memory_budget + (24 << 20))
-      << table->StorageReport().dump() << " allocated " << table->Stats().memory_bytes;
+      << table->Storage().DebugString() << " allocated " << table->Stats().memory_bytes;
 }
 
 TEST(TieredTableTest, CompactionBoundsDiskUseUnderSkewedUpdates) {
@@ -649,11 +650,11 @@ TEST(TieredTableTest, CompactionBoundsDiskUseUnderSkewedUpdates) {
     ASSERT_TRUE(table->Push(&*pins, rows, nullptr).ok());
   }
   ASSERT_TRUE(table->Compact(0.5).ok());  // whatever the worker has not got to yet
-  const nlohmann::json rep = table->StorageReport();
-  RecordProperty("storage", rep.dump());
-  const uint64_t files = rep["file_bytes"], live = rep["live_bytes"];
-  EXPECT_GT(rep["compactions"].get<uint64_t>(), 0u);
-  EXPECT_LE(files, 2 * live + o.ssd.file_bytes) << rep.dump();
+  const StorageStats rep = table->Storage();
+  RecordProperty("storage", rep.DebugString());
+  const uint64_t files = rep.file_bytes, live = rep.live_bytes;
+  EXPECT_GT(rep.compactions, 0u);
+  EXPECT_LE(files, 2 * live + o.ssd.file_bytes) << rep.DebugString();
 }
 
 TEST(TieredTableTest, DiskBudgetAndWorkingSetLimitsAreClearErrors) {
@@ -748,8 +749,8 @@ TEST(TieredTableTest, ConcurrentPullsPushesFlushingAndCompaction) {
     ASSERT_TRUE(table->ExportShard(s, &rows).ok());
     for (size_t i = 0; i < rows.size(); ++i) total += rows.show(i);
   }
-  const nlohmann::json rep = table->StorageReport();
-  EXPECT_GT(rep["evicted_dirty"].get<uint64_t>(), 0u) << rep.dump();
+  const StorageStats rep = table->Storage();
+  EXPECT_GT(rep.evicted_dirty, 0u) << rep.DebugString();
   EXPECT_GT(total, kThreads * kRounds * 30.0);
 }
 

@@ -1,21 +1,16 @@
-#include "cli/commands.h"
-
+// gen, convert and inspect: tools over data files, model directories, stores and
+// checkpoints, which read them directly.
 #include <fmt/format.h>
-#include <signal.h>
 
-#include <atomic>
-#include <csignal>
-#include <cstdio>
 #include <iostream>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/model_dir.h"
-#include "cli/progress.h"
+#include "cli/commands.h"
 #include "io/reader.h"
+#include "io/shard.h"
 #include "io/synth.h"
 #include "metrics/metrics.h"
-#include "pipeline/evaluator.h"
-#include "pipeline/trainer.h"
 #include "table/ssd_store.h"
 #include "util/logging.h"
 #include "util/parse.h"
@@ -30,9 +25,42 @@ uint64_t QuantizedEmbeddingBytes(const ModelOptions& m) {
   return uint64_t{StoredElementBytes(m.quant.bits)} * m.embedding_dim;
 }
 
-void PrintJson(const nlohmann::json& j) { std::cout << j.dump() << std::endl; }
+// What `inspect --store` prints.
+nlohmann::json StoreJson(const std::string& dir, const StoreSummary& s) {
+  const ValueLayout& layout = s.layout;
+  return {{"command", "inspect"},
+          {"store_dir", dir},
+          {"tiers", {{"memory_keys", 0}, {"disk_keys", s.keys}}},
+          {"keys", s.keys},
+          {"keys_with_embedding", s.keys_with_embedding},
+          {"bytes_live", s.bytes_live},
+          {"files", s.files},
+          {"file_bytes", s.file_bytes},
+          {"live_record_bytes", s.live_record_bytes},
+          {"stale_fraction", s.file_bytes ? 1.0 - static_cast<double>(s.live_record_bytes) /
+                                                      static_cast<double>(s.file_bytes)
+                                          : 0.0},
+          {"records", s.records},
+          {"groups", s.groups},
+          {"groups_with_delta", s.groups_with_delta},
+          {"index_bytes", s.index_bytes},
+          {"bloom_bytes", s.bloom_bytes},
+          {"index_bytes_per_key",
+           s.keys ? static_cast<double>(s.index_bytes + s.bloom_bytes) / static_cast<double>(s.keys)
+                  : 0.0},
+          {"layout",
+           {{"dim", layout.dim},
+            {"emb_state", layout.emb_state},
+            {"wide_state", layout.wide_state},
+            {"quant_bits", layout.quant_bits},
+            {"quant_range", layout.quant_range}}},
+          {"value_bytes_per_key",
+           s.keys ? static_cast<double>(s.bytes_live) / static_cast<double>(s.keys) : 0.0}};
+}
 
 }  // namespace
+
+void PrintJson(const nlohmann::json& j) { std::cout << j.dump() << std::endl; }
 
 Status RunGenCommand(const GenArgs& args) {
   SynthOptions o;
@@ -161,67 +189,6 @@ Status RunConvertCommand(const JobConfig& job, const ConvertArgs& args) {
   return Status::OK();
 }
 
-Status RunTrainCommand(const JobConfig& job) {
-  if (job.model_dir.empty()) LOG_INFO("no --model-dir given: the trained model is not saved");
-  if (job.data.paths.empty()) {
-    LOG_INFO("no --data given: training on {} generated {} rows (seed {}), testing on {} more",
-             job.generated.rows, DataFormatName(job.generated.layout), job.generated.seed,
-             job.generated.test_rows);
-  }
-  ProgressPrinter progress;
-  // Ctrl-C (or SIGTERM) stops after the pass in training is pushed and saves the model; a
-  // second one ends the process at once.
-  static std::atomic<bool> stop{false};
-  struct sigaction sa = {};
-  sa.sa_handler = [](int sig) {
-    stop.store(true);
-    std::signal(sig, SIG_DFL);
-  };
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-  ASSIGN_OR_RETURN(nlohmann::json report, RunTrain(Env::Posix(), job, &progress, &stop));
-  std::signal(SIGINT, SIG_DFL);
-  std::signal(SIGTERM, SIG_DFL);
-  if (report.value("interrupted", false)) {
-    LOG_WARNING("interrupted: stopped after {} examples; the model trained so far is saved{}",
-                report["examples"].get<uint64_t>(),
-                job.model_dir.empty() ? " (nowhere: no --model-dir)" : " in " + job.model_dir);
-    PrintJson(report);
-    return CancelledError("interrupted");
-  }
-  if (report.contains("test_auc")) {
-    LOG_INFO("trained on {} examples at {:.0f} examples/s: test AUC {:.4f}{}",
-             report["examples"].get<uint64_t>(), report["examples_per_s"].get<double>(),
-             report["test_auc"].get<double>(),
-             report.contains("oracle_auc")
-                 ? fmt::format(" (oracle {:.4f})", report["oracle_auc"].get<double>())
-                 : "");
-  }
-  PrintJson(report);
-  return Status::OK();
-}
-
-Status RunEvalCommand(const JobConfig& job) {
-  ASSIGN_OR_RETURN(nlohmann::json report, RunEval(Env::Posix(), job));
-  PrintJson(report);
-  return Status::OK();
-}
-
-Status RunPredictCommand(const JobConfig& job) {
-  ThreadPool pool(job.train.threads);
-  TieredOptions storage = job.storage;
-  storage.shard_bits = job.table_shard_bits;
-  ASSIGN_OR_RETURN(LoadedModel lm, OpenModel(Env::Posix(), job.model_dir, storage, &pool));
-  DataOptions data = job.data;
-  if (data.paths.empty()) data.paths = {"-"};
-  data.num_slots = lm.manifest.spec.schema.num_slots;
-  data.num_dense = lm.manifest.spec.schema.num_dense;
-  RecordCounts counts;
-  return PredictLines(Env::Posix(), data, *lm.table, lm.model.get(), job.train.batch_size, &pool,
-                      stdout, &counts);
-}
-
 Status RunInspectCommand(const std::string& model_dir, const std::string& store_dir,
                          const std::string& ckpt_dir) {
   if (!ckpt_dir.empty()) {
@@ -230,8 +197,8 @@ Status RunInspectCommand(const std::string& model_dir, const std::string& store_
     return Status::OK();
   }
   if (!store_dir.empty()) {
-    ASSIGN_OR_RETURN(nlohmann::json report, SsdStore::Inspect(Env::Posix(), store_dir));
-    PrintJson(report);
+    ASSIGN_OR_RETURN(StoreSummary summary, SsdStore::Inspect(Env::Posix(), store_dir));
+    PrintJson(StoreJson(store_dir, summary));
     return Status::OK();
   }
   if (model_dir.empty())

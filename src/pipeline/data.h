@@ -1,0 +1,27 @@
+// Where a job's examples come from: its data paths or command, or, when it names none, the
+// built-in generator (io/synth.h) with its planted model.
+#ifndef CTRBOX_PIPELINE_DATA_H_
+#define CTRBOX_PIPELINE_DATA_H_
+
+#include <memory>
+
+#include "io/reader.h"
+#include "pipeline/job.h"
+
+namespace ctrbox {
+
+// True when `data` names no paths and no command: the job trains on generated rows.
+inline bool IsGenerated(const DataOptions& data) {
+  return data.paths.empty() && data.command.empty();
+}
+
+// A reader of `data`, or of the generated rows (`test`: the held-out rows, seed + 1).
+StatusOr<std::unique_ptr<BatchReader>> OpenData(Env* env, const DataOptions& data,
+                                                const GeneratedData& gen, bool test);
+
+// The planted model's AUC on the generated test rows: the best any model can reach.
+double OracleAuc(const GeneratedData& gen);
+
+}  // namespace ctrbox
+
+#endif  // CTRBOX_PIPELINE_DATA_H_

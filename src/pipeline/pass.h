@@ -1,0 +1,90 @@
+// A pass: a fixed share of the example stream with its working set, working table and pins,
+// as it moves through the stages read -> pull -> train -> push (docs/pipeline.md), and the
+// clocks each stage keeps on it.
+#ifndef CTRBOX_PIPELINE_PASS_H_
+#define CTRBOX_PIPELINE_PASS_H_
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "io/batch.h"
+#include "metrics/metrics.h"
+#include "pipeline/in_flight.h"
+#include "table/sparse_table.h"
+#include "working/working_set.h"
+#include "working/working_table.h"
+
+namespace ctrbox {
+
+enum class StageId : int { kRead = 0, kPull = 1, kTrain = 2, kPush = 3 };
+constexpr int kNumStages = 4;
+constexpr std::array<StageId, kNumStages> kStages = {StageId::kRead, StageId::kPull,
+                                                     StageId::kTrain, StageId::kPush};
+// "read", "pull", "train", "push": the names in reports.
+constexpr const char* StageName(StageId stage) {
+  constexpr const char* kNames[kNumStages] = {"read", "pull", "train", "push"};
+  return kNames[static_cast<int>(stage)];
+}
+
+// A stage's time: busy (working on a pass), stalled (done, blocked on a full output queue, or
+// pull waiting at the shrink barrier) and idle (waiting for a pass to arrive).
+struct StageClock {
+  double busy = 0, stalled = 0, idle = 0;
+  void Add(const StageClock& o) {
+    busy += o.busy;
+    stalled += o.stalled;
+    idle += o.idle;
+  }
+};
+
+// One clock per stage.
+class StageClocks {
+ public:
+  StageClock& operator[](StageId s) { return c_[static_cast<int>(s)]; }
+  const StageClock& operator[](StageId s) const { return c_[static_cast<int>(s)]; }
+  void Add(const StageClocks& o) {
+    for (StageId s : kStages) (*this)[s].Add(o[s]);
+  }
+
+ private:
+  std::array<StageClock, kNumStages> c_;
+};
+
+// Thread safety: a pass is owned by one stage at a time (it moves through the queues); its
+// working table is shared read-only with the later passes pulled while it is in flight.
+struct Pass {
+  explicit Pass(const ValueLayout& layout) : table(std::make_shared<WorkingTable>(layout)) {}
+  // A pass destroyed while registered in flight was discarded: the barrier is cancelled.
+  ~Pass() {
+    if (registry != nullptr) registry->Remove(index, /*pushed=*/false);
+  }
+  Pass(const Pass&) = delete;
+  Pass& operator=(const Pass&) = delete;
+
+  uint64_t index = 0;  // passes of the job before this one
+  Batch examples;
+  WorkingSet ws;
+  // The pass's rows; shared with later passes pulled while this one is in flight.
+  std::shared_ptr<WorkingTable> table;
+  PinnedRows pins;
+  InFlight* registry = nullptr;  // set while registered as in flight
+  // Rows to take from passes ahead of this one before training, ascending.
+  std::vector<std::pair<std::shared_ptr<const WorkingTable>, SharedRows>> ahead;
+  uint64_t patched_rows = 0;
+  // This pass's time in each stage (stalled: written as the pass enters the next queue).
+  StageClocks clock;
+  MetricSummary metrics;
+  uint64_t embeddings_created = 0;
+  // The dense state right after this pass trained, when a checkpoint is due after its push
+  // (the train stage goes on with later passes meanwhile).
+  std::string dense_snapshot;
+};
+using PassPtr = std::unique_ptr<Pass>;
+
+}  // namespace ctrbox
+
+#endif  // CTRBOX_PIPELINE_PASS_H_

@@ -1,0 +1,195 @@
+#include "pipeline/stages.h"
+
+#include <utility>
+
+#include "ckpt/model_files.h"
+#include "pipeline/train_report.h"
+#include "working/working_set.h"
+
+namespace ctrbox {
+
+PassStages::PassStages(const StageContext& ctx)
+    : ctx_(ctx),
+      in_flight_(ctx.start.passes),
+      next_index_(ctx.start.passes),
+      predictions_(ctx.job->train.batch_size),
+      sink_(ctx.sink) {}
+
+void PassStages::Start() {
+  run_clock_.Reset();
+  storage_before_ = ctx_.table->Storage();
+}
+
+TrainPosition PassStages::Position() const {
+  TrainPosition p = ctx_.start;
+  p.passes += passes_;
+  p.examples += examples_;
+  p.trained_examples += examples_;
+  p.embeddings_created += created_;
+  p.keys_shrunk += shrunk_;
+  return p;
+}
+
+// ---- read ------------------------------------------------------------------------------------
+
+StatusOr<PassPtr> PassStages::Read() {
+  Stopwatch clock;
+  auto pass = std::make_unique<Pass>(ctx_.model->value_layout());
+  bool eof = false;
+  RETURN_IF_ERROR(ctx_.reader->Next(&pass->examples, &eof));
+  if (eof) return PassPtr();
+  pass->index = next_index_++;
+  BuildWorkingSet(pass->examples, ctx_.job->train.batch_size, nullptr, &pass->ws);
+  pass->table->Build(pass->ws.keys, nullptr);
+  pass->clock[StageId::kRead].busy = clock.Seconds();
+  return pass;
+}
+
+// ---- pull ------------------------------------------------------------------------------------
+
+Status PassStages::Pull(Pass* pass, ThreadPool* pool) {
+  const uint32_t every = ctx_.job->train.shrink_every_passes;
+  if (every > 0 && pass->index > 0 && pass->index % every == 0) {
+    Stopwatch wait;  // the shrink barrier
+    if (!in_flight_.WaitPushed(pass->index)) return CancelledError("the train job stopped");
+    pass->clock[StageId::kPull].stalled += wait.Seconds();
+  }
+  Stopwatch clock;
+  InFlight::Tables ahead = in_flight_.Snapshot();  // before the table is read
+  ASSIGN_OR_RETURN(pass->pins, ctx_.table->Pull(pass->ws.keys.data(), pass->ws.keys.size(),
+                                                ctx_.accessor, &pass->table->rows(), pool));
+  for (auto& [index, t] : ahead) {
+    SharedRows shared;
+    pass->table->FindShared(*t, &shared, pool);
+    if (!shared.empty()) pass->ahead.emplace_back(std::move(t), std::move(shared));
+  }
+  in_flight_.Add(pass->index, pass->table);
+  pass->registry = &in_flight_;
+  // The rows as pulled go to the GPUs now (copy streams), while an earlier pass trains.
+  if (ctx_.gpu != nullptr) {
+    RETURN_IF_ERROR(ctx_.gpu->Stage(pass->index, pass->examples, pass->ws, pass->table->rows()));
+  }
+  pass->clock[StageId::kPull].busy = clock.Seconds();
+  return Status::OK();
+}
+
+// ---- train -----------------------------------------------------------------------------------
+
+Status PassStages::Train(Pass* pass, const std::atomic<bool>* failed) {
+  Stopwatch clock;
+  // The newer rows of the keys shared with the passes ahead, in ascending pass order.
+  std::vector<uint32_t> patched;
+  for (const auto& [from, shared] : pass->ahead) {
+    pass->table->CopyRows(*from, shared, ctx_.train_pool);
+    pass->patched_rows += shared.size();
+    if (ctx_.gpu != nullptr) {
+      for (const auto& pair : shared) patched.push_back(pair.first);
+    }
+  }
+  pass->ahead.clear();
+  MetricAccumulator pass_metrics;
+  if (ctx_.gpu != nullptr) {
+    RETURN_IF_ERROR(TrainOnGpu(pass, patched, &pass_metrics));
+  } else {
+    RETURN_IF_ERROR(TrainOnCpu(pass, failed, &pass_metrics));
+  }
+  pass->metrics = pass_metrics.Summary();
+  if (ctx_.ckpt != nullptr && ctx_.ckpt->Due(pass->index + 1)) {
+    pass->dense_snapshot = DensePayload(*ctx_.model);
+  }
+  pass->clock[StageId::kTrain].busy = clock.Seconds();
+  return Status::OK();
+}
+
+Status PassStages::TrainOnCpu(Pass* pass, const std::atomic<bool>* failed,
+                              MetricAccumulator* metrics) {
+  for (const Minibatch& mb : pass->ws.batches) {
+    if (failed != nullptr && failed->load(std::memory_order_relaxed)) {
+      return CancelledError("the train job failed");
+    }
+    StepStats st = ctx_.model->TrainMinibatch(pass->examples, pass->ws, mb, &pass->table->rows(),
+                                              *ctx_.accessor, ctx_.train_pool, predictions_.data());
+    pass->embeddings_created += st.embeddings_created;
+    for (uint32_t r = 0; r < mb.rows(); ++r) {
+      const float y = pass->examples.labels[mb.row_begin + r];
+      metrics->Add(y, predictions_[r]);
+      total_.Add(y, predictions_[r]);
+    }
+    trained_examples_ += mb.rows();
+    ReportProgress();
+  }
+  return Status::OK();
+}
+
+Status PassStages::TrainOnGpu(Pass* pass, const std::vector<uint32_t>& patched,
+                              MetricAccumulator* metrics) {
+  const Batch& ex = pass->examples;
+  pass_predictions_.resize(ex.rows());
+  uint64_t created = 0;
+  RETURN_IF_ERROR(ctx_.gpu->Train(pass->index, ex, pass->ws, patched, &pass->table->rows(),
+                                  pass_predictions_.data(), &created));
+  pass->embeddings_created += created;
+  for (size_t r = 0; r < ex.rows(); ++r) {
+    metrics->Add(ex.labels[r], pass_predictions_[r]);
+    total_.Add(ex.labels[r], pass_predictions_[r]);
+  }
+  trained_examples_ += ex.rows();
+  ReportProgress();
+  return Status::OK();
+}
+
+void PassStages::ReportProgress() {
+  if (sink_ == nullptr || progress_clock_.Seconds() < ctx_.job->train.progress_seconds) return;
+  progress_clock_.Reset();
+  const double s = run_clock_.Seconds();
+  MutexLock l(&sink_mu_);
+  sink_->OnProgress(TrainProgress{trained_examples_, s, trained_examples_ / s, total_.Summary()});
+}
+
+// ---- push ------------------------------------------------------------------------------------
+
+Status PassStages::Push(Pass* pass, ThreadPool* pool) {
+  Stopwatch clock;
+  RETURN_IF_ERROR(ctx_.table->Push(&pass->pins, pass->table->rows(), pool));
+  ++passes_;
+  if (ctx_.ckpt != nullptr) RETURN_IF_ERROR(ctx_.ckpt->OnPush(pass->table->rows()));
+  const uint32_t every = ctx_.job->train.shrink_every_passes;
+  if (every > 0 && (ctx_.start.passes + passes_) % every == 0) {
+    ASSIGN_OR_RETURN(uint64_t deleted, ctx_.table->Shrink(*ctx_.accessor, pool));
+    shrunk_ += deleted;
+    if (ctx_.ckpt != nullptr) ctx_.ckpt->OnShrink();
+  }
+  pass->registry = nullptr;
+  in_flight_.Remove(pass->index, /*pushed=*/true);
+  examples_ += pass->examples.rows();
+  created_ += pass->embeddings_created;
+  patched_rows_ += pass->patched_rows;
+
+  // A checkpoint at this barrier: pass `index` is pushed, the next push waits for it.
+  ASSIGN_OR_RETURN(nlohmann::json checkpoint, Checkpoint(*pass, pool));
+  pass->clock[StageId::kPush].busy = clock.Seconds();
+  const double now = run_clock_.Seconds();
+  const double pass_seconds = now - last_push_;
+  last_push_ = now;
+  const StorageStats storage_now = ctx_.table->Storage();
+  nlohmann::json record = PassRecord(*pass, examples_, ctx_.table->Stats().keys, pass_seconds,
+                                     checkpoint, StorageDeltaJson(storage_before_, storage_now));
+  storage_before_ = storage_now;
+  RETURN_IF_ERROR(ctx_.log->Write(record));
+  if (sink_ != nullptr) {
+    MutexLock l(&sink_mu_);
+    sink_->OnPass(record);
+  }
+  return Status::OK();
+}
+
+StatusOr<nlohmann::json> PassStages::Checkpoint(const Pass& pass, ThreadPool* pool) {
+  if (ctx_.ckpt == nullptr || !ctx_.ckpt->Due(ctx_.start.passes + passes_)) return nlohmann::json();
+  Stopwatch clock;
+  ASSIGN_OR_RETURN(CheckpointManifest m,
+                   ctx_.ckpt->Commit(*ctx_.table, pass.dense_snapshot, Position(), nullptr, pool));
+  checkpoint_seconds_ += clock.Seconds();
+  return CheckpointJson(m, clock.Seconds());
+}
+
+}  // namespace ctrbox

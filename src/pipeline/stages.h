@@ -1,0 +1,123 @@
+// The four stage functions of the train job — read, pull, train (on the CPU or the GPUs),
+// push — and the state they keep across passes (docs/pipeline.md). A runner
+// (stage_runner.h) calls them in order for each pass, one after the other or overlapped on
+// consecutive passes; the rule that makes both give the same model bit for bit is
+// docs/pipeline.md's "Correctness across overlapping passes", kept by InFlight.
+//
+// Thread safety: each stage function is called by one thread at a time, and for one pass
+// after the previous stage's call for that pass returned (a runner hands passes over through
+// queues); different stages run concurrently. Each field below is owned by the stage its
+// comment names; what two stages share is atomic, under a lock, or InFlight.
+#ifndef CTRBOX_PIPELINE_STAGES_H_
+#define CTRBOX_PIPELINE_STAGES_H_
+
+#include <atomic>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "ckpt/checkpoint.h"
+#include "metrics/metrics.h"
+#include "model/ctr_model.h"
+#include "model/gpu_trainer.h"
+#include "pipeline/in_flight.h"
+#include "pipeline/job.h"
+#include "pipeline/pass.h"
+#include "pipeline/pass_reader.h"
+#include "pipeline/progress_sink.h"
+#include "table/accessor.h"
+#include "table/sparse_table.h"
+#include "util/mutex.h"
+#include "util/sys.h"
+#include "util/thread_pool.h"
+
+namespace ctrbox {
+
+// What the stages work with, owned by the caller and borrowed for the run.
+struct StageContext {
+  const JobConfig* job = nullptr;
+  PassReader* reader = nullptr;
+  SparseTable* table = nullptr;
+  CtrModel* model = nullptr;
+  const CtrAccessor* accessor = nullptr;
+  MetricsLog* log = nullptr;
+  ProgressSink* sink = nullptr;  // may be null
+  ThreadPool* train_pool = nullptr;
+  TrainPosition start;               // where the job stood when this run began
+  CheckpointWriter* ckpt = nullptr;  // may be null: no checkpoints
+  GpuTrainer* gpu = nullptr;         // may be null: the train stage runs on the CPU
+};
+
+class PassStages {
+ public:
+  explicit PassStages(const StageContext& ctx);
+  PassStages(const PassStages&) = delete;
+  PassStages& operator=(const PassStages&) = delete;
+
+  // Starts the run's clock and takes the storage counters the first pass line is relative to.
+  // REQUIRES: no stage running.
+  void Start();
+  // Seconds since Start.
+  double Seconds() const { return run_clock_.Seconds(); }
+
+  // Read: the next pass with its working set and working-table index; nullptr at the end.
+  StatusOr<PassPtr> Read();
+  // Pull: the pass's rows resident, pinned and copied into its working table; the keys it
+  // shares with the passes in flight found; with device: gpu, the rows staged to the GPUs.
+  // After a shrink, first waits until every earlier pass is pushed (Cancelled if the job
+  // stopped meanwhile).
+  Status Pull(Pass* pass, ThreadPool* pool);
+  // Train: the newer rows of shared keys, then the minibatches (or the whole pass on the
+  // GPUs). Returns Cancelled, the pass half trained, if *failed becomes true meanwhile.
+  Status Train(Pass* pass, const std::atomic<bool>* failed);
+  // Push: the rows back into the table and unpinned; shrink and checkpoint when due; the
+  // pass's metrics line.
+  Status Push(Pass* pass, ThreadPool* pool);
+  // Cancels the shrink barrier: a pull waiting at it returns Cancelled.
+  void CancelBarrier() { in_flight_.Cancel(); }
+
+  ThreadPool* train_pool() const { return ctx_.train_pool; }
+
+  // Results of the passes pushed so far (read after the run).
+  uint64_t examples() const { return examples_; }
+  uint64_t passes() const { return passes_; }
+  uint64_t shrunk() const { return shrunk_; }
+  uint64_t created() const { return created_; }
+  uint64_t patched_rows() const { return patched_rows_; }
+  double checkpoint_seconds() const { return checkpoint_seconds_; }
+  // Progressive (test-then-train) metrics over the passes trained.
+  MetricSummary summary() const { return total_.Summary(); }
+  // Where the job stands after the passes pushed so far.
+  TrainPosition Position() const;
+
+ private:
+  Status TrainOnCpu(Pass* pass, const std::atomic<bool>* failed, MetricAccumulator* metrics);
+  Status TrainOnGpu(Pass* pass, const std::vector<uint32_t>& patched, MetricAccumulator* metrics);
+  void ReportProgress();  // train stage
+  // Commits a checkpoint after pass `pass` (push stage); returns its line for the metrics.
+  StatusOr<nlohmann::json> Checkpoint(const Pass& pass, ThreadPool* pool);
+
+  const StageContext ctx_;  // immutable after construction
+  InFlight in_flight_;
+  Stopwatch run_clock_;  // reset by Start; read by every stage
+
+  uint64_t next_index_;  // read stage
+
+  std::vector<float> predictions_;       // train stage
+  std::vector<float> pass_predictions_;  // train stage
+  MetricAccumulator total_;              // train stage
+  uint64_t trained_examples_ = 0;        // train stage
+  Stopwatch progress_clock_;             // train stage
+
+  uint64_t examples_ = 0, passes_ = 0, shrunk_ = 0, created_ = 0, patched_rows_ = 0;  // push
+  double last_push_ = 0;                                                              // push
+  double checkpoint_seconds_ = 0;                                                     // push
+  StorageStats storage_before_;                                                       // push
+
+  // The train stage reports progress and the push stage passes: one call at a time.
+  Mutex sink_mu_;
+  ProgressSink* const sink_ PT_GUARDED_BY(sink_mu_);
+};
+
+}  // namespace ctrbox
+
+#endif  // CTRBOX_PIPELINE_STAGES_H_

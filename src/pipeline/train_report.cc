@@ -1,0 +1,183 @@
+#include "pipeline/train_report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "model/blas.h"
+#include "pipeline/data.h"
+#include "util/logging.h"
+
+namespace ctrbox {
+
+nlohmann::json CountsJson(const RecordCounts& c) {
+  nlohmann::json bad = nlohmann::json::object();
+  for (int k = 0; k < kNumBadKinds; ++k)
+    bad[std::string(BadKindName(static_cast<BadKind>(k)))] = c.bad[k];
+  return {{"records_good", c.good}, {"records_malformed", c.bad_total()}, {"malformed", bad}};
+}
+
+nlohmann::json StorageJson(const StorageStats& s) {
+  nlohmann::json r = {
+      {"tiers", s.has_disk ? "memory+ssd" : "memory"},
+      {"memory_budget", s.memory_budget},
+      {"memory_bytes", s.memory_bytes},
+      {"peak_memory_bytes", s.peak_memory_bytes},
+      {"pulled_keys", s.pulled_keys},
+      {"hits", s.hits},
+      {"loaded_from_ssd", s.loaded_from_ssd},
+      {"new_keys", s.new_keys},
+      {"lookup_misses", s.lookup_misses},
+      {"hit_rate", s.hit_rate()},
+  };
+  if (!s.has_disk) return r;
+  r.update({{"group_bits", s.group_bits},
+            {"no_record", s.no_record},
+            {"bloom_prunes", s.bloom_prunes},
+            {"bloom_false_positives", s.bloom_false_positives},
+            {"records_read", s.records_read},
+            {"read_retries", s.read_retries},
+            {"ssd_bytes_read", s.ssd_bytes_read},
+            {"records_written", s.records_written},
+            {"ssd_bytes_written", s.ssd_bytes_written},
+            {"groups_written", s.groups_written},
+            {"evicted_dirty", s.evicted_dirty},
+            {"evicted_clean", s.evicted_clean},
+            {"dropped_fresh", s.dropped_fresh},
+            {"evict_rounds", s.evict_rounds},
+            {"compactions", s.compactions},
+            {"compaction_bytes", s.compaction_bytes},
+            {"files", s.files},
+            {"file_bytes", s.file_bytes},
+            {"live_bytes", s.live_bytes},
+            {"stale_fraction", s.stale_fraction()},
+            {"keys_on_disk", s.keys_on_disk},
+            {"index_bytes", s.index_bytes},
+            {"bloom_bytes", s.bloom_bytes}});
+  return r;
+}
+
+nlohmann::json StorageDeltaJson(const StorageStats& before, const StorageStats& after) {
+  StorageStats d;
+  d.hits = after.hits - before.hits;
+  d.loaded_from_ssd = after.loaded_from_ssd - before.loaded_from_ssd;
+  nlohmann::json j = {{"pulled_keys", after.pulled_keys - before.pulled_keys},
+                      {"hits", d.hits},
+                      {"loaded_from_ssd", d.loaded_from_ssd},
+                      {"new_keys", after.new_keys - before.new_keys},
+                      {"hit_rate", d.hit_rate()},
+                      {"memory_bytes", after.memory_bytes}};
+  if (!after.has_disk) return j;
+  j.update({{"bloom_prunes", after.bloom_prunes - before.bloom_prunes},
+            {"ssd_bytes_read", after.ssd_bytes_read - before.ssd_bytes_read},
+            {"ssd_bytes_written", after.ssd_bytes_written - before.ssd_bytes_written},
+            {"evicted_dirty", after.evicted_dirty - before.evicted_dirty},
+            {"evicted_clean", after.evicted_clean - before.evicted_clean},
+            {"compactions", after.compactions - before.compactions},
+            {"file_bytes", after.file_bytes},
+            {"live_bytes", after.live_bytes},
+            {"keys_on_disk", after.keys_on_disk}});
+  return j;
+}
+
+nlohmann::json StagesJson(const StageClocks& clocks) {
+  nlohmann::json j;
+  for (StageId s : kStages) {
+    const StageClock& c = clocks[s];
+    j[StageName(s)] = {
+        {"busy_seconds", c.busy}, {"stalled_seconds", c.stalled}, {"idle_seconds", c.idle}};
+  }
+  return j;
+}
+
+nlohmann::json CheckpointJson(const CheckpointManifest& m, double seconds) {
+  return {{"name", CheckpointName(m.id)},
+          {"kind", m.base ? "base" : "delta"},
+          {"rows", m.rows},
+          {"bytes", m.files[0].bytes + m.files[1].bytes},
+          {"seconds", seconds}};
+}
+
+nlohmann::json PassRecord(const Pass& pass, uint64_t examples, uint64_t table_keys,
+                          double pass_seconds, const nlohmann::json& checkpoint,
+                          nlohmann::json storage_delta) {
+  const MetricSummary& ps = pass.metrics;
+  nlohmann::json record = {{"event", "pass"},
+                           {"pass", pass.index},
+                           {"examples", examples},
+                           {"pass_examples", ps.examples},
+                           {"auc", ps.auc},
+                           {"logloss", ps.logloss},
+                           {"copc", ps.copc},
+                           {"working_set_keys", pass.ws.keys.size()},
+                           {"rows_from_passes_in_flight", pass.patched_rows},
+                           {"table_keys", table_keys},
+                           {"seconds", pass_seconds},
+                           {"examples_per_s", ps.examples / std::max(pass_seconds, 1e-9)},
+                           {"stages", StagesJson(pass.clock)},
+                           {"storage", std::move(storage_delta)}};
+  if (!checkpoint.is_null()) record["checkpoint"] = checkpoint;
+  return record;
+}
+
+nlohmann::json TrainReport(const TrainRunFacts& f) {
+  const JobConfig& job = *f.job;
+  const PassStages& stages = *f.stages;
+  const StageRunResult& run = *f.run;
+  const MetricSummary summary = stages.summary();
+  const TableStats ts = f.table->Stats();
+  const bool generated = IsGenerated(job.data);
+  return {
+      {"command", "train"},
+      {"examples", stages.examples()},
+      {"seconds", run.seconds},
+      {"examples_per_s", stages.examples() / std::max(run.seconds, 1e-9)},
+      {"auc", summary.auc},
+      {"logloss", summary.logloss},
+      {"copc", summary.copc},
+      {"passes", stages.passes()},
+      {"epochs", job.train.epochs},
+      {"threads", job.train.threads},
+      {"device", f.device},
+      {"batch_size", job.train.batch_size},
+      {"keys", ts.keys},
+      {"keys_with_embedding", ts.keys_with_emb},
+      {"embeddings_created", stages.created()},
+      {"keys_shrunk", stages.shrunk()},
+      {"bytes_live", ts.value_bytes},
+      {"table_memory_bytes", ts.memory_bytes},
+      {"keys_in_memory", ts.keys_in_memory},
+      {"keys_on_disk", ts.keys_on_disk},
+      {"storage", StorageJson(f.table->Storage())},
+      {"table_bytes_per_key", ts.keys ? double(ts.memory_bytes) / ts.keys : 0.0},
+      {"value_bytes_per_key", ts.keys ? double(ts.value_bytes) / ts.keys : 0.0},
+      {"quant",
+       {{"bits", job.spec.model.quant.bits},
+        {"range", job.spec.model.quant.range},
+        {"rounding", QuantRoundingName(job.spec.model.quant.rounding)}}},
+      {"dense_params", f.model->dense_params().size()},
+      {"input", generated ? "generated" : (job.data.command.empty() ? "files" : "command")},
+      {"blas_core", blas::CoreName()},
+      {"deterministic", job.train.deterministic},
+      {"pipelined", job.pipeline.enabled},
+      {"rows_from_passes_in_flight", stages.patched_rows()},
+      {"interrupted", run.interrupted},
+      {"stages", StagesJson(run.totals)},
+      {"checkpoint_seconds", stages.checkpoint_seconds()},
+      {"job_passes", f.position.passes},
+      {"job_examples", f.position.examples},
+  };
+}
+
+void LogStageTable(const StageClocks& clocks, double seconds, uint64_t passes, bool pipelined) {
+  std::string line;
+  for (StageId s : kStages) {
+    const double busy = clocks[s].busy;
+    line += fmt::format("  {} {:.1f}% ({:.3f} s/pass)", StageName(s),
+                        100.0 * busy / std::max(seconds, 1e-9), passes ? busy / passes : 0.0);
+  }
+  LOG_INFO("stage busy time / pass time ({}, {} passes, {:.3f} s/pass):{}",
+           pipelined ? "pipelined" : "sequential", passes, passes ? seconds / passes : 0.0, line);
+}
+
+}  // namespace ctrbox

@@ -1,0 +1,192 @@
+#include "pipeline/train_start.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "ckpt/model_dir.h"
+#include "pipeline/data.h"
+#include "table/tiered_table.h"
+#include "util/logging.h"
+
+namespace ctrbox {
+namespace {
+
+// The job settings besides the model spec that change what a resumed job computes: what the
+// data is, and how it is cut into passes and minibatches. A checkpoint records them.
+StatusOr<nlohmann::json> ResultSettings(Env* env, const JobConfig& job) {
+  nlohmann::json data;
+  if (IsGenerated(job.data)) {
+    const GeneratedData& g = job.generated;
+    data = {{"generated",
+             {{"layout", DataFormatName(g.layout)},
+              {"rows", g.rows},
+              {"seed", g.seed},
+              {"vocab_scale", g.vocab_scale},
+              {"zipf", g.zipf}}}};
+  } else if (!job.data.command.empty()) {
+    data = {{"format", DataFormatName(job.data.format)}, {"command", job.data.command}};
+  } else {
+    ASSIGN_OR_RETURN(auto files, ExpandDataPaths(env, job.data.paths, job.data.format));
+    nlohmann::json list = nlohmann::json::array();
+    for (const std::string& f : files) {
+      nlohmann::json bytes = nullptr;  // standard input: nothing to compare
+      if (f != "-") {
+        ASSIGN_OR_RETURN(uint64_t size, env->GetFileSize(f));
+        bytes = size;
+      }
+      list.push_back({{"path", f}, {"bytes", bytes}});
+    }
+    data = {{"format", DataFormatName(job.data.format)}, {"files", list}};
+  }
+  return nlohmann::json{{"data", data},
+                        {"pipeline.pass_examples", job.pipeline.pass_examples},
+                        {"train.batch_size", job.train.batch_size},
+                        {"train.epochs", job.train.epochs},
+                        {"table.shrink_every_passes", job.train.shrink_every_passes}};
+}
+
+// Why this job cannot continue from checkpoint `m`, or "".
+std::string ResumeMismatch(const CheckpointManifest& m, const ModelSpec& spec,
+                           const nlohmann::json& settings) {
+  const std::string name = CheckpointName(m.id);
+  if (m.spec.ToJson() != spec.ToJson()) {
+    std::string key = m.spec.FirstIncompatibility(spec);
+    if (key.empty()) key = m.spec.FirstDifference(spec);
+    return fmt::format("{} was written with another {} than this job sets", name,
+                       key.empty() ? "model spec" : key);
+  }
+  for (const auto& [key, value] : settings.items()) {
+    const nlohmann::json old = m.settings.contains(key) ? m.settings[key] : nlohmann::json();
+    if (old == value) continue;
+    if (key == "data" && old.contains("files") && value.contains("files")) {
+      const auto &a = old["files"], &b = value["files"];
+      for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+        if (i >= a.size() || i >= b.size() || a[i] != b[i]) {
+          return fmt::format("the input differs from {}'s: {} there, {} now", name,
+                             i < a.size() ? a[i].dump() : "no file",
+                             i < b.size() ? b[i].dump() : "no file");
+        }
+      }
+    }
+    return fmt::format("{} was written with {} = {}, this job sets {}", name, key, old.dump(),
+                       value.dump());
+  }
+  return "";
+}
+
+// --resume: the newest checkpoint that loads. NotFound when ckpt.dir holds none yet.
+Status Resume(Env* env, const JobConfig& job, const nlohmann::json& settings, PassReader* reader,
+              ThreadPool* pool, TrainStart* start) {
+  ASSIGN_OR_RETURN(ResumedState r,
+                   ResumeNewestCheckpoint(
+                       env, job.ckpt.dir,
+                       [&](const ValueLayout& layout) -> StatusOr<std::unique_ptr<SparseTable>> {
+                         TieredOptions o = job.StorageFor(layout);
+                         o.reopen = false;  // the checkpoint is the state: start from empty files
+                         ASSIGN_OR_RETURN(auto t, TieredTable::Open(env, o));
+                         return std::unique_ptr<SparseTable>(std::move(t));
+                       },
+                       pool));
+  const std::string why = ResumeMismatch(r.manifest, job.spec, settings);
+  if (!why.empty()) return InvalidArgumentError("cannot resume: " + why);
+  start->resumed = r.manifest;
+  start->resume_warnings = std::move(r.warnings);
+  start->model = std::move(r.model);
+  start->table = std::move(r.table);
+  start->position = r.manifest.position;
+  LOG_INFO("resuming from {} in {}: {} passes, {} examples done", CheckpointName(r.manifest.id),
+           job.ckpt.dir, start->position.passes, start->position.examples);
+  return reader->Skip(start->position.passes, start->position.examples);
+}
+
+// The model in model_dir, continued with this job's hyperparameters.
+Status ContinueModel(Env* env, const JobConfig& job, ThreadPool* pool, TrainStart* start) {
+  ASSIGN_OR_RETURN(LoadedModel lm, OpenModel(env, job.model_dir, job.StorageFor({}), pool));
+  std::string diff = lm.manifest.spec.FirstIncompatibility(job.spec);
+  if (!diff.empty()) {
+    return InvalidArgumentError(fmt::format(
+        "the model in {} was trained with a different {} than this job sets; use --fresh to "
+        "start a new model there",
+        job.model_dir, diff));
+  }
+  diff = lm.manifest.spec.FirstDifference(job.spec);
+  if (!diff.empty()) LOG_INFO("continuing with this job's {} (and other hyperparameters)", diff);
+  LOG_INFO("continuing training of the model in {} ({} keys, {} examples trained)", job.model_dir,
+           lm.manifest.keys, lm.manifest.trained_examples);
+  start->position.trained_examples = lm.manifest.trained_examples;
+  start->model = std::move(lm.model);
+  start->table = std::move(lm.table);
+  return Status::OK();
+}
+
+Status NewModel(Env* env, const JobConfig& job, TrainStart* start) {
+  start->model =
+      std::make_unique<CtrModel>(job.spec.schema, job.spec.model, job.spec.sparse_optimizer,
+                                 job.spec.dense_optimizer, job.train.seed);
+  ASSIGN_OR_RETURN(start->table,
+                   TieredTable::Open(env, job.StorageFor(start->model->value_layout())));
+  return Status::OK();
+}
+
+// Without --resume or --fresh, checkpoints of an earlier job in ckpt.dir are refused.
+Status CheckNoOldCheckpoints(Env* env, const JobConfig& job) {
+  ASSIGN_OR_RETURN(auto ids, ListCheckpoints(env, job.ckpt.dir));
+  if (ids.empty()) return Status::OK();
+  return InvalidArgumentError(fmt::format(
+      "{} holds checkpoints of an earlier job (newest {}): pass --resume to continue it, "
+      "or --fresh to start a new job there (its old checkpoints are pruned after the "
+      "first new one)",
+      job.ckpt.dir, CheckpointName(ids.back())));
+}
+
+}  // namespace
+
+StatusOr<TrainStart> StartTrain(Env* env, const JobConfig& job, PassReader* reader,
+                                ThreadPool* pool) {
+  TrainStart start;
+  nlohmann::json settings;
+  bool started = false;
+  if (!job.ckpt.dir.empty()) {
+    ASSIGN_OR_RETURN(settings, ResultSettings(env, job));
+    if (job.resume) {
+      Status s = Resume(env, job, settings, reader, pool, &start);
+      if (s.code() == StatusCode::kNotFound && !start.resumed) {
+        LOG_INFO("no checkpoint in {} yet: starting the job", job.ckpt.dir);
+      } else {
+        RETURN_IF_ERROR(s);
+        started = true;
+      }
+    } else if (!job.fresh) {
+      RETURN_IF_ERROR(CheckNoOldCheckpoints(env, job));
+    }
+  }
+  if (!started) {
+    if (!job.model_dir.empty() && !job.fresh && ModelExists(env, job.model_dir)) {
+      RETURN_IF_ERROR(ContinueModel(env, job, pool, &start));
+    } else {
+      RETURN_IF_ERROR(NewModel(env, job, &start));
+    }
+  }
+
+  if (!job.ckpt.dir.empty()) {
+    ASSIGN_OR_RETURN(start.ckpt, CheckpointWriter::Open(env, job.ckpt, job.spec, settings,
+                                                        start.model->value_layout(),
+                                                        start.resumed ? &*start.resumed : nullptr));
+  }
+  std::string metrics_path = job.train.metrics_path;
+  if (metrics_path.empty() && !job.model_dir.empty())
+    metrics_path = JoinPath(job.model_dir, "metrics.jsonl");
+  ASSIGN_OR_RETURN(start.metrics_log, MetricsLog::Open(env, metrics_path));
+  if (start.resumed) {
+    // Pass lines logged after this checkpoint by the run that stopped follow in the log; the
+    // passes from here on are logged again.
+    RETURN_IF_ERROR(start.metrics_log->Write({{"event", "resume"},
+                                              {"checkpoint", CheckpointName(start.resumed->id)},
+                                              {"passes", start.position.passes},
+                                              {"examples", start.position.examples}}));
+  }
+  return start;
+}
+
+}  // namespace ctrbox

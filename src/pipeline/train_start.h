@@ -1,0 +1,43 @@
+// Where a train job starts (docs/checkpoints.md, "Resume"): from the newest checkpoint that
+// loads (--resume), from the model in the model directory (continued training), or from a new
+// model — and what its run writes to: the checkpoint writer and the metrics log.
+#ifndef CTRBOX_PIPELINE_TRAIN_START_H_
+#define CTRBOX_PIPELINE_TRAIN_START_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ckpt/checkpoint.h"
+#include "metrics/metrics.h"
+#include "model/ctr_model.h"
+#include "pipeline/job.h"
+#include "pipeline/pass_reader.h"
+#include "table/sparse_table.h"
+#include "util/thread_pool.h"
+
+namespace ctrbox {
+
+struct TrainStart {
+  std::unique_ptr<CtrModel> model;
+  std::unique_ptr<SparseTable> table;
+  TrainPosition position;                     // the job's passes and examples before this run
+  std::optional<CheckpointManifest> resumed;  // the checkpoint resumed from, if any
+  std::vector<std::string> resume_warnings;   // newer checkpoints that did not load, and why
+  std::unique_ptr<CheckpointWriter> ckpt;     // null without ckpt.dir
+  std::unique_ptr<MetricsLog> metrics_log;
+};
+
+// Chooses and opens the start. A resumed job's reader is moved past the passes its
+// checkpoint holds. Fails with InvalidArgument when the checkpoint or the model in the model
+// directory was written with another model spec (or, for a checkpoint, other data or pass
+// settings) than this job sets, or when ckpt.dir holds another job's checkpoints and neither
+// --resume nor --fresh is given; with the loaders' errors otherwise.
+// REQUIRES: job.Validate() passed; job.spec.schema is the reader's.
+StatusOr<TrainStart> StartTrain(Env* env, const JobConfig& job, PassReader* reader,
+                                ThreadPool* pool);
+
+}  // namespace ctrbox
+
+#endif  // CTRBOX_PIPELINE_TRAIN_START_H_

@@ -1,0 +1,122 @@
+// Mutex, SharedMutex, MutexLock, ReaderLock, WriterLock and CondVar: the standard library's
+// locks with clang thread-safety annotations (util/thread_annotations.h), so that fields
+// marked GUARDED_BY and functions marked REQUIRES are checked at compile time (leveldb's
+// port::Mutex and MutexLock, abseil's absl::Mutex).
+//
+// Thread safety: these are the synchronisation primitives; every method is safe to call
+// concurrently as its contract says (Unlock only by the holder).
+#ifndef CTRBOX_UTIL_MUTEX_H_
+#define CTRBOX_UTIL_MUTEX_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <shared_mutex>
+
+#include "util/thread_annotations.h"
+
+namespace ctrbox {
+
+class CondVar;
+
+class CAPABILITY("mutex") Mutex {
+ public:
+  Mutex() = default;
+  Mutex(const Mutex&) = delete;
+  Mutex& operator=(const Mutex&) = delete;
+
+  void Lock() ACQUIRE() { mu_.lock(); }
+  void Unlock() RELEASE() { mu_.unlock(); }
+  // Tells the analysis the caller holds the lock (not checked at run time: std::mutex has no
+  // owner query). For callbacks the analysis cannot follow.
+  void AssertHeld() ASSERT_CAPABILITY(this) {}
+
+ private:
+  friend class CondVar;
+  std::mutex mu_;
+};
+
+// A reader-writer lock.
+class CAPABILITY("mutex") SharedMutex {
+ public:
+  SharedMutex() = default;
+  SharedMutex(const SharedMutex&) = delete;
+  SharedMutex& operator=(const SharedMutex&) = delete;
+
+  void Lock() ACQUIRE() { mu_.lock(); }
+  void Unlock() RELEASE() { mu_.unlock(); }
+  void LockShared() ACQUIRE_SHARED() { mu_.lock_shared(); }
+  void UnlockShared() RELEASE_SHARED() { mu_.unlock_shared(); }
+
+ private:
+  std::shared_mutex mu_;
+};
+
+// Holds a Mutex for its lifetime.
+class SCOPED_CAPABILITY MutexLock {
+ public:
+  explicit MutexLock(Mutex* mu) ACQUIRE(mu) : mu_(mu) { mu_->Lock(); }
+  ~MutexLock() RELEASE() { mu_->Unlock(); }
+  MutexLock(const MutexLock&) = delete;
+  MutexLock& operator=(const MutexLock&) = delete;
+
+ private:
+  Mutex* const mu_;
+};
+
+// Holds a SharedMutex exclusively for its lifetime.
+class SCOPED_CAPABILITY WriterLock {
+ public:
+  explicit WriterLock(SharedMutex* mu) ACQUIRE(mu) : mu_(mu) { mu_->Lock(); }
+  ~WriterLock() RELEASE() { mu_->Unlock(); }
+  WriterLock(const WriterLock&) = delete;
+  WriterLock& operator=(const WriterLock&) = delete;
+
+ private:
+  SharedMutex* const mu_;
+};
+
+// Holds a SharedMutex shared for its lifetime.
+class SCOPED_CAPABILITY ReaderLock {
+ public:
+  explicit ReaderLock(SharedMutex* mu) ACQUIRE_SHARED(mu) : mu_(mu) { mu_->LockShared(); }
+  ~ReaderLock() RELEASE() { mu_->UnlockShared(); }
+  ReaderLock(const ReaderLock&) = delete;
+  ReaderLock& operator=(const ReaderLock&) = delete;
+
+ private:
+  SharedMutex* const mu_;
+};
+
+// A condition variable bound to one Mutex. Wait releases the mutex while it sleeps and holds
+// it again when it returns; the caller re-checks its condition (spurious wake-ups happen).
+class CondVar {
+ public:
+  explicit CondVar(Mutex* mu) : mu_(mu) {}
+  CondVar(const CondVar&) = delete;
+  CondVar& operator=(const CondVar&) = delete;
+
+  void Wait() REQUIRES(mu_) {
+    std::unique_lock<std::mutex> lock(mu_->mu_, std::adopt_lock);
+    cv_.wait(lock);
+    lock.release();
+  }
+  // Waits until signalled or `timeout` passes (callers loop on their condition: the
+  // analysis checks a loop's reads of guarded fields, not a predicate lambda's).
+  template <typename Rep, typename Period>
+  void WaitFor(std::chrono::duration<Rep, Period> timeout) REQUIRES(mu_) {
+    std::unique_lock<std::mutex> lock(mu_->mu_, std::adopt_lock);
+    cv_.wait_for(lock, timeout);
+    lock.release();
+  }
+  void Signal() { cv_.notify_one(); }
+  void SignalAll() { cv_.notify_all(); }
+
+ private:
+  Mutex* const mu_;
+  std::condition_variable cv_;
+};
+
+}  // namespace ctrbox
+
+#endif  // CTRBOX_UTIL_MUTEX_H_
