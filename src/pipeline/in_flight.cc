@@ -25,7 +25,7 @@ void InFlight::Remove(uint64_t pass, bool pushed) {
 
 bool InFlight::WaitPushed(uint64_t pass) {
   MutexLock l(&mu_);
-  while (!cancelled_ && pushed_ < pass) cv_.Wait();
+  while (!cancelled_ && pushed_ < pass) cv_.Wait(&mu_);
   return !cancelled_;
 }
 

@@ -1,16 +1,20 @@
 // CacheSlot: one level-1 slot of the MEM-PS cache (docs/storage.md): an open-addressing index
 // key -> row node (level 2), the rows in slab arenas, and per-row cache metadata.
 //
-// Thread safety: not thread-safe; the owner holds `mu` around every call.
+// Thread safety: a slot is its own lock (a clang capability, util/thread_annotations.h).
+// Every method but the constructor and RowBytes REQUIRES it, held through a CacheSlot::Lock;
+// the clang build checks each call (scripts/thread_safety). Inside a ForEachNode callback,
+// which the analysis sees as another function, AssertLocked() states that the lock is held.
 #ifndef CTRBOX_TABLE_CACHE_SLOT_H_
 #define CTRBOX_TABLE_CACHE_SLOT_H_
 
 #include <cstdint>
-#include <mutex>
 #include <vector>
 
 #include "table/slab.h"
 #include "table/value.h"
+#include "util/mutex.h"
+#include "util/thread_annotations.h"
 
 namespace ctrbox {
 
@@ -30,43 +34,58 @@ struct NodeMeta {
   uint8_t state = 0;   // NodeState bits
 };
 
-class CacheSlot {
+class CAPABILITY("mutex") CacheSlot {
  public:
   explicit CacheSlot(const ValueLayout& layout);
+  CacheSlot(const CacheSlot&) = delete;
+  CacheSlot& operator=(const CacheSlot&) = delete;
 
-  mutable std::mutex mu;
+  // Holds the slot's lock for its lifetime.
+  class SCOPED_CAPABILITY Lock {
+   public:
+    explicit Lock(const CacheSlot& slot) ACQUIRE(slot) : mu_(&slot.mu_) { mu_->Lock(); }
+    ~Lock() RELEASE() { mu_->Unlock(); }
+    Lock(const Lock&) = delete;
+    Lock& operator=(const Lock&) = delete;
+
+   private:
+    Mutex* const mu_;
+  };
+  // Tells the analysis the caller holds the lock (a callback run under it); no run-time check.
+  void AssertLocked() const ASSERT_CAPABILITY(this) {}
 
   // The node of key, or kNoNode.
-  uint32_t Find(uint64_t key) const;
+  uint32_t Find(uint64_t key) const REQUIRES(this);
   // Adds key (REQUIRES: absent) with a cleared row and zero metadata; returns its node.
-  uint32_t Insert(uint64_t key);
+  uint32_t Insert(uint64_t key) REQUIRES(this);
   // Removes the node and frees its records.
-  void Erase(uint32_t node);
+  void Erase(uint32_t node) REQUIRES(this);
 
-  uint64_t key(uint32_t node) const;
-  NodeMeta& meta(uint32_t node) { return meta_[node]; }
-  const NodeMeta& meta(uint32_t node) const { return meta_[node]; }
-  bool has_emb(uint32_t node) const;
+  uint64_t key(uint32_t node) const REQUIRES(this);
+  NodeMeta& meta(uint32_t node) REQUIRES(this) { return meta_[node]; }
+  const NodeMeta& meta(uint32_t node) const REQUIRES(this) { return meta_[node]; }
+  bool has_emb(uint32_t node) const REQUIRES(this);
   // The row's show counter: its decayed occurrence count, the frequency the LFU order uses.
-  float show(uint32_t node) const;
+  float show(uint32_t node) const REQUIRES(this);
 
   // Copies the row of node into row r of out (key included).
-  void ReadRow(uint32_t node, RowBlock* out, size_t r) const;
+  void ReadRow(uint32_t node, RowBlock* out, size_t r) const REQUIRES(this);
   // Stores row r of `in` as the node's values (the key is not changed).
-  void WriteRow(uint32_t node, const RowBlock& in, size_t r);
+  void WriteRow(uint32_t node, const RowBlock& in, size_t r) REQUIRES(this);
 
-  size_t size() const { return size_; }
+  size_t size() const REQUIRES(this) { return size_; }
   // Bytes of the index, the live row records and the metadata: what the memory budget
   // counts (slab records freed by eviction are reused before new slabs are allocated).
-  size_t MemoryBytes() const;
+  size_t MemoryBytes() const REQUIRES(this);
   // Bytes allocated: as MemoryBytes, but whole slabs (live or free records).
-  size_t AllocatedBytes() const;
+  size_t AllocatedBytes() const REQUIRES(this);
   // Bytes a row with an embedding costs (records + index share at full load), for budgets.
+  // Depends on the layout only: no lock needed.
   size_t RowBytes() const;
 
-  // Calls f(node) for every live node.
+  // Calls f(node) for every live node, with the lock held.
   template <typename F>
-  void ForEachNode(F f) const {
+  void ForEachNode(F f) const REQUIRES(this) {
     for (size_t i = 0; i < rows_.size(); ++i) {
       if (rows_[i] != kNoNode) f(rows_[i]);
     }
@@ -76,9 +95,13 @@ class CacheSlot {
   size_t Probe(uint64_t key) const;
   void Rehash(size_t capacity);
 
+  mutable Mutex mu_;
+  // Immutable after construction.
   ValueLayout layout_;
   Quantizer quant_;
-  uint32_t emb_words_;          // 32-bit words of the stored embedding (codes are packed)
+  uint32_t emb_words_;  // 32-bit words of the stored embedding (codes are packed)
+  // The index, the records and the metadata: guarded by the slot (mu_), which every public
+  // method requires.
   std::vector<uint64_t> keys_;  // open addressing, linear probing
   std::vector<uint32_t> rows_;  // node per slot, kNoNode when free
   size_t size_ = 0;

@@ -47,7 +47,7 @@ void Pin(NodeMeta& m, uint16_t epoch) {
 // The LFU priority of an unpinned row (docs/storage.md): its show counter, halved for every
 // kHalfLife passes since its last pull. Rows with the lowest priority are evicted first.
 constexpr double kHalfLife = 16.0;
-float Priority(const CacheSlot& slot, uint32_t node, uint16_t now) {
+float Priority(const CacheSlot& slot, uint32_t node, uint16_t now) REQUIRES(slot) {
   const uint16_t age = static_cast<uint16_t>(now - slot.meta(node).epoch);
   return slot.show(node) * static_cast<float>(std::exp2(-static_cast<double>(age) / kHalfLife));
 }
@@ -99,8 +99,9 @@ StatusOr<std::unique_ptr<TieredTable>> TieredTable::Open(Env* env, const TieredO
   RETURN_IF_ERROR(options.Validate());
   std::unique_ptr<TieredTable> t(new TieredTable(env, options));
   for (size_t s = 0; s < t->slots_.size(); ++s) {
-    std::lock_guard<std::mutex> l(t->slots_[s]->mu);
-    t->Account(s);
+    const CacheSlot& slot = *t->slots_[s];
+    CacheSlot::Lock l(slot);
+    t->Account(slot, s);
   }
   if (options.ssd.dir.empty()) return t;
   if (options.reopen) {
@@ -126,15 +127,19 @@ StatusOr<std::unique_ptr<TieredTable>> TieredTable::Open(Env* env, const TieredO
 
 TieredTable::~TieredTable() {
   {
-    std::lock_guard<std::mutex> l(worker_mu_);
+    MutexLock l(&worker_mu_);
     stop_ = true;
   }
-  worker_cv_.notify_all();
+  worker_cv_.SignalAll();
   if (worker_.joinable()) worker_.join();
 #ifndef NDEBUG
-  for (const auto& slot : slots_) {
-    std::lock_guard<std::mutex> l(slot->mu);
-    slot->ForEachNode([&](uint32_t n) { assert(slot->meta(n).pins == 0 && "rows left pinned"); });
+  for (const auto& s : slots_) {
+    const CacheSlot& slot = *s;
+    CacheSlot::Lock l(slot);
+    slot.ForEachNode([&](uint32_t n) {
+      slot.AssertLocked();
+      assert(slot.meta(n).pins == 0 && "rows left pinned");
+    });
   }
 #endif
 }
@@ -158,8 +163,8 @@ void TieredTable::GroupBySlot(const uint64_t* keys, size_t n, std::vector<uint32
   for (size_t i = 0; i < n; ++i) (*order)[fill[slot_of[i]]++] = static_cast<uint32_t>(i);
 }
 
-void TieredTable::Account(size_t s) {
-  const size_t now = slots_[s]->MemoryBytes();
+void TieredTable::Account(const CacheSlot& slot, size_t s) {
+  const size_t now = slot.MemoryBytes();
   used_.fetch_add(now - accounted_[s], std::memory_order_relaxed);  // wraps on decrease
   accounted_[s] = now;
   const uint64_t used = UsedBytes();
@@ -173,28 +178,27 @@ uint64_t TieredTable::UsedBytes() const {
 }
 
 Status TieredTable::error() const {
-  std::lock_guard<std::mutex> l(error_mu_);
+  MutexLock l(&error_mu_);
   return error_;
 }
 
 void TieredTable::SetError(const Status& s) {
   {
-    std::lock_guard<std::mutex> l(error_mu_);
+    MutexLock l(&error_mu_);
     if (error_.ok()) error_ = s;
   }
-  budget_cv_.notify_all();
+  budget_cv_.SignalAll();
 }
 
 // ---- pull -------------------------------------------------------------------------------
 
-void TieredTable::NewRow(size_t s, size_t i, uint64_t key, const CtrAccessor* accessor,
-                         RowBlock* out, PinnedRows* pins) {
+void TieredTable::NewRow(CacheSlot& slot, size_t s, size_t i, uint64_t key,
+                         const CtrAccessor* accessor, RowBlock* out, PinnedRows* pins) {
   if (accessor == nullptr) {
     out->ClearRow(i, key);
     counters_->lookup_misses.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  CacheSlot& slot = *slots_[s];
   const uint16_t epoch = epoch_.load(std::memory_order_relaxed);
   accessor->InitRow(out, i, key);
   const uint32_t node = slot.Insert(key);
@@ -227,7 +231,7 @@ void TieredTable::PullResident(size_t s, const uint64_t* keys, const uint32_t* i
     return SsdStore::MayHold(file_of(loc).get(), key);
   };
   uint64_t hits = 0, no_record = 0, pruned = 0;
-  std::lock_guard<std::mutex> lock(slot.mu);
+  CacheSlot::Lock lock(slot);
   for (size_t k = 0; k < n; ++k) {
     const uint32_t i = idx[k];
     const uint64_t key = keys[i];
@@ -258,9 +262,9 @@ void TieredTable::PullResident(size_t s, const uint64_t* keys, const uint32_t* i
       }
       ++(e.base.exists() ? pruned : no_record);
     }
-    NewRow(s, i, key, accessor, out, pins);
+    NewRow(slot, s, i, key, accessor, out, pins);
   }
-  Account(s);
+  Account(slot, s);
   counters_->hits.fetch_add(hits, std::memory_order_relaxed);
   counters_->no_record.fetch_add(no_record, std::memory_order_relaxed);
   counters_->bloom_prunes.fetch_add(pruned, std::memory_order_relaxed);
@@ -312,7 +316,6 @@ Status TieredTable::ReadLoads(const uint64_t* keys, std::vector<Load*>* loads) {
                           l.idx, &l.rows, &l.found);
   };
   if (io_pool_ && loads->size() > 1) {
-    std::lock_guard<std::mutex> l(io_mu_);
     io_pool_->ParallelFor(loads->size(), read);
   } else {
     for (size_t j = 0; j < loads->size(); ++j) read(j, 0);
@@ -327,7 +330,7 @@ Status TieredTable::InstallLoaded(size_t s, const uint64_t* keys, const CtrAcces
   const uint16_t epoch = epoch_.load(std::memory_order_relaxed);
   uint64_t loaded = 0, false_positives = 0, hits = 0;
   RecordView view;
-  std::lock_guard<std::mutex> lock(slot.mu);
+  CacheSlot::Lock lock(slot);
   for (Load& l : *loads) {
     if (!(ssd_->entry(l.group) == l.entry)) {
       // The group was rewritten while we read (a concurrent pull made some of its keys
@@ -351,7 +354,7 @@ Status TieredTable::InstallLoaded(size_t s, const uint64_t* keys, const CtrAcces
       }
       if (!l.found[w]) {  // a Bloom filter false positive
         ++false_positives;
-        NewRow(s, i, key, accessor, out, pins);
+        NewRow(slot, s, i, key, accessor, out, pins);
         continue;
       }
       node = slot.Insert(key);
@@ -364,7 +367,7 @@ Status TieredTable::InstallLoaded(size_t s, const uint64_t* keys, const CtrAcces
       ++loaded;
     }
   }
-  Account(s);
+  Account(slot, s);
   counters_->loaded.fetch_add(loaded, std::memory_order_relaxed);
   counters_->hits.fetch_add(hits, std::memory_order_relaxed);
   counters_->bloom_false_positives.fetch_add(false_positives, std::memory_order_relaxed);
@@ -412,7 +415,7 @@ StatusOr<PinnedRows> TieredTable::Pull(const uint64_t* keys, size_t n, const Ctr
   }
   const uint64_t used_after = used_.load(std::memory_order_relaxed);
   if (accessor != nullptr) headroom_.store(used_after > used_before ? used_after - used_before : 0);
-  worker_cv_.notify_one();  // make room for the next pass while this one trains
+  worker_cv_.Signal();  // make room for the next pass while this one trains
   RETURN_IF_ERROR(WaitForBudget(/*own_pulls=*/1));
   return pins;
 }
@@ -429,7 +432,7 @@ Status TieredTable::Push(PinnedRows* pins, const RowBlock& rows, ThreadPool* poo
   RunParallel(pool, S, [&](size_t s, int) {
     if (by_slot[s].empty()) return;
     CacheSlot& slot = *slots_[s];
-    std::lock_guard<std::mutex> lock(slot.mu);
+    CacheSlot::Lock lock(slot);
     for (uint32_t i : by_slot[s]) {
       const uint32_t node = pins->nodes_[i].second;
       assert(slot.key(node) == rows.key(i));
@@ -438,7 +441,7 @@ Status TieredTable::Push(PinnedRows* pins, const RowBlock& rows, ThreadPool* poo
       m.state = (m.state | kDirty) & ~kFresh;
       --m.pins;
     }
-    Account(s);
+    Account(slot, s);
   });
   pins->nodes_.clear();
   pins->table_ = nullptr;
@@ -454,8 +457,9 @@ void TieredTable::Release(PinnedRows* pins) {
   }
   for (size_t s = 0; s < S; ++s) {
     if (by_slot[s].empty()) continue;
-    std::lock_guard<std::mutex> lock(slots_[s]->mu);
-    for (uint32_t node : by_slot[s]) --slots_[s]->meta(node).pins;
+    CacheSlot& slot = *slots_[s];
+    CacheSlot::Lock lock(slot);
+    for (uint32_t node : by_slot[s]) --slot.meta(node).pins;
   }
   pins->nodes_.clear();
   pins->table_ = nullptr;
@@ -466,10 +470,10 @@ void TieredTable::OnUnpinned() {
   live_pulls_.fetch_sub(1);
   unpin_events_.fetch_add(1);
   {
-    std::lock_guard<std::mutex> l(budget_mu_);  // no lost wake-up of a waiting pull
+    MutexLock l(&budget_mu_);  // no lost wake-up of a waiting pull
   }
-  budget_cv_.notify_all();
-  worker_cv_.notify_one();  // the rows just unpinned may be evicted now
+  budget_cv_.SignalAll();
+  worker_cv_.Signal();  // the rows just unpinned may be evicted now
 }
 
 Status TieredTable::Insert(const RowBlock& rows, ThreadPool* pool) {
@@ -481,7 +485,7 @@ Status TieredTable::Insert(const RowBlock& rows, ThreadPool* pool) {
   GroupBySlot(keys.data(), keys.size(), &order, &begin);
   RunParallel(pool, slots_.size(), [&](size_t s, int) {
     CacheSlot& slot = *slots_[s];
-    std::lock_guard<std::mutex> lock(slot.mu);
+    CacheSlot::Lock lock(slot);
     for (uint32_t k = begin[s]; k < begin[s + 1]; ++k) {
       const uint32_t i = order[k];
       uint32_t node = slot.Find(keys[i]);
@@ -490,36 +494,51 @@ Status TieredTable::Insert(const RowBlock& rows, ThreadPool* pool) {
       NodeMeta& m = slot.meta(node);
       m.state = (m.state | kDirty) & ~kFresh;
     }
-    Account(s);
+    Account(slot, s);
   });
   return WaitForBudget();
 }
 
 // ---- writing groups back -------------------------------------------------------------------
 
-Status TieredTable::ReadGroups(size_t s, std::vector<GroupRead>* reads, bool locked) {
-  for (GroupRead& r : *reads) {
-    GroupEntry e;
-    std::shared_ptr<ParamFile> base_file, delta_file;  // kept alive while we read
-    {
-      std::unique_lock<std::mutex> lock(slots_[s]->mu, std::defer_lock);
-      if (!locked) lock.lock();
-      e = ssd_->entry(r.group);
-      if (e.delta.exists()) delta_file = ssd_->File(e.delta.file);
-      if (e.base.exists()) base_file = ssd_->File(e.base.file);
-    }
-    r.delta.keys.clear();
-    r.delta.offsets.assign(1, 0);
-    if (e.delta.exists()) {
-      if (!delta_file) return InternalError("a group record's file disappeared");
-      RETURN_IF_ERROR(ssd_->ReadRecord(*delta_file, e.delta, r.group, &r.delta));
-    }
-    r.have_base = r.want_base && e.base.exists();
-    if (r.have_base) {
-      if (!base_file) return InternalError("a group record's file disappeared");
-      RETURN_IF_ERROR(ssd_->ReadRecord(*base_file, e.base, r.group, &r.base));
-    }
+TieredTable::GroupFiles TieredTable::FilesOf(const CacheSlot& slot, uint32_t group) const {
+  GroupFiles f;
+  f.entry = ssd_->entry(group);
+  if (f.entry.delta.exists()) f.delta_file = ssd_->File(f.entry.delta.file);
+  if (f.entry.base.exists()) f.base_file = ssd_->File(f.entry.base.file);
+  return f;
+}
+
+Status TieredTable::ReadGroupRecords(const GroupFiles& f, GroupRead* r) const {
+  const GroupEntry& e = f.entry;
+  r->delta.keys.clear();
+  r->delta.offsets.assign(1, 0);
+  if (e.delta.exists()) {
+    if (!f.delta_file) return InternalError("a group record's file disappeared");
+    RETURN_IF_ERROR(ssd_->ReadRecord(*f.delta_file, e.delta, r->group, &r->delta));
   }
+  r->have_base = r->want_base && e.base.exists();
+  if (r->have_base) {
+    if (!f.base_file) return InternalError("a group record's file disappeared");
+    RETURN_IF_ERROR(ssd_->ReadRecord(*f.base_file, e.base, r->group, &r->base));
+  }
+  return Status::OK();
+}
+
+Status TieredTable::ReadGroups(const CacheSlot& slot, std::vector<GroupRead>* reads) {
+  for (GroupRead& r : *reads) {
+    GroupFiles f;
+    {
+      CacheSlot::Lock lock(slot);
+      f = FilesOf(slot, r.group);
+    }
+    RETURN_IF_ERROR(ReadGroupRecords(f, &r));
+  }
+  return Status::OK();
+}
+
+Status TieredTable::ReadGroupsLocked(const CacheSlot& slot, std::vector<GroupRead>* reads) {
+  for (GroupRead& r : *reads) RETURN_IF_ERROR(ReadGroupRecords(FilesOf(slot, r.group), &r));
   return Status::OK();
 }
 
@@ -531,13 +550,13 @@ bool Contains(const std::vector<uint64_t>& sorted, uint64_t key) {
 
 }  // namespace
 
-Status TieredTable::WriteGroups(size_t s, std::vector<GroupRead>* reads) {
-  CacheSlot& slot = *slots_[s];
+Status TieredTable::WriteGroups(CacheSlot& slot, std::vector<GroupRead>* reads) {
   std::sort(reads->begin(), reads->end(),
             [](const GroupRead& a, const GroupRead& b) { return a.group < b.group; });
   // The rows to write: resident, not fresh, dirty or not on disk yet; by group.
   std::vector<std::pair<uint32_t, uint32_t>> dirty;  // (group, node)
   slot.ForEachNode([&](uint32_t node) {
+    slot.AssertLocked();
     const uint8_t st = slot.meta(node).state;
     if ((st & kFresh) || !((st & kDirty) || !(st & kOnDisk))) return;
     const uint32_t g = ssd_->GroupOf(slot.key(node));
@@ -629,11 +648,12 @@ StatusOr<uint64_t> TieredTable::EvictSlot(size_t s, uint64_t share, bool all) {
   std::vector<uint64_t> victims;  // dirty rows to drop once their groups are written
   uint64_t dropped = 0;
   {
-    std::lock_guard<std::mutex> lock(slot.mu);
+    CacheSlot::Lock lock(slot);
     const size_t bytes = slot.MemoryBytes();
     if (!all && bytes <= share) return 0;
     std::vector<uint32_t> candidates;
     slot.ForEachNode([&](uint32_t node) {
+      slot.AssertLocked();
       if (slot.meta(node).pins == 0) candidates.push_back(node);
     });
     const uint16_t now = epoch_.load(std::memory_order_relaxed);
@@ -656,6 +676,7 @@ StatusOr<uint64_t> TieredTable::EvictSlot(size_t s, uint64_t share, bool all) {
     }
     std::unordered_map<uint32_t, uint32_t> dirty_groups;  // group -> dirty victims
     auto take = [&](uint32_t node) {
+      slot.AssertLocked();
       const NodeMeta m = slot.meta(node);
       if (m.state & kFresh) {  // a default never pushed: nothing to keep
         slot.Erase(node);
@@ -685,7 +706,7 @@ StatusOr<uint64_t> TieredTable::EvictSlot(size_t s, uint64_t share, bool all) {
       r.want_base = e.base.exists() && (e.delta_rows + n) * 3 > e.base_rows;
       reads.push_back(std::move(r));
     }
-    Account(s);
+    Account(slot, s);
   }
   if (reads.empty()) return dropped;
   // Write back in batches of groups, so the old records held in memory stay bounded.
@@ -699,9 +720,9 @@ StatusOr<uint64_t> TieredTable::EvictSlot(size_t s, uint64_t share, bool all) {
         std::make_move_iterator(reads.begin() + b),
         std::make_move_iterator(reads.begin() + std::min(reads.size(), b + kGroupsPerBatch)));
     const uint32_t last_group = batch.back().group;
-    RETURN_IF_ERROR(ReadGroups(s, &batch, /*locked=*/false));
-    std::lock_guard<std::mutex> lock(slot.mu);
-    RETURN_IF_ERROR(WriteGroups(s, &batch));
+    RETURN_IF_ERROR(ReadGroups(slot, &batch));
+    CacheSlot::Lock lock(slot);
+    RETURN_IF_ERROR(WriteGroups(slot, &batch));
     for (; v < victims.size() && ssd_->GroupOf(victims[v]) <= last_group; ++v) {
       const uint32_t node = slot.Find(victims[v]);
       if (node == kNoNode || slot.meta(node).pins > 0) continue;  // pinned again meanwhile
@@ -709,16 +730,17 @@ StatusOr<uint64_t> TieredTable::EvictSlot(size_t s, uint64_t share, bool all) {
       counters_->evicted_dirty.fetch_add(1, std::memory_order_relaxed);
       ++dropped;
     }
-    Account(s);
+    Account(slot, s);
   }
   return dropped;
 }
 
 Status TieredTable::FlushSlot(size_t s) {
   CacheSlot& slot = *slots_[s];
-  std::lock_guard<std::mutex> lock(slot.mu);
+  CacheSlot::Lock lock(slot);
   std::unordered_map<uint32_t, uint32_t> dirty;  // group -> rows to write
   slot.ForEachNode([&](uint32_t node) {
+    slot.AssertLocked();
     const uint8_t st = slot.meta(node).state;
     if (!(st & kFresh) && ((st & kDirty) || !(st & kOnDisk)))
       ++dirty[ssd_->GroupOf(slot.key(node))];
@@ -736,10 +758,10 @@ Status TieredTable::FlushSlot(size_t s) {
     std::vector<GroupRead> batch(
         std::make_move_iterator(reads.begin() + b),
         std::make_move_iterator(reads.begin() + std::min(reads.size(), b + kGroupsPerBatch)));
-    RETURN_IF_ERROR(ReadGroups(s, &batch, /*locked=*/true));
-    RETURN_IF_ERROR(WriteGroups(s, &batch));
+    RETURN_IF_ERROR(ReadGroupsLocked(slot, &batch));
+    RETURN_IF_ERROR(WriteGroups(slot, &batch));
   }
-  Account(s);
+  Account(slot, s);
   return Status::OK();
 }
 
@@ -771,7 +793,7 @@ Status TieredTable::CompactFile(const std::shared_ptr<ParamFile>& file) {
   RecordView view;
   for (size_t s = 0; s < slots_.size(); ++s) {
     if (by_slot[s].empty()) continue;
-    std::lock_guard<std::mutex> lock(slots_[s]->mu);
+    CacheSlot::Lock lock(*slots_[s]);  // guards the entries of its groups
     std::vector<std::pair<uint32_t, GroupEntry>> relocated;
     std::unordered_map<uint32_t, size_t> relocated_at;  // group -> its entry in relocated
     for (const Rec& r : by_slot[s]) {
@@ -810,7 +832,7 @@ bool TieredTable::NeedsEviction() const {
 }
 
 Status TieredTable::Maintain() {
-  std::lock_guard<std::mutex> writer(writer_mu_);
+  MutexLock writer(&writer_mu_);
   if (NeedsEviction()) {
     const uint64_t fixed = ssd_->MemoryBytes();
     const uint64_t target =
@@ -823,6 +845,7 @@ Status TieredTable::Maintain() {
     auto evict_all = [&](uint64_t slot_share, bool all) -> StatusOr<uint64_t> {
       std::vector<StatusOr<uint64_t>> freed(S, uint64_t{0});
       RunParallel(evict_pool_.get(), S, [&](size_t k, int) {
+        writer_mu_.AssertHeld();  // by Maintain, for the whole loop
         const size_t s = (start + k) % S;
         if (all || UsedBytes() > target) freed[k] = EvictSlot(s, slot_share, all);
       });
@@ -867,27 +890,30 @@ Status TieredTable::CompactIfOver() {
 }
 
 void TieredTable::WorkerLoop() {
-  std::unique_lock<std::mutex> l(worker_mu_);
   // After a round that freed nothing (every row left is pinned by passes in flight), the next
   // one waits for an unpin (or the periodic tick): rescanning pinned rows frees nothing and
   // takes slot locks and CPU from the pulls and the trainer.
   bool blocked = false;
   uint64_t blocked_unpins = 0;
+  worker_mu_.Lock();
   while (!stop_) {
-    worker_cv_.wait_for(l, std::chrono::milliseconds(50), [&] {
-      return stop_ || (NeedsEviction() && !(blocked && unpin_events_.load() == blocked_unpins));
-    });
+    // Up to 50 ms for work (or stop), then a round in any case.
+    const auto tick = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+    while (!stop_ && !(NeedsEviction() && !(blocked && unpin_events_.load() == blocked_unpins))) {
+      if (!worker_cv_.WaitUntil(&worker_mu_, tick)) break;
+    }
     if (stop_) break;
-    l.unlock();
+    worker_mu_.Unlock();
     const uint64_t unpins = unpin_events_.load();
     const uint64_t rounds = rounds_done_.load();
     Status s = Maintain();
     blocked = rounds_done_.load() != rounds && last_round_freed_.load() == 0;
     blocked_unpins = unpins;
     if (!s.ok()) SetError(s.WithContext("SSD-PS maintenance"));
-    budget_cv_.notify_all();
-    l.lock();
+    budget_cv_.SignalAll();
+    worker_mu_.Lock();
   }
+  worker_mu_.Unlock();
 }
 
 Status TieredTable::WaitForBudget(int own_pulls) {
@@ -896,7 +922,7 @@ Status TieredTable::WaitForBudget(int own_pulls) {
   // found nothing to evict; the round in progress now may have begun before, hence the + 1.
   uint64_t start_round = rounds_done_.load() + 1;
   uint64_t unpins = unpin_events_.load();
-  std::unique_lock<std::mutex> l(budget_mu_);
+  MutexLock l(&budget_mu_);
   while (UsedBytes() > options_.memory_budget) {
     RETURN_IF_ERROR(error());
     if (unpin_events_.load() != unpins) {
@@ -910,8 +936,8 @@ Status TieredTable::WaitForBudget(int own_pulls) {
           "memory is pinned by a pass in flight; lower pipeline.pass_examples or raise the budget",
           UsedBytes(), options_.memory_budget));
     }
-    worker_cv_.notify_one();
-    budget_cv_.wait_for(l, std::chrono::milliseconds(20));
+    worker_cv_.Signal();
+    budget_cv_.WaitFor(&budget_mu_, std::chrono::milliseconds(20));
   }
   return Status::OK();
 }
@@ -936,17 +962,18 @@ void ForEachDiskRow(const RecordView& base, const RecordView& delta, F f) {
 
 StatusOr<uint64_t> TieredTable::Shrink(const CtrAccessor& accessor, ThreadPool* pool) {
   RETURN_IF_ERROR(error());
-  std::lock_guard<std::mutex> writer(writer_mu_);
+  MutexLock writer(&writer_mu_);
   std::vector<uint64_t> deleted(slots_.size(), 0);
   std::vector<Status> status(slots_.size());
   auto shrink_slot = [&](size_t s, int) {
     CacheSlot& slot = *slots_[s];
-    std::lock_guard<std::mutex> lock(slot.mu);
+    CacheSlot::Lock lock(slot);
     RowBlock row(options_.layout);
     row.Resize(1);
     // Shrinks a resident row; erases it (if unpinned) when the accessor rejects it. Returns
     // whether it is still there.
     auto shrink_resident = [&](uint32_t node) {
+      slot.AssertLocked();
       slot.ReadRow(node, &row, 0);
       if (accessor.ShrinkRow(&row.show(0), &row.click(0), &row.unseen(0))) {
         slot.WriteRow(node, row, 0);
@@ -960,6 +987,7 @@ StatusOr<uint64_t> TieredTable::Shrink(const CtrAccessor& accessor, ThreadPool* 
     };
     std::unordered_map<uint32_t, std::vector<uint32_t>> resident;  // group -> nodes
     slot.ForEachNode([&](uint32_t node) {
+      slot.AssertLocked();
       if (slot.meta(node).state & kFresh) return;
       resident[ssd_ ? ssd_->GroupOf(slot.key(node)) : 0].push_back(node);
     });
@@ -967,7 +995,7 @@ StatusOr<uint64_t> TieredTable::Shrink(const CtrAccessor& accessor, ThreadPool* 
       for (const auto& [g, nodes] : resident) {
         for (uint32_t node : nodes) shrink_resident(node);
       }
-      Account(s);
+      Account(slot, s);
       return;
     }
     // Every row changes: every group of the slot gets a new base holding its surviving rows
@@ -988,6 +1016,7 @@ StatusOr<uint64_t> TieredTable::Shrink(const CtrAccessor& accessor, ThreadPool* 
       if (!status[s].ok()) return;
       builder.Reset(g);
       ForEachDiskRow(base, delta, [&](const RecordView& v, size_t j) {
+        slot.AssertLocked();
         if (!status[s].ok() || slot.Find(v.keys[j]) != kNoNode) return;  // resident: newer
         status[s] = v.DecodeRow(j, &row, 0);
         if (!status[s].ok()) return;
@@ -1023,7 +1052,7 @@ StatusOr<uint64_t> TieredTable::Shrink(const CtrAccessor& accessor, ThreadPool* 
       NodeMeta& m = slot.meta(node);
       m.state = (m.state & ~(kDirty | kDiskEmb)) | kOnDisk | (slot.has_emb(node) ? kDiskEmb : 0);
     }
-    Account(s);
+    Account(slot, s);
   };
   if (ssd_) {
     for (size_t s = 0; s < slots_.size(); ++s) shrink_slot(s, 0);  // one writer at a time
@@ -1042,7 +1071,7 @@ Status TieredTable::ExportShard(size_t s, RowBlock* out) {
   RETURN_IF_ERROR(error());
   CacheSlot& slot = *slots_[s];
   out->Resize(0);
-  std::lock_guard<std::mutex> lock(slot.mu);
+  CacheSlot::Lock lock(slot);
   if (ssd_) {
     const uint32_t shift = ssd_->group_bits() - options_.shard_bits;
     RecordView base, delta;
@@ -1054,6 +1083,7 @@ Status TieredTable::ExportShard(size_t s, RowBlock* out) {
       RETURN_IF_ERROR(ssd_->Read(e.base, g, &base));
       RETURN_IF_ERROR(ssd_->Read(e.delta, g, &delta));
       ForEachDiskRow(base, delta, [&](const RecordView& v, size_t j) {
+        slot.AssertLocked();
         if (!st.ok() || slot.Find(v.keys[j]) != kNoNode) return;
         const size_t r = out->size();
         out->Resize(r + 1);
@@ -1063,6 +1093,7 @@ Status TieredTable::ExportShard(size_t s, RowBlock* out) {
     }
   }
   slot.ForEachNode([&](uint32_t node) {
+    slot.AssertLocked();
     if (slot.meta(node).state & kFresh) return;
     const size_t r = out->size();
     out->Resize(r + 1);
@@ -1094,7 +1125,7 @@ StatusOr<uint64_t> TieredTable::SparseDigest(ThreadPool* pool) {
 
 TableStats TieredTable::Stats() const {
   // A row written back between counting its slot and counting the files would count twice.
-  std::lock_guard<std::mutex> writer(writer_mu_);
+  MutexLock writer(&writer_mu_);
   const ValueLayout& l = options_.layout;
   const uint64_t fixed = l.EncodedBytes(false) - 8,
                  extra = l.EncodedBytes(true) - l.EncodedBytes(false);
@@ -1103,9 +1134,10 @@ TableStats TieredTable::Stats() const {
   uint64_t allocated = 0;
   for (const auto& sp : slots_) {
     const CacheSlot& slot = *sp;
-    std::lock_guard<std::mutex> lock(slot.mu);
+    CacheSlot::Lock lock(slot);
     allocated += slot.AllocatedBytes();
     slot.ForEachNode([&](uint32_t node) {
+      slot.AssertLocked();
       const uint8_t state = slot.meta(node).state;
       if (state & kFresh) return;
       ++st.keys_in_memory;
@@ -1173,42 +1205,46 @@ StorageStats TieredTable::Storage() const {
 
 Status TieredTable::FlushAll() {
   if (!ssd_) return Status::OK();
-  std::lock_guard<std::mutex> writer(writer_mu_);
+  MutexLock writer(&writer_mu_);
   for (size_t s = 0; s < slots_.size(); ++s) RETURN_IF_ERROR(FlushSlot(s));
   return Status::OK();
 }
 
 Status TieredTable::EvictAll() {
   if (!ssd_) return Status::OK();
-  std::lock_guard<std::mutex> writer(writer_mu_);
+  MutexLock writer(&writer_mu_);
   for (size_t s = 0; s < slots_.size(); ++s) RETURN_IF_ERROR(EvictSlot(s, 0, true).status());
   return Status::OK();
 }
 
 Status TieredTable::Compact(double stale_fraction) {
   if (!ssd_) return Status::OK();
-  std::lock_guard<std::mutex> writer(writer_mu_);
+  MutexLock writer(&writer_mu_);
   for (const auto& f : ssd_->CompactionCandidates(stale_fraction)) RETURN_IF_ERROR(CompactFile(f));
   return Status::OK();
 }
 
 Status TieredTable::Close() {
   {
-    std::lock_guard<std::mutex> l(worker_mu_);
+    MutexLock l(&worker_mu_);
     stop_ = true;
   }
-  worker_cv_.notify_all();
+  worker_cv_.SignalAll();
   if (worker_.joinable()) worker_.join();
   RETURN_IF_ERROR(error());
   if (!ssd_ || closed_) return Status::OK();
-  for (const auto& slot : slots_) {
-    std::lock_guard<std::mutex> l(slot->mu);
+  for (const auto& sp : slots_) {
+    const CacheSlot& slot = *sp;
+    CacheSlot::Lock l(slot);
     bool pinned = false;
-    slot->ForEachNode([&](uint32_t n) { pinned |= slot->meta(n).pins > 0; });
+    slot.ForEachNode([&](uint32_t n) {
+      slot.AssertLocked();
+      pinned |= slot.meta(n).pins > 0;
+    });
     if (pinned) return FailedPreconditionError("closing a table with rows still pinned");
   }
   RETURN_IF_ERROR(FlushAll());
-  std::lock_guard<std::mutex> writer(writer_mu_);
+  MutexLock writer(&writer_mu_);
   // The final write-back leaves stale records behind: keep the file-size bound on disk too.
   RETURN_IF_ERROR(CompactIfOver());
   RETURN_IF_ERROR(ssd_->WriteIndex());

@@ -7,21 +7,22 @@
 // stale.
 //
 // Thread safety: all methods may be called concurrently (see SparseTable). Lock order:
-// writer_mu_ -> a slot's mu -> the SSD store's file mutex; budget_mu_ and worker_mu_ are
-// never held while taking another lock.
+// writer_mu_ -> a slot (CacheSlot::Lock) -> the SSD store's file mutex; budget_mu_ ->
+// error_mu_; worker_mu_ is never held while taking another lock. The annotations below are
+// checked by the clang build (scripts/thread_safety).
 #ifndef CTRBOX_TABLE_TIERED_TABLE_H_
 #define CTRBOX_TABLE_TIERED_TABLE_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "table/cache_slot.h"
 #include "table/sparse_table.h"
 #include "table/ssd_store.h"
+#include "util/mutex.h"
+#include "util/thread_annotations.h"
 
 namespace ctrbox {
 
@@ -70,9 +71,9 @@ class TieredTable final : public SparseTable {
   // Maintenance on demand (tests and benchmarks; the worker does the same on its own):
   // write every dirty row and keep it resident; write and drop every unpinned row; compact
   // every sealed file whose stale share exceeds stale_fraction (0: any stale byte).
-  Status FlushAll();
-  Status EvictAll();
-  Status Compact(double stale_fraction);
+  Status FlushAll() EXCLUDES(writer_mu_);
+  Status EvictAll() EXCLUDES(writer_mu_);
+  Status Compact(double stale_fraction) EXCLUDES(writer_mu_);
 
  protected:
   void Release(PinnedRows* pins) override;
@@ -86,18 +87,19 @@ class TieredTable final : public SparseTable {
   size_t SlotOfGroup(uint32_t g) const { return g >> (ssd_->group_bits() - options_.shard_bits); }
   void GroupBySlot(const uint64_t* keys, size_t n, std::vector<uint32_t>* order,
                    std::vector<uint32_t>* begin) const;
-  // Brings the slot's use into the budget accounting. REQUIRES: the slot's lock.
-  void Account(size_t s);
+  // Brings the use of slot s (`slot`) into the budget accounting.
+  void Account(const CacheSlot& slot, size_t s) REQUIRES(slot);
 
-  // Pull phases. REQUIRES for the first and third: nothing locked.
+  // Pull phases: the resident rows (and the loads the rest need), the loads read, the loaded
+  // rows installed. Each takes the slot's lock itself.
   void PullResident(size_t s, const uint64_t* keys, const uint32_t* idx, size_t n,
                     const CtrAccessor* accessor, RowBlock* out, PinnedRows* pins,
                     std::vector<Load>* loads);
   Status InstallLoaded(size_t s, const uint64_t* keys, const CtrAccessor* accessor, RowBlock* out,
                        PinnedRows* pins, std::vector<Load>* loads);
   // A row for a key no tier holds: a default row (accessor set) or a cleared, unpinned one.
-  void NewRow(size_t s, size_t i, uint64_t key, const CtrAccessor* accessor, RowBlock* out,
-              PinnedRows* pins);
+  void NewRow(CacheSlot& slot, size_t s, size_t i, uint64_t key, const CtrAccessor* accessor,
+              RowBlock* out, PinnedRows* pins) REQUIRES(slot);
   Status ReadLoads(const uint64_t* keys, std::vector<Load*>* loads);
 
   // A group being written back: its delta and, for a merge, its base.
@@ -107,25 +109,35 @@ class TieredTable final : public SparseTable {
     bool have_base = false;
     RecordView delta, base;
   };
-  // Reads the records each GroupRead asks for; `locked`: the caller holds the slot's lock.
-  Status ReadGroups(size_t s, std::vector<GroupRead>* reads, bool locked);
+  // A group's entry and the files of its records (kept alive while they are read). The slot's
+  // lock guards its groups' entries.
+  struct GroupFiles {
+    GroupEntry entry;
+    std::shared_ptr<ParamFile> base_file, delta_file;
+  };
+  GroupFiles FilesOf(const CacheSlot& slot, uint32_t group) const REQUIRES(slot);
+  // Reads the records each GroupRead asks for, taking the slot's lock for each entry.
+  Status ReadGroups(const CacheSlot& slot, std::vector<GroupRead>* reads) EXCLUDES(slot);
+  // The same, for a caller that holds the slot's lock.
+  Status ReadGroupsLocked(const CacheSlot& slot, std::vector<GroupRead>* reads) REQUIRES(slot);
+  Status ReadGroupRecords(const GroupFiles& files, GroupRead* read) const;
   // Writes back the dirty resident rows of each group: a new delta (the old delta's rows that
   // were not rewritten, plus the dirty rows), or a merged base when the delta would pass a
-  // third of the base. The rows written become clean. REQUIRES: writer_mu_ and the slot's
-  // lock.
-  Status WriteGroups(size_t s, std::vector<GroupRead>* reads);
+  // third of the base. The rows written become clean.
+  Status WriteGroups(CacheSlot& slot, std::vector<GroupRead>* reads) REQUIRES(writer_mu_, slot);
   // Evicts unpinned rows of slot s until it is at most `share` bytes (all of them if
-  // share is 0 and `all`). Returns the rows dropped. REQUIRES: writer_mu_.
-  StatusOr<uint64_t> EvictSlot(size_t s, uint64_t share, bool all);
-  // Moves the live records of a sealed file to the current one. REQUIRES: writer_mu_.
-  Status CompactFile(const std::shared_ptr<ParamFile>& file);
-  Status FlushSlot(size_t s);
+  // share is 0 and `all`). Returns the rows dropped.
+  StatusOr<uint64_t> EvictSlot(size_t s, uint64_t share, bool all) REQUIRES(writer_mu_);
+  // Moves the live records of a sealed file to the current one.
+  Status CompactFile(const std::shared_ptr<ParamFile>& file) REQUIRES(writer_mu_);
+  // Writes every dirty row of slot s and keeps it resident.
+  Status FlushSlot(size_t s) REQUIRES(writer_mu_);
 
   // The background worker.
-  void WorkerLoop();
-  Status Maintain();
-  // Lazy compaction (compact_trigger / compact_target); the caller holds writer_mu_.
-  Status CompactIfOver();
+  void WorkerLoop() EXCLUDES(worker_mu_);
+  Status Maintain() EXCLUDES(writer_mu_);
+  // Lazy compaction (compact_trigger / compact_target).
+  Status CompactIfOver() REQUIRES(writer_mu_);
   bool NeedsEviction() const;
   // The use the worker evicts down to, and the use above which it starts.
   uint64_t EvictTarget() const;
@@ -133,19 +145,18 @@ class TieredTable final : public SparseTable {
   // Waits until the cache is within the budget. When a maintenance round finds nothing it
   // can evict, it waits for another pull's pins to be pushed or released if there are such
   // pulls (own_pulls: the caller's own pulls in flight), and fails otherwise.
-  Status WaitForBudget(int own_pulls = 0);
+  Status WaitForBudget(int own_pulls = 0) EXCLUDES(budget_mu_);
   // A pull's pins were pushed or released.
-  void OnUnpinned();
-  Status error() const;
-  void SetError(const Status& s);
+  void OnUnpinned() EXCLUDES(budget_mu_);
+  Status error() const EXCLUDES(error_mu_);
+  void SetError(const Status& s) EXCLUDES(error_mu_);
 
   Env* const env_;
   const TieredOptions options_;
-  std::vector<std::unique_ptr<CacheSlot>> slots_;
-  std::vector<size_t> accounted_;  // bytes of each slot last added to used_ (slot lock)
+  std::vector<std::unique_ptr<CacheSlot>> slots_;  // the vector is immutable after Open
+  std::vector<size_t> accounted_;  // bytes of each slot last added to used_ (its slot's lock)
   std::unique_ptr<SsdStore> ssd_;
-  std::unique_ptr<ThreadPool> io_pool_;
-  std::mutex io_mu_;                        // one ParallelFor on io_pool_ at a time
+  std::unique_ptr<ThreadPool> io_pool_;     // its callers take turns (ThreadPool::ParallelFor)
   std::unique_ptr<ThreadPool> evict_pool_;  // used by the worker only
 
   std::atomic<uint64_t> used_{0};  // cache bytes over all slots
@@ -159,25 +170,26 @@ class TieredTable final : public SparseTable {
   // Held by the worker for a maintenance round, and by Shrink, Close, FlushAll, EvictAll and
   // Compact: they exclude each other. Slots are written back in parallel within a round.
   // Stats holds it too, so that no row moves between the tiers while they are counted.
-  mutable std::mutex writer_mu_;
-  size_t next_evict_slot_ = 0;  // (writer_mu_)
+  mutable Mutex writer_mu_;
+  size_t next_evict_slot_ GUARDED_BY(writer_mu_) = 0;
 
-  std::mutex worker_mu_;
-  std::condition_variable worker_cv_;
-  bool stop_ = false;  // (worker_mu_)
+  Mutex worker_mu_;
+  CondVar worker_cv_{&worker_mu_};
+  bool stop_ GUARDED_BY(worker_mu_) = false;
   std::thread worker_;
 
-  std::mutex budget_mu_;
-  std::condition_variable budget_cv_;
+  // Pulls waiting for the budget sleep on budget_cv_; the state they wait on is atomic.
+  Mutex budget_mu_ ACQUIRED_BEFORE(error_mu_);
+  CondVar budget_cv_{&budget_mu_};
   std::atomic<uint64_t> rounds_done_{0};       // eviction rounds finished
   std::atomic<uint64_t> last_stuck_round_{0};  // a round that found nothing to evict
   std::atomic<uint64_t> last_round_freed_{0};  // rows the last eviction round dropped
   std::atomic<int> live_pulls_{0};             // PinnedRows of this table not yet consumed
   std::atomic<uint64_t> unpin_events_{0};      // pushes and releases so far
 
-  mutable std::mutex error_mu_;
-  Status error_;  // sticky: the first background failure (error_mu_)
-  bool closed_ = false;
+  mutable Mutex error_mu_;
+  Status error_ GUARDED_BY(error_mu_);  // sticky: the first background failure
+  bool closed_ = false;                 // owned by the caller of Close
 };
 
 }  // namespace ctrbox

@@ -5,10 +5,10 @@
 #ifndef CTRBOX_UTIL_BOUNDED_QUEUE_H_
 #define CTRBOX_UTIL_BOUNDED_QUEUE_H_
 
-#include <condition_variable>
 #include <cstddef>
 #include <deque>
-#include <mutex>
+
+#include "util/mutex.h"
 
 namespace ctrbox {
 
@@ -24,38 +24,38 @@ class BoundedQueue {
   // As Push(item), calling on_enqueue(item) under the queue's lock just before the item
   // becomes visible to Pop: what it writes into the item happens before the consumer sees it.
   template <typename F>
-  bool Push(T item, F&& on_enqueue) {
-    std::unique_lock<std::mutex> l(mu_);
-    not_full_.wait(l, [&] { return closed_ || items_.size() < capacity_; });
+  bool Push(T item, F&& on_enqueue) EXCLUDES(mu_) {
+    MutexLock l(&mu_);
+    while (!closed_ && items_.size() >= capacity_) not_full_.Wait(&mu_);
     if (closed_) return false;
     on_enqueue(item);
     items_.push_back(std::move(item));
-    not_empty_.notify_one();
+    not_empty_.Signal();
     return true;
   }
   // Returns false once the queue is closed and empty.
-  bool Pop(T* item) {
-    std::unique_lock<std::mutex> l(mu_);
-    not_empty_.wait(l, [&] { return closed_ || !items_.empty(); });
+  bool Pop(T* item) EXCLUDES(mu_) {
+    MutexLock l(&mu_);
+    while (!closed_ && items_.empty()) not_empty_.Wait(&mu_);
     if (items_.empty()) return false;
     *item = std::move(items_.front());
     items_.pop_front();
-    not_full_.notify_one();
+    not_full_.Signal();
     return true;
   }
-  void Close() {
-    std::lock_guard<std::mutex> l(mu_);
+  void Close() EXCLUDES(mu_) {
+    MutexLock l(&mu_);
     closed_ = true;
-    not_full_.notify_all();
-    not_empty_.notify_all();
+    not_full_.SignalAll();
+    not_empty_.SignalAll();
   }
 
  private:
   const size_t capacity_;
-  std::mutex mu_;
-  std::condition_variable not_full_, not_empty_;
-  std::deque<T> items_;  // guarded by mu_
-  bool closed_ = false;  // guarded by mu_
+  Mutex mu_;
+  CondVar not_full_{&mu_}, not_empty_{&mu_};
+  std::deque<T> items_ GUARDED_BY(mu_);
+  bool closed_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace ctrbox

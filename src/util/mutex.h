@@ -8,6 +8,7 @@
 #ifndef CTRBOX_UTIL_MUTEX_H_
 #define CTRBOX_UTIL_MUTEX_H_
 
+#include <cassert>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -88,26 +89,38 @@ class SCOPED_CAPABILITY ReaderLock {
   SharedMutex* const mu_;
 };
 
-// A condition variable bound to one Mutex. Wait releases the mutex while it sleeps and holds
-// it again when it returns; the caller re-checks its condition (spurious wake-ups happen).
+// A condition variable bound to one Mutex. Each wait names that mutex, so the analysis checks
+// that the caller holds it; it is released while the caller sleeps and held again when the
+// wait returns. Callers re-check their condition in a loop (wake-ups may be spurious), which
+// also keeps their reads of guarded fields in code the analysis sees.
 class CondVar {
  public:
   explicit CondVar(Mutex* mu) : mu_(mu) {}
   CondVar(const CondVar&) = delete;
   CondVar& operator=(const CondVar&) = delete;
 
-  void Wait() REQUIRES(mu_) {
-    std::unique_lock<std::mutex> lock(mu_->mu_, std::adopt_lock);
+  // REQUIRES: mu is the mutex this condition variable was made with.
+  void Wait(Mutex* mu) REQUIRES(mu) {
+    assert(mu == mu_);
+    std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
     cv_.wait(lock);
     lock.release();
   }
-  // Waits until signalled or `timeout` passes (callers loop on their condition: the
-  // analysis checks a loop's reads of guarded fields, not a predicate lambda's).
+  // Waits until signalled or `timeout` passes.
   template <typename Rep, typename Period>
-  void WaitFor(std::chrono::duration<Rep, Period> timeout) REQUIRES(mu_) {
-    std::unique_lock<std::mutex> lock(mu_->mu_, std::adopt_lock);
+  void WaitFor(Mutex* mu, std::chrono::duration<Rep, Period> timeout) REQUIRES(mu) {
+    assert(mu == mu_);
+    std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
     cv_.wait_for(lock, timeout);
     lock.release();
+  }
+  // Waits until signalled or `deadline`; returns false if the deadline passed.
+  bool WaitUntil(Mutex* mu, std::chrono::steady_clock::time_point deadline) REQUIRES(mu) {
+    assert(mu == mu_);
+    std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
+    const bool signalled = cv_.wait_until(lock, deadline) == std::cv_status::no_timeout;
+    lock.release();
+    return signalled;
   }
   void Signal() { cv_.notify_one(); }
   void SignalAll() { cv_.notify_all(); }

@@ -59,6 +59,7 @@ void ThreadPool::ParallelFor(size_t num_tasks, const TaskFn& fn) {
     for (size_t t = 0; t < num_tasks; ++t) fn(t, 0);
     return;
   }
+  MutexLock caller(&caller_mu_);
   fn_ = &fn;
   num_tasks_ = num_tasks;
   next_task_.store(0, std::memory_order_relaxed);

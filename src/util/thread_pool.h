@@ -6,7 +6,9 @@
 // and `thread` is only for choosing per-thread scratch space. Workers spin briefly, then
 // sleep on a futex, so back-to-back loops of a training step cost microseconds.
 //
-// Thread safety: ParallelFor may be called by one thread at a time (it is not reentrant).
+// Thread safety: ParallelFor may be called from any thread; concurrent callers take turns
+// (caller_mu_). It is not reentrant: a task must not call ParallelFor on its own pool with
+// more than one task (that would wait for itself).
 #ifndef CTRBOX_UTIL_THREAD_POOL_H_
 #define CTRBOX_UTIL_THREAD_POOL_H_
 
@@ -16,6 +18,9 @@
 #include <functional>
 #include <thread>
 #include <vector>
+
+#include "util/mutex.h"
+#include "util/thread_annotations.h"
 
 namespace ctrbox {
 
@@ -31,14 +36,17 @@ class ThreadPool {
 
   using TaskFn = std::function<void(size_t task, int thread)>;
   // Runs fn for all tasks and returns when every task has finished.
-  void ParallelFor(size_t num_tasks, const TaskFn& fn);
+  void ParallelFor(size_t num_tasks, const TaskFn& fn) EXCLUDES(caller_mu_);
 
  private:
   void WorkerLoop(int thread);
   void RunTasks(int thread);
 
-  std::vector<std::thread> workers_;
-  // The current job; written by the caller before generation_ is bumped.
+  std::vector<std::thread> workers_;  // immutable after construction
+  // Held by the caller of a loop with workers, for the whole loop: one loop at a time.
+  Mutex caller_mu_;
+  // The current loop: written by the caller (holding caller_mu_) before generation_ is bumped,
+  // read by the workers after they see the new generation and before they check in.
   const TaskFn* fn_ = nullptr;
   size_t num_tasks_ = 0;
   std::atomic<size_t> next_task_{0};
