@@ -1,6 +1,6 @@
 // GpuStep: the train stage on N GPUs (docs/gpu.md), written once against an executor
-// (model/host_exec.h lists what one provides): model/cuda_exec.cu instantiates it on CUDA
-// streams, model/gpu_trainer.cc on host threads (the emulation the CPU-only tests run).
+// (model/host_exec.h lists what one provides): CudaExec in model/cuda_backend.cu instantiates
+// it on CUDA streams, model/gpu_trainer.cc on host threads (the emulation the CPU-only tests run).
 //
 // A pass goes through two calls:
 //   Stage (pull stage, copy queues): plans the pass over the GPUs (working/hbm_plan.h),

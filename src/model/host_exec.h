@@ -14,9 +14,9 @@
 //   Recycle()                   waits for the queued uploads, then reuses their staging memory
 //   status()                    the first error of any call (sticky)
 //
-// The CUDA executor (model/cuda_exec.cuh) queues every call on a stream and runs f in a
-// kernel; HostExec runs each call at once on the calling thread or a pool, so the step's
-// logic — lookups, pooling, the exchange, the sparse and dense updates — is tested on
+// The CUDA executor (CudaExec in model/cuda_backend.cu) queues every call on a stream and
+// runs f in a kernel; HostExec runs each call at once on the calling thread or a pool, so the
+// step's logic — lookups, pooling, the exchange, the sparse and dense updates — is tested on
 // machines without a GPU, against the CPU model (model/gpu_trainer_test.cc).
 #ifndef CTRBOX_MODEL_HOST_EXEC_H_
 #define CTRBOX_MODEL_HOST_EXEC_H_

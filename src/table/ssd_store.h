@@ -11,8 +11,6 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
-#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -20,6 +18,8 @@
 #include "table/value.h"
 #include "util/env.h"
 #include "util/hash.h"
+#include "util/mutex.h"
+#include "util/thread_annotations.h"
 
 namespace ctrbox {
 
@@ -134,27 +134,31 @@ class SsdStore {
 
  private:
   SsdStore(Env* env, SsdOptions options, ValueLayout layout);
-  Status Roll();
-  Status ReserveSpace(uint64_t bytes);
-  // File counters of a record becoming live (+1) or stale (-1). REQUIRES: files_mu_.
-  void Count(const RecordLoc& loc, int sign);
+  Status Roll() REQUIRES(append_mu_) EXCLUDES(files_mu_);
+  Status ReserveSpace(uint64_t bytes) EXCLUDES(files_mu_);
+  // File counters of a record becoming live (+1) or stale (-1).
+  void Count(const RecordLoc& loc, int sign) REQUIRES(files_mu_);
 
   Env* const env_;
   const SsdOptions options_;
   const ValueLayout layout_;
   std::vector<GroupEntry> index_;  // by group; each entry guarded by its slot's lock
 
-  mutable std::shared_mutex files_mu_;
-  std::vector<std::shared_ptr<ParamFile>> files_;  // by id; null once deleted (files_mu_)
-  uint64_t file_bytes_ = 0;                        // sum over live files (files_mu_)
-  uint64_t live_bytes_ = 0, live_records_ = 0, unique_rows_ = 0, unique_emb_ = 0;  // (files_mu_)
-  uint64_t bloom_bytes_ = 0;                                                       // (files_mu_)
-  const ParamFile* current_file_ = nullptr;  // the file appends go to (files_mu_)
+  // Appends take append_mu_, then files_mu_ to publish what they wrote.
+  Mutex append_mu_ ACQUIRED_BEFORE(files_mu_);
+  std::shared_ptr<ParamFile> current_ GUARDED_BY(append_mu_);
+  std::unique_ptr<WritableFile> writer_ GUARDED_BY(append_mu_);
+  uint32_t next_file_id_ GUARDED_BY(append_mu_) = 1;
 
-  std::mutex append_mu_;  // guards the three below
-  std::shared_ptr<ParamFile> current_;
-  std::unique_ptr<WritableFile> writer_;
-  uint32_t next_file_id_ = 1;
+  // The files and their counters (ParamFile's counters too: param_file.h).
+  mutable SharedMutex files_mu_;
+  // By id; null once deleted.
+  std::vector<std::shared_ptr<ParamFile>> files_ GUARDED_BY(files_mu_);
+  uint64_t file_bytes_ GUARDED_BY(files_mu_) = 0;  // sum over live files
+  uint64_t live_bytes_ GUARDED_BY(files_mu_) = 0, live_records_ GUARDED_BY(files_mu_) = 0;
+  uint64_t unique_rows_ GUARDED_BY(files_mu_) = 0, unique_emb_ GUARDED_BY(files_mu_) = 0;
+  uint64_t bloom_bytes_ GUARDED_BY(files_mu_) = 0;
+  const ParamFile* current_file_ GUARDED_BY(files_mu_) = nullptr;  // the file appends go to
 
   mutable std::atomic<uint64_t> records_read_{0}, bytes_read_{0}, read_retries_{0};
   std::atomic<uint64_t> records_written_{0}, bytes_written_{0};
