@@ -157,6 +157,7 @@ TEST_F(CliTest, TrainsOverAnSsdStoreAndInspectsIt) {
   Result in = Run(Ctrbox("inspect --store " + Path("ssd")));
   ASSERT_EQ(in.exit_code, 0) << in.err;
   EXPECT_EQ(in.last_json["keys"], ssd.last_json["keys"]) << in.out;
+  EXPECT_EQ(in.last_json["tiers"]["disk_keys"], ssd.last_json["keys"]) << in.out;
   EXPECT_EQ(in.last_json["bytes_live"], ssd.last_json["bytes_live"]);
   // The compaction bound (docs/storage.md): no sealed file is more than compact_stale (0.5)
   // stale, so the files take at most 2 x the live records plus the active file.

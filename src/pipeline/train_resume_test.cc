@@ -1,0 +1,263 @@
+// Stopping and resuming the train job: resumes from checkpoints equal one run (other thread
+// counts, CPU and emulated GPU, faults anywhere), Ctrl-C at the shrink barrier.
+#include <gtest/gtest.h>
+
+#include <atomic>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/model_dir.h"
+#include "pipeline/trainer.h"
+#include "pipeline/trainer_test_util.h"
+#include "util/mem_env.h"
+
+namespace ctrbox {
+namespace {
+
+using testing::SmallJob;
+using testing::SmallSsdJobInMemEnv;
+using testing::StopAfter;
+using testing::TempDir;
+using testing::WriteCriteo;
+
+// Test 5 of docs/checkpoints.md: a job stopped twice and resumed twice, with other thread
+// counts and without the pipeline, ends with the digest of one uninterrupted run; shrinking
+// (which forces base checkpoints) included. What a resume refuses is named.
+TEST(TrainerTest, AJobResumedTwiceWithOtherThreadCountsEqualsOneRun) {
+  TempDir dir;
+  const std::string data = WriteCriteo(dir, "train.tsv", 0, 24000, 5);
+  auto job_for = [&](const std::string& model_dir) {
+    JobConfig job = SmallJob(model_dir);
+    job.data.paths = {data};
+    job.pipeline.pass_examples = 2000;
+    job.train.shrink_every_passes = 5;
+    job.spec.table.delete_threshold = 0.5f;
+    return job;
+  };
+  auto one = RunTrain(Env::Posix(), job_for(dir.File("one")), nullptr);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  ASSERT_GT((*one)["keys_shrunk"].get<uint64_t>(), 0u);
+
+  JobConfig job = job_for(dir.File("m"));
+  job.ckpt.dir = dir.File("ckpt");
+  job.ckpt.base_every = 3;
+  std::atomic<bool> stop{false};
+  StopAfter first(4, &stop);
+  auto r1 = RunTrain(Env::Posix(), job, &first, &stop);
+  ASSERT_TRUE(r1.ok()) << r1.status().ToString();
+  ASSERT_TRUE((*r1)["interrupted"].get<bool>());
+  const uint64_t passes1 = (*r1)["job_passes"];
+  ASSERT_LT(passes1, 12u);
+
+  // Without --resume the old checkpoints are not silently replaced.
+  auto no_resume = RunTrain(Env::Posix(), job, nullptr);
+  ASSERT_FALSE(no_resume.ok());
+  EXPECT_NE(no_resume.status().message().find("--resume"), std::string::npos);
+  // A setting that changes results, or other data, is refused and named.
+  job.resume = true;
+  JobConfig other = job;
+  other.train.batch_size = 128;
+  auto bad = RunTrain(Env::Posix(), other, nullptr);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("train.batch_size"), std::string::npos)
+      << bad.status().ToString();
+  other = job;
+  other.spec.sparse_optimizer.lr = 0.5f;
+  bad = RunTrain(Env::Posix(), other, nullptr);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("sparse_optimizer.lr"), std::string::npos)
+      << bad.status().ToString();
+  other = job;
+  other.data.paths = {WriteCriteo(dir, "other.tsv", 0, 24001, 5)};
+  bad = RunTrain(Env::Posix(), other, nullptr);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("other.tsv"), std::string::npos) << bad.status().ToString();
+
+  stop = false;
+  job.train.threads = 1;
+  StopAfter second(3, &stop);
+  auto r2 = RunTrain(Env::Posix(), job, &second, &stop);
+  ASSERT_TRUE(r2.ok()) << r2.status().ToString();
+  EXPECT_EQ((*r2)["resumed_from"], (*r1)["checkpoint"]["last"]);
+  const uint64_t passes2 = (*r2)["job_passes"];
+  ASSERT_GT(passes2, passes1);
+  ASSERT_LT(passes2, 12u);
+
+  stop = false;
+  job.train.threads = 3;
+  job.pipeline.enabled = false;
+  auto r3 = RunTrain(Env::Posix(), job, nullptr);
+  ASSERT_TRUE(r3.ok()) << r3.status().ToString();
+  EXPECT_EQ((*r3)["job_passes"], 12u);
+  EXPECT_EQ((*r3)["job_examples"], 24000u);
+  EXPECT_EQ((*r3)["examples"].get<uint64_t>(), 24000u - (*r2)["job_examples"].get<uint64_t>());
+  EXPECT_EQ((*r3)["digest"], (*one)["digest"]);
+  auto verified = VerifyModel(Env::Posix(), job.model_dir);
+  ASSERT_TRUE(verified.ok());
+  EXPECT_EQ(verified->digest, (*one)["digest"]);
+  EXPECT_EQ(verified->trained_examples, 24000u);
+  // Shrinking every 5 passes made passes 5 and 10 bases besides the every-3rd ones.
+  EXPECT_GT((*r3)["checkpoint"]["bases"].get<uint64_t>() +
+                (*r2)["checkpoint"]["bases"].get<uint64_t>() +
+                (*r1)["checkpoint"]["bases"].get<uint64_t>(),
+            3u);
+  auto report = InspectCheckpoints(Env::Posix(), job.ckpt.dir);
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ((*report)["resumes_from"], (*r3)["checkpoint"]["last"]);
+}
+
+// The GPU train stage (its host emulation: docs/gpu.md) through the whole job: shrink,
+// checkpoints (the dense snapshot comes from the host model the GPU step writes back),
+// stop, resume on the CPU, stop, resume on the GPU. With this job's GEMM shapes (256-row
+// minibatches, layers <= 128 wide) one emulated GPU computes what the CPU model does bit for
+// bit, so every mix of devices must end with the digest of one CPU run.
+TEST(TrainerTest, AJobMovedBetweenCpuAndEmulatedGpuByResumesEqualsOneCpuRun) {
+  TempDir dir;
+  const std::string data = WriteCriteo(dir, "train.tsv", 0, 16000, 7);
+  auto job_for = [&](const std::string& model_dir) {
+    JobConfig job = SmallJob(model_dir);
+    job.data.paths = {data};
+    job.pipeline.pass_examples = 2000;
+    job.spec.model.wide = true;
+    job.train.shrink_every_passes = 3;
+    job.spec.table.delete_threshold = 0.5f;
+    job.gpu_options.emulate = true;
+    return job;
+  };
+  auto one = RunTrain(Env::Posix(), job_for(dir.File("one")), nullptr);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  ASSERT_GT((*one)["keys_shrunk"].get<uint64_t>(), 0u);
+
+  JobConfig job = job_for(dir.File("m"));
+  job.ckpt.dir = dir.File("ckpt");
+  job.resume = true;
+  job.gpu = true;
+  std::atomic<bool> stop{false};
+  StopAfter first(3, &stop);
+  auto r1 = RunTrain(Env::Posix(), job, &first, &stop);
+  ASSERT_TRUE(r1.ok()) << r1.status().ToString();
+  ASSERT_TRUE((*r1)["interrupted"].get<bool>());
+  EXPECT_EQ((*r1)["device"], "host emulation of 1 GPU (scatter segment)");
+
+  stop = false;
+  job.gpu = false;
+  StopAfter second(2, &stop);
+  auto r2 = RunTrain(Env::Posix(), job, &second, &stop);
+  ASSERT_TRUE(r2.ok()) << r2.status().ToString();
+  EXPECT_EQ((*r2)["device"], "cpu");
+  ASSERT_GT((*r2)["job_passes"].get<uint64_t>(), (*r1)["job_passes"].get<uint64_t>());
+
+  stop = false;
+  job.gpu = true;
+  auto r3 = RunTrain(Env::Posix(), job, nullptr);
+  ASSERT_TRUE(r3.ok()) << r3.status().ToString();
+  EXPECT_EQ((*r3)["job_passes"], 8u);
+  EXPECT_EQ((*r3)["digest"], (*one)["digest"]);
+
+  // Two emulated GPUs sum in another order: the same model up to float rounding.
+  JobConfig two = job_for(dir.File("two"));
+  two.gpu = true;
+  two.gpu_options.gpus = 2;
+  auto r4 = RunTrain(Env::Posix(), two, nullptr);
+  ASSERT_TRUE(r4.ok()) << r4.status().ToString();
+  EXPECT_NE((*r4)["digest"], (*one)["digest"]);
+  EXPECT_NEAR((*r4)["auc"].get<double>(), (*one)["auc"].get<double>(), 1e-3);
+  EXPECT_EQ((*r4)["keys"], (*one)["keys"]);
+}
+
+// Test 3 with checkpoints: EIO, ENOSPC or a crash (every call failing from the N-th on) at
+// points across a run with a checkpoint after every pass over an SSD tier. Each run ends
+// cleanly; after a power loss, a resumed run ends with the digest of one uninterrupted run.
+TEST(TrainerTest, AFaultAnywhereInARunWithCheckpointsThenResumeGivesTheDigestOfOneRun) {
+  SynthOptions so;
+  so.seed = 9;
+  std::string text;
+  SynthGenerator(so).GenerateText(0, 3000, &text, nullptr);
+  JobConfig job = SmallSsdJobInMemEnv("/m");
+  job.storage.compact_stale = 0.2;  // compact early: compactions take part too
+  job.storage.compact_trigger = 1.2;
+  job.storage.compact_target = 1.1;
+  job.ckpt.dir = "/c";
+  job.ckpt.base_every = 3;
+  job.resume = true;
+  auto fresh = [&]() {
+    auto env = std::make_unique<MemEnv>();
+    EXPECT_TRUE(env->CreateDirs("/d").ok());
+    EXPECT_TRUE(WriteFileAtomic(env.get(), "/d/train.tsv", text).ok());
+    return env;
+  };
+  std::string digest;
+  uint64_t calls = 0;
+  {
+    auto env = fresh();
+    const uint64_t before = env->Calls(FaultOp::kAny);
+    auto r = RunTrain(env.get(), job, nullptr);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    digest = (*r)["digest"];
+    calls = env->Calls(FaultOp::kAny) - before;
+    ASSERT_EQ((*r)["checkpoint"]["deltas"].get<uint64_t>(), 4u);  // 6 passes: b d d b d d
+    // The faults land in SSD write-backs, reloads and compactions as well as in checkpoints.
+    ASSERT_GT((*r)["storage"]["loaded_from_ssd"].get<uint64_t>(), 0u);
+    ASSERT_GT((*r)["storage"]["compactions"].get<uint64_t>(), 0u);
+    RecordProperty("io_calls_per_run", std::to_string(calls));
+  }
+  std::vector<uint64_t> ns;
+  for (uint64_t n = 1; n <= calls; n += n < 30 ? 1 : 1 + calls / 60) ns.push_back(n);
+  ns.push_back(calls);
+  int failed = 0, resumed = 0;
+  for (uint64_t n : ns) {
+    for (int mode = 0; mode < 2; ++mode) {  // 0: one EIO or ENOSPC; 1: a crash at call n
+      SCOPED_TRACE(::testing::Message() << "fault at I/O call " << n << " of " << calls
+                                        << (mode ? " (crash)" : " (one error)"));
+      auto env = fresh();
+      env->InjectFault(FaultOp::kAny, n,
+                       n % 2 ? MemEnv::NoSpace("injected") : MemEnv::Eio("injected"), mode == 1);
+      auto r = RunTrain(env.get(), job, nullptr);
+      env->ClearFaults();
+      if (!r.ok()) {
+        ++failed;
+        EXPECT_NE(r.status().message().find("injected"), std::string::npos)
+            << r.status().ToString();
+      }
+      env->SimulateCrash();
+      auto again = RunTrain(env.get(), job, nullptr);
+      ASSERT_TRUE(again.ok()) << again.status().ToString();
+      EXPECT_EQ((*again)["digest"], digest);
+      EXPECT_EQ((*again)["job_examples"], 3000u);
+      resumed += again->contains("resumed_from");
+    }
+  }
+  EXPECT_GT(failed, static_cast<int>(ns.size()));
+  EXPECT_GT(resumed, static_cast<int>(ns.size()) / 2);
+}
+
+// Ctrl-C while the pull stage waits at the shrink barrier for a pass that the train stage then
+// discards (pulled, not trained): the job stops after the passes it pushed, without hanging.
+TEST(TrainerTest, CtrlCWhileAPullWaitsAtTheShrinkBarrierStopsCleanly) {
+  TempDir dir;
+  const std::string data = WriteCriteo(dir, "train.tsv", 0, 20000, 6);
+  JobConfig job = SmallJob(dir.File("m"));
+  job.data.paths = {data};
+  job.pipeline.pass_examples = 2048;
+  job.train.shrink_every_passes = 3;  // pass 3's pull waits until pass 2 is pushed
+  job.train.progress_seconds = 0;     // OnProgress after every minibatch
+  class StopInPassOne : public ProgressSink {
+   public:
+    explicit StopInPassOne(std::atomic<bool>* stop) : stop_(stop) {}
+    void OnProgress(const TrainProgress& p) override {
+      if (p.examples > 2048) stop_->store(true);  // pass 1 trains on; pass 2 is discarded
+    }
+
+   private:
+    std::atomic<bool>* const stop_;
+  };
+  std::atomic<bool> stop{false};
+  StopInPassOne sink(&stop);
+  auto r = RunTrain(Env::Posix(), job, &sink, &stop);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE((*r)["interrupted"].get<bool>());
+  EXPECT_EQ((*r)["passes"], 2u);
+  EXPECT_EQ((*r)["examples"], 4096u);
+}
+
+}  // namespace
+}  // namespace ctrbox
