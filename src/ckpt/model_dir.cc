@@ -34,6 +34,23 @@ bool ModelExists(Env* env, const std::string& dir) {
   return env->FileExists(JoinPath(dir, kManifest));
 }
 
+namespace {
+bool IsModelFileName(const std::string& c) {
+  return (c.rfind("sparse-", 0) == 0 || c.rfind("dense-", 0) == 0) && c.size() > 4 &&
+         c.substr(c.size() - 4) == ".bin";
+}
+}  // namespace
+
+StatusOr<std::vector<std::string>> ModelFilesIn(Env* env, const std::string& dir) {
+  std::vector<std::string> names;
+  if (!env->IsDirectory(dir)) return names;
+  ASSIGN_OR_RETURN(auto children, env->GetChildren(dir));
+  for (const std::string& c : children) {
+    if (IsModelFileName(c)) names.push_back(c);
+  }
+  return names;
+}
+
 StatusOr<ModelManifest> ReadManifest(Env* env, const std::string& dir) {
   const std::string path = JoinPath(dir, kManifest);
   std::string text;
@@ -99,10 +116,8 @@ StatusOr<ModelManifest> SaveModel(Env* env, const std::string& dir, const ModelS
   // Only now remove older generations' files.
   ASSIGN_OR_RETURN(auto children, env->GetChildren(dir));
   for (const std::string& c : children) {
-    bool ours = c == sparse_name || c == dense_name;
-    bool model_file = (c.rfind("sparse-", 0) == 0 || c.rfind("dense-", 0) == 0) && c.size() > 4 &&
-                      c.substr(c.size() - 4) == ".bin";
-    if (model_file && !ours)
+    const bool ours = c == sparse_name || c == dense_name;
+    if (IsModelFileName(c) && !ours)
       env->DeleteFile(JoinPath(dir, c)).IgnoreError();  // garbage; retried next save
   }
   return m;

@@ -32,6 +32,11 @@ struct ModelManifest {
 // True when `dir` holds a MANIFEST.
 bool ModelExists(Env* env, const std::string& dir);
 
+// The model files (sparse-*.bin, dense-*.bin) in `dir`, by name; empty when `dir` does not
+// exist. With no MANIFEST beside them they are a model whose MANIFEST was lost, or a first
+// save that did not finish: nothing a job should overwrite without being told (--fresh).
+StatusOr<std::vector<std::string>> ModelFilesIn(Env* env, const std::string& dir);
+
 StatusOr<ModelManifest> ReadManifest(Env* env, const std::string& dir);
 
 // Saves the table and the dense state as the next generation in `dir` (created if needed)

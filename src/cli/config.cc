@@ -4,6 +4,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <functional>
 #include <limits>
 
@@ -447,11 +448,23 @@ Status JobConfigBuilder::ApplySet(std::string_view assignment) {
 }
 
 Status JobConfigBuilder::LoadYaml(const std::string& path) {
+  // Read as a whole first, so a directory, a FIFO or an unreadable file is named here rather
+  // than thrown from inside the YAML parser.
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(status)) {
+    return NotFoundError(fmt::format("cannot read job file {}: no such file", path));
+  }
+  if (!std::filesystem::is_regular_file(status)) {
+    return InvalidArgumentError(
+        fmt::format("job file {} is {}, not a file", path,
+                    std::filesystem::is_directory(status) ? "a directory" : "not a regular file"));
+  }
+  std::string text;
+  RETURN_IF_ERROR(ReadFileToString(Env::Posix(), path, &text));
   YAML::Node root;
   try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::BadFile&) {
-    return NotFoundError(fmt::format("cannot read job file {}", path));
+    root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
     return InvalidArgumentError(fmt::format("{}:{}: {}", path, e.mark.line + 1, e.msg));
   }

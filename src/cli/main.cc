@@ -6,8 +6,38 @@
 #include "cli/commands.h"
 #include "cli/config.h"
 #include "util/logging.h"
+#include "util/parse.h"
 
 namespace {
+
+// The command line's numeric options go through the parsers of the job keys (util/parse.h),
+// never through a conversion that wraps: a sign on an integer, a fraction, a value out of
+// [min, max] (zero where it makes no sense) is refused with the option named.
+CLI::Validator IntegerIn(uint64_t min, uint64_t max) {
+  return CLI::Validator(
+      [=](std::string& s) -> std::string {
+        uint64_t v = 0;
+        if (!ctrbox::ParseUint64(s, &v) || v < min || v > max) {
+          return "expected an integer in [" + std::to_string(min) + ", " + std::to_string(max) +
+                 "], got '" + s + "'";
+        }
+        return "";
+      },
+      "INT in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+}
+// A finite number in (min, max] (exclusive_min) or [min, max].
+CLI::Validator NumberIn(double min, double max, bool exclusive_min) {
+  return CLI::Validator(
+      [=](std::string& s) -> std::string {
+        double v = 0;
+        if (!ctrbox::ParseDouble(s, &v) || v > max || v < min || (exclusive_min && v == min)) {
+          return std::string("expected a number in ") + (exclusive_min ? "(" : "[") +
+                 std::to_string(min) + ", " + std::to_string(max) + "], got '" + s + "'";
+        }
+        return "";
+      },
+      "NUMBER");
+}
 
 struct JobArgs {
   std::string config;
@@ -95,19 +125,25 @@ int main(int argc, char** argv) {
 
   auto* gen_cmd = app.add_subcommand("gen", "write a synthetic click log with a planted model");
   gen_cmd->add_option("--format", gen.format, "criteo | libsvm | libfm | slots");
-  gen_cmd->add_option("--rows", gen.rows, "rows to write");
-  gen_cmd->add_option("--seed", gen.seed, "seed (the planted model does not depend on it)");
+  gen_cmd->add_option("--rows", gen.rows, "rows to write")->check(IntegerIn(1, uint64_t{1} << 40));
+  gen_cmd->add_option("--seed", gen.seed, "seed (the planted model does not depend on it)")
+      ->check(IntegerIn(0, UINT64_MAX));
   gen_cmd->add_option("--out", gen.out, "output file")->required();
-  gen_cmd->add_option("--threads", gen.threads, "generator threads (default: number of CPUs)");
-  gen_cmd->add_option("--vocab-scale", gen.vocab_scale, "multiply every slot's vocabulary");
-  gen_cmd->add_option("--zipf", gen.zipf, "Zipf exponent of the ids (> 1; default 1.15)");
+  gen_cmd->add_option("--threads", gen.threads, "generator threads (default: number of CPUs)")
+      ->check(IntegerIn(0, 1024));
+  gen_cmd->add_option("--vocab-scale", gen.vocab_scale, "multiply every slot's vocabulary")
+      ->check(NumberIn(0, 1e6, /*exclusive_min=*/true));
+  gen_cmd->add_option("--zipf", gen.zipf, "Zipf exponent of the ids (> 1; default 1.15)")
+      ->check(NumberIn(1, 100, /*exclusive_min=*/true) | CLI::IsMember({"0"}));
 
   auto* convert_cmd = app.add_subcommand("convert", "convert text input to binary shards");
   AddJobOptions(convert_cmd, &convert_args);
   convert_cmd->add_option("--out", convert.out, "output directory")->required();
   convert_cmd->add_option("--codec", convert.codec, "zstd | lz4 | none");
-  convert_cmd->add_option("--block-rows", convert.block_rows, "rows per shard block");
-  convert_cmd->add_option("--rows-per-file", convert.rows_per_file, "rows per shard file");
+  convert_cmd->add_option("--block-rows", convert.block_rows, "rows per shard block")
+      ->check(IntegerIn(1, 1 << 24));
+  convert_cmd->add_option("--rows-per-file", convert.rows_per_file, "rows per shard file")
+      ->check(IntegerIn(1, uint64_t{1} << 40));
 
   auto* config_cmd = app.add_subcommand("config", "list every job key with its default");
 

@@ -69,6 +69,7 @@ Status RunGenCommand(const GenArgs& args) {
         fmt::format("gen --format {}: expected criteo, libsvm, libfm or slots", args.format));
   }
   if (args.out.empty()) return InvalidArgumentError("gen needs --out FILE");
+  if (args.rows == 0) return InvalidArgumentError("gen --rows must be >= 1");
   o.seed = args.seed;
   o.vocab_scale = args.vocab_scale;
   o.zipf = args.zipf;
@@ -133,6 +134,7 @@ Status RunGenCommand(const GenArgs& args) {
 Status RunConvertCommand(const JobConfig& job, const ConvertArgs& args) {
   if (args.out.empty()) return InvalidArgumentError("convert needs --out DIR");
   if (job.data.paths.empty()) return InvalidArgumentError("convert needs --data");
+  if (args.rows_per_file == 0) return InvalidArgumentError("convert --rows-per-file must be >= 1");
   ShardWriterOptions wo;
   if (!ParseShardCodec(args.codec, &wo.codec)) {
     return InvalidArgumentError(fmt::format("--codec {}: expected zstd, lz4 or none", args.codec));

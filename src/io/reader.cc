@@ -204,15 +204,29 @@ StatusOr<std::vector<std::string>> ExpandDataPaths(Env* env, const std::vector<s
         if (c.empty() || c[0] == '.') continue;
         if (format == DataFormat::kShards && !EndsWith(c, kShardSuffix)) continue;
         std::string full = JoinPath(p, c);
-        if (!env->IsDirectory(full)) files.push_back(std::move(full));
+        if (env->IsDirectory(full)) continue;
+        // A FIFO, socket or device would block the reader (forever, for a FIFO nobody writes):
+        // refused before anything is read.
+        if (!env->IsRegularFile(full)) {
+          return InvalidArgumentError(fmt::format(
+              "data directory {} holds {}, which is not a regular file (a FIFO, socket or "
+              "device); stream a pipe with --data - or data.command instead",
+              p, full));
+        }
+        files.push_back(std::move(full));
       }
       if (files.size() == before) {
         return InvalidArgumentError(
             fmt::format("data directory {} holds no {} files", p,
                         format == DataFormat::kShards ? "*.ctrshard" : "data"));
       }
-    } else if (p == "-" || env->FileExists(p)) {
+    } else if (p == "-" || env->IsRegularFile(p)) {
       files.push_back(p);
+    } else if (env->FileExists(p)) {
+      return InvalidArgumentError(fmt::format(
+          "data path {} is not a regular file (a FIFO, socket or device); stream a pipe with "
+          "--data - or data.command instead",
+          p));
     } else {
       return NotFoundError(fmt::format("data path {} does not exist", p));
     }

@@ -140,6 +140,18 @@ Status CheckNoOldCheckpoints(Env* env, const JobConfig& job) {
       job.ckpt.dir, CheckpointName(ids.back())));
 }
 
+// Model files without a MANIFEST (lost, or a first save that did not finish) are refused
+// rather than overwritten: the user says --fresh.
+Status CheckNoOrphanModel(Env* env, const JobConfig& job) {
+  ASSIGN_OR_RETURN(auto files, ModelFilesIn(env, job.model_dir));
+  if (files.empty()) return Status::OK();
+  return FailedPreconditionError(fmt::format(
+      "{} holds model files ({}{}) but no MANIFEST: a model whose MANIFEST was lost, or a "
+      "first save that did not finish; it cannot be continued. Pass --fresh to start a new "
+      "model there (the old files are deleted when it is saved)",
+      job.model_dir, files.front(), files.size() > 1 ? ", ..." : ""));
+}
+
 }  // namespace
 
 StatusOr<TrainStart> StartTrain(Env* env, const JobConfig& job, PassReader* reader,
@@ -165,6 +177,7 @@ StatusOr<TrainStart> StartTrain(Env* env, const JobConfig& job, PassReader* read
     if (!job.model_dir.empty() && !job.fresh && ModelExists(env, job.model_dir)) {
       RETURN_IF_ERROR(ContinueModel(env, job, pool, &start));
     } else {
+      if (!job.model_dir.empty() && !job.fresh) RETURN_IF_ERROR(CheckNoOrphanModel(env, job));
       RETURN_IF_ERROR(NewModel(env, job, &start));
     }
   }

@@ -67,6 +67,8 @@ class Env {
 
   virtual bool FileExists(const std::string& path) = 0;
   virtual bool IsDirectory(const std::string& path) = 0;
+  // A regular file (after following links): not a directory, FIFO, socket or device.
+  virtual bool IsRegularFile(const std::string& path) = 0;
   virtual StatusOr<uint64_t> GetFileSize(const std::string& path) = 0;
   // Names (not paths) of the entries of directory `dir`, sorted, without "." and "..".
   virtual StatusOr<std::vector<std::string>> GetChildren(const std::string& dir) = 0;

@@ -169,6 +169,10 @@ class PosixEnv final : public Env {
     struct stat st;
     return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
   }
+  bool IsRegularFile(const std::string& path) override {
+    struct stat st;
+    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  }
   StatusOr<uint64_t> GetFileSize(const std::string& path) override {
     struct stat st;
     if (::stat(path.c_str(), &st) != 0) return PosixError("stat " + path, errno);

@@ -228,6 +228,11 @@ bool MemEnv::IsDirectory(const std::string& path) {
   return dirs_.count(Normalize(path)) > 0;
 }
 
+bool MemEnv::IsRegularFile(const std::string& path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return files_.count(Normalize(path)) > 0;
+}
+
 StatusOr<uint64_t> MemEnv::GetFileSize(const std::string& path) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = files_.find(Normalize(path));

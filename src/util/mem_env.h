@@ -79,6 +79,7 @@ class MemEnv : public Env {
   StatusOr<std::unique_ptr<WritableFile>> NewAppendableFile(const std::string& path) override;
   bool FileExists(const std::string& path) override;
   bool IsDirectory(const std::string& path) override;
+  bool IsRegularFile(const std::string& path) override;  // every file MemEnv holds is
   StatusOr<uint64_t> GetFileSize(const std::string& path) override;
   StatusOr<std::vector<std::string>> GetChildren(const std::string& dir) override;
   Status CreateDirs(const std::string& dir) override;
