@@ -95,5 +95,42 @@ TEST_F(CliTest, ModelFilesWithoutAManifestAreNotOverwrittenWithoutFresh) {
   EXPECT_TRUE(Env::Posix()->FileExists(Path("m/MANIFEST")));
 }
 
+// Item 7: undefined metrics looked real (auc 0.5 on one-class labels; auc 0.5, logloss 0 and a
+// saved model on empty input).
+TEST_F(CliTest, UndefinedMetricsAreNullWithAReasonAndNoExamplesIsAnError) {
+  ASSERT_EQ(Run(Ctrbox("gen --rows 3000 --seed 1 --out " + Path("g.tsv"))).exit_code, 0);
+  ASSERT_EQ(
+      Run(Ctrbox("train --data " + Path("g.tsv") +
+                 " --set model.mlp=8 --set pipeline.pass_examples=1000 --model-dir " + Path("m")))
+          .exit_code,
+      0);
+  // Every label 1: the AUC needs both classes.
+  ASSERT_EQ(Run("sed 's/^0/1/' " + Path("g.tsv") + " > " + Path("pos.tsv")).exit_code, 0);
+  Result pos = Run(Ctrbox("eval --model-dir " + Path("m") + " --data " + Path("pos.tsv")));
+  ASSERT_EQ(pos.exit_code, 0) << pos.err;
+  EXPECT_TRUE(pos.last_json["auc"].is_null()) << pos.out;
+  EXPECT_TRUE(pos.last_json["auc_exact"].is_null()) << pos.out;
+  EXPECT_EQ(pos.last_json["auc_undefined"], "every label is 1") << pos.out;
+  EXPECT_GT(pos.last_json["logloss"].get<double>(), 0.0);  // still defined
+  // Empty input: an error for eval and train, and train saves nothing.
+  ASSERT_EQ(Run(": > " + Path("empty.tsv")).exit_code, 0);
+  Result ev = Run(Ctrbox("eval --model-dir " + Path("m") + " --data " + Path("empty.tsv")));
+  EXPECT_EQ(ev.exit_code, 1) << ev.out;
+  EXPECT_NE(ev.err.find("no examples"), std::string::npos) << ev.err;
+  Result tr = Run(Ctrbox("train --data " + Path("empty.tsv") + " --model-dir " + Path("e")));
+  EXPECT_EQ(tr.exit_code, 1) << tr.out;
+  EXPECT_NE(tr.err.find("no examples"), std::string::npos) << tr.err;
+  EXPECT_FALSE(Env::Posix()->FileExists(Path("e/MANIFEST")));
+  // A pass whose labels are all 0 logs an undefined AUC instead of failing or showing 0.5.
+  ASSERT_EQ(Run("sed 's/^1/0/' " + Path("g.tsv") + " > " + Path("neg.tsv")).exit_code, 0);
+  Result neg = Run(Ctrbox("train --data " + Path("neg.tsv") + " --set model.mlp=8 --model-dir " +
+                          Path("n") + " --eval-data " + Path("neg.tsv")));
+  ASSERT_EQ(neg.exit_code, 0) << neg.err;
+  EXPECT_TRUE(neg.last_json["auc"].is_null()) << neg.out;
+  EXPECT_TRUE(neg.last_json["test_auc"].is_null()) << neg.out;
+  EXPECT_EQ(neg.last_json["test_auc_undefined"], "every label is 0");
+  EXPECT_NE(neg.err.find("auc undefined (every label is 0)"), std::string::npos) << neg.err;
+}
+
 }  // namespace
 }  // namespace ctrbox

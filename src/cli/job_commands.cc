@@ -44,9 +44,11 @@ Status RunTrainCommand(const JobConfig& job) {
     return CancelledError("interrupted");
   }
   if (report.contains("test_auc")) {
-    LOG_INFO("trained on {} examples at {:.0f} examples/s: test AUC {:.4f}{}",
+    const nlohmann::json& auc = report["test_auc"];
+    LOG_INFO("trained on {} examples at {:.0f} examples/s: test AUC {}{}",
              report["examples"].get<uint64_t>(), report["examples_per_s"].get<double>(),
-             report["test_auc"].get<double>(),
+             auc.is_number() ? fmt::format("{:.4f}", auc.get<double>())
+                             : "undefined (" + report.value("test_auc_undefined", "") + ")",
              report.contains("oracle_auc")
                  ? fmt::format(" (oracle {:.4f})", report["oracle_auc"].get<double>())
                  : "");

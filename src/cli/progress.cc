@@ -12,8 +12,9 @@ namespace ctrbox {
 ProgressPrinter::ProgressPrinter() : tty_(::isatty(STDERR_FILENO) == 1) {}
 
 void ProgressPrinter::OnProgress(const TrainProgress& p) {
-  std::string line = fmt::format("{:>12} examples  {:>9.0f} ex/s  auc {:.4f}  logloss {:.4f}",
-                                 p.examples, p.examples_per_s, p.running.auc, p.running.logloss);
+  std::string line =
+      fmt::format("{:>12} examples  {:>9.0f} ex/s  auc {}  logloss {:.4f}", p.examples,
+                  p.examples_per_s, p.running.AucText(), p.running.logloss);
   if (tty_) {
     std::fprintf(stderr, "\r%s\033[K", line.c_str());
     std::fflush(stderr);
@@ -28,8 +29,11 @@ void ProgressPrinter::OnPass(const nlohmann::json& r) {
     std::fprintf(stderr, "\r\033[K");
     line_open_ = false;
   }
-  LOG_INFO("pass {}: {} examples, auc {:.4f}, logloss {:.4f}, copc {:.3f}, {:.0f} ex/s, {} keys",
-           r["pass"].get<uint64_t>(), r["examples"].get<uint64_t>(), r["auc"].get<double>(),
+  const std::string auc = r["auc"].is_number()
+                              ? fmt::format("{:.4f}", r["auc"].get<double>())
+                              : "undefined (" + r.value("auc_undefined", std::string()) + ")";
+  LOG_INFO("pass {}: {} examples, auc {}, logloss {:.4f}, copc {:.3f}, {:.0f} ex/s, {} keys",
+           r["pass"].get<uint64_t>(), r["examples"].get<uint64_t>(), auc,
            r["logloss"].get<double>(), r["copc"].get<double>(), r["examples_per_s"].get<double>(),
            r["table_keys"].get<uint64_t>());
 }

@@ -2,12 +2,23 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 namespace ctrbox {
 
 nlohmann::json MetricSummary::ToJson() const {
-  return nlohmann::json{{"examples", examples}, {"auc", auc}, {"logloss", logloss},
-                        {"copc", copc},         {"ctr", ctr}, {"mean_prediction", mean_prediction}};
+  nlohmann::json j{{"examples", examples}, {"auc", AucJson()},
+                   {"logloss", logloss},   {"copc", copc},
+                   {"ctr", ctr},           {"mean_prediction", mean_prediction}};
+  if (auc_undefined) j["auc_undefined"] = auc_undefined;
+  return j;
+}
+
+std::string MetricSummary::AucText() const {
+  if (auc_undefined) return std::string("undefined (") + auc_undefined + ")";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.4f", auc);
+  return buf;
 }
 
 void MetricAccumulator::Add(float label, double p) {
@@ -30,9 +41,14 @@ void MetricAccumulator::Merge(const MetricAccumulator& o) {
 MetricSummary MetricAccumulator::Summary() const {
   MetricSummary s;
   s.examples = examples_;
-  if (examples_ == 0) return s;
+  if (examples_ == 0) {
+    s.auc_undefined = "no examples";
+    return s;
+  }
   const double n = static_cast<double>(examples_);
   s.auc = auc_.Auc();
+  if (clicks_ == 0) s.auc_undefined = "every label is 0";
+  if (clicks_ == n) s.auc_undefined = "every label is 1";
   s.logloss = sum_loss_ / n;
   s.copc = sum_pred_ > 0 ? clicks_ / sum_pred_ : 0;
   s.ctr = clicks_ / n;

@@ -14,12 +14,19 @@ namespace ctrbox {
 
 struct MetricSummary {
   uint64_t examples = 0;
-  double auc = 0.5;
+  double auc = 0.5;  // meaningful only when auc_undefined is null
+  // Why the AUC is undefined — "no examples", "every label is 0", "every label is 1" (the AUC
+  // needs both classes) — or null. Reports show such an AUC as null with this reason.
+  const char* auc_undefined = nullptr;
   double logloss = 0;  // mean binary cross-entropy, predictions clipped to [1e-7, 1 - 1e-7]
   double copc = 0;     // clicks / sum of predictions (1 = calibrated)
   double ctr = 0;      // clicks / examples
   double mean_prediction = 0;
   nlohmann::json ToJson() const;
+  // The AUC as reports show it: a number, or null when undefined.
+  nlohmann::json AucJson() const { return auc_undefined ? nlohmann::json() : nlohmann::json(auc); }
+  // "0.7123", or "undefined (every label is 1)": for logs.
+  std::string AucText() const;
 };
 
 // Accumulates one stream. Thread safety: not thread-safe; merge per-thread instances.

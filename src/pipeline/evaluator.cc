@@ -139,20 +139,33 @@ StatusOr<nlohmann::json> RunEval(Env* env, const JobConfig& job) {
                    Evaluate(reader.get(), *lm.table, lm.model.get(), job.train.batch_size,
                             job.pipeline.pass_examples, &pool, keep));
   const double seconds = clock.Seconds();
-  nlohmann::json report = {{"command", "eval"},
-                           {"examples", s.examples},
-                           {"auc", s.auc},
-                           {"auc_exact", ExactAuc(labels, scores)},
-                           {"auc_exact_examples", labels.size()},
-                           {"logloss", s.logloss},
-                           {"copc", s.copc},
-                           {"ctr", s.ctr},
-                           {"seconds", seconds},
-                           {"examples_per_s", s.examples / std::max(seconds, 1e-9)},
-                           {"load_seconds", load_seconds},
-                           {"model_dir", job.model_dir},
-                           {"digest", lm.manifest.digest},
-                           {"peak_rss_bytes", PeakRssBytes()}};
+  if (s.examples == 0) {
+    const RecordCounts c = reader->counts();
+    return FailedPreconditionError(fmt::format(
+        "no examples to evaluate in the input ({} records malformed and skipped): no metric "
+        "is defined",
+        c.bad_total()));
+  }
+  // The exact AUC is undefined as the streaming one is, over its own (first) examples.
+  const size_t positives = static_cast<size_t>(
+      std::count_if(labels.begin(), labels.end(), [](float y) { return y > 0.5f; }));
+  const bool exact_defined = positives > 0 && positives < labels.size();
+  nlohmann::json report = {
+      {"command", "eval"},
+      {"examples", s.examples},
+      {"auc", s.AucJson()},
+      {"auc_exact", exact_defined ? nlohmann::json(ExactAuc(labels, scores)) : nlohmann::json()},
+      {"auc_exact_examples", labels.size()},
+      {"logloss", s.logloss},
+      {"copc", s.copc},
+      {"ctr", s.ctr},
+      {"seconds", seconds},
+      {"examples_per_s", s.examples / std::max(seconds, 1e-9)},
+      {"load_seconds", load_seconds},
+      {"model_dir", job.model_dir},
+      {"digest", lm.manifest.digest},
+      {"peak_rss_bytes", PeakRssBytes()}};
+  if (s.auc_undefined) report["auc_undefined"] = s.auc_undefined;
   report.update(CountsJson(reader->counts()));
   return report;
 }

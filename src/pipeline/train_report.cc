@@ -106,7 +106,7 @@ nlohmann::json PassRecord(const Pass& pass, uint64_t examples, uint64_t table_ke
                            {"pass", pass.index},
                            {"examples", examples},
                            {"pass_examples", ps.examples},
-                           {"auc", ps.auc},
+                           {"auc", ps.AucJson()},
                            {"logloss", ps.logloss},
                            {"copc", ps.copc},
                            {"working_set_keys", pass.ws.keys.size()},
@@ -117,6 +117,7 @@ nlohmann::json PassRecord(const Pass& pass, uint64_t examples, uint64_t table_ke
                            {"stages", StagesJson(pass.clock)},
                            {"storage", std::move(storage_delta)}};
   if (!checkpoint.is_null()) record["checkpoint"] = checkpoint;
+  if (ps.auc_undefined) record["auc_undefined"] = ps.auc_undefined;
   return record;
 }
 
@@ -127,12 +128,12 @@ nlohmann::json TrainReport(const TrainRunFacts& f) {
   const MetricSummary summary = stages.summary();
   const TableStats ts = f.table->Stats();
   const bool generated = IsGenerated(job.data);
-  return {
+  nlohmann::json report = {
       {"command", "train"},
       {"examples", stages.examples()},
       {"seconds", run.seconds},
       {"examples_per_s", stages.examples() / std::max(run.seconds, 1e-9)},
-      {"auc", summary.auc},
+      {"auc", summary.AucJson()},
       {"logloss", summary.logloss},
       {"copc", summary.copc},
       {"passes", stages.passes()},
@@ -167,6 +168,8 @@ nlohmann::json TrainReport(const TrainRunFacts& f) {
       {"job_passes", f.position.passes},
       {"job_examples", f.position.examples},
   };
+  if (summary.auc_undefined) report["auc_undefined"] = summary.auc_undefined;
+  return report;
 }
 
 void LogStageTable(const StageClocks& clocks, double seconds, uint64_t passes, bool pipelined) {

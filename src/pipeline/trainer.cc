@@ -1,5 +1,7 @@
 #include "pipeline/trainer.h"
 
+#include <fmt/format.h>
+
 #include <memory>
 
 #include "ckpt/model_dir.h"
@@ -109,16 +111,15 @@ Status EvaluateHeldOut(Env* env, const JobConfig& job, TrainStart* start, Thread
                    Evaluate(eval_reader.get(), *start->table, start->model.get(),
                             job.train.batch_size, job.pipeline.pass_examples, pool, nullptr));
   (*report)["test_examples"] = t.examples;
-  (*report)["test_auc"] = t.auc;
+  (*report)["test_auc"] = t.AucJson();
+  if (t.auc_undefined) (*report)["test_auc_undefined"] = t.auc_undefined;
   (*report)["test_logloss"] = t.logloss;
   (*report)["test_copc"] = t.copc;
   (*report)["eval_seconds"] = clock.Seconds();
   if (generated) (*report)["oracle_auc"] = OracleAuc(job.generated);
-  return start->metrics_log->Write({{"event", "test"},
-                                    {"examples", t.examples},
-                                    {"auc", t.auc},
-                                    {"logloss", t.logloss},
-                                    {"copc", t.copc}});
+  nlohmann::json line = t.ToJson();
+  line["event"] = "test";
+  return start->metrics_log->Write(line);
 }
 
 // The SSD files are this job's scratch space (the model is in the model directory) unless
@@ -152,6 +153,14 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   TrainPosition position;
   ASSIGN_OR_RETURN(nlohmann::json report,
                    RunPasses(job, &reader, &start, sink, stop, &pool, &position));
+
+  // A job that trained nothing has no model to save (an interrupted one stops as usual).
+  if (position.examples == 0 && !report["interrupted"].get<bool>()) {
+    return FailedPreconditionError(fmt::format(
+        "no examples in the input ({} records malformed and skipped): nothing was trained and "
+        "nothing is saved",
+        report.value("records_malformed", uint64_t{0})));
+  }
 
   // Finish: commit, evaluate (not after Ctrl-C), close.
   RETURN_IF_ERROR(CommitModel(env, job, &start, position, &pool, &report));
