@@ -132,5 +132,22 @@ TEST_F(CliTest, UndefinedMetricsAreNullWithAReasonAndNoExamplesIsAnError) {
   EXPECT_NE(neg.err.find("auc undefined (every label is 0)"), std::string::npos) << neg.err;
 }
 
+// Item 8: a second Ctrl-C abandoned the save silently, with the exit status of a clean save.
+TEST_F(CliTest, ASecondInterruptSaysWhatItAbandonsAndHasItsOwnExitStatus) {
+  // Passes of 200 000 generated rows take seconds here: the second signal lands while the
+  // first pass still trains (the first asked to stop after it).
+  const std::string train = Ctrbox(
+      "train --set data.gen.rows=2000000 --set model.mlp=64 "
+      "--set pipeline.pass_examples=200000 --model-dir " +
+      Path("m"));
+  Result r = Run("bash -c '" + train +
+                 " & pid=$!; sleep 3; kill -TERM $pid; sleep 0.3; kill -TERM $pid; wait $pid; "
+                 "echo exit=$?'");
+  EXPECT_NE(r.out.find("exit=3"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.err.find("second interrupt"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("abandoning"), std::string::npos) << r.err;
+  EXPECT_FALSE(Env::Posix()->FileExists(Path("m/MANIFEST")));  // nothing was committed
+}
+
 }  // namespace
 }  // namespace ctrbox

@@ -29,6 +29,10 @@ struct ConvertArgs {
   uint64_t rows_per_file = 1 << 22;
 };
 
+// The exit status after a second Ctrl-C or SIGTERM, which abandons what was not committed
+// (130: stopped by the first one, the model saved; 1: an error).
+constexpr int kExitAbandoned = 3;
+
 // Prints j as one line of standard output.
 void PrintJson(const nlohmann::json& j);
 

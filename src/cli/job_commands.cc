@@ -1,6 +1,7 @@
 // train, eval and predict: the pipeline's jobs (pipeline/trainer.h, pipeline/evaluator.h).
 // This file includes pipeline/ and util/ headers only.
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <csignal>
@@ -22,13 +23,24 @@ Status RunTrainCommand(const JobConfig& job) {
              job.generated.test_rows);
   }
   ProgressPrinter progress;
-  // Ctrl-C (or SIGTERM) stops after the pass in training is pushed and saves the model; a
-  // second one ends the process at once.
+  // Ctrl-C (or SIGTERM) stops after the pass in training is pushed and saves the model (exit
+  // 130); a second one ends the process at once, saying so, with exit status 3
+  // (kExitAbandoned): what was not committed yet is abandoned, the model directory and the
+  // checkpoints keep their last commit (commits are atomic).
   static std::atomic<bool> stop{false};
+  static std::atomic<int> signals{0};
   struct sigaction sa = {};
-  sa.sa_handler = [](int sig) {
-    stop.store(true);
-    std::signal(sig, SIG_DFL);
+  sa.sa_handler = [](int) {
+    if (signals.fetch_add(1) == 0) {
+      stop.store(true);
+      return;
+    }
+    static const char kMsg[] =
+        "\nctrbox: second interrupt: stopped at once, abandoning the save or the passes in "
+        "progress; the model directory and the checkpoints keep what they last committed "
+        "(exit status 3)\n";
+    (void)!::write(STDERR_FILENO, kMsg, sizeof(kMsg) - 1);
+    ::_exit(kExitAbandoned);
   };
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
