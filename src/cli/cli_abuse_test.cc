@@ -149,5 +149,35 @@ TEST_F(CliTest, ASecondInterruptSaysWhatItAbandonsAndHasItsOwnExitStatus) {
   EXPECT_FALSE(Env::Posix()->FileExists(Path("m/MANIFEST")));  // nothing was committed
 }
 
+// Item 9: settings that were silently dropped are refused, with the key (and line) named.
+TEST_F(CliTest, SettingsThatWouldBeIgnoredAreRefused) {
+  struct Case {
+    std::string yaml, want;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"train:\n  threads: 2\n  threads: 3\n", "train.threads is given twice"},
+           {"model:\n  mlp: 32\nmodel:\n  wide: true\n", "model is given twice"},
+           {"train:\n  threads:\n", "train.threads has no value"},
+           {"train:\n  threads: 2\n---\ntrain:\n  threads: 3\n", "a second YAML document"},
+       }) {
+    ASSERT_TRUE(WriteFileAtomic(Env::Posix(), Path("job.yaml"), c.yaml).ok());
+    Result r = Run(Ctrbox("train -c " + Path("job.yaml")));
+    EXPECT_EQ(r.exit_code, 1) << c.yaml;
+    EXPECT_NE(r.err.find(c.want), std::string::npos) << c.yaml << r.err;
+    EXPECT_NE(r.err.find("job.yaml:"), std::string::npos) << r.err;  // the line is named
+  }
+  Result budget = Run(Ctrbox("train --set storage.memory_budget=1GB"));
+  EXPECT_EQ(budget.exit_code, 1);
+  EXPECT_NE(budget.err.find("storage.memory_budget needs storage.ssd_dir"), std::string::npos)
+      << budget.err;
+  ASSERT_EQ(Run(Ctrbox("gen --format libsvm --rows 100 --out " + Path("l.txt"))).exit_code, 0);
+  for (const std::string set : {"data.num_slots=26", "data.num_dense=13"}) {
+    Result r = Run(Ctrbox("train --format libsvm --data " + Path("l.txt") + " --set " + set));
+    EXPECT_EQ(r.exit_code, 1) << set;
+    EXPECT_NE(r.err.find(set.substr(0, set.find('='))), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("libsvm"), std::string::npos) << r.err;
+  }
+}
+
 }  // namespace
 }  // namespace ctrbox

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <functional>
 #include <limits>
+#include <map>
 
 #include "util/parse.h"
 #include "util/sys.h"
@@ -392,9 +393,22 @@ Status Flatten(const YAML::Node& node, const std::string& prefix, const std::str
                std::vector<std::tuple<std::string, std::string, int>>* out) {
   const int line = node.Mark().line + 1;
   if (node.IsMap()) {
+    std::map<std::string, int> seen;  // key -> its line: a key given twice is refused
     for (const auto& kv : node) {
       const std::string k = kv.first.as<std::string>();
-      RETURN_IF_ERROR(Flatten(kv.second, prefix.empty() ? k : prefix + "." + k, path, out));
+      const std::string full = prefix.empty() ? k : prefix + "." + k;
+      const int key_line = kv.first.Mark().line + 1;
+      auto [it, added] = seen.emplace(k, key_line);
+      if (!added) {
+        return InvalidArgumentError(fmt::format("{}:{}: {} is given twice (first on line {})", path,
+                                                key_line, full, it->second));
+      }
+      if (kv.second.IsNull()) {
+        return InvalidArgumentError(
+            fmt::format("{}:{}: {} has no value (write one, or leave the key out for its default)",
+                        path, key_line, full));
+      }
+      RETURN_IF_ERROR(Flatten(kv.second, full, path, out));
     }
   } else if (node.IsSequence()) {
     std::string joined;
@@ -464,7 +478,13 @@ Status JobConfigBuilder::LoadYaml(const std::string& path) {
   RETURN_IF_ERROR(ReadFileToString(Env::Posix(), path, &text));
   YAML::Node root;
   try {
-    root = YAML::Load(text);
+    std::vector<YAML::Node> docs = YAML::LoadAll(text);
+    if (docs.size() > 1) {
+      return InvalidArgumentError(
+          fmt::format("{}:{}: a second YAML document ('---'); a job file is one map of settings",
+                      path, docs[1].Mark().line + 1));
+    }
+    if (!docs.empty()) root = docs[0];
   } catch (const YAML::Exception& e) {
     return InvalidArgumentError(fmt::format("{}:{}: {}", path, e.mark.line + 1, e.msg));
   }

@@ -1,5 +1,7 @@
 #include "pipeline/job.h"
 
+#include <fmt/format.h>
+
 namespace ctrbox {
 
 Status TrainOptions::Validate() const {
@@ -19,6 +21,16 @@ Status PipelineOptions::Validate() const {
 }
 
 Status JobConfig::Validate() const {
+  // The layouts criteo and libsvm fix, and libfm fixes num_dense (io/text_format.h): a value
+  // set for them would be ignored.
+  const bool fixed_slots = data.format == DataFormat::kCriteo || data.format == DataFormat::kLibsvm;
+  const bool fixed_dense = fixed_slots || data.format == DataFormat::kLibfm;
+  if ((fixed_slots && data.num_slots != 0) || (fixed_dense && data.num_dense != 0)) {
+    return InvalidArgumentError(fmt::format(
+        "data.{} does not apply to format {} (its layout is fixed; it is for {})",
+        fixed_slots && data.num_slots != 0 ? "num_slots" : "num_dense", DataFormatName(data.format),
+        fixed_slots && data.num_slots != 0 ? "libfm and slots" : "slots"));
+  }
   RETURN_IF_ERROR(train.Validate());
   RETURN_IF_ERROR(pipeline.Validate());
   if (spec.model.quant.bits == 1 || spec.model.quant.bits > 16) {

@@ -83,7 +83,12 @@ TieredTable::TieredTable(Env* env, TieredOptions options)
 
 Status TieredOptions::Validate() const {
   if (shard_bits > 12) return InvalidArgumentError("table.shard_bits must be <= 12");
-  if (ssd.dir.empty()) return Status::OK();
+  if (ssd.dir.empty()) {
+    if (memory_budget == 0) return Status::OK();
+    return InvalidArgumentError(
+        "storage.memory_budget needs storage.ssd_dir: without a disk tier every row stays in "
+        "memory, so the budget could not be kept");
+  }
   if (memory_budget == 0)
     return InvalidArgumentError("storage.ssd_dir needs storage.memory_budget");
   if (ssd.group_bits < shard_bits) {
