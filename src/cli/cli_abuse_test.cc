@@ -134,15 +134,18 @@ TEST_F(CliTest, UndefinedMetricsAreNullWithAReasonAndNoExamplesIsAnError) {
 
 // Item 8: a second Ctrl-C abandoned the save silently, with the exit status of a clean save.
 TEST_F(CliTest, ASecondInterruptSaysWhatItAbandonsAndHasItsOwnExitStatus) {
-  // Passes of 200 000 generated rows take seconds here: the second signal lands while the
-  // first pass still trains (the first asked to stop after it).
+  // One pass of 300 000 generated rows: once its training has begun (a progress line), the
+  // first signal lets it finish (seconds here), so the second lands while it trains.
+  const std::string log = Path("train.log");
   const std::string train = Ctrbox(
-      "train --set data.gen.rows=2000000 --set model.mlp=64 "
-      "--set pipeline.pass_examples=200000 --model-dir " +
+      "train --set data.gen.rows=300000 --set data.gen.test_rows=1000 --set model.mlp=64 "
+      "--set pipeline.pass_examples=300000 --set train.progress_seconds=0.1 --model-dir " +
       Path("m"));
-  Result r = Run("bash -c '" + train +
-                 " & pid=$!; sleep 3; kill -TERM $pid; sleep 0.3; kill -TERM $pid; wait $pid; "
-                 "echo exit=$?'");
+  Result r = Run("bash -c '" + train + " 2>" + log +
+                 " & pid=$!; for i in $(seq 600); do grep -q \"ex/s\" " + log +
+                 " && break; sleep 0.1; done; kill -TERM $pid; sleep 0.3; kill -TERM $pid; "
+                 "wait $pid; echo exit=$?; cat " +
+                 log + " >&2'");
   EXPECT_NE(r.out.find("exit=3"), std::string::npos) << r.out << r.err;
   EXPECT_NE(r.err.find("second interrupt"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("abandoning"), std::string::npos) << r.err;
