@@ -52,6 +52,55 @@ TEST_F(CliTest, ConvertRefusesZeroRowsPerFileAndBlockRows) {
   }
 }
 
+// Item 3: a shard directory was trusted blindly: after a convert killed midway, train used the
+// files it had written; a smaller conversion into an earlier one's directory trained on both.
+TEST_F(CliTest, AShardDirectoryIsReadOnlyWhenItsConversionFinished) {
+  ASSERT_EQ(Run(Ctrbox("gen --rows 50000 --seed 1 --out " + Path("big.tsv"))).exit_code, 0);
+  ASSERT_EQ(Run(Ctrbox("gen --rows 3000 --seed 2 --out " + Path("small.tsv"))).exit_code, 0);
+  const std::string shards = Path("shards");
+  Result c = Run(
+      Ctrbox("convert --data " + Path("big.tsv") + " --out " + shards + " --rows-per-file 5000"));
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_EQ(c.last_json["rows"], 50000);
+  const std::string train = " --set model.mlp=16 --set train.batch_size=512 --fresh";
+
+  // A conversion that did not finish: its files are there, the manifest (written last) is not.
+  ASSERT_EQ(std::system(("cp -r " + shards + " " + Path("killed") + " && rm " + Path("killed") +
+                         "/SHARDS " + Path("killed") + "/part-0000[4-9].ctrshard")
+                            .c_str()),
+            0);
+  Result t = Run(Ctrbox("train --format shards --data " + Path("killed") + " --model-dir " +
+                        Path("m0") + train));
+  EXPECT_EQ(t.exit_code, 1);
+  EXPECT_NE(t.err.find("did not finish"), std::string::npos) << t.err;
+  EXPECT_FALSE(Env::Posix()->FileExists(Path("m0/MANIFEST")));
+
+  // Converting 3000 rows into the directory of the 50000-row conversion replaces it.
+  c = Run(
+      Ctrbox("convert --data " + Path("small.tsv") + " --out " + shards + " --rows-per-file 5000"));
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_EQ(c.last_json["rows"], 3000);
+  EXPECT_NE(c.err.find("replacing an earlier conversion (10 files)"), std::string::npos) << c.err;
+  t = Run(Ctrbox("train --format shards --data " + shards + " --model-dir " + Path("m1") + train));
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_EQ(t.last_json["examples"], 3000);
+
+  // A directory that holds files convert did not write is refused, and they are kept.
+  ASSERT_EQ(::mkdir(Path("mine").c_str(), 0700), 0);
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), Path("mine/notes.txt"), "keep").ok());
+  c = Run(Ctrbox("convert --data " + Path("small.tsv") + " --out " + Path("mine")));
+  EXPECT_EQ(c.exit_code, 1);
+  EXPECT_NE(c.err.find("notes.txt"), std::string::npos) << c.err;
+  EXPECT_TRUE(Env::Posix()->FileExists(Path("mine/notes.txt")));
+
+  // A conversion that fails (here: no valid rows) leaves nothing behind.
+  ASSERT_EQ(std::system(("printf 'x\\ty\\n' > " + Path("bad.tsv")).c_str()), 0);
+  c = Run(Ctrbox("convert --data " + Path("bad.tsv") + " --out " + Path("none") +
+                 " --set data.max_error_rate=1"));
+  EXPECT_NE(c.exit_code, 0);
+  EXPECT_FALSE(Env::Posix()->FileExists(Path("none"))) << c.err;
+}
+
 // Item 4: a FIFO in a data directory blocked the reader forever.
 TEST_F(CliTest, AFifoInADataDirectoryIsRefusedUpFront) {
   ASSERT_EQ(::mkdir(Path("d").c_str(), 0700), 0);

@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "io/reader.h"
 #include "io/shard.h"
+#include "io/shard_dir.h"
 #include "io/synth.h"
 #include "metrics/metrics.h"
 #include "table/ssd_store.h"
@@ -131,6 +132,55 @@ Status RunGenCommand(const GenArgs& args) {
   return Status::OK();
 }
 
+namespace {
+
+// Writes the shards of `reader` into `out` (already cleared) and their manifest last.
+Status WriteConversion(Env* env, BatchReader* reader, const ConvertArgs& args,
+                       const ShardWriterOptions& wo, ShardDirManifest* manifest,
+                       uint64_t* bytes_out) {
+  manifest->schema = reader->schema();
+  std::unique_ptr<ShardWriter> writer;
+  std::string tmp, final_path;
+  auto finish_file = [&]() -> Status {
+    if (!writer) return Status::OK();
+    RETURN_IF_ERROR(writer->Finish());  // syncs the file
+    manifest->files.push_back({BaseName(final_path), writer->rows(), writer->bytes_written()});
+    *bytes_out += writer->bytes_written();
+    writer.reset();
+    return env->RenameFile(tmp, final_path);
+  };
+  Batch batch, slice;
+  while (true) {
+    bool eof = false;
+    RETURN_IF_ERROR(reader->Next(&batch, &eof));
+    if (eof) break;
+    for (size_t begin = 0; begin < batch.rows();) {
+      if (!writer) {
+        final_path =
+            JoinPath(args.out, fmt::format("part-{:05d}.ctrshard", manifest->files.size()));
+        tmp = final_path + ".tmp";
+        ASSIGN_OR_RETURN(writer, ShardWriter::Open(env, tmp, reader->schema(), wo));
+      }
+      const size_t take =
+          std::min<uint64_t>(batch.rows() - begin, args.rows_per_file - writer->rows());
+      slice.Reset(batch.schema);
+      slice.AppendRows(batch, begin, begin + take);
+      RETURN_IF_ERROR(writer->Add(slice));
+      begin += take;
+      if (writer->rows() >= args.rows_per_file) RETURN_IF_ERROR(finish_file());
+    }
+  }
+  RETURN_IF_ERROR(finish_file());
+  if (manifest->files.empty()) {
+    return InvalidArgumentError("convert: the input holds no valid rows; nothing was written");
+  }
+  // The shard files and their renames are durable before the manifest names them.
+  RETURN_IF_ERROR(env->SyncDir(args.out));
+  return WriteShardManifest(env, args.out, *manifest);
+}
+
+}  // namespace
+
 Status RunConvertCommand(const JobConfig& job, const ConvertArgs& args) {
   if (args.out.empty()) return InvalidArgumentError("convert needs --out DIR");
   if (job.data.paths.empty()) return InvalidArgumentError("convert needs --data");
@@ -143,44 +193,23 @@ Status RunConvertCommand(const JobConfig& job, const ConvertArgs& args) {
   Env* env = Env::Posix();
   Stopwatch clock;
   ASSIGN_OR_RETURN(auto reader, OpenReader(env, job.data));
-  RETURN_IF_ERROR(env->CreateDirs(args.out));
-  std::unique_ptr<ShardWriter> writer;
-  std::string tmp, final_path;
-  uint64_t files = 0, rows = 0, bytes_out = 0;
-  auto finish_file = [&]() -> Status {
-    if (!writer) return Status::OK();
-    RETURN_IF_ERROR(writer->Finish());
-    bytes_out += writer->bytes_written();
-    writer.reset();
-    return env->RenameFile(tmp, final_path);
-  };
-  Batch batch, slice;
-  while (true) {
-    bool eof = false;
-    RETURN_IF_ERROR(reader->Next(&batch, &eof));
-    if (eof) break;
-    for (size_t begin = 0; begin < batch.rows();) {
-      if (!writer) {
-        final_path = JoinPath(args.out, fmt::format("part-{:05d}.ctrshard", files++));
-        tmp = final_path + ".tmp";
-        ASSIGN_OR_RETURN(writer, ShardWriter::Open(env, tmp, reader->schema(), wo));
-      }
-      const size_t take =
-          std::min<uint64_t>(batch.rows() - begin, args.rows_per_file - writer->rows());
-      slice.Reset(batch.schema);
-      slice.AppendRows(batch, begin, begin + take);
-      RETURN_IF_ERROR(writer->Add(slice));
-      begin += take;
-      rows += take;
-      if (writer->rows() >= args.rows_per_file) RETURN_IF_ERROR(finish_file());
-    }
+  const bool created_dir = !env->FileExists(args.out);
+  ASSIGN_OR_RETURN(const size_t replaced, ClearShardDir(env, args.out));
+  if (replaced > 0) {
+    LOG_INFO("{}: replacing an earlier conversion ({} files)", args.out, replaced);
   }
-  RETURN_IF_ERROR(finish_file());
-  RETURN_IF_ERROR(env->SyncDir(args.out));
+  ShardDirManifest manifest;
+  uint64_t bytes_out = 0;
+  Status s = WriteConversion(env, reader.get(), args, wo, &manifest, &bytes_out);
+  if (!s.ok()) {
+    // Nothing of a failed conversion is usable without its manifest: give the space back.
+    RemoveFailedConversion(env, args.out, created_dir);
+    return s;
+  }
   const RecordCounts c = reader->counts();
   PrintJson({{"command", "convert"},
-             {"rows", rows},
-             {"files", files},
+             {"rows", manifest.rows()},
+             {"files", manifest.files.size()},
              {"out", args.out},
              {"bytes_out", bytes_out},
              {"codec", args.codec},

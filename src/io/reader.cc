@@ -14,12 +14,11 @@
 
 #include "io/line_chunker.h"
 #include "io/shard.h"
+#include "io/shard_dir.h"
 #include "io/synth.h"
 
 namespace ctrbox {
 namespace {
-
-constexpr std::string_view kShardSuffix = ".ctrshard";
 
 // Reads several files one after another through a per-file ChunkSource.
 class FileSequenceSource final : public ChunkSource {
@@ -187,22 +186,24 @@ class ParallelChunkReader final : public BatchReader {
   std::vector<std::thread> workers_;
 };
 
-bool EndsWith(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
 }  // namespace
 
 StatusOr<std::vector<std::string>> ExpandDataPaths(Env* env, const std::vector<std::string>& paths,
                                                    DataFormat format) {
   std::vector<std::string> files;
   for (const std::string& p : paths) {
-    if (p != "-" && env->IsDirectory(p)) {
+    if (p != "-" && env->IsDirectory(p) && format == DataFormat::kShards) {
+      // A shard directory is read as its manifest lists it, or not at all.
+      ASSIGN_OR_RETURN(ShardDirManifest m, ReadShardManifest(env, p));
+      if (m.files.empty()) {
+        return InvalidArgumentError(fmt::format("shard directory {} holds no rows", p));
+      }
+      for (const ShardFileEntry& f : m.files) files.push_back(JoinPath(p, f.name));
+    } else if (p != "-" && env->IsDirectory(p)) {
       ASSIGN_OR_RETURN(auto children, env->GetChildren(p));
       size_t before = files.size();
       for (const std::string& c : children) {
         if (c.empty() || c[0] == '.') continue;
-        if (format == DataFormat::kShards && !EndsWith(c, kShardSuffix)) continue;
         std::string full = JoinPath(p, c);
         if (env->IsDirectory(full)) continue;
         // A FIFO, socket or device would block the reader (forever, for a FIFO nobody writes):
@@ -216,9 +217,7 @@ StatusOr<std::vector<std::string>> ExpandDataPaths(Env* env, const std::vector<s
         files.push_back(std::move(full));
       }
       if (files.size() == before) {
-        return InvalidArgumentError(
-            fmt::format("data directory {} holds no {} files", p,
-                        format == DataFormat::kShards ? "*.ctrshard" : "data"));
+        return InvalidArgumentError(fmt::format("data directory {} holds no data files", p));
       }
     } else if (p == "-" || env->IsRegularFile(p)) {
       files.push_back(p);
