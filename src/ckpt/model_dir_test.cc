@@ -1,5 +1,6 @@
 #include "ckpt/model_dir.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -235,6 +236,13 @@ TEST_F(ModelDirTest, SpecDifferencesAreNamed) {
   other.table.decay = 0.5f;
   other.model.embedding_dim = 4;
   EXPECT_EQ(spec_.FirstIncompatibility(other), "model.embedding_dim");
+  // Messages show both values (issue 21 item 11: they named only the key).
+  EXPECT_EQ(spec_.DescribeDifference(other, "model.embedding_dim"),
+            fmt::format("model.embedding_dim = {} there, 4 now", spec_.model.embedding_dim));
+  other = spec_;
+  other.model.mlp = {16, 4};
+  EXPECT_EQ(spec_.DescribeDifference(other, "model.mlp"),
+            "model.mlp = " + nlohmann::json(spec_.model.mlp).dump() + " there, [16,4] now");
   auto j = spec_.ToJson();
   j["schema"].erase("num_dense");
   EXPECT_FALSE(ModelSpec::FromJson(j).ok());

@@ -1,5 +1,7 @@
 #include "ckpt/model_spec.h"
 
+#include <fmt/format.h>
+
 namespace ctrbox {
 namespace {
 
@@ -131,6 +133,18 @@ std::string ModelSpec::FirstIncompatibility(const ModelSpec& other) const {
   b.dense_optimizer = OptimizerOptions{other.dense_optimizer.kind};
   a.table = b.table = AccessorOptions{};
   return a.FirstDifference(b);
+}
+
+std::string ModelSpec::DescribeDifference(const ModelSpec& other, const std::string& key) const {
+  auto value_of = [&key](const ModelSpec& spec) -> std::string {
+    std::vector<std::pair<std::string, nlohmann::json>> flat;
+    Flatten(spec.ToJson(), "", &flat);
+    for (const auto& [k, v] : flat) {
+      if (k == key) return v.dump();
+    }
+    return "(none)";
+  };
+  return fmt::format("{} = {} there, {} now", key, value_of(*this), value_of(other));
 }
 
 }  // namespace ctrbox

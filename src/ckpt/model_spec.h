@@ -30,6 +30,8 @@ struct ModelSpec {
   // Hyperparameters (learning rates, betas, the table's thresholds, seeds) may change
   // between runs that continue one model. "" if compatible.
   std::string FirstIncompatibility(const ModelSpec& other) const;
+  // "KEY = OLD there, NEW now" for a key FirstDifference returned: what a message shows.
+  std::string DescribeDifference(const ModelSpec& other, const std::string& key) const;
 };
 
 }  // namespace ctrbox

@@ -231,5 +231,56 @@ TEST_F(CliTest, SettingsThatWouldBeIgnoredAreRefused) {
   }
 }
 
+// Item 11: a gzip log was reported as a field-count error, a UTF-8 BOM showed as an invisible
+// character in the label, NUL bytes were echoed raw into the log, and a spec mismatch named
+// the key but not the values.
+TEST_F(CliTest, CompressedLogsAreReadAndMessagesShowWhatIsWrong) {
+  ASSERT_EQ(Run(Ctrbox("gen --rows 4000 --seed 3 --out " + Path("g.tsv"))).exit_code, 0);
+  ASSERT_EQ(std::system(("gzip -c " + Path("g.tsv") + " > " + Path("g.tsv.gz")).c_str()), 0);
+  const std::string train = " --set model.mlp=16 --set train.batch_size=512 --fresh";
+  Result plain =
+      Run(Ctrbox("train --data " + Path("g.tsv") + " --model-dir " + Path("m1") + train));
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  Result gz =
+      Run(Ctrbox("train --data " + Path("g.tsv.gz") + " --model-dir " + Path("m2") + train));
+  ASSERT_EQ(gz.exit_code, 0) << gz.err;
+  EXPECT_EQ(gz.last_json["examples"], 4000);
+  EXPECT_EQ(gz.last_json["digest"], plain.last_json["digest"]) << "gzip input must be lossless";
+  // Standard input and a truncated file.
+  Result piped = Run(Ctrbox("eval --model-dir " + Path("m1") + " --data -"), Path("g.tsv.gz"));
+  ASSERT_EQ(piped.exit_code, 0) << piped.err;
+  EXPECT_EQ(piped.last_json["examples"], 4000);
+  ASSERT_EQ(std::system(("head -c 20000 " + Path("g.tsv.gz") + " > " + Path("cut.gz")).c_str()), 0);
+  Result cut = Run(Ctrbox("eval --model-dir " + Path("m1") + " --data " + Path("cut.gz")));
+  EXPECT_EQ(cut.exit_code, 1);
+  EXPECT_NE(cut.err.find("gzip stream is truncated"), std::string::npos) << cut.err;
+
+  // A byte-order mark before the first record is skipped; control bytes in a quoted field are
+  // escaped (the log stays text), as is a BOM in the middle of the file.
+  std::string text;
+  ASSERT_TRUE(ReadFileToString(Env::Posix(), Path("g.tsv"), &text).ok());
+  const size_t second = text.find('\n') + 1;
+  text = "\xEF\xBB\xBF" + text.substr(0, second) + std::string("\xEF\xBB\xBF") +
+         text.substr(second, text.find('\n', second) + 1 - second) + std::string("1\0\x1b[31m", 8) +
+         text.substr(second + 1);
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), Path("odd.tsv"), text).ok());
+  Result odd = Run(Ctrbox("eval --model-dir " + Path("m1") + " --data " + Path("odd.tsv")));
+  ASSERT_EQ(odd.exit_code, 0) << odd.err;
+  EXPECT_EQ(odd.last_json["examples"], 3999);  // the two bad lines skipped, the first read
+  EXPECT_EQ(odd.last_json["records_malformed"], 2) << odd.out;
+  EXPECT_EQ(odd.err.find('\0'), std::string::npos) << "a raw NUL reached the log";
+  EXPECT_EQ(odd.err.find('\x1b'), std::string::npos) << "a raw ESC reached the log";
+  EXPECT_NE(odd.err.find("odd.tsv:2: bad_label: label '\\uFEFF"), std::string::npos) << odd.err;
+  EXPECT_NE(odd.err.find("\\x00\\x1b[31m"), std::string::npos) << odd.err;
+  EXPECT_EQ(odd.err.find("odd.tsv:1:"), std::string::npos) << odd.err;
+
+  // Continuing a model with another shape names both values.
+  Result other = Run(Ctrbox("train --data " + Path("g.tsv") + " --model-dir " + Path("m1") +
+                            " --set model.mlp=16 --set model.embedding_dim=4"));
+  EXPECT_EQ(other.exit_code, 1);
+  EXPECT_NE(other.err.find("model.embedding_dim = 16 there, 4 now"), std::string::npos)
+      << other.err;
+}
+
 }  // namespace
 }  // namespace ctrbox

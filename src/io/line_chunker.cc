@@ -38,6 +38,15 @@ Status LineChunker::SkipRestOfLine() {
 }
 
 Status LineChunker::Next(TextChunk* chunk, bool* eof) {
+  if (!started_) {
+    // A UTF-8 byte-order mark (editors on Windows write one) is not part of the first record.
+    while (pending_.size() < 3 && !eof_) RETURN_IF_ERROR(ReadMore());
+    if (std::string_view(pending_).starts_with("\xEF\xBB\xBF")) {
+      pending_.erase(0, 3);
+      offset_ += 3;
+    }
+    started_ = true;
+  }
   chunk->file = file_->name();
   chunk->data.clear();
   chunk->overlong_lines.clear();

@@ -55,6 +55,7 @@ class LineChunker final : public ChunkSource {
   uint64_t offset_ = 0;  // file offset of pending_[0]
   uint64_t bytes_read_ = 0;
   bool eof_ = false;
+  bool started_ = false;  // the file's start was looked at (for a byte-order mark)
 };
 
 }  // namespace ctrbox

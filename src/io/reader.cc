@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "io/compressed_file.h"
 #include "io/line_chunker.h"
 #include "io/shard.h"
 #include "io/shard_dir.h"
@@ -339,6 +340,7 @@ StatusOr<std::unique_ptr<BatchReader>> OpenReader(Env* env, const DataOptions& o
         } else {
           ASSIGN_OR_RETURN(file, CommandOutput::Open(o.command));
         }
+        ASSIGN_OR_RETURN(file, OpenDecompressed(std::move(file)));
         return std::unique_ptr<ChunkSource>(
             new LineChunker(std::move(file), o.chunk_bytes, o.max_line_bytes));
       });

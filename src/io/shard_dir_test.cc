@@ -74,8 +74,8 @@ TEST(ShardDirTest, DamagedManifestsAreRefused) {
   };
   auto s = DecodeShardManifest(sealed("ctrbox-shards 2\n"), "D/SHARDS").status();
   EXPECT_TRUE(Contains(s, "D/SHARDS:1")) << s.ToString();
-  s = DecodeShardManifest(sealed("ctrbox-shards 1\nschema 3 0\nfile ../x.ctrshard 1 1\ntotal 1 1\n"),
-                          "SHARDS")
+  s = DecodeShardManifest(
+          sealed("ctrbox-shards 1\nschema 3 0\nfile ../x.ctrshard 1 1\ntotal 1 1\n"), "SHARDS")
           .status();
   EXPECT_TRUE(Contains(s, "SHARDS:3")) << s.ToString();
   s = DecodeShardManifest(sealed("ctrbox-shards 1\nschema 3 0\nfile a.ctrshard 1 1\ntotal 1 2\n"),
@@ -109,11 +109,13 @@ TEST(ShardDirTest, ReaderUsesOnlyAFinishedDirectoryAndExactlyItsFiles) {
   EXPECT_EQ(all->rows(), 70u);
 
   // A shard the manifest does not list (copied in, or left by another conversion).
-  ASSERT_TRUE(env->RenameFile(dir.File("part-00001.ctrshard"), dir.File("part-00009.ctrshard")).ok());
+  ASSERT_TRUE(
+      env->RenameFile(dir.File("part-00001.ctrshard"), dir.File("part-00009.ctrshard")).ok());
   r = OpenReader(env, o);
   ASSERT_FALSE(r.ok());
   EXPECT_TRUE(Contains(r.status(), "part-00001.ctrshard: listed in")) << r.status().ToString();
-  ASSERT_TRUE(env->RenameFile(dir.File("part-00009.ctrshard"), dir.File("part-00001.ctrshard")).ok());
+  ASSERT_TRUE(
+      env->RenameFile(dir.File("part-00009.ctrshard"), dir.File("part-00001.ctrshard")).ok());
   ASSERT_TRUE(WriteFileAtomic(env, dir.File("extra.ctrshard"), "x").ok());
   r = OpenReader(env, o);
   ASSERT_FALSE(r.ok());

@@ -25,9 +25,32 @@ struct LineError {
 };
 
 // At most 40 bytes of `s`, for messages.
+// Control bytes (NUL, ESC, ...) are written as \xNN and a byte-order mark as \uFEFF, so that
+// a record quoted in a message can neither corrupt the terminal or log nor hide a character.
+inline std::string Printable(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c == 0xEF && s.substr(i, 3) == "\xEF\xBB\xBF") {
+      out += "\\uFEFF";
+      i += 2;
+    } else if (c < 0x20 || c == 0x7F) {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+// A field quoted in a message: at most 40 bytes of it, made printable.
 inline std::string Clip(std::string_view s) {
-  if (s.size() <= 40) return std::string(s);
-  return std::string(s.substr(0, 37)) + "...";
+  if (s.size() <= 40) return Printable(s);
+  return Printable(s.substr(0, 37)) + "...";
 }
 
 // A number: integers on a fast path, otherwise any finite decimal.

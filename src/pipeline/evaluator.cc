@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "ckpt/model_dir.h"
+#include "io/compressed_file.h"
 #include "io/line_chunker.h"
 #include "io/text_format.h"
 #include "metrics/auc.h"
@@ -67,7 +68,8 @@ Status PredictLines(Env* env, const DataOptions& data, SparseTable& table, CtrMo
   text.schema = schema;
   text.labels_optional = true;
   text.max_line_bytes = data.max_line_bytes;
-  ASSIGN_OR_RETURN(auto file, env->NewSequentialFile(data.paths[0]));
+  ASSIGN_OR_RETURN(auto raw, env->NewSequentialFile(data.paths[0]));
+  ASSIGN_OR_RETURN(auto file, OpenDecompressed(std::move(raw)));
   LineChunker chunker(std::move(file), data.chunk_bytes, data.max_line_bytes);
   BadInputTracker tracker(data.bad_input);
   TextChunk chunk;

@@ -53,8 +53,11 @@ std::string ResumeMismatch(const CheckpointManifest& m, const ModelSpec& spec,
   if (m.spec.ToJson() != spec.ToJson()) {
     std::string key = m.spec.FirstIncompatibility(spec);
     if (key.empty()) key = m.spec.FirstDifference(spec);
-    return fmt::format("{} was written with another {} than this job sets", name,
-                       key.empty() ? "model spec" : key);
+    if (key.empty() || key == "spec") {
+      return fmt::format("{} was written with another model spec than this job sets", name);
+    }
+    return fmt::format("{} was written with another model spec than this job sets: {}", name,
+                       m.spec.DescribeDifference(spec, key));
   }
   for (const auto& [key, value] : settings.items()) {
     const nlohmann::json old = m.settings.contains(key) ? m.settings[key] : nlohmann::json();
@@ -106,12 +109,15 @@ Status ContinueModel(Env* env, const JobConfig& job, ThreadPool* pool, TrainStar
   std::string diff = lm.manifest.spec.FirstIncompatibility(job.spec);
   if (!diff.empty()) {
     return InvalidArgumentError(fmt::format(
-        "the model in {} was trained with a different {} than this job sets; use --fresh to "
-        "start a new model there",
-        job.model_dir, diff));
+        "the model in {} cannot be continued by this job, which changes its shape: {}; use "
+        "--fresh to start a new model there",
+        job.model_dir, lm.manifest.spec.DescribeDifference(job.spec, diff)));
   }
   diff = lm.manifest.spec.FirstDifference(job.spec);
-  if (!diff.empty()) LOG_INFO("continuing with this job's {} (and other hyperparameters)", diff);
+  if (!diff.empty()) {
+    LOG_INFO("continuing with this job's {} ({}; other hyperparameters may differ too)", diff,
+             lm.manifest.spec.DescribeDifference(job.spec, diff));
+  }
   LOG_INFO("continuing training of the model in {} ({} keys, {} examples trained)", job.model_dir,
            lm.manifest.keys, lm.manifest.trained_examples);
   start->position.trained_examples = lm.manifest.trained_examples;
