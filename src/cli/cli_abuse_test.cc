@@ -282,5 +282,23 @@ TEST_F(CliTest, CompressedLogsAreReadAndMessagesShowWhatIsWrong) {
       << other.err;
 }
 
+// Item 12: --resume accepted a data file edited in place when its size was unchanged.
+TEST_F(CliTest, ResumeRefusesDataEditedInPlace) {
+  ASSERT_EQ(Run(Ctrbox("gen --rows 4000 --seed 4 --out " + Path("g.tsv"))).exit_code, 0);
+  const std::string train = Ctrbox("train --data " + Path("g.tsv") + " --model-dir " + Path("m") +
+                                   " --set ckpt.dir=" + Path("ck") +
+                                   " --set pipeline.pass_examples=1000 --set model.mlp=16");
+  ASSERT_EQ(Run(train).exit_code, 0);
+  Result again = Run(train + " --resume");
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  std::string text;
+  ASSERT_TRUE(ReadFileToString(Env::Posix(), Path("g.tsv"), &text).ok());
+  text[0] = text[0] == '0' ? '1' : '0';
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), Path("g.tsv"), text).ok());
+  Result r = Run(train + " --resume");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("has the same size but other content"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace ctrbox

@@ -17,6 +17,7 @@
 #include "io/shard.h"
 #include "io/shard_dir.h"
 #include "io/synth.h"
+#include "util/hash.h"
 
 namespace ctrbox {
 namespace {
@@ -233,6 +234,44 @@ StatusOr<std::vector<std::string>> ExpandDataPaths(Env* env, const std::vector<s
   }
   if (files.empty()) return InvalidArgumentError("no data paths given");
   return files;
+}
+
+StatusOr<uint64_t> DataFileFingerprint(Env* env, const std::string& path) {
+  constexpr uint64_t kEnd = 1 << 20, kBlock = 16 << 10, kBlocks = 64;
+  ASSIGN_OR_RETURN(auto file, env->NewRandomAccessFile(path));
+  const uint64_t size = file->size();
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;  // [begin, end)
+  if (size <= 2 * kEnd + kBlocks * kBlock) {
+    ranges.emplace_back(0, size);
+  } else {
+    ranges.emplace_back(0, kEnd);
+    const uint64_t inner = size - 2 * kEnd, stride = inner / kBlocks;
+    for (uint64_t b = 0; b < kBlocks; ++b) {
+      const uint64_t at = kEnd + b * stride + (stride - kBlock) / 2;
+      ranges.emplace_back(at, at + kBlock);
+    }
+    ranges.emplace_back(size - kEnd, size);
+  }
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  XXH3_64bits_update(state, &size, sizeof(size));
+  std::string buf;
+  Status status;
+  for (const auto& [begin, end] : ranges) {
+    buf.resize(end - begin);
+    size_t got = 0;
+    status = file->Read(begin, buf.size(), buf.data(), &got);
+    if (!status.ok()) break;
+    if (got != buf.size()) {
+      status = IOError(fmt::format("{}: changed size while being read", path));
+      break;
+    }
+    XXH3_64bits_update(state, buf.data(), buf.size());
+  }
+  const uint64_t digest = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  RETURN_IF_ERROR(status);
+  return digest;
 }
 
 StatusOr<Schema> ResolveSchema(Env* env, const DataOptions& o) {

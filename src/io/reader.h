@@ -49,6 +49,12 @@ class BatchReader {
 StatusOr<std::vector<std::string>> ExpandDataPaths(Env* env, const std::vector<std::string>& paths,
                                                    DataFormat format);
 
+// A cheap fingerprint of a data file's content, for --resume to tell an input edited in place
+// (same size) from the one a checkpoint was taken on: XXH3 over the size, the first and last
+// 1 MiB and 64 blocks of 16 KiB spread evenly between (at most ~3 MiB read per file, however
+// large). An edit that touches no sampled byte and keeps the size goes unseen.
+StatusOr<uint64_t> DataFileFingerprint(Env* env, const std::string& path);
+
 // The schema of `options` (for shards, read from the first file's header).
 StatusOr<Schema> ResolveSchema(Env* env, const DataOptions& options);
 

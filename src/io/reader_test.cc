@@ -104,5 +104,33 @@ TEST(ReaderTest, MissingPathsAndSchemasAreClearErrors) {
   EXPECT_NE(r.status().message().find("SHARDS"), std::string::npos);
 }
 
+// DataFileFingerprint: every byte of a small file counts; of a large one, the size, both ends
+// and the sampled blocks do, and the same content gives the same fingerprint wherever it is.
+TEST(ReaderTest, FingerprintsSeeEditsThatKeepTheSize) {
+  TempDir dir;
+  Env* env = Env::Posix();
+  Random rng(7);
+  for (size_t size : {size_t{0}, size_t{1000}, size_t{3} << 20, size_t{9} << 20}) {
+    std::string content(size, '\0');
+    for (char& c : content) c = static_cast<char>('a' + rng.Below(26));
+    ASSERT_TRUE(WriteFileAtomic(env, dir.File("f"), content).ok());
+    ASSERT_TRUE(WriteFileAtomic(env, dir.File("copy"), content).ok());
+    auto base = DataFileFingerprint(env, dir.File("f"));
+    ASSERT_TRUE(base.ok()) << base.status().ToString();
+    EXPECT_EQ(*DataFileFingerprint(env, dir.File("copy")), *base);
+    if (size == 0) continue;
+    std::vector<size_t> at = {0, size - 1, size / 2};
+    if (size > (4 << 20)) at = {0, (1 << 20) - 1, size - 1, size - (1 << 20)};  // the ends
+    for (size_t i : at) {
+      std::string edited = content;
+      edited[i] = edited[i] == 'z' ? 'y' : 'z';
+      ASSERT_TRUE(WriteFileAtomic(env, dir.File("f"), edited).ok());
+      EXPECT_NE(*DataFileFingerprint(env, dir.File("f")), *base) << size << " at " << i;
+    }
+    ASSERT_TRUE(WriteFileAtomic(env, dir.File("f"), content + "x").ok());
+    EXPECT_NE(*DataFileFingerprint(env, dir.File("f")), *base) << size;
+  }
+}
+
 }  // namespace
 }  // namespace ctrbox

@@ -71,6 +71,17 @@ TEST(TrainerTest, AJobResumedTwiceWithOtherThreadCountsEqualsOneRun) {
   bad = RunTrain(Env::Posix(), other, nullptr);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("other.tsv"), std::string::npos) << bad.status().ToString();
+  // The data edited in place, keeping its size (issue 21 item 12: only the size was compared).
+  std::string original;
+  ASSERT_TRUE(ReadFileToString(Env::Posix(), data, &original).ok());
+  std::string edited = original;
+  edited[0] = edited[0] == '0' ? '1' : '0';  // the first label
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), data, edited).ok());
+  bad = RunTrain(Env::Posix(), job, nullptr);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("edited in place"), std::string::npos)
+      << bad.status().ToString();
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), data, original).ok());
 
   stop = false;
   job.train.threads = 1;

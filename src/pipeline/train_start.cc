@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "ckpt/model_dir.h"
+#include "io/reader.h"
 #include "pipeline/data.h"
 #include "table/tiered_table.h"
 #include "util/logging.h"
@@ -30,12 +31,14 @@ StatusOr<nlohmann::json> ResultSettings(Env* env, const JobConfig& job) {
     ASSIGN_OR_RETURN(auto files, ExpandDataPaths(env, job.data.paths, job.data.format));
     nlohmann::json list = nlohmann::json::array();
     for (const std::string& f : files) {
-      nlohmann::json bytes = nullptr;  // standard input: nothing to compare
+      nlohmann::json entry = {{"path", f}, {"bytes", nullptr}};  // "-": nothing to compare
       if (f != "-") {
         ASSIGN_OR_RETURN(uint64_t size, env->GetFileSize(f));
-        bytes = size;
+        ASSIGN_OR_RETURN(uint64_t fingerprint, DataFileFingerprint(env, f));
+        entry["bytes"] = size;
+        entry["fingerprint"] = fmt::format("{:016x}", fingerprint);
       }
-      list.push_back({{"path", f}, {"bytes", bytes}});
+      list.push_back(std::move(entry));
     }
     data = {{"format", DataFormatName(job.data.format)}, {"files", list}};
   }
@@ -64,13 +67,29 @@ std::string ResumeMismatch(const CheckpointManifest& m, const ModelSpec& spec,
     if (old == value) continue;
     if (key == "data" && old.contains("files") && value.contains("files")) {
       const auto &a = old["files"], &b = value["files"];
+      bool differs = old.value("format", "") != value.value("format", "");
       for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
-        if (i >= a.size() || i >= b.size() || a[i] != b[i]) {
-          return fmt::format("the input differs from {}'s: {} there, {} now", name,
-                             i < a.size() ? a[i].dump() : "no file",
-                             i < b.size() ? b[i].dump() : "no file");
+        nlohmann::json then = i < a.size() ? a[i] : nlohmann::json(),
+                       now = i < b.size() ? b[i] : nlohmann::json();
+        // A checkpoint written before fingerprints were recorded is compared on path and size.
+        if (then.is_object() && now.is_object() && !then.contains("fingerprint")) {
+          now.erase("fingerprint");
         }
+        if (then == now) continue;
+        differs = true;
+        if (then.is_object() && now.is_object() && then["path"] == now["path"] &&
+            then["bytes"] == now["bytes"]) {
+          return fmt::format(
+              "the input differs from {}'s: {} has the same size but other content (fingerprint "
+              "{} there, {} now): it was edited in place",
+              name, now["path"].get<std::string>(), then["fingerprint"].dump(),
+              now["fingerprint"].dump());
+        }
+        return fmt::format("the input differs from {}'s: {} there, {} now", name,
+                           then.is_null() ? "no file" : then.dump(),
+                           now.is_null() ? "no file" : now.dump());
       }
+      if (!differs) continue;
     }
     return fmt::format("{} was written with {} = {}, this job sets {}", name, key, old.dump(),
                        value.dump());
