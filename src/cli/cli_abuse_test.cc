@@ -115,6 +115,36 @@ TEST_F(CliTest, AFifoInADataDirectoryIsRefusedUpFront) {
   EXPECT_NE(named.err.find("not a regular file"), std::string::npos) << named.err;
 }
 
+// Item 4: with a data.command that stalled, SIGTERM acted only when the command ended, and
+// then saved an empty model. The first signal now ends the wait within a fraction of a second,
+// stops the command (no orphan), and a run that trained nothing saves nothing. The same holds
+// for standard input fed by a stalled producer.
+TEST_F(CliTest, AStalledCommandOrPipeGivesWayToTheFirstSignal) {
+  ASSERT_EQ(Run(Ctrbox("gen --rows 100 --out " + Path("g.tsv"))).exit_code, 0);
+  const std::string tag = std::to_string(::getpid() % 1000 + 1000);  // an unlikely sleep time
+  for (const std::string& input :
+       {"--set \"data.command=head -n 50 " + Path("g.tsv") + "; sleep " + tag + "\"",
+        std::string("--data - < <(head -n 50 ") + Path("g.tsv") + "; sleep " + tag + ")"}) {
+    const std::string log = Path("train.log");
+    Result r = Run("timeout 60 bash -c '" + Ctrbox("train " + input + " --model-dir " + Path("m")) +
+                   " 2>" + log +
+                   " & pid=$!; sleep 1.5; kill -TERM $pid; start=$(date +%s%N); wait $pid; "
+                   "echo exit=$? ms=$(( ($(date +%s%N) - start) / 1000000 )); cat " +
+                   log + " >&2'");
+    EXPECT_NE(r.out.find("exit=130"), std::string::npos) << input << r.out << r.err;
+    const size_t ms_at = r.out.find("ms=");
+    ASSERT_NE(ms_at, std::string::npos) << r.out;
+    EXPECT_LT(std::stoi(r.out.substr(ms_at + 3)), 5000) << input << ": the signal waited";
+    EXPECT_NE(r.err.find("nothing was saved"), std::string::npos) << input << r.err;
+    EXPECT_FALSE(Env::Posix()->FileExists(Path("m"))) << input << ": something was written";
+    if (input.find("data.command") != std::string::npos) {
+      Result orphans = Run("pgrep -f \"^sleep " + tag + "$\"");
+      EXPECT_NE(orphans.exit_code, 0) << "the command was left running: " << orphans.out;
+    }
+    (void)std::system(("pkill -f \"^sleep " + tag + "$\"").c_str());
+  }
+}
+
 // Item 5: -c DIR aborted with an uncaught exception (exit 134).
 TEST_F(CliTest, AJobFileThatIsADirectoryIsAnError) {
   ASSERT_EQ(::mkdir(Path("jobdir").c_str(), 0700), 0);

@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/progress.h"
+#include "pipeline/data.h"  // KillDataCommands (io/reader.h, which data.h exports)
 #include "pipeline/evaluator.h"
 #include "pipeline/trainer.h"
 #include "util/logging.h"
@@ -17,7 +18,7 @@ namespace ctrbox {
 
 Status RunTrainCommand(const JobConfig& job) {
   if (job.model_dir.empty()) LOG_INFO("no --model-dir given: the trained model is not saved");
-  if (job.data.paths.empty()) {
+  if (IsGenerated(job.data)) {
     LOG_INFO("no --data given: training on {} generated {} rows (seed {}), testing on {} more",
              job.generated.rows, DataFormatName(job.generated.layout), job.generated.seed,
              job.generated.test_rows);
@@ -40,6 +41,7 @@ Status RunTrainCommand(const JobConfig& job) {
         "progress; the model directory and the checkpoints keep what they last committed "
         "(exit status 3)\n";
     (void)!::write(STDERR_FILENO, kMsg, sizeof(kMsg) - 1);
+    KillDataCommands();  // none is left running, orphaned
     ::_exit(kExitAbandoned);
   };
   sigemptyset(&sa.sa_mask);
@@ -48,6 +50,12 @@ Status RunTrainCommand(const JobConfig& job) {
   ASSIGN_OR_RETURN(nlohmann::json report, RunTrain(Env::Posix(), job, &progress, &stop));
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
+  if (report.value("interrupted", false) && !report.value("saved", true)) {
+    LOG_WARNING("interrupted before any example was trained: nothing was saved{}",
+                job.model_dir.empty() ? "" : " (" + job.model_dir + " is as it was)");
+    PrintJson(report);
+    return CancelledError("interrupted");
+  }
   if (report.value("interrupted", false)) {
     LOG_WARNING("interrupted: stopped after {} examples; the model trained so far is saved{}",
                 report["examples"].get<uint64_t>(),

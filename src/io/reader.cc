@@ -1,10 +1,16 @@
 #include "io/reader.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <poll.h>
+#include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <condition_variable>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -80,17 +86,22 @@ using DecodeFn = std::function<void(const TextChunk&, ChunkParseResult*)>;
 // and deposit the results by sequence number; Next() hands them out in order.
 class ParallelChunkReader final : public BatchReader {
  public:
+  // `closing` (optional) is set at destruction, before the workers are joined: a source
+  // waiting on a pipe checks it, so that closing the reader never waits on a stalled producer.
   ParallelChunkReader(Schema schema, std::unique_ptr<ChunkSource> source, DecodeFn decode,
-                      const DataOptions& options)
+                      const DataOptions& options,
+                      std::shared_ptr<std::atomic<bool>> closing = nullptr)
       : schema_(schema),
         source_(std::move(source)),
         decode_(std::move(decode)),
         max_inflight_(std::max(options.max_inflight, options.threads)),
+        closing_(std::move(closing)),
         tracker_(options.bad_input) {
     for (int t = 0; t < std::max(1, options.threads); ++t)
       workers_.emplace_back([this] { Work(); });
   }
   ~ParallelChunkReader() override {
+    if (closing_) closing_->store(true);
     {
       std::lock_guard<std::mutex> l(mu_);
       stop_ = true;
@@ -172,6 +183,7 @@ class ParallelChunkReader final : public BatchReader {
   std::unique_ptr<ChunkSource> source_;  // guarded by mu_
   const DecodeFn decode_;
   const int max_inflight_;
+  const std::shared_ptr<std::atomic<bool>> closing_;
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -290,45 +302,142 @@ StatusOr<Schema> ResolveSchema(Env* env, const DataOptions& o) {
 
 namespace {
 
-// The standard output of a shell command (data.command), read as a text data file. A command
-// that exits with a nonzero status is an error at the end of its output.
-class CommandOutput final : public SequentialFile {
+// The process groups of running data.commands, for KillDataCommands (a signal handler): a
+// fixed array of atomics, which a handler may read.
+constexpr int kMaxCommands = 16;
+std::atomic<pid_t> g_command_groups[kMaxCommands];
+
+void RegisterCommand(pid_t pgid) {
+  for (auto& slot : g_command_groups) {
+    pid_t empty = 0;
+    if (slot.compare_exchange_strong(empty, pgid)) return;
+  }
+}
+void UnregisterCommand(pid_t pgid) {
+  for (auto& slot : g_command_groups) {
+    pid_t mine = pgid;
+    if (slot.compare_exchange_strong(mine, 0)) return;
+  }
+}
+
+// Standard input, or the standard output of a shell command (data.command), read so that a
+// producer that stalls never holds up a cancelled job: reads wait in poll() for at most 0.1 s
+// at a time and give up with Cancelled once `cancel` is set. The command runs in its own
+// process group (a terminal's Ctrl-C reaches ctrbox, which decides), and is sent SIGTERM when
+// the input is cancelled or closed before its end. A command that exits with a nonzero status
+// is an error at the end of its output.
+class PipeInput final : public SequentialFile {
  public:
-  static StatusOr<std::unique_ptr<SequentialFile>> Open(const std::string& command) {
-    std::fflush(nullptr);
-    FILE* f = ::popen(command.c_str(), "r");
-    if (f == nullptr) {
-      return IOError(
-          fmt::format("data.command: cannot run `{}`: {}", command, std::strerror(errno)));
+  // Reads give up once `cancel` (optional) or `closing` is set.
+  using Flags = std::pair<const std::atomic<bool>*, std::shared_ptr<std::atomic<bool>>>;
+
+  static StatusOr<std::unique_ptr<SequentialFile>> Stdin(Flags cancel) {
+    return std::unique_ptr<SequentialFile>(
+        new PipeInput("<stdin>", STDIN_FILENO, 0, std::move(cancel)));
+  }
+
+  static StatusOr<std::unique_ptr<SequentialFile>> Command(const std::string& command,
+                                                           Flags cancel) {
+    const std::string name = fmt::format("data.command `{}`", command);
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) {
+      return IOError(fmt::format("{}: pipe: {}", name, std::strerror(errno)));
     }
-    return std::unique_ptr<SequentialFile>(new CommandOutput(command, f));
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK);
+    posix_spawnattr_setpgroup(&attr, 0);
+    sigset_t none;
+    sigemptyset(&none);
+    posix_spawnattr_setsigmask(&attr, &none);
+    const char* argv[] = {"/bin/sh", "-c", command.c_str(), nullptr};
+    pid_t pid = 0;
+    std::fflush(nullptr);
+    const int rc =
+        ::posix_spawn(&pid, "/bin/sh", &actions, &attr, const_cast<char**>(argv), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attr);
+    ::close(fds[1]);
+    if (rc != 0) {
+      ::close(fds[0]);
+      return IOError(fmt::format("{}: cannot run: {}", name, std::strerror(rc)));
+    }
+    RegisterCommand(pid);
+    return std::unique_ptr<SequentialFile>(new PipeInput(name, fds[0], pid, std::move(cancel)));
   }
-  ~CommandOutput() override {
-    if (f_ != nullptr) ::pclose(f_);
+
+  ~PipeInput() override {
+    if (pid_ > 0) {
+      ::kill(-pid_, SIGTERM);  // closed before the end of the output: stop the command
+      Reap();
+    }
+    if (fd_ != STDIN_FILENO && fd_ >= 0) ::close(fd_);
   }
+
   Status Read(size_t n, char* scratch, size_t* bytes_read) override {
     *bytes_read = 0;
-    if (f_ == nullptr) return Status::OK();
-    *bytes_read = std::fread(scratch, 1, n, f_);
-    if (*bytes_read > 0) return Status::OK();
-    if (std::ferror(f_))
-      return IOError(fmt::format("{}: read error: {}", name_, std::strerror(errno)));
-    const int status = ::pclose(f_);
-    f_ = nullptr;
-    if (status == -1) return IOError(fmt::format("{}: {}", name_, std::strerror(errno)));
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return Status::OK();
-    return IOError(fmt::format("{} failed ({})", name_,
-                               WIFEXITED(status)
-                                   ? fmt::format("exit status {}", WEXITSTATUS(status))
-                                   : fmt::format("signal {}", WTERMSIG(status))));
+    while (fd_ >= 0) {
+      if ((cancel_.first != nullptr && cancel_.first->load(std::memory_order_relaxed)) ||
+          (cancel_.second && cancel_.second->load(std::memory_order_relaxed))) {
+        if (pid_ > 0) {
+          ::kill(-pid_, SIGTERM);
+          Reap();
+        }
+        return CancelledError(fmt::format("{}: reading was interrupted", name_));
+      }
+      pollfd p{fd_, POLLIN, 0};
+      const int ready = ::poll(&p, 1, /*timeout_ms=*/100);
+      if (ready < 0 && errno != EINTR) {
+        return IOError(fmt::format("{}: poll: {}", name_, std::strerror(errno)));
+      }
+      if (ready <= 0) continue;
+      const ssize_t got = ::read(fd_, scratch, n);
+      if (got < 0) {
+        if (errno == EINTR || errno == EAGAIN) continue;
+        return IOError(fmt::format("{}: read error: {}", name_, std::strerror(errno)));
+      }
+      if (got > 0) {
+        *bytes_read = static_cast<size_t>(got);
+        return Status::OK();
+      }
+      // End of output. A command's exit status decides whether it was all of it.
+      if (fd_ != STDIN_FILENO) ::close(fd_);
+      fd_ = -1;
+      if (pid_ > 0) {
+        const int status = Reap();
+        if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+          return IOError(fmt::format("{} failed ({})", name_,
+                                     WIFEXITED(status)
+                                         ? fmt::format("exit status {}", WEXITSTATUS(status))
+                                         : fmt::format("signal {}", WTERMSIG(status))));
+        }
+      }
+    }
+    return Status::OK();
   }
   const std::string& name() const override { return name_; }
 
  private:
-  CommandOutput(const std::string& command, FILE* f)
-      : name_(fmt::format("data.command `{}`", command)), f_(f) {}
+  PipeInput(std::string name, int fd, pid_t pid, Flags cancel)
+      : name_(std::move(name)), fd_(fd), pid_(pid), cancel_(std::move(cancel)) {}
+
+  // Waits for the command; returns its wait status.
+  int Reap() {
+    int status = 0;
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+    UnregisterCommand(pid_);
+    pid_ = 0;
+    return status;
+  }
+
   std::string name_;
-  FILE* f_;
+  int fd_;
+  pid_t pid_;  // the command (and its process group), 0 when none or reaped
+  const Flags cancel_;
 };
 
 }  // namespace
@@ -370,14 +479,17 @@ StatusOr<std::unique_ptr<BatchReader>> OpenReader(Env* env, const DataOptions& o
   text.schema = schema;
   text.labels_optional = o.labels_optional;
   text.max_line_bytes = o.max_line_bytes;
+  auto closing = std::make_shared<std::atomic<bool>>(false);
   auto source = std::make_unique<FileSequenceSource>(
       std::move(files),
-      [env, o](const std::string& path) -> StatusOr<std::unique_ptr<ChunkSource>> {
+      [env, o, closing](const std::string& path) -> StatusOr<std::unique_ptr<ChunkSource>> {
         std::unique_ptr<SequentialFile> file;
-        if (o.command.empty()) {
-          ASSIGN_OR_RETURN(file, env->NewSequentialFile(path));
+        if (!o.command.empty()) {
+          ASSIGN_OR_RETURN(file, PipeInput::Command(o.command, {o.cancel, closing}));
+        } else if (path == "-") {
+          ASSIGN_OR_RETURN(file, PipeInput::Stdin({o.cancel, closing}));
         } else {
-          ASSIGN_OR_RETURN(file, CommandOutput::Open(o.command));
+          ASSIGN_OR_RETURN(file, env->NewSequentialFile(path));
         }
         ASSIGN_OR_RETURN(file, OpenDecompressed(std::move(file)));
         return std::unique_ptr<ChunkSource>(
@@ -385,7 +497,14 @@ StatusOr<std::unique_ptr<BatchReader>> OpenReader(Env* env, const DataOptions& o
       });
   DecodeFn decode = [text](const TextChunk& c, ChunkParseResult* r) { ParseTextChunk(text, c, r); };
   return std::unique_ptr<BatchReader>(
-      new ParallelChunkReader(schema, std::move(source), std::move(decode), o));
+      new ParallelChunkReader(schema, std::move(source), std::move(decode), o, closing));
+}
+
+void KillDataCommands() {
+  for (auto& slot : g_command_groups) {
+    const pid_t pgid = slot.load();
+    if (pgid > 0) ::kill(-pgid, SIGTERM);
+  }
 }
 
 std::unique_ptr<BatchReader> NewSynthReader(const SynthOptions& options, uint64_t rows, int threads,

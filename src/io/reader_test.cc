@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <thread>
+
 #include "io/synth.h"
 #include "io/test_util.h"
 
@@ -130,6 +134,44 @@ TEST(ReaderTest, FingerprintsSeeEditsThatKeepTheSize) {
     ASSERT_TRUE(WriteFileAtomic(env, dir.File("f"), content + "x").ok());
     EXPECT_NE(*DataFileFingerprint(env, dir.File("f")), *base) << size;
   }
+}
+
+// A data.command that stalls: a read gives up soon after `cancel` is set, and closing a reader
+// whose command still runs neither waits for it nor leaves it running.
+TEST(ReaderTest, AStalledCommandIsCancelledAndStoppedOnClose) {
+  DataOptions o;
+  o.format = DataFormat::kLibsvm;
+  o.command = "printf '1 1:1\\n0 2:1\\n'; exec sleep 30";
+  std::atomic<bool> cancel{false};
+  o.cancel = &cancel;
+  auto reader = OpenReader(Env::Posix(), o);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    cancel.store(true);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  Batch b;
+  bool eof = false;
+  Status s = (*reader)->Next(&b, &eof);
+  stopper.join();
+  EXPECT_EQ(s.code(), StatusCode::kCancelled) << s.ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+
+  o.cancel = nullptr;
+  reader = OpenReader(Env::Posix(), o);
+  ASSERT_TRUE(reader.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto close_start = std::chrono::steady_clock::now();
+  reader->reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - close_start, std::chrono::seconds(5));
+
+  // A command that fails is an error at the end of its output, naming it.
+  o.command = "printf '1 1:1\\n'; exit 3";
+  auto failed = ReadAll(o);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find("exit status 3"), std::string::npos)
+      << failed.status().ToString();
 }
 
 }  // namespace

@@ -63,14 +63,15 @@ void MetricAccumulator::Reset() {
 }
 
 StatusOr<std::unique_ptr<MetricsLog>> MetricsLog::Open(Env* env, const std::string& path) {
-  if (path.empty()) return std::unique_ptr<MetricsLog>(new MetricsLog(nullptr));
-  RETURN_IF_ERROR(env->CreateDirs(DirName(path)));
-  ASSIGN_OR_RETURN(auto file, env->NewAppendableFile(path));
-  return std::unique_ptr<MetricsLog>(new MetricsLog(std::move(file)));
+  return std::unique_ptr<MetricsLog>(new MetricsLog(env, path));
 }
 
 Status MetricsLog::Write(const nlohmann::json& record) {
-  if (!file_) return Status::OK();
+  if (path_.empty()) return Status::OK();
+  if (!file_) {
+    RETURN_IF_ERROR(env_->CreateDirs(DirName(path_)));
+    ASSIGN_OR_RETURN(file_, env_->NewAppendableFile(path_));
+  }
   RETURN_IF_ERROR(file_->Append(record.dump() + "\n"));
   return file_->Flush();
 }

@@ -49,13 +49,17 @@ class MetricAccumulator {
 // Thread safety: not thread-safe.
 class MetricsLog {
  public:
-  // Appends to `path`; an empty path makes a log that writes nothing.
+  // Appends to `path`; an empty path makes a log that writes nothing. The file (and its
+  // directory) is created at the first Write, so a job that fails before it logs anything
+  // leaves no empty log behind.
   static StatusOr<std::unique_ptr<MetricsLog>> Open(Env* env, const std::string& path);
   Status Write(const nlohmann::json& record);
   Status Close();
 
  private:
-  explicit MetricsLog(std::unique_ptr<WritableFile> file) : file_(std::move(file)) {}
+  MetricsLog(Env* env, std::string path) : env_(env), path_(std::move(path)) {}
+  Env* env_;
+  std::string path_;
   std::unique_ptr<WritableFile> file_;
 };
 

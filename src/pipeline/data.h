@@ -1,5 +1,6 @@
 // Where a job's examples come from: its data paths or command, or, when it names none, the
-// built-in generator (io/synth.h) with its planted model.
+// built-in generator (io/synth.h) with its planted model. Exports io/reader.h (DataOptions,
+// KillDataCommands for a signal handler).
 #ifndef CTRBOX_PIPELINE_DATA_H_
 #define CTRBOX_PIPELINE_DATA_H_
 

@@ -14,6 +14,12 @@ bool Stopping(const std::atomic<bool>* stop) {
   return stop != nullptr && stop->load(std::memory_order_relaxed);
 }
 
+// A read that gave up because of Ctrl-C (data.cancel: a pipe that stalled): the pass it was
+// reading is dropped, as a pass read but not trained is.
+bool ReadWasInterrupted(const Status& s, const std::atomic<bool>* stop) {
+  return s.code() == StatusCode::kCancelled && Stopping(stop);
+}
+
 // The stages one after the other, pass by pass, on the caller's thread.
 Status RunSequential(PassStages* stages, const std::atomic<bool>* stop, StageRunResult* result) {
   while (true) {
@@ -21,7 +27,12 @@ Status RunSequential(PassStages* stages, const std::atomic<bool>* stop, StageRun
       result->interrupted = true;
       return Status::OK();
     }
-    ASSIGN_OR_RETURN(PassPtr pass, stages->Read());
+    StatusOr<PassPtr> read = stages->Read();
+    if (ReadWasInterrupted(read.status(), stop)) {
+      result->interrupted = true;
+      return Status::OK();
+    }
+    ASSIGN_OR_RETURN(PassPtr pass, std::move(read));
     if (!pass) return Status::OK();
     RETURN_IF_ERROR(stages->Pull(pass.get(), stages->train_pool()));
     RETURN_IF_ERROR(stages->Train(pass.get(), nullptr));
@@ -105,6 +116,10 @@ class PipelinedRun {
         break;
       }
       StatusOr<PassPtr> pass = stages_->Read();
+      if (ReadWasInterrupted(pass.status(), stop_)) {
+        interrupted_.store(true);
+        break;
+      }
       if (!pass.ok()) {
         Fail(pass.status());
         break;

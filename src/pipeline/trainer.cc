@@ -49,12 +49,14 @@ StatusOr<nlohmann::json> RunPasses(const JobConfig& job, PassReader* reader, Tra
   ASSIGN_OR_RETURN(StageRunResult run, RunStages(&stages, job.pipeline, stop));
   *final_position = stages.Position();
   if (sink) sink->OnDone();
-  LogStageTable(run.totals, run.seconds, stages.passes(), job.pipeline.enabled);
-  RETURN_IF_ERROR(start->metrics_log->Write({{"event", "stages"},
-                                             {"pipelined", job.pipeline.enabled},
-                                             {"passes", stages.passes()},
-                                             {"seconds", run.seconds},
-                                             {"stages", StagesJson(run.totals)}}));
+  if (stages.passes() > 0) {  // a run that trained no pass has no stage times to show
+    LogStageTable(run.totals, run.seconds, stages.passes(), job.pipeline.enabled);
+    RETURN_IF_ERROR(start->metrics_log->Write({{"event", "stages"},
+                                               {"pipelined", job.pipeline.enabled},
+                                               {"passes", stages.passes()},
+                                               {"seconds", run.seconds},
+                                               {"stages", StagesJson(run.totals)}}));
+  }
   nlohmann::json report =
       TrainReport({&job, &stages, &run, start->table.get(), start->model.get(),
                    gpu ? gpu->Describe() : std::string("cpu"), *final_position});
@@ -138,6 +140,7 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   Stopwatch total_clock;
   // Validate, and learn the schema from the data.
   RETURN_IF_ERROR(job.Validate());
+  job.data.cancel = stop;  // a stalled data.command or standard input gives way to Ctrl-C
   PassReader reader([&] { return OpenData(env, job.data, job.generated, false); },
                     PassReaderOptions{job.pipeline.pass_examples, job.train.epochs});
   RETURN_IF_ERROR(reader.Open());
@@ -162,7 +165,18 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
         report.value("records_malformed", uint64_t{0})));
   }
 
+  // Interrupted before this run trained anything: the model and the checkpoints are as they
+  // were, and nothing is written (no empty model where there was none).
+  if (report["interrupted"].get<bool>() && report["examples"].get<uint64_t>() == 0) {
+    report["saved"] = false;
+    RETURN_IF_ERROR(start.metrics_log->Close());
+    RETURN_IF_ERROR(CloseTable(env, job, std::move(start.table)));
+    report["total_seconds"] = total_clock.Seconds();
+    return report;
+  }
+
   // Finish: commit, evaluate (not after Ctrl-C), close.
+  report["saved"] = true;
   RETURN_IF_ERROR(CommitModel(env, job, &start, position, &pool, &report));
   if (!report["interrupted"].get<bool>()) {
     RETURN_IF_ERROR(EvaluateHeldOut(env, job, &start, &pool, &report));
