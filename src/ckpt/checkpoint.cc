@@ -7,6 +7,7 @@
 #include <set>
 
 #include "ckpt/model_dir.h"
+#include "util/cleanup.h"
 #include "util/logging.h"
 #include "util/sys.h"
 
@@ -337,7 +338,16 @@ CheckpointWriter::CheckpointWriter(Env* env, CheckpointOptions options, ModelSpe
       spec_(std::move(spec)),
       settings_(std::move(settings)),
       layout_(layout) {}
-CheckpointWriter::~CheckpointWriter() = default;
+// A delta begun but never committed (the job failed): its directory has no MANIFEST and is
+// never read; it is deleted now rather than when the next job starts, so that the space it
+// holds (all of it, after a full disk) is given back.
+CheckpointWriter::~CheckpointWriter() {
+  delta_.reset();
+  const std::string path = Path(next_id_);
+  if (env_->IsDirectory(path) && !env_->FileExists(JoinPath(path, kManifest))) {
+    DeleteCheckpointDir(env_, path).IgnoreError();
+  }
+}
 
 StatusOr<std::unique_ptr<CheckpointWriter>> CheckpointWriter::Open(
     Env* env, CheckpointOptions options, ModelSpec spec, nlohmann::json settings,
@@ -400,6 +410,11 @@ StatusOr<CheckpointManifest> CheckpointWriter::Commit(SparseTable& table,
   m.position = position;
   const std::string path = Path(m.id);
   RETURN_IF_ERROR(env_->CreateDirs(path));
+  // A commit that fails before its MANIFEST is written leaves nothing behind.
+  Cleanup remove_partial([&] {
+    delta_.reset();
+    DeleteCheckpointDir(env_, path).IgnoreError();
+  });
 
   SparseCounts counts;
   if (m.base) {
@@ -426,6 +441,7 @@ StatusOr<CheckpointManifest> CheckpointWriter::Commit(SparseTable& table,
   RETURN_IF_ERROR(WriteDenseFile(env_, JoinPath(path, kDense), dense_payload, &m.files.back()));
   m.write_seconds = clock.Seconds() + (m.base ? 0.0 : push_seconds_);
   RETURN_IF_ERROR(WriteFileAtomic(env_, JoinPath(path, kManifest), ManifestText(m.ToJson())));
+  remove_partial.Cancel();
   RETURN_IF_ERROR(env_->SyncDir(options_.dir));  // the commit point
 
   const uint64_t bytes = m.files[0].bytes + m.files[1].bytes;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "util/cleanup.h"
 #include "util/hash.h"
 
 namespace ctrbox {
@@ -95,6 +96,18 @@ StatusOr<ModelManifest> SaveModel(Env* env, const std::string& dir, const ModelS
 
   // Sparse rows, shard by shard.
   const std::string sparse_name = FileName("sparse", m.generation);
+  const std::string dense_name = FileName("dense", m.generation);
+  // A save that fails before its MANIFEST names the new files deletes them: after a full disk
+  // the space is given back, and the previous generation stays the model.
+  Cleanup remove_uncommitted([&] {
+    // Unless the MANIFEST was renamed into place and only a later step (the directory's
+    // fsync) failed: then it names these files.
+    StatusOr<ModelManifest> now = ReadManifest(env, dir);
+    if (now.ok() && now->generation == m.generation) return;
+    for (const std::string& name : {sparse_name, dense_name}) {
+      if (env->FileExists(JoinPath(dir, name))) env->DeleteFile(JoinPath(dir, name)).IgnoreError();
+    }
+  });
   SparseCounts c;
   m.files.emplace_back();
   RETURN_IF_ERROR(WriteTableSparseFile(env, dir, sparse_name, table, &m.files.back(), &c));
@@ -103,7 +116,6 @@ StatusOr<ModelManifest> SaveModel(Env* env, const std::string& dir, const ModelS
   m.bytes_live = c.bytes_live;
 
   // Dense parameters and optimizer state.
-  const std::string dense_name = FileName("dense", m.generation);
   const std::string payload = DensePayload(model);
   m.files.emplace_back();
   RETURN_IF_ERROR(WriteDenseFile(env, JoinPath(dir, dense_name), payload, &m.files.back()));
@@ -113,6 +125,7 @@ StatusOr<ModelManifest> SaveModel(Env* env, const std::string& dir, const ModelS
   // Commit: the MANIFEST rename is the point where the new generation becomes the model.
   RETURN_IF_ERROR(env->SyncDir(dir));
   RETURN_IF_ERROR(WriteFileAtomic(env, JoinPath(dir, kManifest), ManifestText(m.ToJson())));
+  remove_uncommitted.Cancel();
   // Only now remove older generations' files.
   ASSIGN_OR_RETURN(auto children, env->GetChildren(dir));
   for (const std::string& c : children) {

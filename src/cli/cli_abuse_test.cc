@@ -330,5 +330,24 @@ TEST_F(CliTest, ResumeRefusesDataEditedInPlace) {
   EXPECT_NE(r.err.find("has the same size but other content"), std::string::npos) << r.err;
 }
 
+// Item 10: failed commands left files behind: a .tmp from gen when --out was a directory, an
+// empty metrics.jsonl (and the model directory made for it) from a train that failed. (The
+// SSD scratch files and a partial sparse file after a full disk: train_resume_test's fault
+// test, in MemEnv, where a disk can be filled at any call.)
+TEST_F(CliTest, FailedCommandsLeaveNothingBehind) {
+  ASSERT_EQ(::mkdir(Path("outdir").c_str(), 0700), 0);
+  Result g = Run(Ctrbox("gen --rows 10 --out " + Path("outdir")));
+  EXPECT_EQ(g.exit_code, 1);
+  EXPECT_NE(g.err.find("is a directory"), std::string::npos) << g.err;
+  EXPECT_FALSE(Env::Posix()->FileExists(Path("outdir.tmp")));
+
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), Path("bad.tsv"), "x\ty\nz\n").ok());
+  Result t = Run(Ctrbox("train --data " + Path("bad.tsv") + " --model-dir " + Path("m") +
+                        " --set data.max_error_rate=1"));
+  EXPECT_EQ(t.exit_code, 1);
+  EXPECT_NE(t.err.find("no examples"), std::string::npos) << t.err;
+  EXPECT_FALSE(Env::Posix()->FileExists(Path("m"))) << "a failed train left its model directory";
+}
+
 }  // namespace
 }  // namespace ctrbox

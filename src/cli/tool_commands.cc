@@ -13,6 +13,7 @@
 #include "io/synth.h"
 #include "metrics/metrics.h"
 #include "table/ssd_store.h"
+#include "util/cleanup.h"
 #include "util/logging.h"
 #include "util/parse.h"
 #include "util/sys.h"
@@ -76,8 +77,17 @@ Status RunGenCommand(const GenArgs& args) {
   o.zipf = args.zipf;
   SynthGenerator gen(o);
   Env* env = Env::Posix();
+  if (env->IsDirectory(args.out)) {
+    return InvalidArgumentError(
+        fmt::format("gen --out {}: is a directory; give the path of the file to write", args.out));
+  }
   const std::string tmp = args.out + ".tmp";
   ASSIGN_OR_RETURN(auto file, env->NewWritableFile(tmp));
+  // On any error (a full disk, a failed rename) the partial file is removed.
+  Cleanup remove_tmp([&] {
+    file.reset();
+    env->DeleteFile(tmp).IgnoreError();
+  });
   ThreadPool pool(args.threads > 0 ? args.threads : NumCpus());
   constexpr uint64_t kBlock = 32768;
   const size_t per_round = static_cast<size_t>(pool.num_threads()) * 4;
@@ -109,6 +119,7 @@ Status RunGenCommand(const GenArgs& args) {
   RETURN_IF_ERROR(file->Sync());
   RETURN_IF_ERROR(file->Close());
   RETURN_IF_ERROR(env->RenameFile(tmp, args.out));
+  remove_tmp.Cancel();
   const MetricSummary s = oracle.Summary();
   const Schema schema = gen.schema();
   LOG_INFO("wrote {} rows to {} ({}); oracle AUC {:.4f}", args.rows, args.out, FormatBytes(bytes),

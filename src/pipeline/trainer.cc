@@ -15,6 +15,7 @@
 #include "pipeline/train_report.h"
 #include "pipeline/train_start.h"
 #include "table/ssd_store.h"
+#include "util/cleanup.h"
 #include "util/logging.h"
 #include "util/sys.h"
 
@@ -148,6 +149,15 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   job.spec.table.seed = job.train.seed;
   ThreadPool pool(job.train.threads);
 
+  // On any error the SSD files, this job's scratch, are deleted once the table is gone
+  // (declared before `start`, so it runs after the table's destruction): a full disk is given
+  // back. A kept store (storage.keep_store) is left.
+  Cleanup remove_scratch([&] {
+    if (!job.storage.keep_store && !job.storage.ssd.dir.empty()) {
+      SsdStore::RemoveFiles(env, job.storage.ssd.dir).IgnoreError();
+    }
+  });
+
   // Start: resume, continue the model in model_dir, or a new model.
   ASSIGN_OR_RETURN(TrainStart start, StartTrain(env, job, &reader, &pool));
 
@@ -171,6 +181,7 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
     report["saved"] = false;
     RETURN_IF_ERROR(start.metrics_log->Close());
     RETURN_IF_ERROR(CloseTable(env, job, std::move(start.table)));
+    remove_scratch.Cancel();
     report["total_seconds"] = total_clock.Seconds();
     return report;
   }
@@ -183,6 +194,7 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   }
   RETURN_IF_ERROR(start.metrics_log->Close());
   RETURN_IF_ERROR(CloseTable(env, job, std::move(start.table)));
+  remove_scratch.Cancel();
   report["total_seconds"] = total_clock.Seconds();
   report["peak_rss_bytes"] = PeakRssBytes();
   return report;
