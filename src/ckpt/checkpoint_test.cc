@@ -169,9 +169,14 @@ TEST_F(CheckpointTest, AResumedJobContinuesItsChainAndIncompleteCheckpointsAreRe
       ASSERT_TRUE(Pass(w.get()).ok());
       ASSERT_TRUE(Commit(w.get()).ok());
     }
-    ASSERT_TRUE(Pass(w.get()).ok());  // its delta is being written when the job dies
+    ASSERT_TRUE(Pass(w.get()).ok());  // its delta is being written when the job fails
+    EXPECT_TRUE(env.FileExists("/c/ckpt-000003/sparse.bin"));
   }
-  EXPECT_TRUE(env.FileExists("/c/ckpt-000003/sparse.bin"));
+  // A job that fails removes its uncommitted delta as its writer goes.
+  EXPECT_FALSE(env.IsDirectory("/c/ckpt-000003"));
+  // One that dies leaves it, as a crash would: the next writer removes it.
+  ASSERT_TRUE(env.CreateDirs("/c/ckpt-000003").ok());
+  ASSERT_TRUE(WriteFileAtomic(&env, "/c/ckpt-000003/sparse.bin", "partial").ok());
   EXPECT_EQ(ListCheckpoints(&env, "/c").value(), (std::vector<uint64_t>{1, 2}));
 
   auto r = ResumeNewestCheckpoint(&env, "/c", Factory(), nullptr);
