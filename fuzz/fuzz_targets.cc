@@ -7,8 +7,10 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/model_dir.h"
+#include "io/compressed_file.h"
 #include "io/line_chunker.h"
 #include "io/shard.h"
+#include "io/shard_dir.h"
 #include "io/text_format.h"
 #include "table/param_file.h"
 #include "table/ssd_store.h"
@@ -92,7 +94,10 @@ int FuzzTextInput(const uint8_t* data, size_t size) {
   o.schema = SchemaForFormat(o.format, 1 + data[1] % 64, data[2] % 16);
   o.max_line_bytes = 1024;  // so overlong lines are exercised too
   auto env = EnvWith("/in.txt", Bytes(data + 3, size - 3));
-  auto file = env->NewSequentialFile("/in.txt");
+  auto raw = env->NewSequentialFile("/in.txt");
+  if (!raw.ok()) return 0;
+  accepted = false;
+  auto file = OpenDecompressed(std::move(*raw));  // gzip / zstd / plain, as the reader does
   if (!file.ok()) return 0;
   LineChunker chunker(std::move(*file), 64, o.max_line_bytes);
   ChunkParseResult result;
@@ -107,6 +112,16 @@ int FuzzTextInput(const uint8_t* data, size_t size) {
     if (result.batch.rows() != result.counts.good) std::abort();
     if (result.counts.bad_total() > 0) accepted = false;
   }
+  return 0;
+}
+
+int FuzzShardManifest(const uint8_t* data, size_t size) {
+  accepted = false;
+  auto m = DecodeShardManifest(Bytes(data, size), "SHARDS");
+  if (!m.ok()) return 0;
+  // What decodes re-encodes to the same bytes (the format has one spelling).
+  if (EncodeShardManifest(*m) != Bytes(data, size)) std::abort();
+  accepted = true;
   return 0;
 }
 
@@ -209,6 +224,12 @@ int FuzzStoreIndex(const uint8_t* data, size_t size) {
 
 std::vector<std::string> BuiltInSeeds(const std::string& target) {
   if (target == "model_sparse") return {Model().sparse};
+  if (target == "shard_manifest") {
+    ShardDirManifest m;
+    m.schema = {39, 13};
+    m.files = {{"part-00000.ctrshard", 50000, 1234567}, {"part-00001.ctrshard", 17, 999}};
+    return {EncodeShardManifest(m)};
+  }
   if (target == "manifest") {
     const std::string& m = Model().manifest;
     return {m.substr(0, m.rfind("#checksum "))};
@@ -266,13 +287,10 @@ std::vector<std::string> BuiltInSeeds(const std::string& target) {
 
 const std::vector<FuzzTarget>& FuzzTargets() {
   static const std::vector<FuzzTarget> targets = {
-      {"text_input", FuzzTextInput},
-      {"shard", FuzzShard},
-      {"manifest", FuzzManifest},
-      {"model_sparse", FuzzModelSparse},
-      {"group_record", FuzzGroupRecord},
-      {"store_index", FuzzStoreIndex},
-      {"ckpt_manifest", FuzzCheckpointManifest},
+      {"text_input", FuzzTextInput},         {"shard", FuzzShard},
+      {"shard_manifest", FuzzShardManifest}, {"manifest", FuzzManifest},
+      {"model_sparse", FuzzModelSparse},     {"group_record", FuzzGroupRecord},
+      {"store_index", FuzzStoreIndex},       {"ckpt_manifest", FuzzCheckpointManifest},
   };
   return targets;
 }

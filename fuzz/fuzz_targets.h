@@ -14,11 +14,14 @@
 namespace ctrbox {
 
 // Text inputs: byte 0 picks the format (criteo, libsvm, libfm, slots) and whether labels are
-// optional, bytes 1 and 2 the slot and dense counts (libfm, slots); the rest is the file,
-// read through the line chunker in small chunks and parsed.
+// optional, bytes 1 and 2 the slot and dense counts (libfm, slots); the rest is the file
+// (plain, gzip or zstd, as the reader sniffs it), read through the line chunker in small
+// chunks and parsed.
 int FuzzTextInput(const uint8_t* data, size_t size);
 // A binary shard file: opened, every block read and decoded.
 int FuzzShard(const uint8_t* data, size_t size);
+// A shard directory's SHARDS manifest: decoded, and re-encoded to the same bytes.
+int FuzzShardManifest(const uint8_t* data, size_t size);
 // A model directory's MANIFEST (JSON plus checksum line).
 int FuzzManifest(const uint8_t* data, size_t size);
 // A checkpoint's MANIFEST (JSON plus checksum line), read and its checkpoint inspected.
