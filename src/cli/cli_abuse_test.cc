@@ -31,11 +31,15 @@ TEST_F(CliTest, NegativeAndZeroCountsAreRefusedWithTheOptionNamed) {
            {"gen --rows 10 --zipf 0.5 --out " + out, "--zipf"},
        }) {
     Result r = Run("timeout 60 " + Ctrbox(c.args));  // 124: the endless write
-    EXPECT_NE(r.exit_code, 0) << c.args;
+    EXPECT_EQ(r.exit_code, 2) << c.args;             // a usage error
     EXPECT_NE(r.err.find(c.option), std::string::npos) << c.args << ": " << r.err;
     EXPECT_FALSE(Env::Posix()->FileExists(out)) << c.args;
     EXPECT_FALSE(Env::Posix()->FileExists(out + ".tmp")) << c.args;
   }
+  for (const std::string args : {"train --bogus", "bogus", "", "gen --rows"}) {
+    EXPECT_EQ(Run(Ctrbox(args)).exit_code, 2) << args;
+  }
+  EXPECT_EQ(Run(Ctrbox("train --help")).exit_code, 0);
   Result ok = Run(Ctrbox("gen --rows 10 --seed 0 --threads 0 --zipf 0 --out " + out));
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
   EXPECT_EQ(ok.last_json["rows"], 10);

@@ -29,8 +29,11 @@ struct ConvertArgs {
   uint64_t rows_per_file = 1 << 22;
 };
 
-// The exit status after a second Ctrl-C or SIGTERM, which abandons what was not committed
-// (130: stopped by the first one, the model saved; 1: an error).
+// Exit statuses (README, "Errors and exit codes"): 0 done; 1 an error (bad input, settings or
+// files, named on standard error); kExitUsage a command line that does not parse;
+// kExitAbandoned after a second Ctrl-C or SIGTERM, which abandons what was not committed;
+// 130 stopped by the first one (the model trained so far saved, if any was trained).
+constexpr int kExitUsage = 2;
 constexpr int kExitAbandoned = 3;
 
 // Prints j as one line of standard output.

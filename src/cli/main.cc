@@ -150,7 +150,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help prints and exits 0; every other parse error (an unknown option or command, a bad
+    // or missing value) is a usage error, with the conventional status 2.
+    return app.exit(e) == 0 ? 0 : ctrbox::kExitUsage;
   }
 
   if (train->parsed() || eval->parsed() || predict->parsed() || convert_cmd->parsed()) {
