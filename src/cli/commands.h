@@ -39,6 +39,12 @@ constexpr int kExitAbandoned = 3;
 // Prints j as one line of standard output.
 void PrintJson(const nlohmann::json& j);
 
+// Ctrl-C and SIGTERM in every command: the default action (the process ends), after stopping
+// any data.command, which runs in its own process group out of a terminal's reach. The train
+// command replaces this with its own handling while it runs (a clean stop, then a second
+// signal's abandon).
+void InstallSignalHandlers();
+
 Status RunGenCommand(const GenArgs& args);
 Status RunConvertCommand(const JobConfig& job, const ConvertArgs& args);
 Status RunTrainCommand(const JobConfig& job);

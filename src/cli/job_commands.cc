@@ -16,6 +16,18 @@
 
 namespace ctrbox {
 
+void InstallSignalHandlers() {
+  struct sigaction sa = {};
+  sa.sa_handler = [](int sig) {
+    KillDataCommands();
+    ::signal(sig, SIG_DFL);
+    ::raise(sig);
+  };
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
 Status RunTrainCommand(const JobConfig& job) {
   if (job.model_dir.empty()) LOG_INFO("no --model-dir given: the trained model is not saved");
   if (IsGenerated(job.data)) {
@@ -48,8 +60,7 @@ Status RunTrainCommand(const JobConfig& job) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   ASSIGN_OR_RETURN(nlohmann::json report, RunTrain(Env::Posix(), job, &progress, &stop));
-  std::signal(SIGINT, SIG_DFL);
-  std::signal(SIGTERM, SIG_DFL);
+  InstallSignalHandlers();
   if (report.value("interrupted", false) && !report.value("saved", true)) {
     LOG_WARNING("interrupted before any example was trained: nothing was saved{}",
                 job.model_dir.empty() ? "" : " (" + job.model_dir + " is as it was)");

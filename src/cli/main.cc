@@ -155,6 +155,7 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : ctrbox::kExitUsage;
   }
 
+  ctrbox::InstallSignalHandlers();
   if (train->parsed() || eval->parsed() || predict->parsed() || convert_cmd->parsed()) {
     const JobArgs& a = train->parsed()     ? train_args
                        : eval->parsed()    ? eval_args

@@ -194,7 +194,9 @@ Status WriteConversion(Env* env, BatchReader* reader, const ConvertArgs& args,
 
 Status RunConvertCommand(const JobConfig& job, const ConvertArgs& args) {
   if (args.out.empty()) return InvalidArgumentError("convert needs --out DIR");
-  if (job.data.paths.empty()) return InvalidArgumentError("convert needs --data");
+  if (job.data.paths.empty() && job.data.command.empty()) {
+    return InvalidArgumentError("convert needs --data (or data.command)");
+  }
   if (args.rows_per_file == 0) return InvalidArgumentError("convert --rows-per-file must be >= 1");
   ShardWriterOptions wo;
   if (!ParseShardCodec(args.codec, &wo.codec)) {
