@@ -370,8 +370,14 @@ const std::vector<Key>& Keys() {
        "run the GPU train step on CPU threads (no GPU needed; slow; for tests and debugging)",
        Bool([](JobConfig* j, bool v) { j->gpu_options.emulate = v; })},
       // pipeline
-      {"pipeline.pass_examples", "262144", "examples per pass (the unit of pull / train / push)",
+      {"pipeline.pass_examples", "262144",
+       "examples per pass (the unit of pull / train / push, shrinking and checkpoints); with "
+       "pass sizing by memory, cut further between minibatches",
        UInt([](JobConfig* j, uint64_t v) { j->pipeline.pass_examples = v; }, 1, uint64_t{1} << 32)},
+      {"pipeline.size_by_memory", "true",
+       "with storage.memory_budget: close a pass before the rows that the passes in flight pin "
+       "together would exceed 60 % of the budget (docs/storage.md, \"Pass sizing\")",
+       Bool([](JobConfig* j, bool v) { j->pipeline.size_by_memory = v; })},
       {"pipeline.enabled", "true",
        "overlap read, pull, train and push on consecutive passes (false: one after the other; "
        "docs/pipeline.md)",

@@ -45,6 +45,12 @@ CtrModel::CtrModel(Schema schema, ModelOptions model, OptimizerOptions sparse,
   });
 }
 
+ValueLayout CtrModel::LayoutFor(const ModelOptions& model, const OptimizerOptions& sparse) {
+  const SparseOptimizer opt(sparse);
+  return ValueLayout{model.embedding_dim, opt.StateFloats(model.embedding_dim), opt.StateFloats(1),
+                     model.quant.bits, model.quant.range};
+}
+
 ValueLayout CtrModel::value_layout() const {
   return ValueLayout{options_.embedding_dim, sparse_opt_.StateFloats(options_.embedding_dim),
                      sparse_opt_.StateFloats(1), options_.quant.bits, options_.quant.range};

@@ -54,6 +54,8 @@ class CtrModel {
   const Mlp& mlp() const { return mlp_; }
   // The stored row layout this model's sparse optimizer needs.
   ValueLayout value_layout() const;
+  // The value layout a model of these options stores per key (before the model exists).
+  static ValueLayout LayoutFor(const ModelOptions& model, const OptimizerOptions& sparse);
   const SparseOptimizer& sparse_optimizer() const { return sparse_opt_; }
   // The seed of the stochastic rounding of quantized updates (element d of key k's update at
   // dense step t draws from (quant_seed, Mix64(k) + t)).

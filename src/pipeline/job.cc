@@ -2,6 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
+#include "model/ctr_model.h"
+#include "util/parse.h"
+
 namespace ctrbox {
 
 Status TrainOptions::Validate() const {
@@ -18,6 +23,31 @@ Status PipelineOptions::Validate() const {
         "pipeline.pass_examples must be >= 1");
   }
   return Status::OK();
+}
+
+PassReaderOptions JobConfig::PassOptions() const {
+  PassReaderOptions o;
+  o.pass_examples = pipeline.pass_examples;
+  o.epochs = train.epochs;
+  const TieredOptions table = StorageFor(CtrModel::LayoutFor(spec.model, spec.sparse_optimizer));
+  const uint64_t row_budget = table.RowBudgetBytes();
+  if (!pipeline.size_by_memory || row_budget == 0) return o;
+  const uint64_t row_bytes = table.ResidentRowBytes();
+  o.window_passes = 2 * pipeline.queue_depth + 3;
+  o.window_keys = std::max<uint64_t>(
+      1, static_cast<uint64_t>(kPinnedShare * static_cast<double>(row_budget)) / row_bytes);
+  o.batch_size = train.batch_size;
+  o.max_keys = row_budget / row_bytes;
+  const uint64_t index_bytes = table.memory_budget - row_budget;
+  o.key_limit_hint = [index_bytes, row_bytes, batch = train.batch_size](uint64_t keys) {
+    const uint64_t need = index_bytes + keys * row_bytes;
+    return fmt::format(
+        "storage.memory_budget must be at least {} ({} bytes) for this data at "
+        "train.batch_size={} (one minibatch's rows at {} bytes each and the SSD group index; "
+        "more makes larger passes), or lower train.batch_size",
+        FormatBytes(need), need, batch, row_bytes);
+  };
+  return o;
 }
 
 Status JobConfig::Validate() const {

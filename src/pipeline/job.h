@@ -12,6 +12,7 @@
 #include "io/reader.h"
 #include "io/synth.h"
 #include "model/gpu_options.h"
+#include "pipeline/pass_reader.h"
 #include "table/tiered_table.h"
 
 namespace ctrbox {
@@ -32,10 +33,13 @@ struct TrainOptions {
 
 struct PipelineOptions {
   bool enabled = true;              // overlap the stages (false: one after the other)
-  uint64_t pass_examples = 262144;  // examples per pass
-  uint32_t queue_depth = 1;         // passes each queue between two stages holds
-  int pull_threads = 2;             // the pull stage's pool
-  int push_threads = 1;             // the push stage's pool
+  uint64_t pass_examples = 262144;  // examples per pass (the most, when sized by memory)
+  // With a memory budget over an SSD tier: cut passes so that the rows the passes in flight
+  // pin together fit the budget (docs/storage.md, "Pass sizing").
+  bool size_by_memory = true;
+  uint32_t queue_depth = 1;  // passes each queue between two stages holds
+  int pull_threads = 2;      // the pull stage's pool
+  int push_threads = 1;      // the push stage's pool
 
   // OK, or InvalidArgument naming the bad pipeline.* keys.
   Status Validate() const;
@@ -72,6 +76,13 @@ struct JobConfig {
   // Called once, by the entry points (RunTrain, RunEval, RunPredict), before anything is
   // opened. Returns InvalidArgument naming the key.
   Status Validate() const;
+
+  // The pass reader's options: passes of pipeline.pass_examples examples, or, with a memory
+  // budget over an SSD tier and pipeline.size_by_memory, sized by keys so that the rows of
+  // the passes that can be pinned at once (pull to push: 2 x queue_depth + 3, pipelined or
+  // not, so both cut the same passes) take at most kPinnedShare of the budget's row bytes.
+  PassReaderOptions PassOptions() const;
+  static constexpr double kPinnedShare = 0.6;
 
   // The table's options for a model of `layout`.
   TieredOptions StorageFor(const ValueLayout& layout) const {

@@ -14,6 +14,7 @@
 #include "io/batch.h"
 #include "metrics/metrics.h"
 #include "pipeline/in_flight.h"
+#include "pipeline/pass_reader.h"
 #include "table/sparse_table.h"
 #include "working/working_set.h"
 #include "working/working_table.h"
@@ -66,6 +67,7 @@ struct Pass {
   Pass& operator=(const Pass&) = delete;
 
   uint64_t index = 0;  // passes of the job before this one
+  PassPlace place;     // its place among the passes of pipeline.pass_examples (grid passes)
   Batch examples;
   WorkingSet ws;
   // The pass's rows; shared with later passes pulled while this one is in flight.

@@ -6,25 +6,30 @@
 
 namespace ctrbox {
 
+PassReader::PassReader(ReaderFactory open, PassReaderOptions options)
+    : open_(std::move(open)), options_(std::move(options)) {}
+
 Status PassReader::Open() {
   ASSIGN_OR_RETURN(reader_, open_());
   schema_ = reader_->schema();
   block_.Reset(schema_);
+  pending_.Reset(schema_);
+  if (options_.window_keys > 0) {
+    window_ = std::make_unique<KeyWindow>(std::max<uint32_t>(1, options_.window_passes));
+  }
   return Status::OK();
 }
 
-Status PassReader::Next(Batch* examples, bool* eof) {
-  examples->Reset(schema_);
-  const uint64_t want = options_.pass_examples;
-  while (examples->rows() < want) {
+StatusOr<PassReader::Fill> PassReader::FillTo(Batch* out, uint64_t limit) {
+  while (out->rows() < limit) {
     if (begin_ < block_.rows()) {
-      const size_t take = std::min<size_t>(block_.rows() - begin_, want - examples->rows());
-      examples->AppendRows(block_, begin_, begin_ + take);
+      const size_t take = std::min<size_t>(block_.rows() - begin_, limit - out->rows());
+      out->AppendRows(block_, begin_, begin_ + take);
       begin_ += take;
       continue;
     }
     if (!reader_) {
-      if (epoch_ >= options_.epochs) break;
+      if (epoch_ >= options_.epochs) return Fill::kEnd;  // nothing more was appended
       ASSIGN_OR_RETURN(reader_, open_());
     }
     bool end = false;
@@ -34,10 +39,100 @@ Status PassReader::Next(Batch* examples, bool* eof) {
       counts_.Add(reader_->counts());
       reader_.reset();
       block_.Reset(schema_);
-      if (++epoch_ >= options_.epochs || examples->rows() > 0) break;
+      ++epoch_;
+      return out->rows() > 0 ? Fill::kRowsThenEpochEnd : Fill::kEpochEnd;
     }
   }
+  return Fill::kRows;
+}
+
+void PassReader::ClosePass(const Batch& examples, bool by_keys) {
+  if (examples.rows() == 0) return;
+  PassSizingStats& z = sizing_;
+  z.min_examples = z.passes == 0 ? examples.rows() : std::min(z.min_examples, examples.rows());
+  z.max_examples = std::max<uint64_t>(z.max_examples, examples.rows());
+  ++z.passes;
+  if (window_) {
+    z.closed_by_keys += by_keys;
+    z.max_window_keys = std::max(z.max_window_keys, window_->distinct());
+    z.max_pass_keys = std::max(z.max_pass_keys, window_->current());
+    window_->NextPass();
+  }
+}
+
+Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place) {
+  examples->Reset(schema_);
+  const uint64_t want = options_.pass_examples;
+  PassPlace here;
+  here.grid_index = grid_count_;
+  if (!window_) {
+    // Passes of `want` examples, or to the end of an epoch (a pass never spans two).
+    while (examples->rows() < want) {
+      ASSIGN_OR_RETURN(Fill f, FillTo(examples, want));
+      if (f == Fill::kEnd || f == Fill::kRowsThenEpochEnd) break;
+      if (f == Fill::kEpochEnd && (examples->rows() > 0 || epoch_ >= options_.epochs)) break;
+    }
+    ClosePass(*examples, false);
+    *eof = examples->rows() == 0;
+    grid_count_ += !*eof;
+    if (place != nullptr) *place = here;
+    return Status::OK();
+  }
+  here.first = grid_pos_ == 0;
+
+  // Key-sized: the passes above, each cut further between minibatches (counted from the
+  // start of the pass above, as the trainer cuts them) while the window's keys fit.
+  bool by_keys = false;
+  while (true) {
+    bool epoch_end = false;
+    if (pending_.rows() == 0) {
+      const uint64_t room = std::min<uint64_t>(options_.batch_size, want - grid_pos_);
+      ASSIGN_OR_RETURN(Fill f, FillTo(&pending_, room));
+      if (f == Fill::kEnd) break;
+      if (f == Fill::kEpochEnd) {
+        grid_pos_ = 0;
+        if (examples->rows() > 0 || epoch_ >= options_.epochs) break;
+        continue;
+      }
+      epoch_end = f == Fill::kRowsThenEpochEnd;
+    }
+    const uint64_t* keys = pending_.keys.data();
+    const size_t n = pending_.keys.size();
+    if (window_->DistinctWith(keys, n) > options_.window_keys) {
+      if (examples->rows() > 0) {
+        by_keys = true;  // the minibatch starts the next pass
+        break;
+      }
+      // The first minibatch of a pass: the older passes in the window may be pushed before
+      // this one is pulled (the pull waits for them), but its own keys must fit the budget.
+      KeyWindow alone(1);
+      const uint64_t own = alone.DistinctWith(keys, n);
+      if (own > options_.max_keys) {
+        std::string hint = options_.key_limit_hint ? options_.key_limit_hint(own) : "";
+        return ResourceExhaustedError(fmt::format(
+            "a minibatch of {} examples holds {} distinct keys, more than the {} rows that "
+            "storage.memory_budget holds{}",
+            pending_.rows(), own, options_.max_keys, hint.empty() ? "" : "; " + hint));
+      }
+    }
+    window_->Add(keys, n);
+    examples->AppendRows(pending_, 0, pending_.rows());
+    grid_pos_ += pending_.rows();
+    pending_.Reset(schema_);
+    if (epoch_end || grid_pos_ == want) {  // the grid pass ends (or the epoch)
+      grid_pos_ = 0;
+      break;
+    }
+  }
+  ClosePass(*examples, by_keys);
   *eof = examples->rows() == 0;
+  // The last piece of its grid pass unless the key window cut it (the input's end ends it).
+  here.last = !by_keys;
+  if (!*eof && here.last) {
+    grid_pos_ = 0;
+    ++grid_count_;
+  }
+  if (place != nullptr) *place = here;
   return Status::OK();
 }
 

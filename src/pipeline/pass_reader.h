@@ -1,5 +1,10 @@
 // PassReader: the read stage's source. It reads the epochs' examples from a fresh reader per
-// epoch and cuts them into passes of pass_examples examples; a pass never spans two epochs.
+// epoch and cuts them into passes of at most pass_examples examples; a pass never spans two
+// epochs. With a key window (the memory budget's pass sizing, docs/storage.md) each such pass
+// is cut further, between its minibatches (batch_size examples from its start, as the trainer
+// cuts them), so that the distinct keys of a pass and the passes before it that can be in
+// flight with it stay within window_keys. The minibatches are the same either way, so where
+// passes end does not change the model unless table shrinking runs every few passes.
 //
 // Thread safety: not thread-safe; the read stage's thread owns it.
 #ifndef CTRBOX_PIPELINE_PASS_READER_H_
@@ -8,14 +13,45 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "io/reader.h"
+#include "pipeline/key_window.h"
 
 namespace ctrbox {
 
 struct PassReaderOptions {
-  uint64_t pass_examples = 262144;  // REQUIRES: >= 1
+  uint64_t pass_examples = 262144;  // the most examples of a pass; REQUIRES: >= 1
   uint32_t epochs = 1;
+  // Pass sizing by keys (0: off): the distinct keys of window_passes consecutive passes stay
+  // within window_keys, passes holding whole minibatches of batch_size examples. A pass of one
+  // minibatch may exceed the window through the passes before it (its pull waits for their
+  // push), but not max_keys by itself.
+  uint64_t window_keys = 0;
+  uint32_t window_passes = 1;
+  uint32_t batch_size = 1;
+  uint64_t max_keys = UINT64_MAX;
+  // Optional: what to add to the error when one minibatch alone holds more than window_keys
+  // distinct keys (`keys` of them): the budget it would need.
+  std::function<std::string(uint64_t keys)> key_limit_hint;
+};
+
+// Where a pass lies in the passes of pass_examples ("grid passes"): table shrinking and
+// checkpoints count grid passes, so they happen at the same points whatever the pass sizing.
+struct PassPlace {
+  uint64_t grid_index = 0;  // grid passes of the job before this pass's one
+  bool first = true;        // the pass begins its grid pass
+  bool last = true;         // ... and ends it
+};
+
+// How passes were cut, for the train report.
+struct PassSizingStats {
+  uint64_t passes = 0;
+  uint64_t min_examples = 0, max_examples = 0;
+  uint64_t closed_by_keys = 0;   // passes closed by the key window (the others by
+                                 // pass_examples or the end of an epoch)
+  uint64_t max_window_keys = 0;  // the most distinct keys the window held at a cut
+  uint64_t max_pass_keys = 0;    // the most distinct keys of one pass
 };
 
 // Opens the input anew (once per epoch).
@@ -23,18 +59,21 @@ using ReaderFactory = std::function<StatusOr<std::unique_ptr<BatchReader>>()>;
 
 class PassReader {
  public:
-  PassReader(ReaderFactory open, PassReaderOptions options)
-      : open_(std::move(open)), options_(options) {}
+  PassReader(ReaderFactory open, PassReaderOptions options);
 
   // Opens the first reader up front so the schema is known before training starts.
   Status Open();
   Schema schema() const { return schema_; }
   // Record counts of the epochs read to the end.
   const RecordCounts& counts() const { return counts_; }
+  // How the passes cut so far were sized (the passes a resume skipped included).
+  const PassSizingStats& sizing() const { return sizing_; }
+  const PassReaderOptions& options() const { return options_; }
 
   // Fills *examples with the next pass; sets *eof (and leaves it empty) at the end.
-  // Fails with the reader's error (I/O, too many malformed records).
-  Status Next(Batch* examples, bool* eof);
+  // Fails with the reader's error (I/O, too many malformed records), or ResourceExhausted
+  // when one minibatch alone holds more than window_keys distinct keys.
+  Status Next(Batch* examples, bool* eof, PassPlace* place = nullptr);
 
   // Reads past the first `passes` passes (a resumed job's trained data), which must hold
   // `examples` examples: the same passes the job cut before. FailedPrecondition if not.
@@ -44,11 +83,22 @@ class PassReader {
   ReaderFactory open_;
   const PassReaderOptions options_;
   std::unique_ptr<BatchReader> reader_;
+  enum class Fill { kRows, kRowsThenEpochEnd, kEpochEnd, kEnd };
+  // Appends rows to *out until it holds `limit` rows, the epoch ends (the rows read are the
+  // epoch's last), or the input ends.
+  StatusOr<Fill> FillTo(Batch* out, uint64_t limit);
+  void ClosePass(const Batch& examples, bool by_keys);
+
   Schema schema_;
   Batch block_;
   size_t begin_ = 0;  // rows of block_ already handed out
   uint32_t epoch_ = 0;
+  uint64_t grid_pos_ = 0;    // key-sized: examples of the current grid pass cut so far
+  uint64_t grid_count_ = 0;  // grid passes ended
+  Batch pending_;            // key-sized: the next minibatch, read but not yet in a pass
+  std::unique_ptr<KeyWindow> window_;
   RecordCounts counts_;
+  PassSizingStats sizing_;
 };
 
 }  // namespace ctrbox

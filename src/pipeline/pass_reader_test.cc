@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
 #include <vector>
 
 #include "io/synth.h"
@@ -12,7 +13,7 @@ namespace ctrbox {
 namespace {
 
 // Generated rows in blocks of 300 (so passes cut across blocks).
-PassReader Reader(uint64_t rows, uint64_t pass_examples, uint32_t epochs, int* opens) {
+PassReader Reader(uint64_t rows, PassReaderOptions options, int* opens) {
   return PassReader(
       [=]() -> StatusOr<std::unique_ptr<BatchReader>> {
         ++*opens;
@@ -20,7 +21,14 @@ PassReader Reader(uint64_t rows, uint64_t pass_examples, uint32_t epochs, int* o
         o.seed = 5;
         return NewSynthReader(o, rows, 1, 300);
       },
-      PassReaderOptions{pass_examples, epochs});
+      options);
+}
+
+PassReader Reader(uint64_t rows, uint64_t pass_examples, uint32_t epochs, int* opens) {
+  PassReaderOptions o;
+  o.pass_examples = pass_examples;
+  o.epochs = epochs;
+  return Reader(rows, o, opens);
 }
 
 std::vector<Batch> AllPasses(PassReader* r) {
@@ -86,6 +94,83 @@ TEST(PassReaderTest, SkipChecksThePassesAResumedJobAlreadyTrained) {
   s = shorter.Skip(4, 4000);  // the input ends after 3 passes
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
   EXPECT_NE(s.message().find("ended after 3 passes"), std::string::npos) << s.ToString();
+}
+
+// Passes sized by keys: every pass lies within one pass of pass_examples (so within one
+// epoch) and starts at a minibatch boundary of it (the trainer's minibatches are unchanged),
+// and the distinct keys of any window_passes consecutive passes stay within window_keys (a
+// pass of one minibatch may exceed it through the older passes only: its pull waits for their
+// push); together the passes are the input, in order.
+TEST(PassReaderTest, KeySizedPassesKeepEveryWindowWithinItsKeys) {
+  for (uint32_t window : {1u, 3u, 5u}) {
+    for (uint64_t keys : {uint64_t{9000}, uint64_t{20000}, uint64_t{200000}}) {
+      SCOPED_TRACE(::testing::Message() << "window " << window << " keys " << keys);
+      PassReaderOptions o;
+      o.pass_examples = 5000;
+      o.epochs = 2;
+      o.window_keys = keys;
+      o.window_passes = window;
+      o.batch_size = 128;
+      int opens = 0;
+      PassReader r = Reader(7000, o, &opens);
+      ASSERT_TRUE(r.Open().ok());
+      const std::vector<Batch> passes = AllPasses(&r);
+      ASSERT_FALSE(passes.empty());
+      uint64_t rows = 0;
+      std::vector<uint64_t> all_keys;
+      for (size_t p = 0; p < passes.size(); ++p) {
+        const Batch& b = passes[p];
+        const uint64_t at = rows % 7000;  // in its epoch
+        EXPECT_EQ((at % 5000) % 128, 0u) << "pass " << p << " starts within a minibatch";
+        EXPECT_EQ(at / 5000, (at + b.rows() - 1) / 5000) << "pass " << p << " spans two";
+        EXPECT_LE(at + b.rows(), 7000u) << "pass " << p << " spans two epochs";
+        std::set<uint64_t> window_keys, own(b.keys.begin(), b.keys.end());
+        for (size_t q = p + 1 >= window ? p + 1 - window : 0; q <= p; ++q) {
+          window_keys.insert(passes[q].keys.begin(), passes[q].keys.end());
+        }
+        EXPECT_LE(own.size(), keys) << "pass " << p;
+        if (b.rows() > 128) {
+          EXPECT_LE(window_keys.size(), keys) << "pass " << p;
+        }
+        rows += b.rows();
+        if (rows <= 7000) all_keys.insert(all_keys.end(), b.keys.begin(), b.keys.end());
+      }
+      EXPECT_EQ(rows, 14000u);
+      int opens2 = 0;
+      PassReader whole = Reader(7000, 1 << 20, 1, &opens2);
+      ASSERT_TRUE(whole.Open().ok());
+      EXPECT_EQ(AllPasses(&whole)[0].keys, all_keys);
+      const PassSizingStats& z = r.sizing();
+      EXPECT_EQ(z.passes, passes.size());
+      EXPECT_LE(z.max_pass_keys, keys);
+      if (keys == 9000) {
+        EXPECT_GT(z.closed_by_keys, 0u);
+      }
+      if (keys == 200000) {
+        EXPECT_EQ(z.closed_by_keys, 0u);  // cut by pass_examples only
+      }
+    }
+  }
+}
+
+TEST(PassReaderTest, AMinibatchWithMoreKeysThanTheBudgetHoldsIsAnErrorWithTheHint) {
+  PassReaderOptions o;
+  o.window_keys = 100;
+  o.window_passes = 2;
+  o.batch_size = 256;
+  o.max_keys = 150;
+  o.key_limit_hint = [](uint64_t keys) { return "need " + std::to_string(keys); };
+  int opens = 0;
+  PassReader r = Reader(1000, o, &opens);
+  ASSERT_TRUE(r.Open().ok());
+  Batch b;
+  bool eof = false;
+  Status s = r.Next(&b, &eof);
+  ASSERT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+  EXPECT_NE(s.message().find("a minibatch of 256 examples holds"), std::string::npos)
+      << s.ToString();
+  EXPECT_NE(s.message().find("more than the 150 rows"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("; need "), std::string::npos) << s.ToString();
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <fstream>
+#include <map>
 
 #include "ckpt/model_dir.h"
 #include "io/synth.h"
@@ -113,6 +114,74 @@ TEST(PipelineTest, PipelinedEqualsSequentialWithOverlapSmallBudgetAndShrink) {
   EXPECT_GT(patched, 0u);
 }
 
+// Passes sized by memory (docs/storage.md, "Pass sizing"): at budgets of 2 %, 10 % and 100 %
+// of the model, pipelined and sequential, with shrinking every 3 grid passes, the model is the
+// in-memory run's bit for bit (shrinking and checkpoints count passes of pass_examples, which
+// key-sized passes only subdivide); the smaller the budget, the more passes, and the report
+// says how they were cut. A budget that cannot hold one minibatch's rows is refused, naming
+// the least that would.
+TEST(PipelineTest, PassesSizedByMemoryTrainTheInMemoryModelAtEveryBudget) {
+  TempDir dir;
+  SynthOptions o;  // a vocabulary large enough that 2 % of the model holds a minibatch
+  o.seed = 22;
+  o.vocab_scale = 1.0;
+  std::string text;
+  SynthGenerator(o).GenerateText(0, 8000, &text, nullptr);
+  const std::string data = dir.File("train.tsv");
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), data, text).ok());
+  auto job_for = [&](const std::string& model_dir) {
+    JobConfig job = Job(model_dir, data);
+    job.pipeline.pass_examples = 2000;
+    job.train.batch_size = 16;
+    job.train.shrink_every_passes = 2;  // after grid passes 2 and 4
+    return job;
+  };
+  JobConfig mem = job_for(dir.File("mem"));
+  auto r0 = RunTrain(Env::Posix(), mem, nullptr);
+  ASSERT_TRUE(r0.ok()) << r0.status().ToString();
+  EXPECT_EQ((*r0)["pass_sizing"]["by"], "examples");
+  EXPECT_GT((*r0)["keys_shrunk"].get<uint64_t>(), 0u);
+  // The model at its largest (shrinking deletes most of it by the end).
+  const uint64_t model_bytes = (*r0)["storage"]["peak_memory_bytes"];
+
+  std::map<double, uint64_t> passes;
+  for (double share : {0.05, 0.25, 1.0}) {
+    for (bool pipelined : {true, false}) {
+      if (share == 0.25 && !pipelined) continue;
+      SCOPED_TRACE(::testing::Message() << "budget " << share << (pipelined ? " pipelined" : ""));
+      JobConfig job = job_for(dir.File("b"));
+      job.pipeline.enabled = pipelined;
+      UseTiers(&job, dir,
+               static_cast<uint64_t>(share * static_cast<double>(model_bytes)) +
+                   (uint64_t{1} << 10) * 40);  // + the group index
+      auto r = RunTrain(Env::Posix(), job, nullptr);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      EXPECT_EQ((*r)["digest"], (*r0)["digest"]);
+      const nlohmann::json& z = (*r)["pass_sizing"];
+      EXPECT_EQ(z["by"], "memory");
+      EXPECT_LE(z["max_pass_keys"].get<uint64_t>(), z["window_keys"].get<uint64_t>());
+      EXPECT_LE(z["max_pass_examples"].get<uint64_t>(), 2000u);
+      passes[share] = z["passes"];
+      if (share == 0.05) {
+        EXPECT_GT(z["closed_by_keys"].get<uint64_t>(), 0u);
+        EXPECT_GT((*r)["storage"]["loaded_from_ssd"].get<uint64_t>(), 0u);
+      }
+    }
+  }
+  EXPECT_GT(passes[0.05], passes[0.25]);
+  EXPECT_GT(passes[0.25], passes[1.0]);
+
+  JobConfig tiny = job_for(dir.File("tiny"));
+  tiny.train.batch_size = 256;
+  UseTiers(&tiny, dir, 100 << 10);
+  auto r = RunTrain(Env::Posix(), tiny, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("storage.memory_budget must be at least"), std::string::npos)
+      << r.status().ToString();
+  EXPECT_FALSE(Env::Posix()->FileExists(dir.File("tiny/MANIFEST")));
+}
+
 TEST(PipelineTest, PassLinesCarryTheirStageClocks) {
   TempDir dir;
   const std::string data = WriteOverlapping(dir, "train.tsv", 5000);
@@ -206,6 +275,7 @@ TEST(PipelineTest, InterruptStopsAfterAPushedPassAndSavesExactlyThatModel) {
     job.pipeline.enabled = pipelined;
     job.pipeline.queue_depth = 2;
     UseTiers(&job, dir, 2 << 20);
+    job.pipeline.size_by_memory = false;  // passes of exactly pass_examples, as counted below
     std::atomic<bool> stop{false};
     StopAfter sink(&stop, 3);
     auto r = RunTrain(Env::Posix(), job, &sink, &stop);

@@ -36,7 +36,7 @@ StatusOr<PassPtr> PassStages::Read() {
   Stopwatch clock;
   auto pass = std::make_unique<Pass>(ctx_.model->value_layout());
   bool eof = false;
-  RETURN_IF_ERROR(ctx_.reader->Next(&pass->examples, &eof));
+  RETURN_IF_ERROR(ctx_.reader->Next(&pass->examples, &eof, &pass->place));
   if (eof) return PassPtr();
   pass->index = next_index_++;
   BuildWorkingSet(pass->examples, ctx_.job->train.batch_size, nullptr, &pass->ws);
@@ -48,8 +48,11 @@ StatusOr<PassPtr> PassStages::Read() {
 // ---- pull ------------------------------------------------------------------------------------
 
 Status PassStages::Pull(Pass* pass, ThreadPool* pool) {
+  // Shrinking runs after every `every` grid passes (ShrinkDue): the first pass of the grid
+  // pass after one waits until every pass before it is pushed.
   const uint32_t every = ctx_.job->train.shrink_every_passes;
-  if (every > 0 && pass->index > 0 && pass->index % every == 0) {
+  const PassPlace& at = pass->place;
+  if (every > 0 && at.first && at.grid_index > 0 && at.grid_index % every == 0) {
     Stopwatch wait;  // the shrink barrier
     if (!in_flight_.WaitPushed(pass->index)) return CancelledError("the train job stopped");
     pass->clock[StageId::kPull].stalled += wait.Seconds();
@@ -94,9 +97,7 @@ Status PassStages::Train(Pass* pass, const std::atomic<bool>* failed) {
     RETURN_IF_ERROR(TrainOnCpu(pass, failed, &pass_metrics));
   }
   pass->metrics = pass_metrics.Summary();
-  if (ctx_.ckpt != nullptr && ctx_.ckpt->Due(pass->index + 1)) {
-    pass->dense_snapshot = DensePayload(*ctx_.model);
-  }
+  if (CheckpointDue(*pass)) pass->dense_snapshot = DensePayload(*ctx_.model);
   pass->clock[StageId::kTrain].busy = clock.Seconds();
   return Status::OK();
 }
@@ -154,7 +155,7 @@ Status PassStages::Push(Pass* pass, ThreadPool* pool) {
   ++passes_;
   if (ctx_.ckpt != nullptr) RETURN_IF_ERROR(ctx_.ckpt->OnPush(pass->table->rows()));
   const uint32_t every = ctx_.job->train.shrink_every_passes;
-  if (every > 0 && (ctx_.start.passes + passes_) % every == 0) {
+  if (every > 0 && pass->place.last && (pass->place.grid_index + 1) % every == 0) {
     ASSIGN_OR_RETURN(uint64_t deleted, ctx_.table->Shrink(*ctx_.accessor, pool));
     shrunk_ += deleted;
     if (ctx_.ckpt != nullptr) ctx_.ckpt->OnShrink();
@@ -183,8 +184,14 @@ Status PassStages::Push(Pass* pass, ThreadPool* pool) {
   return Status::OK();
 }
 
+// Checkpoints, like shrinking, follow grid passes: after the last pass of every
+// ckpt.every_passes-th one.
+bool PassStages::CheckpointDue(const Pass& pass) const {
+  return ctx_.ckpt != nullptr && pass.place.last && ctx_.ckpt->Due(pass.place.grid_index + 1);
+}
+
 StatusOr<nlohmann::json> PassStages::Checkpoint(const Pass& pass, ThreadPool* pool) {
-  if (ctx_.ckpt == nullptr || !ctx_.ckpt->Due(ctx_.start.passes + passes_)) return nlohmann::json();
+  if (!CheckpointDue(pass)) return nlohmann::json();
   Stopwatch clock;
   ASSIGN_OR_RETURN(CheckpointManifest m,
                    ctx_.ckpt->Commit(*ctx_.table, pass.dense_snapshot, Position(), nullptr, pool));

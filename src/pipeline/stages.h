@@ -94,6 +94,7 @@ class PassStages {
   Status TrainOnGpu(Pass* pass, const std::vector<uint32_t>& patched, MetricAccumulator* metrics);
   void ReportProgress();  // train stage
   // Commits a checkpoint after pass `pass` (push stage); returns its line for the metrics.
+  bool CheckpointDue(const Pass& pass) const;
   StatusOr<nlohmann::json> Checkpoint(const Pass& pass, ThreadPool* pool);
 
   const StageContext ctx_;  // immutable after construction

@@ -183,4 +183,22 @@ void LogStageTable(const StageClocks& clocks, double seconds, uint64_t passes, b
            pipelined ? "pipelined" : "sequential", passes, passes ? seconds / passes : 0.0, line);
 }
 
+nlohmann::json PassSizingJson(const PassReaderOptions& options, const PassSizingStats& stats,
+                              uint64_t row_bytes) {
+  nlohmann::json j = {{"by", options.window_keys > 0 ? "memory" : "examples"},
+                      {"max_examples", options.pass_examples},
+                      {"passes", stats.passes},
+                      {"min_pass_examples", stats.min_examples},
+                      {"max_pass_examples", stats.max_examples}};
+  if (options.window_keys > 0) {
+    j["window_keys"] = options.window_keys;
+    j["window_passes"] = options.window_passes;
+    j["row_bytes"] = row_bytes;
+    j["closed_by_keys"] = stats.closed_by_keys;
+    j["max_window_keys_used"] = stats.max_window_keys;
+    j["max_pass_keys"] = stats.max_pass_keys;
+  }
+  return j;
+}
+
 }  // namespace ctrbox

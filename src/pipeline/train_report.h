@@ -12,6 +12,7 @@
 #include "model/ctr_model.h"
 #include "pipeline/job.h"
 #include "pipeline/pass.h"
+#include "pipeline/pass_reader.h"
 #include "pipeline/stage_runner.h"
 #include "pipeline/stages.h"
 #include "table/sparse_table.h"
@@ -46,6 +47,11 @@ struct TrainRunFacts {
   TrainPosition position;
 };
 nlohmann::json TrainReport(const TrainRunFacts& facts);
+
+// How passes were cut ("pass_sizing" in the train JSON): by "examples" or by "memory" (the
+// key window, its limit and the bytes per row it assumes), and the passes' sizes.
+nlohmann::json PassSizingJson(const PassReaderOptions& options, const PassSizingStats& stats,
+                              uint64_t row_bytes);
 
 // Logs each stage's busy time as a share of the pass time (AIBox Table 1).
 void LogStageTable(const StageClocks& clocks, double seconds, uint64_t passes, bool pipelined);

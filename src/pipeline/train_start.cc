@@ -42,11 +42,18 @@ StatusOr<nlohmann::json> ResultSettings(Env* env, const JobConfig& job) {
     }
     data = {{"format", DataFormatName(job.data.format)}, {"files", list}};
   }
-  return nlohmann::json{{"data", data},
-                        {"pipeline.pass_examples", job.pipeline.pass_examples},
-                        {"train.batch_size", job.train.batch_size},
-                        {"train.epochs", job.train.epochs},
-                        {"table.shrink_every_passes", job.train.shrink_every_passes}};
+  nlohmann::json settings = {{"data", data},
+                             {"pipeline.pass_examples", job.pipeline.pass_examples},
+                             {"train.batch_size", job.train.batch_size},
+                             {"train.epochs", job.train.epochs},
+                             {"table.shrink_every_passes", job.train.shrink_every_passes}};
+  // Passes sized by memory are cut where the key window fills: another budget cuts others.
+  const PassReaderOptions passes = job.PassOptions();
+  if (passes.window_keys > 0) {
+    settings["pass sizing (storage.memory_budget)"] = {{"window_keys", passes.window_keys},
+                                                       {"window_passes", passes.window_passes}};
+  }
+  return settings;
 }
 
 // Why this job cannot continue from checkpoint `m`, or "".

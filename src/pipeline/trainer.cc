@@ -17,6 +17,7 @@
 #include "table/ssd_store.h"
 #include "util/cleanup.h"
 #include "util/logging.h"
+#include "util/parse.h"
 #include "util/sys.h"
 
 namespace ctrbox {
@@ -64,6 +65,17 @@ StatusOr<nlohmann::json> RunPasses(const JobConfig& job, PassReader* reader, Tra
   if (start->resumed) {
     report["resumed_from"] = CheckpointName(start->resumed->id);
     report["resume_warnings"] = start->resume_warnings;
+  }
+  const uint64_t row_bytes = job.StorageFor(start->model->value_layout()).ResidentRowBytes();
+  report["pass_sizing"] = PassSizingJson(reader->options(), reader->sizing(), row_bytes);
+  if (reader->options().window_keys > 0) {
+    const PassSizingStats& z = reader->sizing();
+    LOG_INFO(
+        "passes sized by memory: at most {} distinct keys over {} passes in flight ({} of "
+        "{} B rows); {} passes of {} to {} examples, {} closed by the key limit",
+        reader->options().window_keys, reader->options().window_passes,
+        FormatBytes(reader->options().window_keys * row_bytes), row_bytes, z.passes, z.min_examples,
+        z.max_examples, z.closed_by_keys);
   }
   // An interrupted run read only part of the data; its record counts are partial.
   if (!run.interrupted) report.update(CountsJson(reader->counts()));
@@ -143,7 +155,7 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   RETURN_IF_ERROR(job.Validate());
   job.data.cancel = stop;  // a stalled data.command or standard input gives way to Ctrl-C
   PassReader reader([&] { return OpenData(env, job.data, job.generated, false); },
-                    PassReaderOptions{job.pipeline.pass_examples, job.train.epochs});
+                    job.PassOptions());
   RETURN_IF_ERROR(reader.Open());
   job.spec.schema = reader.schema();
   job.spec.table.seed = job.train.seed;

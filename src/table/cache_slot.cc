@@ -165,8 +165,9 @@ size_t CacheSlot::AllocatedBytes() const {
          headers_.MemoryBytes() + embs_.MemoryBytes();
 }
 
-size_t CacheSlot::RowBytes() const {
-  return 4 * (kWideState + layout_.wide_state + emb_words_ + layout_.emb_state) + sizeof(NodeMeta) +
+size_t CacheSlot::RowBytesFor(const ValueLayout& layout) {
+  const size_t emb_words = (layout.EmbBytes() + 3) / 4;
+  return 4 * (kWideState + layout.wide_state + emb_words + layout.emb_state) + sizeof(NodeMeta) +
          12 * 10 / 7;
 }
 

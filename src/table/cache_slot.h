@@ -81,7 +81,8 @@ class CAPABILITY("mutex") CacheSlot {
   size_t AllocatedBytes() const REQUIRES(this);
   // Bytes a row with an embedding costs (records + index share at full load), for budgets.
   // Depends on the layout only: no lock needed.
-  size_t RowBytes() const;
+  size_t RowBytes() const { return RowBytesFor(layout_); }
+  static size_t RowBytesFor(const ValueLayout& layout);
 
   // Calls f(node) for every live node, with the lock held.
   template <typename F>

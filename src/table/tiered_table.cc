@@ -81,6 +81,14 @@ TieredTable::TieredTable(Env* env, TieredOptions options)
   accounted_.assign(slots_.size(), 0);
 }
 
+uint64_t TieredOptions::ResidentRowBytes() const { return CacheSlot::RowBytesFor(layout); }
+
+uint64_t TieredOptions::RowBudgetBytes() const {
+  if (memory_budget == 0 || ssd.dir.empty()) return 0;
+  const uint64_t index = (uint64_t{1} << ssd.group_bits) * sizeof(GroupEntry);
+  return memory_budget > index ? memory_budget - index : 0;
+}
+
 Status TieredOptions::Validate() const {
   if (shard_bits > 12) return InvalidArgumentError("table.shard_bits must be <= 12");
   if (ssd.dir.empty()) {

@@ -44,6 +44,13 @@ struct TieredOptions {
 
   // OK, or InvalidArgument naming the bad key (table.shard_bits, storage.*). Open calls it.
   Status Validate() const;
+
+  // Budget planning (pass sizing, docs/storage.md). The bytes one resident row with an
+  // embedding costs against the budget (its record, metadata and index entry):
+  uint64_t ResidentRowBytes() const;
+  // The budget's bytes that rows can use: the budget less the SSD tier's group index, which
+  // is allocated when the table opens. 0 without a budget.
+  uint64_t RowBudgetBytes() const;
 };
 
 class TieredTable final : public SparseTable {

@@ -1,0 +1,96 @@
+#include "pipeline/key_window.h"
+
+#include <bit>
+
+#include "util/hash.h"
+
+namespace ctrbox {
+
+KeyWindow::KeyWindow(uint32_t passes) : passes_(passes), per_pass_(passes, 0) { Rebuild(1024); }
+
+size_t KeyWindow::Find(uint64_t key) const {
+  const size_t mask = keys_.size() - 1;
+  size_t i = Mix64(key) & mask;
+  while (last_[i] != 0 && keys_[i] != key) i = (i + 1) & mask;
+  return i;
+}
+
+void KeyWindow::Rebuild(size_t capacity) {
+  std::vector<uint64_t> keys = std::move(keys_);
+  std::vector<uint32_t> last = std::move(last_);
+  keys_.assign(capacity, 0);
+  last_.assign(capacity, 0);
+  used_ = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!InWindow(last[i])) continue;  // left the window: dropped
+    const size_t j = Find(keys[i]);
+    keys_[j] = keys[i];
+    last_[j] = last[i];
+    ++used_;
+  }
+}
+
+uint64_t KeyWindow::DistinctWith(const uint64_t* keys, size_t n) {
+  // Keys new to the window, each counted once: a stamped set of this call's new keys.
+  const size_t cap = std::bit_ceil(2 * n + 2);
+  if (scratch_keys_.size() < cap) {
+    scratch_keys_.assign(cap, 0);
+    scratch_mark_.assign(cap, 0);
+    scratch_stamp_ = 0;
+  }
+  if (++scratch_stamp_ == 0) {  // wrapped: clear the marks
+    std::fill(scratch_mark_.begin(), scratch_mark_.end(), 0);
+    scratch_stamp_ = 1;
+  }
+  const size_t mask = scratch_keys_.size() - 1;
+  uint64_t added = 0;
+  for (size_t k = 0; k < n; ++k) {
+    const uint64_t key = keys[k];
+    const size_t slot = Find(key);
+    if (last_[slot] != 0 && InWindow(last_[slot])) continue;
+    size_t i = Mix64(key) & mask;
+    while (scratch_mark_[i] == scratch_stamp_ && scratch_keys_[i] != key) i = (i + 1) & mask;
+    if (scratch_mark_[i] == scratch_stamp_) continue;
+    scratch_mark_[i] = scratch_stamp_;
+    scratch_keys_[i] = key;
+    ++added;
+  }
+  return distinct_ + added;
+}
+
+void KeyWindow::Add(const uint64_t* keys, size_t n) {
+  const size_t cur = pass_ % passes_;
+  for (size_t k = 0; k < n; ++k) {
+    if (2 * (used_ + 1) > keys_.size()) Rebuild(2 * keys_.size());
+    const size_t slot = Find(keys[k]);
+    const uint32_t last = last_[slot];
+    if (last == pass_) continue;
+    if (last != 0 && InWindow(last)) {
+      --per_pass_[last % passes_];  // its last use moves to this pass
+    } else {
+      ++distinct_;
+      if (last == 0) ++used_;
+    }
+    keys_[slot] = keys[k];
+    last_[slot] = pass_;
+    ++per_pass_[cur];
+  }
+}
+
+void KeyWindow::NextPass() {
+  ++pass_;
+  // The pass that leaves the window takes the keys whose last use it was.
+  uint64_t& leaving = per_pass_[pass_ % passes_];
+  distinct_ -= leaving;
+  leaving = 0;
+  // Drop the stale entries once they are half the map (amortised O(1) per key).
+  if (2 * (used_ - distinct_) > used_ && used_ > 1024) {
+    size_t cap = 1024;
+    while (cap < 4 * distinct_) cap *= 2;
+    Rebuild(cap);
+  }
+}
+
+uint64_t KeyWindow::current() const { return per_pass_[pass_ % passes_]; }
+
+}  // namespace ctrbox

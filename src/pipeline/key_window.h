@@ -1,0 +1,59 @@
+// KeyWindow: the distinct keys of the last W passes, the current one included, counted as a
+// pass is cut. The pipeline pins the rows of up to W consecutive passes at once (pull to push),
+// so this count times a row's bytes is what the memory budget must hold; the pass reader
+// closes a pass before it would exceed its share (docs/storage.md, "Pass sizing").
+//
+// A hash map holds each key seen in the window with the last pass that used it, and a count
+// per pass of the keys whose last use it is; when a pass leaves the window its count leaves
+// the total and its keys are dropped from the map at the next rebuild, so the map stays the
+// size of the window, not of the model.
+//
+// Thread safety: not thread-safe.
+#ifndef CTRBOX_PIPELINE_KEY_WINDOW_H_
+#define CTRBOX_PIPELINE_KEY_WINDOW_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace ctrbox {
+
+class KeyWindow {
+ public:
+  // REQUIRES: passes >= 1.
+  explicit KeyWindow(uint32_t passes);
+
+  // The window's distinct keys if keys[0, n) were added to the current pass. Does not change
+  // the window.
+  uint64_t DistinctWith(const uint64_t* keys, size_t n);
+  // Adds keys[0, n) to the current pass.
+  void Add(const uint64_t* keys, size_t n);
+  // Ends the current pass and begins the next; the oldest pass leaves the window.
+  void NextPass();
+
+  // Distinct keys of the passes in the window.
+  uint64_t distinct() const { return distinct_; }
+  // Distinct keys of the current pass alone.
+  uint64_t current() const;
+
+ private:
+  // Slot of `key` in the map: its entry, or the empty slot where it would go.
+  size_t Find(uint64_t key) const;
+  void Rebuild(size_t capacity);
+  bool InWindow(uint32_t pass) const { return pass != 0 && pass + passes_ > pass_; }
+
+  const uint32_t passes_;
+  uint32_t pass_ = 1;  // the current pass (0 marks an empty map slot)
+  std::vector<uint64_t> keys_;
+  std::vector<uint32_t> last_;      // per map slot: the last pass that used the key; 0: empty
+  size_t used_ = 0;                 // map slots in use (window keys and stale ones)
+  std::vector<uint64_t> per_pass_;  // ring of passes_: keys whose last use is that pass
+  uint64_t distinct_ = 0;
+  std::vector<uint64_t> scratch_keys_;  // DistinctWith's own dedup
+  std::vector<uint32_t> scratch_mark_;
+  uint32_t scratch_stamp_ = 0;
+};
+
+}  // namespace ctrbox
+
+#endif  // CTRBOX_PIPELINE_KEY_WINDOW_H_
