@@ -10,6 +10,7 @@
 #include "io/text_format.h"
 #include "metrics/auc.h"
 #include "pipeline/data.h"
+#include "pipeline/key_window.h"
 #include "pipeline/train_report.h"
 #include "util/sys.h"
 #include "working/working_set.h"
@@ -32,22 +33,42 @@ Status PredictChunk(const Batch& chunk, SparseTable& table, CtrModel* model, uin
 }
 
 StatusOr<MetricSummary> Evaluate(BatchReader* reader, SparseTable& table, CtrModel* model,
-                                 uint32_t batch_size, uint64_t chunk_rows, ThreadPool* pool,
-                                 const ChunkFn& on_chunk) {
+                                 uint32_t batch_size, uint64_t chunk_rows, uint64_t chunk_keys,
+                                 ThreadPool* pool, const ChunkFn& on_chunk) {
   MetricAccumulator metrics;
   Batch chunk, block;
   chunk.Reset(reader->schema());
   std::vector<float> predictions;
-  bool eof = false;
-  while (!eof) {
-    RETURN_IF_ERROR(reader->Next(&block, &eof));
-    if (!eof) chunk.AppendRows(block, 0, block.rows());
-    if (chunk.rows() == 0 || (!eof && chunk.rows() < chunk_rows)) continue;
+  KeyWindow keys(1);  // the chunk's distinct keys, when they are limited
+  auto predict = [&]() -> Status {
     RETURN_IF_ERROR(PredictChunk(chunk, table, model, batch_size, pool, &predictions));
     for (size_t r = 0; r < chunk.rows(); ++r) metrics.Add(chunk.labels[r], predictions[r]);
     if (on_chunk) RETURN_IF_ERROR(on_chunk(chunk, predictions));
     chunk.Reset(reader->schema());
+    keys.NextPass();
+    return Status::OK();
+  };
+  const size_t slots = reader->schema().num_slots;
+  bool eof = false;
+  while (!eof) {
+    RETURN_IF_ERROR(reader->Next(&block, &eof));
+    if (eof) break;
+    // A minibatch at a time, so that a chunk's rows fit the memory budget (chunk_keys).
+    const size_t step = chunk_keys > 0 ? batch_size : block.rows();
+    for (size_t begin = 0; begin < block.rows();) {
+      const size_t end = std::min(block.rows(), begin + step);
+      if (chunk_keys > 0) {
+        const uint64_t* k = block.keys.data() + block.offsets[begin * slots];
+        const size_t n = block.offsets[end * slots] - block.offsets[begin * slots];
+        if (chunk.rows() > 0 && keys.DistinctWith(k, n) > chunk_keys) RETURN_IF_ERROR(predict());
+        keys.Add(k, n);
+      }
+      chunk.AppendRows(block, begin, end);
+      begin = end;
+      if (chunk.rows() >= chunk_rows) RETURN_IF_ERROR(predict());
+    }
   }
+  if (chunk.rows() > 0) RETURN_IF_ERROR(predict());
   return metrics.Summary();
 }
 
@@ -139,7 +160,7 @@ StatusOr<nlohmann::json> RunEval(Env* env, const JobConfig& job) {
   };
   ASSIGN_OR_RETURN(MetricSummary s,
                    Evaluate(reader.get(), *lm.table, lm.model.get(), job.train.batch_size,
-                            job.pipeline.pass_examples, &pool, keep));
+                            job.pipeline.pass_examples, job.EvalChunkKeys(), &pool, keep));
   const double seconds = clock.Seconds();
   if (s.examples == 0) {
     const RecordCounts c = reader->counts();

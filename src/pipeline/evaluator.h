@@ -35,11 +35,13 @@ Status PredictChunk(const Batch& chunk, SparseTable& table, CtrModel* model, uin
 
 using ChunkFn = std::function<Status(const Batch& rows, const std::vector<float>& predictions)>;
 
-// Predicts every example of `reader` in chunks of about chunk_rows rows, calling on_chunk (if
-// set) for each in order, and returns the metrics over all of them.
+// Predicts every example of `reader` in chunks of about chunk_rows rows, and, when chunk_keys
+// is not 0, of at most chunk_keys distinct keys (cut between minibatches; a minibatch with
+// more is a chunk of its own), so that a chunk's rows fit the memory budget. Calls on_chunk
+// (if set) for each in order, and returns the metrics over all of them.
 StatusOr<MetricSummary> Evaluate(BatchReader* reader, SparseTable& table, CtrModel* model,
-                                 uint32_t batch_size, uint64_t chunk_rows, ThreadPool* pool,
-                                 const ChunkFn& on_chunk);
+                                 uint32_t batch_size, uint64_t chunk_rows, uint64_t chunk_keys,
+                                 ThreadPool* pool, const ChunkFn& on_chunk);
 
 // Reads text records of data.format from data.paths (one path; "-" is standard input) and
 // writes one probability per input line to `out`, in input order; a malformed line gets

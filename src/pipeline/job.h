@@ -83,6 +83,9 @@ struct JobConfig {
   // not, so both cut the same passes) take at most kPinnedShare of the budget's row bytes.
   PassReaderOptions PassOptions() const;
   static constexpr double kPinnedShare = 0.6;
+  // Evaluation pins one chunk at a time: its distinct keys may take the whole pinned share.
+  // 0 (no limit) without a budget or with pipeline.size_by_memory off.
+  uint64_t EvalChunkKeys() const { return PassOptions().window_keys; }
 
   // The table's options for a model of `layout`.
   TieredOptions StorageFor(const ValueLayout& layout) const {

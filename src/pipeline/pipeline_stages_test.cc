@@ -134,6 +134,7 @@ TEST(PipelineTest, PassesSizedByMemoryTrainTheInMemoryModelAtEveryBudget) {
     job.pipeline.pass_examples = 2000;
     job.train.batch_size = 16;
     job.train.shrink_every_passes = 2;  // after grid passes 2 and 4
+    job.eval_paths = {data};            // held-out evaluation under the budget too
     return job;
   };
   JobConfig mem = job_for(dir.File("mem"));
@@ -157,6 +158,7 @@ TEST(PipelineTest, PassesSizedByMemoryTrainTheInMemoryModelAtEveryBudget) {
       auto r = RunTrain(Env::Posix(), job, nullptr);
       ASSERT_TRUE(r.ok()) << r.status().ToString();
       EXPECT_EQ((*r)["digest"], (*r0)["digest"]);
+      EXPECT_EQ((*r)["test_auc"], (*r0)["test_auc"]);
       const nlohmann::json& z = (*r)["pass_sizing"];
       EXPECT_EQ(z["by"], "memory");
       EXPECT_LE(z["max_pass_keys"].get<uint64_t>(), z["window_keys"].get<uint64_t>());

@@ -122,9 +122,9 @@ Status EvaluateHeldOut(Env* env, const JobConfig& job, TrainStart* start, Thread
   eval.paths = job.eval_paths;
   eval.command.clear();
   ASSIGN_OR_RETURN(auto eval_reader, OpenData(env, eval, job.generated, true));
-  ASSIGN_OR_RETURN(MetricSummary t,
-                   Evaluate(eval_reader.get(), *start->table, start->model.get(),
-                            job.train.batch_size, job.pipeline.pass_examples, pool, nullptr));
+  ASSIGN_OR_RETURN(MetricSummary t, Evaluate(eval_reader.get(), *start->table, start->model.get(),
+                                             job.train.batch_size, job.pipeline.pass_examples,
+                                             job.EvalChunkKeys(), pool, nullptr));
   (*report)["test_examples"] = t.examples;
   (*report)["test_auc"] = t.AucJson();
   if (t.auc_undefined) (*report)["test_auc_undefined"] = t.auc_undefined;
