@@ -84,7 +84,6 @@ Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place) {
   // start of the pass above, as the trainer cuts them) while the window's keys fit.
   bool by_keys = false;
   while (true) {
-    bool epoch_end = false;
     if (pending_.rows() == 0) {
       const uint64_t room = std::min<uint64_t>(options_.batch_size, want - grid_pos_);
       ASSIGN_OR_RETURN(Fill f, FillTo(&pending_, room));
@@ -94,7 +93,7 @@ Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place) {
         if (examples->rows() > 0 || epoch_ >= options_.epochs) break;
         continue;
       }
-      epoch_end = f == Fill::kRowsThenEpochEnd;
+      pending_ends_epoch_ = f == Fill::kRowsThenEpochEnd;
     }
     const uint64_t* keys = pending_.keys.data();
     const size_t n = pending_.keys.size();
@@ -119,7 +118,8 @@ Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place) {
     examples->AppendRows(pending_, 0, pending_.rows());
     grid_pos_ += pending_.rows();
     pending_.Reset(schema_);
-    if (epoch_end || grid_pos_ == want) {  // the grid pass ends (or the epoch)
+    if (pending_ends_epoch_ || grid_pos_ == want) {  // the grid pass ends (or the epoch)
+      pending_ends_epoch_ = false;
       grid_pos_ = 0;
       break;
     }

@@ -93,9 +93,10 @@ class PassReader {
   Batch block_;
   size_t begin_ = 0;  // rows of block_ already handed out
   uint32_t epoch_ = 0;
-  uint64_t grid_pos_ = 0;    // key-sized: examples of the current grid pass cut so far
-  uint64_t grid_count_ = 0;  // grid passes ended
-  Batch pending_;            // key-sized: the next minibatch, read but not yet in a pass
+  uint64_t grid_pos_ = 0;            // key-sized: examples of the current grid pass cut so far
+  uint64_t grid_count_ = 0;          // grid passes ended
+  Batch pending_;                    // key-sized: the next minibatch, read but not yet in a pass
+  bool pending_ends_epoch_ = false;  // ... and it is its epoch's last rows
   std::unique_ptr<KeyWindow> window_;
   RecordCounts counts_;
   PassSizingStats sizing_;

@@ -103,7 +103,9 @@ TEST(PassReaderTest, SkipChecksThePassesAResumedJobAlreadyTrained) {
 // push); together the passes are the input, in order.
 TEST(PassReaderTest, KeySizedPassesKeepEveryWindowWithinItsKeys) {
   for (uint32_t window : {1u, 3u, 5u}) {
-    for (uint64_t keys : {uint64_t{9000}, uint64_t{20000}, uint64_t{200000}}) {
+    // 1000: about a minibatch's keys, so that nearly every minibatch is a pass of its own,
+    // the epoch's last one included.
+    for (uint64_t keys : {uint64_t{1000}, uint64_t{9000}, uint64_t{20000}, uint64_t{200000}}) {
       SCOPED_TRACE(::testing::Message() << "window " << window << " keys " << keys);
       PassReaderOptions o;
       o.pass_examples = 5000;
@@ -128,8 +130,8 @@ TEST(PassReaderTest, KeySizedPassesKeepEveryWindowWithinItsKeys) {
         for (size_t q = p + 1 >= window ? p + 1 - window : 0; q <= p; ++q) {
           window_keys.insert(passes[q].keys.begin(), passes[q].keys.end());
         }
-        EXPECT_LE(own.size(), keys) << "pass " << p;
-        if (b.rows() > 128) {
+        if (b.rows() > 128) {  // a pass of one minibatch may exceed the window
+          EXPECT_LE(own.size(), keys) << "pass " << p;
           EXPECT_LE(window_keys.size(), keys) << "pass " << p;
         }
         rows += b.rows();
@@ -142,7 +144,9 @@ TEST(PassReaderTest, KeySizedPassesKeepEveryWindowWithinItsKeys) {
       EXPECT_EQ(AllPasses(&whole)[0].keys, all_keys);
       const PassSizingStats& z = r.sizing();
       EXPECT_EQ(z.passes, passes.size());
-      EXPECT_LE(z.max_pass_keys, keys);
+      if (keys > 1000) {
+        EXPECT_LE(z.max_pass_keys, keys);
+      }
       if (keys == 9000) {
         EXPECT_GT(z.closed_by_keys, 0u);
       }
