@@ -2,9 +2,11 @@
 """End-to-end cost of the SSD tier: the reference model trained all in memory and with
 storage.memory_budget at a fraction (default 10 %) of the in-memory table, same data, same
 pass size, same machine. Checks that both give the same digest (the tiers are lossless) and
-prints one JSON line per run and a summary with medians and the ratio.
+prints one JSON line per run and a summary with medians and the ratios (examples/s, peak RSS).
+By default the job's own pass size (pipeline.pass_examples, 262144), which the budgeted run
+cuts by memory (docs/storage.md, "Pass sizing"); --pass-examples N sets another.
 
-  bench/tiered_e2e.py [--data-dir DIR] [--reps 3] [--fraction 0.1] [--pass-examples 16384]
+  bench/tiered_e2e.py [--data-dir DIR] [--reps 3] [--fraction 0.1] [--pass-examples N]
 
 The data are shared/baselines/gen_criteo.py's 1 M training rows (seed 11) and 200 K test rows
 (seed 12), generated into --data-dir if absent (as bench/e2e_vs_torch.py does).
@@ -19,13 +21,14 @@ def main():
     ap.add_argument("--data-dir", default="/tmp/ctrbox-bench")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--fraction", type=float, default=0.1)
-    ap.add_argument("--pass-examples", type=int, default=16384)
+    ap.add_argument("--pass-examples", type=int, default=0, help="0: the job's default")
     ap.add_argument("--ctrbox", default=os.path.join(ROOT, "build", "ctrbox"))
     a = ap.parse_args()
     d = a.data_dir
     train_tsv, test_tsv = criteo_train_test(d)
-    common = ["--data", train_tsv, "--eval-data", test_tsv, "--fresh",
-              "--set", f"pipeline.pass_examples={a.pass_examples}"]
+    common = ["--data", train_tsv, "--eval-data", test_tsv, "--fresh"]
+    if a.pass_examples:
+        common += ["--set", f"pipeline.pass_examples={a.pass_examples}"]
     ssd = os.path.join(d, "ssd")
     runs = {"memory": [], "ssd": []}
     budget = None
@@ -47,12 +50,14 @@ def main():
                           "peak_memory_bytes": st["peak_memory_bytes"],
                           "ssd_bytes_read_per_pushed_key": st["ssd_bytes_read"] / max(1, st["pulled_keys"]),
                           "ssd_bytes_written_per_pushed_key": st["ssd_bytes_written"] / max(1, st["pulled_keys"]),
-                          "stages": r["stages"]}), flush=True)
+                          "pass_sizing": r["pass_sizing"], "stages": r["stages"]}), flush=True)
     med = {k: statistics.median(x["examples_per_s"] for x in v) for k, v in runs.items()}
     digests = {x["digest"] for v in runs.values() for x in v}
     print(json.dumps({"bench": "tiered_e2e_summary", "memory_budget": budget, "fraction": a.fraction,
                       "pass_examples": a.pass_examples, "reps": a.reps, "examples_per_s_median": med,
                       "ratio_ssd_over_memory": med["ssd"] / med["memory"],
+                      "peak_rss_median": {k: statistics.median(x["peak_rss_bytes"] for x in v) for k, v in runs.items()},
+                      "blas_core": runs["memory"][0]["blas_core"],
                       "same_digest": len(digests) == 1,
                       "hit_rate_median": statistics.median(x["storage"]["hit_rate"] for x in runs["ssd"])}))
 

@@ -12,14 +12,10 @@ namespace {
 
 constexpr std::string_view kVersionLine = "ctrbox-shards 1";
 
-bool EndsWith(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
 // A name convert writes: part-NNNNN.ctrshard, or that plus ".tmp" while it is written.
 bool IsConversionFile(std::string_view name) {
-  if (EndsWith(name, ".tmp")) name.remove_suffix(4);
-  return name.starts_with("part-") && EndsWith(name, kShardSuffix);
+  if (name.ends_with(".tmp")) name.remove_suffix(4);
+  return name.starts_with("part-") && name.ends_with(kShardSuffix);
 }
 
 // A file name that cannot escape the directory or confuse the line format.
@@ -91,7 +87,7 @@ StatusOr<ShardDirManifest> DecodeShardManifest(std::string_view text, const std:
       have_schema = true;
     } else if (f[0] == "file") {
       ShardFileEntry e;
-      if (!have_schema || f.size() != 4 || !IsPlainName(f[1]) || !EndsWith(f[1], kShardSuffix) ||
+      if (!have_schema || f.size() != 4 || !IsPlainName(f[1]) || !f[1].ends_with(kShardSuffix) ||
           !ParseUint64(f[2], &e.rows) || !ParseUint64(f[3], &e.bytes) || e.rows == 0) {
         return bad(no, "expected `file <name>.ctrshard <rows >= 1> <bytes>`");
       }
@@ -146,7 +142,7 @@ StatusOr<ShardDirManifest> ReadShardManifest(Env* env, const std::string& dir) {
   }
   ASSIGN_OR_RETURN(std::vector<std::string> children, env->GetChildren(dir));
   for (const std::string& c : children) {
-    if (EndsWith(c, kShardSuffix) && !listed.contains(c)) {
+    if (std::string_view(c).ends_with(kShardSuffix) && !listed.contains(c)) {
       return FailedPreconditionError(fmt::format(
           "{}: not listed in {} (added after the conversion?); remove it or convert again",
           JoinPath(dir, c), path));

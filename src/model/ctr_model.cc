@@ -51,10 +51,7 @@ ValueLayout CtrModel::LayoutFor(const ModelOptions& model, const OptimizerOption
                      model.quant.bits, model.quant.range};
 }
 
-ValueLayout CtrModel::value_layout() const {
-  return ValueLayout{options_.embedding_dim, sparse_opt_.StateFloats(options_.embedding_dim),
-                     sparse_opt_.StateFloats(1), options_.quant.bits, options_.quant.range};
-}
+ValueLayout CtrModel::value_layout() const { return LayoutFor(options_, sparse_opt_.options()); }
 
 void CtrModel::EnsureBuffers(uint32_t rows) {
   if (rows <= capacity_) return;

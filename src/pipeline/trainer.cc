@@ -187,22 +187,14 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
         report.value("records_malformed", uint64_t{0})));
   }
 
-  // Interrupted before this run trained anything: the model and the checkpoints are as they
-  // were, and nothing is written (no empty model where there was none).
-  if (report["interrupted"].get<bool>() && report["examples"].get<uint64_t>() == 0) {
-    report["saved"] = false;
-    RETURN_IF_ERROR(start.metrics_log->Close());
-    RETURN_IF_ERROR(CloseTable(env, job, std::move(start.table)));
-    remove_scratch.Cancel();
-    report["total_seconds"] = total_clock.Seconds();
-    return report;
-  }
-
-  // Finish: commit, evaluate (not after Ctrl-C), close.
-  report["saved"] = true;
-  RETURN_IF_ERROR(CommitModel(env, job, &start, position, &pool, &report));
-  if (!report["interrupted"].get<bool>()) {
-    RETURN_IF_ERROR(EvaluateHeldOut(env, job, &start, &pool, &report));
+  // Finish: commit, evaluate (not after Ctrl-C), close. Interrupted before this run trained
+  // anything, it commits nothing: the model and the checkpoints are as they were (no empty
+  // model where there was none).
+  const bool interrupted = report["interrupted"].get<bool>();
+  report["saved"] = !(interrupted && report["examples"].get<uint64_t>() == 0);
+  if (report["saved"].get<bool>()) {
+    RETURN_IF_ERROR(CommitModel(env, job, &start, position, &pool, &report));
+    if (!interrupted) RETURN_IF_ERROR(EvaluateHeldOut(env, job, &start, &pool, &report));
   }
   RETURN_IF_ERROR(start.metrics_log->Close());
   RETURN_IF_ERROR(CloseTable(env, job, std::move(start.table)));
