@@ -263,6 +263,34 @@ TEST_F(CliTest, QuantizedEmbeddingsTrainThroughEveryTier) {
   EXPECT_NE(wrong.err.find("stochastic or nearest"), std::string::npos) << wrong.err;
 }
 
+TEST_F(CliTest, RowwiseAdagradRowsAreSmallAndTrainThroughEveryTier) {
+  ASSERT_EQ(
+      Run(Ctrbox("gen --format criteo --rows 20000 --seed 5 --out " + Path("r.tsv"))).exit_code, 0);
+  const std::string base = "train --data " + Path("r.tsv") +
+                           " --set model.mlp=32,16 --set pipeline.pass_examples=2000"
+                           " --set optimizer.sparse.type=rowwise_adagrad"
+                           " --set storage.quant.bits=16";
+  Result mem = Run(Ctrbox(base + " --model-dir " + Path("mem")));
+  ASSERT_EQ(mem.exit_code, 0) << mem.err;
+  // 16 bytes of counters, wide weight 4 and its state 4, 16 two-byte codes, one state float
+  // (per-element float32 Adagrad: 148).
+  EXPECT_EQ(mem.last_json["value_bytes_per_key"], 56.0);
+  Result ssd =
+      Run(Ctrbox(base + " --model-dir " + Path("ssd") + " --set storage.ssd_dir=" + Path("store") +
+                 " --set storage.memory_budget=2MB --set storage.file_bytes=4MB"));
+  ASSERT_EQ(ssd.exit_code, 0) << ssd.err;
+  EXPECT_GT(ssd.last_json["storage"]["loaded_from_ssd"].get<uint64_t>(), 0u);
+  EXPECT_EQ(ssd.last_json["digest"], mem.last_json["digest"]);
+  Result inspect = Run(Ctrbox("inspect --model-dir " + Path("mem")));
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+  EXPECT_EQ(inspect.last_json["spec"]["sparse_optimizer"]["kind"], "rowwise_adagrad");
+  // The stored state is one value per row: continuing with per-element Adagrad is refused.
+  Result other =
+      Run(Ctrbox(base + " --model-dir " + Path("mem") + " --set optimizer.sparse.type=adagrad"));
+  EXPECT_EQ(other.exit_code, 1);
+  EXPECT_NE(other.err.find("rowwise_adagrad"), std::string::npos) << other.err;
+}
+
 TEST_F(CliTest, ErrorsAreClearAndCommitNothing) {
   Result r = Run(Ctrbox("train --set model.embeding_dim=8"));
   EXPECT_EQ(r.exit_code, 1);

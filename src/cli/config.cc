@@ -107,12 +107,14 @@ Setter Format(std::function<void(JobConfig*, DataFormat)> assign, bool allow_sha
   };
 }
 
-Setter Optimizer(std::function<OptimizerOptions*(JobConfig*)> field) {
+Setter Optimizer(std::function<OptimizerOptions*(JobConfig*)> field, bool sparse) {
   return [=](JobConfig* j, std::string_view v, std::string* expect) {
-    if (!ParseOptimizerKind(v, &field(j)->kind)) {
-      *expect = "adagrad, sgd or adam";
+    OptimizerKind kind;
+    if (!ParseOptimizerKind(v, &kind) || (!sparse && kind == OptimizerKind::kRowwiseAdagrad)) {
+      *expect = sparse ? "adagrad, rowwise_adagrad, sgd or adam" : "adam, adagrad or sgd";
       return false;
     }
+    field(j)->kind = kind;
     return true;
   };
 }
@@ -228,18 +230,21 @@ const std::vector<Key>& Keys() {
       {"model.dense_log1p", "true", "dense features enter as log(1 + max(x, 0))",
        Bool([](JobConfig* j, bool v) { j->spec.model.dense_log1p = v; })},
       // optimizers
-      {"optimizer.sparse.type", "adagrad", "sparse optimizer: adagrad | sgd | adam",
-       Optimizer([](JobConfig* j) { return &j->spec.sparse_optimizer; })},
+      {"optimizer.sparse.type", "adagrad",
+       "sparse optimizer: adagrad | rowwise_adagrad (one state value per row: smaller rows) | "
+       "sgd | adam",
+       Optimizer([](JobConfig* j) { return &j->spec.sparse_optimizer; }, true)},
       {"optimizer.sparse.lr", "0.05", "sparse learning rate",
        Float([](JobConfig* j, float v) { j->spec.sparse_optimizer.lr = v; }, 0, 1e6)},
-      {"optimizer.sparse.epsilon", "1e-10 (adagrad), 1e-8 (adam)", "sparse optimizer epsilon",
+      {"optimizer.sparse.epsilon", "1e-10 (adagrad, rowwise_adagrad), 1e-8 (adam)",
+       "sparse optimizer epsilon",
        Float([](JobConfig* j, float v) { j->spec.sparse_optimizer.epsilon = v; }, 0, 1)},
       {"optimizer.sparse.beta1", "0.9", "sparse adam beta1",
        Float([](JobConfig* j, float v) { j->spec.sparse_optimizer.beta1 = v; }, 0, 0.999999)},
       {"optimizer.sparse.beta2", "0.999", "sparse adam beta2",
        Float([](JobConfig* j, float v) { j->spec.sparse_optimizer.beta2 = v; }, 0, 0.999999)},
       {"optimizer.dense.type", "adam", "dense optimizer: adam | adagrad | sgd",
-       Optimizer([](JobConfig* j) { return &j->spec.dense_optimizer; })},
+       Optimizer([](JobConfig* j) { return &j->spec.dense_optimizer; }, false)},
       {"optimizer.dense.lr", "0.001", "dense learning rate",
        Float([](JobConfig* j, float v) { j->spec.dense_optimizer.lr = v; }, 0, 1e6)},
       {"optimizer.dense.epsilon", "1e-8 (adam), 1e-10 (adagrad)", "dense optimizer epsilon",
@@ -523,7 +528,9 @@ StatusOr<JobConfig> JobConfigBuilder::Finish() {
     st.ssd.group_bits = std::clamp<uint32_t>(bits, std::max<uint32_t>(10, st.shard_bits), 28);
   }
   auto default_epsilon = [](OptimizerOptions* o) {
-    o->epsilon = o->kind == OptimizerKind::kAdagrad ? 1e-10f : 1e-8f;
+    o->epsilon = o->kind == OptimizerKind::kAdagrad || o->kind == OptimizerKind::kRowwiseAdagrad
+                     ? 1e-10f
+                     : 1e-8f;
   };
   if (!was_set("optimizer.sparse.epsilon")) default_epsilon(&job_.spec.sparse_optimizer);
   if (!was_set("optimizer.dense.epsilon")) default_epsilon(&job_.spec.dense_optimizer);

@@ -50,7 +50,13 @@ TEST(ConfigTest, UnknownKeysAndBadValuesNameTheKey) {
   s = b.ApplySet("model.mlp=512,,128");
   EXPECT_NE(s.message().find("model.mlp"), std::string::npos);
   s = b.ApplySet("optimizer.sparse.type=rmsprop");
-  EXPECT_NE(s.message().find("adagrad, sgd or adam"), std::string::npos);
+  EXPECT_NE(s.message().find("adagrad, rowwise_adagrad, sgd or adam"), std::string::npos)
+      << s.message();
+  // Row-wise Adagrad is for sparse rows only.
+  ASSERT_TRUE(b.ApplySet("optimizer.sparse.type=rowwise_adagrad").ok());
+  s = b.ApplySet("optimizer.dense.type=rowwise_adagrad");
+  EXPECT_NE(s.message().find("optimizer.dense.type"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("adam, adagrad or sgd"), std::string::npos) << s.message();
   s = b.ApplySet("noequals");
   EXPECT_FALSE(s.ok());
 }

@@ -188,7 +188,8 @@ TEST(CtrModelTest, QuantizedUpdatesAreTheFloatUpdateRoundedOntoTheGrid) {
   // followed by the rounding: x <- Q(x + update), exactly Q for nearest, and one of the two
   // neighbouring grid points for stochastic.
   for (auto rounding : {QuantRounding::kNearest, QuantRounding::kStochastic}) {
-    for (auto kind : {OptimizerKind::kSgd, OptimizerKind::kAdagrad}) {
+    for (auto kind :
+         {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowwiseAdagrad}) {
       OptimizerOptions sparse;
       sparse.kind = kind;
       sparse.lr = kind == OptimizerKind::kSgd ? 2.0f : 0.05f;

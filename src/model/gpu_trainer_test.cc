@@ -104,6 +104,10 @@ std::vector<Case> Cases() {
   dense_adagrad.dense.epsilon = 1e-10f;
   dense_adagrad.quant = QuantOptions{16, 1.0f, QuantRounding::kNearest};
   out.push_back(dense_adagrad);
+  Case rowwise = adagrad;  // row-wise sparse Adagrad with 16-bit stochastic codes
+  rowwise.sparse.kind = OptimizerKind::kRowwiseAdagrad;
+  rowwise.quant = QuantOptions{16, 1.0f, QuantRounding::kStochastic};
+  out.push_back(rowwise);
   return out;
 }
 

@@ -11,6 +11,8 @@ bool ParseOptimizerKind(std::string_view name, OptimizerKind* out) {
     *out = OptimizerKind::kSgd;
   else if (name == "adam")
     *out = OptimizerKind::kAdam;
+  else if (name == "rowwise_adagrad")
+    *out = OptimizerKind::kRowwiseAdagrad;
   else
     return false;
   return true;
@@ -24,6 +26,8 @@ std::string_view OptimizerKindName(OptimizerKind k) {
       return "sgd";
     case OptimizerKind::kAdam:
       return "adam";
+    case OptimizerKind::kRowwiseAdagrad:
+      return "rowwise_adagrad";
   }
   return "unknown";
 }
@@ -36,6 +40,8 @@ uint32_t SparseOptimizer::StateFloats(uint32_t n) const {
       return 0;
     case OptimizerKind::kAdam:
       return 2 * n + 2;
+    case OptimizerKind::kRowwiseAdagrad:
+      return n == 0 ? 0 : 1;
   }
   return 0;
 }
@@ -44,7 +50,7 @@ DenseOptimizer::DenseOptimizer(OptimizerOptions o, size_t num_params) : o_(o) {
   if (o_.kind == OptimizerKind::kAdam) {
     m_.assign(num_params, 0.0f);
     v_.assign(num_params, 0.0f);
-  } else if (o_.kind == OptimizerKind::kAdagrad) {
+  } else if (o_.kind == OptimizerKind::kAdagrad || o_.kind == OptimizerKind::kRowwiseAdagrad) {
     v_.assign(num_params, 0.0f);
   }
 }

@@ -13,7 +13,9 @@
 
 namespace ctrbox {
 
-enum class OptimizerKind { kAdagrad, kSgd, kAdam };
+// kRowwiseAdagrad is sparse only (FBGEMM's rowwise_adagrad): one sum-of-squares value per
+// n-vector, fed the mean of the squared gradient elements.
+enum class OptimizerKind { kAdagrad, kSgd, kAdam, kRowwiseAdagrad };
 bool ParseOptimizerKind(std::string_view name, OptimizerKind* out);
 std::string_view OptimizerKindName(OptimizerKind k);
 
@@ -27,7 +29,9 @@ struct OptimizerOptions {
 
 // Updates sparse rows. Adam is "lazy": a row's moments and step count advance only when the
 // row receives a gradient. State floats per n-vector: adagrad n (sum of squares), sgd 0,
-// adam 2n + 2 (moments, then 1 - beta1^t and 1 - beta2^t). All state starts at 0.
+// adam 2n + 2 (moments, then 1 - beta1^t and 1 - beta2^t), rowwise_adagrad 1 (the sum over
+// steps of mean_i g_i^2; every element then steps by lr * g_i / (sqrt(sum) + eps)). All state
+// starts at 0.
 // Thread safety: immutable; Update on distinct rows may run concurrently. A value type the
 // GPU backend copies to the device (Update is the same code there).
 class SparseOptimizer {
@@ -43,6 +47,14 @@ class SparseOptimizer {
           w[i] -= lr * g[i] / (std::sqrt(state[i]) + eps);
         }
         return;
+      case OptimizerKind::kRowwiseAdagrad: {
+        float sum_sq = 0.0f;
+        for (uint32_t i = 0; i < n; ++i) sum_sq += g[i] * g[i];
+        state[0] += sum_sq / static_cast<float>(n);
+        const float step = lr / (std::sqrt(state[0]) + eps);
+        for (uint32_t i = 0; i < n; ++i) w[i] -= step * g[i];
+        return;
+      }
       case OptimizerKind::kSgd:
         for (uint32_t i = 0; i < n; ++i) w[i] -= lr * g[i];
         return;
@@ -84,6 +96,7 @@ struct DenseStep {
         *p -= lr * g;
         return;
       case OptimizerKind::kAdagrad:
+      case OptimizerKind::kRowwiseAdagrad:  // refused for dense (a row is one parameter here)
         *v += g * g;
         *p -= lr * g / (std::sqrt(*v) + epsilon);
         return;

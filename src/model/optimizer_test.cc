@@ -61,6 +61,46 @@ TEST(SparseOptimizerTest, AdagradSgdAdamMatchTheirFormulas) {
   }
 }
 
+TEST(SparseOptimizerTest, RowwiseAdagradMatchesItsFormula) {
+  // FBGEMM's rowwise_adagrad: one state value per row, s += mean_i g_i^2, then every element
+  // steps by lr * g_i / (sqrt(s) + eps). Reference in double, gradients varying per step.
+  OptimizerOptions o;
+  o.kind = OptimizerKind::kRowwiseAdagrad;
+  o.lr = 0.05f;
+  o.epsilon = 1e-10f;
+  SparseOptimizer opt(o);
+  ASSERT_EQ(opt.StateFloats(4), 1u);
+  ASSERT_EQ(opt.StateFloats(1), 1u);  // the wide weight: one value, plain Adagrad
+  // Room for any kind's state: GCC cannot see that Adam's indexes are not taken here.
+  float w[4] = {1, -2, 0.5f, 0};
+  std::vector<float> s(16, 0.0f), s1(8, 0.0f), s2(8, 0.0f);
+  double ref[4] = {1, -2, 0.5, 0}, state = 0;
+  for (int t = 1; t <= 6; ++t) {
+    const float g[4] = {0.5f / t, -1.0f, 0.0f, 0.25f * t};
+    double mean_sq = 0;
+    for (float gi : g) mean_sq += double(gi) * gi / 4;
+    state += mean_sq;
+    for (int i = 0; i < 4; ++i) ref[i] -= 0.05 * g[i] / (std::sqrt(state) + 1e-10);
+    opt.Update(w, s.data(), g, 4);
+    EXPECT_NEAR(s[0], state, 1e-6 * state) << t;
+    for (int i = 0; i < 4; ++i) EXPECT_NEAR(w[i], ref[i], 1e-6) << t << " " << i;
+    for (int i = 1; i < 8; ++i) EXPECT_EQ(s[i], 0.0f);  // touches its one value only
+  }
+  // On one element it is per-element Adagrad.
+  OptimizerOptions a;
+  SparseOptimizer adagrad(a);
+  float w1 = 0.3f, w2 = 0.3f;
+  for (float g : {0.2f, -0.7f, 1.5f}) {
+    opt.Update(&w1, s1.data(), &g, 1);
+    adagrad.Update(&w2, s2.data(), &g, 1);
+    EXPECT_FLOAT_EQ(w1, w2);
+  }
+  OptimizerKind k;
+  ASSERT_TRUE(ParseOptimizerKind("rowwise_adagrad", &k));
+  EXPECT_EQ(k, OptimizerKind::kRowwiseAdagrad);
+  EXPECT_EQ(OptimizerKindName(k), "rowwise_adagrad");
+}
+
 TEST(DenseOptimizerTest, AdamMatchesPyTorchFormula) {
   OptimizerOptions o;
   o.kind = OptimizerKind::kAdam;

@@ -66,6 +66,10 @@ Status JobConfig::Validate() const {
   if (spec.model.quant.bits == 1 || spec.model.quant.bits > 16) {
     return InvalidArgumentError("storage.quant.bits must be 0 (float32) or 2..16");
   }
+  if (spec.dense_optimizer.kind == OptimizerKind::kRowwiseAdagrad) {
+    return InvalidArgumentError(
+        "optimizer.dense.type: rowwise_adagrad is for sparse rows; use adagrad for the MLP");
+  }
   if (resume && ckpt.dir.empty()) {
     return InvalidArgumentError("--resume needs ckpt.dir (--set ckpt.dir=DIR)");
   }

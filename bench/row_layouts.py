@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Bytes per key and test AUC of each sparse row layout: the reference model trained on the
+benchmark data (gen_criteo.py 1 M training rows, seed 11; 200 K test rows, seed 12) with
+each sparse optimizer state layout and embedding width, all in memory, same machine:
+
+  adagrad / float32 (the default: dim state floats per row), adagrad / 16-bit codes,
+  rowwise_adagrad / float32 (one state float per row), rowwise_adagrad / 16-bit codes
+  (stochastic and nearest rounding).
+
+Prints one JSON line per run (value and table bytes per key, test AUC and its difference
+from the default layout, examples/s) and a summary with medians over --reps and the ratios
+of bytes per key to the default's float32 row.
+
+  bench/row_layouts.py [--data-dir DIR] [--reps 1]
+"""
+import argparse, json, os, statistics
+
+from bench_data import ROOT, criteo_train_test, train
+
+LAYOUTS = [
+    ("adagrad/float32", []),
+    ("adagrad/StocQ-16", ["--set", "storage.quant.bits=16"]),
+    ("rowwise_adagrad/float32", ["--set", "optimizer.sparse.type=rowwise_adagrad"]),
+    ("rowwise_adagrad/StocQ-16", ["--set", "optimizer.sparse.type=rowwise_adagrad",
+                                  "--set", "storage.quant.bits=16"]),
+    ("rowwise_adagrad/FixQ-16", ["--set", "optimizer.sparse.type=rowwise_adagrad",
+                                 "--set", "storage.quant.bits=16", "--set", "storage.quant.rounding=nearest"]),
+]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data-dir", default="/tmp/ctrbox-bench")
+    ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--ctrbox", default=os.path.join(ROOT, "build", "ctrbox"))
+    a = ap.parse_args()
+    train_tsv, test_tsv = criteo_train_test(a.data_dir)
+    common = ["--data", train_tsv, "--eval-data", test_tsv, "--fresh",
+              "--model-dir", os.path.join(a.data_dir, "model-layouts")]
+    runs = {name: [] for name, _ in LAYOUTS}
+    for rep in range(a.reps):  # repetitions interleaved: drift hits every layout alike
+        for name, args in LAYOUTS:
+            r = train(a.ctrbox, common + args)
+            runs[name].append(r)
+            print(json.dumps({"bench": "row_layouts", "run": name, "rep": rep,
+                              "value_bytes_per_key": r["value_bytes_per_key"],
+                              "table_bytes_per_key": r["table_bytes_per_key"],
+                              "test_auc": r["test_auc"], "test_logloss": r["test_logloss"],
+                              "examples_per_s": r["examples_per_s"], "blas_core": r["blas_core"]}), flush=True)
+    base = runs["adagrad/float32"]
+    base_auc = statistics.median(r["test_auc"] for r in base)
+    base_bytes = base[0]["value_bytes_per_key"]
+    summary = {}
+    for name, rs in runs.items():
+        auc = statistics.median(r["test_auc"] for r in rs)
+        summary[name] = {"value_bytes_per_key": rs[0]["value_bytes_per_key"],
+                         "bytes_ratio_to_default": rs[0]["value_bytes_per_key"] / base_bytes,
+                         "table_bytes_per_key": rs[0]["table_bytes_per_key"],
+                         "test_auc_median": auc, "test_auc_minus_default": auc - base_auc,
+                         "examples_per_s_median": statistics.median(r["examples_per_s"] for r in rs)}
+    print(json.dumps({"bench": "row_layouts_summary", "reps": a.reps, "blas_core": base[0]["blas_core"],
+                      "layouts": summary}))
+
+
+if __name__ == "__main__":
+    main()
