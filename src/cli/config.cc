@@ -316,6 +316,10 @@ const std::vector<Key>& Keys() {
       {"storage.evict_threads", "2", "slots the background worker writes back in parallel",
        UInt([](JobConfig* j, uint64_t v) { j->storage.evict_threads = static_cast<int>(v); }, 1,
             64)},
+      {"storage.bloom_share", "0.1",
+       "the share of storage.memory_budget the SSD files' Bloom filters may take (a new file's "
+       "filter gets fewer bits per key, or none, to stay within)",
+       Float([](JobConfig* j, float v) { j->storage.bloom_share = v; }, 0.001, 0.5)},
       {"storage.bloom_bits_per_key", "8", "Bloom filter bits per key (8: ~2 % false positives)",
        UInt([](JobConfig* j,
                uint64_t v) { j->storage.ssd.bloom_bits_per_key = static_cast<int>(v); },

@@ -32,21 +32,48 @@ double ExactAuc(const std::vector<float>& labels, const std::vector<double>& sco
   return (rank_sum - npos * (npos + 1) / 2.0) / (npos * nneg);
 }
 
-BucketAuc::BucketAuc(size_t num_buckets) : pos_(num_buckets, 0), neg_(num_buckets, 0) {}
+BucketAuc::BucketAuc(size_t num_buckets) : num_buckets_(num_buckets) {
+  assert(num_buckets >= 1 && num_buckets <= (size_t{1} << 31));
+}
 
 void BucketAuc::Add(float label, double prediction) {
-  const size_t n = pos_.size();
+  const size_t n = num_buckets_;
   double x = prediction * static_cast<double>(n);
   size_t b = x <= 0 ? 0 : (x >= static_cast<double>(n) ? n - 1 : static_cast<size_t>(x));
-  if (label > 0.5f)
+  const bool positive = label > 0.5f;
+  if (pos_.empty()) {
+    ids_.push_back(static_cast<uint32_t>(b * 2 + (positive ? 1 : 0)));
+    if (ids_.size() > num_buckets_ / 16) Densify();
+    return;
+  }
+  if (positive)
     ++pos_[b];
   else
     ++neg_[b];
 }
 
+void BucketAuc::Densify() {
+  if (!pos_.empty()) return;
+  pos_.assign(num_buckets_, 0);
+  neg_.assign(num_buckets_, 0);
+  for (uint32_t id : ids_) ++(id & 1 ? pos_ : neg_)[id >> 1];
+  ids_.clear();
+  ids_.shrink_to_fit();
+}
+
 void BucketAuc::Merge(const BucketAuc& other) {
-  assert(other.pos_.size() == pos_.size());
-  for (size_t i = 0; i < pos_.size(); ++i) {
+  assert(other.num_buckets_ == num_buckets_);
+  if (pos_.empty() && other.pos_.empty()) {
+    ids_.insert(ids_.end(), other.ids_.begin(), other.ids_.end());
+    if (ids_.size() > num_buckets_ / 16) Densify();
+    return;
+  }
+  Densify();
+  if (other.pos_.empty()) {
+    for (uint32_t id : other.ids_) ++(id & 1 ? pos_ : neg_)[id >> 1];
+    return;
+  }
+  for (size_t i = 0; i < num_buckets_; ++i) {
     pos_[i] += other.pos_[i];
     neg_[i] += other.neg_[i];
   }
@@ -54,19 +81,34 @@ void BucketAuc::Merge(const BucketAuc& other) {
 
 double BucketAuc::Auc() const {
   // Walk from the lowest bucket up: each positive beats every negative below its bucket and
-  // ties with the negatives in it.
+  // ties with the negatives in it. An empty bucket adds exact zeros, so walking only the
+  // buckets that were hit (the kept ids, sorted) gives the same bits.
   double area = 0, neg_below = 0, total_pos = 0;
-  for (size_t i = 0; i < pos_.size(); ++i) {
-    double p = static_cast<double>(pos_[i]), q = static_cast<double>(neg_[i]);
+  auto step = [&](double p, double q) {
     area += p * (neg_below + 0.5 * q);
     neg_below += q;
     total_pos += p;
+  };
+  if (!pos_.empty()) {
+    for (size_t i = 0; i < num_buckets_; ++i) {
+      step(static_cast<double>(pos_[i]), static_cast<double>(neg_[i]));
+    }
+  } else {
+    std::vector<uint32_t> ids = ids_;
+    std::sort(ids.begin(), ids.end());
+    for (size_t i = 0; i < ids.size();) {
+      const uint32_t bucket = ids[i] >> 1;
+      uint64_t p = 0, q = 0;
+      for (; i < ids.size() && ids[i] >> 1 == bucket; ++i) ++(ids[i] & 1 ? p : q);
+      step(static_cast<double>(p), static_cast<double>(q));
+    }
   }
   if (total_pos == 0 || neg_below == 0) return 0.5;
   return area / (total_pos * neg_below);
 }
 
 void BucketAuc::Reset() {
+  ids_.clear();
   std::fill(pos_.begin(), pos_.end(), 0);
   std::fill(neg_.begin(), neg_.end(), 0);
 }

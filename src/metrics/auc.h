@@ -17,6 +17,9 @@ double ExactAuc(const std::vector<float>& labels, const std::vector<double>& sco
 // `num_buckets` equal-width buckets, so memory is fixed however long the stream. Pairs that
 // fall in one bucket count as ties; with 2^20 buckets the error against ExactAuc is far
 // below 1e-4 on CTR data (tested).
+// Until it has seen num_buckets / 16 examples it keeps their bucket ids instead of the
+// counts (a pass's accumulator then costs memory and time in its examples, not in its
+// buckets); Auc() is bitwise the same either way.
 // Thread safety: not thread-safe; merge per-thread instances with Merge().
 class BucketAuc {
  public:
@@ -29,7 +32,12 @@ class BucketAuc {
   void Reset();
 
  private:
-  std::vector<uint64_t> pos_, neg_;
+  // Moves the kept bucket ids into the counts.
+  void Densify();
+
+  size_t num_buckets_;
+  std::vector<uint32_t> ids_;        // bucket * 2 + (positive), while the counts are empty
+  std::vector<uint64_t> pos_, neg_;  // per bucket, once dense
 };
 
 }  // namespace ctrbox

@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "model/ctr_model.h"
+#include "table/cache_slot.h"
 #include "util/parse.h"
 
 namespace ctrbox {
@@ -38,13 +40,18 @@ PassReaderOptions JobConfig::PassOptions() const {
       1, static_cast<uint64_t>(kPinnedShare * static_cast<double>(row_budget)) / row_bytes);
   o.batch_size = train.batch_size;
   o.max_keys = row_budget / row_bytes;
-  const uint64_t index_bytes = table.memory_budget - row_budget;
-  o.key_limit_hint = [index_bytes, row_bytes, batch = train.batch_size](uint64_t keys) {
-    const uint64_t need = index_bytes + keys * row_bytes;
+  const uint64_t index_bytes = (uint64_t{1} << table.ssd.group_bits) * sizeof(GroupEntry) +
+                               (uint64_t{1} << table.shard_bits) * CacheSlot::MinIndexBytes();
+  o.key_limit_hint = [index_bytes, row_bytes, share = table.bloom_share,
+                      batch = train.batch_size](uint64_t keys) {
+    // The Bloom filters' share comes on top: need = fixed + share x need.
+    const auto need = static_cast<uint64_t>(
+        std::ceil(static_cast<double>(index_bytes + keys * row_bytes) / (1.0 - share)));
     return fmt::format(
         "storage.memory_budget must be at least {} ({} bytes) for this data at "
-        "train.batch_size={} (one minibatch's rows at {} bytes each and the SSD group index; "
-        "more makes larger passes), or lower train.batch_size",
+        "train.batch_size={} (one minibatch's rows at {} bytes each, the SSD group index and "
+        "the Bloom filters' storage.bloom_share; more makes larger passes), or lower "
+        "train.batch_size",
         FormatBytes(need), need, batch, row_bytes);
   };
   return o;

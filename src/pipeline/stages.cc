@@ -173,7 +173,7 @@ Status PassStages::Push(Pass* pass, ThreadPool* pool) {
   const double pass_seconds = now - last_push_;
   last_push_ = now;
   const StorageStats storage_now = ctx_.table->Storage();
-  nlohmann::json record = PassRecord(*pass, examples_, ctx_.table->Stats().keys, pass_seconds,
+  nlohmann::json record = PassRecord(*pass, examples_, ctx_.table->CountKeys(), pass_seconds,
                                      checkpoint, StorageDeltaJson(storage_before_, storage_now));
   storage_before_ = storage_now;
   RETURN_IF_ERROR(ctx_.log->Write(record));

@@ -29,6 +29,12 @@ nlohmann::json StorageJson(const StorageStats& s) {
       {"new_keys", s.new_keys},
       {"lookup_misses", s.lookup_misses},
       {"hit_rate", s.hit_rate()},
+      {"memory_by_owner",
+       {{"rows", s.cache_row_bytes},
+        {"row_index", s.cache_index_bytes},
+        {"row_metadata", s.cache_meta_bytes},
+        {"group_index", s.index_bytes},
+        {"bloom_filters", s.bloom_bytes}}},
   };
   if (!s.has_disk) return r;
   r.update({{"group_bits", s.group_bits},
@@ -192,6 +198,7 @@ nlohmann::json PassSizingJson(const PassReaderOptions& options, const PassSizing
                       {"max_pass_examples", stats.max_examples}};
   if (options.window_keys > 0) {
     j["window_keys"] = options.window_keys;
+    j["max_keys"] = options.max_keys;  // the rows the budget holds: no pass is larger
     j["window_passes"] = options.window_passes;
     j["row_bytes"] = row_bytes;
     j["closed_by_keys"] = stats.closed_by_keys;

@@ -7,9 +7,14 @@
 
 namespace ctrbox {
 
-BloomFilter::BloomFilter(size_t expected_keys, int bits_per_key) {
+size_t BloomFilter::BytesFor(size_t expected_keys, int bits_per_key) {
+  if (bits_per_key <= 0) return 0;
   const size_t bits = std::max<size_t>(512, expected_keys * static_cast<size_t>(bits_per_key));
-  num_blocks_ = (bits + 511) / 512;
+  return (bits + 511) / 512 * 64;
+}
+
+BloomFilter::BloomFilter(size_t expected_keys, int bits_per_key) {
+  num_blocks_ = BytesFor(expected_keys, bits_per_key) / 64;
   // k = ln 2 * bits/key minimises false positives; blocked filters do best slightly lower.
   hashes_ = std::clamp(static_cast<int>(std::lround(bits_per_key * 0.69)), 1, 12);
   words_ = std::make_unique<std::atomic<uint64_t>[]>(num_blocks_ * 8);
@@ -17,7 +22,7 @@ BloomFilter::BloomFilter(size_t expected_keys, int bits_per_key) {
 }
 
 BloomFilter::BloomFilter(const std::vector<uint64_t>& words, int hashes)
-    : num_blocks_(std::max<size_t>(1, words.size() / 8)), hashes_(hashes) {
+    : num_blocks_(words.size() / 8), hashes_(num_blocks_ == 0 ? 0 : hashes) {
   words_ = std::make_unique<std::atomic<uint64_t>[]>(num_blocks_ * 8);
   for (size_t i = 0; i < num_blocks_ * 8; ++i) {
     words_[i].store(i < words.size() ? words[i] : 0, std::memory_order_relaxed);
@@ -25,6 +30,7 @@ BloomFilter::BloomFilter(const std::vector<uint64_t>& words, int hashes)
 }
 
 void BloomFilter::Add(uint64_t key) {
+  if (num_blocks_ == 0) return;
   const uint64_t h = Mix64(key ^ 0x626c6f6f6dULL);
   std::atomic<uint64_t>* block = words_.get() + (h % num_blocks_) * 8;
   uint32_t a = static_cast<uint32_t>(h >> 32), b = static_cast<uint32_t>(h) | 1;
@@ -39,6 +45,7 @@ void BloomFilter::Add(uint64_t key) {
 }
 
 bool BloomFilter::MayContain(uint64_t key) const {
+  if (num_blocks_ == 0) return true;
   const uint64_t h = Mix64(key ^ 0x626c6f6f6dULL);
   const std::atomic<uint64_t>* block = words_.get() + (h % num_blocks_) * 8;
   uint32_t a = static_cast<uint32_t>(h >> 32), b = static_cast<uint32_t>(h) | 1;

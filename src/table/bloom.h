@@ -19,9 +19,13 @@ namespace ctrbox {
 class BloomFilter {
  public:
   // A filter sized for about `expected_keys` keys at `bits_per_key` (8: ~2 % false positives).
+  // bits_per_key 0: no filter (every key may be contained; no memory).
   BloomFilter(size_t expected_keys, int bits_per_key);
   // A filter restored from its words (as written by words()); `hashes` as returned by hashes().
+  // No words: no filter.
   BloomFilter(const std::vector<uint64_t>& words, int hashes);
+  // The bytes of a filter for expected_keys at bits_per_key (MemoryBytes of that filter).
+  static size_t BytesFor(size_t expected_keys, int bits_per_key);
 
   void Add(uint64_t key);
   bool MayContain(uint64_t key) const;
@@ -30,6 +34,7 @@ class BloomFilter {
   int hashes() const { return hashes_; }
   std::vector<uint64_t> words() const;
   size_t MemoryBytes() const { return num_blocks_ * 64; }
+  bool enabled() const { return num_blocks_ != 0; }
 
  private:
   size_t num_blocks_;

@@ -32,7 +32,7 @@ CacheSlot::CacheSlot(const ValueLayout& layout)
       emb_words_(static_cast<uint32_t>((layout.EmbBytes() + 3) / 4)),
       headers_(kWideState + layout.wide_state),
       embs_(emb_words_ + layout.emb_state) {
-  Rehash(64);
+  Rehash(kMinIndexEntries);
 }
 
 size_t CacheSlot::Probe(uint64_t key) const {
@@ -66,6 +66,7 @@ uint32_t CacheSlot::Insert(uint64_t key) {
   ++size_;
   if (node >= meta_.size()) meta_.resize(std::max<size_t>(node + 1, meta_.size() * 2));
   meta_[node] = NodeMeta{};
+  ++memory_only_;  // state 0
   uint32_t* h = headers_.Get(node);
   std::memcpy(h + kKey, &key, 8);
   h[kShow] = h[kClick] = h[kAge] = h[kWide] = 0;
@@ -74,7 +75,18 @@ uint32_t CacheSlot::Insert(uint64_t key) {
   return node;
 }
 
+namespace {
+size_t MemoryOnly(uint8_t state) { return (state & (kFresh | kOnDisk)) == 0 ? 1 : 0; }
+}  // namespace
+
+void CacheSlot::set_state(uint32_t node, uint8_t state) {
+  memory_only_ += MemoryOnly(state);
+  memory_only_ -= MemoryOnly(meta_[node].state);
+  meta_[node].state = state;
+}
+
 void CacheSlot::Erase(uint32_t node) {
+  memory_only_ -= MemoryOnly(meta_[node].state);
   uint32_t* h = headers_.Get(node);
   const uint64_t k = key(node);
   if (h[kEmbId] != kNoEmb) embs_.Free(h[kEmbId]);
@@ -95,8 +107,12 @@ void CacheSlot::Erase(uint32_t node) {
   }
   rows_[i] = kNoNode;
   --size_;
-  // Give memory back once the index is sparse (the budget counts its capacity).
-  if (keys_.size() > 64 && size_ * 8 < keys_.size()) Rehash(keys_.size() / 2);
+  // Give memory back once the index is sparse (the budget counts its capacity): below a load
+  // of 0.3 it halves (to below 0.6; it doubles above 0.7), so the index costs at most
+  // 12 / 0.3 = 40 bytes per row held, whatever the cache held before (RowBytesFor).
+  if (keys_.size() > kMinIndexEntries && size_ * 10 < keys_.size() * 3) {
+    Rehash(keys_.size() / 2);
+  }
 }
 
 uint64_t CacheSlot::key(uint32_t node) const {
@@ -154,10 +170,13 @@ void CacheSlot::WriteRow(uint32_t node, const RowBlock& in, size_t r) {
   }
 }
 
-size_t CacheSlot::MemoryBytes() const {
-  return keys_.capacity() * 8 + rows_.capacity() * 4 + meta_.capacity() * sizeof(NodeMeta) +
-         headers_.live() * 4 * (kWideState + layout_.wide_state) +
-         embs_.live() * 4 * (emb_words_ + layout_.emb_state);
+CacheMemory CacheSlot::Memory() const {
+  CacheMemory m;
+  m.rows = headers_.live() * 4 * (kWideState + layout_.wide_state) +
+           embs_.live() * 4 * (emb_words_ + layout_.emb_state);
+  m.index = keys_.capacity() * 8 + rows_.capacity() * 4;
+  m.meta = meta_.capacity() * sizeof(NodeMeta);
+  return m;
 }
 
 size_t CacheSlot::AllocatedBytes() const {
@@ -167,8 +186,9 @@ size_t CacheSlot::AllocatedBytes() const {
 
 size_t CacheSlot::RowBytesFor(const ValueLayout& layout) {
   const size_t emb_words = (layout.EmbBytes() + 3) / 4;
-  return 4 * (kWideState + layout.wide_state + emb_words + layout.emb_state) + sizeof(NodeMeta) +
-         12 * 10 / 7;
+  constexpr size_t kIndexEntryBytes = 12;  // a key and a node id
+  return 4 * (kWideState + layout.wide_state + emb_words + layout.emb_state) +
+         2 * sizeof(NodeMeta) + kIndexEntryBytes * 10 / 3;
 }
 
 }  // namespace ctrbox

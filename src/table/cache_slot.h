@@ -31,7 +31,21 @@ enum NodeState : uint8_t {
 struct NodeMeta {
   uint16_t pins = 0;   // Pulls holding the row (the AIBox LRU chain: rows in use)
   uint16_t epoch = 0;  // the table's pull epoch (pass) of the row's last pull (wraps)
-  uint8_t state = 0;   // NodeState bits
+  uint8_t state = 0;   // NodeState bits: written through CacheSlot::set_state only
+};
+
+// A slot's bytes by owner (CacheSlot::Memory; MemoryBytes is their sum).
+struct CacheMemory {
+  uint64_t rows = 0;   // live header and embedding records
+  uint64_t index = 0;  // the open-addressing index: a key and a node id per entry
+  uint64_t meta = 0;   // per-node cache metadata
+  uint64_t total() const { return rows + index + meta; }
+  CacheMemory& operator+=(const CacheMemory& o) {
+    rows += o.rows;
+    index += o.index;
+    meta += o.meta;
+    return *this;
+  }
 };
 
 class CAPABILITY("mutex") CacheSlot {
@@ -64,6 +78,10 @@ class CAPABILITY("mutex") CacheSlot {
   uint64_t key(uint32_t node) const REQUIRES(this);
   NodeMeta& meta(uint32_t node) REQUIRES(this) { return meta_[node]; }
   const NodeMeta& meta(uint32_t node) const REQUIRES(this) { return meta_[node]; }
+  // Sets the node's state bits, counting the rows only memory holds as they change.
+  void set_state(uint32_t node, uint8_t state) REQUIRES(this);
+  // Rows neither kFresh nor kOnDisk: the keys this slot adds to the disk's (TableStats::keys).
+  uint64_t memory_only_rows() const REQUIRES(this) { return memory_only_; }
   bool has_emb(uint32_t node) const REQUIRES(this);
   // The row's show counter: its decayed occurrence count, the frequency the LFU order uses.
   float show(uint32_t node) const REQUIRES(this);
@@ -76,13 +94,19 @@ class CAPABILITY("mutex") CacheSlot {
   size_t size() const REQUIRES(this) { return size_; }
   // Bytes of the index, the live row records and the metadata: what the memory budget
   // counts (slab records freed by eviction are reused before new slabs are allocated).
-  size_t MemoryBytes() const REQUIRES(this);
+  size_t MemoryBytes() const REQUIRES(this) { return Memory().total(); }
+  CacheMemory Memory() const REQUIRES(this);
   // Bytes allocated: as MemoryBytes, but whole slabs (live or free records).
   size_t AllocatedBytes() const REQUIRES(this);
-  // Bytes a row with an embedding costs (records + index share at full load), for budgets.
-  // Depends on the layout only: no lock needed.
+  // Bytes a row with an embedding may cost, for budgets: its records, and its share of the
+  // index and the metadata at their least load (the index doubles above a load of 0.7 and
+  // halves below 0.3; the metadata vector doubles). Depends on the layout only: no lock
+  // needed.
   size_t RowBytes() const { return RowBytesFor(layout_); }
   static size_t RowBytesFor(const ValueLayout& layout);
+  // Bytes of an empty slot's index (it never shrinks below this), for budgets.
+  static constexpr size_t kMinIndexEntries = 64;
+  static constexpr size_t MinIndexBytes() { return kMinIndexEntries * 12; }
 
   // Calls f(node) for every live node, with the lock held.
   template <typename F>
@@ -106,6 +130,7 @@ class CAPABILITY("mutex") CacheSlot {
   std::vector<uint64_t> keys_;  // open addressing, linear probing
   std::vector<uint32_t> rows_;  // node per slot, kNoNode when free
   size_t size_ = 0;
+  size_t memory_only_ = 0;  // nodes whose state has neither kFresh nor kOnDisk
   SlabArena headers_, embs_;
   std::vector<NodeMeta> meta_;  // by node id
 };

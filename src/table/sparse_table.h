@@ -63,11 +63,14 @@ struct StorageStats {
   uint64_t memory_budget = 0;      // bytes (0: unlimited)
   uint64_t memory_bytes = 0;       // the cache's use counted against the budget now
   uint64_t peak_memory_bytes = 0;  // ... its peak
-  uint64_t pulled_keys = 0;        // keys pulled (train, eval and predict)
-  uint64_t hits = 0;               // pulled keys found in the cache
-  uint64_t loaded_from_ssd = 0;    // ... loaded from the SSD tier
-  uint64_t new_keys = 0;           // ... in no tier, inserted with a default row
-  uint64_t lookup_misses = 0;      // ... in no tier, looked up without insertion
+  // memory_bytes by owner now: the cached rows' records, their index and metadata (the rest
+  // is the SSD tier's group index_bytes and bloom_bytes).
+  uint64_t cache_row_bytes = 0, cache_index_bytes = 0, cache_meta_bytes = 0;
+  uint64_t pulled_keys = 0;      // keys pulled (train, eval and predict)
+  uint64_t hits = 0;             // pulled keys found in the cache
+  uint64_t loaded_from_ssd = 0;  // ... loaded from the SSD tier
+  uint64_t new_keys = 0;         // ... in no tier, inserted with a default row
+  uint64_t lookup_misses = 0;    // ... in no tier, looked up without insertion
   // The SSD tier.
   uint32_t group_bits = 0;
   uint64_t no_record = 0;     // keys whose group has no record
@@ -117,8 +120,11 @@ class SparseTable {
   virtual StatusOr<uint64_t> Shrink(const CtrAccessor& accessor, ThreadPool* pool) = 0;
   // Every row of shard s (all tiers), in no particular order.
   virtual Status ExportShard(size_t s, RowBlock* out) = 0;
-  // Counts over all tiers, each row counted once in its newest version.
+  // Counts over all tiers, each row counted once in its newest version. O(rows in memory).
   virtual TableStats Stats() const = 0;
+  // Stats().keys without scanning the rows in memory or stopping the disk tier's maintenance
+  // (O(shards + SSD groups)): the per-pass lines use it.
+  virtual uint64_t CountKeys() const = 0;
   // Storage counters (cache hits, SSD I/O, compactions...) for reports.
   virtual StorageStats Storage() const = 0;
   // An order-independent hash of every row's canonical encoding (docs/sparse_table.md).

@@ -204,8 +204,16 @@ Status SsdStore::Roll() {
   RETURN_IF_ERROR(writer->Flush());
   const size_t expected_rows =
       std::max<size_t>(1024, options_.file_bytes * 3 / 2 / layout_.EncodedBytes(true));
-  auto file = std::make_shared<ParamFile>(
-      env_, id, path, std::make_unique<BloomFilter>(expected_rows, options_.bloom_bits_per_key));
+  int bits = options_.bloom_bits_per_key;
+  if (options_.bloom_budget > 0) {
+    ReaderLock lock(&files_mu_);
+    const uint64_t left =
+        options_.bloom_budget > bloom_bytes_ ? options_.bloom_budget - bloom_bytes_ : 0;
+    while (bits > 0 && BloomFilter::BytesFor(expected_rows, bits) > left) --bits;
+    if (bits < 2) bits = 0;  // one bit per key would rule out too few keys to pay
+  }
+  auto file = std::make_shared<ParamFile>(env_, id, path,
+                                          std::make_unique<BloomFilter>(expected_rows, bits));
   ASSIGN_OR_RETURN(file->reader, env_->NewRandomAccessFile(path));
   file->bytes = header.size();
   {

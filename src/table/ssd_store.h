@@ -50,6 +50,9 @@ struct SsdOptions {
   uint64_t file_bytes = 64ull << 20;
   uint64_t disk_budget = 0;  // 0: unlimited
   int bloom_bits_per_key = 8;
+  // Bytes all files' Bloom filters may take (0: no limit). A new file's filter gets fewer
+  // bits per key, or none (below 2), to stay within; compaction frees the old files' bytes.
+  uint64_t bloom_budget = 0;
 };
 
 struct DiskStats {

@@ -83,10 +83,18 @@ TieredTable::TieredTable(Env* env, TieredOptions options)
 
 uint64_t TieredOptions::ResidentRowBytes() const { return CacheSlot::RowBytesFor(layout); }
 
+uint64_t TieredOptions::BloomBudgetBytes() const {
+  if (memory_budget == 0 || ssd.dir.empty()) return 0;
+  return std::max<uint64_t>(
+      1, static_cast<uint64_t>(bloom_share * static_cast<double>(memory_budget)));
+}
+
 uint64_t TieredOptions::RowBudgetBytes() const {
   if (memory_budget == 0 || ssd.dir.empty()) return 0;
-  const uint64_t index = (uint64_t{1} << ssd.group_bits) * sizeof(GroupEntry);
-  return memory_budget > index ? memory_budget - index : 0;
+  // The group index, the Bloom filters' share and the slots' least index.
+  const uint64_t fixed = (uint64_t{1} << ssd.group_bits) * sizeof(GroupEntry) + BloomBudgetBytes() +
+                         (uint64_t{1} << shard_bits) * CacheSlot::MinIndexBytes();
+  return memory_budget > fixed ? memory_budget - fixed : 0;
 }
 
 Status TieredOptions::Validate() const {
@@ -101,6 +109,9 @@ Status TieredOptions::Validate() const {
     return InvalidArgumentError("storage.ssd_dir needs storage.memory_budget");
   if (ssd.group_bits < shard_bits) {
     return InvalidArgumentError("storage.group_bits must be >= table.shard_bits");
+  }
+  if (!(bloom_share > 0 && bloom_share <= 0.5)) {
+    return InvalidArgumentError("storage.bloom_share must be in (0, 0.5]");
   }
   if (evict_stop >= evict_start) {
     return InvalidArgumentError("storage.evict_stop must be below storage.evict_start");
@@ -117,10 +128,12 @@ StatusOr<std::unique_ptr<TieredTable>> TieredTable::Open(Env* env, const TieredO
     t->Account(slot, s);
   }
   if (options.ssd.dir.empty()) return t;
+  SsdOptions ssd = options.ssd;
+  ssd.bloom_budget = options.BloomBudgetBytes();
   if (options.reopen) {
-    ASSIGN_OR_RETURN(t->ssd_, SsdStore::Reopen(env, options.ssd, options.layout));
+    ASSIGN_OR_RETURN(t->ssd_, SsdStore::Reopen(env, ssd, options.layout));
   } else {
-    ASSIGN_OR_RETURN(t->ssd_, SsdStore::Create(env, options.ssd, options.layout));
+    ASSIGN_OR_RETURN(t->ssd_, SsdStore::Create(env, ssd, options.layout));
   }
   if (t->ssd_->group_bits() < options.shard_bits) {
     return InvalidArgumentError("the reopened store has fewer groups than the table has slots");
@@ -186,6 +199,15 @@ void TieredTable::Account(const CacheSlot& slot, size_t s) {
   }
 }
 
+CacheMemory TieredTable::CacheBreakdown() const {
+  CacheMemory m;
+  for (const auto& slot : slots_) {
+    CacheSlot::Lock l(*slot);
+    m += slot->Memory();
+  }
+  return m;
+}
+
 uint64_t TieredTable::UsedBytes() const {
   return used_.load(std::memory_order_relaxed) + (ssd_ ? ssd_->MemoryBytes() : 0);
 }
@@ -216,7 +238,7 @@ void TieredTable::NewRow(CacheSlot& slot, size_t s, size_t i, uint64_t key,
   accessor->InitRow(out, i, key);
   const uint32_t node = slot.Insert(key);
   slot.WriteRow(node, *out, i);
-  slot.meta(node).state = kFresh;
+  slot.set_state(node, kFresh);
   Pin(slot.meta(node), epoch);
   pins->nodes_[i] = {static_cast<uint32_t>(s), node};
   counters_->new_keys.fetch_add(1, std::memory_order_relaxed);
@@ -373,7 +395,7 @@ Status TieredTable::InstallLoaded(size_t s, const uint64_t* keys, const CtrAcces
       node = slot.Insert(key);
       slot.WriteRow(node, l.rows, w);
       NodeMeta& m = slot.meta(node);
-      m.state = kOnDisk | (l.rows.has_emb(w) ? kDiskEmb : 0);
+      slot.set_state(node, kOnDisk | (l.rows.has_emb(w) ? kDiskEmb : 0));
       Pin(m, epoch);
       out->CopyRow(l.rows, w, i);
       pins->nodes_[i] = {static_cast<uint32_t>(s), node};
@@ -422,7 +444,9 @@ StatusOr<PinnedRows> TieredTable::Pull(const uint64_t* keys, size_t n, const Ctr
     RETURN_IF_ERROR(ReadLoads(keys, &all));  // pins releases what was pinned
     std::vector<Status> status(S);
     RunParallel(pool, S, [&](size_t s, int) {
-      if (!loads[s].empty()) status[s] = InstallLoaded(s, keys, accessor, out, &pins, &loads[s]);
+      if (loads[s].empty()) return;
+      status[s] = WaitForBudget(/*own_pulls=*/1);  // as above, for the rows read from disk
+      if (status[s].ok()) status[s] = InstallLoaded(s, keys, accessor, out, &pins, &loads[s]);
     });
     for (const Status& st : status) RETURN_IF_ERROR(st);
   }
@@ -451,7 +475,7 @@ Status TieredTable::Push(PinnedRows* pins, const RowBlock& rows, ThreadPool* poo
       assert(slot.key(node) == rows.key(i));
       slot.WriteRow(node, rows, i);
       NodeMeta& m = slot.meta(node);
-      m.state = (m.state | kDirty) & ~kFresh;
+      slot.set_state(node, (m.state | kDirty) & ~kFresh);
       --m.pins;
     }
     Account(slot, s);
@@ -505,7 +529,7 @@ Status TieredTable::Insert(const RowBlock& rows, ThreadPool* pool) {
       if (node == kNoNode) node = slot.Insert(keys[i]);
       slot.WriteRow(node, rows, i);
       NodeMeta& m = slot.meta(node);
-      m.state = (m.state | kDirty) & ~kFresh;
+      slot.set_state(node, (m.state | kDirty) & ~kFresh);
     }
     Account(slot, s);
   });
@@ -649,7 +673,8 @@ Status TieredTable::WriteGroups(CacheSlot& slot, std::vector<GroupRead>* reads) 
   for (const auto& [g, e] : updates) ssd_->Replace(g, e);
   for (const auto& [g, node] : dirty) {
     NodeMeta& m = slot.meta(node);
-    m.state = (m.state & ~(kDirty | kDiskEmb)) | kOnDisk | (slot.has_emb(node) ? kDiskEmb : 0);
+    slot.set_state(
+        node, (m.state & ~(kDirty | kDiskEmb)) | kOnDisk | (slot.has_emb(node) ? kDiskEmb : 0));
   }
   counters_->groups_written.fetch_add(updates.size(), std::memory_order_relaxed);
   return Status::OK();
@@ -944,10 +969,13 @@ Status TieredTable::WaitForBudget(int own_pulls) {
       start_round = rounds_done_.load() + 1;
     } else if (last_stuck_round_.load() > start_round && live_pulls_.load() <= own_pulls) {
       // Nothing is evictable and no other pass in flight will unpin anything.
+      const CacheMemory m = CacheBreakdown();
+      const uint64_t ssd_bytes = ssd_->MemoryBytes();
       return ResourceExhaustedError(fmt::format(
-          "the rows in use do not fit storage.memory_budget ({} used of {}): every row left in "
+          "the rows in use do not fit storage.memory_budget ({} used of {}: rows {}, their "
+          "index {}, metadata {}, SSD group index and Bloom filters {}): every row left in "
           "memory is pinned by a pass in flight; lower pipeline.pass_examples or raise the budget",
-          UsedBytes(), options_.memory_budget));
+          UsedBytes(), options_.memory_budget, m.rows, m.index, m.meta, ssd_bytes));
     }
     worker_cv_.Signal();
     budget_cv_.WaitFor(&budget_mu_, std::chrono::milliseconds(20));
@@ -990,7 +1018,7 @@ StatusOr<uint64_t> TieredTable::Shrink(const CtrAccessor& accessor, ThreadPool* 
       slot.ReadRow(node, &row, 0);
       if (accessor.ShrinkRow(&row.show(0), &row.click(0), &row.unseen(0))) {
         slot.WriteRow(node, row, 0);
-        slot.meta(node).state |= kDirty;
+        slot.set_state(node, slot.meta(node).state | kDirty);
         return true;
       }
       if (slot.meta(node).pins > 0) return true;
@@ -1063,7 +1091,8 @@ StatusOr<uint64_t> TieredTable::Shrink(const CtrAccessor& accessor, ThreadPool* 
     for (const auto& [g, e] : updates) ssd_->Replace(g, e);
     for (uint32_t node : written) {
       NodeMeta& m = slot.meta(node);
-      m.state = (m.state & ~(kDirty | kDiskEmb)) | kOnDisk | (slot.has_emb(node) ? kDiskEmb : 0);
+      slot.set_state(
+          node, (m.state & ~(kDirty | kDiskEmb)) | kOnDisk | (slot.has_emb(node) ? kDiskEmb : 0));
     }
     Account(slot, s);
   };
@@ -1136,6 +1165,23 @@ StatusOr<uint64_t> TieredTable::SparseDigest(ThreadPool* pool) {
   return total;
 }
 
+uint64_t TieredTable::CountKeys() const {
+  // Each slot's rows only memory holds, and the distinct keys of its groups' records, read
+  // under the slot's lock: a write-back moves a row from one count to the other under that
+  // lock, so nothing is counted twice or missed.
+  uint64_t keys = 0;
+  const uint32_t per_slot = ssd_ ? 1u << (ssd_->group_bits() - options_.shard_bits) : 0;
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    const CacheSlot& slot = *slots_[s];
+    CacheSlot::Lock l(slot);
+    keys += slot.memory_only_rows();
+    for (uint32_t g = static_cast<uint32_t>(s) * per_slot; g < (s + 1) * per_slot; ++g) {
+      keys += ssd_->entry(g).unique_rows;
+    }
+  }
+  return keys;
+}
+
 TableStats TieredTable::Stats() const {
   // A row written back between counting its slot and counting the files would count twice.
   MutexLock writer(&writer_mu_);
@@ -1149,6 +1195,7 @@ TableStats TieredTable::Stats() const {
     const CacheSlot& slot = *sp;
     CacheSlot::Lock lock(slot);
     allocated += slot.AllocatedBytes();
+    [[maybe_unused]] const int64_t keys_before = keys;
     slot.ForEachNode([&](uint32_t node) {
       slot.AssertLocked();
       const uint8_t state = slot.meta(node).state;
@@ -1162,6 +1209,8 @@ TableStats TieredTable::Stats() const {
           static_cast<int64_t>(fixed + (has ? extra : 0)) -
           ((state & kOnDisk) ? static_cast<int64_t>(fixed + ((state & kDiskEmb) ? extra : 0)) : 0);
     });
+    // The slot's running count (CountKeys) agrees with the scan.
+    assert(keys - keys_before == static_cast<int64_t>(slot.memory_only_rows()));
   }
   if (ssd_) {
     const DiskStats d = ssd_->Stats();
@@ -1189,6 +1238,10 @@ StorageStats TieredTable::Storage() const {
   r.loaded_from_ssd = c.loaded.load();
   r.new_keys = c.new_keys.load();
   r.lookup_misses = c.lookup_misses.load();
+  const CacheMemory m = CacheBreakdown();
+  r.cache_row_bytes = m.rows;
+  r.cache_index_bytes = m.index;
+  r.cache_meta_bytes = m.meta;
   if (!ssd_) return r;
   const DiskStats d = ssd_->Stats();
   r.group_bits = ssd_->group_bits();

@@ -41,6 +41,8 @@ struct TieredOptions {
   double compact_trigger = 1.75;  // compaction starts when file bytes exceed this x live bytes
   double compact_target = 1.5;    // ... and stops at this ratio
   uint32_t min_evict_rows = 64;
+  // The share of memory_budget the SSD tier's Bloom filters may take (SsdOptions::bloom_budget).
+  double bloom_share = 0.10;
 
   // OK, or InvalidArgument naming the bad key (table.shard_bits, storage.*). Open calls it.
   Status Validate() const;
@@ -49,8 +51,11 @@ struct TieredOptions {
   // embedding costs against the budget (its record, metadata and index entry):
   uint64_t ResidentRowBytes() const;
   // The budget's bytes that rows can use: the budget less the SSD tier's group index, which
-  // is allocated when the table opens. 0 without a budget.
+  // is allocated when the table opens, the Bloom filters' share and the slots' least index.
+  // 0 without a budget.
   uint64_t RowBudgetBytes() const;
+  // The Bloom filters' bytes at most (bloom_share of the budget; 0: no limit).
+  uint64_t BloomBudgetBytes() const;
 };
 
 class TieredTable final : public SparseTable {
@@ -67,6 +72,7 @@ class TieredTable final : public SparseTable {
   StatusOr<uint64_t> Shrink(const CtrAccessor& accessor, ThreadPool* pool) override;
   Status ExportShard(size_t s, RowBlock* out) override;
   TableStats Stats() const override;
+  uint64_t CountKeys() const override;
   StorageStats Storage() const override;
   StatusOr<uint64_t> SparseDigest(ThreadPool* pool) override;
   Status Close() override;
@@ -74,6 +80,8 @@ class TieredTable final : public SparseTable {
   bool has_disk() const { return ssd_ != nullptr; }
   // Memory counted against the budget now.
   uint64_t UsedBytes() const;
+  // The cache's part of UsedBytes by owner (takes every slot's lock in turn).
+  CacheMemory CacheBreakdown() const;
 
   // Maintenance on demand (tests and benchmarks; the worker does the same on its own):
   // write every dirty row and keep it resident; write and drop every unpinned row; compact

@@ -81,6 +81,7 @@ void ExpectSame(TieredTable& table, const Reference& ref) {
   }
   TableStats st = table.Stats();
   EXPECT_EQ(st.keys, ref.size());
+  EXPECT_EQ(table.CountKeys(), ref.size());
   EXPECT_EQ(st.value_bytes, value_bytes);
   EXPECT_EQ(st.keys_with_emb, with_emb);
 }
