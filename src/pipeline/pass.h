@@ -16,6 +16,7 @@
 #include "pipeline/in_flight.h"
 #include "pipeline/pass_reader.h"
 #include "table/sparse_table.h"
+#include "util/memory_gauge.h"
 #include "working/working_set.h"
 #include "working/working_table.h"
 
@@ -62,6 +63,16 @@ struct Pass {
   // A pass destroyed while registered in flight was discarded: the barrier is cancelled.
   ~Pass() {
     if (registry != nullptr) registry->Remove(index, /*pushed=*/false);
+    if (gauge != nullptr) gauge->Add(-gauged);
+  }
+  // Tells the gauge (if any) the bytes the pass holds now: its examples, working set and
+  // working table.
+  void Gauge() {
+    if (gauge == nullptr) return;
+    const auto bytes = static_cast<int64_t>(examples.MemoryBytes() + ws.MemoryBytes() +
+                                            table->MemoryBytes() + table->rows().MemoryBytes());
+    gauge->Add(bytes - gauged);
+    gauged = bytes;
   }
   Pass(const Pass&) = delete;
   Pass& operator=(const Pass&) = delete;
@@ -84,6 +95,8 @@ struct Pass {
   // The dense state right after this pass trained, when a checkpoint is due after its push
   // (the train stage goes on with later passes meanwhile).
   std::string dense_snapshot;
+  MemoryGauge* gauge = nullptr;  // the passes' gauge (the train report's memory by owner)
+  int64_t gauged = 0;            // what Gauge last told it
 };
 using PassPtr = std::unique_ptr<Pass>;
 

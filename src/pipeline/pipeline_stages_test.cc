@@ -165,6 +165,17 @@ TEST(PipelineTest, PassesSizedByMemoryTrainTheInMemoryModelAtEveryBudget) {
       EXPECT_LE(st["peak_memory_bytes"].get<double>(), 1.15 * static_cast<double>(budget));
       EXPECT_LE(st["memory_by_owner"]["bloom_filters"].get<double>(),
                 0.1 * static_cast<double>(budget));
+      // Peak memory by owner: the table's peak, the passes in flight, the dense model (dense
+      // Adagrad here: weights, gradients, sums of squares).
+      const nlohmann::json& m = (*r)["memory_peak_by_owner"];
+      EXPECT_EQ(m["table"], st["peak_memory_bytes"]);
+      EXPECT_GT(m["passes_in_flight"].get<int64_t>(), 0);
+      ASSERT_EQ(job.spec.dense_optimizer.kind, OptimizerKind::kAdagrad);
+      EXPECT_EQ(m["dense_model"].get<int64_t>(), (*r)["dense_params"].get<int64_t>() * 12);
+      EXPECT_EQ(m["table"].get<int64_t>() + m["passes_in_flight"].get<int64_t>() +
+                    m["dense_model"].get<int64_t>() + m["reader_chunks"].get<int64_t>() +
+                    m["other"].get<int64_t>(),
+                (*r)["peak_rss_bytes"].get<int64_t>());
       EXPECT_EQ((*r)["digest"], (*r0)["digest"]);
       EXPECT_EQ((*r)["test_auc"], (*r0)["test_auc"]);
       const nlohmann::json& z = (*r)["pass_sizing"];

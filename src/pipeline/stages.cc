@@ -41,6 +41,8 @@ StatusOr<PassPtr> PassStages::Read() {
   pass->index = next_index_++;
   BuildWorkingSet(pass->examples, ctx_.job->train.batch_size, nullptr, &pass->ws);
   pass->table->Build(pass->ws.keys, nullptr);
+  pass->gauge = &passes_gauge_;
+  pass->Gauge();
   pass->clock[StageId::kRead].busy = clock.Seconds();
   return pass;
 }
@@ -68,6 +70,7 @@ Status PassStages::Pull(Pass* pass, ThreadPool* pool) {
   }
   in_flight_.Add(pass->index, pass->table);
   pass->registry = &in_flight_;
+  pass->Gauge();  // with its rows
   // The rows as pulled go to the GPUs now (copy streams), while an earlier pass trains.
   if (ctx_.gpu != nullptr) {
     RETURN_IF_ERROR(ctx_.gpu->Stage(pass->index, pass->examples, pass->ws, pass->table->rows()));

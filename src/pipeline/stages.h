@@ -83,6 +83,8 @@ class PassStages {
   uint64_t shrunk() const { return shrunk_; }
   uint64_t created() const { return created_; }
   uint64_t patched_rows() const { return patched_rows_; }
+  // The most bytes the passes in flight held at once (examples, working sets, rows).
+  int64_t passes_peak_bytes() const { return passes_gauge_.peak(); }
   double checkpoint_seconds() const { return checkpoint_seconds_; }
   // Progressive (test-then-train) metrics over the passes trained.
   MetricSummary summary() const { return total_.Summary(); }
@@ -99,6 +101,7 @@ class PassStages {
 
   const StageContext ctx_;  // immutable after construction
   InFlight in_flight_;
+  MemoryGauge passes_gauge_;
   Stopwatch run_clock_;  // reset by Start; read by every stage
 
   uint64_t next_index_;  // read stage

@@ -168,6 +168,7 @@ nlohmann::json TrainReport(const TrainRunFacts& f) {
       {"deterministic", job.train.deterministic},
       {"pipelined", job.pipeline.enabled},
       {"rows_from_passes_in_flight", stages.patched_rows()},
+      {"passes_peak_bytes", stages.passes_peak_bytes()},
       {"interrupted", run.interrupted},
       {"stages", StagesJson(run.totals)},
       {"checkpoint_seconds", stages.checkpoint_seconds()},

@@ -467,7 +467,9 @@ StatusOr<std::unique_ptr<SsdStore>> SsdStore::Reopen(Env* env, const SsdOptions&
   store->next_file_id_ = x.next_file_id;
   for (const IndexFileEntry& e : x.files) {
     std::vector<uint64_t> words(e.bloom_words);
-    std::memcpy(words.data(), x.data.data() + e.bloom_offset, e.bloom_words * 8);
+    if (!words.empty()) {  // a file written without a filter (storage.bloom_share) has none
+      std::memcpy(words.data(), x.data.data() + e.bloom_offset, e.bloom_words * 8);
+    }
     const std::string fpath = JoinPath(o.dir, FileNameOf(e.id));
     auto f = std::make_shared<ParamFile>(env, e.id, fpath,
                                          std::make_unique<BloomFilter>(words, e.bloom_hashes));
