@@ -188,6 +188,9 @@ TEST(PipelineTest, PassesSizedByMemoryTrainTheInMemoryModelAtEveryBudget) {
       EXPECT_LE(z["max_pass_examples"].get<uint64_t>(), 2000u);
       passes[share] = z["passes"];
       if (share <= 0.05) {
+        // Every persisted row was written at least once: the amplification is >= 1.
+        EXPECT_GT(st["rows_persisted"].get<uint64_t>(), 0u);
+        EXPECT_GE(st["write_amplification"].get<double>(), 1.0);
         EXPECT_GT(z["closed_by_keys"].get<uint64_t>(), 0u);
         EXPECT_GT((*r)["storage"]["loaded_from_ssd"].get<uint64_t>(), 0u);
       }

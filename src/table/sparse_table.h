@@ -80,6 +80,9 @@ struct StorageStats {
   uint64_t records_written = 0, ssd_bytes_written = 0, groups_written = 0;
   uint64_t evicted_dirty = 0, evicted_clean = 0, dropped_fresh = 0, evict_rounds = 0;
   uint64_t compactions = 0, compaction_bytes = 0;
+  // Dirty rows written back (their encoded bytes): ssd_bytes_written / persisted_bytes is the
+  // write amplification of write-back and compaction together.
+  uint64_t rows_persisted = 0, persisted_bytes = 0;
   uint64_t files = 0, file_bytes = 0, live_bytes = 0, keys_on_disk = 0;
   uint64_t index_bytes = 0, bloom_bytes = 0;
 

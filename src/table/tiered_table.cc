@@ -32,6 +32,7 @@ struct TieredTable::Counters {
   std::atomic<uint64_t> no_record{0}, bloom_prunes{0}, bloom_false_positives{0};
   std::atomic<uint64_t> evicted_dirty{0}, evicted_clean{0}, dropped_fresh{0};
   std::atomic<uint64_t> evict_rounds{0}, groups_written{0}, compactions{0}, compaction_bytes{0};
+  std::atomic<uint64_t> rows_persisted{0}, persisted_bytes{0};  // dirty rows written back
 };
 
 namespace {
@@ -671,12 +672,16 @@ Status TieredTable::WriteGroups(CacheSlot& slot, std::vector<GroupRead>* reads) 
   }
   RETURN_IF_ERROR(ssd_->FlushAppends());
   for (const auto& [g, e] : updates) ssd_->Replace(g, e);
+  uint64_t persisted = 0;
   for (const auto& [g, node] : dirty) {
     NodeMeta& m = slot.meta(node);
+    persisted += options_.layout.EncodedBytes(slot.has_emb(node));
     slot.set_state(
         node, (m.state & ~(kDirty | kDiskEmb)) | kOnDisk | (slot.has_emb(node) ? kDiskEmb : 0));
   }
   counters_->groups_written.fetch_add(updates.size(), std::memory_order_relaxed);
+  counters_->rows_persisted.fetch_add(dirty.size(), std::memory_order_relaxed);
+  counters_->persisted_bytes.fetch_add(persisted, std::memory_order_relaxed);
   return Status::OK();
 }
 
@@ -1254,6 +1259,8 @@ StorageStats TieredTable::Storage() const {
   r.records_written = d.records_written;
   r.ssd_bytes_written = d.bytes_written;
   r.groups_written = c.groups_written.load();
+  r.rows_persisted = c.rows_persisted.load();
+  r.persisted_bytes = c.persisted_bytes.load();
   r.evicted_dirty = c.evicted_dirty.load();
   r.evicted_clean = c.evicted_clean.load();
   r.dropped_fresh = c.dropped_fresh.load();
