@@ -56,6 +56,8 @@ def main():
                           "peak_memory_bytes": st["peak_memory_bytes"],
                           "ssd_bytes_read_per_pushed_key": st["ssd_bytes_read"] / max(1, st["pulled_keys"]),
                           "ssd_bytes_written_per_pushed_key": st["ssd_bytes_written"] / max(1, st["pulled_keys"]),
+                          "write_amplification": st["write_amplification"],
+                          "bloom_prunes": st["bloom_prunes"], "records_read": st["records_read"],
                           "memory_by_owner": st["memory_by_owner"],
                           "memory_peak_by_owner": r["memory_peak_by_owner"],
                           "pass_sizing": r["pass_sizing"], "stages": r["stages"]}), flush=True)

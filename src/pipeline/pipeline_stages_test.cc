@@ -159,10 +159,14 @@ TEST(PipelineTest, PassesSizedByMemoryTrainTheInMemoryModelAtEveryBudget) {
       job.storage.shard_bits = 3;
       auto r = RunTrain(Env::Posix(), job, nullptr);
       ASSERT_TRUE(r.ok()) << r.status().ToString();
-      // The cache overshoots the budget by at most a few slots' share of one pull (16 slots
-      // here: at 2 % of this model a pull is a large part of the budget).
+      // The cache overshoots the budget by at most the slots' share of one pull that the pull
+      // threads insert at once: 2 threads of 8 slots here, bounded by half a pull's rows (room
+      // for uneven slots). At 2 % of this model a pull is a large part of the budget.
       const nlohmann::json& st = (*r)["storage"];
-      EXPECT_LE(st["peak_memory_bytes"].get<double>(), 1.15 * static_cast<double>(budget));
+      const double pull_bytes = (*r)["pass_sizing"]["max_pass_keys"].get<double>() *
+                                (*r)["pass_sizing"]["row_bytes"].get<double>();
+      EXPECT_LE(st["peak_memory_bytes"].get<double>(),
+                static_cast<double>(budget) + 0.5 * pull_bytes);
       EXPECT_LE(st["memory_by_owner"]["bloom_filters"].get<double>(),
                 0.1 * static_cast<double>(budget));
       // Peak memory by owner: the table's peak, the passes in flight, the dense model (dense
@@ -172,10 +176,8 @@ TEST(PipelineTest, PassesSizedByMemoryTrainTheInMemoryModelAtEveryBudget) {
       EXPECT_GT(m["passes_in_flight"].get<int64_t>(), 0);
       ASSERT_EQ(job.spec.dense_optimizer.kind, OptimizerKind::kAdagrad);
       EXPECT_EQ(m["dense_model"].get<int64_t>(), (*r)["dense_params"].get<int64_t>() * 12);
-      EXPECT_EQ(m["table"].get<int64_t>() + m["passes_in_flight"].get<int64_t>() +
-                    m["dense_model"].get<int64_t>() + m["reader_chunks"].get<int64_t>() +
-                    m["other"].get<int64_t>(),
-                (*r)["peak_rss_bytes"].get<int64_t>());
+      // The attributed owners fit in the peak RSS (`other` is what is left of it).
+      EXPECT_GT(m["other"].get<int64_t>(), 0);
       EXPECT_EQ((*r)["digest"], (*r0)["digest"]);
       EXPECT_EQ((*r)["test_auc"], (*r0)["test_auc"]);
       const nlohmann::json& z = (*r)["pass_sizing"];

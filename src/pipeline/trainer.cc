@@ -151,13 +151,14 @@ Status CloseTable(Env* env, const JobConfig& job, std::unique_ptr<SparseTable> t
 // the dense model with its optimizer state, the reader's chunk buffers, and the rest (the
 // allocator's slack, thread stacks, BLAS buffers, libraries, held-out evaluation). The owners'
 // peaks need not coincide, so `other` is a lower bound of what is not attributed.
-nlohmann::json PeakMemoryByOwner(const JobConfig& job, const nlohmann::json& report) {
+nlohmann::json PeakMemoryByOwner(const JobConfig& job, const CtrModel& model,
+                                 const nlohmann::json& report) {
   const auto table = report["storage"]["peak_memory_bytes"].get<int64_t>();
   const auto passes = report.value("passes_peak_bytes", int64_t{0});
-  const int64_t dense_copies = 1 + (job.spec.dense_optimizer.kind == OptimizerKind::kAdam  ? 2
-                                    : job.spec.dense_optimizer.kind == OptimizerKind::kSgd ? 0
-                                                                                           : 1);
-  const int64_t dense = report["dense_params"].get<int64_t>() * 4 * (dense_copies + 1);  // + grads
+  // Weights and their gradients, and the optimizer's state (none for SGD).
+  const DenseOptimizer& opt = model.dense_optimizer();
+  const auto dense = static_cast<int64_t>(
+      sizeof(float) * (2 * model.dense_params().size() + opt.m().size() + opt.v().size()));
   const auto reader = static_cast<int64_t>(2 * job.data.threads * job.data.chunk_bytes);
   const auto rss = report["peak_rss_bytes"].get<int64_t>();
   return {{"table", table},
@@ -222,7 +223,7 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   remove_scratch.Cancel();
   report["total_seconds"] = total_clock.Seconds();
   report["peak_rss_bytes"] = PeakRssBytes();
-  report["memory_peak_by_owner"] = PeakMemoryByOwner(job, report);
+  report["memory_peak_by_owner"] = PeakMemoryByOwner(job, *start.model, report);
   return report;
 }
 

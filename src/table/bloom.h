@@ -34,7 +34,6 @@ class BloomFilter {
   int hashes() const { return hashes_; }
   std::vector<uint64_t> words() const;
   size_t MemoryBytes() const { return num_blocks_ * 64; }
-  bool enabled() const { return num_blocks_ != 0; }
 
  private:
   size_t num_blocks_;

@@ -174,19 +174,19 @@ CacheMemory CacheSlot::Memory() const {
   CacheMemory m;
   m.rows = headers_.live() * 4 * (kWideState + layout_.wide_state) +
            embs_.live() * 4 * (emb_words_ + layout_.emb_state);
-  m.index = keys_.capacity() * 8 + rows_.capacity() * 4;
+  static_assert(kIndexEntryBytes == sizeof(uint64_t) + sizeof(uint32_t));
+  m.index = keys_.capacity() * sizeof(uint64_t) + rows_.capacity() * sizeof(uint32_t);
   m.meta = meta_.capacity() * sizeof(NodeMeta);
   return m;
 }
 
 size_t CacheSlot::AllocatedBytes() const {
-  return keys_.capacity() * 8 + rows_.capacity() * 4 + meta_.capacity() * sizeof(NodeMeta) +
-         headers_.MemoryBytes() + embs_.MemoryBytes();
+  const CacheMemory m = Memory();
+  return m.index + m.meta + headers_.MemoryBytes() + embs_.MemoryBytes();
 }
 
 size_t CacheSlot::RowBytesFor(const ValueLayout& layout) {
   const size_t emb_words = (layout.EmbBytes() + 3) / 4;
-  constexpr size_t kIndexEntryBytes = 12;  // a key and a node id
   return 4 * (kWideState + layout.wide_state + emb_words + layout.emb_state) +
          2 * sizeof(NodeMeta) + kIndexEntryBytes * 10 / 3;
 }

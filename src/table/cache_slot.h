@@ -104,9 +104,11 @@ class CAPABILITY("mutex") CacheSlot {
   // needed.
   size_t RowBytes() const { return RowBytesFor(layout_); }
   static size_t RowBytesFor(const ValueLayout& layout);
+  // An index entry: a key and a node id.
+  static constexpr size_t kIndexEntryBytes = 8 + 4;
   // Bytes of an empty slot's index (it never shrinks below this), for budgets.
   static constexpr size_t kMinIndexEntries = 64;
-  static constexpr size_t MinIndexBytes() { return kMinIndexEntries * 12; }
+  static constexpr size_t MinIndexBytes() { return kMinIndexEntries * kIndexEntryBytes; }
 
   // Calls f(node) for every live node, with the lock held.
   template <typename F>
