@@ -153,7 +153,7 @@ TEST(PipelineTest, PassesSizedByMemoryTrainTheInMemoryModelAtEveryBudget) {
       JobConfig job = job_for(dir.File("b"));
       job.pipeline.enabled = pipelined;
       const uint64_t budget = static_cast<uint64_t>(share * static_cast<double>(model_bytes)) +
-                              (uint64_t{1} << 6) * 40;  // + the group index
+                              (uint64_t{1} << 6) * 48;  // + the group index (48 B per group)
       UseTiers(&job, dir, budget);
       job.storage.ssd.group_bits = 6;  // small fixed costs: 2 % of this model is ~50 KB
       job.storage.shard_bits = 3;

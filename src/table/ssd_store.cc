@@ -13,7 +13,8 @@ namespace ctrbox {
 namespace {
 
 constexpr char kIndexMagic[8] = {'C', 'T', 'R', 'S', 'I', 'D', 'X', '1'};
-constexpr uint32_t kIndexVersion = 2;  // 2: the layout names the embedding quantization
+constexpr uint32_t kIndexVersion = 3;  // 2: the layout names the embedding quantization;
+                                       // 3: group entries carry the delta filter
 constexpr const char* kIndexName = "INDEX";
 
 std::string FileNameOf(uint32_t id) { return fmt::format("params-{:06d}.dat", id); }
@@ -398,7 +399,7 @@ Status SsdStore::WriteIndex() {
     PutFixed<uint32_t>(&s, static_cast<uint32_t>(f->bloom->hashes()));
     PutArray(&s, words.data(), words.size());
   }
-  static_assert(sizeof(GroupEntry) == 40);
+  static_assert(sizeof(GroupEntry) == 48);  // docs/formats/param_file.md
   PutArray(&s, index_.data(), index_.size());
   PutFixed<uint64_t>(&s, Checksum64(s));
   return WriteFileAtomic(env_, JoinPath(options_.dir, kIndexName), s);

@@ -34,15 +34,37 @@ struct RecordLoc {
   bool operator==(const RecordLoc&) const = default;
 };
 
+// The two bits of a key in a GroupEntry's delta filter: from the low bits of Mix64(key) (the
+// group is its top bits, the same for every key of the group).
+inline uint64_t DeltaFilterBits(uint64_t key) {
+  const uint64_t h = Mix64(key);
+  return (uint64_t{1} << (h & 63)) | (uint64_t{1} << ((h >> 6) & 63));
+}
+inline uint64_t DeltaFilterOf(const std::vector<uint64_t>& keys) {
+  uint64_t f = 0;
+  for (uint64_t k : keys) f |= DeltaFilterBits(k);
+  return f;
+}
+
 // A group's records (docs/storage.md): its rows on disk are the base's overridden by the
 // delta's. `unique_rows` counts distinct keys over both, `unique_emb` those whose newest
 // version has an embedding (so the store's totals are exact without reading records).
+// `delta_filter` is a 64-bit Bloom filter of the delta's keys (DeltaFilterBits): a pull reads
+// the delta only for a key it may hold. The file's filter cannot say that: a file holds many
+// records of a group (its base, older deltas), so it says "maybe" for most of its keys.
 struct GroupEntry {
   RecordLoc base, delta;
   uint32_t base_rows = 0, delta_rows = 0;
   uint32_t unique_rows = 0, unique_emb = 0;
+  uint64_t delta_filter = 0;
   bool operator==(const GroupEntry&) const = default;
+
+  bool DeltaMayHold(uint64_t key) const {
+    const uint64_t bits = DeltaFilterBits(key);
+    return delta.exists() && (delta_filter & bits) == bits;
+  }
 };
+
 
 struct SsdOptions {
   std::string dir;

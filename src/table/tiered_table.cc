@@ -282,7 +282,7 @@ void TieredTable::PullResident(size_t s, const uint64_t* keys, const uint32_t* i
     if (ssd_) {
       const uint32_t g = ssd_->GroupOf(key);
       const GroupEntry& e = ssd_->entry(g);
-      if (may_hold(e.delta, key) || may_hold(e.base, key)) {
+      if ((e.DeltaMayHold(key) && may_hold(e.delta, key)) || may_hold(e.base, key)) {
         auto [it, added] = load_of.emplace(g, loads->size());
         if (added) {
           loads->emplace_back();
@@ -308,9 +308,9 @@ void TieredTable::PullResident(size_t s, const uint64_t* keys, const uint32_t* i
 
 namespace {
 
-// Reads the newest disk versions of the keys keys[idx[w]] of group g: the delta first (if its
-// file's Bloom filter may hold one of them), then the base for the rest. The rest of each
-// record is dropped.
+// Reads the newest disk versions of the keys keys[idx[w]] of group g: the delta first (if the
+// entry's delta filter and its file's Bloom filter may hold one of them), then the base for
+// the rest (if its file's filter may hold one). The rest of each record is dropped.
 Status ReadWanted(const SsdStore& ssd, const uint64_t* keys, RecordView* view, const GroupEntry& e,
                   const std::shared_ptr<ParamFile>& base_file,
                   const std::shared_ptr<ParamFile>& delta_file, uint32_t group,
@@ -324,7 +324,9 @@ Status ReadWanted(const SsdStore& ssd, const uint64_t* keys, RecordView* view, c
       return InternalError(fmt::format("the file of a record of group {} disappeared", group));
     bool wanted = false;
     for (size_t w = 0; w < idx.size() && !wanted; ++w) {
-      wanted = !(*found)[w] && SsdStore::MayHold(file.get(), keys[idx[w]]);
+      const uint64_t key = keys[idx[w]];
+      wanted = !(*found)[w] && (loc == &e.base || e.DeltaMayHold(key)) &&
+               SsdStore::MayHold(file.get(), key);
     }
     if (!wanted) continue;
     RETURN_IF_ERROR(ssd.ReadRecord(*file, *loc, group, view));
@@ -666,6 +668,7 @@ Status TieredTable::WriteGroups(CacheSlot& slot, std::vector<GroupRead>* reads) 
     } else {
       next.delta = loc;
       next.delta_rows = static_cast<uint32_t>(builder.rows());
+      next.delta_filter = DeltaFilterOf(builder.keys());
     }
     updates.emplace_back(g, next);
     first = last;
