@@ -482,6 +482,26 @@ TEST(SsdStoreTest, AWriteBackThatRollsOverKeepsTheFileHoldingItsFirstRecords) {
   EXPECT_EQ(store->Stats().files, 2u);
 }
 
+TEST(TieredTableTest, DeltaFilterHoldsEveryKeyOfTheDeltaAndRulesOutMostOthers) {
+  Random rng(17);
+  int false_positives = 0, others = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::vector<uint64_t> delta(1 + rng.Below(8));
+    for (uint64_t& k : delta) k = rng.Next();
+    GroupEntry e;
+    e.delta = RecordLoc{1, 0, 100};
+    e.delta_filter = DeltaFilterOf(delta);
+    for (uint64_t k : delta) ASSERT_TRUE(e.DeltaMayHold(k));  // never a false negative
+    const uint64_t other = rng.Next();
+    false_positives += e.DeltaMayHold(other);
+    ++others;
+    e.delta = RecordLoc{};  // no delta: nothing may be in it
+    EXPECT_FALSE(e.DeltaMayHold(delta[0]));
+  }
+  // Two bits per key of 64: at 1..8 keys (4.5 on average) about 2 % false positives.
+  EXPECT_LT(false_positives, others / 20);
+}
+
 TEST(TieredTableTest, FirstTimeKeysCostNoReadAndCorruptionIsReported) {
   TempDir dir;
   CtrAccessor acc(kLayout, AccessorOptions{});
