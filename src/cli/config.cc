@@ -324,6 +324,10 @@ const std::vector<Key>& Keys() {
        UInt([](JobConfig* j,
                uint64_t v) { j->storage.ssd.bloom_bits_per_key = static_cast<int>(v); },
             1, 32)},
+      {"storage.delta_share", "0.2",
+       "a group's delta record is merged into its base once it would hold more than this share "
+       "of the base's rows (lower: fewer rows carried per write-back, more merges)",
+       Float([](JobConfig* j, float v) { j->storage.delta_share = v; }, 0.01, 4)},
       {"storage.evict_start", "0.9", "eviction starts above this share of the memory budget",
        Float([](JobConfig* j, float v) { j->storage.evict_start = v; }, 0.05, 1)},
       {"storage.evict_stop", "0.8", "... and stops below this share",

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "io/test_util.h"
+#include "table/tiered_table.h"
 
 namespace ctrbox {
 namespace {
@@ -57,6 +58,16 @@ TEST(ConfigTest, UnknownKeysAndBadValuesNameTheKey) {
   s = b.ApplySet("optimizer.dense.type=rowwise_adagrad");
   EXPECT_NE(s.message().find("optimizer.dense.type"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("adam, adagrad or sgd"), std::string::npos) << s.message();
+  s = b.ApplySet("storage.delta_share=0");
+  EXPECT_NE(s.message().find("storage.delta_share"), std::string::npos) << s.message();
+  TieredOptions t;
+  t.ssd.dir = "/ssd";
+  t.ssd.group_bits = 10;
+  t.memory_budget = 1 << 20;
+  ASSERT_TRUE(t.Validate().ok()) << t.Validate().ToString();
+  t.delta_share = 5;
+  EXPECT_NE(t.Validate().message().find("storage.delta_share must be in (0, 4]"),
+            std::string::npos);
   s = b.ApplySet("noequals");
   EXPECT_FALSE(s.ok());
 }

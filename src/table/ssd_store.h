@@ -65,7 +65,6 @@ struct GroupEntry {
   }
 };
 
-
 struct SsdOptions {
   std::string dir;
   uint32_t group_bits = 20;

@@ -37,8 +37,21 @@ struct TieredTable::Counters {
 
 namespace {
 
-// Groups written back per batch: bounds the old records held in memory (~256 x 8 KiB).
+// A write-back batch holds at most this many groups and, past its first group, this many
+// bytes of old records: it bounds the records held in memory per evicting thread.
 constexpr size_t kGroupsPerBatch = 256;
+constexpr uint64_t kBatchBytes = 1 << 20;
+
+// The end of the batch of reads that starts at b.
+template <typename Read>
+size_t BatchEnd(const std::vector<Read>& reads, size_t b) {
+  size_t e = b + 1;
+  uint64_t bytes = reads[b].bytes;
+  while (e < reads.size() && e - b < kGroupsPerBatch && bytes + reads[e].bytes <= kBatchBytes) {
+    bytes += reads[e++].bytes;
+  }
+  return e;
+}
 
 void Pin(NodeMeta& m, uint16_t epoch) {
   ++m.pins;
@@ -113,6 +126,9 @@ Status TieredOptions::Validate() const {
   }
   if (!(bloom_share > 0 && bloom_share <= 0.5)) {
     return InvalidArgumentError("storage.bloom_share must be in (0, 0.5]");
+  }
+  if (!(delta_share > 0 && delta_share <= 4)) {
+    return InvalidArgumentError("storage.delta_share must be in (0, 4]");
   }
   if (evict_stop >= evict_start) {
     return InvalidArgumentError("storage.evict_stop must be below storage.evict_start");
@@ -622,7 +638,7 @@ Status TieredTable::WriteGroups(CacheSlot& slot, std::vector<GroupRead>* reads) 
     std::sort(dirty_keys.begin(), dirty_keys.end());
     size_t carried = 0;  // old delta rows that stay
     for (size_t j = 0; j < r.delta.rows(); ++j) carried += !Contains(dirty_keys, r.delta.keys[j]);
-    const bool merge = !e.base.exists() || (carried + dirty_keys.size()) * 3 > e.base_rows;
+    const bool merge = !e.base.exists() || MergesDelta(carried + dirty_keys.size(), e.base_rows);
     if (merge && e.base.exists() && !r.have_base) {  // the guess was wrong: read it now
       RETURN_IF_ERROR(ssd_->Read(e.base, g, &r.base));
       r.have_base = true;
@@ -740,7 +756,9 @@ StatusOr<uint64_t> TieredTable::EvictSlot(size_t s, uint64_t share, bool all) {
     };
     for (size_t v = 0; v < k; ++v) take(candidates[v]);
     // A group with a dirty victim is rewritten anyway: its other unpinned rows that are used
-    // no more often than the victims leave with it (fewer rewrites per row evicted).
+    // no more often than the victims leave with it (fewer rewrites per row evicted). Letting
+    // rows up to 1.5x the threshold go too wrote 9 % fewer groups on the 1 M-row benchmark at
+    // 10 %, but cost 0.7 points of hit rate and grew RSS in the budget test by 5 MB.
     for (size_t v = k; v < priority.size(); ++v) {
       const uint32_t node = candidates[v];
       if (priority[v] <= threshold && dirty_groups.count(ssd_->GroupOf(slot.key(node)))) take(node);
@@ -749,7 +767,8 @@ StatusOr<uint64_t> TieredTable::EvictSlot(size_t s, uint64_t share, bool all) {
       const GroupEntry& e = ssd_->entry(g);
       GroupRead r;
       r.group = g;
-      r.want_base = e.base.exists() && (e.delta_rows + n) * 3 > e.base_rows;
+      r.want_base = e.base.exists() && MergesDelta(e.delta_rows + n, e.base_rows);
+      r.bytes = e.delta.length + (r.want_base ? e.base.length : 0);
       reads.push_back(std::move(r));
     }
     Account(slot, s);
@@ -761,10 +780,10 @@ StatusOr<uint64_t> TieredTable::EvictSlot(size_t s, uint64_t share, bool all) {
   std::sort(victims.begin(), victims.end(),
             [&](uint64_t a, uint64_t b) { return ssd_->GroupOf(a) < ssd_->GroupOf(b); });
   size_t v = 0;
-  for (size_t b = 0; b < reads.size(); b += kGroupsPerBatch) {
-    std::vector<GroupRead> batch(
-        std::make_move_iterator(reads.begin() + b),
-        std::make_move_iterator(reads.begin() + std::min(reads.size(), b + kGroupsPerBatch)));
+  for (size_t b = 0, end; b < reads.size(); b = end) {
+    end = BatchEnd(reads, b);
+    std::vector<GroupRead> batch(std::make_move_iterator(reads.begin() + b),
+                                 std::make_move_iterator(reads.begin() + end));
     const uint32_t last_group = batch.back().group;
     RETURN_IF_ERROR(ReadGroups(slot, &batch));
     CacheSlot::Lock lock(slot);
@@ -797,13 +816,14 @@ Status TieredTable::FlushSlot(size_t s) {
     const GroupEntry& e = ssd_->entry(g);
     GroupRead r;
     r.group = g;
-    r.want_base = e.base.exists() && (e.delta_rows + n) * 3 > e.base_rows;
+    r.want_base = e.base.exists() && MergesDelta(e.delta_rows + n, e.base_rows);
+    r.bytes = e.delta.length + (r.want_base ? e.base.length : 0);
     reads.push_back(std::move(r));
   }
-  for (size_t b = 0; b < reads.size(); b += kGroupsPerBatch) {
-    std::vector<GroupRead> batch(
-        std::make_move_iterator(reads.begin() + b),
-        std::make_move_iterator(reads.begin() + std::min(reads.size(), b + kGroupsPerBatch)));
+  for (size_t b = 0, end; b < reads.size(); b = end) {
+    end = BatchEnd(reads, b);
+    std::vector<GroupRead> batch(std::make_move_iterator(reads.begin() + b),
+                                 std::make_move_iterator(reads.begin() + end));
     RETURN_IF_ERROR(ReadGroupsLocked(slot, &batch));
     RETURN_IF_ERROR(WriteGroups(slot, &batch));
   }

@@ -41,6 +41,9 @@ struct TieredOptions {
   double compact_trigger = 1.75;  // compaction starts when file bytes exceed this x live bytes
   double compact_target = 1.5;    // ... and stops at this ratio
   uint32_t min_evict_rows = 64;
+  // A group's delta is merged into its base once it would hold more than this share of the
+  // base's rows (docs/storage.md, "Base and delta records").
+  double delta_share = 0.2;
   // The share of memory_budget the SSD tier's Bloom filters may take (SsdOptions::bloom_budget).
   double bloom_share = 0.10;
 
@@ -121,6 +124,7 @@ class TieredTable final : public SparseTable {
   struct GroupRead {
     uint32_t group = 0;
     bool want_base = false;  // read the base too (a merge is expected)
+    uint64_t bytes = 0;      // the bytes of the records to read (batches are bounded by them)
     bool have_base = false;
     RecordView delta, base;
   };
@@ -154,6 +158,10 @@ class TieredTable final : public SparseTable {
   // Lazy compaction (compact_trigger / compact_target).
   Status CompactIfOver() REQUIRES(writer_mu_);
   bool NeedsEviction() const;
+  // Whether a group write whose delta would hold delta_rows merges it into the base instead.
+  bool MergesDelta(uint64_t delta_rows, uint32_t base_rows) const {
+    return static_cast<double>(delta_rows) > options_.delta_share * base_rows;
+  }
   // The use the worker evicts down to, and the use above which it starts.
   uint64_t EvictTarget() const;
   uint64_t EvictStart() const;
