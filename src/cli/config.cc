@@ -530,7 +530,7 @@ StatusOr<JobConfig> JobConfigBuilder::Finish() {
   // (JobConfig::Validate, TieredOptions::Validate), not here.
   TieredOptions& st = job_.storage;
   if (!st.ssd.dir.empty() && !was_set("storage.group_bits")) {
-    // The group index takes about 1/13 of the budget (48 bytes per group; sizeof(GroupEntry)).
+    // The group index takes about 1/9 of the budget (72 bytes per group; sizeof(GroupEntry)).
     uint32_t bits = 0;
     while ((uint64_t{1} << (bits + 1)) * 640 <= st.memory_budget) ++bits;
     st.ssd.group_bits = std::clamp<uint32_t>(bits, std::max<uint32_t>(10, st.shard_bits), 28);

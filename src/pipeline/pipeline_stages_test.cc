@@ -10,6 +10,7 @@
 #include "io/synth.h"
 #include "io/test_util.h"
 #include "pipeline/trainer.h"
+#include "table/ssd_store.h"
 #include "util/parse.h"
 
 namespace ctrbox {
@@ -51,7 +52,7 @@ JobConfig Job(const std::string& model_dir, const std::string& data) {
 void UseTiers(JobConfig* job, const TempDir& dir, uint64_t budget) {
   job->storage.ssd.dir = dir.File("ssd");
   job->storage.memory_budget = budget;
-  job->storage.ssd.group_bits = 10;
+  job->storage.ssd.group_bits = 9;  // 512 groups: a 36 KiB index (72 B each)
   job->storage.ssd.file_bytes = 1 << 20;
   job->storage.shard_bits = 4;
 }
@@ -153,7 +154,7 @@ TEST(PipelineTest, PassesSizedByMemoryTrainTheInMemoryModelAtEveryBudget) {
       JobConfig job = job_for(dir.File("b"));
       job.pipeline.enabled = pipelined;
       const uint64_t budget = static_cast<uint64_t>(share * static_cast<double>(model_bytes)) +
-                              (uint64_t{1} << 6) * 48;  // + the group index (48 B per group)
+                              (uint64_t{1} << 6) * sizeof(GroupEntry);  // + the group index
       UseTiers(&job, dir, budget);
       job.storage.ssd.group_bits = 6;  // small fixed costs: 2 % of this model is ~50 KB
       job.storage.shard_bits = 3;

@@ -47,6 +47,8 @@ nlohmann::json StorageJson(const StorageStats& s) {
             {"records_written", s.records_written},
             {"ssd_bytes_written", s.ssd_bytes_written},
             {"groups_written", s.groups_written},
+            {"new_deltas", s.new_deltas},
+            {"merges", s.merges},
             {"evicted_dirty", s.evicted_dirty},
             {"evicted_clean", s.evicted_clean},
             {"dropped_fresh", s.dropped_fresh},

@@ -78,6 +78,9 @@ struct StorageStats {
   uint64_t bloom_false_positives = 0;
   uint64_t records_read = 0, read_retries = 0, ssd_bytes_read = 0;
   uint64_t records_written = 0, ssd_bytes_written = 0, groups_written = 0;
+  // Of the group writes: those that moved a full delta aside as the older delta, and those
+  // that merged all of a group's records into a new base (docs/storage.md).
+  uint64_t new_deltas = 0, merges = 0;
   uint64_t evicted_dirty = 0, evicted_clean = 0, dropped_fresh = 0, evict_rounds = 0;
   uint64_t compactions = 0, compaction_bytes = 0;
   // Dirty rows written back (their encoded bytes): ssd_bytes_written / persisted_bytes is the

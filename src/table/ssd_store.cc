@@ -13,8 +13,9 @@ namespace ctrbox {
 namespace {
 
 constexpr char kIndexMagic[8] = {'C', 'T', 'R', 'S', 'I', 'D', 'X', '1'};
-constexpr uint32_t kIndexVersion = 3;  // 2: the layout names the embedding quantization;
-                                       // 3: group entries carry the delta filter
+constexpr uint32_t kIndexVersion = 4;  // 2: the layout names the embedding quantization;
+                                       // 3: group entries carry the delta filter;
+                                       // 4: and the older delta
 constexpr const char* kIndexName = "INDEX";
 
 std::string FileNameOf(uint32_t id) { return fmt::format("params-{:06d}.dat", id); }
@@ -299,12 +300,21 @@ void SsdStore::Count(const RecordLoc& loc, int sign) {
 void SsdStore::Replace(uint32_t g, const GroupEntry& e) {
   const GroupEntry old = index_[g];
   WriterLock lock(&files_mu_);
-  // Count the new records first: a file holding both an old and a new record must not be
-  // deleted in between.
-  if (e.base.exists() && !(e.base == old.base)) Count(e.base, +1);
-  if (e.delta.exists() && !(e.delta == old.delta)) Count(e.delta, +1);
-  if (old.base.exists() && !(old.base == e.base)) Count(old.base, -1);
-  if (old.delta.exists() && !(old.delta == e.delta)) Count(old.delta, -1);
+  // A record may move between the entry's places (a delta becomes the older delta): only
+  // records that come or go count. The new ones first: a file holding both an old and a new
+  // record must not be deleted in between.
+  auto holds = [](const GroupEntry& x, const RecordLoc& loc) {
+    for (const RecordLoc* r : x.records()) {
+      if (*r == loc) return true;
+    }
+    return false;
+  };
+  for (const RecordLoc* r : e.records()) {
+    if (r->exists() && !holds(old, *r)) Count(*r, +1);
+  }
+  for (const RecordLoc* r : old.records()) {
+    if (r->exists() && !holds(e, *r)) Count(*r, -1);
+  }
   unique_rows_ += e.unique_rows;
   unique_rows_ -= old.unique_rows;
   unique_emb_ += e.unique_emb;
@@ -399,7 +409,7 @@ Status SsdStore::WriteIndex() {
     PutFixed<uint32_t>(&s, static_cast<uint32_t>(f->bloom->hashes()));
     PutArray(&s, words.data(), words.size());
   }
-  static_assert(sizeof(GroupEntry) == 48);  // docs/formats/param_file.md
+  static_assert(sizeof(GroupEntry) == 72);  // docs/formats/param_file.md
   PutArray(&s, index_.data(), index_.size());
   PutFixed<uint64_t>(&s, Checksum64(s));
   return WriteFileAtomic(env_, JoinPath(options_.dir, kIndexName), s);
@@ -422,7 +432,7 @@ StatusOr<StoreSummary> SsdStore::Inspect(Env* env, const std::string& dir) {
   uint64_t live = 0, records = 0, rows = 0, emb = 0, with_delta = 0;
   for (uint64_t g = 0; g < groups; ++g) {
     const GroupEntry e = GroupAt(x, g);
-    for (const RecordLoc* loc : {&e.base, &e.delta}) {
+    for (const RecordLoc* loc : e.records()) {
       if (!loc->exists()) continue;
       live += loc->length;
       ++records;
@@ -489,7 +499,7 @@ StatusOr<std::unique_ptr<SsdStore>> SsdStore::Reopen(Env* env, const SsdOptions&
   std::memcpy(store->index_.data(), x.data.data() + x.groups_offset,
               store->index_.size() * sizeof(GroupEntry));
   for (const GroupEntry& e : store->index_) {
-    for (const RecordLoc* loc : {&e.base, &e.delta}) {
+    for (const RecordLoc* loc : e.records()) {
       if (!loc->exists()) continue;
       if (loc->file >= store->files_.size() || !store->files_[loc->file]) {
         return bad("index names a missing file");

@@ -8,6 +8,7 @@
 #ifndef CTRBOX_TABLE_SSD_STORE_H_
 #define CTRBOX_TABLE_SSD_STORE_H_
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -46,23 +47,31 @@ inline uint64_t DeltaFilterOf(const std::vector<uint64_t>& keys) {
   return f;
 }
 
-// A group's records (docs/storage.md): its rows on disk are the base's overridden by the
-// delta's. `unique_rows` counts distinct keys over both, `unique_emb` those whose newest
-// version has an embedding (so the store's totals are exact without reading records).
-// `delta_filter` is a 64-bit Bloom filter of the delta's keys (DeltaFilterBits): a pull reads
-// the delta only for a key it may hold. The file's filter cannot say that: a file holds many
-// records of a group (its base, older deltas), so it says "maybe" for most of its keys.
+// A group's records (docs/storage.md): its rows on disk are the base's, overridden by the
+// older delta's, overridden by the delta's (the newest). `unique_rows` counts distinct keys
+// over all three, `unique_emb` those whose newest version has an embedding (so the store's
+// totals are exact without reading records).
+// Each delta has a 64-bit Bloom filter of its keys (DeltaFilterBits): a pull reads a delta
+// only for a key it may hold. The file's filter cannot say that: a file holds many records of
+// a group (its base, older deltas), so it says "maybe" for most of its keys.
 struct GroupEntry {
   RecordLoc base, delta;
   uint32_t base_rows = 0, delta_rows = 0;
   uint32_t unique_rows = 0, unique_emb = 0;
   uint64_t delta_filter = 0;
+  RecordLoc older;  // the older delta: a full delta that a write moved aside
+  uint32_t older_rows = 0;
+  uint64_t older_filter = 0;
   bool operator==(const GroupEntry&) const = default;
 
-  bool DeltaMayHold(uint64_t key) const {
+  static bool FilterMayHold(const RecordLoc& loc, uint64_t filter, uint64_t key) {
     const uint64_t bits = DeltaFilterBits(key);
-    return delta.exists() && (delta_filter & bits) == bits;
+    return loc.exists() && (filter & bits) == bits;
   }
+  bool DeltaMayHold(uint64_t key) const { return FilterMayHold(delta, delta_filter, key); }
+  bool OlderMayHold(uint64_t key) const { return FilterMayHold(older, older_filter, key); }
+  // The records, newest first (absent ones included).
+  std::array<const RecordLoc*, 3> records() const { return {&delta, &older, &base}; }
 };
 
 struct SsdOptions {

@@ -20,7 +20,8 @@ namespace ctrbox {
 struct TieredTable::Load {
   uint32_t group = 0;
   GroupEntry entry;                                  // the group's records when the pull looked
-  std::shared_ptr<ParamFile> base_file, delta_file;  // taken under the slot lock: kept alive
+  // The files of its records, taken under the slot lock: kept alive.
+  std::shared_ptr<ParamFile> base_file, delta_file, older_file;
   std::vector<uint32_t> idx;  // positions in the pull of the keys wanted from this group
   RowBlock rows;              // row w: the newest disk version of key idx[w], if found[w]
   std::vector<bool> found;
@@ -32,6 +33,7 @@ struct TieredTable::Counters {
   std::atomic<uint64_t> no_record{0}, bloom_prunes{0}, bloom_false_positives{0};
   std::atomic<uint64_t> evicted_dirty{0}, evicted_clean{0}, dropped_fresh{0};
   std::atomic<uint64_t> evict_rounds{0}, groups_written{0}, compactions{0}, compaction_bytes{0};
+  std::atomic<uint64_t> new_deltas{0}, merges{0};
   std::atomic<uint64_t> rows_persisted{0}, persisted_bytes{0};  // dirty rows written back
 };
 
@@ -298,7 +300,8 @@ void TieredTable::PullResident(size_t s, const uint64_t* keys, const uint32_t* i
     if (ssd_) {
       const uint32_t g = ssd_->GroupOf(key);
       const GroupEntry& e = ssd_->entry(g);
-      if ((e.DeltaMayHold(key) && may_hold(e.delta, key)) || may_hold(e.base, key)) {
+      if ((e.DeltaMayHold(key) && may_hold(e.delta, key)) ||
+          (e.OlderMayHold(key) && may_hold(e.older, key)) || may_hold(e.base, key)) {
         auto [it, added] = load_of.emplace(g, loads->size());
         if (added) {
           loads->emplace_back();
@@ -307,6 +310,7 @@ void TieredTable::PullResident(size_t s, const uint64_t* keys, const uint32_t* i
           l.entry = e;
           l.base_file = file_of(e.base);
           l.delta_file = file_of(e.delta);
+          l.older_file = file_of(e.older);
           l.rows = RowBlock(options_.layout);
         }
         (*loads)[it->second].idx.push_back(i);
@@ -324,25 +328,30 @@ void TieredTable::PullResident(size_t s, const uint64_t* keys, const uint32_t* i
 
 namespace {
 
-// Reads the newest disk versions of the keys keys[idx[w]] of group g: the delta first (if the
-// entry's delta filter and its file's Bloom filter may hold one of them), then the base for
-// the rest (if its file's filter may hold one). The rest of each record is dropped.
+// Reads the newest disk versions of the keys keys[idx[w]] of group g: the delta first, then
+// the older delta, each if its filter in the entry and its file's Bloom filter may hold one
+// of the keys still missing, then the base for the rest (if its file's filter may hold one).
+// The rest of each record is dropped.
 Status ReadWanted(const SsdStore& ssd, const uint64_t* keys, RecordView* view, const GroupEntry& e,
                   const std::shared_ptr<ParamFile>& base_file,
-                  const std::shared_ptr<ParamFile>& delta_file, uint32_t group,
+                  const std::shared_ptr<ParamFile>& delta_file,
+                  const std::shared_ptr<ParamFile>& older_file, uint32_t group,
                   const std::vector<uint32_t>& idx, RowBlock* rows, std::vector<bool>* found) {
   rows->Resize(idx.size());
   found->assign(idx.size(), false);
-  for (const RecordLoc* loc : {&e.delta, &e.base}) {
+  for (const RecordLoc* loc : e.records()) {
     if (!loc->exists()) continue;
-    const std::shared_ptr<ParamFile>& file = loc == &e.delta ? delta_file : base_file;
+    const std::shared_ptr<ParamFile>& file =
+        loc == &e.delta ? delta_file : loc == &e.older ? older_file : base_file;
     if (!file)
       return InternalError(fmt::format("the file of a record of group {} disappeared", group));
     bool wanted = false;
     for (size_t w = 0; w < idx.size() && !wanted; ++w) {
       const uint64_t key = keys[idx[w]];
-      wanted = !(*found)[w] && (loc == &e.base || e.DeltaMayHold(key)) &&
-               SsdStore::MayHold(file.get(), key);
+      const bool filter = loc == &e.delta   ? e.DeltaMayHold(key)
+                          : loc == &e.older ? e.OlderMayHold(key)
+                                            : true;
+      wanted = !(*found)[w] && filter && SsdStore::MayHold(file.get(), key);
     }
     if (!wanted) continue;
     RETURN_IF_ERROR(ssd.ReadRecord(*file, *loc, group, view));
@@ -366,8 +375,8 @@ Status TieredTable::ReadLoads(const uint64_t* keys, std::vector<Load*>* loads) {
   std::vector<RecordView> views(threads);  // one read buffer per I/O thread
   auto read = [&](size_t j, int t) {
     Load& l = *(*loads)[j];
-    l.status = ReadWanted(*ssd_, keys, &views[t], l.entry, l.base_file, l.delta_file, l.group,
-                          l.idx, &l.rows, &l.found);
+    l.status = ReadWanted(*ssd_, keys, &views[t], l.entry, l.base_file, l.delta_file,
+                          l.older_file, l.group, l.idx, &l.rows, &l.found);
   };
   if (io_pool_ && loads->size() > 1) {
     io_pool_->ParallelFor(loads->size(), read);
@@ -392,8 +401,9 @@ Status TieredTable::InstallLoaded(size_t s, const uint64_t* keys, const CtrAcces
       l.entry = ssd_->entry(l.group);
       l.base_file = ssd_->File(l.entry.base.file);
       l.delta_file = ssd_->File(l.entry.delta.file);
-      RETURN_IF_ERROR(ReadWanted(*ssd_, keys, &view, l.entry, l.base_file, l.delta_file, l.group,
-                                 l.idx, &l.rows, &l.found));
+      l.older_file = ssd_->File(l.entry.older.file);
+      RETURN_IF_ERROR(ReadWanted(*ssd_, keys, &view, l.entry, l.base_file, l.delta_file,
+                                 l.older_file, l.group, l.idx, &l.rows, &l.found));
     }
     for (size_t w = 0; w < l.idx.size(); ++w) {
       const uint32_t i = l.idx[w];
@@ -561,6 +571,7 @@ TieredTable::GroupFiles TieredTable::FilesOf(const CacheSlot& slot, uint32_t gro
   GroupFiles f;
   f.entry = ssd_->entry(group);
   if (f.entry.delta.exists()) f.delta_file = ssd_->File(f.entry.delta.file);
+  if (f.entry.older.exists()) f.older_file = ssd_->File(f.entry.older.file);
   if (f.entry.base.exists()) f.base_file = ssd_->File(f.entry.base.file);
   return f;
 }
@@ -573,10 +584,16 @@ Status TieredTable::ReadGroupRecords(const GroupFiles& f, GroupRead* r) const {
     if (!f.delta_file) return InternalError("a group record's file disappeared");
     RETURN_IF_ERROR(ssd_->ReadRecord(*f.delta_file, e.delta, r->group, &r->delta));
   }
+  r->older.keys.clear();
+  r->older.offsets.assign(1, 0);
   r->have_base = r->want_base && e.base.exists();
   if (r->have_base) {
     if (!f.base_file) return InternalError("a group record's file disappeared");
     RETURN_IF_ERROR(ssd_->ReadRecord(*f.base_file, e.base, r->group, &r->base));
+    if (e.older.exists()) {
+      if (!f.older_file) return InternalError("a group record's file disappeared");
+      RETURN_IF_ERROR(ssd_->ReadRecord(*f.older_file, e.older, r->group, &r->older));
+    }
   }
   return Status::OK();
 }
@@ -625,7 +642,8 @@ Status TieredTable::WriteGroups(CacheSlot& slot, std::vector<GroupRead>* reads) 
   RowBlock row(options_.layout);
   row.Resize(1);
   std::vector<std::pair<uint32_t, GroupEntry>> updates;
-  std::vector<uint64_t> dirty_keys, delta_keys;
+  std::vector<uint64_t> dirty_keys, newer_keys;
+  uint64_t new_deltas = 0, merges = 0;
   auto first = dirty.begin();
   for (GroupRead& r : *reads) {
     const uint32_t g = r.group;
@@ -638,24 +656,40 @@ Status TieredTable::WriteGroups(CacheSlot& slot, std::vector<GroupRead>* reads) 
     std::sort(dirty_keys.begin(), dirty_keys.end());
     size_t carried = 0;  // old delta rows that stay
     for (size_t j = 0; j < r.delta.rows(); ++j) carried += !Contains(dirty_keys, r.delta.keys[j]);
-    const bool merge = !e.base.exists() || MergesDelta(carried + dirty_keys.size(), e.base_rows);
-    if (merge && e.base.exists() && !r.have_base) {  // the guess was wrong: read it now
+    // Grow the delta; or, once full, move it aside as the older delta and start a new one of
+    // the dirty rows; or, with an older delta there already, merge all into a new base.
+    enum class Write { kDelta, kNewDelta, kMerge };
+    const Write how = !e.base.exists()                                       ? Write::kMerge
+                      : !DeltaFull(carried + dirty_keys.size(), e.base_rows) ? Write::kDelta
+                      : !e.older.exists()                                    ? Write::kNewDelta
+                                                                             : Write::kMerge;
+    if (how == Write::kMerge && !r.have_base) {  // the guess was wrong: read them now
       RETURN_IF_ERROR(ssd_->Read(e.base, g, &r.base));
+      RETURN_IF_ERROR(ssd_->Read(e.older, g, &r.older));
       r.have_base = true;
     }
     builder.Reset(g);
-    if (merge) {
-      delta_keys = r.delta.keys;
-      delta_keys.insert(delta_keys.end(), dirty_keys.begin(), dirty_keys.end());
-      std::sort(delta_keys.begin(), delta_keys.end());
+    if (how == Write::kMerge) {
+      // The base's rows no delta overrides, the older delta's the delta does not override.
+      newer_keys = r.delta.keys;
+      newer_keys.insert(newer_keys.end(), dirty_keys.begin(), dirty_keys.end());
+      std::sort(newer_keys.begin(), newer_keys.end());
+      for (size_t j = 0; j < r.older.rows(); ++j) {
+        if (!Contains(newer_keys, r.older.keys[j]))
+          builder.AddEncoded(r.older.row(j), r.older.keys[j]);
+      }
+      newer_keys.insert(newer_keys.end(), r.older.keys.begin(), r.older.keys.end());
+      std::sort(newer_keys.begin(), newer_keys.end());
       for (size_t j = 0; j < r.base.rows() && e.base.exists(); ++j) {
-        if (!Contains(delta_keys, r.base.keys[j]))
+        if (!Contains(newer_keys, r.base.keys[j]))
           builder.AddEncoded(r.base.row(j), r.base.keys[j]);
       }
     }
-    for (size_t j = 0; j < r.delta.rows(); ++j) {
-      if (!Contains(dirty_keys, r.delta.keys[j]))
-        builder.AddEncoded(r.delta.row(j), r.delta.keys[j]);
+    if (how != Write::kNewDelta) {
+      for (size_t j = 0; j < r.delta.rows(); ++j) {
+        if (!Contains(dirty_keys, r.delta.keys[j]))
+          builder.AddEncoded(r.delta.row(j), r.delta.keys[j]);
+      }
     }
     GroupEntry next = e;
     for (auto it = first; it != last; ++it) {
@@ -674,14 +708,19 @@ Status TieredTable::WriteGroups(CacheSlot& slot, std::vector<GroupRead>* reads) 
     RecordLoc loc;
     const std::string_view record = builder.Finish();
     RETURN_IF_ERROR(ssd_->Append(g, record, builder.keys(), &loc));
-    if (merge) {
-      next = GroupEntry{loc,
-                        RecordLoc{},
-                        static_cast<uint32_t>(builder.rows()),
-                        0,
-                        static_cast<uint32_t>(builder.rows()),
-                        builder.emb_rows()};
+    new_deltas += how == Write::kNewDelta;
+    merges += how == Write::kMerge && e.base.exists();
+    if (how == Write::kMerge) {
+      next = GroupEntry{};
+      next.base = loc;
+      next.base_rows = next.unique_rows = static_cast<uint32_t>(builder.rows());
+      next.unique_emb = builder.emb_rows();
     } else {
+      if (how == Write::kNewDelta) {
+        next.older = e.delta;
+        next.older_rows = e.delta_rows;
+        next.older_filter = e.delta_filter;
+      }
       next.delta = loc;
       next.delta_rows = static_cast<uint32_t>(builder.rows());
       next.delta_filter = DeltaFilterOf(builder.keys());
@@ -699,6 +738,8 @@ Status TieredTable::WriteGroups(CacheSlot& slot, std::vector<GroupRead>* reads) 
         node, (m.state & ~(kDirty | kDiskEmb)) | kOnDisk | (slot.has_emb(node) ? kDiskEmb : 0));
   }
   counters_->groups_written.fetch_add(updates.size(), std::memory_order_relaxed);
+  counters_->new_deltas.fetch_add(new_deltas, std::memory_order_relaxed);
+  counters_->merges.fetch_add(merges, std::memory_order_relaxed);
   counters_->rows_persisted.fetch_add(dirty.size(), std::memory_order_relaxed);
   counters_->persisted_bytes.fetch_add(persisted, std::memory_order_relaxed);
   return Status::OK();
@@ -767,8 +808,8 @@ StatusOr<uint64_t> TieredTable::EvictSlot(size_t s, uint64_t share, bool all) {
       const GroupEntry& e = ssd_->entry(g);
       GroupRead r;
       r.group = g;
-      r.want_base = e.base.exists() && MergesDelta(e.delta_rows + n, e.base_rows);
-      r.bytes = e.delta.length + (r.want_base ? e.base.length : 0);
+      r.want_base = e.base.exists() && e.older.exists() && DeltaFull(e.delta_rows + n, e.base_rows);
+      r.bytes = e.delta.length + (r.want_base ? e.base.length + e.older.length : 0);
       reads.push_back(std::move(r));
     }
     Account(slot, s);
@@ -816,8 +857,8 @@ Status TieredTable::FlushSlot(size_t s) {
     const GroupEntry& e = ssd_->entry(g);
     GroupRead r;
     r.group = g;
-    r.want_base = e.base.exists() && MergesDelta(e.delta_rows + n, e.base_rows);
-    r.bytes = e.delta.length + (r.want_base ? e.base.length : 0);
+    r.want_base = e.base.exists() && e.older.exists() && DeltaFull(e.delta_rows + n, e.base_rows);
+    r.bytes = e.delta.length + (r.want_base ? e.base.length + e.older.length : 0);
     reads.push_back(std::move(r));
   }
   for (size_t b = 0, end; b < reads.size(); b = end) {
@@ -864,15 +905,18 @@ Status TieredTable::CompactFile(const std::shared_ptr<ParamFile>& file) {
     std::unordered_map<uint32_t, size_t> relocated_at;  // group -> its entry in relocated
     for (const Rec& r : by_slot[s]) {
       const RecordLoc here{file->id, r.offset, r.length};
-      // A group whose base and delta are both in this file is relocated once, with both.
+      // A group with several records in this file is relocated once, with all of them.
       auto at = relocated_at.find(r.group);
       GroupEntry e = at == relocated_at.end() ? ssd_->entry(r.group) : relocated[at->second].second;
-      const bool base = e.base == here, delta = e.delta == here;
-      if (!base && !delta) continue;  // stale
+      RecordLoc* place = e.base == here    ? &e.base
+                         : e.delta == here ? &e.delta
+                         : e.older == here ? &e.older
+                                           : nullptr;
+      if (place == nullptr) continue;  // stale
       RETURN_IF_ERROR(ssd_->ReadRecord(*file, here, r.group, &view));
       RecordLoc loc;
       RETURN_IF_ERROR(ssd_->Append(r.group, view.bytes, view.keys, &loc));
-      (base ? e.base : e.delta) = loc;
+      *place = loc;
       if (at == relocated_at.end()) {
         relocated_at.emplace(r.group, relocated.size());
         relocated.emplace_back(r.group, e);
@@ -1015,13 +1059,20 @@ Status TieredTable::WaitForBudget(int own_pulls) {
 
 namespace {
 
-// Calls f(view, j) for the newest disk version of every key of a group (delta rows, then the
-// base rows the delta does not override).
+// Calls f(view, j) for the newest disk version of every key of a group: the delta's rows,
+// then the older delta's rows the delta does not override, then the base rows neither
+// overrides.
 template <typename F>
-void ForEachDiskRow(const RecordView& base, const RecordView& delta, F f) {
+void ForEachDiskRow(const RecordView& base, const RecordView& older, const RecordView& delta,
+                    F f) {
   std::vector<uint64_t> delta_keys = delta.keys;
   std::sort(delta_keys.begin(), delta_keys.end());
   for (size_t j = 0; j < delta.rows(); ++j) f(delta, j);
+  for (size_t j = 0; j < older.rows(); ++j) {
+    if (!std::binary_search(delta_keys.begin(), delta_keys.end(), older.keys[j])) f(older, j);
+  }
+  delta_keys.insert(delta_keys.end(), older.keys.begin(), older.keys.end());
+  std::sort(delta_keys.begin(), delta_keys.end());
   for (size_t j = 0; j < base.rows(); ++j) {
     if (!std::binary_search(delta_keys.begin(), delta_keys.end(), base.keys[j])) f(base, j);
   }
@@ -1072,19 +1123,21 @@ StatusOr<uint64_t> TieredTable::Shrink(const CtrAccessor& accessor, ThreadPool* 
     const uint32_t shift = ssd_->group_bits() - options_.shard_bits;
     const uint32_t first = static_cast<uint32_t>(s) << shift, last = (static_cast<uint32_t>(s) + 1)
                                                                      << shift;
-    RecordView base, delta;
+    RecordView base, older, delta;
     RecordBuilder builder;
     std::vector<std::pair<uint32_t, GroupEntry>> updates;
     std::vector<uint32_t> written;
     for (uint32_t g = first; g < last; ++g) {
       const GroupEntry e = ssd_->entry(g);
       auto it = resident.find(g);
-      if (!e.base.exists() && !e.delta.exists() && it == resident.end()) continue;
+      if (!e.base.exists() && !e.delta.exists() && !e.older.exists() && it == resident.end())
+        continue;
       status[s] = ssd_->Read(e.base, g, &base);
+      if (status[s].ok()) status[s] = ssd_->Read(e.older, g, &older);
       if (status[s].ok()) status[s] = ssd_->Read(e.delta, g, &delta);
       if (!status[s].ok()) return;
       builder.Reset(g);
-      ForEachDiskRow(base, delta, [&](const RecordView& v, size_t j) {
+      ForEachDiskRow(base, older, delta, [&](const RecordView& v, size_t j) {
         slot.AssertLocked();
         if (!status[s].ok() || slot.Find(v.keys[j]) != kNoNode) return;  // resident: newer
         status[s] = v.DecodeRow(j, &row, 0);
@@ -1144,15 +1197,16 @@ Status TieredTable::ExportShard(size_t s, RowBlock* out) {
   CacheSlot::Lock lock(slot);
   if (ssd_) {
     const uint32_t shift = ssd_->group_bits() - options_.shard_bits;
-    RecordView base, delta;
+    RecordView base, older, delta;
     Status st;
     for (uint32_t g = static_cast<uint32_t>(s) << shift;
          g < (static_cast<uint32_t>(s) + 1) << shift; ++g) {
       const GroupEntry e = ssd_->entry(g);
-      if (!e.base.exists() && !e.delta.exists()) continue;
+      if (!e.base.exists() && !e.delta.exists() && !e.older.exists()) continue;
       RETURN_IF_ERROR(ssd_->Read(e.base, g, &base));
+      RETURN_IF_ERROR(ssd_->Read(e.older, g, &older));
       RETURN_IF_ERROR(ssd_->Read(e.delta, g, &delta));
-      ForEachDiskRow(base, delta, [&](const RecordView& v, size_t j) {
+      ForEachDiskRow(base, older, delta, [&](const RecordView& v, size_t j) {
         slot.AssertLocked();
         if (!st.ok() || slot.Find(v.keys[j]) != kNoNode) return;
         const size_t r = out->size();
@@ -1282,6 +1336,8 @@ StorageStats TieredTable::Storage() const {
   r.records_written = d.records_written;
   r.ssd_bytes_written = d.bytes_written;
   r.groups_written = c.groups_written.load();
+  r.new_deltas = c.new_deltas.load();
+  r.merges = c.merges.load();
   r.rows_persisted = c.rows_persisted.load();
   r.persisted_bytes = c.persisted_bytes.load();
   r.evicted_dirty = c.evicted_dirty.load();

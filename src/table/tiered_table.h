@@ -120,19 +120,19 @@ class TieredTable final : public SparseTable {
               RowBlock* out, PinnedRows* pins) REQUIRES(slot);
   Status ReadLoads(const uint64_t* keys, std::vector<Load*>* loads);
 
-  // A group being written back: its delta and, for a merge, its base.
+  // A group being written back: its delta and, for a merge, its base and older delta.
   struct GroupRead {
     uint32_t group = 0;
-    bool want_base = false;  // read the base too (a merge is expected)
+    bool want_base = false;  // read the base and the older delta too (a merge is expected)
     uint64_t bytes = 0;      // the bytes of the records to read (batches are bounded by them)
-    bool have_base = false;
-    RecordView delta, base;
+    bool have_base = false;  // base and older read
+    RecordView delta, older, base;
   };
   // A group's entry and the files of its records (kept alive while they are read). The slot's
   // lock guards its groups' entries.
   struct GroupFiles {
     GroupEntry entry;
-    std::shared_ptr<ParamFile> base_file, delta_file;
+    std::shared_ptr<ParamFile> base_file, delta_file, older_file;
   };
   GroupFiles FilesOf(const CacheSlot& slot, uint32_t group) const REQUIRES(slot);
   // Reads the records each GroupRead asks for, taking the slot's lock for each entry.
@@ -140,9 +140,11 @@ class TieredTable final : public SparseTable {
   // The same, for a caller that holds the slot's lock.
   Status ReadGroupsLocked(const CacheSlot& slot, std::vector<GroupRead>* reads) REQUIRES(slot);
   Status ReadGroupRecords(const GroupFiles& files, GroupRead* read) const;
-  // Writes back the dirty resident rows of each group: a new delta (the old delta's rows that
-  // were not rewritten, plus the dirty rows), or a merged base when the delta would pass a
-  // third of the base. The rows written become clean.
+  // Writes back the dirty resident rows of each group (docs/storage.md, "Base and delta
+  // records"): a new delta (the old delta's rows that were not rewritten, plus the dirty
+  // rows); once that would pass delta_share of the base, the old delta becomes the older one
+  // and the new delta holds the dirty rows alone; if there is an older delta already, all
+  // merge into a new base. The rows written become clean.
   Status WriteGroups(CacheSlot& slot, std::vector<GroupRead>* reads) REQUIRES(writer_mu_, slot);
   // Evicts unpinned rows of slot s until it is at most `share` bytes (all of them if
   // share is 0 and `all`). Returns the rows dropped.
@@ -158,8 +160,9 @@ class TieredTable final : public SparseTable {
   // Lazy compaction (compact_trigger / compact_target).
   Status CompactIfOver() REQUIRES(writer_mu_);
   bool NeedsEviction() const;
-  // Whether a group write whose delta would hold delta_rows merges it into the base instead.
-  bool MergesDelta(uint64_t delta_rows, uint32_t base_rows) const {
+  // Whether a group write whose delta would hold delta_rows is full: it starts a new delta
+  // (or, with an older delta already there, merges all into the base).
+  bool DeltaFull(uint64_t delta_rows, uint32_t base_rows) const {
     return static_cast<double>(delta_rows) > options_.delta_share * base_rows;
   }
   // The use the worker evicts down to, and the use above which it starts.

@@ -126,6 +126,8 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
     traffic["evicted_dirty"] += rep.evicted_dirty;
     traffic["compactions"] += rep.compactions;
     traffic["bloom_prunes"] += rep.bloom_prunes;
+    traffic["new_deltas"] += rep.new_deltas;
+    traffic["merges"] += rep.merges;
   };
   for (int step = 0; step < 400; ++step) {
     const int op = static_cast<int>(rng.Below(20));
@@ -449,6 +451,13 @@ TEST(TieredTableTest, ReadErrorsAreRetriedBoundedlyAndNeverServeADefaultRow) {
   expect_exact("after the failed pull");  // the failed pull inserted no default rows
 }
 
+GroupEntry BaseOnly(const RecordLoc& base) {
+  GroupEntry e;
+  e.base = base;
+  e.base_rows = e.unique_rows = 1;
+  return e;
+}
+
 TEST(SsdStoreTest, AWriteBackThatRollsOverKeepsTheFileHoldingItsFirstRecords) {
   // A write-back appends its groups' records, then sets their entries. When an append rolls
   // over to a new file, the file it leaves may hold only records not yet in the index: it must
@@ -468,15 +477,15 @@ TEST(SsdStoreTest, AWriteBackThatRollsOverKeepsTheFileHoldingItsFirstRecords) {
   ASSERT_TRUE(store->Append(1, record, {2}, &b).ok());  // rolls over
   ASSERT_NE(a.file, b.file);
   ASSERT_TRUE(store->FlushAppends().ok());
-  store->Replace(0, GroupEntry{a, {}, 1, 0, 1, 0});
-  store->Replace(1, GroupEntry{b, {}, 1, 0, 1, 0});
+  store->Replace(0, BaseOnly(a));
+  store->Replace(1, BaseOnly(b));
   EXPECT_NE(store->File(a.file), nullptr);
   EXPECT_EQ(store->Stats().files, 2u);
   EXPECT_EQ(store->Stats().live_bytes, 6000u);
   // Once its record is superseded, the sealed file holds nothing live and is deleted.
   ASSERT_TRUE(store->Append(0, record, {1}, &c).ok());
   ASSERT_TRUE(store->FlushAppends().ok());
-  store->Replace(0, GroupEntry{c, {}, 1, 0, 1, 0});
+  store->Replace(0, BaseOnly(c));
   EXPECT_EQ(store->File(a.file), nullptr);
   EXPECT_NE(store->File(b.file), nullptr);
   EXPECT_EQ(store->Stats().files, 2u);
