@@ -294,7 +294,7 @@ const std::vector<Key>& Keys() {
        Bool([](JobConfig* j, bool v) { j->storage.keep_store = v; })},
       {"storage.disk_budget", "0 (unlimited)", "bytes the parameter files may take",
        Bytes([](JobConfig* j, uint64_t v) { j->storage.ssd.disk_budget = v; }, 0)},
-      {"storage.group_bits", "log2(memory_budget / 640)",
+      {"storage.group_bits", "log2(memory_budget / 960)",
        "2^group_bits key groups (one SSD record and one index entry each)",
        UInt([](JobConfig* j, uint64_t v) { j->storage.ssd.group_bits = static_cast<uint32_t>(v); },
             1, 30)},
@@ -530,9 +530,9 @@ StatusOr<JobConfig> JobConfigBuilder::Finish() {
   // (JobConfig::Validate, TieredOptions::Validate), not here.
   TieredOptions& st = job_.storage;
   if (!st.ssd.dir.empty() && !was_set("storage.group_bits")) {
-    // The group index takes about 1/9 of the budget (72 bytes per group; sizeof(GroupEntry)).
+    // The group index takes at most 7.5 % of the budget (72 bytes per group; sizeof(GroupEntry)).
     uint32_t bits = 0;
-    while ((uint64_t{1} << (bits + 1)) * 640 <= st.memory_budget) ++bits;
+    while ((uint64_t{1} << (bits + 1)) * 960 <= st.memory_budget) ++bits;
     st.ssd.group_bits = std::clamp<uint32_t>(bits, std::max<uint32_t>(10, st.shard_bits), 28);
   }
   auto default_epsilon = [](OptimizerOptions* o) {
