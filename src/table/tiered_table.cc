@@ -19,7 +19,7 @@ namespace ctrbox {
 // A group record a pull has to read: the keys it wants from it and, once read, those rows.
 struct TieredTable::Load {
   uint32_t group = 0;
-  GroupEntry entry;                                  // the group's records when the pull looked
+  GroupEntry entry;  // the group's records when the pull looked
   // The files of its records, taken under the slot lock: kept alive.
   std::shared_ptr<ParamFile> base_file, delta_file, older_file;
   std::vector<uint32_t> idx;  // positions in the pull of the keys wanted from this group
@@ -341,8 +341,9 @@ Status ReadWanted(const SsdStore& ssd, const uint64_t* keys, RecordView* view, c
   found->assign(idx.size(), false);
   for (const RecordLoc* loc : e.records()) {
     if (!loc->exists()) continue;
-    const std::shared_ptr<ParamFile>& file =
-        loc == &e.delta ? delta_file : loc == &e.older ? older_file : base_file;
+    const std::shared_ptr<ParamFile>& file = loc == &e.delta   ? delta_file
+                                             : loc == &e.older ? older_file
+                                                               : base_file;
     if (!file)
       return InternalError(fmt::format("the file of a record of group {} disappeared", group));
     bool wanted = false;
@@ -375,8 +376,8 @@ Status TieredTable::ReadLoads(const uint64_t* keys, std::vector<Load*>* loads) {
   std::vector<RecordView> views(threads);  // one read buffer per I/O thread
   auto read = [&](size_t j, int t) {
     Load& l = *(*loads)[j];
-    l.status = ReadWanted(*ssd_, keys, &views[t], l.entry, l.base_file, l.delta_file,
-                          l.older_file, l.group, l.idx, &l.rows, &l.found);
+    l.status = ReadWanted(*ssd_, keys, &views[t], l.entry, l.base_file, l.delta_file, l.older_file,
+                          l.group, l.idx, &l.rows, &l.found);
   };
   if (io_pool_ && loads->size() > 1) {
     io_pool_->ParallelFor(loads->size(), read);
@@ -1063,8 +1064,7 @@ namespace {
 // then the older delta's rows the delta does not override, then the base rows neither
 // overrides.
 template <typename F>
-void ForEachDiskRow(const RecordView& base, const RecordView& older, const RecordView& delta,
-                    F f) {
+void ForEachDiskRow(const RecordView& base, const RecordView& older, const RecordView& delta, F f) {
   std::vector<uint64_t> delta_keys = delta.keys;
   std::sort(delta_keys.begin(), delta_keys.end());
   for (size_t j = 0; j < delta.rows(); ++j) f(delta, j);
