@@ -624,6 +624,16 @@ bool Contains(const std::vector<uint64_t>& sorted, uint64_t key) {
 
 }  // namespace
 
+TieredTable::GroupRead TieredTable::GroupReadFor(uint32_t g, uint32_t dirty_rows) const {
+  const GroupEntry& e = ssd_->entry(g);
+  GroupRead r;
+  r.group = g;
+  r.want_base =
+      e.base.exists() && e.older.exists() && DeltaFull(e.delta_rows + dirty_rows, e.base_rows);
+  r.bytes = e.delta.length + (r.want_base ? e.base.length + e.older.length : 0);
+  return r;
+}
+
 Status TieredTable::WriteGroups(CacheSlot& slot, std::vector<GroupRead>* reads) {
   std::sort(reads->begin(), reads->end(),
             [](const GroupRead& a, const GroupRead& b) { return a.group < b.group; });
@@ -806,12 +816,7 @@ StatusOr<uint64_t> TieredTable::EvictSlot(size_t s, uint64_t share, bool all) {
       if (priority[v] <= threshold && dirty_groups.count(ssd_->GroupOf(slot.key(node)))) take(node);
     }
     for (const auto& [g, n] : dirty_groups) {
-      const GroupEntry& e = ssd_->entry(g);
-      GroupRead r;
-      r.group = g;
-      r.want_base = e.base.exists() && e.older.exists() && DeltaFull(e.delta_rows + n, e.base_rows);
-      r.bytes = e.delta.length + (r.want_base ? e.base.length + e.older.length : 0);
-      reads.push_back(std::move(r));
+      reads.push_back(GroupReadFor(g, n));
     }
     Account(slot, s);
   }
@@ -855,12 +860,7 @@ Status TieredTable::FlushSlot(size_t s) {
   if (dirty.empty()) return Status::OK();
   std::vector<GroupRead> reads;
   for (const auto& [g, n] : dirty) {
-    const GroupEntry& e = ssd_->entry(g);
-    GroupRead r;
-    r.group = g;
-    r.want_base = e.base.exists() && e.older.exists() && DeltaFull(e.delta_rows + n, e.base_rows);
-    r.bytes = e.delta.length + (r.want_base ? e.base.length + e.older.length : 0);
-    reads.push_back(std::move(r));
+    reads.push_back(GroupReadFor(g, n));
   }
   for (size_t b = 0, end; b < reads.size(); b = end) {
     end = BatchEnd(reads, b);

@@ -135,6 +135,9 @@ class TieredTable final : public SparseTable {
     std::shared_ptr<ParamFile> base_file, delta_file, older_file;
   };
   GroupFiles FilesOf(const CacheSlot& slot, uint32_t group) const REQUIRES(slot);
+  // The read that writing `dirty_rows` rows of group g back needs: its delta, and its base and
+  // older delta when the write is expected to merge them. REQUIRES: g's slot lock.
+  GroupRead GroupReadFor(uint32_t g, uint32_t dirty_rows) const;
   // Reads the records each GroupRead asks for, taking the slot's lock for each entry.
   Status ReadGroups(const CacheSlot& slot, std::vector<GroupRead>* reads) EXCLUDES(slot);
   // The same, for a caller that holds the slot's lock.
