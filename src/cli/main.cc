@@ -87,8 +87,9 @@ int main(int argc, char** argv) {
   // at its push. glibc serves such blocks with mmap and unmaps them on free, so each pass
   // paid page faults and zeroing again (measured: 10 % of the examples/s at the small passes
   // of a memory budget). Keep blocks up to 32 MiB in the heap instead. Larger ones (the
-  // buffers of passes of 100 K+ examples) are still mapped: kept in the heap they stayed
-  // resident in the malloc arenas after their pass, 2.2 GB of RSS in the 100 M-key scale run.
+  // buffers of passes of 100 K+ examples) are still mapped: kept in the heap they can stay
+  // resident in the malloc arenas after their pass (a 3 M-row run at a 200 MB budget peaked
+  // 50 MB higher with the earlier 512 MiB threshold; docs/storage.md, the scale run).
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 64 << 20);
 
