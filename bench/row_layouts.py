@@ -5,7 +5,8 @@ each sparse optimizer state layout and embedding width, all in memory, same mach
 
   adagrad / float32 (the default: dim state floats per row), adagrad / 16-bit codes,
   rowwise_adagrad / float32 (one state float per row), rowwise_adagrad / 16-bit codes
-  (stochastic and nearest rounding).
+  (stochastic and nearest rounding), and adagrad with its state stored as bfloat16
+  (optimizer.sparse.state_bits=16; "bf16-state"), alone and with 16-bit codes.
 
 Prints one JSON line per run (value and table bytes per key, test AUC and its difference
 from the default layout, examples/s) and a summary with medians over --reps and the ratios
@@ -25,6 +26,9 @@ LAYOUTS = [
                                   "--set", "storage.quant.bits=16"]),
     ("rowwise_adagrad/FixQ-16", ["--set", "optimizer.sparse.type=rowwise_adagrad",
                                  "--set", "storage.quant.bits=16", "--set", "storage.quant.rounding=nearest"]),
+    ("adagrad/float32/bf16-state", ["--set", "optimizer.sparse.state_bits=16"]),
+    ("adagrad/StocQ-16/bf16-state", ["--set", "optimizer.sparse.state_bits=16",
+                                     "--set", "storage.quant.bits=16"]),
 ]
 
 

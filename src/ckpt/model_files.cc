@@ -113,7 +113,7 @@ StatusOr<std::unique_ptr<SparseFileWriter>> SparseFileWriter::Create(Env* env,
   PutFixed<uint32_t>(&h, l.dim);
   PutFixed<uint32_t>(&h, l.emb_state);
   PutFixed<uint32_t>(&h, l.wide_state);
-  PutFixed<uint32_t>(&h, l.quant_bits);
+  PutFixed<uint32_t>(&h, RowCodesWord(l));
   PutFixed<float>(&h, l.quant_range);
   PutFixed<uint64_t>(&h, Checksum64(h));
   RETURN_IF_ERROR(w->Append(h));
@@ -200,15 +200,16 @@ Status ReadSparseFile(Env* env, const std::string& path, const ValueLayout& layo
   ValueLayout got{GetFixed<uint32_t>(buf.data() + 12), GetFixed<uint32_t>(buf.data() + 16),
                   GetFixed<uint32_t>(buf.data() + 20)};
   if (version >= 2) {
-    got.quant_bits = GetFixed<uint32_t>(buf.data() + 24);
+    SetRowCodes(GetFixed<uint32_t>(buf.data() + 24), &got);
     got.quant_range = GetFixed<float>(buf.data() + 28);
   }
   if (!(got == layout)) {
     return CorruptionError(fmt::format(
-        "{}: row layout (dim {}, emb_state {}, wide_state {}, quant_bits {}, quant_range {}) "
-        "differs from the spec's ({}, {}, {}, {}, {})",
-        path, got.dim, got.emb_state, got.wide_state, got.quant_bits, got.quant_range, layout.dim,
-        layout.emb_state, layout.wide_state, layout.quant_bits, layout.quant_range));
+        "{}: row layout (dim {}, emb_state {}, wide_state {}, quant_bits {}, quant_range {}, "
+        "state_bits {}) differs from the spec's ({}, {}, {}, {}, {}, {})",
+        path, got.dim, got.emb_state, got.wide_state, got.quant_bits, got.quant_range,
+        got.state_bits, layout.dim, layout.emb_state, layout.wide_state, layout.quant_bits,
+        layout.quant_range, layout.state_bits));
   }
   RowBlock rows(layout);
   std::string enc;

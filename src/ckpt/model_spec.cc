@@ -6,11 +6,14 @@ namespace ctrbox {
 namespace {
 
 nlohmann::json OptimizerJson(const OptimizerOptions& o) {
-  return {{"kind", OptimizerKindName(o.kind)},
-          {"lr", o.lr},
-          {"epsilon", o.epsilon},
-          {"beta1", o.beta1},
-          {"beta2", o.beta2}};
+  nlohmann::json j = {{"kind", OptimizerKindName(o.kind)},
+                      {"lr", o.lr},
+                      {"epsilon", o.epsilon},
+                      {"beta1", o.beta1},
+                      {"beta2", o.beta2}};
+  // Written only when set, so that the specs of float32 state read as before.
+  if (o.state_bits != 0) j["state_bits"] = o.state_bits;
+  return j;
 }
 
 OptimizerOptions OptimizerFromJson(const nlohmann::json& j) {
@@ -22,6 +25,10 @@ OptimizerOptions OptimizerFromJson(const nlohmann::json& j) {
   o.epsilon = j.at("epsilon").get<float>();
   o.beta1 = j.at("beta1").get<float>();
   o.beta2 = j.at("beta2").get<float>();
+  o.state_bits = j.value("state_bits", 0u);
+  if (o.state_bits != 0 && o.state_bits != 16) {
+    throw nlohmann::json::other_error::create(501, "state_bits must be 0 or 16", &j);
+  }
   return o;
 }
 
@@ -122,13 +129,15 @@ std::string ModelSpec::FirstIncompatibility(const ModelSpec& other) const {
   // The rounding of future updates may change; the stored codes' bits and range may not.
   const bool structural = diff.empty() || diff == "spec" || diff.rfind("schema.", 0) == 0 ||
                           (diff.rfind("model.", 0) == 0 && diff != "model.quant.rounding") ||
-                          diff.ends_with(".kind");
+                          diff.ends_with(".kind") || diff.ends_with(".state_bits");
   if (structural) return diff;
   // A hyperparameter differs; look for a structural difference further on.
   ModelSpec a = *this, b = other;
   a.model.quant.rounding = b.model.quant.rounding;
   a.sparse_optimizer = OptimizerOptions{sparse_optimizer.kind};
   b.sparse_optimizer = OptimizerOptions{other.sparse_optimizer.kind};
+  a.sparse_optimizer.state_bits = sparse_optimizer.state_bits;  // the stored layout
+  b.sparse_optimizer.state_bits = other.sparse_optimizer.state_bits;
   a.dense_optimizer = OptimizerOptions{dense_optimizer.kind};
   b.dense_optimizer = OptimizerOptions{other.dense_optimizer.kind};
   a.table = b.table = AccessorOptions{};

@@ -291,6 +291,47 @@ TEST_F(CliTest, RowwiseAdagradRowsAreSmallAndTrainThroughEveryTier) {
   EXPECT_NE(other.err.find("rowwise_adagrad"), std::string::npos) << other.err;
 }
 
+TEST_F(CliTest, Bf16AdagradStateHalvesTheStateAndTrainsThroughEveryTier) {
+  ASSERT_EQ(
+      Run(Ctrbox("gen --format criteo --rows 20000 --seed 6 --out " + Path("h.tsv"))).exit_code, 0);
+  const std::string base = "train --data " + Path("h.tsv") +
+                           " --set model.mlp=32,16 --set pipeline.pass_examples=2000"
+                           " --set optimizer.sparse.state_bits=16";
+  Result mem = Run(Ctrbox(base + " --model-dir " + Path("mem")));
+  ASSERT_EQ(mem.exit_code, 0) << mem.err;
+  // 16 bytes of counters, wide weight 4 and its state 4, 16 floats, 16 two-byte state values
+  // (float32 state: 148).
+  EXPECT_EQ(mem.last_json["value_bytes_per_key"], 116.0);
+  Result ssd =
+      Run(Ctrbox(base + " --model-dir " + Path("ssd") + " --set storage.ssd_dir=" + Path("store") +
+                 " --set storage.memory_budget=3MB --set storage.file_bytes=4MB"));
+  ASSERT_EQ(ssd.exit_code, 0) << ssd.err;
+  EXPECT_GT(ssd.last_json["storage"]["loaded_from_ssd"].get<uint64_t>(), 0u);
+  EXPECT_EQ(ssd.last_json["digest"], mem.last_json["digest"]);
+  Result seq = Run(Ctrbox(base + " --model-dir " + Path("seq") + " --set pipeline.enabled=false"));
+  ASSERT_EQ(seq.exit_code, 0) << seq.err;
+  EXPECT_EQ(seq.last_json["digest"], mem.last_json["digest"]);
+  Result inspect = Run(Ctrbox("inspect --model-dir " + Path("mem")));
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+  EXPECT_EQ(inspect.last_json["spec"]["sparse_optimizer"]["state_bits"], 16);
+  EXPECT_EQ(inspect.last_json["digest"], mem.last_json["digest"]);
+  Result eval = Run(Ctrbox("eval --model-dir " + Path("mem") + " --data " + Path("h.tsv")));
+  ASSERT_EQ(eval.exit_code, 0) << eval.err;
+  // The stored state's width is part of the model: continuing with float32 state is refused.
+  Result other =
+      Run(Ctrbox(base + " --model-dir " + Path("mem") + " --set optimizer.sparse.state_bits=0"));
+  EXPECT_EQ(other.exit_code, 1);
+  EXPECT_NE(other.err.find("state_bits"), std::string::npos) << other.err;
+  Result wrong = Run(Ctrbox("train --set optimizer.sparse.state_bits=8"));
+  EXPECT_EQ(wrong.exit_code, 1);
+  EXPECT_NE(wrong.err.find("optimizer.sparse.state_bits must be 0 or 16"), std::string::npos)
+      << wrong.err;
+  wrong =
+      Run(Ctrbox("train --set optimizer.sparse.state_bits=16 --set optimizer.sparse.type=adam"));
+  EXPECT_EQ(wrong.exit_code, 1);
+  EXPECT_NE(wrong.err.find("is for adagrad and rowwise_adagrad"), std::string::npos) << wrong.err;
+}
+
 TEST_F(CliTest, ErrorsAreClearAndCommitNothing) {
   Result r = Run(Ctrbox("train --set model.embeding_dim=8"));
   EXPECT_EQ(r.exit_code, 1);

@@ -234,6 +234,13 @@ const std::vector<Key>& Keys() {
        "sparse optimizer: adagrad | rowwise_adagrad (one state value per row: smaller rows) | "
        "sgd | adam",
        Optimizer([](JobConfig* j) { return &j->spec.sparse_optimizer; }, true)},
+      {"optimizer.sparse.state_bits", "0",
+       "stored bits of each embedding optimizer-state value: 0 (float32) or 16 (bfloat16, "
+       "rounded stochastically after every update; adagrad and rowwise_adagrad; "
+       "docs/quantization.md)",
+       UInt([](JobConfig* j,
+               uint64_t v) { j->spec.sparse_optimizer.state_bits = static_cast<uint32_t>(v); },
+            0, 16)},
       {"optimizer.sparse.lr", "0.05", "sparse learning rate",
        Float([](JobConfig* j, float v) { j->spec.sparse_optimizer.lr = v; }, 0, 1e6)},
       {"optimizer.sparse.epsilon", "1e-10 (adagrad, rowwise_adagrad), 1e-8 (adam)",
@@ -389,6 +396,11 @@ const std::vector<Key>& Keys() {
        "examples per pass (the unit of pull / train / push, shrinking and checkpoints); with "
        "pass sizing by memory, cut further between minibatches",
        UInt([](JobConfig* j, uint64_t v) { j->pipeline.pass_examples = v; }, 1, uint64_t{1} << 32)},
+      {"pipeline.pass_memory", "0 (auto: storage.memory_budget / 4, at least 64MB)",
+       "with passes sized by memory: the bytes the passes alive at once (3 x queue_depth + 4) "
+       "may hold in examples, working sets and working tables; a pass closes before it would "
+       "pass it (docs/storage.md, \"Pass memory\")",
+       Bytes([](JobConfig* j, uint64_t v) { j->pipeline.pass_memory = v; }, 0)},
       {"pipeline.size_by_memory", "true",
        "with storage.memory_budget: close a pass before the rows that the passes in flight pin "
        "together would exceed 60 % of the budget (docs/storage.md, \"Pass sizing\")",

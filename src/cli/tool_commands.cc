@@ -55,6 +55,7 @@ nlohmann::json StoreJson(const std::string& dir, const StoreSummary& s) {
             {"emb_state", layout.emb_state},
             {"wide_state", layout.wide_state},
             {"quant_bits", layout.quant_bits},
+            {"state_bits", layout.state_bits},
             {"quant_range", layout.quant_range}}},
           {"value_bytes_per_key",
            s.keys ? static_cast<double>(s.bytes_live) / static_cast<double>(s.keys) : 0.0}};

@@ -42,6 +42,19 @@ size_t Batch::MemoryBytes() const {
          weights.capacity() * sizeof(float);
 }
 
+size_t Batch::ContentBytes() const {
+  return (labels.size() + dense.size() + weights.size()) * sizeof(float) +
+         offsets.size() * sizeof(uint32_t) + keys.size() * sizeof(uint64_t);
+}
+
+void Batch::ShrinkToFit() {
+  labels.shrink_to_fit();
+  dense.shrink_to_fit();
+  offsets.shrink_to_fit();
+  keys.shrink_to_fit();
+  weights.shrink_to_fit();
+}
+
 void BatchBuilder::BeginRow(float label) {
   in_row_ = true;
   sorted_ = true;

@@ -37,8 +37,12 @@ struct Batch {
   void Reset(Schema s);
   // Appends rows [begin, end) of `other`. REQUIRES: other.schema == schema.
   void AppendRows(const Batch& other, size_t begin, size_t end);
-  // Bytes held by the columns.
+  // Bytes held by the columns (their capacity).
   size_t MemoryBytes() const;
+  // Bytes of the columns' contents (their size): MemoryBytes() after ShrinkToFit().
+  size_t ContentBytes() const;
+  // Releases the columns' spare capacity.
+  void ShrinkToFit();
 };
 
 // Builds a Batch row by row; a row that turns out malformed is dropped with AbortRow().

@@ -47,8 +47,9 @@ CtrModel::CtrModel(Schema schema, ModelOptions model, OptimizerOptions sparse,
 
 ValueLayout CtrModel::LayoutFor(const ModelOptions& model, const OptimizerOptions& sparse) {
   const SparseOptimizer opt(sparse);
-  return ValueLayout{model.embedding_dim, opt.StateFloats(model.embedding_dim), opt.StateFloats(1),
-                     model.quant.bits, model.quant.range};
+  return ValueLayout{model.embedding_dim, opt.StateFloats(model.embedding_dim),
+                     opt.StateFloats(1),  model.quant.bits,
+                     model.quant.range,   sparse.state_bits};
 }
 
 ValueLayout CtrModel::value_layout() const { return LayoutFor(options_, sparse_opt_.options()); }
@@ -205,6 +206,9 @@ void CtrModel::UpdateSparseChunk(const Batch& pass, const WorkingSet& ws, const 
       // x <- Q(x + update): u drawn from (seed, key, step), independent of the threads.
       quant_.Round(rows->emb(l), dim, options_.quant.rounding, quant_seed_,
                    Mix64(rows->key(l)) + dense_opt_.step());
+      // The state likewise, on another stream (a no-op unless state_bits is 16).
+      sparse_opt_.RoundState(rows->emb_state(l), rows->layout().emb_state, quant_seed_ ^ kStateSalt,
+                             Mix64(rows->key(l)) + dense_opt_.step());
     }
     if (options_.wide) sparse_opt_.Update(&rows->wide(l), rows->wide_state(l), &g_wide, 1);
     if (accessor.MaybeCreateEmbedding(rows, l)) ++*created;

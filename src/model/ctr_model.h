@@ -60,6 +60,9 @@ class CtrModel {
   // The seed of the stochastic rounding of quantized updates (element d of key k's update at
   // dense step t draws from (quant_seed, Mix64(k) + t)).
   uint64_t quant_seed() const { return quant_seed_; }
+  // The bfloat16 state's rounding (optimizer.sparse.state_bits: 16) draws from
+  // (quant_seed ^ kStateSalt, Mix64(k) + t).
+  static constexpr uint64_t kStateSalt = 0x57A7'E000'0000'0016ULL;
 
   // Dense parameters (Mlp layout) and their optimizer, for saving and loading.
   std::vector<float>& dense_params() { return params_; }

@@ -780,6 +780,8 @@ class GpuStep {
       if (flags[r] & kFlagHasEmb) {
         opt.Update(emb + r * dim, emb_state + r * es, g, dim);
         quant.Round(emb + r * dim, dim, rounding, quant_seed, Mix64(keys[r]) + t);
+        opt.RoundState(emb_state + r * es, es, quant_seed ^ CtrModel::kStateSalt,
+                       Mix64(keys[r]) + t);
       }
       if (wide_on) opt.Update(wide + r, wide_state + r * ws, g + dim, 1);
       if (accessor.MaybeCreateEmbedding(keys[r], show[r], click[r], flags + r, emb + r * dim,

@@ -9,7 +9,10 @@
 #include <string_view>
 #include <vector>
 
+#include "util/bf16.h"
+#include "util/hash.h"
 #include "util/hd.h"
+#include "util/random.h"
 
 namespace ctrbox {
 
@@ -25,6 +28,9 @@ struct OptimizerOptions {
   float epsilon = 1e-10f;  // adagrad: 1e-10, adam: 1e-8 (PyTorch defaults)
   float beta1 = 0.9f;
   float beta2 = 0.999f;
+  // Sparse adagrad and rowwise_adagrad: the stored bits of a state value, 0 (float32) or 16
+  // (bfloat16, rounded stochastically after every update: RoundState).
+  uint32_t state_bits = 0;
 };
 
 // Updates sparse rows. Adam is "lazy": a row's moments and step count advance only when the
@@ -72,6 +78,19 @@ class SparseOptimizer {
           w[i] -= step * m[i] / (std::sqrt(v[i]) * inv_sqrt_c2 + eps);
         }
         return;
+      }
+    }
+  }
+  // With state_bits 16: rounds state[0..count) to bfloat16 values (util/bf16.h), element d's
+  // draw taken from (seed, stream) only, so the result never depends on threads or order.
+  // Inline: the GPU backend's sparse update calls it on the device.
+  CTRBOX_HD void RoundState(float* state, uint32_t count, uint64_t seed, uint64_t stream) const {
+    if (o_.state_bits != 16) return;
+    Random rng(Mix64(seed ^ Mix64(stream)));
+    for (uint32_t d = 0; d < count; d += 4) {
+      const uint64_t r = rng.Next();  // four 16-bit draws
+      for (uint32_t k = 0; k < 4 && d + k < count; ++k) {
+        state[d + k] = RoundBf16(state[d + k], static_cast<uint32_t>(r >> (16 * k)));
       }
     }
   }

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -99,6 +100,40 @@ TEST(SparseOptimizerTest, RowwiseAdagradMatchesItsFormula) {
   ASSERT_TRUE(ParseOptimizerKind("rowwise_adagrad", &k));
   EXPECT_EQ(k, OptimizerKind::kRowwiseAdagrad);
   EXPECT_EQ(OptimizerKindName(k), "rowwise_adagrad");
+}
+
+// optimizer.sparse.state_bits: 16: RoundState puts the state on the bfloat16 grid, draws from
+// (seed, stream) only, and is unbiased, so Adagrad's sum of squares keeps growing by
+// increments far below one bfloat16 step (round-to-nearest would drop every one of them).
+TEST(SparseOptimizerTest, Bf16StateIsRoundedStochasticallyAndKeepsSmallIncrements) {
+  OptimizerOptions o;
+  o.state_bits = 16;
+  SparseOptimizer opt(o);
+  float a[6] = {1.0f, 0.3f, 2.5e-6f, 7.7f, 1e-12f, 0.0f}, b[6];
+  std::copy(a, a + 6, b);
+  opt.RoundState(a, 6, 11, 99);
+  opt.RoundState(b, 6, 11, 99);
+  for (int d = 0; d < 6; ++d) {
+    EXPECT_EQ(a[d], b[d]) << d;                     // the same draws
+    EXPECT_EQ(FloatBits(a[d]) & 0xFFFFu, 0u) << d;  // on the grid
+  }
+  EXPECT_EQ(a[0], 1.0f);
+  EXPECT_EQ(a[5], 0.0f);
+  // 4000 steps of g = 0.01 on a sum that starts at 1: each increment (1e-4) is under a
+  // fortieth of a bfloat16 step at 1 (2^-7) and the exact sum ends at 1.4.
+  float w = 0, s = 1.0f;
+  for (int t = 0; t < 4000; ++t) {
+    const float g = 0.01f;
+    opt.Update(&w, &s, &g, 1);
+    opt.RoundState(&s, 1, 3, t);
+    ASSERT_EQ(FloatBits(s) & 0xFFFFu, 0u);
+  }
+  EXPECT_NEAR(s, 1.4f, 0.03f);
+  // With state_bits 0 the state is left as it is.
+  SparseOptimizer plain{OptimizerOptions{}};
+  float c = 0.3f;
+  plain.RoundState(&c, 1, 1, 1);
+  EXPECT_EQ(c, 0.3f);
 }
 
 TEST(DenseOptimizerTest, AdamMatchesPyTorchFormula) {

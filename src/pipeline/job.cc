@@ -40,6 +40,11 @@ PassReaderOptions JobConfig::PassOptions() const {
       1, static_cast<uint64_t>(kPinnedShare * static_cast<double>(row_budget)) / row_bytes);
   o.batch_size = train.batch_size;
   o.max_keys = row_budget / row_bytes;
+  o.pass_memory = pipeline.pass_memory > 0
+                      ? pipeline.pass_memory
+                      : std::max(PipelineOptions::kMinPassMemory, storage.memory_budget / 4);
+  o.memory_passes = 3 * pipeline.queue_depth + 4;
+  o.row_bytes = RowBlock::BytesPerRow(table.layout);
   const uint64_t index_bytes = (uint64_t{1} << table.ssd.group_bits) * sizeof(GroupEntry) +
                                (uint64_t{1} << table.shard_bits) * CacheSlot::MinIndexBytes();
   o.key_limit_hint = [index_bytes, row_bytes, share = table.bloom_share,
@@ -72,6 +77,18 @@ Status JobConfig::Validate() const {
   RETURN_IF_ERROR(pipeline.Validate());
   if (spec.model.quant.bits == 1 || spec.model.quant.bits > 16) {
     return InvalidArgumentError("storage.quant.bits must be 0 (float32) or 2..16");
+  }
+  if (const OptimizerOptions& s = spec.sparse_optimizer; s.state_bits != 0) {
+    if (s.state_bits != 16) {
+      return InvalidArgumentError(
+          fmt::format("optimizer.sparse.state_bits must be 0 or 16, not {}", s.state_bits));
+    }
+    if (s.kind != OptimizerKind::kAdagrad && s.kind != OptimizerKind::kRowwiseAdagrad) {
+      return InvalidArgumentError(fmt::format(
+          "optimizer.sparse.state_bits: 16 is for adagrad and rowwise_adagrad (a sum of "
+          "squares), not {}",
+          OptimizerKindName(s.kind)));
+    }
   }
   if (spec.dense_optimizer.kind == OptimizerKind::kRowwiseAdagrad) {
     return InvalidArgumentError(

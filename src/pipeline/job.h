@@ -37,6 +37,11 @@ struct PipelineOptions {
   // With a memory budget over an SSD tier: cut passes so that the rows the passes in flight
   // pin together fit the budget (docs/storage.md, "Pass sizing").
   bool size_by_memory = true;
+  // ... and so that the passes alive at once (read to push: 3 x queue_depth + 4) hold at
+  // most this many bytes of examples, working sets and working tables. 0: auto, a quarter
+  // of the memory budget and at least kMinPassMemory.
+  uint64_t pass_memory = 0;
+  static constexpr uint64_t kMinPassMemory = uint64_t{64} << 20;
   uint32_t queue_depth = 1;  // passes each queue between two stages holds
   int pull_threads = 2;      // the pull stage's pool
   int push_threads = 1;      // the push stage's pool
@@ -80,7 +85,8 @@ struct JobConfig {
   // The pass reader's options: passes of pipeline.pass_examples examples, or, with a memory
   // budget over an SSD tier and pipeline.size_by_memory, sized by keys so that the rows of
   // the passes that can be pinned at once (pull to push: 2 x queue_depth + 3, pipelined or
-  // not, so both cut the same passes) take at most kPinnedShare of the budget's row bytes.
+  // not, so both cut the same passes) take at most kPinnedShare of the budget's row bytes,
+  // and the passes alive at once at most pipeline.pass_memory bytes.
   PassReaderOptions PassOptions() const;
   static constexpr double kPinnedShare = 0.6;
   // Evaluation pins one chunk at a time: its distinct keys may take the whole pinned share.

@@ -1,5 +1,6 @@
 #include "pipeline/key_window.h"
 
+#include <algorithm>
 #include <bit>
 
 #include "util/hash.h"
@@ -30,8 +31,8 @@ void KeyWindow::Rebuild(size_t capacity) {
   }
 }
 
-uint64_t KeyWindow::DistinctWith(const uint64_t* keys, size_t n) {
-  // Keys new to the window, each counted once: a stamped set of this call's new keys.
+KeyWindow::Counts KeyWindow::CountWith(const uint64_t* keys, size_t n) {
+  // Each key of this call counted once (a stamped set), then looked up in the window's map.
   const size_t cap = std::bit_ceil(2 * n + 2);
   if (scratch_keys_.size() < cap) {
     scratch_keys_.assign(cap, 0);
@@ -43,19 +44,23 @@ uint64_t KeyWindow::DistinctWith(const uint64_t* keys, size_t n) {
     scratch_stamp_ = 1;
   }
   const size_t mask = scratch_keys_.size() - 1;
-  uint64_t added = 0;
+  Counts c;
+  uint64_t new_to_window = 0, new_to_pass = 0;
   for (size_t k = 0; k < n; ++k) {
     const uint64_t key = keys[k];
-    const size_t slot = Find(key);
-    if (last_[slot] != 0 && InWindow(last_[slot])) continue;
     size_t i = Mix64(key) & mask;
     while (scratch_mark_[i] == scratch_stamp_ && scratch_keys_[i] != key) i = (i + 1) & mask;
     if (scratch_mark_[i] == scratch_stamp_) continue;
     scratch_mark_[i] = scratch_stamp_;
     scratch_keys_[i] = key;
-    ++added;
+    ++c.batch;
+    const uint32_t last = last_[Find(key)];
+    new_to_pass += last != pass_;
+    new_to_window += last == 0 || !InWindow(last);
   }
-  return distinct_ + added;
+  c.window = distinct_ + new_to_window;
+  c.pass = current() + new_to_pass;
+  return c;
 }
 
 void KeyWindow::Add(const uint64_t* keys, size_t n) {

@@ -23,9 +23,15 @@ class KeyWindow {
   // REQUIRES: passes >= 1.
   explicit KeyWindow(uint32_t passes);
 
-  // The window's distinct keys if keys[0, n) were added to the current pass. Does not change
-  // the window.
-  uint64_t DistinctWith(const uint64_t* keys, size_t n);
+  // What adding keys[0, n) to the current pass would make: the window's distinct keys, the
+  // current pass's distinct keys, and the distinct keys of keys[0, n) alone.
+  struct Counts {
+    uint64_t window = 0, pass = 0, batch = 0;
+  };
+  // Does not change the window.
+  Counts CountWith(const uint64_t* keys, size_t n);
+  // CountWith(keys, n).window.
+  uint64_t DistinctWith(const uint64_t* keys, size_t n) { return CountWith(keys, n).window; }
   // Adds keys[0, n) to the current pass.
   void Add(const uint64_t* keys, size_t n);
   // Ends the current pass and begins the next; the oldest pass leaves the window.

@@ -24,6 +24,11 @@ class ReferenceWindow {
     window_.emplace_back();
     if (window_.size() > passes_) window_.pop_front();
   }
+  uint64_t PassWith(const std::vector<uint64_t>& keys) const {
+    std::set<uint64_t> pass(keys.begin(), keys.end());
+    pass.insert(window_.back().begin(), window_.back().end());
+    return pass.size();
+  }
   uint64_t distinct() const { return DistinctWith({}); }
   uint64_t current() const { return window_.back().size(); }
 
@@ -48,8 +53,11 @@ TEST(KeyWindowTest, MatchesAReferenceOverManyPasses) {
           // 0 is a valid key too.
           k = r < 50 ? rng.Below(200) : r < 90 ? 1000 + pass * 500 + rng.Below(2000) : rng.Next();
         }
-        ASSERT_EQ(w.DistinctWith(keys.data(), keys.size()), ref.DistinctWith(keys))
+        const KeyWindow::Counts got = w.CountWith(keys.data(), keys.size());
+        ASSERT_EQ(got.window, ref.DistinctWith(keys))
             << "window " << passes << " pass " << pass << " chunk " << c;
+        ASSERT_EQ(got.pass, ref.PassWith(keys)) << "pass " << pass << " chunk " << c;
+        ASSERT_EQ(got.batch, std::set<uint64_t>(keys.begin(), keys.end()).size());
         if (rng.Below(4) == 0) continue;  // a chunk asked about and not added
         w.Add(keys.data(), keys.size());
         ref.Add(keys);

@@ -3,8 +3,18 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <utility>
+
+#include "working/working_set.h"
+#include "working/working_table.h"
 
 namespace ctrbox {
+
+uint64_t PassBytes(const PassShape& s, uint64_t row_bytes) {
+  return s.content_bytes + sizeof(uint32_t) +
+         WorkingSet::BytesBound(s.key_uses, s.keys, s.batches, s.batch_keys) +
+         WorkingTable::BytesBound(s.keys, row_bytes);
+}
 
 PassReader::PassReader(ReaderFactory open, PassReaderOptions options)
     : open_(std::move(open)), options_(std::move(options)) {}
@@ -46,7 +56,8 @@ StatusOr<PassReader::Fill> PassReader::FillTo(Batch* out, uint64_t limit) {
   return Fill::kRows;
 }
 
-void PassReader::ClosePass(const Batch& examples, bool by_keys) {
+void PassReader::ClosePass(const Batch& examples, bool by_keys, bool by_memory) {
+  const PassShape shape = std::exchange(shape_, PassShape{});
   if (examples.rows() == 0) return;
   PassSizingStats& z = sizing_;
   z.min_examples = z.passes == 0 ? examples.rows() : std::min(z.min_examples, examples.rows());
@@ -57,6 +68,18 @@ void PassReader::ClosePass(const Batch& examples, bool by_keys) {
     z.max_window_keys = std::max(z.max_window_keys, window_->distinct());
     z.max_pass_keys = std::max(z.max_pass_keys, window_->current());
     window_->NextPass();
+  }
+  if (options_.pass_memory > 0 && window_) {
+    const uint64_t bytes = PassBytes(shape, options_.row_bytes);
+    z.closed_by_memory += by_memory;
+    z.max_pass_bytes = std::max(z.max_pass_bytes, bytes);
+    z.max_window_bytes = std::max(z.max_window_bytes, recent_sum_ + bytes);
+    recent_bytes_.push_back(bytes);
+    recent_sum_ += bytes;
+    if (recent_bytes_.size() >= options_.memory_passes) {
+      recent_sum_ -= recent_bytes_.front();
+      recent_bytes_.pop_front();
+    }
   }
 }
 
@@ -72,7 +95,7 @@ Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place) {
       if (f == Fill::kEnd || f == Fill::kRowsThenEpochEnd) break;
       if (f == Fill::kEpochEnd && (examples->rows() > 0 || epoch_ >= options_.epochs)) break;
     }
-    ClosePass(*examples, false);
+    ClosePass(*examples, false, false);
     *eof = examples->rows() == 0;
     grid_count_ += !*eof;
     if (place != nullptr) *place = here;
@@ -82,7 +105,8 @@ Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place) {
 
   // Key-sized: the passes above, each cut further between minibatches (counted from the
   // start of the pass above, as the trainer cuts them) while the window's keys fit.
-  bool by_keys = false;
+  bool by_keys = false, by_memory = false;
+  const bool sized_by_memory = options_.pass_memory > 0;
   while (true) {
     if (pending_.rows() == 0) {
       const uint64_t room = std::min<uint64_t>(options_.batch_size, want - grid_pos_);
@@ -97,15 +121,37 @@ Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place) {
     }
     const uint64_t* keys = pending_.keys.data();
     const size_t n = pending_.keys.size();
-    if (window_->DistinctWith(keys, n) > options_.window_keys) {
-      if (examples->rows() > 0) {
-        by_keys = true;  // the minibatch starts the next pass
-        break;
-      }
+    const KeyWindow::Counts with = window_->CountWith(keys, n);
+    const bool over_keys = with.window > options_.window_keys;
+    PassShape shape = shape_;
+    if (sized_by_memory) {
+      shape.content_bytes += pending_.ContentBytes() - sizeof(uint32_t);
+      shape.key_uses += n;
+      shape.keys = with.pass;
+      shape.batches += 1;
+      shape.batch_keys += with.batch;
+    }
+    if (sized_by_memory) {
+      const PassShape alone{pending_.ContentBytes() - sizeof(uint32_t), n, with.batch, 1,
+                            with.batch};
+      sizing_.max_batch_bytes =
+          std::max(sizing_.max_batch_bytes, PassBytes(alone, options_.row_bytes));
+    }
+    // Each pass gets an equal share of pass_memory. (Letting a pass take what the passes
+    // before it left made a full-size pass followed by passes of one minibatch until it
+    // left the window, each of them over the limit.)
+    const bool over_memory =
+        sized_by_memory && PassBytes(shape, options_.row_bytes) >
+                               options_.pass_memory / std::max<uint32_t>(1, options_.memory_passes);
+    if ((over_keys || over_memory) && examples->rows() > 0) {
+      by_keys = over_keys;  // the minibatch starts the next pass
+      by_memory = over_memory;
+      break;
+    }
+    if (over_keys) {
       // The first minibatch of a pass: the older passes in the window may be pushed before
       // this one is pulled (the pull waits for them), but its own keys must fit the budget.
-      KeyWindow alone(1);
-      const uint64_t own = alone.DistinctWith(keys, n);
+      const uint64_t own = with.batch;
       if (own > options_.max_keys) {
         std::string hint = options_.key_limit_hint ? options_.key_limit_hint(own) : "";
         return ResourceExhaustedError(fmt::format(
@@ -115,6 +161,7 @@ Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place) {
       }
     }
     window_->Add(keys, n);
+    shape_ = shape;
     examples->AppendRows(pending_, 0, pending_.rows());
     grid_pos_ += pending_.rows();
     pending_.Reset(schema_);
@@ -124,10 +171,12 @@ Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place) {
       break;
     }
   }
-  ClosePass(*examples, by_keys);
+  if (sized_by_memory) examples->ShrinkToFit();  // what PassBytes counts
+  ClosePass(*examples, by_keys, by_memory);
   *eof = examples->rows() == 0;
-  // The last piece of its grid pass unless the key window cut it (the input's end ends it).
-  here.last = !by_keys;
+  // The last piece of its grid pass unless the key window or the pass memory cut it (the
+  // input's end ends it).
+  here.last = !by_keys && !by_memory;
   if (!*eof && here.last) {
     grid_pos_ = 0;
     ++grid_count_;

@@ -11,6 +11,7 @@
 #define CTRBOX_PIPELINE_PASS_READER_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -31,6 +32,14 @@ struct PassReaderOptions {
   uint32_t window_passes = 1;
   uint32_t batch_size = 1;
   uint64_t max_keys = UINT64_MAX;
+  // Pass sizing by memory as well (0: off; only with the key window): the bytes that
+  // memory_passes consecutive passes hold from read to push — their examples, working sets
+  // and working tables with rows of row_bytes (RowBlock::BytesPerRow), bounded from above
+  // (PassBytes) — stay within pass_memory: each pass holds at most pass_memory /
+  // memory_passes, or one minibatch (a pass holds at least one).
+  uint64_t pass_memory = 0;
+  uint32_t memory_passes = 1;
+  uint64_t row_bytes = 0;
   // Optional: what to add to the error when one minibatch alone holds more than window_keys
   // distinct keys (`keys` of them): the budget it would need.
   std::function<std::string(uint64_t keys)> key_limit_hint;
@@ -48,11 +57,29 @@ struct PassPlace {
 struct PassSizingStats {
   uint64_t passes = 0;
   uint64_t min_examples = 0, max_examples = 0;
-  uint64_t closed_by_keys = 0;   // passes closed by the key window (the others by
-                                 // pass_examples or the end of an epoch)
-  uint64_t max_window_keys = 0;  // the most distinct keys the window held at a cut
-  uint64_t max_pass_keys = 0;    // the most distinct keys of one pass
+  uint64_t closed_by_keys = 0;    // passes closed by the key window (the others by
+                                  // pass_examples or the end of an epoch)
+  uint64_t max_window_keys = 0;   // the most distinct keys the window held at a cut
+  uint64_t max_pass_keys = 0;     // the most distinct keys of one pass
+  uint64_t closed_by_memory = 0;  // passes closed by pass_memory
+  uint64_t max_window_bytes = 0;  // the most bytes (PassBytes) of memory_passes passes
+  uint64_t max_pass_bytes = 0;    // the most bytes of one pass
+  uint64_t max_batch_bytes = 0;   // the most bytes of one minibatch as a pass: above
+                                  // pass_memory / memory_passes, passes of one may exceed it
 };
+
+// What a pass holds, as the pass reader counts it.
+struct PassShape {
+  uint64_t content_bytes = 0;  // its examples' columns (Batch::ContentBytes) less the
+                               // offsets' leading 0
+  uint64_t key_uses = 0;       // key occurrences
+  uint64_t keys = 0;           // distinct keys
+  uint64_t batches = 0;        // minibatches
+  uint64_t batch_keys = 0;     // distinct keys of each minibatch, added up
+};
+// At least the bytes the pass holds from read to push, as Pass::Gauge counts them: its
+// examples (shrunk to fit), working set and working table with rows of row_bytes.
+uint64_t PassBytes(const PassShape& shape, uint64_t row_bytes);
 
 // Opens the input anew (once per epoch).
 using ReaderFactory = std::function<StatusOr<std::unique_ptr<BatchReader>>()>;
@@ -87,7 +114,7 @@ class PassReader {
   // Appends rows to *out until it holds `limit` rows, the epoch ends (the rows read are the
   // epoch's last), or the input ends.
   StatusOr<Fill> FillTo(Batch* out, uint64_t limit);
-  void ClosePass(const Batch& examples, bool by_keys);
+  void ClosePass(const Batch& examples, bool by_keys, bool by_memory);
 
   Schema schema_;
   Batch block_;
@@ -98,6 +125,10 @@ class PassReader {
   Batch pending_;                    // key-sized: the next minibatch, read but not yet in a pass
   bool pending_ends_epoch_ = false;  // ... and it is its epoch's last rows
   std::unique_ptr<KeyWindow> window_;
+  PassShape shape_;                    // memory-sized: the current pass
+  std::deque<uint64_t> recent_bytes_;  // ... and the bytes of the passes before it
+  uint64_t recent_sum_ = 0;            // (memory_passes - 1 of them), added up: the report's
+                                       // max_window_bytes
   RecordCounts counts_;
   PassSizingStats sizing_;
 };

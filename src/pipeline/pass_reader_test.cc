@@ -4,10 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 #include <vector>
 
 #include "io/synth.h"
+#include "table/value.h"
+#include "working/working_set.h"
+#include "working/working_table.h"
 
 namespace ctrbox {
 namespace {
@@ -153,6 +157,108 @@ TEST(PassReaderTest, KeySizedPassesKeepEveryWindowWithinItsKeys) {
       if (keys == 200000) {
         EXPECT_EQ(z.closed_by_keys, 0u);  // cut by pass_examples only
       }
+    }
+  }
+}
+
+// A pass's shape counted plainly: distinct keys by std::set, minibatches of batch_size rows.
+PassShape ShapeOf(const Batch& b, uint32_t batch_size) {
+  PassShape s;
+  s.content_bytes = b.ContentBytes() - sizeof(uint32_t);
+  s.key_uses = b.keys.size();
+  s.keys = std::set<uint64_t>(b.keys.begin(), b.keys.end()).size();
+  const uint32_t S = b.schema.num_slots;
+  for (size_t r = 0; r < b.rows(); r += batch_size) {
+    const size_t end = std::min<size_t>(b.rows(), r + batch_size);
+    s.batches += 1;
+    s.batch_keys +=
+        std::set<uint64_t>(b.keys.begin() + b.offsets[r * S], b.keys.begin() + b.offsets[end * S])
+            .size();
+  }
+  return s;
+}
+
+// Passes sized by memory as well: every memory_passes consecutive passes' bytes (PassBytes of
+// their shapes, counted here) stay within pass_memory unless the last of them is one
+// minibatch; passes still start at minibatch boundaries and together are the input.
+TEST(PassReaderTest, MemorySizedPassesKeepEveryAliveWindowWithinPassMemory) {
+  const uint64_t row_bytes = RowBlock::BytesPerRow(ValueLayout{});
+  for (uint32_t alive : {1u, 4u, 7u}) {
+    for (uint64_t memory :
+         {uint64_t{1} << 20, uint64_t{4} << 20, uint64_t{16} << 20, uint64_t{1} << 30}) {
+      SCOPED_TRACE(::testing::Message() << "alive " << alive << " memory " << memory);
+      PassReaderOptions o;
+      o.pass_examples = 5000;
+      o.epochs = 2;
+      o.window_keys = 1 << 30;  // only the memory cuts
+      o.window_passes = 3;
+      o.batch_size = 128;
+      o.pass_memory = memory;
+      o.memory_passes = alive;
+      o.row_bytes = row_bytes;
+      int opens = 0;
+      PassReader r = Reader(7000, o, &opens);
+      ASSERT_TRUE(r.Open().ok());
+      const std::vector<Batch> passes = AllPasses(&r);
+      uint64_t rows = 0, most = 0, cut_inside = 0;
+      std::vector<uint64_t> bytes;
+      for (size_t p = 0; p < passes.size(); ++p) {
+        const Batch& b = passes[p];
+        const uint64_t at = rows % 7000;
+        EXPECT_EQ((at % 5000) % 128, 0u) << "pass " << p << " starts within a minibatch";
+        EXPECT_EQ(at / 5000, (at + b.rows() - 1) / 5000) << "pass " << p << " spans two";
+        EXPECT_EQ(b.MemoryBytes(), b.ContentBytes()) << "pass " << p << " is shrunk to fit";
+        bytes.push_back(PassBytes(ShapeOf(b, 128), row_bytes));
+        uint64_t window = 0;
+        for (size_t q = p + 1 >= alive ? p + 1 - alive : 0; q <= p; ++q) window += bytes[q];
+        if (b.rows() > 128) {
+          EXPECT_LE(window, memory) << "pass " << p;
+        }
+        most = std::max(most, window);
+        const uint64_t end = at + b.rows();
+        cut_inside += end % 5000 != 0 && end != 7000;  // inside its grid pass: by memory
+        rows += b.rows();
+      }
+      EXPECT_EQ(rows, 14000u);
+      const PassSizingStats& z = r.sizing();
+      EXPECT_EQ(z.max_window_bytes, most);  // the reader counts what this test counts
+      EXPECT_EQ(z.closed_by_keys, 0u);
+      EXPECT_EQ(z.closed_by_memory, cut_inside);
+      if (memory == uint64_t{1} << 30) {
+        EXPECT_EQ(passes.size(), 4u);  // 5000 + 2000 an epoch
+      }
+      if (memory == uint64_t{1} << 20) {
+        EXPECT_GT(cut_inside, 10u);
+      }
+    }
+  }
+}
+
+// PassBytes bounds what a pass holds as Pass::Gauge counts it (examples, working set,
+// working table and its rows, built the way the read stage builds them), and not loosely.
+TEST(PassReaderTest, PassBytesBoundsWhatAPassHolds) {
+  for (ValueLayout layout : {ValueLayout{}, ValueLayout{8, 1, 1, 16, 1.0f}}) {
+    const uint64_t row_bytes = RowBlock::BytesPerRow(layout);
+    PassReaderOptions o;
+    o.pass_examples = 3000;
+    o.window_keys = 1 << 30;
+    o.batch_size = 256;
+    o.pass_memory = 3 << 20;
+    o.memory_passes = 2;
+    o.row_bytes = row_bytes;
+    int opens = 0;
+    PassReader r = Reader(12000, o, &opens);
+    ASSERT_TRUE(r.Open().ok());
+    for (const Batch& b : AllPasses(&r)) {
+      WorkingSet ws;
+      BuildWorkingSet(b, 256, nullptr, &ws);
+      WorkingTable table(layout);
+      table.Build(ws.keys, nullptr);
+      const uint64_t held =
+          b.MemoryBytes() + ws.MemoryBytes() + table.MemoryBytes() + table.rows().MemoryBytes();
+      const uint64_t bound = PassBytes(ShapeOf(b, 256), row_bytes);
+      EXPECT_LE(held, bound) << b.rows() << " rows";
+      EXPECT_GE(held, bound * 0.6) << b.rows() << " rows";
     }
   }
 }

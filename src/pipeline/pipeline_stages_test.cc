@@ -203,6 +203,33 @@ TEST(PipelineTest, PassesSizedByMemoryTrainTheInMemoryModelAtEveryBudget) {
   EXPECT_GT(passes[0.05], passes[0.10]);
   EXPECT_GT(passes[0.10], passes[1.0]);
 
+  // Passes cut by pipeline.pass_memory (a budget of 4 x the model, so that the key window
+  // does not cut): the same model, and the passes alive at once held at most pass_memory
+  // (its share per pass holds a minibatch here).
+  for (bool pipelined : {true, false}) {
+    SCOPED_TRACE(::testing::Message() << "pass memory" << (pipelined ? " pipelined" : ""));
+    JobConfig job = job_for(dir.File("pm"));
+    job.pipeline.enabled = pipelined;
+    UseTiers(&job, dir, 4 * model_bytes);
+    job.storage.ssd.group_bits = 6;
+    job.storage.shard_bits = 3;
+    job.pipeline.pass_memory = 4 << 20;
+    auto r = RunTrain(Env::Posix(), job, nullptr);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ((*r)["digest"], (*r0)["digest"]);
+    const nlohmann::json& z = (*r)["pass_sizing"];
+    EXPECT_EQ(z["pass_memory"], 4 << 20);
+    EXPECT_EQ(z["memory_passes"], 3 * job.pipeline.queue_depth + 4);
+    EXPECT_GT(z["closed_by_memory"].get<uint64_t>(), 10u);
+    EXPECT_EQ(z["closed_by_keys"].get<uint64_t>(), 0u);
+    const uint64_t bound = uint64_t{4} << 20;
+    ASSERT_LE(z["max_minibatch_bytes"].get<uint64_t>() * z["memory_passes"].get<uint64_t>(), bound);
+    EXPECT_LE(z["max_window_bytes_used"].get<uint64_t>(), bound);
+    const uint64_t held = (*r)["memory_peak_by_owner"]["passes_in_flight"];
+    EXPECT_GT(held, 0u);
+    EXPECT_LE(held, bound);
+  }
+
   JobConfig tiny = job_for(dir.File("tiny"));
   tiny.train.batch_size = 256;
   UseTiers(&tiny, dir, 100 << 10);

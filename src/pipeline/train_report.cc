@@ -212,6 +212,14 @@ nlohmann::json PassSizingJson(const PassReaderOptions& options, const PassSizing
     j["max_window_keys_used"] = stats.max_window_keys;
     j["max_pass_keys"] = stats.max_pass_keys;
   }
+  if (options.window_keys > 0 && options.pass_memory > 0) {
+    j["pass_memory"] = options.pass_memory;
+    j["memory_passes"] = options.memory_passes;
+    j["closed_by_memory"] = stats.closed_by_memory;
+    j["max_window_bytes_used"] = stats.max_window_bytes;
+    j["max_pass_bytes"] = stats.max_pass_bytes;
+    j["max_minibatch_bytes"] = stats.max_batch_bytes;
+  }
   return j;
 }
 

@@ -52,6 +52,10 @@ StatusOr<nlohmann::json> ResultSettings(Env* env, const JobConfig& job) {
   if (passes.window_keys > 0) {
     settings["pass sizing (storage.memory_budget)"] = {{"window_keys", passes.window_keys},
                                                        {"window_passes", passes.window_passes}};
+    if (passes.pass_memory > 0) {
+      settings["pass sizing (storage.memory_budget)"]["pass_memory"] = passes.pass_memory;
+      settings["pass sizing (storage.memory_budget)"]["memory_passes"] = passes.memory_passes;
+    }
   }
   return settings;
 }

@@ -72,10 +72,12 @@ StatusOr<nlohmann::json> RunPasses(const JobConfig& job, PassReader* reader, Tra
     const PassSizingStats& z = reader->sizing();
     LOG_INFO(
         "passes sized by memory: at most {} distinct keys over {} passes in flight ({} of "
-        "{} B rows); {} passes of {} to {} examples, {} closed by the key limit",
+        "{} B rows) and {} of pass buffers over {} passes alive; {} passes of {} to {} "
+        "examples, {} closed by the key limit, {} by the pass memory",
         reader->options().window_keys, reader->options().window_passes,
-        FormatBytes(reader->options().window_keys * row_bytes), row_bytes, z.passes, z.min_examples,
-        z.max_examples, z.closed_by_keys);
+        FormatBytes(reader->options().window_keys * row_bytes), row_bytes,
+        FormatBytes(reader->options().pass_memory), reader->options().memory_passes, z.passes,
+        z.min_examples, z.max_examples, z.closed_by_keys, z.closed_by_memory);
   }
   // An interrupted run read only part of the data; its record counts are partial.
   if (!run.interrupted) report.update(CountsJson(reader->counts()));

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "util/bf16.h"
 #include "util/coding.h"
 #include "util/hash.h"
 
@@ -30,8 +31,9 @@ CacheSlot::CacheSlot(const ValueLayout& layout)
     : layout_(layout),
       quant_(layout.quantizer()),
       emb_words_(static_cast<uint32_t>((layout.EmbBytes() + 3) / 4)),
+      state_words_(static_cast<uint32_t>((layout.StateBytes() + 3) / 4)),
       headers_(kWideState + layout.wide_state),
-      embs_(emb_words_ + layout.emb_state) {
+      embs_(emb_words_ + state_words_) {
   Rehash(kMinIndexEntries);
 }
 
@@ -141,7 +143,12 @@ void CacheSlot::ReadRow(uint32_t node, RowBlock* out, size_t r) const {
     } else {
       CopyBytes(out->emb(r), e, 4 * layout_.dim);
     }
-    CopyBytes(out->emb_state(r), e + emb_words_, 4 * layout_.emb_state);
+    if (layout_.state_bits == 16) {
+      const uint16_t* s = reinterpret_cast<const uint16_t*>(e + emb_words_);
+      for (uint32_t d = 0; d < layout_.emb_state; ++d) out->emb_state(r)[d] = FloatOfBf16(s[d]);
+    } else {
+      CopyBytes(out->emb_state(r), e + emb_words_, 4 * layout_.emb_state);
+    }
   } else {
     ZeroBytes(out->emb(r), 4 * layout_.dim);
     ZeroBytes(out->emb_state(r), 4 * layout_.emb_state);
@@ -163,7 +170,12 @@ void CacheSlot::WriteRow(uint32_t node, const RowBlock& in, size_t r) {
     } else {
       CopyBytes(e, in.emb(r), 4 * layout_.dim);
     }
-    CopyBytes(e + emb_words_, in.emb_state(r), 4 * layout_.emb_state);
+    if (layout_.state_bits == 16) {
+      uint16_t* s = reinterpret_cast<uint16_t*>(e + emb_words_);
+      for (uint32_t d = 0; d < layout_.emb_state; ++d) s[d] = Bf16Of(in.emb_state(r)[d]);
+    } else {
+      CopyBytes(e + emb_words_, in.emb_state(r), 4 * layout_.emb_state);
+    }
   } else if (h[kEmbId] != kNoEmb) {
     embs_.Free(h[kEmbId]);
     h[kEmbId] = kNoEmb;
@@ -173,7 +185,7 @@ void CacheSlot::WriteRow(uint32_t node, const RowBlock& in, size_t r) {
 CacheMemory CacheSlot::Memory() const {
   CacheMemory m;
   m.rows = headers_.live() * 4 * (kWideState + layout_.wide_state) +
-           embs_.live() * 4 * (emb_words_ + layout_.emb_state);
+           embs_.live() * 4 * (emb_words_ + state_words_);
   static_assert(kIndexEntryBytes == sizeof(uint64_t) + sizeof(uint32_t));
   m.index = keys_.capacity() * sizeof(uint64_t) + rows_.capacity() * sizeof(uint32_t);
   m.meta = meta_.capacity() * sizeof(NodeMeta);
@@ -186,9 +198,9 @@ size_t CacheSlot::AllocatedBytes() const {
 }
 
 size_t CacheSlot::RowBytesFor(const ValueLayout& layout) {
-  const size_t emb_words = (layout.EmbBytes() + 3) / 4;
-  return 4 * (kWideState + layout.wide_state + emb_words + layout.emb_state) +
-         2 * sizeof(NodeMeta) + kIndexEntryBytes * 10 / 3;
+  const size_t emb_words = (layout.EmbBytes() + 3) / 4, state_words = (layout.StateBytes() + 3) / 4;
+  return 4 * (kWideState + layout.wide_state + emb_words + state_words) + 2 * sizeof(NodeMeta) +
+         kIndexEntryBytes * 10 / 3;
 }
 
 }  // namespace ctrbox

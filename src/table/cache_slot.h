@@ -126,7 +126,8 @@ class CAPABILITY("mutex") CacheSlot {
   // Immutable after construction.
   ValueLayout layout_;
   Quantizer quant_;
-  uint32_t emb_words_;  // 32-bit words of the stored embedding (codes are packed)
+  uint32_t emb_words_;    // 32-bit words of the stored embedding (codes are packed)
+  uint32_t state_words_;  // 32-bit words of the stored state (bfloat16 pairs are packed)
   // The index, the records and the metadata: guarded by the slot (mu_), which every public
   // method requires.
   std::vector<uint64_t> keys_;  // open addressing, linear probing

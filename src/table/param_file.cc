@@ -26,7 +26,7 @@ std::string EncodeParamFileHeader(uint32_t file_id, const ValueLayout& l) {
   PutFixed<uint32_t>(&h, l.dim);
   PutFixed<uint32_t>(&h, l.emb_state);
   PutFixed<uint32_t>(&h, l.wide_state);
-  PutFixed<uint32_t>(&h, l.quant_bits);
+  PutFixed<uint32_t>(&h, RowCodesWord(l));
   PutFixed<float>(&h, l.quant_range);
   PutFixed<uint32_t>(&h, Crc32c(h.data(), h.size()));
   return h;
@@ -45,7 +45,7 @@ Status CheckParamFileHeader(const std::string& path, const char* p, size_t n, ui
     return CorruptionError(path + ": header CRC mismatch");
   if (GetFixed<uint32_t>(p + 12) != file_id || GetFixed<uint32_t>(p + 16) != l.dim ||
       GetFixed<uint32_t>(p + 20) != l.emb_state || GetFixed<uint32_t>(p + 24) != l.wide_state ||
-      GetFixed<uint32_t>(p + 28) != l.quant_bits || GetFixed<float>(p + 32) != l.quant_range) {
+      GetFixed<uint32_t>(p + 28) != RowCodesWord(l) || GetFixed<float>(p + 32) != l.quant_range) {
     return CorruptionError(
         path + ": header does not match the store (file id, row layout or quantization)");
   }

@@ -58,10 +58,12 @@ StatusOr<ParsedIndex> ParseIndex(Env* env, const std::string& path) {
   if (GetFixed<uint32_t>(p) != kIndexVersion) return bad("unknown version");
   x.group_bits = GetFixed<uint32_t>(p + 4);
   if (x.group_bits < 1 || x.group_bits > 30) return bad("bad group_bits");
-  x.layout =
-      ValueLayout{GetFixed<uint32_t>(p + 8), GetFixed<uint32_t>(p + 12), GetFixed<uint32_t>(p + 16),
-                  GetFixed<uint32_t>(p + 20), GetFixed<float>(p + 24)};
-  if (!QuantOptionsError(QuantOptions{x.layout.quant_bits, x.layout.quant_range}).empty()) {
+  x.layout = ValueLayout{GetFixed<uint32_t>(p + 8), GetFixed<uint32_t>(p + 12),
+                         GetFixed<uint32_t>(p + 16)};
+  SetRowCodes(GetFixed<uint32_t>(p + 20), &x.layout);
+  x.layout.quant_range = GetFixed<float>(p + 24);
+  if (!QuantOptionsError(QuantOptions{x.layout.quant_bits, x.layout.quant_range}).empty() ||
+      (x.layout.state_bits != 0 && x.layout.state_bits != 16)) {
     return bad("bad quantization");
   }
   x.next_file_id = GetFixed<uint32_t>(p + 28);
@@ -388,7 +390,7 @@ Status SsdStore::WriteIndex() {
   PutFixed<uint32_t>(&s, layout_.dim);
   PutFixed<uint32_t>(&s, layout_.emb_state);
   PutFixed<uint32_t>(&s, layout_.wide_state);
-  PutFixed<uint32_t>(&s, layout_.quant_bits);
+  PutFixed<uint32_t>(&s, RowCodesWord(layout_));
   PutFixed<float>(&s, layout_.quant_range);
   PutFixed<uint32_t>(&s, next_file_id);
   std::vector<std::shared_ptr<ParamFile>> live;

@@ -9,6 +9,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "util/bf16.h"
 #include "util/mem_env.h"
 #include "util/random.h"
 #include "util/sys.h"
@@ -158,6 +159,10 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
           if (rng.Below(2)) rows.emb(i)[rng.Below(4)] = static_cast<float>(rng.Uniform() - 0.5);
           // As the trainer does after every update: back onto the grid.
           quant.Round(rows.emb(i), layout.dim, QuantRounding::kStochastic, seed, rng.Next());
+          if (layout.state_bits == 16) {  // bfloat16 state, rounded as the trainer does
+            float& s = rows.emb_state(i)[rng.Below(layout.emb_state)];
+            s = RoundBf16(s + static_cast<float>(rng.Uniform()), static_cast<uint32_t>(rng.Next()));
+          }
         }
         ref[keys[i]] = Encode(rows, i);
       }
@@ -235,6 +240,20 @@ TEST(TieredTableTest, QuantizedCodesSurviveEveryTier) {
     q.quant_range = 0.75f;
     RunDifferential(false, 10 + bits, q);
     RunDifferential(true, 20 + bits, q);
+  }
+}
+
+TEST(TieredTableTest, Bf16StateSurvivesEveryTier) {
+  // optimizer.sparse.state_bits: 16 stores the state in two bytes: the cache slots, the group
+  // records, compaction and reopen must give back the same bfloat16 values (with 8-bit codes
+  // too: the two packings side by side in a record).
+  for (uint32_t bits : {0u, 8u}) {
+    ValueLayout h = kLayout;
+    h.state_bits = 16;
+    h.quant_bits = bits;
+    h.quant_range = 0.75f;
+    RunDifferential(false, 30 + bits, h);
+    RunDifferential(true, 40 + bits, h);
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "util/bf16.h"
 #include "util/coding.h"
 
 namespace ctrbox {
@@ -69,7 +70,11 @@ void RowBlock::EncodeRow(size_t i, std::string* out) const {
     } else {
       out->append(reinterpret_cast<const char*>(emb(i)), 4 * layout_.dim);
     }
-    out->append(reinterpret_cast<const char*>(emb_state(i)), 4 * layout_.emb_state);
+    if (layout_.state_bits == 16) {
+      for (uint32_t d = 0; d < layout_.emb_state; ++d) Append(out, Bf16Of(emb_state(i)[d]));
+    } else {
+      out->append(reinterpret_cast<const char*>(emb_state(i)), 4 * layout_.emb_state);
+    }
   }
 }
 
@@ -97,7 +102,16 @@ size_t RowBlock::DecodeRow(const char* p, size_t n, size_t i) {
   } else {
     CopyBytes(emb(i), p + fixed, emb_bytes);
   }
-  CopyBytes(emb_state(i), p + fixed + emb_bytes, 4 * layout_.emb_state);
+  const char* s = p + fixed + emb_bytes;
+  if (layout_.state_bits == 16) {
+    for (uint32_t d = 0; d < layout_.emb_state; ++d) {
+      uint16_t h;
+      std::memcpy(&h, s + 2 * d, 2);
+      emb_state(i)[d] = FloatOfBf16(h);
+    }
+  } else {
+    CopyBytes(emb_state(i), s, 4 * layout_.emb_state);
+  }
   return full;
 }
 

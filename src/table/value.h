@@ -18,16 +18,28 @@ struct ValueLayout {
   uint32_t wide_state = 1;   // optimizer-state floats of the wide weight
   uint32_t quant_bits = 0;   // stored embedding codes (table/quant.h); 0: float32
   float quant_range = 1.0f;  // w of the quantization range [-w, w] (when quant_bits > 0)
+  uint32_t state_bits = 0;   // stored bits of an embedding's state element: 0 (float32) or 16
+                             // (bfloat16; optimizer.sparse.state_bits)
 
   Quantizer quantizer() const { return Quantizer(quant_bits, quant_range); }
   // Bytes of the stored embedding (codes or floats).
   size_t EmbBytes() const { return size_t{dim} * StoredElementBytes(quant_bits); }
+  // Bytes of the stored embedding state.
+  size_t StateBytes() const { return size_t{emb_state} * (state_bits == 16 ? 2 : 4); }
   // Bytes of the canonical encoding of one row, key included.
   size_t EncodedBytes(bool has_emb) const {
-    return 8 + 4 * 4 + 4 * wide_state + (has_emb ? EmbBytes() + 4 * emb_state : 0);
+    return 8 + 4 * 4 + 4 * wide_state + (has_emb ? EmbBytes() + StateBytes() : 0);
   }
   bool operator==(const ValueLayout&) const = default;
 };
+
+// The "row codes" word of the files' headers (docs/formats): quant_bits in bits 0-15,
+// state_bits in bits 16-31 (0 in files written before state_bits existed).
+inline uint32_t RowCodesWord(const ValueLayout& l) { return l.quant_bits | (l.state_bits << 16); }
+inline void SetRowCodes(uint32_t word, ValueLayout* l) {
+  l->quant_bits = word & 0xFFFFu;
+  l->state_bits = word >> 16;
+}
 
 constexpr uint16_t kFlagHasEmb = 1;
 
@@ -77,6 +89,10 @@ class RowBlock {
   size_t DecodeRow(const char* p, size_t n, size_t i);
 
   size_t MemoryBytes() const;
+  // Bytes one row of `layout` takes: MemoryBytes() of n rows just resized is n times this.
+  static size_t BytesPerRow(const ValueLayout& layout) {
+    return 8 + (3 + layout.wide_state + layout.dim + layout.emb_state) * 4 + 2 * 2;
+  }
 
  private:
   ValueLayout layout_;

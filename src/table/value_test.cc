@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "table/accessor.h"
+#include "util/bf16.h"
 
 namespace ctrbox {
 namespace {
@@ -41,6 +42,40 @@ TEST(ValueTest, EncodeDecodeRoundTrip) {
   std::string bad = enc;
   bad[18] = 0x06;
   EXPECT_EQ(b.DecodeRow(bad.data(), bad.size(), 0), 0u);
+}
+
+// bfloat16 state (optimizer.sparse.state_bits: 16): two bytes per state value in the encoding,
+// exact for values on the bfloat16 grid (the trainer rounds the state after every update).
+TEST(ValueTest, Bf16StateEncodesInTwoBytesExactly) {
+  ValueLayout l{4, 4, 1};
+  ValueLayout h = l;
+  h.state_bits = 16;
+  EXPECT_EQ(h.EncodedBytes(true), l.EncodedBytes(true) - 8);
+  EXPECT_EQ(h.EncodedBytes(false), l.EncodedBytes(false));
+  EXPECT_EQ(h.StateBytes(), 8u);
+  RowBlock a(h), b(h);
+  a.Resize(1);
+  b.Resize(1);
+  CtrAccessor acc(h, AccessorOptions{});
+  acc.InitRow(&a, 0, 5);
+  a.flags(0) |= kFlagHasEmb;
+  const float state[4] = {0.0f, 1.5f, FloatOfBf16(0x3A83), FloatOfBf16(0x4B00)};
+  for (int d = 0; d < 4; ++d) a.emb_state(0)[d] = state[d];
+  a.emb(0)[1] = 0.123456f;  // the embedding stays float32
+  std::string enc;
+  a.EncodeRow(0, &enc);
+  ASSERT_EQ(enc.size(), h.EncodedBytes(true));
+  ASSERT_EQ(b.DecodeRow(enc.data(), enc.size(), 0), enc.size());
+  for (int d = 0; d < 4; ++d) EXPECT_EQ(b.emb_state(0)[d], state[d]) << d;
+  EXPECT_EQ(b.emb(0)[1], 0.123456f);
+  // The header word: quant bits low, state bits high (older files have 0 there).
+  ValueLayout back;
+  SetRowCodes(RowCodesWord(h), &back);
+  EXPECT_EQ(back.state_bits, 16u);
+  EXPECT_EQ(back.quant_bits, 0u);
+  SetRowCodes(8, &back);
+  EXPECT_EQ(back.state_bits, 0u);
+  EXPECT_EQ(back.quant_bits, 8u);
 }
 
 TEST(AccessorTest, LazyEmbeddingAndShrinkRules) {

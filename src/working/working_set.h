@@ -40,6 +40,12 @@ struct WorkingSet {
   std::vector<Minibatch> batches;
 
   size_t MemoryBytes() const;
+  // At least MemoryBytes() of the working set of a pass with `uses` key occurrences and
+  // `keys` distinct keys, cut into `batches` minibatches whose distinct keys add up to
+  // `batch_keys` (a minibatch's uniq list grows by push_back: up to twice its size).
+  static size_t BytesBound(size_t uses, size_t keys, size_t batches, size_t batch_keys) {
+    return uses * (4 + 4 + 4) + keys * 8 + batch_keys * (8 + 4) + batches * 4;
+  }
 };
 
 // Builds the working set of `pass` cut into minibatches of batch_size rows (the last may be

@@ -55,6 +55,12 @@ class WorkingTable {
   RowBlock& rows() { return rows_; }
   const RowBlock& rows() const { return rows_; }
   size_t MemoryBytes() const;
+  // At least MemoryBytes() + rows().MemoryBytes() of a table built on `keys` distinct keys
+  // with rows of `row_bytes` (RowBlock::BytesPerRow): each partition's index has fewer than
+  // 4 slots per key, and at least 4.
+  static size_t BytesBound(size_t keys, size_t row_bytes) {
+    return keys * (8 + row_bytes) + (4 * keys + 4 * kPartitions) * (8 + 4);
+  }
 
  private:
   struct Partition {
