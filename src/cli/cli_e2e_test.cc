@@ -263,24 +263,35 @@ TEST_F(CliTest, QuantizedEmbeddingsTrainThroughEveryTier) {
   EXPECT_NE(wrong.err.find("stochastic or nearest"), std::string::npos) << wrong.err;
 }
 
-TEST_F(CliTest, RowwiseAdagradRowsAreSmallAndTrainThroughEveryTier) {
+// Row layouts: a job trained in memory and over the SSD tier gives one model.
+class RowLayoutCliTest : public CliTest {
+ protected:
+  // Trains `base` in memory (model dir "mem", returned in *mem) and over the SSD tier with
+  // `budget` ("ssd"): rows come back from the files and the digests are equal.
+  void TrainInMemoryAndOverSsd(const std::string& base, const std::string& budget, Result* mem) {
+    *mem = Run(Ctrbox(base + " --model-dir " + Path("mem")));
+    ASSERT_EQ(mem->exit_code, 0) << mem->err;
+    Result ssd = Run(
+        Ctrbox(base + " --model-dir " + Path("ssd") + " --set storage.ssd_dir=" + Path("store") +
+               " --set storage.memory_budget=" + budget + " --set storage.file_bytes=4MB"));
+    ASSERT_EQ(ssd.exit_code, 0) << ssd.err;
+    EXPECT_GT(ssd.last_json["storage"]["loaded_from_ssd"].get<uint64_t>(), 0u);
+    EXPECT_EQ(ssd.last_json["digest"], mem->last_json["digest"]);
+  }
+};
+
+TEST_F(RowLayoutCliTest, RowwiseAdagradRowsAreSmallAndTrainThroughEveryTier) {
   ASSERT_EQ(
       Run(Ctrbox("gen --format criteo --rows 20000 --seed 5 --out " + Path("r.tsv"))).exit_code, 0);
   const std::string base = "train --data " + Path("r.tsv") +
                            " --set model.mlp=32,16 --set pipeline.pass_examples=2000"
                            " --set optimizer.sparse.type=rowwise_adagrad"
                            " --set storage.quant.bits=16";
-  Result mem = Run(Ctrbox(base + " --model-dir " + Path("mem")));
-  ASSERT_EQ(mem.exit_code, 0) << mem.err;
+  Result mem;
+  ASSERT_NO_FATAL_FAILURE(TrainInMemoryAndOverSsd(base, "2MB", &mem));
   // 16 bytes of counters, wide weight 4 and its state 4, 16 two-byte codes, one state float
   // (per-element float32 Adagrad: 148).
   EXPECT_EQ(mem.last_json["value_bytes_per_key"], 56.0);
-  Result ssd =
-      Run(Ctrbox(base + " --model-dir " + Path("ssd") + " --set storage.ssd_dir=" + Path("store") +
-                 " --set storage.memory_budget=2MB --set storage.file_bytes=4MB"));
-  ASSERT_EQ(ssd.exit_code, 0) << ssd.err;
-  EXPECT_GT(ssd.last_json["storage"]["loaded_from_ssd"].get<uint64_t>(), 0u);
-  EXPECT_EQ(ssd.last_json["digest"], mem.last_json["digest"]);
   Result inspect = Run(Ctrbox("inspect --model-dir " + Path("mem")));
   ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
   EXPECT_EQ(inspect.last_json["spec"]["sparse_optimizer"]["kind"], "rowwise_adagrad");
@@ -291,23 +302,17 @@ TEST_F(CliTest, RowwiseAdagradRowsAreSmallAndTrainThroughEveryTier) {
   EXPECT_NE(other.err.find("rowwise_adagrad"), std::string::npos) << other.err;
 }
 
-TEST_F(CliTest, Bf16AdagradStateHalvesTheStateAndTrainsThroughEveryTier) {
+TEST_F(RowLayoutCliTest, Bf16AdagradStateHalvesTheStateAndTrainsThroughEveryTier) {
   ASSERT_EQ(
       Run(Ctrbox("gen --format criteo --rows 20000 --seed 6 --out " + Path("h.tsv"))).exit_code, 0);
   const std::string base = "train --data " + Path("h.tsv") +
                            " --set model.mlp=32,16 --set pipeline.pass_examples=2000"
                            " --set optimizer.sparse.state_bits=16";
-  Result mem = Run(Ctrbox(base + " --model-dir " + Path("mem")));
-  ASSERT_EQ(mem.exit_code, 0) << mem.err;
+  Result mem;
+  ASSERT_NO_FATAL_FAILURE(TrainInMemoryAndOverSsd(base, "3MB", &mem));
   // 16 bytes of counters, wide weight 4 and its state 4, 16 floats, 16 two-byte state values
   // (float32 state: 148).
   EXPECT_EQ(mem.last_json["value_bytes_per_key"], 116.0);
-  Result ssd =
-      Run(Ctrbox(base + " --model-dir " + Path("ssd") + " --set storage.ssd_dir=" + Path("store") +
-                 " --set storage.memory_budget=3MB --set storage.file_bytes=4MB"));
-  ASSERT_EQ(ssd.exit_code, 0) << ssd.err;
-  EXPECT_GT(ssd.last_json["storage"]["loaded_from_ssd"].get<uint64_t>(), 0u);
-  EXPECT_EQ(ssd.last_json["digest"], mem.last_json["digest"]);
   Result seq = Run(Ctrbox(base + " --model-dir " + Path("seq") + " --set pipeline.enabled=false"));
   ASSERT_EQ(seq.exit_code, 0) << seq.err;
   EXPECT_EQ(seq.last_json["digest"], mem.last_json["digest"]);
