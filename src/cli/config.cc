@@ -391,6 +391,10 @@ const std::vector<Key>& Keys() {
       {"gpu.emulate", "false",
        "run the GPU train step on CPU threads (no GPU needed; slow; for tests and debugging)",
        Bool([](JobConfig* j, bool v) { j->gpu_options.emulate = v; })},
+      {"gpu.pass_memory", "0 (auto: half of GPU 0's memory; no limit with gpu.emulate)",
+       "GPU memory the staged passes may take together (queue_depth + 2 of them): the read "
+       "stage closes a pass before its bytes pass its share (docs/gpu.md, \"Pass sizing\")",
+       Bytes([](JobConfig* j, uint64_t v) { j->gpu_options.pass_memory = v; }, 0)},
       // pipeline
       {"pipeline.pass_examples", "262144",
        "examples per pass (the unit of pull / train / push, shrinking and checkpoints); with "

@@ -362,6 +362,18 @@ int CudaDevices(std::string* why) {
   return n;
 }
 
+uint64_t CudaTotalMemory(int device, std::string* why) {
+  cudaDeviceProp prop;
+  const cudaError_t e = cudaGetDeviceProperties(&prop, device);
+  if (e != cudaSuccess) {
+    *why = std::string("cannot read the GPU's properties: ") + cudaGetErrorName(e) + ": " +
+           cudaGetErrorString(e);
+    cudaGetLastError();
+    return 0;
+  }
+  return prop.totalGlobalMem;
+}
+
 namespace {
 
 // A device copy of a hash index over `keys` (row i for keys[i]), built by concurrent inserts.

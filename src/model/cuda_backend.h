@@ -16,6 +16,8 @@ StatusOr<std::unique_ptr<GpuTrainer>> CreateCudaTrainer(CtrModel* model,
                                                         const GpuOptions& options);
 // The number of CUDA devices; 0 with the driver's reason in *why.
 int CudaDevices(std::string* why);
+// totalGlobalMem of `device` (0 with the reason in *why).
+uint64_t CudaTotalMemory(int device, std::string* why);
 
 // The device hash index (working/hbm_table.h) on GPU 0, for tests: inserts keys[i] with row i
 // from concurrent threads, then for every probe finds its row (kNoRow if absent) and

@@ -29,6 +29,11 @@ struct GpuOptions {
   // debugging on machines without one).
   bool emulate = false;
   uint32_t slots = 3;  // passes staged at once (the pipeline's queue depth + 2)
+  // Bytes of GPU memory the staged passes may take together (gpu.pass_memory): the read
+  // stage closes a pass before it would take more than pass_memory / slots (docs/gpu.md,
+  // "Pass sizing"). 0 at load: half of GPU 0's memory on a GPU, no limit with emulate
+  // (ResolveGpuPassMemory). A value set cuts the passes of a CPU run too.
+  uint64_t pass_memory = 0;
 };
 
 }  // namespace ctrbox

@@ -318,6 +318,38 @@ class GpuStep {
     std::vector<Buf<float>> acts, hgrads;
   };
 
+  // Bytes of the GPU buffers that hold staged passes (every slot's rows, keys, indexes,
+  // examples and exchange buffers): their high-water mark, since buffers only grow. Not
+  // while a Stage runs.
+  uint64_t StagedBytes() const {
+    uint64_t b = 0;
+    auto add = [&b](const auto& buf) { b += buf.size() * sizeof(*buf.data()); };
+    for (const Slot& s : slots_) {
+      for (const Part& p : s.parts) {
+        for (const auto* f : {&p.rows.show, &p.rows.click, &p.rows.wide, &p.rows.wide_state,
+                              &p.rows.emb, &p.rows.emb_state, &p.send, &p.recv_grad, &p.acc}) {
+          add(*f);
+        }
+        add(p.rows.unseen);
+        add(p.rows.flags);
+        for (const auto* k : {&p.keys, &p.slot_keys, &p.recv_keys}) add(*k);
+        for (const auto* u :
+             {&p.slot_rows, &p.special, &p.recv_rows, &p.touched, &p.status, &p.created}) {
+          add(*u);
+        }
+      }
+      for (const Feed& f : s.feeds) {
+        for (const auto* x : {&f.labels, &f.dense, &f.weights, &f.predictions, &f.fetch, &f.grad}) {
+          add(*x);
+        }
+        for (const auto* u : {&f.offsets, &f.fetch_pos, &f.cell, &f.uniq_occ_begin, &f.uniq_occ}) {
+          add(*u);
+        }
+      }
+    }
+    return b;
+  }
+
   // Floats per row in the exchange: embedding, wide, has-embedding flag (rows to the asking
   // GPU), or embedding gradient, wide gradient, shows, clicks (gradients to the owner).
   uint32_t FetchStride() const { return model_->options().embedding_dim + 2; }
@@ -818,6 +850,7 @@ class GpuStepTrainer : public GpuTrainer {
                uint64_t* created) override {
     return step_->Train(pass_index, pass, ws, patched, rows, predictions, created);
   }
+  uint64_t StagedBytes() const override { return step_->StagedBytes(); }
 
  protected:
   std::unique_ptr<GpuStep<Exec>> step_;

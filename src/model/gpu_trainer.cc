@@ -104,4 +104,40 @@ int CudaDeviceCount(std::string* why) {
 #endif
 }
 
+uint64_t GpuPassBytesBound(const GpuPassShape& p, const ValueLayout& L, uint32_t gpus) {
+  const uint64_t fetch = 4 * (uint64_t{L.dim} + 2), grad = 4 * (uint64_t{L.dim} + 3);
+  const uint64_t row = 4 * (3 + uint64_t{L.wide_state} + L.dim + L.emb_state) + 2 * 2;
+  // Every GPU: the examples without their keys, predictions, and per occurrence its fetch
+  // position, cell and place in the occurrence lists; per (minibatch, GPU) slice its uniq
+  // list's offsets (at most a slice's distinct keys + 1).
+  const uint64_t feed = p.content_bytes - 8 * p.key_uses + 4 * p.rows + 12 * p.key_uses +
+                        4 * (p.batch_keys + p.batches * gpus) + p.max_batch_keys * (fetch + grad);
+  // Owners together: each key's row, key, hash slots (fewer than 4 per key, at least 16 per
+  // GPU) and gradient accumulator; each asked key its key, row and touched entry, and the
+  // per-minibatch send and gradient buffers.
+  const uint64_t own = p.keys * (row + 8 + 4 * 12 + grad) + gpus * 16 * 12 +
+                       p.batch_keys * (8 + 4 + 4) + gpus * p.max_batch_keys * (fetch + grad);
+  return gpus * feed + own + gpus * 4 * 4;  // + special, status, created
+}
+
+uint64_t CudaDeviceMemory(int device, std::string* why) {
+#if defined(CTRBOX_WITH_CUDA)
+  return CudaTotalMemory(device, why);
+#else
+  (void)device;
+  *why = "built without the CUDA backend (nvcc not found at build time)";
+  return 0;
+#endif
+}
+
+Status ResolveGpuPassMemory(GpuOptions* options) {
+  if (options->emulate || options->pass_memory != 0) return Status::OK();
+  std::string why;
+  if (CudaDeviceCount(&why) == 0) return FailedPreconditionError("device: gpu: " + why);
+  const uint64_t total = CudaDeviceMemory(0, &why);
+  if (total == 0) return FailedPreconditionError("device: gpu: " + why);
+  options->pass_memory = total / 2;
+  return Status::OK();
+}
+
 }  // namespace ctrbox

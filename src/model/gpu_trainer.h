@@ -44,13 +44,34 @@ class GpuTrainer {
   virtual Status Train(uint64_t pass_index, const Batch& pass, const WorkingSet& ws,
                        const std::vector<uint32_t>& patched, RowBlock* rows, float* predictions,
                        uint64_t* created) = 0;
+  // Bytes of GPU memory the staged passes' buffers reached (their high-water mark, over all
+  // GPUs); call between passes.
+  virtual uint64_t StagedBytes() const = 0;
   // What runs the step ("host emulation, 2 GPUs", "1 x NVIDIA H100 80GB HBM3 (sm_90) ...").
   virtual std::string Describe() const = 0;
 };
 
+// What one pass staged on the GPUs may take at most (GpuTrainer::StagedBytes of a slot): its
+// rows with keys and hash index, the examples and plan copied to every GPU, the exchange lists
+// and the per-minibatch buffers. The pass: `rows` examples whose columns take content_bytes
+// (Batch::ContentBytes), `key_uses` key occurrences, `keys` distinct keys, `batches`
+// minibatches whose distinct keys add up to batch_keys, the most in one max_batch_keys;
+// rows of `layout` and an MLP over dim-wide embeddings, on `gpus` GPUs.
+struct GpuPassShape {
+  uint64_t rows = 0, content_bytes = 0, key_uses = 0, keys = 0, batches = 0, batch_keys = 0,
+           max_batch_keys = 0;
+};
+uint64_t GpuPassBytesBound(const GpuPassShape& pass, const ValueLayout& layout, uint32_t gpus);
+
 // The GPUs the driver reports (0 with the reason in *why when there are none, or when this
 // binary has no CUDA backend).
 int CudaDeviceCount(std::string* why);
+// The memory of GPU `device` in bytes (0 with the reason in *why when it cannot be had).
+uint64_t CudaDeviceMemory(int device, std::string* why);
+// gpu.pass_memory's default: with a GPU and options->pass_memory 0, half of GPU 0's memory
+// (the rest holds the dense model, activations and the libraries' workspaces); unchanged
+// with emulate or a set value. Fails when no GPU can be asked.
+Status ResolveGpuPassMemory(GpuOptions* options);
 
 }  // namespace ctrbox
 

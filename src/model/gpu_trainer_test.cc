@@ -57,7 +57,8 @@ struct Trained {
     }
   }
 
-  Status TrainOnGpu(const GpuOptions& o, int epochs, uint64_t* created = nullptr) {
+  Status TrainOnGpu(const GpuOptions& o, int epochs, uint64_t* created = nullptr,
+                    uint64_t* staged = nullptr) {
     ThreadPool pool(3);
     ASSIGN_OR_RETURN(std::unique_ptr<GpuTrainer> gpu,
                      GpuTrainer::Create(&model, accessor, o, &pool));
@@ -67,7 +68,19 @@ struct Trained {
       RETURN_IF_ERROR(gpu->Train(e, pass, ws, {}, &rows, predictions.data(), &c));
       if (created != nullptr) *created += c;
     }
+    if (staged != nullptr) *staged = gpu->StagedBytes();
     return Status::OK();
+  }
+
+  // The pass as the pass reader counts it (pipeline/pass_reader.h, PassShape).
+  GpuPassShape Shape() const {
+    GpuPassShape s{pass.rows(), pass.ContentBytes(), pass.keys.size(), ws.keys.size(),
+                   ws.batches.size()};
+    for (const Minibatch& mb : ws.batches) {
+      s.batch_keys += mb.uniq.size();
+      s.max_batch_keys = std::max<uint64_t>(s.max_batch_keys, mb.uniq.size());
+    }
+    return s;
   }
 
   CtrModel model;
@@ -183,6 +196,25 @@ TEST(GpuEmulationTest, OneGpuIsBitIdenticalToTheCpuModel) {
     EXPECT_EQ(gpu.predictions, cpu.predictions);
     if (s.embedx_threshold > 0) {
       EXPECT_GT(created, 0u);
+    }
+  }
+}
+
+// gpu.pass_memory sizes passes by GpuPassBytesBound: it must bound what a staged pass's GPU
+// buffers take (one pass in one slot: StagedBytes), on one GPU and several, and not loosely.
+TEST(GpuEmulationTest, GpuPassBytesBoundBoundsWhatAStagedPassTakes) {
+  for (const Case& s : Cases()) {
+    for (uint32_t gpus : {1u, 2u, 3u}) {
+      SCOPED_TRACE(std::string(OptimizerKindName(s.sparse.kind)) + " gpus " + std::to_string(gpus));
+      Trained t(s);
+      GpuOptions o;
+      o.emulate = true;
+      o.gpus = gpus;
+      uint64_t staged = 0;
+      ASSERT_TRUE(t.TrainOnGpu(o, 1, nullptr, &staged).ok());
+      const uint64_t bound = GpuPassBytesBound(t.Shape(), t.model.value_layout(), gpus);
+      EXPECT_LE(staged, bound);
+      EXPECT_GE(staged, bound / 2);
     }
   }
 }

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "model/ctr_model.h"
+#include "model/gpu_trainer.h"
 #include "table/cache_slot.h"
 #include "util/parse.h"
 
@@ -33,6 +34,20 @@ PassReaderOptions JobConfig::PassOptions() const {
   o.epochs = train.epochs;
   const TieredOptions table = StorageFor(CtrModel::LayoutFor(spec.model, spec.sparse_optimizer));
   const uint64_t row_budget = table.RowBudgetBytes();
+  if (gpu_options.pass_memory > 0 && pipeline.size_by_memory) {
+    // The staged passes share the GPU memory (ResolveGpuPassMemory sets the default with
+    // device: gpu). Set explicitly, it cuts a CPU run's passes alike, so that a job can move
+    // between the GPU and the CPU by resume.
+    o.device_pass_bytes = gpu_options.pass_memory / (pipeline.queue_depth + 2);
+    o.device_bytes = [layout = table.layout, gpus = gpu_options.gpus](const PassShape& s) {
+      return GpuPassBytesBound({s.rows, s.content_bytes + sizeof(uint32_t), s.key_uses, s.keys,
+                                s.batches, s.batch_keys, s.max_batch_keys},
+                               layout, gpus);
+    };
+    o.batch_size = train.batch_size;
+    o.row_bytes = RowBlock::BytesPerRow(table.layout);
+    o.window_passes = 2 * pipeline.queue_depth + 3;
+  }
   if (!pipeline.size_by_memory || row_budget == 0) return o;
   const uint64_t row_bytes = table.ResidentRowBytes();
   o.window_passes = 2 * pipeline.queue_depth + 3;

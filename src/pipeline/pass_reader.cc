@@ -24,7 +24,7 @@ Status PassReader::Open() {
   schema_ = reader_->schema();
   block_.Reset(schema_);
   pending_.Reset(schema_);
-  if (options_.window_keys > 0) {
+  if (options_.window_keys > 0 || options_.device_pass_bytes > 0) {
     window_ = std::make_unique<KeyWindow>(std::max<uint32_t>(1, options_.window_passes));
   }
   return Status::OK();
@@ -56,7 +56,7 @@ StatusOr<PassReader::Fill> PassReader::FillTo(Batch* out, uint64_t limit) {
   return Fill::kRows;
 }
 
-void PassReader::ClosePass(const Batch& examples, bool by_keys, bool by_memory) {
+void PassReader::ClosePass(const Batch& examples, bool by_keys, bool by_memory, bool by_device) {
   const PassShape shape = std::exchange(shape_, PassShape{});
   if (examples.rows() == 0) return;
   PassSizingStats& z = sizing_;
@@ -69,10 +69,14 @@ void PassReader::ClosePass(const Batch& examples, bool by_keys, bool by_memory) 
     z.max_pass_keys = std::max(z.max_pass_keys, window_->current());
     window_->NextPass();
   }
-  if (options_.pass_memory > 0 && window_) {
+  z.closed_by_device += by_device;
+  if (SizedByBytes() && window_) {
     const uint64_t bytes = PassBytes(shape, options_.row_bytes);
     z.closed_by_memory += by_memory;
     z.max_pass_bytes = std::max(z.max_pass_bytes, bytes);
+    if (options_.device_bytes) {
+      z.max_device_bytes = std::max(z.max_device_bytes, options_.device_bytes(shape));
+    }
     z.max_window_bytes = std::max(z.max_window_bytes, recent_sum_ + bytes);
     recent_bytes_.push_back(bytes);
     recent_sum_ += bytes;
@@ -95,7 +99,7 @@ Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place) {
       if (f == Fill::kEnd || f == Fill::kRowsThenEpochEnd) break;
       if (f == Fill::kEpochEnd && (examples->rows() > 0 || epoch_ >= options_.epochs)) break;
     }
-    ClosePass(*examples, false, false);
+    ClosePass(*examples, false, false, false);
     *eof = examples->rows() == 0;
     grid_count_ += !*eof;
     if (place != nullptr) *place = here;
@@ -105,8 +109,8 @@ Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place) {
 
   // Key-sized: the passes above, each cut further between minibatches (counted from the
   // start of the pass above, as the trainer cuts them) while the window's keys fit.
-  bool by_keys = false, by_memory = false;
-  const bool sized_by_memory = options_.pass_memory > 0;
+  bool by_keys = false, by_memory = false, by_device = false;
+  const bool sized_by_memory = SizedByBytes();
   while (true) {
     if (pending_.rows() == 0) {
       const uint64_t room = std::min<uint64_t>(options_.batch_size, want - grid_pos_);
@@ -122,7 +126,7 @@ Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place) {
     const uint64_t* keys = pending_.keys.data();
     const size_t n = pending_.keys.size();
     const KeyWindow::Counts with = window_->CountWith(keys, n);
-    const bool over_keys = with.window > options_.window_keys;
+    const bool over_keys = options_.window_keys > 0 && with.window > options_.window_keys;
     PassShape shape = shape_;
     if (sized_by_memory) {
       shape.content_bytes += pending_.ContentBytes() - sizeof(uint32_t);
@@ -130,9 +134,16 @@ Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place) {
       shape.keys = with.pass;
       shape.batches += 1;
       shape.batch_keys += with.batch;
+      shape.rows += pending_.rows();
+      shape.max_batch_keys = std::max(shape.max_batch_keys, with.batch);
     }
     if (sized_by_memory) {
-      const PassShape alone{pending_.ContentBytes() - sizeof(uint32_t), n, with.batch, 1,
+      const PassShape alone{pending_.ContentBytes() - sizeof(uint32_t),
+                            n,
+                            with.batch,
+                            1,
+                            with.batch,
+                            pending_.rows(),
                             with.batch};
       sizing_.max_batch_bytes =
           std::max(sizing_.max_batch_bytes, PassBytes(alone, options_.row_bytes));
@@ -140,12 +151,16 @@ Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place) {
     // Each pass gets an equal share of pass_memory. (Letting a pass take what the passes
     // before it left made a full-size pass followed by passes of one minibatch until it
     // left the window, each of them over the limit.)
+    const uint64_t bytes = sized_by_memory ? PassBytes(shape, options_.row_bytes) : 0;
     const bool over_memory =
-        sized_by_memory && PassBytes(shape, options_.row_bytes) >
-                               options_.pass_memory / std::max<uint32_t>(1, options_.memory_passes);
-    if ((over_keys || over_memory) && examples->rows() > 0) {
+        options_.pass_memory > 0 &&
+        bytes > options_.pass_memory / std::max<uint32_t>(1, options_.memory_passes);
+    const bool over_device =
+        options_.device_pass_bytes > 0 && options_.device_bytes(shape) > options_.device_pass_bytes;
+    if ((over_keys || over_memory || over_device) && examples->rows() > 0) {
       by_keys = over_keys;  // the minibatch starts the next pass
       by_memory = over_memory;
+      by_device = over_device;
       break;
     }
     if (over_keys) {
@@ -172,11 +187,11 @@ Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place) {
     }
   }
   if (sized_by_memory) examples->ShrinkToFit();  // what PassBytes counts
-  ClosePass(*examples, by_keys, by_memory);
+  ClosePass(*examples, by_keys, by_memory, by_device);
   *eof = examples->rows() == 0;
-  // The last piece of its grid pass unless the key window or the pass memory cut it (the
+  // The last piece of its grid pass unless the key window or a memory limit cut it (the
   // input's end ends it).
-  here.last = !by_keys && !by_memory;
+  here.last = !by_keys && !by_memory && !by_device;
   if (!*eof && here.last) {
     grid_pos_ = 0;
     ++grid_count_;

@@ -40,6 +40,11 @@ struct PassReaderOptions {
   uint64_t pass_memory = 0;
   uint32_t memory_passes = 1;
   uint64_t row_bytes = 0;
+  // Pass sizing by GPU memory (0: off; device: gpu): a pass's GPU bytes (device_bytes of its
+  // shape: GpuPassBytesBound) stay within device_pass_bytes, or it is one minibatch. Works
+  // with or without the key window (window_keys 0: passes are cut by this alone).
+  uint64_t device_pass_bytes = 0;
+  std::function<uint64_t(const struct PassShape&)> device_bytes;
   // Optional: what to add to the error when one minibatch alone holds more than window_keys
   // distinct keys (`keys` of them): the budget it would need.
   std::function<std::string(uint64_t keys)> key_limit_hint;
@@ -62,6 +67,8 @@ struct PassSizingStats {
   uint64_t max_window_keys = 0;   // the most distinct keys the window held at a cut
   uint64_t max_pass_keys = 0;     // the most distinct keys of one pass
   uint64_t closed_by_memory = 0;  // passes closed by pass_memory
+  uint64_t closed_by_device = 0;  // passes closed by device_pass_bytes
+  uint64_t max_device_bytes = 0;  // the most GPU bytes (device_bytes) of one pass
   uint64_t max_window_bytes = 0;  // the most bytes (PassBytes) of memory_passes passes
   uint64_t max_pass_bytes = 0;    // the most bytes of one pass
   uint64_t max_batch_bytes = 0;   // the most bytes of one minibatch as a pass: above
@@ -70,12 +77,14 @@ struct PassSizingStats {
 
 // What a pass holds, as the pass reader counts it.
 struct PassShape {
-  uint64_t content_bytes = 0;  // its examples' columns (Batch::ContentBytes) less the
-                               // offsets' leading 0
-  uint64_t key_uses = 0;       // key occurrences
-  uint64_t keys = 0;           // distinct keys
-  uint64_t batches = 0;        // minibatches
-  uint64_t batch_keys = 0;     // distinct keys of each minibatch, added up
+  uint64_t content_bytes = 0;   // its examples' columns (Batch::ContentBytes) less the
+                                // offsets' leading 0
+  uint64_t key_uses = 0;        // key occurrences
+  uint64_t keys = 0;            // distinct keys
+  uint64_t batches = 0;         // minibatches
+  uint64_t batch_keys = 0;      // distinct keys of each minibatch, added up
+  uint64_t rows = 0;            // examples
+  uint64_t max_batch_keys = 0;  // the most distinct keys of one minibatch
 };
 // At least the bytes the pass holds from read to push, as Pass::Gauge counts them: its
 // examples (shrunk to fit), working set and working table with rows of row_bytes.
@@ -114,7 +123,8 @@ class PassReader {
   // Appends rows to *out until it holds `limit` rows, the epoch ends (the rows read are the
   // epoch's last), or the input ends.
   StatusOr<Fill> FillTo(Batch* out, uint64_t limit);
-  void ClosePass(const Batch& examples, bool by_keys, bool by_memory);
+  void ClosePass(const Batch& examples, bool by_keys, bool by_memory, bool by_device);
+  bool SizedByBytes() const { return options_.pass_memory > 0 || options_.device_pass_bytes > 0; }
 
   Schema schema_;
   Batch block_;

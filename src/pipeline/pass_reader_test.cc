@@ -35,6 +35,14 @@ PassReader Reader(uint64_t rows, uint64_t pass_examples, uint32_t epochs, int* o
   return Reader(rows, o, opens);
 }
 
+// Sized passes' options: grid passes of 5000 examples cut between 128-example minibatches.
+PassReaderOptions SizedOptions() {
+  PassReaderOptions o;
+  o.pass_examples = 5000;
+  o.batch_size = 128;
+  return o;
+}
+
 std::vector<Batch> AllPasses(PassReader* r) {
   std::vector<Batch> passes;
   while (true) {
@@ -111,12 +119,10 @@ TEST(PassReaderTest, KeySizedPassesKeepEveryWindowWithinItsKeys) {
     // the epoch's last one included.
     for (uint64_t keys : {uint64_t{1000}, uint64_t{9000}, uint64_t{20000}, uint64_t{200000}}) {
       SCOPED_TRACE(::testing::Message() << "window " << window << " keys " << keys);
-      PassReaderOptions o;
-      o.pass_examples = 5000;
+      PassReaderOptions o = SizedOptions();
       o.epochs = 2;
       o.window_keys = keys;
       o.window_passes = window;
-      o.batch_size = 128;
       int opens = 0;
       PassReader r = Reader(7000, o, &opens);
       ASSERT_TRUE(r.Open().ok());
@@ -171,9 +177,12 @@ PassShape ShapeOf(const Batch& b, uint32_t batch_size) {
   for (size_t r = 0; r < b.rows(); r += batch_size) {
     const size_t end = std::min<size_t>(b.rows(), r + batch_size);
     s.batches += 1;
-    s.batch_keys +=
+    const uint64_t own =
         std::set<uint64_t>(b.keys.begin() + b.offsets[r * S], b.keys.begin() + b.offsets[end * S])
             .size();
+    s.batch_keys += own;
+    s.max_batch_keys = std::max(s.max_batch_keys, own);
+    s.rows += end - r;
   }
   return s;
 }
@@ -187,12 +196,10 @@ TEST(PassReaderTest, MemorySizedPassesKeepEveryAliveWindowWithinPassMemory) {
     for (uint64_t memory :
          {uint64_t{1} << 20, uint64_t{4} << 20, uint64_t{16} << 20, uint64_t{1} << 30}) {
       SCOPED_TRACE(::testing::Message() << "alive " << alive << " memory " << memory);
-      PassReaderOptions o;
-      o.pass_examples = 5000;
+      PassReaderOptions o = SizedOptions();
       o.epochs = 2;
       o.window_keys = 1 << 30;  // only the memory cuts
       o.window_passes = 3;
-      o.batch_size = 128;
       o.pass_memory = memory;
       o.memory_passes = alive;
       o.row_bytes = row_bytes;
@@ -230,6 +237,52 @@ TEST(PassReaderTest, MemorySizedPassesKeepEveryAliveWindowWithinPassMemory) {
       if (memory == uint64_t{1} << 20) {
         EXPECT_GT(cut_inside, 10u);
       }
+    }
+  }
+}
+
+// Passes sized by GPU memory alone (device: gpu without a memory budget: no key window): each
+// pass's bytes stay within device_pass_bytes unless it is one minibatch; passes start at
+// minibatch boundaries and together are the input.
+TEST(PassReaderTest, GpuSizedPassesStayWithinTheirShareWithoutAKeyWindow) {
+  const uint64_t row_bytes = RowBlock::BytesPerRow(ValueLayout{});
+  for (uint64_t share : {uint64_t{200} << 10, uint64_t{1} << 20, uint64_t{1} << 30}) {
+    SCOPED_TRACE(::testing::Message() << "share " << share);
+    PassReaderOptions o = SizedOptions();
+    o.device_pass_bytes = share;
+    o.device_bytes = [row_bytes](const PassShape& s) { return PassBytes(s, row_bytes) + s.rows; };
+    o.row_bytes = row_bytes;
+    o.window_passes = 3;
+    int opens = 0;
+    PassReader r = Reader(7000, o, &opens);
+    ASSERT_TRUE(r.Open().ok());
+    const std::vector<Batch> passes = AllPasses(&r);
+    uint64_t rows = 0, cut_inside = 0;
+    std::vector<uint64_t> keys;
+    for (size_t p = 0; p < passes.size(); ++p) {
+      const Batch& b = passes[p];
+      EXPECT_EQ((rows % 5000) % 128, 0u) << "pass " << p << " starts within a minibatch";
+      if (b.rows() > 128) {
+        EXPECT_LE(o.device_bytes(ShapeOf(b, 128)), share) << "pass " << p;
+      }
+      const uint64_t end = rows + b.rows();
+      cut_inside += end % 5000 != 0 && end != 7000;
+      rows = end;
+      keys.insert(keys.end(), b.keys.begin(), b.keys.end());
+    }
+    EXPECT_EQ(rows, 7000u);
+    int opens2 = 0;
+    PassReader whole = Reader(7000, 1 << 20, 1, &opens2);
+    ASSERT_TRUE(whole.Open().ok());
+    EXPECT_EQ(AllPasses(&whole)[0].keys, keys);
+    const PassSizingStats& z = r.sizing();
+    EXPECT_EQ(z.closed_by_device, cut_inside);
+    EXPECT_EQ(z.closed_by_keys, 0u);
+    EXPECT_EQ(z.closed_by_memory, 0u);
+    if (share == uint64_t{1} << 30) {
+      EXPECT_EQ(passes.size(), 2u);
+    } else {
+      EXPECT_GT(cut_inside, 2u);
     }
   }
 }

@@ -198,7 +198,10 @@ void LogStageTable(const StageClocks& clocks, double seconds, uint64_t passes, b
 
 nlohmann::json PassSizingJson(const PassReaderOptions& options, const PassSizingStats& stats,
                               uint64_t row_bytes) {
-  nlohmann::json j = {{"by", options.window_keys > 0 ? "memory" : "examples"},
+  const char* by = options.window_keys > 0         ? "memory"
+                   : options.device_pass_bytes > 0 ? "gpu_memory"
+                                                   : "examples";
+  nlohmann::json j = {{"by", by},
                       {"max_examples", options.pass_examples},
                       {"passes", stats.passes},
                       {"min_pass_examples", stats.min_examples},
@@ -219,6 +222,11 @@ nlohmann::json PassSizingJson(const PassReaderOptions& options, const PassSizing
     j["max_window_bytes_used"] = stats.max_window_bytes;
     j["max_pass_bytes"] = stats.max_pass_bytes;
     j["max_minibatch_bytes"] = stats.max_batch_bytes;
+  }
+  if (options.device_pass_bytes > 0) {
+    j["gpu_pass_bytes"] = options.device_pass_bytes;  // each pass's share of gpu.pass_memory
+    j["closed_by_gpu_memory"] = stats.closed_by_device;
+    j["max_pass_gpu_bytes"] = stats.max_device_bytes;
   }
   return j;
 }

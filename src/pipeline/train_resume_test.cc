@@ -164,6 +164,46 @@ TEST(TrainerTest, AJobMovedBetweenCpuAndEmulatedGpuByResumesEqualsOneCpuRun) {
   EXPECT_EQ((*r3)["job_passes"], 8u);
   EXPECT_EQ((*r3)["digest"], (*one)["digest"]);
 
+  // Passes cut by gpu.pass_memory (a few minibatches each) train the same model; a value
+  // set cuts the CPU run's passes alike, so the job moves between devices by resume.
+  JobConfig small = job_for(dir.File("small"));
+  small.gpu = true;
+  small.gpu_options.pass_memory = 6 << 20;
+  auto r5 = RunTrain(Env::Posix(), small, nullptr);
+  ASSERT_TRUE(r5.ok()) << r5.status().ToString();
+  EXPECT_EQ((*r5)["digest"], (*one)["digest"]);
+  const nlohmann::json& z = (*r5)["pass_sizing"];
+  EXPECT_EQ(z["by"], "gpu_memory");
+  EXPECT_EQ(z["gpu_pass_bytes"], (6 << 20) / (small.pipeline.queue_depth + 2));
+  EXPECT_GT(z["closed_by_gpu_memory"].get<uint64_t>(), 5u);
+  EXPECT_LE(z["max_pass_gpu_bytes"].get<uint64_t>(), z["gpu_pass_bytes"].get<uint64_t>());
+  EXPECT_GT(z["passes"].get<uint64_t>(), (*one)["pass_sizing"]["passes"].get<uint64_t>());
+  // What the (emulated) GPU buffers of the staged passes reached: within gpu.pass_memory, and
+  // the same run without it stages far more.
+  const uint64_t staged = (*r5)["gpu_staged_bytes"];
+  EXPECT_GT(staged, 0u);
+  EXPECT_LE(staged, uint64_t{6} << 20);
+  JobConfig unsized = job_for(dir.File("unsized"));
+  unsized.gpu = true;
+  auto r8 = RunTrain(Env::Posix(), unsized, nullptr);
+  ASSERT_TRUE(r8.ok()) << r8.status().ToString();
+  EXPECT_GT((*r8)["gpu_staged_bytes"].get<uint64_t>(), staged);
+  JobConfig moved = small;
+  moved.model_dir = dir.File("moved");
+  moved.ckpt.dir = dir.File("ckpt-moved");
+  moved.resume = true;
+  stop = false;
+  StopAfter third(4, &stop);
+  auto r6 = RunTrain(Env::Posix(), moved, &third, &stop);
+  ASSERT_TRUE(r6.ok()) << r6.status().ToString();
+  ASSERT_TRUE((*r6)["interrupted"].get<bool>());
+  stop = false;
+  moved.gpu = false;
+  auto r7 = RunTrain(Env::Posix(), moved, nullptr);
+  ASSERT_TRUE(r7.ok()) << r7.status().ToString();
+  EXPECT_EQ((*r7)["device"], "cpu");
+  EXPECT_EQ((*r7)["digest"], (*one)["digest"]);
+
   // Two emulated GPUs sum in another order: the same model up to float rounding.
   JobConfig two = job_for(dir.File("two"));
   two.gpu = true;

@@ -49,6 +49,9 @@ StatusOr<nlohmann::json> ResultSettings(Env* env, const JobConfig& job) {
                              {"table.shrink_every_passes", job.train.shrink_every_passes}};
   // Passes sized by memory are cut where the key window fills: another budget cuts others.
   const PassReaderOptions passes = job.PassOptions();
+  if (passes.device_pass_bytes > 0) {
+    settings["pass sizing (gpu.pass_memory)"] = {{"gpu_pass_bytes", passes.device_pass_bytes}};
+  }
   if (passes.window_keys > 0) {
     settings["pass sizing (storage.memory_budget)"] = {{"window_keys", passes.window_keys},
                                                        {"window_passes", passes.window_passes}};

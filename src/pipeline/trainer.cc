@@ -68,6 +68,8 @@ StatusOr<nlohmann::json> RunPasses(const JobConfig& job, PassReader* reader, Tra
   }
   const uint64_t row_bytes = job.StorageFor(start->model->value_layout()).ResidentRowBytes();
   report["pass_sizing"] = PassSizingJson(reader->options(), reader->sizing(), row_bytes);
+  // The staged passes' GPU buffers at their high-water mark (gpu.pass_memory bounds them).
+  if (gpu) report["gpu_staged_bytes"] = gpu->StagedBytes();
   if (reader->options().window_keys > 0) {
     const PassSizingStats& z = reader->sizing();
     LOG_INFO(
@@ -78,6 +80,14 @@ StatusOr<nlohmann::json> RunPasses(const JobConfig& job, PassReader* reader, Tra
         FormatBytes(reader->options().window_keys * row_bytes), row_bytes,
         FormatBytes(reader->options().pass_memory), reader->options().memory_passes, z.passes,
         z.min_examples, z.max_examples, z.closed_by_keys, z.closed_by_memory);
+  }
+  if (reader->options().device_pass_bytes > 0) {
+    const PassSizingStats& z = reader->sizing();
+    LOG_INFO(
+        "passes sized by GPU memory: at most {} a pass ({} passes staged share gpu.pass_memory); "
+        "{} passes of {} to {} examples, {} closed by it",
+        FormatBytes(reader->options().device_pass_bytes), job.pipeline.queue_depth + 2, z.passes,
+        z.min_examples, z.max_examples, z.closed_by_device);
   }
   // An interrupted run read only part of the data; its record counts are partial.
   if (!run.interrupted) report.update(CountsJson(reader->counts()));
@@ -177,6 +187,7 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   Stopwatch total_clock;
   // Validate, and learn the schema from the data.
   RETURN_IF_ERROR(job.Validate());
+  if (job.gpu) RETURN_IF_ERROR(ResolveGpuPassMemory(&job.gpu_options));
   job.data.cancel = stop;  // a stalled data.command or standard input gives way to Ctrl-C
   PassReader reader([&] { return OpenData(env, job.data, job.generated, false); },
                     job.PassOptions());
