@@ -3,8 +3,10 @@
 // epochs. With a key window (the memory budget's pass sizing, docs/storage.md) each such pass
 // is cut further, between its minibatches (batch_size examples from its start, as the trainer
 // cuts them), so that the distinct keys of a pass and the passes before it that can be in
-// flight with it stay within window_keys. The minibatches are the same either way, so where
-// passes end does not change the model unless table shrinking runs every few passes.
+// flight with it stay within window_keys, and (pass_memory, device_pass_bytes) so that the
+// bytes a pass holds on the host and on the GPUs stay within their shares. The minibatches
+// are the same either way, so where passes end does not change the model (shrinking and
+// checkpoints count the passes of pass_examples).
 //
 // Thread safety: not thread-safe; the read stage's thread owns it.
 #ifndef CTRBOX_PIPELINE_PASS_READER_H_
@@ -20,6 +22,21 @@
 #include "pipeline/key_window.h"
 
 namespace ctrbox {
+
+// What a pass holds, as the pass reader counts it.
+struct PassShape {
+  uint64_t content_bytes = 0;   // its examples' columns (Batch::ContentBytes) less the
+                                // offsets' leading 0
+  uint64_t key_uses = 0;        // key occurrences
+  uint64_t keys = 0;            // distinct keys
+  uint64_t batches = 0;         // minibatches
+  uint64_t batch_keys = 0;      // distinct keys of each minibatch, added up
+  uint64_t rows = 0;            // examples
+  uint64_t max_batch_keys = 0;  // the most distinct keys of one minibatch
+};
+// At least the bytes the pass holds from read to push, as Pass::Gauge counts them: its
+// examples (shrunk to fit), working set and working table with rows of row_bytes.
+uint64_t PassBytes(const PassShape& shape, uint64_t row_bytes);
 
 struct PassReaderOptions {
   uint64_t pass_examples = 262144;  // the most examples of a pass; REQUIRES: >= 1
@@ -44,7 +61,7 @@ struct PassReaderOptions {
   // shape: GpuPassBytesBound) stay within device_pass_bytes, or it is one minibatch. Works
   // with or without the key window (window_keys 0: passes are cut by this alone).
   uint64_t device_pass_bytes = 0;
-  std::function<uint64_t(const struct PassShape&)> device_bytes;
+  std::function<uint64_t(const PassShape&)> device_bytes;
   // Optional: what to add to the error when one minibatch alone holds more than window_keys
   // distinct keys (`keys` of them): the budget it would need.
   std::function<std::string(uint64_t keys)> key_limit_hint;
@@ -74,21 +91,6 @@ struct PassSizingStats {
   uint64_t max_batch_bytes = 0;   // the most bytes of one minibatch as a pass: above
                                   // pass_memory / memory_passes, passes of one may exceed it
 };
-
-// What a pass holds, as the pass reader counts it.
-struct PassShape {
-  uint64_t content_bytes = 0;   // its examples' columns (Batch::ContentBytes) less the
-                                // offsets' leading 0
-  uint64_t key_uses = 0;        // key occurrences
-  uint64_t keys = 0;            // distinct keys
-  uint64_t batches = 0;         // minibatches
-  uint64_t batch_keys = 0;      // distinct keys of each minibatch, added up
-  uint64_t rows = 0;            // examples
-  uint64_t max_batch_keys = 0;  // the most distinct keys of one minibatch
-};
-// At least the bytes the pass holds from read to push, as Pass::Gauge counts them: its
-// examples (shrunk to fit), working set and working table with rows of row_bytes.
-uint64_t PassBytes(const PassShape& shape, uint64_t row_bytes);
 
 // Opens the input anew (once per epoch).
 using ReaderFactory = std::function<StatusOr<std::unique_ptr<BatchReader>>()>;
