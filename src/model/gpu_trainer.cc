@@ -106,7 +106,7 @@ int CudaDeviceCount(std::string* why) {
 
 uint64_t GpuPassBytesBound(const GpuPassShape& p, const ValueLayout& L, uint32_t gpus) {
   const uint64_t fetch = 4 * (uint64_t{L.dim} + 2), grad = 4 * (uint64_t{L.dim} + 3);
-  const uint64_t row = 4 * (3 + uint64_t{L.wide_state} + L.dim + L.emb_state) + 2 * 2;
+  const uint64_t row = RowBlock::BytesPerRow(L) - 8;  // the key is counted apart
   // Every GPU: the examples without their keys, predictions, and per occurrence its fetch
   // position, cell and place in the occurrence lists; per (minibatch, GPU) slice its uniq
   // list's offsets (at most a slice's distinct keys + 1).

@@ -128,16 +128,9 @@ Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place) {
     const KeyWindow::Counts with = window_->CountWith(keys, n);
     const bool over_keys = options_.window_keys > 0 && with.window > options_.window_keys;
     PassShape shape = shape_;
+    bool over_memory = false, over_device = false;
     if (sized_by_memory) {
-      shape.content_bytes += pending_.ContentBytes() - sizeof(uint32_t);
-      shape.key_uses += n;
-      shape.keys = with.pass;
-      shape.batches += 1;
-      shape.batch_keys += with.batch;
-      shape.rows += pending_.rows();
-      shape.max_batch_keys = std::max(shape.max_batch_keys, with.batch);
-    }
-    if (sized_by_memory) {
+      // The minibatch alone, and the pass with it.
       const PassShape alone{pending_.ContentBytes() - sizeof(uint32_t),
                             n,
                             with.batch,
@@ -147,16 +140,22 @@ Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place) {
                             with.batch};
       sizing_.max_batch_bytes =
           std::max(sizing_.max_batch_bytes, PassBytes(alone, options_.row_bytes));
+      shape.content_bytes += alone.content_bytes;
+      shape.key_uses += n;
+      shape.keys = with.pass;
+      shape.batches += 1;
+      shape.batch_keys += with.batch;
+      shape.rows += alone.rows;
+      shape.max_batch_keys = std::max(shape.max_batch_keys, with.batch);
+      // Each pass gets an equal share of pass_memory. (Letting a pass take what the passes
+      // before it left made a full-size pass followed by passes of one minibatch until it
+      // left the window, each of them over the limit.)
+      over_memory = options_.pass_memory > 0 &&
+                    PassBytes(shape, options_.row_bytes) >
+                        options_.pass_memory / std::max<uint32_t>(1, options_.memory_passes);
+      over_device = options_.device_pass_bytes > 0 &&
+                    options_.device_bytes(shape) > options_.device_pass_bytes;
     }
-    // Each pass gets an equal share of pass_memory. (Letting a pass take what the passes
-    // before it left made a full-size pass followed by passes of one minibatch until it
-    // left the window, each of them over the limit.)
-    const uint64_t bytes = sized_by_memory ? PassBytes(shape, options_.row_bytes) : 0;
-    const bool over_memory =
-        options_.pass_memory > 0 &&
-        bytes > options_.pass_memory / std::max<uint32_t>(1, options_.memory_passes);
-    const bool over_device =
-        options_.device_pass_bytes > 0 && options_.device_bytes(shape) > options_.device_pass_bytes;
     if ((over_keys || over_memory || over_device) && examples->rows() > 0) {
       by_keys = over_keys;  // the minibatch starts the next pass
       by_memory = over_memory;

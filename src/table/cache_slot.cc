@@ -2,7 +2,6 @@
 
 #include <cstring>
 
-#include "util/bf16.h"
 #include "util/coding.h"
 #include "util/hash.h"
 
@@ -143,12 +142,7 @@ void CacheSlot::ReadRow(uint32_t node, RowBlock* out, size_t r) const {
     } else {
       CopyBytes(out->emb(r), e, 4 * layout_.dim);
     }
-    if (layout_.state_bits == 16) {
-      const uint16_t* s = reinterpret_cast<const uint16_t*>(e + emb_words_);
-      for (uint32_t d = 0; d < layout_.emb_state; ++d) out->emb_state(r)[d] = FloatOfBf16(s[d]);
-    } else {
-      CopyBytes(out->emb_state(r), e + emb_words_, 4 * layout_.emb_state);
-    }
+    LoadState(layout_, reinterpret_cast<const char*>(e + emb_words_), out->emb_state(r));
   } else {
     ZeroBytes(out->emb(r), 4 * layout_.dim);
     ZeroBytes(out->emb_state(r), 4 * layout_.emb_state);
@@ -170,12 +164,7 @@ void CacheSlot::WriteRow(uint32_t node, const RowBlock& in, size_t r) {
     } else {
       CopyBytes(e, in.emb(r), 4 * layout_.dim);
     }
-    if (layout_.state_bits == 16) {
-      uint16_t* s = reinterpret_cast<uint16_t*>(e + emb_words_);
-      for (uint32_t d = 0; d < layout_.emb_state; ++d) s[d] = Bf16Of(in.emb_state(r)[d]);
-    } else {
-      CopyBytes(e + emb_words_, in.emb_state(r), 4 * layout_.emb_state);
-    }
+    StoreState(layout_, in.emb_state(r), reinterpret_cast<char*>(e + emb_words_));
   } else if (h[kEmbId] != kNoEmb) {
     embs_.Free(h[kEmbId]);
     h[kEmbId] = kNoEmb;

@@ -7,6 +7,22 @@
 
 namespace ctrbox {
 
+void StoreState(const ValueLayout& l, const float* state, char* out) {
+  if (l.state_bits == 16) {
+    PackBf16(state, l.emb_state, out);
+  } else {
+    CopyBytes(out, state, 4 * l.emb_state);
+  }
+}
+
+void LoadState(const ValueLayout& l, const char* in, float* state) {
+  if (l.state_bits == 16) {
+    UnpackBf16(in, l.emb_state, state);
+  } else {
+    CopyBytes(state, in, 4 * l.emb_state);
+  }
+}
+
 void RowBlock::Resize(size_t n) {
   keys_.resize(n);
   show_.resize(n);
@@ -70,11 +86,9 @@ void RowBlock::EncodeRow(size_t i, std::string* out) const {
     } else {
       out->append(reinterpret_cast<const char*>(emb(i)), 4 * layout_.dim);
     }
-    if (layout_.state_bits == 16) {
-      for (uint32_t d = 0; d < layout_.emb_state; ++d) Append(out, Bf16Of(emb_state(i)[d]));
-    } else {
-      out->append(reinterpret_cast<const char*>(emb_state(i)), 4 * layout_.emb_state);
-    }
+    const size_t at = out->size();
+    out->resize(at + layout_.StateBytes());
+    StoreState(layout_, emb_state(i), out->data() + at);
   }
 }
 
@@ -102,16 +116,7 @@ size_t RowBlock::DecodeRow(const char* p, size_t n, size_t i) {
   } else {
     CopyBytes(emb(i), p + fixed, emb_bytes);
   }
-  const char* s = p + fixed + emb_bytes;
-  if (layout_.state_bits == 16) {
-    for (uint32_t d = 0; d < layout_.emb_state; ++d) {
-      uint16_t h;
-      std::memcpy(&h, s + 2 * d, 2);
-      emb_state(i)[d] = FloatOfBf16(h);
-    }
-  } else {
-    CopyBytes(emb_state(i), s, 4 * layout_.emb_state);
-  }
+  LoadState(layout_, p + fixed + emb_bytes, emb_state(i));
   return full;
 }
 

@@ -41,6 +41,11 @@ inline void SetRowCodes(uint32_t word, ValueLayout* l) {
   l->state_bits = word >> 16;
 }
 
+// Writes the embedding state state[0..emb_state) in its stored form (StateBytes() bytes at
+// out: float32, or bfloat16 with state_bits 16), and reads it back.
+void StoreState(const ValueLayout& l, const float* state, char* out);
+void LoadState(const ValueLayout& l, const char* in, float* state);
+
 constexpr uint16_t kFlagHasEmb = 1;
 
 // n rows in structure-of-arrays form; embeddings are floats here whatever the stored form

@@ -10,6 +10,7 @@
 #ifndef CTRBOX_UTIL_BF16_H_
 #define CTRBOX_UTIL_BF16_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -31,6 +32,22 @@ CTRBOX_HD inline float BitsFloat(uint32_t b) {
 // The bfloat16 of x, truncated (exact when x is a bfloat16 value).
 CTRBOX_HD inline uint16_t Bf16Of(float x) { return static_cast<uint16_t>(FloatBits(x) >> 16); }
 CTRBOX_HD inline float FloatOfBf16(uint16_t h) { return BitsFloat(uint32_t{h} << 16); }
+
+// The upper halves of x[0..n) into out[0..2n) (little-endian, unaligned), and back: the stored
+// form of bfloat16 state.
+inline void PackBf16(const float* x, size_t n, char* out) {
+  for (size_t i = 0; i < n; ++i) {
+    const uint16_t h = Bf16Of(x[i]);
+    std::memcpy(out + 2 * i, &h, 2);
+  }
+}
+inline void UnpackBf16(const char* in, size_t n, float* x) {
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, in + 2 * i, 2);
+    x[i] = FloatOfBf16(h);
+  }
+}
 
 // x rounded stochastically to a bfloat16 value with the uniform 16-bit draw `r`.
 CTRBOX_HD inline float RoundBf16(float x, uint32_t r) {
