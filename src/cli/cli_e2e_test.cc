@@ -209,6 +209,77 @@ TEST_F(CliTest, DeviceGpuRunsTheGpuStepAndEqualsTheCpuWhereTheMathAllows) {
   EXPECT_FALSE(Env::Posix()->FileExists(Path("g") + "/MANIFEST"));
 }
 
+// `ctrbox report` on a budgeted run, rendered by headless Chromium (Debian's `chromium`,
+// which scripts/setup installs): a script added to a copy of the page measures every chart's
+// drawn paths in the browser's layout, and a screenshot of the page itself is taken.
+TEST_F(CliTest, ReportDrawsEveryChartAndChromiumRendersThem) {
+  Result train = Run(Ctrbox("train --fresh --model-dir " + Path("m") +
+                            " --set data.gen.rows=30000 --set data.gen.test_rows=3000"
+                            " --set model.mlp=32,16 --set pipeline.pass_examples=3000"
+                            " --set storage.ssd_dir=" +
+                            Path("ssd") + " --set storage.memory_budget=3MB"));
+  ASSERT_EQ(train.exit_code, 0) << train.err;
+  Result report = Run(Ctrbox("report --model-dir " + Path("m")));
+  ASSERT_EQ(report.exit_code, 0) << report.err;
+  EXPECT_EQ(report.last_json["out"], Path("m") + "/report.html");
+  std::string html;
+  ASSERT_TRUE(ReadFileToString(Env::Posix(), Path("m/report.html"), &html).ok());
+  // AUC, logloss, COPC, speed, stages, hit rate, SSD traffic, memory by owner.
+  const char* kCharts[] = {
+      "AUC per pass",    "Logloss per pass", "COPC per pass", "Training speed",
+      "Stage busy time", "Cache hit rate",   "SSD traffic",   "Memory at the peak, by owner"};
+  for (const char* c : kCharts) EXPECT_NE(html.find(c), std::string::npos) << c;
+  EXPECT_EQ(html.find("<script"), std::string::npos);  // self-contained, nothing to run
+  EXPECT_NE(html.find(train.last_json["digest"].get<std::string>()), std::string::npos);
+  // Neither argument: a usage error.
+  EXPECT_EQ(Run(Ctrbox("report")).exit_code, 2);
+  EXPECT_NE(Run(Ctrbox("report --model-dir " + Path("nothing"))).err.find("no metrics log"),
+            std::string::npos);
+
+  if (std::system("command -v chromium >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "chromium is not installed (scripts/setup installs Debian's chromium)";
+  }
+  std::string probe = html;
+  probe.insert(probe.rfind("</body>"), R"(<script>
+const out = [];
+for (const svg of document.querySelectorAll('svg')) {
+  const box = svg.getBoundingClientRect();
+  let drawn = 0;
+  for (const p of svg.querySelectorAll('path')) {
+    const b = p.getBBox();
+    if (p.getTotalLength() > 0 && (b.width > 0 || b.height > 0)) drawn++;
+  }
+  out.push(svg.getAttribute('aria-label') + '|' + Math.round(box.width) + '|' + drawn);
+}
+document.body.insertAdjacentHTML('beforeend', '<pre id="probe">' + out.join(';') + '</pre>');
+</script>)");
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), Path("probe.html"), probe).ok());
+  const std::string chromium =
+      "timeout 120 chromium --headless --no-sandbox --disable-gpu "
+      "--hide-scrollbars --user-data-dir=" +
+      Path("chromium") + " ";
+  Result dom = Run(chromium + "--dump-dom file://" + Path("probe.html"));
+  ASSERT_EQ(dom.exit_code, 0) << dom.err;
+  const size_t at = dom.out.rfind("<pre id=\"probe\">");  // after the script, which names it
+  ASSERT_NE(at, std::string::npos) << dom.out.substr(0, 2000);
+  const std::string rendered = dom.out.substr(at + 16, dom.out.find("</pre>", at) - at - 16);
+  size_t charts = 0;
+  for (std::string_view item : Split(rendered, ';')) {
+    const auto f = Split(item, '|');
+    ASSERT_EQ(f.size(), 3u) << item;
+    ++charts;
+    EXPECT_GE(std::stoi(std::string(f[1])), 400) << item;  // laid out at its size
+    EXPECT_GE(std::stoi(std::string(f[2])), 1) << item;    // with a visible path
+  }
+  EXPECT_EQ(charts, std::size(kCharts)) << rendered;
+  Result shot = Run(chromium + "--window-size=1100,2000 --screenshot=" + Path("shot.png") +
+                    " file://" + Path("m/report.html"));
+  ASSERT_EQ(shot.exit_code, 0) << shot.err;
+  auto png = Env::Posix()->GetFileSize(Path("shot.png"));
+  ASSERT_TRUE(png.ok()) << shot.err;
+  EXPECT_GT(*png, 20000u);
+}
+
 TEST_F(CliTest, QuantizedEmbeddingsTrainThroughEveryTier) {
   ASSERT_EQ(
       Run(Ctrbox("gen --format criteo --rows 20000 --seed 3 --out " + Path("q.tsv"))).exit_code, 0);

@@ -45,6 +45,12 @@ void PrintJson(const nlohmann::json& j);
 // signal's abandon).
 void InstallSignalHandlers();
 
+// The allocator settings of a ctrbox process (main, and the Python module when imported):
+// per-pass buffers stay in the heap instead of being mapped and unmapped every pass.
+void ConfigureAllocator();
+
+// Writes the generated log and returns what `ctrbox gen` prints (rows, bytes, oracle AUC).
+StatusOr<nlohmann::json> RunGen(const GenArgs& args);
 Status RunGenCommand(const GenArgs& args);
 Status RunConvertCommand(const JobConfig& job, const ConvertArgs& args);
 Status RunTrainCommand(const JobConfig& job);
@@ -54,6 +60,10 @@ Status RunPredictCommand(const JobConfig& job);
 // a train job's checkpoints.
 Status RunInspectCommand(const std::string& model_dir, const std::string& store_dir,
                          const std::string& ckpt_dir);
+// Writes the HTML report of a train job's metrics log (docs/report.md): metrics_path, or
+// <model_dir>/metrics.jsonl; to out, or <model_dir>/report.html.
+Status RunReportCommand(const std::string& model_dir, const std::string& metrics_path,
+                        const std::string& out);
 
 }  // namespace ctrbox
 

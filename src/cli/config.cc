@@ -491,6 +491,20 @@ Status JobConfigBuilder::Set(std::string_view key, std::string_view value,
       fmt::format("{}: unknown configuration key '{}' (`ctrbox config` lists them)", origin, key));
 }
 
+StatusOr<JobConfig> BuildJobConfig(const JobSources& sources) {
+  JobConfigBuilder b;
+  if (!sources.config_path.empty()) RETURN_IF_ERROR(b.LoadYaml(sources.config_path));
+  for (const std::string& s : sources.sets) RETURN_IF_ERROR(b.ApplySet(s));
+  for (const JobSources::Entry& e : sources.keys) RETURN_IF_ERROR(b.Set(e.key, e.value, e.origin));
+  if (!sources.format.empty()) RETURN_IF_ERROR(b.Set("data.format", sources.format, "--format"));
+  if (!sources.data.empty()) b.job().data.paths = sources.data;
+  if (!sources.eval_data.empty()) b.job().eval_paths = sources.eval_data;
+  if (!sources.model_dir.empty()) b.job().model_dir = sources.model_dir;
+  b.job().fresh = sources.fresh;
+  b.job().resume = sources.resume;
+  return b.Finish();
+}
+
 Status JobConfigBuilder::ApplySet(std::string_view assignment) {
   size_t eq = assignment.find('=');
   if (eq == std::string_view::npos || eq == 0) {

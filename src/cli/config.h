@@ -36,6 +36,24 @@ class JobConfigBuilder {
   std::set<std::string> set_keys_;
 };
 
+// Where a job's settings come from besides the defaults, in the order they apply: a YAML job
+// file, "key=value" overrides (--set), keys set one by one with where each came from (the
+// Python module's dict and keyword arguments), then the flags, which override all of them.
+struct JobSources {
+  struct Entry {
+    std::string key, value, origin;
+  };
+  std::string config_path;
+  std::vector<std::string> sets;
+  std::vector<Entry> keys;
+  std::vector<std::string> data, eval_data;
+  std::string format, model_dir;
+  bool fresh = false, resume = false;
+};
+
+// The validated job of `sources` (the first bad key or value is the error, named).
+StatusOr<JobConfig> BuildJobConfig(const JobSources& sources);
+
 // The reference of every key (Markdown table rows: key, default, meaning).
 std::string ConfigReference();
 

@@ -1,6 +1,4 @@
 // ctrbox: train click-through-rate models whose sparse tables outgrow memory.
-#include <malloc.h>
-
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
@@ -41,35 +39,11 @@ CLI::Validator NumberIn(double min, double max, bool exclusive_min) {
       "NUMBER");
 }
 
-struct JobArgs {
-  std::string config;
-  std::vector<std::string> sets;
-  std::vector<std::string> data;
-  std::string format;
-  std::string model_dir;
-  std::vector<std::string> eval_data;
-  bool fresh = false;
-  bool resume = false;
-};
-
-void AddJobOptions(CLI::App* cmd, JobArgs* a) {
-  cmd->add_option("-c,--config", a->config, "YAML job file");
+void AddJobOptions(CLI::App* cmd, ctrbox::JobSources* a) {
+  cmd->add_option("-c,--config", a->config_path, "YAML job file");
   cmd->add_option("--set", a->sets, "override a job key: --set train.threads=2 (repeatable)");
   cmd->add_option("--data", a->data, "input files or directories");
   cmd->add_option("--format", a->format, "criteo | libsvm | libfm | slots | shards");
-}
-
-ctrbox::StatusOr<ctrbox::JobConfig> BuildJob(const JobArgs& a) {
-  ctrbox::JobConfigBuilder b;
-  if (!a.config.empty()) RETURN_IF_ERROR(b.LoadYaml(a.config));
-  for (const std::string& s : a.sets) RETURN_IF_ERROR(b.ApplySet(s));
-  if (!a.format.empty()) RETURN_IF_ERROR(b.Set("data.format", a.format, "--format"));
-  if (!a.data.empty()) b.job().data.paths = a.data;
-  if (!a.eval_data.empty()) b.job().eval_paths = a.eval_data;
-  if (!a.model_dir.empty()) b.job().model_dir = a.model_dir;
-  b.job().fresh = a.fresh;
-  b.job().resume = a.resume;
-  return b.Finish();
 }
 
 int Report(const ctrbox::Status& s) {
@@ -83,23 +57,16 @@ int Report(const ctrbox::Status& s) {
 
 int main(int argc, char** argv) {
   ctrbox::InitLogging(ctrbox::LogLevel::kInfo);
-  // Every pass allocates its buffers (examples, working set, rows: megabytes) and frees them
-  // at its push. glibc serves such blocks with mmap and unmaps them on free, so each pass
-  // paid page faults and zeroing again (measured: 10 % of the examples/s at the small passes
-  // of a memory budget). Keep blocks up to 32 MiB in the heap instead. Larger ones (the
-  // buffers of passes of 100 K+ examples) are still mapped: kept in the heap they can stay
-  // resident in the malloc arenas after their pass (a 3 M-row run at a 200 MB budget peaked
-  // 50 MB higher with the earlier 512 MiB threshold; docs/storage.md, the scale run).
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 64 << 20);
+  ctrbox::ConfigureAllocator();
 
   CLI::App app{"ctrbox: CTR model training over sparse tables larger than memory"};
   app.require_subcommand(1);
 
-  JobArgs train_args, eval_args, predict_args, convert_args;
+  ctrbox::JobSources train_args, eval_args, predict_args, convert_args;
   ctrbox::GenArgs gen;
   ctrbox::ConvertArgs convert;
   std::string inspect_dir, inspect_store, inspect_ckpt;
+  std::string report_dir, report_metrics, report_out;
 
   auto* train = app.add_subcommand("train", "train a model (generated data if no --data)");
   AddJobOptions(train, &train_args);
@@ -133,6 +100,14 @@ int main(int argc, char** argv) {
   model_opt->excludes(store_opt)->excludes(ckpt_opt);
   store_opt->excludes(ckpt_opt);
   inspect->require_option(1);
+
+  auto* report = app.add_subcommand(
+      "report", "an HTML page of a train job's curves, stage times, cache and memory");
+  report->add_option("--model-dir", report_dir, "the model directory (its metrics.jsonl)");
+  report->add_option("--metrics", report_metrics,
+                     "the metrics log (default <model-dir>/metrics.jsonl)");
+  report->add_option("--out", report_out, "the page to write (default <model-dir>/report.html)");
+  report->require_option(1, 3);
 
   auto* gen_cmd = app.add_subcommand("gen", "write a synthetic click log with a planted model");
   gen_cmd->add_option("--format", gen.format, "criteo | libsvm | libfm | slots");
@@ -168,16 +143,23 @@ int main(int argc, char** argv) {
 
   ctrbox::InstallSignalHandlers();
   if (train->parsed() || eval->parsed() || predict->parsed() || convert_cmd->parsed()) {
-    const JobArgs& a = train->parsed()     ? train_args
-                       : eval->parsed()    ? eval_args
-                       : predict->parsed() ? predict_args
-                                           : convert_args;
-    auto job = BuildJob(a);
+    const ctrbox::JobSources& a = train->parsed()     ? train_args
+                                  : eval->parsed()    ? eval_args
+                                  : predict->parsed() ? predict_args
+                                                      : convert_args;
+    auto job = ctrbox::BuildJobConfig(a);
     if (!job.ok()) return Report(job.status());
     if (train->parsed()) return Report(ctrbox::RunTrainCommand(*job));
     if (eval->parsed()) return Report(ctrbox::RunEvalCommand(*job));
     if (predict->parsed()) return Report(ctrbox::RunPredictCommand(*job));
     return Report(ctrbox::RunConvertCommand(*job, convert));
+  }
+  if (report->parsed()) {
+    if (report_dir.empty() && (report_metrics.empty() || report_out.empty())) {
+      std::fprintf(stderr, "ctrbox: error: report needs --model-dir, or --metrics and --out\n");
+      return ctrbox::kExitUsage;
+    }
+    return Report(ctrbox::RunReportCommand(report_dir, report_metrics, report_out));
   }
   if (inspect->parsed())
     return Report(ctrbox::RunInspectCommand(inspect_dir, inspect_store, inspect_ckpt));

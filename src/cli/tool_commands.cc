@@ -7,6 +7,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/model_dir.h"
 #include "cli/commands.h"
+#include "cli/html_report.h"
 #include "io/reader.h"
 #include "io/shard.h"
 #include "io/shard_dir.h"
@@ -65,7 +66,7 @@ nlohmann::json StoreJson(const std::string& dir, const StoreSummary& s) {
 
 void PrintJson(const nlohmann::json& j) { std::cout << j.dump() << std::endl; }
 
-Status RunGenCommand(const GenArgs& args) {
+StatusOr<nlohmann::json> RunGen(const GenArgs& args) {
   SynthOptions o;
   if (!ParseDataFormat(args.format, &o.format) || o.format == DataFormat::kShards) {
     return InvalidArgumentError(
@@ -129,18 +130,23 @@ Status RunGenCommand(const GenArgs& args) {
     LOG_INFO("read it with --format {} --set data.num_slots={}{}", args.format, schema.num_slots,
              schema.num_dense ? fmt::format(" --set data.num_dense={}", schema.num_dense) : "");
   }
-  PrintJson({{"command", "gen"},
-             {"format", args.format},
-             {"rows", args.rows},
-             {"seed", args.seed},
-             {"out", args.out},
-             {"bytes", bytes},
-             {"seconds", clock.Seconds()},
-             {"ctr", s.ctr},
-             {"oracle_auc", s.auc},
-             {"oracle_logloss", s.logloss},
-             {"num_slots", schema.num_slots},
-             {"num_dense", schema.num_dense}});
+  return nlohmann::json{{"command", "gen"},
+                        {"format", args.format},
+                        {"rows", args.rows},
+                        {"seed", args.seed},
+                        {"out", args.out},
+                        {"bytes", bytes},
+                        {"seconds", clock.Seconds()},
+                        {"ctr", s.ctr},
+                        {"oracle_auc", s.auc},
+                        {"oracle_logloss", s.logloss},
+                        {"num_slots", schema.num_slots},
+                        {"num_dense", schema.num_dense}};
+}
+
+Status RunGenCommand(const GenArgs& args) {
+  ASSIGN_OR_RETURN(nlohmann::json report, RunGen(args));
+  PrintJson(report);
   return Status::OK();
 }
 
@@ -275,6 +281,29 @@ Status RunInspectCommand(const std::string& model_dir, const std::string& store_
       {"seconds", clock.Seconds()},
   };
   PrintJson(report);
+  return Status::OK();
+}
+
+Status RunReportCommand(const std::string& model_dir, const std::string& metrics_path,
+                        const std::string& out) {
+  Env* env = Env::Posix();
+  const std::string metrics = !metrics_path.empty() ? metrics_path : model_dir + "/metrics.jsonl";
+  if (!env->FileExists(metrics)) {
+    return NotFoundError(fmt::format(
+        "report: no metrics log {} (train writes it to <model-dir>/metrics.jsonl, or to "
+        "train.metrics_path)",
+        metrics));
+  }
+  std::string manifest;
+  if (!model_dir.empty() && ModelExists(env, model_dir)) {
+    ASSIGN_OR_RETURN(ModelManifest m, ReadManifest(env, model_dir));
+    manifest = m.ToJson().dump();
+  }
+  ASSIGN_OR_RETURN(std::string html, RenderReport(metrics, manifest));
+  const std::string path = !out.empty() ? out : model_dir + "/report.html";
+  RETURN_IF_ERROR(WriteFileAtomic(env, path, html));
+  LOG_INFO("wrote {} ({})", path, FormatBytes(html.size()));
+  PrintJson({{"command", "report"}, {"out", path}, {"metrics", metrics}, {"bytes", html.size()}});
   return Status::OK();
 }
 

@@ -134,6 +134,14 @@ StatusOr<nlohmann::json> RunEval(Env* env, const JobConfig& job) {
   Stopwatch clock;
   ASSIGN_OR_RETURN(LoadedModel lm, OpenModel(env, job.model_dir, job.StorageFor({}), &pool));
   const double load_seconds = clock.Seconds();
+  ASSIGN_OR_RETURN(nlohmann::json report, EvalLoadedModel(env, job, lm, &pool));
+  report["load_seconds"] = load_seconds;
+  return report;
+}
+
+StatusOr<nlohmann::json> EvalLoadedModel(Env* env, const JobConfig& job, LoadedModel& lm,
+                                         ThreadPool* pool) {
+  Stopwatch clock;
   DataOptions data = job.data;
   if (data.format != DataFormat::kShards) {
     data.num_slots = lm.manifest.spec.schema.num_slots;
@@ -160,7 +168,7 @@ StatusOr<nlohmann::json> RunEval(Env* env, const JobConfig& job) {
   };
   ASSIGN_OR_RETURN(MetricSummary s,
                    Evaluate(reader.get(), *lm.table, lm.model.get(), job.train.batch_size,
-                            job.pipeline.pass_examples, job.EvalChunkKeys(), &pool, keep));
+                            job.pipeline.pass_examples, job.EvalChunkKeys(), pool, keep));
   const double seconds = clock.Seconds();
   if (s.examples == 0) {
     const RecordCounts c = reader->counts();
@@ -184,7 +192,6 @@ StatusOr<nlohmann::json> RunEval(Env* env, const JobConfig& job) {
       {"ctr", s.ctr},
       {"seconds", seconds},
       {"examples_per_s", s.examples / std::max(seconds, 1e-9)},
-      {"load_seconds", load_seconds},
       {"model_dir", job.model_dir},
       {"digest", lm.manifest.digest},
       {"peak_rss_bytes", PeakRssBytes()}};

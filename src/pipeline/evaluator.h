@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "ckpt/model_dir.h"
 #include "io/reader.h"
 #include "metrics/metrics.h"
 #include "model/ctr_model.h"
@@ -23,6 +24,11 @@ namespace ctrbox {
 // eval report (the JSON object `ctrbox eval` prints): streaming and exact AUC, logloss, COPC,
 // record counts.
 StatusOr<nlohmann::json> RunEval(Env* env, const JobConfig& job);
+
+// The same report for a model already open (`lm`, with job.model_dir naming it), without
+// load_seconds: eval from a process that keeps the model (the Python module's Model.eval).
+StatusOr<nlohmann::json> EvalLoadedModel(Env* env, const JobConfig& job, LoadedModel& lm,
+                                         ThreadPool* pool);
 
 // Writes one probability per line of job.data (one text file, or standard input when it
 // names none) to `out` with the model in job.model_dir; see PredictLines.

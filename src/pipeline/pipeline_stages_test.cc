@@ -250,7 +250,7 @@ TEST(PipelineTest, PassLinesCarryTheirStageClocks) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   std::ifstream in(job.train.metrics_path);
   std::string line;
-  int passes = 0, totals = 0;
+  int passes = 0, totals = 0, reports = 0;
   double pass_seconds = 0;
   while (std::getline(in, line)) {
     auto j = nlohmann::json::parse(line);
@@ -262,10 +262,17 @@ TEST(PipelineTest, PassLinesCarryTheirStageClocks) {
     } else if (j["event"] == "stages") {
       ++totals;
       EXPECT_EQ(j["stages"], (*r)["stages"]);
+    } else if (j["event"] == "report") {  // the last line: the train report, memory included
+      ++reports;
+      EXPECT_EQ(j["examples"], (*r)["examples"]);
+      EXPECT_EQ(j["digest"], (*r)["digest"]);
+      EXPECT_GT(j["memory_peak_by_owner"]["table"].get<int64_t>(), 0) << line;
+      EXPECT_LE(j["peak_rss_bytes"], (*r)["peak_rss_bytes"]);
     }
   }
   EXPECT_EQ(passes, 5);
   EXPECT_EQ(totals, 1);
+  EXPECT_EQ(reports, 1);
   EXPECT_LE(pass_seconds, (*r)["seconds"].get<double>() + 1e-6);  // push-to-push intervals
 }
 

@@ -231,6 +231,16 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
     RETURN_IF_ERROR(CommitModel(env, job, &start, position, &pool, &report));
     if (!interrupted) RETURN_IF_ERROR(EvaluateHeldOut(env, job, &start, &pool, &report));
   }
+  if (report["saved"].get<bool>()) {
+    // The report closes the metrics log too (`ctrbox report` draws memory and totals from
+    // it), with the peak memory so far: the table's close comes after. A run that saved
+    // nothing writes nothing.
+    nlohmann::json last = report;
+    last["event"] = "report";
+    last["peak_rss_bytes"] = PeakRssBytes();
+    last["memory_peak_by_owner"] = PeakMemoryByOwner(job, *start.model, last);
+    RETURN_IF_ERROR(start.metrics_log->Write(last));
+  }
   RETURN_IF_ERROR(start.metrics_log->Close());
   RETURN_IF_ERROR(CloseTable(env, job, std::move(start.table)));
   remove_scratch.Cancel();

@@ -5,8 +5,12 @@
 namespace ctrbox {
 
 void InitLogging(LogLevel level) {
-  auto logger = spdlog::stderr_logger_mt("ctrbox");
-  logger->set_pattern("[%H:%M:%S.%e %^%l%$] %v");
+  // A second call (the Python module's set_log_level) only changes the level.
+  auto logger = spdlog::get("ctrbox");
+  if (logger == nullptr) {
+    logger = spdlog::stderr_logger_mt("ctrbox");
+    logger->set_pattern("[%H:%M:%S.%e %^%l%$] %v");
+  }
   switch (level) {
     case LogLevel::kDebug:
       logger->set_level(spdlog::level::debug);

@@ -10,7 +10,8 @@ namespace ctrbox {
 enum class LogLevel { kDebug, kInfo, kWarning, kError, kOff };
 
 // Sends log lines to standard error with a short prefix; `level` and above are shown.
-// Call once from main(); library code only logs.
+// Called from main() (or when the Python module loads), and again to change the level;
+// library code only logs.
 void InitLogging(LogLevel level);
 
 }  // namespace ctrbox

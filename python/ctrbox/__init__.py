@@ -1,0 +1,255 @@
+"""ctrbox from Python: build a job from the same keys as the command line, train it, and use
+the trained model (docs/python.md).
+
+    import ctrbox
+    job = ctrbox.Job({"model": {"mlp": [64, 32]}}, data="train.tsv", eval_data="test.tsv",
+                     model_dir="m", fresh=True, train__threads=2)
+    report = job.train(progress=print)          # the dict `ctrbox train` prints
+    model = ctrbox.Model("m")
+    model.eval("test.tsv")["auc"]
+    model.predict(records=["\\t".join(fields)])  # or keys=..., dense=... arrays
+
+Errors raise ctrbox.Error with the message the command line prints. Training releases the
+GIL; Ctrl-C stops it as the command line's first Ctrl-C does (after the pass in training, the
+model saved) and raises ctrbox.Interrupted, which carries the report.
+"""
+import json
+import os
+
+import numpy as np
+
+from . import _ctrbox
+
+__all__ = ["Error", "Interrupted", "Job", "Model", "feature_keys", "gen", "set_log_level", "config_reference"]
+
+
+class Error(RuntimeError):
+    """A ctrbox error: a bad key or value, unreadable or malformed input, a failed job. The
+    message is the command line's ("train.threads: bad value ...", "FILE:LINE: ...")."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a train job; the model trained so far was saved. `report` is the train
+    report (with "interrupted": true)."""
+
+    def __init__(self, report):
+        super().__init__("interrupted: stopped after {} examples".format(report.get("examples", 0)))
+        self.report = report
+
+
+def _call(fn, *args):
+    try:
+        return fn(*args)
+    except _ctrbox.StatusError as e:
+        raise Error(str(e)) from None
+
+
+def _text(value, key, origin):
+    """A value as the command line writes it (the YAML reader's scalars)."""
+    if value is None:
+        raise Error("{}: {} has no value (give one, or leave the key out for its default)".format(origin, key))
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            if isinstance(v, (dict, list, tuple)) or v is None:
+                raise Error("{}: {}: expected a list of values".format(origin, key))
+        return ",".join(_text(v, key, origin) for v in value)
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, (np.integer, np.floating)):
+        value = value.item()
+    return str(value)
+
+
+def _flatten(value, prefix, origin, out):
+    """(key, value, origin) for every leaf of a nested dict: {"train": {"threads": 2}} is
+    train.threads=2, as in a YAML job file."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise Error("{}: key {!r} is not a string".format(origin, k))
+            _flatten(v, prefix + "." + k if prefix else k, origin, out)
+    else:
+        out.append((prefix, _text(value, prefix, origin), origin))
+
+
+def _paths(p):
+    if p is None:
+        return []
+    if isinstance(p, (str, os.PathLike)):
+        return [os.fspath(p)]
+    return [os.fspath(x) for x in p]
+
+
+def _keys(config, overrides, what):
+    keys = []
+    if isinstance(config, dict):
+        _flatten(config, "", what + " config", keys)
+    for name, value in overrides.items():
+        _flatten(value, name.replace("__", "."), "{}({}=...)".format(what, name), keys)
+    return keys
+
+
+class Job:
+    """A train job. `config` is a dict of job keys (nested like the YAML file, or dotted), a
+    path to a YAML job file, or None; keyword arguments override single keys, with "__" for
+    "." (train__threads=2) — or pass dotted keys with **{"train.threads": 2}. data, eval_data,
+    format, model_dir, fresh and resume are the command line's flags. Every key, value and
+    cross-key rule is checked here, with the command line's messages."""
+
+    def __init__(self, config=None, *, data=None, eval_data=None, format=None, model_dir=None,
+                 fresh=False, resume=False, **overrides):
+        path = ""
+        if config is not None and not isinstance(config, dict):
+            if not isinstance(config, (str, os.PathLike)):
+                raise TypeError("ctrbox.Job: config is a dict, a YAML file's path or None, not {}".format(
+                    type(config).__name__))
+            path = os.fspath(config)
+        self._job = _call(_ctrbox.build_job, path, _keys(config, overrides, "ctrbox.Job"), _paths(data),
+                          _paths(eval_data), format or "", os.fspath(model_dir) if model_dir else "",
+                          bool(fresh), bool(resume))
+
+    @property
+    def model_dir(self):
+        return self._job.model_dir or None
+
+    def train(self, progress=None):
+        """Trains and returns the report (the JSON object `ctrbox train` prints, as a dict).
+        progress(event) is called with {"event": "progress", "examples", "seconds",
+        "examples_per_s", "auc", "logloss"} every train.progress_seconds, and with each
+        pass's metrics line ({"event": "pass", ...}); an exception it raises stops the job
+        and is raised here. Ctrl-C raises Interrupted after the clean stop."""
+        if progress is not None and not callable(progress):
+            raise TypeError("progress must be callable")
+        text, interrupted = _call(_ctrbox.train, self._job, progress)
+        report = json.loads(text)
+        if interrupted:
+            raise Interrupted(report)
+        return report
+
+
+class Model:
+    """A saved model (a --model-dir), opened once. Keyword arguments are job keys as for Job:
+    storage.memory_budget and storage.ssd_dir keep a large model's rows out of core, as
+    `ctrbox eval` does; train.threads and train.batch_size set how predictions run."""
+
+    def __init__(self, model_dir, **overrides):
+        job = _call(_ctrbox.build_job, "", _keys(None, overrides, "ctrbox.Model"), [], [], "",
+                    os.fspath(model_dir), False, False)
+        self._model = _call(_ctrbox.Model, job)
+        self.model_dir = os.fspath(model_dir)
+
+    @property
+    def manifest(self):
+        """The model's MANIFEST (spec, files, keys, digest) as a dict."""
+        return json.loads(self._model.manifest())
+
+    @property
+    def num_slots(self):
+        return self._model.num_slots
+
+    @property
+    def num_dense(self):
+        return self._model.num_dense
+
+    @property
+    def embedding_dim(self):
+        return self._model.dim
+
+    def eval(self, data=None, format=None):
+        """The eval report (`ctrbox eval`'s dict: auc, logloss, copc, ...) on files or
+        directories; with none, on the generated test rows."""
+        return json.loads(_call(self._model.eval, _paths(data), format or ""))
+
+    def predict(self, keys=None, dense=None, offsets=None, records=None, format="criteo", hashed=False):
+        """Click probabilities, float32, one per row.
+
+        records: text lines in `format` (a label is optional); a malformed one gets NaN.
+        keys: a (rows, num_slots) integer array, one id per slot; or a flat array with
+        offsets (rows * num_slots + 1 entries: row r's slot s holds keys[offsets[r*S+s] :
+        offsets[r*S+s+1]]), for slots with several ids or none; or a list of rows, each a
+        list of num_slots entries (an id, a list of ids, or None). The ids are raw feature
+        ids, keyed per slot as the slot and libsvm formats key them; hashed=True takes
+        model keys (feature_keys) instead. dense: (rows, num_dense) float array, raw values
+        as in the files (required when the model has dense inputs). A key the model does
+        not hold contributes nothing, as in `ctrbox predict`."""
+        if records is not None:
+            if keys is not None or dense is not None or offsets is not None:
+                raise TypeError("predict takes records or keys/dense, not both")
+            if isinstance(records, str):
+                records = [records]
+            return _call(self._model.predict_text, list(records), format)
+        if keys is None:
+            raise TypeError("predict needs records=... or keys=...")
+        slots = self.num_slots
+        if offsets is not None:
+            flat = np.ascontiguousarray(keys, dtype=np.uint64).reshape(-1)
+            offsets = np.ascontiguousarray(offsets, dtype=np.uint32).reshape(-1)
+            rows = (len(offsets) - 1) // slots if slots else 0
+        elif isinstance(keys, np.ndarray):
+            if keys.ndim != 2 or keys.shape[1] != slots:
+                raise Error("predict: keys has shape {}; the model has {} slots: give (rows, {}) or "
+                            "offsets".format(keys.shape, slots, slots))
+            rows = keys.shape[0]
+            flat = np.ascontiguousarray(keys, dtype=np.uint64).reshape(-1)
+            offsets = np.arange(rows * slots + 1, dtype=np.uint32)
+        else:
+            flat, offsets = [], [0]
+            for r, row in enumerate(keys):
+                if len(row) != slots:
+                    raise Error("predict: row {} has {} slots; the model has {}".format(r, len(row), slots))
+                for entry in row:
+                    if entry is None:
+                        pass
+                    elif isinstance(entry, (list, tuple, np.ndarray)):
+                        flat.extend(int(k) for k in entry)
+                    else:
+                        flat.append(int(entry))
+                    offsets.append(len(flat))
+            rows = len(keys)
+            flat = np.asarray(flat, dtype=np.uint64)
+            offsets = np.asarray(offsets, dtype=np.uint32)
+        if dense is None:
+            if self.num_dense:
+                raise Error("predict: the model has {} dense inputs: give dense=(rows, {}) values".format(
+                    self.num_dense, self.num_dense))
+            dense = np.zeros((rows, 0), dtype=np.float32)
+        dense = np.ascontiguousarray(dense, dtype=np.float32)
+        if dense.ndim != 2 or dense.shape != (rows, self.num_dense):
+            raise Error("predict: dense has shape {}; expected ({}, {})".format(dense.shape, rows, self.num_dense))
+        return _call(self._model.predict_arrays, flat, offsets, dense.reshape(-1), rows, not hashed)
+
+    def lookup(self, keys):
+        """Each model key's row (keys from feature_keys): {"embedding": (n, dim) float32,
+        "show", "click", "has_embedding"}. A key the model does not hold has show 0 and no
+        embedding (zeros)."""
+        return _call(self._model.lookup, np.ascontiguousarray(keys, dtype=np.uint64).reshape(-1))
+
+    def embeddings(self, keys):
+        """The keys' embeddings, (n, dim) float32 (zeros for a key without one)."""
+        return self.lookup(keys)["embedding"]
+
+
+def feature_keys(slot, values):
+    """The model keys of one slot's raw values, as the text formats make them: integers as
+    the slot and libsvm formats read them, strings as Criteo's categorical fields (slot 0 is
+    C1). A uint64 numpy array."""
+    return _call(_ctrbox.feature_keys, int(slot), values)
+
+
+def gen(out, rows=100000, format="criteo", seed=1, vocab_scale=1.0, zipf=0.0, threads=0):
+    """Writes a synthetic click log with a planted model (`ctrbox gen`); returns its report
+    (rows, bytes, ctr, oracle_auc, num_slots, num_dense)."""
+    return json.loads(_call(_ctrbox.gen, os.fspath(out), int(rows), format, int(seed), float(vocab_scale),
+                            float(zipf), int(threads)))
+
+
+def set_log_level(level):
+    """ctrbox's log lines on standard error: "debug", "info" (default), "warning", "error", "off"."""
+    _call(_ctrbox.set_log_level, level)
+
+
+def config_reference():
+    """Every job key with its default and meaning (`ctrbox config`), as Markdown table rows."""
+    return _ctrbox.config_reference()

@@ -1,0 +1,264 @@
+"""Tests of the Python module (python/ctrbox), run by CTest (`python_module`) against the build
+tree: PYTHONPATH=build/python, CTRBOX_BIN=build/ctrbox. The module is checked against the
+command line: the same job gives the same model (digest), eval the same metrics, predict the
+same probabilities."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import ctrbox
+
+CTRBOX = os.environ.get("CTRBOX_BIN", os.path.join(os.path.dirname(__file__), "..", "build", "ctrbox"))
+SMALL = {"model": {"mlp": [32, 16], "embedding_dim": 8}, "train": {"threads": 2, "batch_size": 256},
+         "pipeline": {"pass_examples": 4000}}
+
+
+def cli(*args, stdin=None):
+    p = subprocess.run([CTRBOX, *args], capture_output=True, text=True, input=stdin)
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("data")
+    train = ctrbox.gen(d / "train.tsv", rows=20000, seed=3)
+    ctrbox.gen(d / "test.tsv", rows=4000, seed=4)
+    slots = ctrbox.gen(d / "train.slots", rows=12000, format="slots", seed=5)
+    return {"dir": d, "train": str(d / "train.tsv"), "test": str(d / "test.tsv"),
+            "slots": str(d / "train.slots"), "gen": train, "slots_gen": slots}
+
+
+@pytest.fixture(scope="module")
+def trained(data):
+    """A model trained from Python, and its report."""
+    model_dir = data["dir"] / "model"
+    report = ctrbox.Job(SMALL, data=data["train"], eval_data=data["test"], model_dir=model_dir,
+                        fresh=True).train()
+    return model_dir, report
+
+
+def test_gen_reports_the_planted_model(data):
+    g = data["gen"]
+    assert g["rows"] == 20000 and g["num_slots"] == 26 and g["num_dense"] == 13
+    assert 0.6 < g["oracle_auc"] < 1.0
+    with open(data["train"]) as f:
+        assert sum(1 for _ in f) == 20000
+
+
+def test_bad_keys_and_values_raise_the_cli_messages(tmp_path):
+    with pytest.raises(ctrbox.Error, match="unknown configuration key 'train.thread'"):
+        ctrbox.Job({"train": {"thread": 2}})
+    with pytest.raises(ctrbox.Error, match=r"ctrbox.Job\(train__threads=...\): bad value 'x' for train.threads"):
+        ctrbox.Job(train__threads="x")
+    with pytest.raises(ctrbox.Error, match="model.mlp has no value"):
+        ctrbox.Job({"model": {"mlp": None}})
+    with pytest.raises(ctrbox.Error, match="ckpt.dir"):
+        ctrbox.Job(resume=True).train()
+    with pytest.raises(ctrbox.Error, match="no such file"):
+        ctrbox.Job(tmp_path / "missing.yaml")
+    yaml = tmp_path / "job.yaml"
+    yaml.write_text("model:\n  mlp: [16]\ntrain:\n  batch_size: -3\n")
+    with pytest.raises(ctrbox.Error, match=r"job.yaml:4: bad value '-3' for train.batch_size"):
+        ctrbox.Job(yaml)
+    # A YAML file and overrides together, dotted keys through **.
+    yaml.write_text("model:\n  mlp: [16]\ntrain:\n  batch_size: 3\n")
+    job = ctrbox.Job(yaml, **{"train.batch_size": 64}, model_dir=tmp_path / "m")
+    assert job.model_dir == str(tmp_path / "m")
+    with pytest.raises(TypeError):
+        ctrbox.Job(42)
+
+
+def test_python_train_equals_the_cli(data, trained, tmp_path):
+    model_dir, report = trained
+    assert report["examples"] == 20000
+    assert report["test_auc"] > 0.55
+    cli_dir = tmp_path / "cli"
+    args = ["train", "--data", data["train"], "--eval-data", data["test"], "--model-dir", str(cli_dir), "--fresh",
+            "--set", "model.mlp=32,16", "--set", "model.embedding_dim=8", "--set", "train.threads=2",
+            "--set", "train.batch_size=256", "--set", "pipeline.pass_examples=4000"]
+    cli_report = json.loads(cli(*args).strip().splitlines()[-1])
+    assert cli_report["digest"] == report["digest"]
+    assert cli_report["test_auc"] == report["test_auc"]
+
+
+def test_progress_gets_running_metrics_and_every_pass(data, tmp_path):
+    events = []
+    report = ctrbox.Job(SMALL, data=data["train"], model_dir=tmp_path / "m",
+                        train__progress_seconds=0.001).train(progress=events.append)
+    passes = [e for e in events if e["event"] == "pass"]
+    progress = [e for e in events if e["event"] == "progress"]
+    assert len(passes) == report["passes"] == 5
+    assert sum(p["pass_examples"] for p in passes) == passes[-1]["examples"] == 20000
+    assert progress and all(0 < e["examples"] <= 20000 for e in progress)
+    assert all(e["examples_per_s"] > 0 for e in progress)
+
+
+def test_an_exception_in_progress_stops_the_job_and_is_raised(data, tmp_path):
+    class Stop(Exception):
+        pass
+
+    def progress(event):
+        if event["event"] == "pass":
+            raise Stop("enough")
+
+    with pytest.raises(Stop, match="enough"):
+        ctrbox.Job(SMALL, data=data["train"], model_dir=tmp_path / "m").train(progress=progress)
+
+
+def test_ctrl_c_stops_after_a_pass_and_saves(data, tmp_path):
+    # SIGINT to this process while train runs: Python's handler raises KeyboardInterrupt on
+    # the main thread, which the module turns into the job's clean stop.
+    timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+    events = []
+    job = ctrbox.Job(SMALL, data=[data["train"]] * 20, model_dir=tmp_path / "m")
+    timer.start()
+    with pytest.raises(ctrbox.Interrupted) as stopped:
+        job.train(progress=events.append)
+    timer.cancel()
+    report = stopped.value.report
+    assert report["interrupted"] is True
+    assert 0 < report["examples"] < 20 * 20000
+    model = ctrbox.Model(tmp_path / "m")
+    assert model.manifest["trained_examples"] == report["examples"]
+
+
+def test_model_eval_and_predict_equal_the_cli(data, trained):
+    model_dir, report = trained
+    model = ctrbox.Model(model_dir, train__threads=2)
+    assert model.num_slots == 26 and model.num_dense == 13 and model.embedding_dim == 8
+    assert model.manifest["digest"] == report["digest"]
+    ev = model.eval(data["test"])
+    cli_ev = json.loads(cli("eval", "--model-dir", str(model_dir), "--data", data["test"]).strip().splitlines()[-1])
+    for k in ("auc", "auc_exact", "logloss", "copc", "examples"):
+        assert ev[k] == cli_ev[k], k
+    with open(data["test"]) as f:
+        lines = f.read().splitlines()[:500]
+    lines[7] = "not a record"
+    p = model.predict(records=lines)
+    assert p.dtype == np.float32 and p.shape == (500,)
+    cli_p = cli("predict", "--model-dir", str(model_dir), "--set", "data.max_error_rate=1",
+                stdin="\n".join(lines) + "\n").split()
+    assert np.isnan(p[7]) and cli_p[7] == "nan"
+    expect = np.array([float(x) for x in cli_p], dtype=np.float64)
+    ok = ~np.isnan(expect)
+    np.testing.assert_allclose(p[ok], expect[ok], rtol=2e-6)  # the CLI prints 7 digits
+    # The same rows as arrays: Criteo's categorical strings through feature_keys, the dense
+    # values as written (empty = 0). Compared on the same rows in the same minibatches: BLAS
+    # may round a row differently when the matrix around it differs.
+    sub = [l for l in lines[:40] if l != "not a record"]
+    expect_sub = model.predict(records=sub)
+    np.testing.assert_allclose(expect_sub, np.concatenate([p[:7], p[8:40]]), rtol=1e-5)
+    fields = [l.split("\t") for l in sub]
+    dense = np.array([[float(x) if x else 0.0 for x in f[1:14]] for f in fields], dtype=np.float32)
+    keys = np.stack([ctrbox.feature_keys(s, [f[14 + s] for f in fields]) for s in range(26)], axis=1)
+    np.testing.assert_array_equal(model.predict(keys=keys, dense=dense, hashed=True), expect_sub)
+    # Without labels, as predict accepts.
+    np.testing.assert_array_equal(model.predict(records=[l.split("\t", 1)[1] for l in sub]), expect_sub)
+
+def test_predict_from_arrays_equals_predict_from_records(data, tmp_path):
+    g = data["slots_gen"]
+    slots, dense_n = g["num_slots"], g["num_dense"]
+    model_dir = tmp_path / "slots"
+    ctrbox.Job(SMALL, data=data["slots"], format="slots", model_dir=model_dir,
+               **{"data.num_slots": slots, "data.num_dense": dense_n}).train()
+    model = ctrbox.Model(model_dir)
+    with open(data["slots"]) as f:
+        lines = f.read().splitlines()[:300]
+    # Parse the slot format here: label [dense:...] slot:key ...
+    rows, dense = [], np.zeros((len(lines), dense_n), dtype=np.float32)
+    for r, line in enumerate(lines):
+        row = [[] for _ in range(slots)]
+        for tok in line.split()[1:]:
+            if tok.startswith("dense:"):
+                dense[r] = [float(x) for x in tok[6:].split(",")]
+            else:
+                s, k = tok.split(":")
+                row[int(s)].append(int(k))
+        rows.append(row)
+    from_records = model.predict(records=lines, format="slots")
+    from_lists = model.predict(keys=[[v or None for v in row] for row in rows], dense=dense)
+    flat = np.array([k for row in rows for v in row for k in v], dtype=np.uint64)
+    offsets = np.concatenate([[0], np.cumsum([len(v) for row in rows for v in row])])
+    from_csr = model.predict(keys=flat, offsets=offsets, dense=dense)
+    np.testing.assert_array_equal(from_lists, from_records)
+    np.testing.assert_array_equal(from_csr, from_records)
+    with pytest.raises(ctrbox.Error, match="dense inputs"):
+        model.predict(keys=flat, offsets=offsets)
+    bad = offsets.copy()
+    bad[-1] += 1
+    with pytest.raises(ctrbox.Error, match="the offsets end at"):
+        model.predict(keys=flat, offsets=bad, dense=dense)
+    bad[5], bad[6] = bad[6] + 1, bad[6]
+    with pytest.raises(ctrbox.Error, match="offsets decrease at entry 6"):
+        model.predict(keys=flat, offsets=bad, dense=dense)
+
+
+def test_lookup_reads_the_saved_rows(data, tmp_path):
+    # A one-slot libsvm model: its keys are feature_keys(0, ids) of the file's ids.
+    lib = tmp_path / "l.svm"
+    ctrbox.gen(lib, rows=5000, format="libsvm", seed=9)
+    lib_dir = tmp_path / "lib"
+    ctrbox.Job(SMALL, data=lib, format="libsvm", model_dir=lib_dir, fresh=True).train()
+    m = ctrbox.Model(lib_dir)
+    with open(lib) as f:
+        ids = sorted({int(t.split(":")[0]) for l in f for t in l.split()[1:]})[:50]
+    keys = ctrbox.feature_keys(0, np.array(ids, dtype=np.uint64))
+    assert keys.dtype == np.uint64
+    np.testing.assert_array_equal(keys, ctrbox.feature_keys(0, ids))
+    absent = ctrbox.feature_keys(0, [2**63 + 12345])
+    got = m.lookup(np.concatenate([keys, absent, keys[:1]]))
+    assert got["embedding"].shape == (52, m.embedding_dim)
+    assert got["show"][-2] == 0 and not got["has_embedding"][-2]
+    assert not got["embedding"][-2].any()
+    np.testing.assert_array_equal(got["embedding"][-1], got["embedding"][0])
+    assert (got["show"][:50] > 0).all()
+    assert got["has_embedding"][:50].any()
+    np.testing.assert_array_equal(m.embeddings(keys), got["embedding"][:50])
+    # Criteo's categorical values are strings: the same key as the text reader makes.
+    assert ctrbox.feature_keys(3, ["68fd1e64"])[0] != ctrbox.feature_keys(4, ["68fd1e64"])[0]
+
+
+def test_training_releases_the_gil(data, tmp_path):
+    job = ctrbox.Job(SMALL, data=[data["train"]] * 3, model_dir=tmp_path / "m")
+    t = threading.Thread(target=job.train)
+    spins = 0
+    t.start()
+    while t.is_alive():
+        spins += 1
+    t.join()
+    # Held for the whole job, the GIL would have let this loop run only between calls.
+    assert spins > 100000
+
+
+def test_pip_installs_the_package_offline(tmp_path):
+    # pip install . into a fresh environment, without an index, reusing this build tree; the
+    # installed package then works from anywhere.
+    source = os.environ.get("CTRBOX_SOURCE_DIR")
+    if not source:
+        pytest.skip("CTRBOX_SOURCE_DIR unset: run through CTest")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    env = dict(os.environ, CTRBOX_BUILD_DIR=os.path.dirname(CTRBOX))
+    env.pop("PYTHONPATH", None)
+    p = subprocess.run([str(venv / "bin" / "pip"), "install", "--no-index", "-q", source], env=env,
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    code = ("import ctrbox; print(ctrbox.__file__); "
+            "print(ctrbox.Job(data={!r}, train__threads=1, **{{'model.mlp': '8'}}).train()['examples'])")
+    p = subprocess.run([str(venv / "bin" / "python"), "-c", code.format(str(tmp_path / "none.tsv"))],
+                       env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert p.returncode != 0 and "ctrbox.Error: not_found: data path" in p.stderr, p.stderr
+    g = tmp_path / "g.tsv"
+    p = subprocess.run([str(venv / "bin" / "python"), "-c", code.format(str(g)).replace(
+        "import ctrbox;", "import ctrbox; ctrbox.gen({!r}, rows=3000);".format(str(g)))],
+        env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    path, examples = p.stdout.split()
+    assert path.startswith(str(venv)) and examples == "3000"

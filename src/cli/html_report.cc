@@ -1,0 +1,388 @@
+#include "cli/html_report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "util/env.h"
+
+namespace ctrbox {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+std::string Escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+// Ticks at 1, 2 or 5 times a power of ten, about `want` of them across [lo, hi].
+std::vector<double> NiceTicks(double lo, double hi, int want) {
+  const double raw = (hi - lo) / want;
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  double step = mag;
+  for (double m : {1.0, 2.0, 5.0, 10.0}) {
+    step = m * mag;
+    if (step >= raw) break;
+  }
+  std::vector<double> ticks;
+  for (double t = std::ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) {
+    ticks.push_back(std::abs(t) < step * 1e-9 ? 0.0 : t);
+  }
+  return ticks;
+}
+
+std::string Number(double v) {
+  if (v != 0 && (std::abs(v) >= 1e6 || std::abs(v) < 1e-3)) return fmt::format("{:.3g}", v);
+  return fmt::format("{:.6g}", v);
+}
+
+constexpr int kWidth = 480, kHeight = 270;
+constexpr int kLeft = 64, kRight = 14, kTop = 30, kBottom = 42;
+
+std::string SvgOpen(const std::string& title, int height) {
+  return fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} "
+      "{1}\" role=\"img\" aria-label=\"{2}\"><title>{2}</title>"
+      "<text x=\"{3}\" y=\"18\" class=\"t\">{2}</text>",
+      kWidth, height, Escape(title), kLeft);
+}
+
+}  // namespace
+
+std::string LineChartSvg(const std::string& title, const std::string& x_label,
+                         const std::string& y_label, const std::vector<ChartSeries>& series) {
+  double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
+  for (const ChartSeries& s : series) {
+    for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
+      if (!std::isfinite(s.y[i]) || !std::isfinite(s.x[i])) continue;
+      x0 = std::min(x0, s.x[i]);
+      x1 = std::max(x1, s.x[i]);
+      y0 = std::min(y0, s.y[i]);
+      y1 = std::max(y1, s.y[i]);
+    }
+  }
+  std::string svg = SvgOpen(title, kHeight);
+  if (!(x0 <= x1)) {  // nothing to draw
+    return svg + fmt::format("<text x=\"{}\" y=\"{}\">no data</text></svg>", kLeft, kHeight / 2);
+  }
+  if (x0 == x1) x0 -= 1, x1 += 1;
+  if (y0 == y1) {
+    const double d = y0 == 0 ? 1 : std::abs(y0) * 0.05;
+    y0 -= d, y1 += d;
+  } else {
+    const double pad = (y1 - y0) * 0.05;
+    y0 -= pad, y1 += pad;
+  }
+  const double pw = kWidth - kLeft - kRight, ph = kHeight - kTop - kBottom;
+  auto px = [&](double x) { return kLeft + (x - x0) / (x1 - x0) * pw; };
+  auto py = [&](double y) { return kTop + (y1 - y) / (y1 - y0) * ph; };
+  // Frame, grid and ticks.
+  svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" class=\"frame\"/>", kLeft,
+                     kTop, pw, ph);
+  for (double t : NiceTicks(y0, y1, 5)) {
+    svg += fmt::format(
+        "<line x1=\"{0}\" x2=\"{1:.1f}\" y1=\"{2:.1f}\" y2=\"{2:.1f}\" class=\"grid\"/>"
+        "<text x=\"{3}\" y=\"{4:.1f}\" class=\"yt\">{5}</text>",
+        kLeft, kLeft + pw, py(t), kLeft - 4, py(t) + 4, Number(t));
+  }
+  for (double t : NiceTicks(x0, x1, 6)) {
+    svg += fmt::format(
+        "<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\" class=\"tick\"/>"
+        "<text x=\"{0:.1f}\" y=\"{3}\" class=\"xt\">{4}</text>",
+        px(t), kTop + ph, kTop + ph + 4, kTop + ph + 16, Number(t));
+  }
+  svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" class=\"xl\">{}</text>", kLeft + pw / 2,
+                     kHeight - 6, Escape(x_label));
+  svg += fmt::format("<text transform=\"translate(14,{:.1f}) rotate(-90)\" class=\"yl\">{}</text>",
+                     kTop + ph / 2, Escape(y_label));
+  // Series, then the legend.
+  int legend = 0;
+  for (const ChartSeries& s : series) {
+    std::string d;
+    bool pen_down = false;
+    size_t points = 0;
+    for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
+      if (!std::isfinite(s.y[i]) || !std::isfinite(s.x[i])) {
+        pen_down = false;
+        continue;
+      }
+      d += fmt::format("{}{:.1f} {:.1f} ", pen_down ? "L" : "M", px(s.x[i]), py(s.y[i]));
+      pen_down = true;
+      ++points;
+    }
+    if (points == 0) continue;
+    if (points == 1) {  // a single point: a short horizontal stroke, so it shows
+      d += fmt::format("h 0.01 ");
+    }
+    d.pop_back();
+    svg += fmt::format("<path d=\"{}\" stroke=\"{}\" class=\"s{}\"><title>{}</title></path>", d,
+                       s.color, s.dashed ? " dash" : "", Escape(s.name));
+    const double ly = kTop + 12 + 14 * legend++;
+    svg += fmt::format(
+        "<line x1=\"{0:.1f}\" x2=\"{1:.1f}\" y1=\"{2:.1f}\" y2=\"{2:.1f}\" stroke=\"{3}\" "
+        "class=\"lg{4}\"/><text x=\"{5:.1f}\" y=\"{6:.1f}\" class=\"lt\">{7}</text>",
+        kLeft + pw - 150, kLeft + pw - 132, ly - 4, s.color, s.dashed ? " dash" : "",
+        kLeft + pw - 128, ly, Escape(s.name));
+  }
+  return svg + "</svg>";
+}
+
+std::string BarChartSvg(const std::string& title, const std::vector<std::string>& labels,
+                        const std::vector<double>& values, double scale, const std::string& unit) {
+  const int bar = 22, height = kTop + 10 + bar * static_cast<int>(labels.size()) + 10;
+  std::string svg = SvgOpen(title, height);
+  double top = 0;
+  for (double v : values) top = std::max(top, v * scale);
+  if (top <= 0) top = 1;
+  const int left = 150, right = 90;
+  const double w = kWidth - left - right;
+  for (size_t i = 0; i < labels.size() && i < values.size(); ++i) {
+    const double y = kTop + 6 + bar * static_cast<double>(i);
+    const double len = std::max(0.0, values[i] * scale) / top * w;
+    svg += fmt::format(
+        "<text x=\"{0}\" y=\"{1:.1f}\" class=\"yt\">{2}</text>"
+        "<path d=\"M{3} {4:.1f} h{5:.1f} v{6} h{7:.1f} Z\" class=\"bar\"><title>{2}</title></path>"
+        "<text x=\"{8:.1f}\" y=\"{1:.1f}\" class=\"lt\">{9:.3g} {10}</text>",
+        left - 6, y + 15, Escape(labels[i]), left, y + 3, std::max(len, 0.5), bar - 6,
+        -std::max(len, 0.5), left + len + 6, values[i] * scale, Escape(unit));
+  }
+  return svg + "</svg>";
+}
+
+namespace {
+
+double Get(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : kNaN;
+}
+double GetIn(const nlohmann::json& j, const char* obj, const char* key) {
+  auto it = j.find(obj);
+  return it != j.end() && it->is_object() ? Get(*it, key) : kNaN;
+}
+
+const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"};
+
+std::string Row(const std::string& name, const std::string& value) {
+  return "<tr><th>" + Escape(name) + "</th><td>" + Escape(value) + "</td></tr>";
+}
+
+std::string Bytes(double b) {
+  if (!std::isfinite(b)) return "-";
+  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  int u = 0;
+  while (b >= 1000 && u < 4) b /= 1000, ++u;
+  return fmt::format("{:.3g} {}", b, units[u]);
+}
+
+}  // namespace
+
+StatusOr<std::string> RenderReport(const std::string& metrics_path,
+                                   const std::string& manifest_text) {
+  std::string text;
+  RETURN_IF_ERROR(ReadFileToString(Env::Posix(), metrics_path, &text));
+  std::vector<nlohmann::json> passes, tests;
+  nlohmann::json stages, report;
+  size_t resumes = 0;  // runs resumed from a checkpoint (their passes follow on)
+  std::string note;
+  size_t line_no = 0, begin = 0;
+  while (begin < text.size()) {
+    size_t end = text.find('\n', begin);
+    const bool last = end == std::string::npos;
+    if (last) end = text.size();
+    const std::string line = text.substr(begin, end - begin);
+    begin = end + 1;
+    ++line_no;
+    if (line.empty()) continue;
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("event")) {
+      if (last) {  // a job killed while writing it
+        note = fmt::format("The last line ({}) is incomplete and left out.", line_no);
+        break;
+      }
+      return DataLossError(
+          fmt::format("{}:{}: not a metrics record (a JSON object with an "
+                      "\"event\")",
+                      metrics_path, line_no));
+    }
+    const std::string event = j["event"].is_string() ? j["event"].get<std::string>() : "";
+    if (event == "pass") {
+      passes.push_back(std::move(j));
+    } else if (event == "test") {
+      tests.push_back(std::move(j));
+    } else if (event == "stages") {
+      stages = std::move(j);
+    } else if (event == "report") {
+      report = std::move(j);
+    } else if (event == "resume") {
+      ++resumes;
+    }
+  }
+  if (passes.empty()) {
+    return FailedPreconditionError(fmt::format(
+        "{}: no pass records: nothing to draw (a train job writes one per pass)", metrics_path));
+  }
+
+  // Per pass, in the order written: x is the pass's position in the log (across runs).
+  const size_t n = passes.size();
+  std::vector<double> x(n), auc(n), logloss(n), copc(n), rate(n), hit(n), read_mb(n), write_mb(n);
+  std::vector<std::vector<double>> busy(4, std::vector<double>(n));
+  const char* kStageNames[] = {"read", "pull", "train", "push"};
+  bool tiered = false;
+  for (size_t i = 0; i < n; ++i) {
+    const nlohmann::json& p = passes[i];
+    x[i] = static_cast<double>(i);
+    auc[i] = Get(p, "auc");
+    logloss[i] = Get(p, "logloss");
+    copc[i] = Get(p, "copc");
+    rate[i] = Get(p, "examples_per_s");
+    const double seconds = Get(p, "seconds");
+    for (int s = 0; s < 4; ++s) {
+      const double b =
+          p.contains("stages") ? GetIn(p["stages"], kStageNames[s], "busy_seconds") : kNaN;
+      busy[s][i] = seconds > 0 ? 100.0 * b / seconds : kNaN;
+    }
+    hit[i] = 100.0 * GetIn(p, "storage", "hit_rate");
+    read_mb[i] = GetIn(p, "storage", "ssd_bytes_read") / 1e6;
+    write_mb[i] = GetIn(p, "storage", "ssd_bytes_written") / 1e6;
+    tiered = tiered || read_mb[i] > 0 || write_mb[i] > 0;
+  }
+  auto flat = [&](double v) { return std::vector<double>(n, v); };
+
+  std::vector<std::string> charts;
+  {
+    std::vector<ChartSeries> s = {{"progressive AUC", kColors[0], x, auc}};
+    if (!tests.empty() && std::isfinite(Get(tests.back(), "auc"))) {
+      s.push_back({"held-out test AUC", kColors[1], x, flat(Get(tests.back(), "auc")), true});
+    }
+    if (std::isfinite(Get(report, "oracle_auc"))) {
+      s.push_back({"oracle AUC", kColors[2], x, flat(Get(report, "oracle_auc")), true});
+    }
+    charts.push_back(LineChartSvg("AUC per pass", "pass", "AUC", s));
+  }
+  charts.push_back(
+      LineChartSvg("Logloss per pass", "pass", "logloss", {{"logloss", kColors[0], x, logloss}}));
+  charts.push_back(LineChartSvg(
+      "COPC per pass (clicks / predicted clicks)", "pass", "COPC",
+      {{"COPC", kColors[0], x, copc}, {"calibrated (1)", kColors[2], x, flat(1.0), true}}));
+  charts.push_back(
+      LineChartSvg("Training speed", "pass", "examples/s", {{"examples/s", kColors[0], x, rate}}));
+  {
+    std::vector<ChartSeries> s;
+    for (int i = 0; i < 4; ++i) s.push_back({kStageNames[i], kColors[i], x, busy[i]});
+    charts.push_back(LineChartSvg("Stage busy time, % of the pass time", "pass", "% busy", s));
+  }
+  if (tiered) {
+    charts.push_back(LineChartSvg("Cache hit rate (memory tier)", "pass", "% of pulled keys",
+                                  {{"hit rate", kColors[0], x, hit}}));
+    charts.push_back(
+        LineChartSvg("SSD traffic", "pass", "MB per pass",
+                     {{"read", kColors[0], x, read_mb}, {"written", kColors[1], x, write_mb}}));
+  }
+  if (report.contains("memory_peak_by_owner") && report["memory_peak_by_owner"].is_object()) {
+    std::vector<std::string> labels;
+    std::vector<double> values;
+    for (const auto& [owner, bytes] : report["memory_peak_by_owner"].items()) {
+      if (!bytes.is_number()) continue;
+      labels.push_back(owner);
+      values.push_back(bytes.get<double>());
+    }
+    labels.push_back("peak RSS (all)");
+    values.push_back(Get(report, "peak_rss_bytes"));
+    charts.push_back(BarChartSvg("Memory at the peak, by owner", labels, values, 1e-6, "MB"));
+  }
+
+  // The summary: the run's report, the stage totals, the saved model.
+  std::string summary;
+  if (report.is_object()) {
+    auto num = [&](const char* k, const char* f) {
+      const double v = Get(report, k);
+      return std::isfinite(v) ? fmt::format(fmt::runtime(f), v) : std::string("-");
+    };
+    summary += Row("examples trained", num("examples", "{:.0f}"));
+    summary += Row("passes", num("passes", "{:.0f}"));
+    summary += Row("training time", num("seconds", "{:.1f} s"));
+    summary += Row("examples/s", num("examples_per_s", "{:.0f}"));
+    summary += Row("held-out test AUC", num("test_auc", "{:.4f}"));
+    summary += Row("oracle AUC", num("oracle_auc", "{:.4f}"));
+    summary += Row("device", report.value("device", std::string("-")));
+    summary += Row("BLAS core", report.value("blas_core", std::string("-")));
+    summary += Row("peak RSS", Bytes(Get(report, "peak_rss_bytes")));
+    const double hit_rate = GetIn(report, "storage", "hit_rate");
+    if (std::isfinite(hit_rate) && tiered) {
+      summary += Row("cache hit rate", fmt::format("{:.1f} %", 100.0 * hit_rate));
+    }
+    const double wa = GetIn(report, "storage", "write_amplification");
+    if (std::isfinite(wa)) summary += Row("write amplification", fmt::format("{:.2f}", wa));
+    summary += Row("model digest", report.value("digest", std::string("-")));
+    if (report.value("interrupted", false)) summary += Row("interrupted", "yes (Ctrl-C)");
+  }
+  if (!manifest_text.empty()) {
+    nlohmann::json m = nlohmann::json::parse(manifest_text, nullptr, false);
+    if (m.is_object()) {
+      summary += Row("saved model: keys", fmt::format("{:.0f}", Get(m, "keys")));
+      summary += Row("saved model: live bytes", Bytes(Get(m, "bytes_live")));
+      summary +=
+          Row("saved model: trained examples", fmt::format("{:.0f}", Get(m, "trained_examples")));
+    }
+  }
+  std::string stage_table;
+  if (stages.contains("stages")) {
+    stage_table = "<table><tr><th>stage</th><th>busy s</th><th>stalled s</th><th>idle s</th></tr>";
+    for (const char* s : kStageNames) {
+      stage_table += fmt::format(
+          "<tr><th>{}</th><td>{:.2f}</td><td>{:.2f}</td><td>{:.2f}</td></tr>", s,
+          GetIn(stages["stages"], s, "busy_seconds"), GetIn(stages["stages"], s, "stalled_seconds"),
+          GetIn(stages["stages"], s, "idle_seconds"));
+    }
+    stage_table += "</table>";
+  }
+
+  std::string html =
+      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+      "<title>ctrbox train report</title><style>"
+      "body{font:14px sans-serif;margin:24px;color:#222}"
+      ".grid2{display:grid;grid-template-columns:repeat(auto-fill,minmax(490px,1fr));gap:12px}"
+      "svg{background:#fff;border:1px solid #ddd}"
+      "svg .t{font:bold 13px sans-serif} svg text{font:11px sans-serif;fill:#333}"
+      "svg .yt{text-anchor:end} svg .xt{text-anchor:middle} svg .xl,svg .yl{text-anchor:middle}"
+      "svg .frame{fill:none;stroke:#999} svg .grid{stroke:#eee} svg .tick{stroke:#999}"
+      "svg path.s{fill:none;stroke-width:1.6} svg .dash{stroke-dasharray:5 4}"
+      "svg line[class^=lg]{stroke-width:2} svg .bar{fill:#1f77b4}"
+      "table{border-collapse:collapse;margin:8px 0 16px}"
+      "th,td{border:1px solid #ddd;padding:3px 8px;text-align:left}"
+      "</style></head><body>\n";
+  html += "<h1>ctrbox train report</h1>\n<p>From <code>" + Escape(metrics_path) +
+          "</code>: " + std::to_string(n) + " passes" +
+          (resumes == 0 ? std::string() : fmt::format(", {} resumed run(s)", resumes)) + ". " +
+          Escape(note) + "</p>\n";
+  if (!summary.empty()) html += "<h2>Summary</h2><table>" + summary + "</table>\n";
+  if (!stage_table.empty()) html += "<h2>Stage totals</h2>" + stage_table + "\n";
+  html += "<h2>Per pass</h2><div class=\"grid2\">\n";
+  for (const std::string& c : charts) html += "<div>" + c + "</div>\n";
+  html += "</div></body></html>\n";
+  return html;
+}
+
+}  // namespace ctrbox

@@ -1,0 +1,73 @@
+#include "cli/html_report.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <regex>
+
+#include "io/test_util.h"
+#include "util/env.h"
+
+namespace ctrbox {
+namespace {
+
+size_t Count(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+  return n;
+}
+
+TEST(HtmlReportTest, LineChartDrawsOnePathPerSeriesAndBreaksItAtUndefinedValues) {
+  const double nan = std::nan("");
+  const std::string svg = LineChartSvg("AUC <per> pass", "pass", "AUC",
+                                       {{"a", "#000", {0, 1, 2, 3, 4}, {0.5, 0.6, nan, 0.7, 0.8}},
+                                        {"b", "#111", {0, 4}, {0.55, 0.55}, true},
+                                        {"empty", "#222", {0, 1}, {nan, nan}}});
+  EXPECT_EQ(Count(svg, "<path "), 2u) << svg;  // the all-undefined series draws nothing
+  EXPECT_NE(svg.find("aria-label=\"AUC &lt;per&gt; pass\""), std::string::npos) << svg;
+  // Series a: two subpaths (M ... L ...) around the undefined point.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(svg, m, std::regex("<path d=\"([^\"]*)\" stroke=\"#000\"")));
+  EXPECT_EQ(Count(m[1].str(), "M"), 2u) << m[1];
+  EXPECT_EQ(Count(m[1].str(), "L"), 2u) << m[1];
+  // The highest value is drawn highest: y of 0.8 above (smaller than) y of 0.5.
+  std::smatch first, last;
+  const std::string d = m[1].str();
+  ASSERT_TRUE(std::regex_search(d, first, std::regex("^M([0-9.]+) ([0-9.]+)")));
+  ASSERT_TRUE(std::regex_search(d, last, std::regex("L([0-9.]+) ([0-9.]+)$")));
+  EXPECT_LT(std::stod(last[2]), std::stod(first[2]));
+  EXPECT_GT(std::stod(last[1]), std::stod(first[1]));
+  EXPECT_NE(LineChartSvg("t", "x", "y", {}).find("no data"), std::string::npos);
+}
+
+TEST(HtmlReportTest, MetricsLogErrorsNameTheLineAndATruncatedLastLineIsLeftOut) {
+  testing::TempDir dir;
+  const std::string pass =
+      R"({"event":"pass","pass":0,"examples":10,"auc":0.6,"logloss":0.5,"copc":1.0,)"
+      R"("examples_per_s":100,"seconds":0.1})";
+  const std::string path = dir.File("metrics.jsonl");
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), path, pass + "\n{\"event\":\"pa").ok());
+  auto page = RenderReport(path, "");
+  ASSERT_TRUE(page.ok()) << page.status().ToString();
+  EXPECT_NE(page->find("The last line (2) is incomplete"), std::string::npos);
+  EXPECT_EQ(Count(*page, "<svg"),
+            5u);  // no tiers, no report line: AUC, logloss, COPC, speed, stages
+
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), path, pass + "\nnot json\n" + pass + "\n").ok());
+  auto bad = RenderReport(path, "");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(bad.status().message().find("metrics.jsonl:2"), std::string::npos)
+      << bad.status().ToString();
+
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), path,
+                              R"({"event":"test","auc":0.7})"
+                              "\n")
+                  .ok());
+  auto none = RenderReport(path, "");
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("no pass records"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ctrbox

@@ -1,0 +1,437 @@
+// _ctrbox: the compiled half of the Python module (python/ctrbox/__init__.py is the other;
+// docs/python.md). Jobs are built from the CLI's keys and sources (cli/config.h), trained
+// with RunTrain, and a saved model is opened once for eval, predict and embeddings. Reports
+// cross as JSON text (json.loads on the Python side), arrays as numpy arrays. Every call
+// that runs ctrbox code releases the GIL; a failed Status raises StatusError, which the
+// Python side turns into ctrbox.Error.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <future>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ckpt/model_dir.h"
+#include "cli/commands.h"
+#include "cli/config.h"
+#include "io/line_chunker.h"
+#include "io/text_format.h"
+#include "pipeline/evaluator.h"
+#include "pipeline/trainer.h"
+#include "util/hash.h"
+#include "util/logging.h"
+
+namespace py = pybind11;
+
+namespace ctrbox {
+namespace {
+
+// A failed Status; its text is the message of the ctrbox.Error the Python side raises.
+class StatusError : public std::runtime_error {
+ public:
+  explicit StatusError(const Status& s) : std::runtime_error(s.ToString()) {}
+};
+
+void Check(const Status& s) {
+  if (!s.ok()) throw StatusError(s);
+}
+template <class T>
+T Check(StatusOr<T> v) {
+  if (!v.ok()) throw StatusError(v.status());
+  return std::move(*v);
+}
+
+// JobSources from the Python side: the job file, the (key, value, origin) entries its dict
+// and keyword arguments flattened to, and the flags.
+JobConfig BuildJob(const std::string& config_path,
+                   const std::vector<std::tuple<std::string, std::string, std::string>>& keys,
+                   const std::vector<std::string>& data, const std::vector<std::string>& eval_data,
+                   const std::string& format, const std::string& model_dir, bool fresh,
+                   bool resume) {
+  JobSources s;
+  s.config_path = config_path;
+  for (const auto& [key, value, origin] : keys) s.keys.push_back({key, value, origin});
+  s.data = data;
+  s.eval_data = eval_data;
+  s.format = format;
+  s.model_dir = model_dir;
+  s.fresh = fresh;
+  s.resume = resume;
+  return Check(BuildJobConfig(s));
+}
+
+// Hands progress to a Python callable, holding the GIL for the call. The first exception the
+// callable raises is kept (and the job asked to stop); the caller raises it afterwards.
+class PySink : public ProgressSink {
+ public:
+  PySink(py::object callback, std::atomic<bool>* stop)
+      : callback_(std::move(callback)), stop_(stop) {}
+  ~PySink() override {
+    py::gil_scoped_acquire gil;
+    callback_ = py::object();
+    error_ = py::object();
+  }
+
+  void OnProgress(const TrainProgress& p) override {
+    nlohmann::json j = {{"event", "progress"},        {"examples", p.examples},
+                        {"seconds", p.seconds},       {"examples_per_s", p.examples_per_s},
+                        {"auc", p.running.AucJson()}, {"logloss", p.running.logloss}};
+    Call(j);
+  }
+  void OnPass(const nlohmann::json& record) override {
+    nlohmann::json j = record;
+    j["event"] = "pass";
+    Call(j);
+  }
+
+  // Raises the callback's exception, if it raised one. REQUIRES: the GIL is held.
+  void RaiseIfFailed() {
+    if (!error_) return;
+    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error_.ptr())), error_.ptr());
+    error_ = py::object();
+    throw py::error_already_set();
+  }
+
+ private:
+  void Call(const nlohmann::json& j) {
+    if (callback_.is_none()) return;
+    const std::string text = j.dump();
+    py::gil_scoped_acquire gil;
+    if (error_) return;
+    try {
+      callback_(py::module_::import("json").attr("loads")(text));
+    } catch (py::error_already_set& e) {
+      error_ = e.value();
+      stop_->store(true);
+    }
+  }
+
+  py::object callback_;
+  py::object error_;
+  std::atomic<bool>* stop_;
+};
+
+// Trains `job` on a thread of its own while this (the caller's) thread waits without the GIL,
+// taking it every 100 ms to let Python run its signal handlers: Ctrl-C (KeyboardInterrupt)
+// stops the job as the CLI's first Ctrl-C does — after the pass in training is pushed, with
+// the model saved — and a second one is ignored while that finishes. Returns the report and
+// whether a Ctrl-C stopped it.
+std::pair<std::string, bool> Train(const JobConfig& job, py::object progress) {
+  std::atomic<bool> stop{false};
+  PySink sink(std::move(progress), &stop);
+  std::promise<StatusOr<nlohmann::json>> done;
+  std::future<StatusOr<nlohmann::json>> result = done.get_future();
+  bool interrupted = false;
+  std::optional<py::error_already_set> handler_error;  // raised by another signal's handler
+  {
+    py::gil_scoped_release nogil;
+    std::thread worker([&] { done.set_value(RunTrain(Env::Posix(), job, &sink, &stop)); });
+    while (result.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+      py::gil_scoped_acquire gil;
+      if (PyErr_CheckSignals() == 0) continue;
+      stop.store(true);
+      if (!PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
+        if (!handler_error) handler_error.emplace();  // fetches it; raised once the job stops
+        PyErr_Clear();
+        continue;
+      }
+      PyErr_Clear();
+      if (!interrupted) {
+        LOG_WARNING("interrupted: stopping after the pass in training; the model is saved");
+      }
+      interrupted = true;
+    }
+    worker.join();
+  }
+  if (handler_error) throw *handler_error;
+  sink.RaiseIfFailed();
+  StatusOr<nlohmann::json> report = result.get();
+  if (!report.ok()) throw StatusError(report.status());
+  return {report->dump(), interrupted || report->value("interrupted", false)};
+}
+
+// A saved model, opened once: the rows under the job's storage settings (in memory, or a
+// budget over storage.ssd_dir), the dense part, and a thread pool. Calls are serialised.
+class Model {
+ public:
+  explicit Model(const JobConfig& job) : job_(job), pool_(job.train.threads) {
+    py::gil_scoped_release nogil;
+    Check(job_.Validate());
+    lm_ = Check(OpenModel(Env::Posix(), job_.model_dir, job_.StorageFor({}), &pool_));
+  }
+
+  std::string Manifest() const { return lm_.manifest.ToJson().dump(); }
+  uint32_t num_slots() const { return lm_.model->schema().num_slots; }
+  uint32_t num_dense() const { return lm_.model->schema().num_dense; }
+  uint32_t dim() const { return lm_.table->layout().dim; }
+
+  // The eval report on `paths` (format: data.format's names; "" keeps the job's).
+  std::string Eval(const std::vector<std::string>& paths, const std::string& format) {
+    JobConfig job = job_;
+    job.data.paths = paths;
+    if (!format.empty() && !ParseDataFormat(format, &job.data.format)) {
+      throw StatusError(InvalidArgumentError("unknown data format '" + format +
+                                             "': expected criteo, libsvm, libfm, slots or shards"));
+    }
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> l(mu_);
+    return Check(EvalLoadedModel(Env::Posix(), job, lm_, &pool_)).dump();
+  }
+
+  // Probabilities for rows given as arrays: keys[offsets[r*S+s] .. offsets[r*S+s+1]) are
+  // row r's values in slot s (S = num_slots), dense is rows x num_dense. `raw`: the values
+  // are raw ids, keyed per slot as the slot and libsvm formats key them (FeatureKey);
+  // otherwise they are the model's keys already.
+  py::array_t<float> PredictArrays(
+      py::array_t<uint64_t, py::array::c_style | py::array::forcecast> keys,
+      py::array_t<uint32_t, py::array::c_style | py::array::forcecast> offsets,
+      py::array_t<float, py::array::c_style | py::array::forcecast> dense, size_t rows, bool raw) {
+    Batch batch;
+    batch.Reset(lm_.model->schema());
+    const uint32_t slots = num_slots();
+    if (static_cast<size_t>(offsets.size()) != rows * slots + 1) {
+      throw StatusError(InvalidArgumentError(
+          "predict: offsets has " + std::to_string(offsets.size()) + " entries; " +
+          std::to_string(rows) + " rows of " + std::to_string(slots) + " slots need " +
+          std::to_string(rows * slots + 1)));
+    }
+    if (static_cast<size_t>(dense.size()) != rows * num_dense()) {
+      throw StatusError(InvalidArgumentError("predict: dense has " + std::to_string(dense.size()) +
+                                             " values; " + std::to_string(rows) + " rows of " +
+                                             std::to_string(num_dense()) + " dense inputs need " +
+                                             std::to_string(rows * num_dense())));
+    }
+    const uint32_t* off = offsets.data();
+    if (off[0] != 0) throw StatusError(InvalidArgumentError("predict: offsets[0] must be 0"));
+    for (size_t i = 0; i + 1 < static_cast<size_t>(offsets.size()); ++i) {
+      if (off[i + 1] < off[i]) {
+        throw StatusError(
+            InvalidArgumentError("predict: offsets decrease at entry " + std::to_string(i + 1)));
+      }
+    }
+    if (off[rows * slots] != static_cast<size_t>(keys.size())) {
+      throw StatusError(InvalidArgumentError("predict: the offsets end at " +
+                                             std::to_string(off[rows * slots]) + " but there are " +
+                                             std::to_string(keys.size()) + " keys"));
+    }
+    batch.labels.assign(rows, 0.0f);
+    batch.dense.assign(dense.data(), dense.data() + dense.size());
+    batch.offsets.assign(off, off + offsets.size());
+    batch.keys.assign(keys.data(), keys.data() + keys.size());
+    if (raw) {
+      for (size_t rs = 0; rs < rows * slots; ++rs) {
+        const uint32_t slot = static_cast<uint32_t>(rs % slots);
+        for (uint32_t i = off[rs]; i < off[rs + 1]; ++i) {
+          batch.keys[i] = FeatureKey(slot, batch.keys[i]);
+        }
+      }
+    }
+    std::vector<float> p;
+    {
+      py::gil_scoped_release nogil;
+      std::lock_guard<std::mutex> l(mu_);
+      if (rows > 0) {
+        Check(PredictChunk(batch, *lm_.table, lm_.model.get(), job_.train.batch_size, &pool_, &p));
+      }
+    }
+    return py::array_t<float>(p.size(), p.data());
+  }
+
+  // Probabilities for text records (one per line, without or with a label); a malformed
+  // record gets NaN, as `ctrbox predict` writes "nan".
+  py::array_t<float> PredictText(const std::vector<std::string>& lines, const std::string& format) {
+    TextFormatOptions text;
+    if (!ParseDataFormat(format, &text.format) || text.format == DataFormat::kShards) {
+      throw StatusError(InvalidArgumentError("predict: unknown text format '" + format +
+                                             "': expected criteo, libsvm, libfm or slots"));
+    }
+    text.schema = SchemaForFormat(text.format, num_slots(), num_dense());
+    if (!(text.schema == lm_.model->schema())) {
+      throw StatusError(InvalidArgumentError(
+          "predict: " + format + " records have " + std::to_string(text.schema.num_slots) +
+          " slots and " + std::to_string(text.schema.num_dense) +
+          " dense values but the model was trained on " + std::to_string(num_slots()) + " and " +
+          std::to_string(num_dense())));
+    }
+    text.labels_optional = true;
+    text.max_line_bytes = job_.data.max_line_bytes;
+    TextChunk chunk;
+    chunk.file = "predict records";
+    for (const std::string& line : lines) {
+      if (line.find('\n') != std::string::npos) {
+        throw StatusError(
+            InvalidArgumentError("predict: a record holds a newline; give one "
+                                 "record per list item"));
+      }
+      chunk.data += line;
+      chunk.data += '\n';
+    }
+    std::vector<float> out(lines.size(), std::nanf(""));
+    {
+      py::gil_scoped_release nogil;
+      std::lock_guard<std::mutex> l(mu_);
+      ChunkParseResult parsed;
+      ParseTextChunk(text, chunk, &parsed);
+      Check(parsed.status);
+      std::vector<float> p;
+      if (parsed.batch.rows() > 0) {
+        Check(PredictChunk(parsed.batch, *lm_.table, lm_.model.get(), job_.train.batch_size, &pool_,
+                           &p));
+      }
+      size_t next_bad = 0, next_row = 0;
+      for (size_t i = 0; i < lines.size(); ++i) {
+        if (next_bad < parsed.bad_lines.size() && parsed.bad_lines[next_bad] == i + 1) {
+          ++next_bad;
+        } else if (next_row < p.size()) {
+          out[i] = p[next_row++];
+        }
+      }
+    }
+    return py::array_t<float>(out.size(), out.data());
+  }
+
+  // Each key's embedding (keys x dim, float32; codes decoded), show and click counts, and
+  // whether it has an embedding. A key the model does not hold comes back as show 0 with no
+  // embedding (zeros): what predict uses for it.
+  py::dict Lookup(py::array_t<uint64_t, py::array::c_style | py::array::forcecast> keys) {
+    const size_t n = keys.size();
+    // Pull takes distinct keys: look each distinct key up once.
+    std::vector<uint64_t> distinct(keys.data(), keys.data() + n);
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    const uint32_t d = dim();
+    py::array_t<float> emb({n, static_cast<size_t>(d)});
+    py::array_t<float> show(n), click(n);
+    py::array_t<bool> has(n);
+    {
+      std::vector<float> e(n * d), s(n), c(n);
+      std::vector<uint8_t> h(n);
+      {
+        py::gil_scoped_release nogil;
+        std::lock_guard<std::mutex> l(mu_);
+        RowBlock rows(lm_.table->layout());
+        PinnedRows pins =
+            Check(lm_.table->Pull(distinct.data(), distinct.size(), nullptr, &rows, &pool_));
+        for (size_t i = 0; i < n; ++i) {
+          const size_t r =
+              std::lower_bound(distinct.begin(), distinct.end(), keys.data()[i]) - distinct.begin();
+          s[i] = rows.show(r);
+          c[i] = rows.click(r);
+          h[i] = rows.has_emb(r);
+          if (h[i]) std::copy(rows.emb(r), rows.emb(r) + d, e.begin() + i * d);
+        }
+      }
+      std::copy(e.begin(), e.end(), emb.mutable_data());
+      std::copy(s.begin(), s.end(), show.mutable_data());
+      std::copy(c.begin(), c.end(), click.mutable_data());
+      for (size_t i = 0; i < n; ++i) has.mutable_data()[i] = h[i] != 0;
+    }
+    py::dict out;
+    out["embedding"] = emb;
+    out["show"] = show;
+    out["click"] = click;
+    out["has_embedding"] = has;
+    return out;
+  }
+
+ private:
+  JobConfig job_;
+  ThreadPool pool_;
+  LoadedModel lm_;
+  std::mutex mu_;
+};
+
+// The model keys of raw feature values of one slot, as the text formats make them: integers
+// as the slot and libsvm formats read them, strings as Criteo's categorical fields.
+py::array_t<uint64_t> FeatureKeys(uint32_t slot, py::object values) {
+  std::vector<uint64_t> out;
+  if (py::isinstance<py::array>(values) && py::array(values).dtype().kind() != 'U' &&
+      py::array(values).dtype().kind() != 'O') {
+    auto ids = py::array_t<uint64_t, py::array::c_style | py::array::forcecast>::ensure(values);
+    if (!ids) throw py::type_error("feature_keys: values are unsigned integers or strings");
+    out.resize(ids.size());
+    for (size_t i = 0; i < out.size(); ++i) out[i] = FeatureKey(slot, ids.data()[i]);
+  } else {
+    for (py::handle v : values) {
+      if (py::isinstance<py::str>(v)) {
+        out.push_back(FeatureKey(slot, std::string_view(v.cast<std::string>())));
+      } else {
+        out.push_back(FeatureKey(slot, v.cast<uint64_t>()));
+      }
+    }
+  }
+  return py::array_t<uint64_t>(out.size(), out.data());
+}
+
+std::string Gen(const std::string& out, uint64_t rows, const std::string& format, uint64_t seed,
+                double vocab_scale, double zipf, int threads) {
+  GenArgs a;
+  a.out = out;
+  a.rows = rows;
+  a.format = format;
+  a.seed = seed;
+  a.vocab_scale = vocab_scale;
+  a.zipf = zipf;
+  a.threads = threads;
+  py::gil_scoped_release nogil;
+  return Check(RunGen(a)).dump();
+}
+
+void SetLogLevel(const std::string& level) {
+  static const std::pair<const char*, LogLevel> kLevels[] = {{"debug", LogLevel::kDebug},
+                                                             {"info", LogLevel::kInfo},
+                                                             {"warning", LogLevel::kWarning},
+                                                             {"error", LogLevel::kError},
+                                                             {"off", LogLevel::kOff}};
+  for (const auto& [name, l] : kLevels) {
+    if (level == name) return InitLogging(l);
+  }
+  throw StatusError(InvalidArgumentError("log level '" + level +
+                                         "': expected debug, info, warning, error or off"));
+}
+
+}  // namespace
+}  // namespace ctrbox
+
+PYBIND11_MODULE(_ctrbox, m) {
+  using namespace ctrbox;
+  m.doc() = "ctrbox's compiled core; use the ctrbox package (python/ctrbox/__init__.py)";
+  ConfigureAllocator();
+  InitLogging(LogLevel::kInfo);
+  py::register_exception<StatusError>(m, "StatusError", PyExc_RuntimeError);
+
+  py::class_<JobConfig>(m, "JobConfig")
+      .def_property_readonly("model_dir", [](const JobConfig& j) { return j.model_dir; })
+      .def_property_readonly("threads", [](const JobConfig& j) { return j.train.threads; });
+  m.def("build_job", &BuildJob, py::arg("config_path"), py::arg("keys"), py::arg("data"),
+        py::arg("eval_data"), py::arg("format"), py::arg("model_dir"), py::arg("fresh"),
+        py::arg("resume"));
+  m.def("train", &Train, py::arg("job"), py::arg("progress"));
+  m.def("config_reference", &ConfigReference);
+
+  py::class_<Model>(m, "Model")
+      .def(py::init<const JobConfig&>(), py::arg("job"))
+      .def("manifest", &Model::Manifest)
+      .def_property_readonly("num_slots", &Model::num_slots)
+      .def_property_readonly("num_dense", &Model::num_dense)
+      .def_property_readonly("dim", &Model::dim)
+      .def("eval", &Model::Eval, py::arg("paths"), py::arg("format"))
+      .def("predict_arrays", &Model::PredictArrays, py::arg("keys"), py::arg("offsets"),
+           py::arg("dense"), py::arg("rows"), py::arg("raw"))
+      .def("predict_text", &Model::PredictText, py::arg("lines"), py::arg("format"))
+      .def("lookup", &Model::Lookup, py::arg("keys"));
+
+  m.def("gen", &Gen, py::arg("out"), py::arg("rows"), py::arg("format"), py::arg("seed"),
+        py::arg("vocab_scale"), py::arg("zipf"), py::arg("threads"));
+  m.def("set_log_level", &SetLogLevel, py::arg("level"));
+  m.def("feature_keys", &FeatureKeys, py::arg("slot"), py::arg("values"));
+}
