@@ -98,6 +98,8 @@ def test_progress_gets_running_metrics_and_every_pass(data, tmp_path):
     assert sum(p["pass_examples"] for p in passes) == passes[-1]["examples"] == 20000
     assert progress and all(0 < e["examples"] <= 20000 for e in progress)
     assert all(e["examples_per_s"] > 0 for e in progress)
+    # A file's size is known: the share done and the seconds left come with each update.
+    assert all(0 < e["fraction"] <= 1 and e["eta_seconds"] >= 0 for e in progress)
 
 
 def test_an_exception_in_progress_stops_the_job_and_is_raised(data, tmp_path):

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "util/logging.h"
@@ -11,10 +12,31 @@ namespace ctrbox {
 
 ProgressPrinter::ProgressPrinter() : tty_(::isatty(STDERR_FILENO) == 1) {}
 
+std::string FormatDuration(double seconds) {
+  const uint64_t s = static_cast<uint64_t>(std::max(0.0, seconds) + 0.5);
+  if (s < 60) return fmt::format("{}s", s);
+  if (s < 3600) return fmt::format("{}m{:02}s", s / 60, s % 60);
+  return fmt::format("{}h{:02}m", s / 3600, s % 3600 / 60);
+}
+
+std::string ProgressLine(const TrainProgress& p, bool bar) {
+  std::string line;
+  if (p.fraction >= 0) {
+    if (bar) {
+      constexpr int kWidth = 24;
+      const int full = static_cast<int>(p.fraction * kWidth + 0.5);
+      line += "[" + std::string(full, '#') + std::string(kWidth - full, '.') + "] ";
+    }
+    line += fmt::format("{:5.1f}%  ", 100.0 * p.fraction);
+    if (p.eta_seconds >= 0) line += "ETA " + FormatDuration(p.eta_seconds) + "  ";
+  }
+  line += fmt::format("{} examples  {:.0f} ex/s  auc {}  logloss {:.4f}", p.examples,
+                      p.examples_per_s, p.running.AucText(), p.running.logloss);
+  return line;
+}
+
 void ProgressPrinter::OnProgress(const TrainProgress& p) {
-  std::string line =
-      fmt::format("{:>12} examples  {:>9.0f} ex/s  auc {}  logloss {:.4f}", p.examples,
-                  p.examples_per_s, p.running.AucText(), p.running.logloss);
+  std::string line = ProgressLine(p, tty_);
   if (tty_) {
     std::fprintf(stderr, "\r%s\033[K", line.c_str());
     std::fflush(stderr);

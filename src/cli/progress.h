@@ -3,9 +3,17 @@
 #ifndef CTRBOX_CLI_PROGRESS_H_
 #define CTRBOX_CLI_PROGRESS_H_
 
+#include <string>
+
 #include "pipeline/trainer.h"
 
 namespace ctrbox {
+
+// The progress line: with a known input size, a bar (on a terminal), the share done and the
+// time left ("ETA 3m05s"), then examples, rate and the running metrics.
+std::string ProgressLine(const TrainProgress& p, bool bar);
+// "45s", "3m05s", "2h07m".
+std::string FormatDuration(double seconds);
 
 class ProgressPrinter : public ProgressSink {
  public:

@@ -25,6 +25,10 @@ struct TextChunk {
   uint64_t offset = 0;                   // byte offset of data in the file
   std::vector<uint64_t> overlong_lines;  // lines skipped for length (after the lines in data)
   uint64_t seq = 0;                      // position of the chunk in the job's stream
+  // How much of the whole input is consumed up to the end of this chunk, in the units of its
+  // source's total() (bytes of the files as stored, or generated rows); set by the sources
+  // that know their total.
+  uint64_t progress = 0;
 };
 
 // A sequential source of raw input chunks. Thread safety: not thread-safe.
@@ -33,6 +37,9 @@ class ChunkSource {
   virtual ~ChunkSource() = default;
   // Fills *chunk with the next unit of input, or sets *eof.
   virtual Status Next(TextChunk* chunk, bool* eof) = 0;
+  // The size of the whole input in the units of TextChunk::progress; 0 when unknown (a
+  // pipe, a command).
+  virtual uint64_t total() const { return 0; }
 };
 
 class LineChunker final : public ChunkSource {

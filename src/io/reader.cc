@@ -28,12 +28,37 @@
 namespace ctrbox {
 namespace {
 
-// Reads several files one after another through a per-file ChunkSource.
+// Bytes read from a file, counted for progress (below a decompressor: the stored bytes).
+class CountingFile final : public SequentialFile {
+ public:
+  CountingFile(std::unique_ptr<SequentialFile> file, std::shared_ptr<uint64_t> count)
+      : file_(std::move(file)), count_(std::move(count)) {}
+  Status Read(size_t n, char* scratch, size_t* bytes_read) override {
+    Status s = file_->Read(n, scratch, bytes_read);
+    *count_ += *bytes_read;
+    return s;
+  }
+  const std::string& name() const override { return file_->name(); }
+
+ private:
+  std::unique_ptr<SequentialFile> file_;
+  std::shared_ptr<uint64_t> count_;
+};
+
+// Reads several files one after another through a per-file ChunkSource. The opener keeps
+// *consumed at the bytes of the file consumed so far; a chunk's progress is the bytes of the
+// files before it plus that. The total is the files' sizes, when every one is a regular file.
 class FileSequenceSource final : public ChunkSource {
  public:
-  using Opener = std::function<StatusOr<std::unique_ptr<ChunkSource>>(const std::string& path)>;
-  FileSequenceSource(std::vector<std::string> files, Opener open)
-      : files_(std::move(files)), open_(std::move(open)) {}
+  using Opener = std::function<StatusOr<std::unique_ptr<ChunkSource>>(
+      const std::string& path, std::shared_ptr<uint64_t> consumed)>;
+  FileSequenceSource(std::vector<std::string> files, std::vector<uint64_t> sizes, Opener open)
+      : files_(std::move(files)), sizes_(std::move(sizes)), open_(std::move(open)) {
+    for (uint64_t b : sizes_) total_ += b;
+    if (std::count(sizes_.begin(), sizes_.end(), 0u) > 0 || sizes_.size() != files_.size()) {
+      total_ = 0;  // a file of unknown size (or an empty one): no fraction to give
+    }
+  }
 
   Status Next(TextChunk* chunk, bool* eof) override {
     while (true) {
@@ -42,22 +67,30 @@ class FileSequenceSource final : public ChunkSource {
           *eof = true;
           return Status::OK();
         }
-        ASSIGN_OR_RETURN(current_, open_(files_[next_file_++]));
+        *consumed_ = 0;
+        ASSIGN_OR_RETURN(current_, open_(files_[next_file_++], consumed_));
       }
       bool file_eof = false;
       RETURN_IF_ERROR(current_->Next(chunk, &file_eof));
       if (!file_eof) {
+        const uint64_t size = next_file_ <= sizes_.size() ? sizes_[next_file_ - 1] : 0;
+        chunk->progress = done_ + std::min(*consumed_, size);
         *eof = false;
         return Status::OK();
       }
+      done_ += next_file_ <= sizes_.size() ? sizes_[next_file_ - 1] : 0;
       current_.reset();
     }
   }
+  uint64_t total() const override { return total_; }
 
  private:
   std::vector<std::string> files_;
+  std::vector<uint64_t> sizes_;
   Opener open_;
   size_t next_file_ = 0;
+  uint64_t total_ = 0, done_ = 0;
+  std::shared_ptr<uint64_t> consumed_ = std::make_shared<uint64_t>(0);
   std::unique_ptr<ChunkSource> current_;
 };
 
@@ -73,8 +106,10 @@ class SynthSource final : public ChunkSource {
     chunk->first_line = next_;
     chunk->offset = std::min(block_rows_, rows_ - next_);
     next_ += chunk->offset;
+    chunk->progress = next_;
     return Status::OK();
   }
+  uint64_t total() const override { return rows_; }
 
  private:
   uint64_t rows_, block_rows_, next_ = 0;
@@ -96,6 +131,7 @@ class ParallelChunkReader final : public BatchReader {
         decode_(std::move(decode)),
         max_inflight_(std::max(options.max_inflight, options.threads)),
         closing_(std::move(closing)),
+        total_(source_->total()),
         tracker_(options.bad_input) {
     for (int t = 0; t < std::max(1, options.threads); ++t)
       workers_.emplace_back([this] { Work(); });
@@ -112,6 +148,9 @@ class ParallelChunkReader final : public BatchReader {
 
   Schema schema() const override { return schema_; }
   RecordCounts counts() const override { return tracker_.counts(); }
+  InputProgress progress() const override {
+    return {progress_.load(std::memory_order_relaxed), total_};
+  }
 
   Status Next(Batch* batch, bool* eof) override {
     *eof = false;
@@ -127,10 +166,12 @@ class ParallelChunkReader final : public BatchReader {
           if (!source_status_.ok()) return final_status_ = source_status_;
           Status s = tracker_.Finish();
           if (!s.ok()) return final_status_ = s;
+          progress_.store(total_, std::memory_order_relaxed);  // all of it (footers too)
           *eof = true;
           return Status::OK();
         }
-        r = std::move(it->second);
+        r = std::move(it->second.first);
+        progress_.store(it->second.second, std::memory_order_relaxed);
         results_.erase(it);
         ++next_out_;
       }
@@ -173,7 +214,7 @@ class ParallelChunkReader final : public BatchReader {
       decode_(chunk, &r);
       {
         std::lock_guard<std::mutex> l(mu_);
-        results_.emplace(seq, std::move(r));
+        results_.emplace(seq, std::make_pair(std::move(r), chunk.progress));
       }
       cv_.notify_all();
     }
@@ -187,12 +228,15 @@ class ParallelChunkReader final : public BatchReader {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false;                             // guarded by mu_
-  uint64_t next_seq_ = 0;                         // guarded by mu_
-  uint64_t next_out_ = 0;                         // guarded by mu_
-  uint64_t source_done_at_ = kNotDone;            // guarded by mu_
-  Status source_status_;                          // guarded by mu_
-  std::map<uint64_t, ChunkParseResult> results_;  // guarded by mu_
+  bool stop_ = false;                   // guarded by mu_
+  uint64_t next_seq_ = 0;               // guarded by mu_
+  uint64_t next_out_ = 0;               // guarded by mu_
+  uint64_t source_done_at_ = kNotDone;  // guarded by mu_
+  Status source_status_;                // guarded by mu_
+  // Decoded chunks by sequence number, with their progress.
+  std::map<uint64_t, std::pair<ChunkParseResult, uint64_t>> results_;  // guarded by mu_
+  const uint64_t total_;               // the source's total (read before the workers start)
+  std::atomic<uint64_t> progress_{0};  // of the last chunk Next handed out
 
   // Owned by the consumer thread.
   BadInputTracker tracker_;
@@ -455,11 +499,20 @@ StatusOr<std::unique_ptr<BatchReader>> OpenReader(Env* env, const DataOptions& o
     ASSIGN_OR_RETURN(files, ExpandDataPaths(env, o.paths, o.format));
   }
   ASSIGN_OR_RETURN(Schema schema, ResolveSchema(env, o));
+  // The files' sizes, for progress (none for a command or standard input: unknown).
+  std::vector<uint64_t> sizes;
+  if (o.command.empty()) {
+    for (const std::string& f : files) {
+      auto size = f == "-" ? StatusOr<uint64_t>(uint64_t{0}) : env->GetFileSize(f);
+      sizes.push_back(size.ok() ? *size : 0);
+    }
+  }
   if (o.format == DataFormat::kShards) {
     auto source = std::make_unique<FileSequenceSource>(
-        std::move(files),
-        [env, schema](const std::string& path) -> StatusOr<std::unique_ptr<ChunkSource>> {
-          ASSIGN_OR_RETURN(auto shard, ShardBlockSource::Open(env, path));
+        std::move(files), std::move(sizes),
+        [env, schema](const std::string& path, std::shared_ptr<uint64_t> consumed)
+            -> StatusOr<std::unique_ptr<ChunkSource>> {
+          ASSIGN_OR_RETURN(auto shard, ShardBlockSource::Open(env, path, std::move(consumed)));
           if (!(shard->schema() == schema)) {
             return InvalidArgumentError(fmt::format(
                 "{}: shard has {} slots and {} dense values, but the data set has {} and {}", path,
@@ -481,8 +534,9 @@ StatusOr<std::unique_ptr<BatchReader>> OpenReader(Env* env, const DataOptions& o
   text.max_line_bytes = o.max_line_bytes;
   auto closing = std::make_shared<std::atomic<bool>>(false);
   auto source = std::make_unique<FileSequenceSource>(
-      std::move(files),
-      [env, o, closing](const std::string& path) -> StatusOr<std::unique_ptr<ChunkSource>> {
+      std::move(files), std::move(sizes),
+      [env, o, closing](const std::string& path, std::shared_ptr<uint64_t> consumed)
+          -> StatusOr<std::unique_ptr<ChunkSource>> {
         std::unique_ptr<SequentialFile> file;
         if (!o.command.empty()) {
           ASSIGN_OR_RETURN(file, PipeInput::Command(o.command, {o.cancel, closing}));
@@ -491,6 +545,8 @@ StatusOr<std::unique_ptr<BatchReader>> OpenReader(Env* env, const DataOptions& o
         } else {
           ASSIGN_OR_RETURN(file, env->NewSequentialFile(path));
         }
+        // Counted below the decompressor: progress in the bytes as stored.
+        file = std::make_unique<CountingFile>(std::move(file), std::move(consumed));
         ASSIGN_OR_RETURN(file, OpenDecompressed(std::move(file)));
         return std::unique_ptr<ChunkSource>(
             new LineChunker(std::move(file), o.chunk_bytes, o.max_line_bytes));

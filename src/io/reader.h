@@ -7,6 +7,7 @@
 #ifndef CTRBOX_IO_READER_H_
 #define CTRBOX_IO_READER_H_
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <string>
@@ -38,6 +39,14 @@ struct DataOptions {
 };
 
 // Thread safety: Next() from one thread at a time.
+// How far a reader is through its input: `done` of `total` units (bytes of the files as
+// stored — compressed bytes for compressed files —, or generated rows). total 0: unknown.
+struct InputProgress {
+  uint64_t done = 0, total = 0;
+  bool known() const { return total > 0; }
+  double fraction() const { return known() ? std::min(1.0, double(done) / double(total)) : 0.0; }
+};
+
 class BatchReader {
  public:
   virtual ~BatchReader() = default;
@@ -47,6 +56,8 @@ class BatchReader {
   virtual Status Next(Batch* batch, bool* eof) = 0;
   // Records read so far.
   virtual RecordCounts counts() const = 0;
+  // The input consumed by the rows Next has returned so far (safe from any thread).
+  virtual InputProgress progress() const { return {}; }
 };
 
 // The files that `paths` name: files as given, directories expanded to their regular files

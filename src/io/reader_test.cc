@@ -6,6 +6,7 @@
 #include <chrono>
 #include <thread>
 
+#include "io/shard.h"
 #include "io/synth.h"
 #include "io/test_util.h"
 
@@ -46,6 +47,80 @@ TEST(ReaderTest, ThreadCountAndChunkSizeDoNotChangeTheStream) {
       EXPECT_TRUE(SameBatch(*got, *expect)) << threads << " " << chunk;
     }
   }
+}
+
+// Reads everything, checking that progress only grows, never passes its total, and ends at
+// it; returns the total (0: unknown).
+uint64_t ReadCheckingProgress(const DataOptions& o) {
+  auto reader = OpenReader(Env::Posix(), o);
+  EXPECT_TRUE(reader.ok()) << reader.status().ToString();
+  if (!reader.ok()) return 0;
+  Batch b;
+  bool eof = false;
+  uint64_t last = 0;
+  size_t blocks = 0;
+  EXPECT_EQ((*reader)->progress().done, 0u);
+  while (true) {
+    EXPECT_TRUE((*reader)->Next(&b, &eof).ok());
+    if (eof) break;
+    ++blocks;
+    const InputProgress p = (*reader)->progress();
+    EXPECT_GE(p.done, last);
+    if (p.known()) EXPECT_LE(p.done, p.total);
+    last = p.done;
+  }
+  const InputProgress p = (*reader)->progress();
+  EXPECT_GE(blocks, 1u);
+  if (p.known()) EXPECT_EQ(p.done, p.total);
+  return p.total;
+}
+
+TEST(ReaderTest, ProgressCountsTheBytesAsStoredOrTheGeneratedRows) {
+  TempDir dir;
+  const std::string a = CriteoText(3000, 1), b = CriteoText(1234, 2);
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), dir.File("a.tsv"), a).ok());
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), dir.File("b.tsv"), b).ok());
+  DataOptions o;
+  o.paths = {dir.File("a.tsv"), dir.File("b.tsv")};
+  o.threads = 3;
+  o.chunk_bytes = 64 << 10;
+  EXPECT_EQ(ReadCheckingProgress(o), a.size() + b.size());
+  // Compressed: the compressed bytes, which the decompressor reads as it goes.
+  ASSERT_EQ(std::system(("gzip -k " + dir.File("a.tsv")).c_str()), 0);
+  o.paths = {dir.File("a.tsv.gz")};
+  auto gz = Env::Posix()->GetFileSize(dir.File("a.tsv.gz"));
+  ASSERT_TRUE(gz.ok());
+  EXPECT_EQ(ReadCheckingProgress(o), *gz);
+  // A shard file: its bytes, block by block.
+  {
+    auto text = ReadAll(DataOptions{.paths = {dir.File("a.tsv")}});
+    ASSERT_TRUE(text.ok());
+    ShardWriterOptions so;
+    so.block_rows = 500;
+    auto w = ShardWriter::Open(Env::Posix(), dir.File("a.ctrshard"), text->schema, so);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE((*w)->Add(*text).ok());
+    ASSERT_TRUE((*w)->Finish().ok());
+    DataOptions s;
+    s.paths = {dir.File("a.ctrshard")};
+    s.format = DataFormat::kShards;
+    EXPECT_EQ(ReadCheckingProgress(s), *Env::Posix()->GetFileSize(dir.File("a.ctrshard")));
+  }
+  // A command's output has no known size.
+  DataOptions c;
+  c.command = "cat " + dir.File("a.tsv");
+  c.chunk_bytes = 64 << 10;
+  EXPECT_EQ(ReadCheckingProgress(c), 0u);
+  // Generated rows: rows.
+  auto synth = NewSynthReader(SynthOptions{}, 50000, 2, 4096);
+  Batch batch;
+  bool eof = false;
+  uint64_t rows = 0;
+  while (synth->Next(&batch, &eof).ok() && !eof) {
+    rows += batch.rows();
+    EXPECT_EQ(synth->progress().done, rows);
+  }
+  EXPECT_EQ(synth->progress().total, 50000u);
 }
 
 TEST(ReaderTest, StopsPastTheErrorRateNamingTheFirstBadLine) {

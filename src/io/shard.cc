@@ -210,11 +210,12 @@ Status ShardBlockSource::ReadExact(size_t n, char* out) {
   return Status::OK();
 }
 
-StatusOr<std::unique_ptr<ShardBlockSource>> ShardBlockSource::Open(Env* env,
-                                                                   const std::string& path) {
+StatusOr<std::unique_ptr<ShardBlockSource>> ShardBlockSource::Open(
+    Env* env, const std::string& path, std::shared_ptr<uint64_t> consumed) {
   ASSIGN_OR_RETURN(auto file, env->NewSequentialFile(path));
   std::unique_ptr<ShardBlockSource> src(
       new ShardBlockSource(std::move(file), Schema{}, ShardCodec::kNone));
+  src->consumed_ = std::move(consumed);
   char h[kFileHeaderSize];
   RETURN_IF_ERROR(src->ReadExact(kFileHeaderSize, h));
   if (std::memcmp(h, kFileMagic, 8) != 0) {
@@ -287,6 +288,7 @@ Status ShardBlockSource::Next(TextChunk* chunk, bool* eof) {
   ++blocks_;
   rows_ += GetFixed<uint32_t>(h + 8);
   keys_ += GetFixed<uint64_t>(h + 16);
+  if (consumed_) *consumed_ = offset_;
   return Status::OK();
 }
 

@@ -55,7 +55,9 @@ class ShardWriter {
 // Thread safety: not thread-safe.
 class ShardBlockSource final : public ChunkSource {
  public:
-  static StatusOr<std::unique_ptr<ShardBlockSource>> Open(Env* env, const std::string& path);
+  // `consumed`, when given, is kept at the bytes of the file read so far (for progress).
+  static StatusOr<std::unique_ptr<ShardBlockSource>> Open(
+      Env* env, const std::string& path, std::shared_ptr<uint64_t> consumed = nullptr);
 
   Schema schema() const { return schema_; }
   // Fills chunk->data with the next block: the file's codec (u32), the block header and the
@@ -71,6 +73,7 @@ class ShardBlockSource final : public ChunkSource {
   ShardCodec codec_;
   uint64_t offset_ = 0;
   uint64_t blocks_ = 0, rows_ = 0, keys_ = 0;
+  std::shared_ptr<uint64_t> consumed_;
 };
 
 // Decodes one block produced by ShardBlockSource into result->batch, verifying checksums and

@@ -45,13 +45,18 @@ StatusOr<PassReader::Fill> PassReader::FillTo(Batch* out, uint64_t limit) {
     bool end = false;
     RETURN_IF_ERROR(reader_->Next(&block_, &end));
     begin_ = 0;
+    const InputProgress p = reader_->progress();
+    const double epochs = std::max<uint32_t>(options_.epochs, 1);
     if (end) {
       counts_.Add(reader_->counts());
       reader_.reset();
       block_.Reset(schema_);
       ++epoch_;
+      fraction_.store(p.known() ? epoch_ / epochs : -1.0, std::memory_order_relaxed);
       return out->rows() > 0 ? Fill::kRowsThenEpochEnd : Fill::kEpochEnd;
     }
+    rows_read_.fetch_add(block_.rows(), std::memory_order_relaxed);
+    fraction_.store(p.known() ? (epoch_ + p.fraction()) / epochs : -1.0, std::memory_order_relaxed);
   }
   return Fill::kRows;
 }

@@ -12,6 +12,7 @@
 #ifndef CTRBOX_PIPELINE_PASS_READER_H_
 #define CTRBOX_PIPELINE_PASS_READER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -104,6 +105,11 @@ class PassReader {
   Schema schema() const { return schema_; }
   // Record counts of the epochs read to the end.
   const RecordCounts& counts() const { return counts_; }
+  // How far reading is through the whole input, every epoch counted (the input's
+  // InputProgress; < 0 when unknown: a pipe or a command), and the rows read so far. Safe
+  // from any thread: the train stage's progress reads them.
+  double InputFraction() const { return fraction_.load(std::memory_order_relaxed); }
+  uint64_t rows_read() const { return rows_read_.load(std::memory_order_relaxed); }
   // How the passes cut so far were sized (the passes a resume skipped included).
   const PassSizingStats& sizing() const { return sizing_; }
   const PassReaderOptions& options() const { return options_; }
@@ -142,6 +148,8 @@ class PassReader {
   uint64_t recent_sum_ = 0;            // (memory_passes - 1 of them), added up: the report's
                                        // max_window_bytes
   RecordCounts counts_;
+  std::atomic<double> fraction_{-1.0};
+  std::atomic<uint64_t> rows_read_{0};
   PassSizingStats sizing_;
 };
 

@@ -319,6 +319,51 @@ TEST(PipelineTest, APushErrorStopsEveryStage) {
   EXPECT_FALSE(ModelExists(Env::Posix(), dir.File("model")));
 }
 
+// Keeps every progress update.
+class Progresses : public ProgressSink {
+ public:
+  void OnProgress(const TrainProgress& p) override { seen.push_back(p); }
+  std::vector<TrainProgress> seen;
+};
+
+TEST(PipelineTest, ProgressGivesTheShareDoneAndTheTimeLeftWhenTheInputSizeIsKnown) {
+  TempDir dir;
+  const std::string data = WriteOverlapping(dir, "train.tsv", 8000);
+  JobConfig job = Job(dir.File("m"), data);
+  job.train.progress_seconds = 0;  // every minibatch
+  job.train.epochs = 2;
+  job.data.chunk_bytes = 64 << 10;
+  Progresses sink;
+  auto r = RunTrain(Env::Posix(), job, &sink);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_GT(sink.seen.size(), 10u);
+  double last = 0;
+  for (const TrainProgress& p : sink.seen) {
+    // The estimate of the rows to come may move as the reading goes on, within a chunk.
+    EXPECT_GT(p.fraction, 0.0);
+    EXPECT_LE(p.fraction, 1.0);
+    EXPECT_GE(p.fraction, last - 0.05);
+    EXPECT_GE(p.eta_seconds, 0.0);
+    last = p.fraction;
+  }
+  // The last update is for the last minibatch: nearly all 16000 examples (2 epochs) done.
+  EXPECT_EQ(sink.seen.back().examples, 16000u);
+  EXPECT_NEAR(sink.seen.back().fraction, 1.0, 0.02);
+  EXPECT_NEAR(sink.seen[sink.seen.size() / 2].fraction, 0.5, 0.1);
+  EXPECT_LT(sink.seen.back().eta_seconds, sink.seen.front().eta_seconds);
+  // From a command, the size is unknown: no share, no estimate.
+  job.data.paths.clear();
+  job.data.command = "cat " + data;
+  job.train.epochs = 1;
+  Progresses piped;
+  ASSERT_TRUE(RunTrain(Env::Posix(), job, &piped).ok());
+  ASSERT_FALSE(piped.seen.empty());
+  for (const TrainProgress& p : piped.seen) {
+    EXPECT_LT(p.fraction, 0);
+    EXPECT_LT(p.eta_seconds, 0);
+  }
+}
+
 // Sets the stop flag (as Ctrl-C does) once `after` passes are pushed.
 class StopAfter : public ProgressSink {
  public:

@@ -15,6 +15,11 @@ struct TrainProgress {
   double seconds = 0;
   double examples_per_s = 0;
   MetricSummary running;  // progressive (test-then-train) metrics so far
+  // The share of the whole job done (every epoch, the passes a resume skipped included) and
+  // the seconds left at the current rate; both < 0 when the input's size is unknown (a pipe,
+  // a command). Estimated from the bytes (or generated rows) read per row read so far.
+  double fraction = -1;
+  double eta_seconds = -1;
 };
 
 // Receives progress while a job runs: OnProgress from the train stage, OnPass (the pass's

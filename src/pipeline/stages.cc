@@ -146,8 +146,18 @@ void PassStages::ReportProgress() {
   if (sink_ == nullptr || progress_clock_.Seconds() < ctx_.job->train.progress_seconds) return;
   progress_clock_.Reset();
   const double s = run_clock_.Seconds();
+  TrainProgress p{trained_examples_, s, trained_examples_ / s, total_.Summary()};
+  // The rows the whole job holds, from the share of the input the rows read so far took.
+  const double read = ctx_.reader->InputFraction();
+  const uint64_t rows_read = ctx_.reader->rows_read();
+  if (read > 0 && rows_read > 0) {
+    const double rows_total = rows_read / read;
+    const double done = static_cast<double>(ctx_.start.examples + trained_examples_);
+    p.fraction = std::min(1.0, done / rows_total);
+    p.eta_seconds = p.examples_per_s > 0 ? std::max(0.0, rows_total - done) / p.examples_per_s : -1;
+  }
   MutexLock l(&sink_mu_);
-  sink_->OnProgress(TrainProgress{trained_examples_, s, trained_examples_ / s, total_.Summary()});
+  sink_->OnProgress(p);
 }
 
 // ---- push ------------------------------------------------------------------------------------

@@ -85,6 +85,9 @@ class PySink : public ProgressSink {
     nlohmann::json j = {{"event", "progress"},        {"examples", p.examples},
                         {"seconds", p.seconds},       {"examples_per_s", p.examples_per_s},
                         {"auc", p.running.AucJson()}, {"logloss", p.running.logloss}};
+    // The share done and the seconds left, null when the input's size is unknown.
+    j["fraction"] = p.fraction >= 0 ? nlohmann::json(p.fraction) : nlohmann::json();
+    j["eta_seconds"] = p.eta_seconds >= 0 ? nlohmann::json(p.eta_seconds) : nlohmann::json();
     Call(j);
   }
   void OnPass(const nlohmann::json& record) override {
