@@ -1,6 +1,6 @@
 """The benchmarks' shared data set: shared/baselines/gen_criteo.py's 1 M training rows (seed
 11) and 200 K test rows (seed 12), generated into a directory if absent; and running `ctrbox train` for a report."""
-import json, os, subprocess, sys
+import argparse, json, os, subprocess, sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(os.path.dirname(ROOT), "shared", "baselines")
@@ -30,3 +30,12 @@ def train(ctrbox, args):
     if p.returncode != 0:
         sys.exit(f"ctrbox train failed:\n{p.stderr[-3000:]}")
     return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def arg_parser(doc, reps):
+    """The benchmarks' common options: --data-dir, --reps and --ctrbox (build/ctrbox)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data-dir", default="/tmp/ctrbox-bench")
+    ap.add_argument("--reps", type=int, default=reps)
+    ap.add_argument("--ctrbox", default=os.path.join(ROOT, "build", "ctrbox"))
+    return ap

@@ -6,9 +6,9 @@ JSON line per run and a summary with the medians and their ratio; the digests mu
 
   PYTHONPATH=build/python bench/python_module.py [--reps 3] [--data-dir /tmp/ctrbox-bench]
 """
-import argparse, json, os, statistics, subprocess, sys
+import json, os, statistics, subprocess, sys
 
-from bench_data import ROOT, criteo_train_test, train
+from bench_data import arg_parser, criteo_train_test, train
 
 CODE = """
 import json, sys, ctrbox
@@ -20,10 +20,7 @@ print(json.dumps(r))
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data-dir", default="/tmp/ctrbox-bench")
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--ctrbox", default=os.path.join(ROOT, "build", "ctrbox"))
+    ap = arg_parser(__doc__, reps=3)
     a = ap.parse_args()
     train_tsv, test_tsv = criteo_train_test(a.data_dir)
     env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(a.ctrbox), "python"))

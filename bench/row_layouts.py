@@ -14,9 +14,9 @@ of bytes per key to the default's float32 row.
 
   bench/row_layouts.py [--data-dir DIR] [--reps 1]
 """
-import argparse, json, os, statistics
+import json, os, statistics
 
-from bench_data import ROOT, criteo_train_test, train
+from bench_data import arg_parser, criteo_train_test, train
 
 LAYOUTS = [
     ("adagrad/float32", []),
@@ -33,10 +33,7 @@ LAYOUTS = [
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data-dir", default="/tmp/ctrbox-bench")
-    ap.add_argument("--reps", type=int, default=1)
-    ap.add_argument("--ctrbox", default=os.path.join(ROOT, "build", "ctrbox"))
+    ap = arg_parser(__doc__, reps=1)
     a = ap.parse_args()
     train_tsv, test_tsv = criteo_train_test(a.data_dir)
     common = ["--data", train_tsv, "--eval-data", test_tsv, "--fresh",

@@ -82,13 +82,23 @@ def _paths(p):
     return [os.fspath(x) for x in p]
 
 
-def _keys(config, overrides, what):
+def _build_job(what, config=None, overrides=None, path="", data=None, eval_data=None, format=None,
+               model_dir=None, fresh=False, resume=False):
+    """The checked job of these sources, as the CLI builds it (cli/config.h, BuildJobConfig)."""
     keys = []
     if isinstance(config, dict):
         _flatten(config, "", what + " config", keys)
-    for name, value in overrides.items():
+    for name, value in (overrides or {}).items():
         _flatten(value, name.replace("__", "."), "{}({}=...)".format(what, name), keys)
-    return keys
+    s = _ctrbox.JobSources()
+    s.config_path = path
+    for key in keys:
+        s.add_key(*key)
+    s.data, s.eval_data = _paths(data), _paths(eval_data)
+    s.format = format or ""
+    s.model_dir = os.fspath(model_dir) if model_dir else ""
+    s.fresh, s.resume = bool(fresh), bool(resume)
+    return _call(_ctrbox.build_job, s)
 
 
 class Job:
@@ -106,9 +116,8 @@ class Job:
                 raise TypeError("ctrbox.Job: config is a dict, a YAML file's path or None, not {}".format(
                     type(config).__name__))
             path = os.fspath(config)
-        self._job = _call(_ctrbox.build_job, path, _keys(config, overrides, "ctrbox.Job"), _paths(data),
-                          _paths(eval_data), format or "", os.fspath(model_dir) if model_dir else "",
-                          bool(fresh), bool(resume))
+        self._job = _build_job("ctrbox.Job", config, overrides, path, data, eval_data, format, model_dir,
+                               fresh, resume)
 
     @property
     def model_dir(self):
@@ -135,8 +144,7 @@ class Model:
     `ctrbox eval` does; train.threads and train.batch_size set how predictions run."""
 
     def __init__(self, model_dir, **overrides):
-        job = _call(_ctrbox.build_job, "", _keys(None, overrides, "ctrbox.Model"), [], [], "",
-                    os.fspath(model_dir), False, False)
+        job = _build_job("ctrbox.Model", overrides=overrides, model_dir=model_dir)
         self._model = _call(_ctrbox.Model, job)
         self.model_dir = os.fspath(model_dir)
 
@@ -241,8 +249,10 @@ def feature_keys(slot, values):
 def gen(out, rows=100000, format="criteo", seed=1, vocab_scale=1.0, zipf=0.0, threads=0):
     """Writes a synthetic click log with a planted model (`ctrbox gen`); returns its report
     (rows, bytes, ctr, oracle_auc, num_slots, num_dense)."""
-    return json.loads(_call(_ctrbox.gen, os.fspath(out), int(rows), format, int(seed), float(vocab_scale),
-                            float(zipf), int(threads)))
+    a = _ctrbox.GenArgs()
+    a.out, a.rows, a.format, a.seed = os.fspath(out), int(rows), format, int(seed)
+    a.vocab_scale, a.zipf, a.threads = float(vocab_scale), float(zipf), int(threads)
+    return json.loads(_call(_ctrbox.gen, a))
 
 
 def set_log_level(level):

@@ -50,25 +50,6 @@ T Check(StatusOr<T> v) {
   return std::move(*v);
 }
 
-// JobSources from the Python side: the job file, the (key, value, origin) entries its dict
-// and keyword arguments flattened to, and the flags.
-JobConfig BuildJob(const std::string& config_path,
-                   const std::vector<std::tuple<std::string, std::string, std::string>>& keys,
-                   const std::vector<std::string>& data, const std::vector<std::string>& eval_data,
-                   const std::string& format, const std::string& model_dir, bool fresh,
-                   bool resume) {
-  JobSources s;
-  s.config_path = config_path;
-  for (const auto& [key, value, origin] : keys) s.keys.push_back({key, value, origin});
-  s.data = data;
-  s.eval_data = eval_data;
-  s.format = format;
-  s.model_dir = model_dir;
-  s.fresh = fresh;
-  s.resume = resume;
-  return Check(BuildJobConfig(s));
-}
-
 // Hands progress to a Python callable, holding the GIL for the call. The first exception the
 // callable raises is kept (and the job asked to stop); the caller raises it afterwards.
 class PySink : public ProgressSink {
@@ -375,18 +356,9 @@ py::array_t<uint64_t> FeatureKeys(uint32_t slot, py::object values) {
   return py::array_t<uint64_t>(out.size(), out.data());
 }
 
-std::string Gen(const std::string& out, uint64_t rows, const std::string& format, uint64_t seed,
-                double vocab_scale, double zipf, int threads) {
-  GenArgs a;
-  a.out = out;
-  a.rows = rows;
-  a.format = format;
-  a.seed = seed;
-  a.vocab_scale = vocab_scale;
-  a.zipf = zipf;
-  a.threads = threads;
+std::string Gen(const GenArgs& args) {
   py::gil_scoped_release nogil;
-  return Check(RunGen(a)).dump();
+  return Check(RunGen(args)).dump();
 }
 
 void SetLogLevel(const std::string& level) {
@@ -415,9 +387,20 @@ PYBIND11_MODULE(_ctrbox, m) {
   py::class_<JobConfig>(m, "JobConfig")
       .def_property_readonly("model_dir", [](const JobConfig& j) { return j.model_dir; })
       .def_property_readonly("threads", [](const JobConfig& j) { return j.train.threads; });
-  m.def("build_job", &BuildJob, py::arg("config_path"), py::arg("keys"), py::arg("data"),
-        py::arg("eval_data"), py::arg("format"), py::arg("model_dir"), py::arg("fresh"),
-        py::arg("resume"));
+  // The job's sources as the CLI has them (cli/config.h); build_job checks and resolves them.
+  py::class_<JobSources>(m, "JobSources")
+      .def(py::init<>())
+      .def_readwrite("config_path", &JobSources::config_path)
+      .def_readwrite("data", &JobSources::data)
+      .def_readwrite("eval_data", &JobSources::eval_data)
+      .def_readwrite("format", &JobSources::format)
+      .def_readwrite("model_dir", &JobSources::model_dir)
+      .def_readwrite("fresh", &JobSources::fresh)
+      .def_readwrite("resume", &JobSources::resume)
+      .def("add_key", [](JobSources& s, std::string key, std::string value, std::string origin) {
+        s.keys.push_back({std::move(key), std::move(value), std::move(origin)});
+      });
+  m.def("build_job", [](const JobSources& s) { return Check(BuildJobConfig(s)); });
   m.def("train", &Train, py::arg("job"), py::arg("progress"));
   m.def("config_reference", &ConfigReference);
 
@@ -433,8 +416,16 @@ PYBIND11_MODULE(_ctrbox, m) {
       .def("predict_text", &Model::PredictText, py::arg("lines"), py::arg("format"))
       .def("lookup", &Model::Lookup, py::arg("keys"));
 
-  m.def("gen", &Gen, py::arg("out"), py::arg("rows"), py::arg("format"), py::arg("seed"),
-        py::arg("vocab_scale"), py::arg("zipf"), py::arg("threads"));
+  py::class_<GenArgs>(m, "GenArgs")
+      .def(py::init<>())
+      .def_readwrite("out", &GenArgs::out)
+      .def_readwrite("rows", &GenArgs::rows)
+      .def_readwrite("format", &GenArgs::format)
+      .def_readwrite("seed", &GenArgs::seed)
+      .def_readwrite("vocab_scale", &GenArgs::vocab_scale)
+      .def_readwrite("zipf", &GenArgs::zipf)
+      .def_readwrite("threads", &GenArgs::threads);
+  m.def("gen", &Gen, py::arg("args"));
   m.def("set_log_level", &SetLogLevel, py::arg("level"));
   m.def("feature_keys", &FeatureKeys, py::arg("slot"), py::arg("values"));
 }
