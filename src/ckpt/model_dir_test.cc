@@ -263,6 +263,23 @@ TEST_F(ModelDirTest, SpecDifferencesAreNamed) {
   auto old = ModelSpec::FromJson(j);
   ASSERT_TRUE(old.ok());
   EXPECT_EQ(old->model.quant, QuantOptions{});
+  // Hashed keys: written only when on (lossless specs read as before), and structural.
+  EXPECT_FALSE(spec_.ToJson()["model"].contains("hashing"));
+  other = spec_;
+  other.model.hashing = {HashingMethod::kOpOsrp, 1000};
+  auto back = ModelSpec::FromJson(other.ToJson());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->model.hashing, other.model.hashing);
+  EXPECT_NE(spec_.FirstIncompatibility(other), "");
+  EXPECT_NE(other.FirstIncompatibility(spec_), "");
+  ModelSpec bins = other;
+  bins.model.hashing.bins = 999;
+  EXPECT_EQ(other.FirstIncompatibility(bins), "model.hashing.bins");
+  j = other.ToJson();
+  j["model"]["hashing"]["method"] = "crc";
+  EXPECT_FALSE(ModelSpec::FromJson(j).ok());
+  j["model"]["hashing"] = {{"method", "modulo"}, {"bins", 0}};
+  EXPECT_FALSE(ModelSpec::FromJson(j).ok());
 }
 
 TEST(ModelDirFormatTest, AVersion1ModelDirectoryStillLoads) {

@@ -48,7 +48,7 @@ void Flatten(const nlohmann::json& j, const std::string& prefix,
 
 nlohmann::json ModelSpec::ToJson() const {
   const AccessorOptions& t = table;
-  return {
+  nlohmann::json j = {
       {"schema", {{"num_slots", schema.num_slots}, {"num_dense", schema.num_dense}}},
       {"model",
        {{"embedding_dim", model.embedding_dim},
@@ -71,6 +71,12 @@ nlohmann::json ModelSpec::ToJson() const {
         {"delete_threshold", t.delete_threshold},
         {"delete_after_unseen_passes", t.delete_after_unseen_passes}}},
   };
+  // Written only when set, so that the specs of lossless models read as before.
+  if (model.hashing.enabled()) {
+    j["model"]["hashing"] = {{"method", HashingMethodName(model.hashing.method)},
+                             {"bins", model.hashing.bins}};
+  }
+  return j;
 }
 
 StatusOr<ModelSpec> ModelSpec::FromJson(const nlohmann::json& j) {
@@ -93,6 +99,15 @@ StatusOr<ModelSpec> ModelSpec::FromJson(const nlohmann::json& j) {
       if (std::string_view e = QuantOptionsError(s.model.quant); !e.empty()) {
         return CorruptionError("model spec: " + std::string(e));
       }
+    }
+    if (m.contains("hashing")) {  // absent: lossless ids
+      const auto& h = m.at("hashing");
+      if (!ParseHashingMethod(h.at("method").get<std::string>(), &s.model.hashing.method) ||
+          !s.model.hashing.enabled()) {
+        return CorruptionError("model spec: unknown model.hashing.method");
+      }
+      s.model.hashing.bins = h.at("bins").get<uint64_t>();
+      if (s.model.hashing.bins == 0) return CorruptionError("model spec: model.hashing.bins is 0");
     }
     s.sparse_optimizer = OptimizerFromJson(j.at("sparse_optimizer"));
     s.dense_optimizer = OptimizerFromJson(j.at("dense_optimizer"));

@@ -280,6 +280,44 @@ document.body.insertAdjacentHTML('beforeend', '<pre id="probe">' + out.join(';')
   EXPECT_GT(*png, 20000u);
 }
 
+// features.hashing (HPS §2's lossy baseline): the table holds at most K (modulo) or 2K
+// (OP+OSRP) keys, eval and predict hash as training did, and the hashing is part of the
+// model: continuing it without is refused.
+TEST_F(CliTest, HashedKeysBoundTheTableAndFollowTheModelToEvalAndPredict) {
+  ASSERT_EQ(Run(Ctrbox("gen --rows 20000 --seed 3 --out " + Path("train.tsv"))).exit_code, 0);
+  ASSERT_EQ(Run(Ctrbox("gen --rows 4000 --seed 4 --out " + Path("test.tsv"))).exit_code, 0);
+  const std::string common = " --data " + Path("train.tsv") + " --eval-data " + Path("test.tsv") +
+                             " --set model.mlp=32,16 --set train.batch_size=128 --fresh";
+  Result lossless = Run(Ctrbox("train --model-dir " + Path("l") + common));
+  ASSERT_EQ(lossless.exit_code, 0) << lossless.err;
+  for (const auto& [method, bins, most] :
+       {std::tuple{"op_osrp", 2000, 4000}, std::tuple{"modulo", 3000, 3000}}) {
+    SCOPED_TRACE(method);
+    const std::string dir = Path(method);
+    Result r = Run(Ctrbox("train --model-dir " + dir + common + " --set features.hashing.method=" +
+                          method + " --set features.hashing.bins=" + std::to_string(bins)));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_LE(r.last_json["keys"].get<int>(), most);
+    EXPECT_GT(r.last_json["keys"].get<int>(), most / 2);
+    EXPECT_LT(r.last_json["keys"].get<int>(), lossless.last_json["keys"].get<int>() / 5);
+    EXPECT_GT(r.last_json["test_auc"].get<double>(), 0.55);
+    // eval hashes as training did: the same held-out AUC.
+    Result ev = Run(Ctrbox("eval --model-dir " + dir + " --data " + Path("test.tsv")));
+    ASSERT_EQ(ev.exit_code, 0) << ev.err;
+    EXPECT_EQ(ev.last_json["auc"], r.last_json["test_auc"]);
+    Result again = Run(Ctrbox("train --model-dir " + dir + " --data " + Path("train.tsv") +
+                              " --set model.mlp=32,16"));
+    EXPECT_NE(again.exit_code, 0);
+    EXPECT_NE(again.err.find("hashing"), std::string::npos) << again.err;
+  }
+  Result no_bins = Run(Ctrbox("train --set features.hashing.method=modulo"));
+  EXPECT_NE(no_bins.err.find("needs features.hashing.bins"), std::string::npos) << no_bins.err;
+  Result no_method = Run(Ctrbox("train --set features.hashing.bins=10"));
+  EXPECT_NE(no_method.err.find("would be ignored"), std::string::npos) << no_method.err;
+  Result bad = Run(Ctrbox("train --set features.hashing.method=crc"));
+  EXPECT_NE(bad.err.find("none, modulo or op_osrp"), std::string::npos) << bad.err;
+}
+
 TEST_F(CliTest, QuantizedEmbeddingsTrainThroughEveryTier) {
   ASSERT_EQ(
       Run(Ctrbox("gen --format criteo --rows 20000 --seed 3 --out " + Path("q.tsv"))).exit_code, 0);

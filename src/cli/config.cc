@@ -229,6 +229,16 @@ const std::vector<Key>& Keys() {
        Bool([](JobConfig* j, bool v) { j->spec.model.wide = v; })},
       {"model.dense_log1p", "true", "dense features enter as log(1 + max(x, 0))",
        Bool([](JobConfig* j, bool v) { j->spec.model.dense_log1p = v; })},
+      // lossy hashing of the keys, the baseline lossless ids are measured against
+      {"features.hashing.method", "none",
+       "hash keys into a smaller space: none (lossless) | modulo (K keys) | op_osrp (2K keys)",
+       [](JobConfig* j, std::string_view v, std::string* expect) {
+         *expect = "none, modulo or op_osrp";
+         return ParseHashingMethod(v, &j->spec.model.hashing.method);
+       }},
+      {"features.hashing.bins", "0", "K, the bins of features.hashing (required with a method)",
+       UInt([](JobConfig* j, uint64_t v) { j->spec.model.hashing.bins = v; }, 1,
+            uint64_t{1} << 61)},
       // optimizers
       {"optimizer.sparse.type", "adagrad",
        "sparse optimizer: adagrad | rowwise_adagrad (one state value per row: smaller rows) | "

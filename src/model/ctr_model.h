@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "io/batch.h"
+#include "io/key_hashing.h"
 #include "model/mlp.h"
 #include "model/optimizer.h"
 #include "table/accessor.h"
@@ -37,6 +38,9 @@ struct ModelOptions {
   // storage.quant: embeddings stored as b-bit codes; every sparse update is rounded onto the
   // grid (x <- Q(x + update), docs/quantization.md). bits 0: float32.
   QuantOptions quant;
+  // features.hashing: the keys hashed into a smaller space before the table sees them, in
+  // training and prediction alike (io/key_hashing.h). Off: lossless ids.
+  HashingOptions hashing;
 };
 
 struct StepStats {

@@ -17,8 +17,15 @@
 
 namespace ctrbox {
 
-Status PredictChunk(const Batch& chunk, SparseTable& table, CtrModel* model, uint32_t batch_size,
+Status PredictChunk(const Batch& input, SparseTable& table, CtrModel* model, uint32_t batch_size,
                     ThreadPool* pool, std::vector<float>* predictions) {
+  // A model trained on hashed keys predicts from the same hashing.
+  Batch hashed;
+  if (model->options().hashing.enabled()) {
+    hashed = input;
+    HashBatchKeys(model->options().hashing, &hashed);
+  }
+  const Batch& chunk = model->options().hashing.enabled() ? hashed : input;
   WorkingSet ws;
   BuildWorkingSet(chunk, batch_size, pool, &ws);
   RowBlock rows(table.layout());

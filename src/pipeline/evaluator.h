@@ -34,8 +34,9 @@ StatusOr<nlohmann::json> EvalLoadedModel(Env* env, const JobConfig& job, LoadedM
 // names none) to `out` with the model in job.model_dir; see PredictLines.
 Status RunPredict(Env* env, const JobConfig& job, std::FILE* out);
 
-// Predicts every row of `chunk`: its keys are looked up in `table` (absent keys contribute
-// nothing), minibatches of batch_size rows run on `pool`.
+// Predicts every row of `chunk`: its keys (hashed first when the model was trained with
+// features.hashing) are looked up in `table` (absent keys contribute nothing), minibatches
+// of batch_size rows run on `pool`.
 Status PredictChunk(const Batch& chunk, SparseTable& table, CtrModel* model, uint32_t batch_size,
                     ThreadPool* pool, std::vector<float>* predictions);
 

@@ -32,6 +32,7 @@ PassReaderOptions JobConfig::PassOptions() const {
   PassReaderOptions o;
   o.pass_examples = pipeline.pass_examples;
   o.epochs = train.epochs;
+  o.hashing = spec.model.hashing;
   const TieredOptions table = StorageFor(CtrModel::LayoutFor(spec.model, spec.sparse_optimizer));
   const uint64_t row_budget = table.RowBudgetBytes();
   if (gpu_options.pass_memory > 0 && pipeline.size_by_memory) {
@@ -104,6 +105,13 @@ Status JobConfig::Validate() const {
           "squares), not {}",
           OptimizerKindName(s.kind)));
     }
+  }
+  if (const HashingOptions& h = spec.model.hashing; h.enabled() != (h.bins > 0)) {
+    return InvalidArgumentError(
+        h.enabled() ? fmt::format("features.hashing.method={} needs features.hashing.bins (K)",
+                                  HashingMethodName(h.method))
+                    : "features.hashing.bins is set but features.hashing.method is none (it "
+                      "would be ignored)");
   }
   if (spec.dense_optimizer.kind == OptimizerKind::kRowwiseAdagrad) {
     return InvalidArgumentError(

@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 
+#include "io/key_hashing.h"
 #include "io/reader.h"
 #include "pipeline/key_window.h"
 
@@ -42,6 +43,9 @@ uint64_t PassBytes(const PassShape& shape, uint64_t row_bytes);
 struct PassReaderOptions {
   uint64_t pass_examples = 262144;  // the most examples of a pass; REQUIRES: >= 1
   uint32_t epochs = 1;
+  // features.hashing: every block read is hashed (io/key_hashing.h) before passes are cut,
+  // so that passes are sized by the keys the table will see.
+  HashingOptions hashing;
   // Pass sizing by keys (0: off): the distinct keys of window_passes consecutive passes stay
   // within window_keys, passes holding whole minibatches of batch_size examples. A pass of one
   // minibatch may exceed the window through the passes before it (its pull waits for their
