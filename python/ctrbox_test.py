@@ -69,7 +69,7 @@ def test_bad_keys_and_values_raise_the_cli_messages(tmp_path):
         ctrbox.Job(yaml)
     # A YAML file and overrides together, dotted keys through **.
     yaml.write_text("model:\n  mlp: [16]\ntrain:\n  batch_size: 3\n")
-    job = ctrbox.Job(yaml, **{"train.batch_size": 64}, model_dir=tmp_path / "m")
+    job = ctrbox.Job(yaml, **{"train.batch_size": 64}, model_dir=tmp_path / "m", model__wide=np.bool_(True))
     assert job.model_dir == str(tmp_path / "m")
     with pytest.raises(TypeError):
         ctrbox.Job(42)

@@ -48,7 +48,7 @@ def _text(value, key, origin):
     """A value as the command line writes it (the YAML reader's scalars)."""
     if value is None:
         raise Error("{}: {} has no value (give one, or leave the key out for its default)".format(origin, key))
-    if isinstance(value, bool):
+    if isinstance(value, (bool, np.bool_)):
         return "true" if value else "false"
     if isinstance(value, (list, tuple)):
         for v in value:

@@ -47,17 +47,18 @@ class CountingFile final : public SequentialFile {
 
 // Reads several files one after another through a per-file ChunkSource. The opener keeps
 // *consumed at the bytes of the file consumed so far; a chunk's progress is the bytes of the
-// files before it plus that. The total is the files' sizes, when every one is a regular file.
+// files before it plus that. The total is the files' sizes, when every one is known (not
+// kUnknownSize: standard input, a command).
 class FileSequenceSource final : public ChunkSource {
  public:
+  static constexpr uint64_t kUnknownSize = ~uint64_t{0};
   using Opener = std::function<StatusOr<std::unique_ptr<ChunkSource>>(
       const std::string& path, std::shared_ptr<uint64_t> consumed)>;
   FileSequenceSource(std::vector<std::string> files, std::vector<uint64_t> sizes, Opener open)
       : files_(std::move(files)), sizes_(std::move(sizes)), open_(std::move(open)) {
-    for (uint64_t b : sizes_) total_ += b;
-    if (std::count(sizes_.begin(), sizes_.end(), 0u) > 0 || sizes_.size() != files_.size()) {
-      total_ = 0;  // a file of unknown size (or an empty one): no fraction to give
-    }
+    const bool known = sizes_.size() == files_.size() &&
+                       std::count(sizes_.begin(), sizes_.end(), kUnknownSize) == 0;
+    for (uint64_t b : sizes_) total_ += known ? b : 0;  // 0: no fraction to give
   }
 
   Status Next(TextChunk* chunk, bool* eof) override {
@@ -73,12 +74,12 @@ class FileSequenceSource final : public ChunkSource {
       bool file_eof = false;
       RETURN_IF_ERROR(current_->Next(chunk, &file_eof));
       if (!file_eof) {
-        const uint64_t size = next_file_ <= sizes_.size() ? sizes_[next_file_ - 1] : 0;
+        const uint64_t size = next_file_ <= sizes_.size() ? sizes_[next_file_ - 1] : kUnknownSize;
         chunk->progress = done_ + std::min(*consumed_, size);
         *eof = false;
         return Status::OK();
       }
-      done_ += next_file_ <= sizes_.size() ? sizes_[next_file_ - 1] : 0;
+      if (total_ > 0) done_ += sizes_[next_file_ - 1];
       current_.reset();
     }
   }
@@ -503,8 +504,9 @@ StatusOr<std::unique_ptr<BatchReader>> OpenReader(Env* env, const DataOptions& o
   std::vector<uint64_t> sizes;
   if (o.command.empty()) {
     for (const std::string& f : files) {
-      auto size = f == "-" ? StatusOr<uint64_t>(uint64_t{0}) : env->GetFileSize(f);
-      sizes.push_back(size.ok() ? *size : 0);
+      auto size =
+          f == "-" ? StatusOr<uint64_t>(FileSequenceSource::kUnknownSize) : env->GetFileSize(f);
+      sizes.push_back(size.ok() ? *size : FileSequenceSource::kUnknownSize);
     }
   }
   if (o.format == DataFormat::kShards) {

@@ -81,10 +81,11 @@ TEST(ReaderTest, ProgressCountsTheBytesAsStoredOrTheGeneratedRows) {
   ASSERT_TRUE(WriteFileAtomic(Env::Posix(), dir.File("a.tsv"), a).ok());
   ASSERT_TRUE(WriteFileAtomic(Env::Posix(), dir.File("b.tsv"), b).ok());
   DataOptions o;
-  o.paths = {dir.File("a.tsv"), dir.File("b.tsv")};
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), dir.File("empty.tsv"), "").ok());
+  o.paths = {dir.File("a.tsv"), dir.File("empty.tsv"), dir.File("b.tsv")};
   o.threads = 3;
   o.chunk_bytes = 64 << 10;
-  EXPECT_EQ(ReadCheckingProgress(o), a.size() + b.size());
+  EXPECT_EQ(ReadCheckingProgress(o), a.size() + b.size());  // an empty file is known too
   // Compressed: the compressed bytes, which the decompressor reads as it goes.
   ASSERT_EQ(std::system(("gzip -k " + dir.File("a.tsv")).c_str()), 0);
   o.paths = {dir.File("a.tsv.gz")};

@@ -296,28 +296,26 @@ class Model {
     py::array_t<float> emb({n, static_cast<size_t>(d)});
     py::array_t<float> show(n), click(n);
     py::array_t<bool> has(n);
+    // The arrays' buffers, taken with the GIL and filled without it.
+    float* e = emb.mutable_data();
+    float* s = show.mutable_data();
+    float* c = click.mutable_data();
+    bool* h = has.mutable_data();
     {
-      std::vector<float> e(n * d), s(n), c(n);
-      std::vector<uint8_t> h(n);
-      {
-        py::gil_scoped_release nogil;
-        std::lock_guard<std::mutex> l(mu_);
-        RowBlock rows(lm_.table->layout());
-        PinnedRows pins =
-            Check(lm_.table->Pull(distinct.data(), distinct.size(), nullptr, &rows, &pool_));
-        for (size_t i = 0; i < n; ++i) {
-          const size_t r =
-              std::lower_bound(distinct.begin(), distinct.end(), keys.data()[i]) - distinct.begin();
-          s[i] = rows.show(r);
-          c[i] = rows.click(r);
-          h[i] = rows.has_emb(r);
-          if (h[i]) std::copy(rows.emb(r), rows.emb(r) + d, e.begin() + i * d);
-        }
+      py::gil_scoped_release nogil;
+      std::lock_guard<std::mutex> l(mu_);
+      RowBlock rows(lm_.table->layout());
+      PinnedRows pins =
+          Check(lm_.table->Pull(distinct.data(), distinct.size(), nullptr, &rows, &pool_));
+      for (size_t i = 0; i < n; ++i) {
+        const size_t r =
+            std::lower_bound(distinct.begin(), distinct.end(), keys.data()[i]) - distinct.begin();
+        s[i] = rows.show(r);
+        c[i] = rows.click(r);
+        h[i] = rows.has_emb(r);
+        std::fill(e + i * d, e + (i + 1) * d, 0.0f);
+        if (h[i]) std::copy(rows.emb(r), rows.emb(r) + d, e + i * d);
       }
-      std::copy(e.begin(), e.end(), emb.mutable_data());
-      std::copy(s.begin(), s.end(), show.mutable_data());
-      std::copy(c.begin(), c.end(), click.mutable_data());
-      for (size_t i = 0; i < n; ++i) has.mutable_data()[i] = h[i] != 0;
     }
     py::dict out;
     out["embedding"] = emb;
