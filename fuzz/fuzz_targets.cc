@@ -54,7 +54,8 @@ const ModelTemplate& Model() {
     MemEnv env;
     ModelSpec spec;
     spec.schema = Schema{3, 2};
-    spec.model = ModelOptions{4, {8}, false, true, {}};
+    spec.model.embedding_dim = 4;
+    spec.model.mlp = {8};
     CtrModel model(spec.schema, spec.model, spec.sparse_optimizer, spec.dense_optimizer, 1);
     TieredOptions o;
     o.layout = model.value_layout();

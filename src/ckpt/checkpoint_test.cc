@@ -19,7 +19,9 @@ class CheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
     spec_.schema = Schema{4, 3};
-    spec_.model = ModelOptions{8, {16, 8}, true, true, {}};
+    spec_.model.embedding_dim = 8;
+    spec_.model.mlp = {16, 8};
+    spec_.model.wide = true;
     spec_.dense_optimizer.kind = OptimizerKind::kAdam;
     model_ = NewModel();
     table_ = NewTable();

@@ -17,7 +17,9 @@ class ModelDirTest : public ::testing::Test {
     char tmpl[] = "/tmp/ctrbox_ckpt_XXXXXX";
     dir_ = mkdtemp(tmpl);
     spec_.schema = Schema{4, 3};
-    spec_.model = ModelOptions{8, {16, 8}, true, true, {}};
+    spec_.model.embedding_dim = 8;
+    spec_.model.mlp = {16, 8};
+    spec_.model.wide = true;
     spec_.dense_optimizer.kind = OptimizerKind::kAdam;
     spec_.dense_optimizer.lr = 1e-3f;
     spec_.dense_optimizer.epsilon = 1e-8f;
@@ -280,6 +282,52 @@ TEST_F(ModelDirTest, SpecDifferencesAreNamed) {
   EXPECT_FALSE(ModelSpec::FromJson(j).ok());
   j["model"]["hashing"] = {{"method", "modulo"}, {"bins", 0}};
   EXPECT_FALSE(ModelSpec::FromJson(j).ok());
+  // Interactions: written only when on (specs without them read as before), and structural.
+  for (const char* key : {"fm", "cross_layers", "dot"}) {
+    EXPECT_FALSE(spec_.ToJson()["model"].contains(key)) << key;
+  }
+  other = spec_;
+  other.model.fm = other.model.dot = true;
+  other.model.cross_layers = 3;
+  back = ModelSpec::FromJson(other.ToJson());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->model.fm);
+  EXPECT_TRUE(back->model.dot);
+  EXPECT_EQ(back->model.cross_layers, 3u);
+  EXPECT_EQ(back->FirstDifference(other), "");
+  for (auto change :
+       {+[](ModelSpec* s) { s->model.fm = false; }, +[](ModelSpec* s) { s->model.dot = false; },
+        +[](ModelSpec* s) { s->model.cross_layers = 2; }}) {
+    ModelSpec changed = other;
+    change(&changed);
+    EXPECT_NE(other.FirstIncompatibility(changed), "");
+  }
+  EXPECT_EQ(other.DescribeDifference(*back, "model.cross_layers"),
+            "model.cross_layers = 3 there, 3 now");
+  j = other.ToJson();
+  j["model"]["cross_layers"] = 17;
+  EXPECT_FALSE(ModelSpec::FromJson(j).ok());
+}
+
+TEST_F(ModelDirTest, ModelsWithInteractionsSaveAndLoadTheirCrossLayers) {
+  spec_.model.fm = spec_.model.dot = true;
+  spec_.model.cross_layers = 2;
+  auto model = NewModel();
+  const size_t mlp_params = model->mlp().num_params();
+  ASSERT_EQ(model->dense_params().size(), mlp_params + model->cross().num_params());
+  model->dense_params().back() = 0.25f;  // the last cross layer's last bias
+  auto table = NewTable(*model, 2000);
+  ThreadPool pool(2);
+  auto saved = SaveModel(Env::Posix(), dir_, spec_, *table, *model, 10, &pool);
+  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  auto m = ReadManifest(Env::Posix(), dir_);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->spec.FirstDifference(spec_), "");
+  auto model2 = NewModel();
+  auto table2 = NewTable(*model2, 0);
+  ASSERT_TRUE(LoadModel(Env::Posix(), dir_, *m, table2.get(), model2.get(), &pool).ok());
+  EXPECT_EQ(model2->dense_params(), model->dense_params());
+  EXPECT_EQ(*ModelDigest(*table2, *model2, &pool), saved->digest);
 }
 
 TEST(ModelDirFormatTest, AVersion1ModelDirectoryStillLoads) {

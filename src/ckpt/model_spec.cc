@@ -71,6 +71,10 @@ nlohmann::json ModelSpec::ToJson() const {
         {"delete_threshold", t.delete_threshold},
         {"delete_after_unseen_passes", t.delete_after_unseen_passes}}},
   };
+  // Written only when set, so that the specs of models without them read as before.
+  if (model.fm) j["model"]["fm"] = true;
+  if (model.cross_layers > 0) j["model"]["cross_layers"] = model.cross_layers;
+  if (model.dot) j["model"]["dot"] = true;
   // Written only when set, so that the specs of lossless models read as before.
   if (model.hashing.enabled()) {
     j["model"]["hashing"] = {{"method", HashingMethodName(model.hashing.method)},
@@ -109,6 +113,10 @@ StatusOr<ModelSpec> ModelSpec::FromJson(const nlohmann::json& j) {
       s.model.hashing.bins = h.at("bins").get<uint64_t>();
       if (s.model.hashing.bins == 0) return CorruptionError("model spec: model.hashing.bins is 0");
     }
+    s.model.fm = m.value("fm", false);  // absent in manifests from before the interactions
+    s.model.cross_layers = m.value("cross_layers", 0u);
+    s.model.dot = m.value("dot", false);
+    if (s.model.cross_layers > 16) return CorruptionError("model spec: model.cross_layers > 16");
     s.sparse_optimizer = OptimizerFromJson(j.at("sparse_optimizer"));
     s.dense_optimizer = OptimizerFromJson(j.at("dense_optimizer"));
     const auto& t = j.at("table");

@@ -229,6 +229,18 @@ const std::vector<Key>& Keys() {
        Bool([](JobConfig* j, bool v) { j->spec.model.wide = v; })},
       {"model.dense_log1p", "true", "dense features enter as log(1 + max(x, 0))",
        Bool([](JobConfig* j, bool v) { j->spec.model.dense_log1p = v; })},
+      // interactions, composable with the MLP and the wide part (docs/model.md, "Architectures")
+      {"model.fm", "false",
+       "add DeepFM's second-order term (pairwise dot products of the slots' embeddings, summed) "
+       "to the logit",
+       Bool([](JobConfig* j, bool v) { j->spec.model.fm = v; })},
+      {"model.cross_layers", "0",
+       "DCN-v2 cross layers x_{l+1} = x0 * (x_l W_l + b_l) + x_l between the input and the MLP",
+       UInt([](JobConfig* j, uint64_t v) { j->spec.model.cross_layers = static_cast<uint32_t>(v); },
+            0, 16)},
+      {"model.dot", "false",
+       "append DLRM's pairwise dot products of the slots' embeddings to the MLP's input",
+       Bool([](JobConfig* j, bool v) { j->spec.model.dot = v; })},
       // lossy hashing of the keys, the baseline lossless ids are measured against
       {"features.hashing.method", "none",
        "hash keys into a smaller space: none (lossless) | modulo (K keys) | op_osrp (2K keys)",

@@ -72,6 +72,37 @@ TEST(ConfigTest, UnknownKeysAndBadValuesNameTheKey) {
   EXPECT_FALSE(s.ok());
 }
 
+TEST(ConfigTest, InteractionKeysComposeAndAreValidated) {
+  testing::TempDir dir;
+  std::string path = dir.File("dcn.yaml");
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), path,
+                              "model:\n  cross_layers: 3\n  fm: true\n  dot: true\n"
+                              "  wide: true\n  mlp: [64]\n")
+                  .ok());
+  JobConfigBuilder b;
+  ASSERT_TRUE(b.LoadYaml(path).ok());
+  auto job = b.Finish();
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->spec.model.cross_layers, 3u);
+  EXPECT_TRUE(job->spec.model.fm);
+  EXPECT_TRUE(job->spec.model.dot);
+  EXPECT_TRUE(job->spec.model.wide);
+  JobConfigBuilder defaults;
+  auto plain = defaults.Finish();
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->spec.model.HasInteractions());  // the default model is unchanged
+
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), path, "model:\n  fm: true\n  cross_layers: 99\n").ok());
+  JobConfigBuilder bad;
+  Status s = bad.LoadYaml(path);
+  EXPECT_NE(s.message().find("dcn.yaml:3"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("model.cross_layers"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("[0, 16]"), std::string::npos) << s.message();
+  JobConfigBuilder bad2;
+  s = bad2.ApplySet("model.dot=maybe");
+  EXPECT_NE(s.message().find("model.dot"), std::string::npos) << s.message();
+}
+
 TEST(ConfigTest, YamlFileWithNestedKeysListsAndLineNumbers) {
   testing::TempDir dir;
   std::string path = dir.File("job.yaml");

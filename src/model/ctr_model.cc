@@ -7,6 +7,7 @@
 
 #include "model/blas.h"
 #include "util/hash.h"
+#include "util/random.h"
 
 namespace ctrbox {
 namespace {
@@ -19,6 +20,14 @@ double LogLoss(float z, float y) {
   return std::max(zd, 0.0) - zd * y + std::log1p(std::exp(-std::fabs(zd)));
 }
 
+uint32_t InputWidth(const Schema& schema, const ModelOptions& m) {
+  return schema.num_dense + schema.num_slots * m.embedding_dim;
+}
+
+uint32_t MlpInputWidth(const Schema& schema, const ModelOptions& m) {
+  return InputWidth(schema, m) + (m.dot ? DotPairs(schema.num_slots) : 0);
+}
+
 }  // namespace
 
 CtrModel::CtrModel(Schema schema, ModelOptions model, OptimizerOptions sparse,
@@ -26,23 +35,48 @@ CtrModel::CtrModel(Schema schema, ModelOptions model, OptimizerOptions sparse,
     : schema_(schema),
       options_(std::move(model)),
       sparse_opt_(sparse),
-      mlp_(schema.num_dense + schema.num_slots * options_.embedding_dim, options_.mlp),
-      params_(mlp_.num_params()),
-      grads_(mlp_.num_params()),
-      dense_opt_(dense, mlp_.num_params()),
-      input_width_(schema.num_dense + schema.num_slots * options_.embedding_dim),
+      mlp_(MlpInputWidth(schema, options_), options_.mlp),
+      input_width_(InputWidth(schema, options_)),
+      cross_{input_width_, options_.cross_layers, mlp_.num_params()},
+      params_(mlp_.num_params() + cross_.num_params()),
+      grads_(params_.size()),
+      dense_opt_(dense, params_.size()),
       quant_(options_.quant.bits, options_.quant.range),
       quant_seed_(Mix64(seed ^ 0x51A7'0000'0000'0002ULL)) {
   blas::UseSingleThreadedBlas();
+  dmi_begin_ = cross_.layers > 0 ? 0 : schema_.num_dense;
   mlp_.Init(params_.data(), seed);
-  for (uint32_t l = 0; l < mlp_.num_layers(); ++l) {
-    for (uint32_t c0 = 0; c0 < mlp_.out(l); c0 += kTileColumns) {
-      tiles_.push_back(Tile{l, c0, std::min(mlp_.out(l), c0 + kTileColumns)});
+  if (cross_.layers > 0) {
+    // W_l Glorot-uniform, b_l zero (as DCN-v2's reference code).
+    Random rng(Mix64(seed ^ 0xC2055ULL));
+    const float bound = std::sqrt(6.0f / (2.0f * static_cast<float>(cross_.width)));
+    for (uint32_t l = 0; l < cross_.layers; ++l) {
+      float* w = params_.data() + cross_.w_offset(l);
+      for (size_t i = 0; i < size_t{cross_.width} * cross_.width; ++i) {
+        w[i] = (2.0f * rng.UniformFloat() - 1.0f) * bound;
+      }
     }
   }
+  for (uint32_t l = 0; l < mlp_.num_layers(); ++l) {
+    for (uint32_t c0 = 0; c0 < mlp_.out(l); c0 += kTileColumns) {
+      tiles_.push_back(Tile{false, l, c0, std::min(mlp_.out(l), c0 + kTileColumns)});
+    }
+  }
+  for (uint32_t l = 0; l < cross_.layers; ++l) {
+    for (uint32_t c0 = 0; c0 < cross_.width; c0 += kTileColumns) {
+      tiles_.push_back(Tile{true, l, c0, std::min(cross_.width, c0 + kTileColumns)});
+    }
+  }
+  auto in_of = [&](const Tile& t) { return t.cross ? cross_.width : mlp_.in(t.layer); };
   std::stable_sort(tiles_.begin(), tiles_.end(), [&](const Tile& a, const Tile& b) {
-    return uint64_t{mlp_.in(a.layer)} * (a.c1 - a.c0) > uint64_t{mlp_.in(b.layer)} * (b.c1 - b.c0);
+    return uint64_t{in_of(a)} * (a.c1 - a.c0) > uint64_t{in_of(b)} * (b.c1 - b.c0);
   });
+}
+
+double CtrModel::FlopsPerExample() const {
+  // A cross layer is a W0 x W0 GEMM forward, one backward to its input, one to its weights.
+  return mlp_.FlopsPerExample() +
+         2.0 * 3.0 * cross_.layers * static_cast<double>(cross_.width) * cross_.width;
 }
 
 ValueLayout CtrModel::LayoutFor(const ModelOptions& model, const OptimizerOptions& sparse) {
@@ -70,6 +104,129 @@ void CtrModel::EnsureBuffers(uint32_t rows) {
   for (uint32_t l = 0; l < hidden; ++l) {
     acts_[l].resize(size_t{rows} * mlp_.out(l));
     grads_hidden_[l].resize(size_t{rows} * mlp_.out(l));
+  }
+  if (!options_.HasInteractions()) return;
+  dmi_.resize(size_t{rows} * (mlp_.in(0) - dmi_begin_));
+  if (options_.dot) mlp_in_.resize(size_t{rows} * mlp_.in(0));
+  const size_t cells = size_t{rows} * input_width_;
+  cross_x_.resize(cross_.layers);
+  cross_u_.resize(cross_.layers);
+  cross_gu_.resize(cross_.layers);
+  for (uint32_t l = 0; l < cross_.layers; ++l) {
+    cross_x_[l].resize(cells);
+    cross_u_[l].resize(cells);
+    cross_gu_[l].resize(cells);
+  }
+  if (cross_.layers > 0) {
+    cross_g_.resize(cells);
+    cross_t_.resize(cells);
+    cross_acc_.resize(cells);
+  }
+}
+
+const float* CtrModel::CrossInput(uint32_t l) const {
+  return l == 0 ? x_.data() : cross_x_[l - 1].data();
+}
+
+const float* CtrModel::MlpInput() const {
+  if (options_.dot) return mlp_in_.data();
+  return CrossInput(cross_.layers);
+}
+
+void CtrModel::InteractionsForward(uint32_t r0, uint32_t r1) {
+  const uint32_t W0 = input_width_, D = schema_.num_dense, S = schema_.num_slots;
+  const uint32_t dim = options_.embedding_dim, rows = r1 - r0;
+  const size_t off = size_t{r0} * W0, cells = size_t{rows} * W0;
+  const float* x0 = x_.data() + off;
+  for (uint32_t l = 0; l < cross_.layers; ++l) {
+    const float* xl = CrossInput(l) + off;
+    float* u = cross_u_[l].data() + off;
+    float* xn = cross_x_[l].data() + off;
+    blas::Sgemm(false, false, static_cast<int>(rows), W0, W0, 1.0f, xl, W0,
+                params_.data() + cross_.w_offset(l), W0, 0.0f, u, W0);
+    const float* b = params_.data() + cross_.b_offset(l);
+    for (size_t i = 0; i < cells; ++i) xn[i] = CrossForward(x0[i], xl[i], &u[i], b[i % W0]);
+  }
+  if (!options_.dot) return;
+  const uint32_t in = mlp_.in(0);
+  const float* xL = CrossInput(cross_.layers) + off;
+  for (uint32_t r = 0; r < rows; ++r) {
+    float* m = mlp_in_.data() + (size_t{r0} + r) * in;
+    std::memcpy(m, xL + size_t{r} * W0, W0 * sizeof(float));
+    const float* emb = x0 + size_t{r} * W0 + D;
+    uint32_t p = W0;
+    for (uint32_t i = 0; i < S; ++i) {
+      for (uint32_t j = i + 1; j < S; ++j) m[p++] = DotValue(emb, dim, i, j);
+    }
+  }
+}
+
+void CtrModel::InteractionsBackward(uint32_t r0, uint32_t r1) {
+  const uint32_t W0 = input_width_, D = schema_.num_dense, S = schema_.num_slots;
+  const uint32_t dim = options_.embedding_dim, E = S * dim, rows = r1 - r0;
+  const uint32_t mw = mlp_.in(0) - dmi_begin_;  // a row of dmi_
+  const size_t off = size_t{r0} * W0, cells = size_t{rows} * W0;
+  const float* x0 = x_.data() + off;
+  const float* dmi = dmi_.data() + size_t{r0} * mw;
+  // The gradient at x0 from the MLP's side: through the cross layers (x0 enters each layer's
+  // product and the chain's start), or as the MLP sent it (columns from num_dense on).
+  const float* base = dmi;
+  size_t base_stride = mw;
+  if (cross_.layers > 0) {
+    float *g = cross_g_.data() + off, *t = cross_t_.data() + off, *acc = cross_acc_.data() + off;
+    for (uint32_t r = 0; r < rows; ++r) {
+      std::memcpy(g + size_t{r} * W0, dmi + size_t{r} * mw, W0 * sizeof(float));
+    }
+    std::fill(acc, acc + cells, 0.0f);
+    for (uint32_t l = cross_.layers; l-- > 0;) {
+      const float* u = cross_u_[l].data() + off;
+      float* gu = cross_gu_[l].data() + off;
+      for (size_t i = 0; i < cells; ++i) {
+        gu[i] = g[i] * x0[i];
+        acc[i] += g[i] * u[i];
+      }
+      blas::Sgemm(false, true, static_cast<int>(rows), W0, W0, 1.0f, gu, W0,
+                  params_.data() + cross_.w_offset(l), W0, 0.0f, t, W0);
+      for (size_t i = 0; i < cells; ++i) g[i] += t[i];
+    }
+    for (size_t i = 0; i < cells; ++i) g[i] += acc[i];
+    base = g + D;
+    base_stride = W0;
+  }
+  // Per element this is EmbInputGrad (the GPU step's form), reorganised so that the inner
+  // loops run over the embedding dimension: every element still adds the same terms in the
+  // same order (the dot products' share from 0 over the other slots in slot order, then the
+  // FM term from the slot sum in slot order), so the results are the same bits.
+  std::vector<float> sums(dim), share(dim);
+  for (uint32_t r = 0; r < rows; ++r) {
+    const float* emb = x0 + size_t{r} * W0 + D;
+    const float* ddot = options_.dot ? dmi + size_t{r} * mw + (W0 - dmi_begin_) : nullptr;
+    const float dlogit = dlogit_[r0 + r];
+    float* dx = dx_.data() + (size_t{r0} + r) * E;
+    const float* b = base + r * base_stride;
+    if (options_.fm) {
+      std::fill(sums.begin(), sums.end(), 0.0f);
+      for (uint32_t t = 0; t < S; ++t) {
+        for (uint32_t k = 0; k < dim; ++k) sums[k] += emb[size_t{t} * dim + k];
+      }
+    }
+    for (uint32_t s = 0; s < S; ++s) {
+      if (ddot != nullptr) {
+        std::fill(share.begin(), share.end(), 0.0f);
+        for (uint32_t t = 0; t < S; ++t) {
+          if (t == s) continue;
+          const float w = ddot[s < t ? DotPairIndex(s, t, S) : DotPairIndex(t, s, S)];
+          const float* et = emb + size_t{t} * dim;
+          for (uint32_t k = 0; k < dim; ++k) share[k] += w * et[k];
+        }
+      }
+      for (uint32_t k = 0; k < dim; ++k) {
+        float g = b[s * dim + k];
+        if (ddot != nullptr) g += share[k];
+        if (options_.fm) g += dlogit * (sums[k] - emb[size_t{s} * dim + k]);
+        dx[s * dim + k] = g;
+      }
+    }
   }
 }
 
@@ -105,9 +262,16 @@ void CtrModel::ForwardBlock(uint32_t r0, uint32_t r1) {
   const uint32_t hidden = mlp_.num_layers() - 1;
   std::vector<float*> acts(hidden);
   for (uint32_t l = 0; l < hidden; ++l) acts[l] = acts_[l].data() + size_t{r0} * mlp_.out(l);
-  mlp_.Forward(params_.data(), x_.data() + size_t{r0} * input_width_, static_cast<int>(r1 - r0),
+  if (cross_.layers > 0 || options_.dot) InteractionsForward(r0, r1);
+  mlp_.Forward(params_.data(), MlpInput() + size_t{r0} * mlp_.in(0), static_cast<int>(r1 - r0),
                acts.data(), logits_.data() + r0);
   for (uint32_t r = r0; r < r1; ++r) logits_[r] += wide_sum_[r];
+  if (options_.fm) {
+    const uint32_t D = schema_.num_dense, S = schema_.num_slots, dim = options_.embedding_dim;
+    for (uint32_t r = r0; r < r1; ++r) {
+      logits_[r] += FmTerm(x_.data() + size_t{r} * input_width_ + D, S, dim);
+    }
+  }
 }
 
 StepStats CtrModel::TrainMinibatch(const Batch& pass, const WorkingSet& ws, const Minibatch& mb,
@@ -139,9 +303,16 @@ StepStats CtrModel::TrainMinibatch(const Batch& pass, const WorkingSet& ws, cons
       acts[l] = acts_[l].data() + size_t{r0} * mlp_.out(l);
       grads[l] = grads_hidden_[l].data() + size_t{r0} * mlp_.out(l);
     }
-    const uint32_t emb_width = input_width_ - D;
+    if (!options_.HasInteractions()) {
+      const uint32_t emb_width = input_width_ - D;
+      mlp_.Backward(params_.data(), acts.data(), dlogit_.data() + r0, static_cast<int>(r1 - r0),
+                    grads.data(), dx_.data() + size_t{r0} * emb_width, D);
+      return;
+    }
+    const uint32_t mw = mlp_.in(0) - dmi_begin_;
     mlp_.Backward(params_.data(), acts.data(), dlogit_.data() + r0, static_cast<int>(r1 - r0),
-                  grads.data(), dx_.data() + size_t{r0} * emb_width, D);
+                  grads.data(), dmi_.data() + size_t{r0} * mw, dmi_begin_);
+    InteractionsBackward(r0, r1);
   });
 
   // Phase B: weight-gradient tiles with their dense updates, and sparse updates by key chunk.
@@ -167,8 +338,26 @@ StepStats CtrModel::TrainMinibatch(const Batch& pass, const WorkingSet& ws, cons
 
 void CtrModel::DenseTile(size_t t, uint32_t batch_rows) {
   const Tile& tile = tiles_[t];
+  if (tile.cross) {  // dW_l = x_l^T gu_l, db_l = column sums of gu_l
+    const uint32_t l = tile.layer, W0 = cross_.width, width = tile.c1 - tile.c0;
+    const float* gu = cross_gu_[l].data();
+    blas::Sgemm(true, false, W0, width, static_cast<int>(batch_rows), 1.0f, CrossInput(l), W0,
+                gu + tile.c0, W0, 0.0f, grads_.data() + cross_.w_offset(l) + tile.c0, W0);
+    float* db = grads_.data() + cross_.b_offset(l) + tile.c0;
+    std::memset(db, 0, width * sizeof(float));
+    for (uint32_t r = 0; r < batch_rows; ++r) {
+      const float* gr = gu + size_t{r} * W0 + tile.c0;
+      for (uint32_t j = 0; j < width; ++j) db[j] += gr[j];
+    }
+    for (uint32_t i = 0; i < W0; ++i) {
+      dense_opt_.Update(params_.data(), grads_.data(),
+                        cross_.w_offset(l) + size_t{i} * W0 + tile.c0, width);
+    }
+    dense_opt_.Update(params_.data(), grads_.data(), cross_.b_offset(l) + tile.c0, width);
+    return;
+  }
   const uint32_t l = tile.layer, last = mlp_.num_layers() - 1;
-  const float* xin = l == 0 ? x_.data() : acts_[l - 1].data();
+  const float* xin = l == 0 ? MlpInput() : acts_[l - 1].data();
   const float* g = l == last ? dlogit_.data() : grads_hidden_[l].data();
   mlp_.TileGrad(l, tile.c0, tile.c1, xin, g, static_cast<int>(batch_rows), grads_.data());
   const uint32_t n_out = mlp_.out(l), width = tile.c1 - tile.c0;

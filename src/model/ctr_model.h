@@ -2,6 +2,13 @@
 //
 //   input  = [ f(dense_1..D) | sum-pool(embeddings of slot 1) | ... | sum-pool(slot S) ]
 //   logit  = MLP(input) (+ sum of the wide weights of the example's keys, if model.wide)
+//
+// composed with the interactions of model/interactions.h when set: model.cross_layers DCN-v2
+// cross layers turn the input into the MLP's (stacked), model.dot appends DLRM's pairwise dot
+// products of the pooled embeddings to it, model.fm adds DeepFM's second-order term to the
+// logit:
+//
+//   logit  = MLP([ cross^L(input) | dots(input) ]) + wide + fm(input)
 //   p      = sigmoid(logit), loss = mean binary cross-entropy over the minibatch
 //
 // where f is log(1 + max(x, 0)) (model.dense_log1p) and a key with a weight w (libsvm
@@ -20,6 +27,7 @@
 
 #include "io/batch.h"
 #include "io/key_hashing.h"
+#include "model/interactions.h"
 #include "model/mlp.h"
 #include "model/optimizer.h"
 #include "table/accessor.h"
@@ -41,6 +49,13 @@ struct ModelOptions {
   // features.hashing: the keys hashed into a smaller space before the table sees them, in
   // training and prediction alike (io/key_hashing.h). Off: lossless ids.
   HashingOptions hashing;
+  // Interactions (model/interactions.h; docs/model.md "Architectures"). All off: the model
+  // above, unchanged.
+  bool fm = false;            // model.fm: DeepFM's second-order term on the logit
+  uint32_t cross_layers = 0;  // model.cross_layers: DCN-v2 cross layers before the MLP
+  bool dot = false;           // model.dot: DLRM's pairwise dot products into the MLP
+
+  bool HasInteractions() const { return fm || cross_layers > 0 || dot; }
 };
 
 struct StepStats {
@@ -56,6 +71,13 @@ class CtrModel {
   const Schema& schema() const { return schema_; }
   const ModelOptions& options() const { return options_; }
   const Mlp& mlp() const { return mlp_; }
+  // The cross layers' parameters (layers 0: none), after the MLP's in dense_params().
+  const CrossLayout& cross() const { return cross_; }
+  // Input widths: W0 = num_dense + num_slots * dim, and the MLP's (W0 + the dot products).
+  uint32_t input_width() const { return input_width_; }
+  uint32_t mlp_input_width() const { return mlp_.in(0); }
+  // Multiply-adds x 2 of forward + backward per example (for throughput reports).
+  double FlopsPerExample() const;
   // The stored row layout this model's sparse optimizer needs.
   ValueLayout value_layout() const;
   // The value layout a model of these options stores per key (before the model exists).
@@ -68,7 +90,8 @@ class CtrModel {
   // (quant_seed ^ kStateSalt, Mix64(k) + t).
   static constexpr uint64_t kStateSalt = 0x57A7'E000'0000'0016ULL;
 
-  // Dense parameters (Mlp layout) and their optimizer, for saving and loading.
+  // Dense parameters (the Mlp's, then the cross layers') and their optimizer, for saving and
+  // loading.
   std::vector<float>& dense_params() { return params_; }
   const std::vector<float>& dense_params() const { return params_; }
   DenseOptimizer& dense_optimizer() { return dense_opt_; }
@@ -99,17 +122,29 @@ class CtrModel {
   void UpdateSparseChunk(const Batch& pass, const WorkingSet& ws, const Minibatch& mb, size_t u0,
                          size_t u1, RowBlock* rows, const CtrAccessor& accessor, uint32_t* created);
   void DenseTile(size_t tile, uint32_t batch_rows);
+  // The interactions' halves of a row block: forward after BuildInputs (cross layers, dot
+  // products into the MLP's input), and backward from the MLP's input gradient (dmi_) to the
+  // embedding gradients (dx_).
+  void InteractionsForward(uint32_t r0, uint32_t r1);
+  void InteractionsBackward(uint32_t r0, uint32_t r1);
+  // The MLP's input rows: x_ (no cross layers, no dots), the last cross layer's output, or
+  // mlp_in_.
+  const float* MlpInput() const;
+  // x_l, the input of cross layer l (x_ for l = 0).
+  const float* CrossInput(uint32_t l) const;
 
   Schema schema_;
   ModelOptions options_;
   SparseOptimizer sparse_opt_;
   Mlp mlp_;
+  uint32_t input_width_;  // W0 = num_dense + num_slots * dim
+  CrossLayout cross_;
   std::vector<float> params_, grads_;
   DenseOptimizer dense_opt_;
-  uint32_t input_width_;  // num_dense + num_slots * dim
-  Quantizer quant_;       // of the stored embeddings (disabled: float32)
-  uint64_t quant_seed_;   // stochastic rounding of updates
+  Quantizer quant_;      // of the stored embeddings (disabled: float32)
+  uint64_t quant_seed_;  // stochastic rounding of updates
   struct Tile {
+    bool cross;  // a cross layer's W_l (else an MLP layer's)
     uint32_t layer, c0, c1;
   };
   std::vector<Tile> tiles_;  // fixed weight-gradient tiles, largest first
@@ -119,6 +154,13 @@ class CtrModel {
   std::vector<float> x_, logits_, dlogit_, wide_sum_, dx_;
   std::vector<std::vector<float>> acts_, grads_hidden_;
   std::vector<float*> act_ptrs_, grad_ptrs_;
+  // With interactions: the MLP's input gradient from column dmi_begin_ (0 with cross layers,
+  // else num_dense), the MLP's input when it has dots, and per cross layer l its output x_{l+1}
+  // (cross_x_[l]), x_l W_l + b_l (cross_u_) and the gradient at that sum (cross_gu_); cross_g_,
+  // cross_t_ and cross_acc_ are the backward's running gradient, product and x0 share.
+  uint32_t dmi_begin_ = 0;
+  std::vector<float> dmi_, mlp_in_, cross_g_, cross_t_, cross_acc_;
+  std::vector<std::vector<float>> cross_x_, cross_u_, cross_gu_;
 };
 
 }  // namespace ctrbox

@@ -31,6 +31,7 @@
 #include "model/ctr_model.h"
 #include "model/gpu_options.h"
 #include "model/gpu_trainer.h"
+#include "model/interactions.h"
 #include "table/accessor.h"
 #include "table/value.h"
 #include "util/hd.h"
@@ -68,7 +69,7 @@ class GpuStep {
     for (uint32_t l = 0; l < mlp.num_layers(); ++l) {
       layers_.push_back(Layer{mlp.in(l), mlp.out(l), mlp.w_offset(l), mlp.b_offset(l)});
     }
-    const size_t P = mlp.num_params();
+    const size_t P = NumParams();
     for (uint32_t g = 0; g < gpus_; ++g) {
       Replica& r = replicas_[g];
       Exec& e = *compute_[g];
@@ -221,7 +222,7 @@ class GpuStep {
       }
     }
     // The dense state back into the host model (checkpoints, export, evaluation).
-    const size_t P = model_->mlp().num_params();
+    const size_t P = NumParams();
     Exec& e0 = *compute_[0];
     e0.Download(model_->dense_params().data(), replicas_[0].params.data(), P);
     DenseOptimizer& opt = model_->dense_optimizer();
@@ -316,7 +317,14 @@ class GpuStep {
     Buf<float> params, grads, m, v, sum;
     Buf<float> x, logits, dlogit, wide_sum, dx;
     std::vector<Buf<float>> acts, hgrads;
+    // The interactions' (as CtrModel's): the MLP's input with dots and its gradient, each
+    // cross layer's output, sum and sum gradient, the backward's running buffers.
+    Buf<float> mlp_in, dmi, cross_g, cross_t, cross_acc;
+    std::vector<Buf<float>> cross_x, cross_u, cross_gu;
   };
+
+  // The dense parameters: the MLP's, then the cross layers'.
+  size_t NumParams() const { return model_->dense_params().size(); }
 
   // Bytes of the GPU buffers that hold staged passes (every slot's rows, keys, indexes,
   // examples and exchange buffers): their high-water mark, since buffers only grow. Not
@@ -426,7 +434,8 @@ class GpuStep {
   void EnsureWork(Slot& s, const Batch& pass) {
     const HbmPlan& plan = s.plan;
     const uint32_t dim = model_->options().embedding_dim, S = pass.schema.num_slots;
-    const uint32_t in0 = layers_[0].in;
+    const uint32_t in0 = layers_[0].in, W0 = model_->input_width();
+    const uint32_t cross_layers = model_->cross().layers;
     uint32_t max_rows = 0, max_uniq = 0;
     std::vector<uint32_t> max_recv(gpus_, 0), max_touched(gpus_, 0);
     for (size_t b = 0; b < plan.minibatches(); ++b) {
@@ -445,7 +454,24 @@ class GpuStep {
       Exec& e = *compute_[g];
       Replica& r = replicas_[g];
       const size_t B = std::max<uint32_t>(max_rows, 1);
-      e.Reserve(&r.x, B * in0);
+      e.Reserve(&r.x, B * W0);
+      if (model_->options().HasInteractions()) {
+        e.Reserve(&r.dmi, B * in0);
+        if (model_->options().dot) e.Reserve(&r.mlp_in, B * in0);
+        r.cross_x.resize(cross_layers);
+        r.cross_u.resize(cross_layers);
+        r.cross_gu.resize(cross_layers);
+        for (uint32_t l = 0; l < cross_layers; ++l) {
+          e.Reserve(&r.cross_x[l], B * W0);
+          e.Reserve(&r.cross_u[l], B * W0);
+          e.Reserve(&r.cross_gu[l], B * W0);
+        }
+        if (cross_layers > 0) {
+          e.Reserve(&r.cross_g, B * W0);
+          e.Reserve(&r.cross_t, B * W0);
+          e.Reserve(&r.cross_acc, B * W0);
+        }
+      }
       e.Reserve(&r.logits, B);
       e.Reserve(&r.dlogit, B);
       e.Reserve(&r.wide_sum, B);
@@ -454,7 +480,7 @@ class GpuStep {
         e.Reserve(&r.acts[l], B * layers_[l].out);
         e.Reserve(&r.hgrads[l], B * layers_[l].out);
       }
-      e.Reserve(&r.sum, gpus_ > 1 ? model_->mlp().num_params() * gpus_ : 0);
+      e.Reserve(&r.sum, gpus_ > 1 ? NumParams() * gpus_ : 0);
       Feed& f = s.feeds[g];
       e.Reserve(&f.fetch, size_t{std::max<uint32_t>(max_uniq, 1)} * FetchStride());
       e.Reserve(&f.grad, size_t{std::max<uint32_t>(max_uniq, 1)} * GradStride());
@@ -547,12 +573,13 @@ class GpuStep {
     const HbmSlice& sl = s.plan.slices[si];
     const uint32_t B = sl.rows();
     if (B == 0) {  // a slice without rows contributes zero gradients
-      e.Fill(rep.grads.data(), 0.0f, model_->mlp().num_params());
+      e.Fill(rep.grads.data(), 0.0f, NumParams());
       return;
     }
     const ModelOptions& mo = model_->options();
     const uint32_t D = pass.schema.num_dense, S = pass.schema.num_slots, dim = mo.embedding_dim;
     const uint32_t in0 = layers_[0].in, fs = FetchStride(), row0 = sl.row_begin;
+    const uint32_t W0 = model_->input_width();
     const bool weighted = pass.has_weights(), log1p = mo.dense_log1p, wide_on = mo.wide;
     const float *dense = f.dense.data(), *weights = f.weights.data(), *fetch = f.fetch.data(),
                 *labels = f.labels.data();
@@ -563,8 +590,8 @@ class GpuStep {
     float *x = rep.x.data(), *wide_sum = rep.wide_sum.data();
     // Inputs: dense features, then each slot's pooled embeddings (sum over its keys, in the
     // CPU model's order).
-    e.ForEach(size_t{B} * in0, [=] CTRBOX_HD(size_t i) {
-      const size_t r = i / in0, c = i % in0, R = row0 + r;
+    e.ForEach(size_t{B} * W0, [=] CTRBOX_HD(size_t i) {
+      const size_t r = i / W0, c = i % W0, R = row0 + r;
       if (c < D) {
         const float v = dense[R * D + c];
         x[i] = log1p ? std::log1p(v > 0.0f ? v : 0.0f) : v;
@@ -590,9 +617,11 @@ class GpuStep {
       }
       wide_sum[r] = wide_on ? wide : 0.0f;
     });
-    // MLP forward.
     const float* params = rep.params.data();
-    const float* input = x;
+    const bool interactions = mo.HasInteractions();
+    const float* mlp_input = interactions ? InteractionsForward(rep, B, S, dim) : x;
+    // MLP forward.
+    const float* input = mlp_input;
     const uint32_t L = static_cast<uint32_t>(layers_.size());
     for (uint32_t l = 0; l + 1 < L; ++l) {
       const Layer ly = layers_[l];
@@ -614,23 +643,29 @@ class GpuStep {
     const float* bias_last = params + last.b;
     const uint32_t k_last = last.in;
     const float rows_f = static_cast<float>(batch_rows);
+    const bool fm = mo.fm;
     e.ForEach(B, [=] CTRBOX_HD(size_t r) {
       const float* xr = input + r * k_last;
       float dot = 0.0f;
       for (uint32_t j = 0; j < k_last; ++j) dot += xr[j] * w_last[j];
-      const float z = (dot + *bias_last) + wide_sum[r];
+      float z = (dot + *bias_last) + wide_sum[r];
+      if (fm) z += FmTerm(x + r * W0 + D, S, dim);
       logits[r] = z;
       const float p = 1.0f / (1.0f + std::exp(-z));
       pred[row0 + r] = p;
       dlogit[r] = (p - labels[row0 + r]) / rows_f;
     });
-    // Backward to the hidden layers and the inputs.
+    // Backward to the hidden layers and the inputs: the embedding columns (into dx), or with
+    // interactions the MLP's input from column dmi_begin on (into dmi).
     float* dx = rep.dx.data();
-    const uint32_t emb_width = in0 - D;
+    const uint32_t dmi_begin = model_->cross().layers > 0 ? 0 : D;
+    const uint32_t from = interactions ? dmi_begin : D, emb_width = in0 - from;
+    float* din = interactions ? rep.dmi.data() : dx;
     if (L == 1) {
       const float* w = params + last.w;
-      e.ForEach(size_t{B} * emb_width,
-                [=] CTRBOX_HD(size_t i) { dx[i] = dlogit[i / emb_width] * w[D + i % emb_width]; });
+      e.ForEach(size_t{B} * emb_width, [=] CTRBOX_HD(size_t i) {
+        din[i] = dlogit[i / emb_width] * w[from + i % emb_width];
+      });
     } else {
       {
         const uint32_t n = last.in;
@@ -653,13 +688,14 @@ class GpuStep {
       }
       const Layer first = layers_[0];
       e.Gemm(false, true, B, emb_width, first.out, rep.hgrads[0].data(), first.out,
-             params + first.w + size_t{D} * first.out, first.out, dx, emb_width);
+             params + first.w + size_t{from} * first.out, first.out, din, emb_width);
     }
+    if (interactions) InteractionsBackward(rep, B, D, S, dim);
     // Weight gradients of this slice (summed over the GPUs next).
     float* grads = rep.grads.data();
     for (uint32_t l = 0; l < L; ++l) {
       const Layer ly = layers_[l];
-      const float* xin = l == 0 ? x : rep.acts[l - 1].data();
+      const float* xin = l == 0 ? mlp_input : rep.acts[l - 1].data();
       const float* gout = l == L - 1 ? dlogit : rep.hgrads[l].data();
       e.Gemm(true, false, ly.in, ly.out, B, xin, ly.in, gout, ly.out, grads + ly.w, ly.out);
       // Bias gradients: column sums in row order (the CPU model's order).
@@ -671,6 +707,7 @@ class GpuStep {
         db[j] = acc;
       });
     }
+    CrossWeightGrads(rep, B);
     // Per-key gradients, shows and clicks of the slice's distinct keys.
     const uint32_t uniq = sl.uniq(), gs = GradStride();
     const uint32_t* occ_begin = s.plan.occ_offsets(si);
@@ -720,10 +757,107 @@ class GpuStep {
     }
   }
 
+  // The cross layers and the dot products (model/interactions.h) over the slice's B rows of
+  // rep.x; returns the MLP's input.
+  const float* InteractionsForward(Replica& rep, uint32_t B, uint32_t S, uint32_t dim) {
+    Exec& e = *compute_[&rep - replicas_.data()];
+    const CrossLayout cl = model_->cross();
+    const uint32_t W0 = cl.width, D = W0 - S * dim;
+    const float* params = rep.params.data();
+    const float* x0 = rep.x.data();
+    const float* xl = x0;
+    for (uint32_t l = 0; l < cl.layers; ++l) {
+      float* u = rep.cross_u[l].data();
+      float* xn = rep.cross_x[l].data();
+      e.Gemm(false, false, B, W0, W0, xl, W0, params + cl.w_offset(l), W0, u, W0);
+      const float* b = params + cl.b_offset(l);
+      e.ForEach(size_t{B} * W0,
+                [=] CTRBOX_HD(size_t i) { xn[i] = CrossForward(x0[i], xl[i], &u[i], b[i % W0]); });
+      xl = xn;
+    }
+    if (!model_->options().dot) return xl;
+    const uint32_t in0 = layers_[0].in;
+    float* mi = rep.mlp_in.data();
+    e.ForEach(size_t{B} * in0, [=] CTRBOX_HD(size_t i) {
+      const size_t r = i / in0;
+      const uint32_t c = static_cast<uint32_t>(i % in0);
+      if (c < W0) {
+        mi[i] = xl[r * W0 + c];
+        return;
+      }
+      uint32_t a, b;
+      DotPairOf(c - W0, S, &a, &b);
+      mi[i] = DotValue(x0 + r * W0 + D, dim, a, b);
+    });
+    return mi;
+  }
+
+  // From the MLP's input gradient (rep.dmi) back through the cross layers, the dot products
+  // and the FM term to the pooled embeddings' gradient (rep.dx).
+  void InteractionsBackward(Replica& rep, uint32_t B, uint32_t D, uint32_t S, uint32_t dim) {
+    Exec& e = *compute_[&rep - replicas_.data()];
+    const CrossLayout cl = model_->cross();
+    const uint32_t W0 = cl.width, E = S * dim, in0 = layers_[0].in;
+    const uint32_t dmi_begin = cl.layers > 0 ? 0 : D, mw = in0 - dmi_begin;
+    const float* params = rep.params.data();
+    const float* x0 = rep.x.data();
+    const float* dmi = rep.dmi.data();
+    const float* base = dmi;
+    uint32_t base_stride = mw;
+    if (cl.layers > 0) {
+      float *g = rep.cross_g.data(), *t = rep.cross_t.data(), *acc = rep.cross_acc.data();
+      e.ForEach(size_t{B} * W0, [=] CTRBOX_HD(size_t i) { g[i] = dmi[(i / W0) * mw + i % W0]; });
+      e.Fill(acc, 0.0f, size_t{B} * W0);
+      for (uint32_t l = cl.layers; l-- > 0;) {
+        const float* u = rep.cross_u[l].data();
+        float* gu = rep.cross_gu[l].data();
+        e.ForEach(size_t{B} * W0, [=] CTRBOX_HD(size_t i) {
+          gu[i] = g[i] * x0[i];
+          acc[i] += g[i] * u[i];
+        });
+        e.Gemm(false, true, B, W0, W0, gu, W0, params + cl.w_offset(l), W0, t, W0);
+        e.ForEach(size_t{B} * W0, [=] CTRBOX_HD(size_t i) { g[i] += t[i]; });
+      }
+      e.ForEach(size_t{B} * W0, [=] CTRBOX_HD(size_t i) { g[i] += acc[i]; });
+      base = g + D;
+      base_stride = W0;
+    }
+    const float* dlogit = rep.dlogit.data();
+    float* dx = rep.dx.data();
+    const bool dot = model_->options().dot, fm = model_->options().fm;
+    e.ForEach(size_t{B} * E, [=] CTRBOX_HD(size_t i) {
+      const size_t r = i / E;
+      const uint32_t c = static_cast<uint32_t>(i % E);
+      const EmbGradTerms terms{x0 + r * W0 + D, dot ? dmi + r * mw + (W0 - dmi_begin) : nullptr,
+                               dlogit[r], fm};
+      dx[i] = EmbInputGrad(base[r * base_stride + c], terms, S, dim, c / dim, c % dim);
+    });
+  }
+
+  // The cross layers' weight gradients over the slice: dW_l = x_l^T gu_l, db_l the column
+  // sums of gu_l in row order.
+  void CrossWeightGrads(Replica& rep, uint32_t B) {
+    Exec& e = *compute_[&rep - replicas_.data()];
+    const CrossLayout cl = model_->cross();
+    const uint32_t W0 = cl.width;
+    float* grads = rep.grads.data();
+    for (uint32_t l = 0; l < cl.layers; ++l) {
+      const float* xl = l == 0 ? rep.x.data() : rep.cross_x[l - 1].data();
+      const float* gu = rep.cross_gu[l].data();
+      e.Gemm(true, false, W0, W0, B, xl, W0, gu, W0, grads + cl.w_offset(l), W0);
+      float* db = grads + cl.b_offset(l);
+      e.ForEach(W0, [=] CTRBOX_HD(size_t j) {
+        float acc = 0.0f;
+        for (uint32_t r = 0; r < B; ++r) acc += gu[size_t{r} * W0 + j];
+        db[j] = acc;
+      });
+    }
+  }
+
   void AllReduceDense() {
     const uint32_t N = gpus_;
     if (N == 1) return;
-    const size_t P = model_->mlp().num_params();
+    const size_t P = NumParams();
     std::vector<float*> ptrs(N);
     for (uint32_t g = 0; g < N; ++g) ptrs[g] = replicas_[g].grads.data();
     if (all_reduce_ != nullptr && all_reduce_(all_reduce_ctx_, ptrs, P)) return;
@@ -753,7 +887,7 @@ class GpuStep {
     float *p = r.params.data(), *gr = r.grads.data();
     float* m = r.m.size() > 0 ? r.m.data() : nullptr;
     float* v = r.v.size() > 0 ? r.v.data() : nullptr;
-    compute_[g]->ForEach(model_->mlp().num_params(), [=] CTRBOX_HD(size_t i) {
+    compute_[g]->ForEach(NumParams(), [=] CTRBOX_HD(size_t i) {
       step.Apply(p + i, gr[i], m == nullptr ? nullptr : m + i, v == nullptr ? nullptr : v + i);
     });
   }

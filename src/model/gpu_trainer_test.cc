@@ -30,12 +30,26 @@ struct Case {
   QuantOptions quant;
   bool weights = false;
   float embedx_threshold = 0.0f;
+  ModelOptions shape = DefaultShape();  // quant comes from `quant`
+
+  static ModelOptions DefaultShape() {
+    ModelOptions o;
+    o.embedding_dim = 8;
+    o.mlp = {32, 16};
+    o.wide = true;
+    return o;
+  }
+  ModelOptions Model() const {
+    ModelOptions o = shape;
+    o.quant = quant;
+    return o;
+  }
 };
 
 // A model, its accessor and a pass's pulled rows, built the same way for each backend.
 struct Trained {
   explicit Trained(const Case& s)
-      : model(kSchema, ModelOptions{8, {32, 16}, true, true, s.quant}, s.sparse, s.dense, 5),
+      : model(kSchema, s.Model(), s.sparse, s.dense, 5),
         accessor(model.value_layout(), AccessorOptions{0.1f, 1.0f, s.embedx_threshold, 0.05f, 9}),
         pass(testing::RandomBatch(kSchema, 700, 3, /*multi_hot=*/true, s.weights)),
         rows(model.value_layout()) {
@@ -124,7 +138,35 @@ std::vector<Case> Cases() {
   Case bf16_state = adagrad;  // per-element sparse Adagrad, its state stored as bfloat16
   bf16_state.sparse.state_bits = 16;
   out.push_back(bf16_state);
+  // The interactions (model/interactions.h): DeepFM, DCN-v2, DLRM's dots, all three composed
+  // with weighted keys and lazy embeddings, and all three without a hidden layer.
+  Case deepfm = adagrad;
+  deepfm.shape.fm = true;
+  out.push_back(deepfm);
+  Case dcn = adagrad;
+  dcn.shape.cross_layers = 2;
+  dcn.shape.wide = false;
+  out.push_back(dcn);
+  Case dlrm = adagrad;
+  dlrm.shape.dot = true;
+  out.push_back(dlrm);
+  Case all = adam;
+  all.shape.fm = all.shape.dot = true;
+  all.shape.cross_layers = 1;
+  out.push_back(all);
+  Case linear = sgd;
+  linear.shape.fm = linear.shape.dot = true;
+  linear.shape.cross_layers = 1;
+  linear.shape.mlp = {};
+  out.push_back(linear);
   return out;
+}
+
+std::string CaseName(const Case& s) {
+  return std::string(OptimizerKindName(s.sparse.kind)) + " quant " + std::to_string(s.quant.bits) +
+         " state bits " + std::to_string(s.sparse.state_bits) + (s.shape.fm ? " fm" : "") +
+         (s.shape.dot ? " dot" : "") + " cross " + std::to_string(s.shape.cross_layers) +
+         " hidden " + std::to_string(s.shape.mlp.size());
 }
 
 // The first field in which two runs' rows differ at all ("" if none).
@@ -186,9 +228,7 @@ TEST(GpuEmulationTest, OneGpuIsBitIdenticalToTheCpuModel) {
     o.emulate = true;
     uint64_t created = 0;
     ASSERT_TRUE(gpu.TrainOnGpu(o, 2, &created).ok());
-    SCOPED_TRACE(std::string(OptimizerKindName(s.sparse.kind)) + " quant " +
-                 std::to_string(s.quant.bits) + " state bits " +
-                 std::to_string(s.sparse.state_bits));
+    SCOPED_TRACE(CaseName(s));
     EXPECT_EQ(FirstDifference(gpu.rows, cpu.rows), "");
     EXPECT_EQ(gpu.model.dense_params(), cpu.model.dense_params());
     EXPECT_EQ(gpu.model.dense_optimizer().m(), cpu.model.dense_optimizer().m());
@@ -205,7 +245,7 @@ TEST(GpuEmulationTest, OneGpuIsBitIdenticalToTheCpuModel) {
 TEST(GpuEmulationTest, GpuPassBytesBoundBoundsWhatAStagedPassTakes) {
   for (const Case& s : Cases()) {
     for (uint32_t gpus : {1u, 2u, 3u}) {
-      SCOPED_TRACE(std::string(OptimizerKindName(s.sparse.kind)) + " gpus " + std::to_string(gpus));
+      SCOPED_TRACE(CaseName(s) + " gpus " + std::to_string(gpus));
       Trained t(s);
       GpuOptions o;
       o.emulate = true;
@@ -237,7 +277,7 @@ TEST(GpuEmulationTest, SeveralGpusAndAtomicScatterMatchOneGpuWithinFloatToleranc
         const double tol = s.quant.bits == 8 || s.sparse.state_bits == 16 ? 2.5e-3 : 2e-4;
         ExpectClose(one, many, tol,
                     std::to_string(gpus) + " GPUs, " + std::string(ScatterModeName(scatter)) +
-                        ", " + std::string(OptimizerKindName(s.sparse.kind)));
+                        ", " + CaseName(s));
       }
     }
   }
@@ -312,8 +352,7 @@ TEST(CudaBackendTest, MatchesTheCpuModelAfterTwoPasses) {
         const double tol = s.quant.bits == 8 || s.sparse.state_bits == 16 ? 2.5e-3 : 5e-4;
         ExpectClose(cpu, gpu, tol,
                     "CUDA, " + std::to_string(gpus) + " GPUs, " +
-                        std::string(ScatterModeName(scatter)) + ", " +
-                        std::string(OptimizerKindName(s.sparse.kind)));
+                        std::string(ScatterModeName(scatter)) + ", " + CaseName(s));
       }
     }
   }

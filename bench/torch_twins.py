@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""PyTorch twins of ctrbox's architectures (docs/model.md, "Architectures"): the shared
+baseline's reference model (shared/baselines/torch_ctr.py: its data reading, lossless
+embedding rows, optimizers, timing and AUC) with the interaction ctrbox composes with it:
+
+  mlp      the reference model itself
+  deepfm   + a wide (first-order) weight per key and the FM second-order term on the logit
+  dcn_v2   --cross-layers cross layers x_{l+1} = x0 * (x_l W_l + b_l) + x_l before the MLP
+           (full-rank W_l, Glorot-uniform, zero bias: DCN-v2's stacked form)
+  dlrm     the pairwise dot products of the 26 pooled embeddings appended to the MLP's input
+
+Sparse rows (embeddings and wide weights) train with Adagrad, the dense layers with Adam, as
+in the baseline. Only the training loop is timed. Prints one JSON line.
+
+  torch_twins.py --arch dcn_v2 --train train.tsv --test test.tsv [--threads 2]
+"""
+import argparse, json, os, sys, time
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                "shared", "baselines"))
+from torch_ctr import DENSE, SLOTS, auc, read_tsv  # noqa: E402
+
+
+class Twin(nn.Module):
+    def __init__(self, arch, rows, dim, mlp, cross_layers):
+        super().__init__()
+        self.arch = arch
+        self.emb = nn.Embedding(rows, dim, sparse=True)
+        nn.init.uniform_(self.emb.weight, -0.01, 0.01)
+        self.wide = None
+        if arch == "deepfm":
+            self.wide = nn.Embedding(rows, 1, sparse=True)
+            nn.init.zeros_(self.wide.weight)
+        w0 = DENSE + SLOTS * dim
+        self.cross = nn.ModuleList()
+        if arch == "dcn_v2":
+            for _ in range(cross_layers):
+                lin = nn.Linear(w0, w0)
+                nn.init.xavier_uniform_(lin.weight)
+                nn.init.zeros_(lin.bias)
+                self.cross.append(lin)
+        width = w0
+        if arch == "dlrm":
+            self.pairs = torch.triu_indices(SLOTS, SLOTS, offset=1)
+            width += self.pairs.shape[1]
+        layers = []
+        for h in mlp:
+            layers += [nn.Linear(width, h), nn.ReLU()]
+            width = h
+        layers.append(nn.Linear(width, 1))
+        self.mlp = nn.Sequential(*layers)
+
+    def sparse_parameters(self):
+        return list(self.emb.parameters()) + (list(self.wide.parameters()) if self.wide is not None else [])
+
+    def dense_parameters(self):
+        return list(self.mlp.parameters()) + list(self.cross.parameters())
+
+    def forward(self, dense, cats):
+        e = self.emb(cats)  # [B, SLOTS, dim]
+        x0 = torch.cat([dense, e.flatten(1)], dim=1)
+        x = x0
+        for lin in self.cross:
+            x = x0 * lin(x) + x
+        if self.arch == "dlrm":
+            dots = torch.bmm(e, e.transpose(1, 2))[:, self.pairs[0], self.pairs[1]]
+            x = torch.cat([x, dots], dim=1)
+        logit = self.mlp(x).squeeze(1)
+        if self.arch == "deepfm":
+            s = e.sum(dim=1)
+            logit = logit + self.wide(cats).sum(dim=(1, 2)) + 0.5 * (s * s - (e * e).sum(dim=1)).sum(dim=1)
+        return logit
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--arch", required=True, choices=["mlp", "deepfm", "dcn_v2", "dlrm"])
+    ap.add_argument("--train", required=True)
+    ap.add_argument("--test", required=True)
+    ap.add_argument("--dim", type=int, default=16)
+    ap.add_argument("--mlp", default="512,256,128")
+    ap.add_argument("--cross-layers", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=2048)
+    ap.add_argument("--sparse-lr", type=float, default=0.05)
+    ap.add_argument("--dense-lr", type=float, default=1e-3)
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=1)
+    a = ap.parse_args()
+    torch.manual_seed(a.seed)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    vocab = {}
+    ytr, dtr, ctr = read_tsv(a.train, vocab)
+    yte, dte, cte = read_tsv(a.test, vocab)
+    mlp = [int(x) for x in a.mlp.split(",")] if a.mlp else []
+    model = Twin(a.arch, len(vocab), a.dim, mlp, a.cross_layers)
+    sparse_opt = torch.optim.Adagrad(model.sparse_parameters(), lr=a.sparse_lr)
+    dense_opt = torch.optim.Adam(model.dense_parameters(), lr=a.dense_lr)
+    loss_fn = nn.BCEWithLogitsLoss()
+    n = len(ytr)
+    t0 = time.perf_counter()
+    model.train()
+    for i in range(0, n, a.batch):
+        loss = loss_fn(model(dtr[i:i + a.batch], ctr[i:i + a.batch]), ytr[i:i + a.batch])
+        sparse_opt.zero_grad(); dense_opt.zero_grad()
+        loss.backward()
+        sparse_opt.step(); dense_opt.step()
+    secs = time.perf_counter() - t0
+    model.eval()
+    with torch.no_grad():
+        scores = torch.cat([torch.sigmoid(model(dte[i:i + 65536], cte[i:i + 65536]))
+                            for i in range(0, len(yte), 65536)]).numpy()
+    y = yte.numpy()
+    p = np.clip(scores, 1e-7, 1 - 1e-7)
+    print(json.dumps({"system": f"pytorch-{torch.__version__}", "arch": a.arch, "threads": torch.get_num_threads(),
+                      "train_rows": n, "train_seconds": round(secs, 3), "train_examples_per_s": round(n / secs, 1),
+                      "auc": round(auc(y, scores), 5),
+                      "logloss": round(float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p))), 5),
+                      "dense_params": sum(t.numel() for t in model.dense_parameters()),
+                      "embedding_rows": len(vocab)}))
+
+
+if __name__ == "__main__":
+    main()
