@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """The architectures of docs/model.md against their PyTorch twins (bench/torch_twins.py) on the
-1 M / 200 K benchmark files: for each of mlp (the default model), deepfm, dcn_v2 and dlrm,
+1 M / 200 K benchmark files: for each of mlp (the default model), deepfm, dcn_v2, dcn_v2_lr
+(rank 64) and dlrm,
 --reps runs of `ctrbox train` and of the twin, alternating, at --threads threads. Prints one
 JSON line per run, then per architecture a summary with the medians (examples/s and test AUC),
 ctrbox's speed over its twin's, and the AUC differences (to the twin, and to ctrbox's MLP).
 
-  bench/architectures.py [--archs mlp,deepfm,dcn_v2,dlrm] [--reps 3] [--cross-layers 2]
+  bench/architectures.py [--archs mlp,deepfm,dcn_v2,dcn_v2_lr,dlrm] [--reps 3] [--cross-layers 2]
 """
 import json, os, statistics, subprocess, sys
 
@@ -19,14 +20,18 @@ def ctrbox_sets(arch, cross_layers):
     return {"mlp": [],
             "deepfm": ["model.wide=true", "model.fm=true"],
             "dcn_v2": ["model.cross_layers=%d" % cross_layers],
+            "dcn_v2_lr": ["model.cross_layers=%d" % cross_layers, "model.cross_rank=64"],
             "dlrm": ["model.dot=true"]}[arch]
 
 
 def main():
     ap = arg_parser(__doc__, reps=3)
-    ap.add_argument("--archs", default="mlp,deepfm,dcn_v2,dlrm")
+    ap.add_argument("--archs", default="mlp,deepfm,dcn_v2,dcn_v2_lr,dlrm")
     ap.add_argument("--cross-layers", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--vary-seed", action="store_true",
+                    help="rep r trains with seed r + 1 on both sides (train.seed, --seed): the AUC "
+                         "medians then include the initialisation's spread")
     a = ap.parse_args()
     train_tsv, test_tsv = criteo_train_test(a.data_dir)
     summaries = {}
@@ -36,27 +41,31 @@ def main():
             args = ["--data", train_tsv, "--eval-data", test_tsv, "--fresh",
                     "--model-dir", os.path.join(a.data_dir, "model-arch"),
                     "--set", "train.threads=%d" % a.threads]
+            seed = rep + 1 if a.vary_seed else 1
+            if a.vary_seed:
+                args += ["--set", "train.seed=%d" % seed]
             for s in ctrbox_sets(arch, a.cross_layers):
                 args += ["--set", s]
             r = train(a.ctrbox, args)
             runs["ctrbox"].append((r["examples_per_s"], r["test_auc"]))
-            print(json.dumps({"bench": "architectures", "system": "ctrbox", "arch": arch, "rep": rep,
+            print(json.dumps({"bench": "architectures", "system": "ctrbox", "arch": arch, "rep": rep, "seed": seed,
                               "examples_per_s": r["examples_per_s"], "test_auc": r["test_auc"],
                               "seconds": r["seconds"], "train_busy_seconds": r["stages"]["train"]["busy_seconds"],
                               "blas_core": r["blas_core"], "digest": r["digest"]}), flush=True)
             p = subprocess.run([PY, os.path.join(ROOT, "bench", "torch_twins.py"), "--arch", arch,
                                 "--train", train_tsv, "--test", test_tsv, "--threads", str(a.threads),
-                                "--cross-layers", str(a.cross_layers)], capture_output=True, text=True)
+                                "--cross-layers", str(a.cross_layers), "--seed", str(seed)],
+                               capture_output=True, text=True)
             if p.returncode != 0:
                 sys.exit("torch_twins.py failed:\n" + p.stderr[-3000:])
             t = json.loads(p.stdout.strip().splitlines()[-1])
             runs["pytorch"].append((t["train_examples_per_s"], t["auc"]))
-            print(json.dumps({"bench": "architectures", "system": t["system"], "arch": arch, "rep": rep,
+            print(json.dumps({"bench": "architectures", "system": t["system"], "arch": arch, "rep": rep, "seed": seed,
                               "examples_per_s": t["train_examples_per_s"], "test_auc": t["auc"],
                               "train_seconds": t["train_seconds"], "threads": t["threads"]}), flush=True)
         med = {k: statistics.median(x[0] for x in v) for k, v in runs.items()}
         auc = {k: statistics.median(x[1] for x in v) for k, v in runs.items()}
-        summaries[arch] = {"bench": "architectures_summary", "arch": arch, "reps": a.reps,
+        summaries[arch] = {"bench": "architectures_summary", "arch": arch, "reps": a.reps, "vary_seed": a.vary_seed,
                            "threads": a.threads, "examples_per_s_median": med, "test_auc_median": auc,
                            "speed_over_twin": med["ctrbox"] / med["pytorch"],
                            "auc_minus_twin": auc["ctrbox"] - auc["pytorch"],

@@ -7,6 +7,7 @@ embedding rows, optimizers, timing and AUC) with the interaction ctrbox composes
   deepfm   + a wide (first-order) weight per key and the FM second-order term on the logit
   dcn_v2   --cross-layers cross layers x_{l+1} = x0 * (x_l W_l + b_l) + x_l before the MLP
            (full-rank W_l, Glorot-uniform, zero bias: DCN-v2's stacked form)
+  dcn_v2_lr  the same with W_l = U_l V_l^T of rank --cross-rank (64)
   dlrm     the pairwise dot products of the 26 pooled embeddings appended to the MLP's input
 
 Sparse rows (embeddings and wide weights) train with Adagrad, the dense layers with Adam, as
@@ -26,7 +27,7 @@ from torch_ctr import DENSE, SLOTS, auc, read_tsv  # noqa: E402
 
 
 class Twin(nn.Module):
-    def __init__(self, arch, rows, dim, mlp, cross_layers):
+    def __init__(self, arch, rows, dim, mlp, cross_layers, cross_rank):
         super().__init__()
         self.arch = arch
         self.emb = nn.Embedding(rows, dim, sparse=True)
@@ -43,6 +44,13 @@ class Twin(nn.Module):
                 nn.init.xavier_uniform_(lin.weight)
                 nn.init.zeros_(lin.bias)
                 self.cross.append(lin)
+        if arch == "dcn_v2_lr":
+            for _ in range(cross_layers):
+                v, u = nn.Linear(w0, cross_rank, bias=False), nn.Linear(cross_rank, w0)
+                nn.init.xavier_uniform_(v.weight)
+                nn.init.xavier_uniform_(u.weight)
+                nn.init.zeros_(u.bias)
+                self.cross.append(nn.Sequential(v, u))
         width = w0
         if arch == "dlrm":
             self.pairs = torch.triu_indices(SLOTS, SLOTS, offset=1)
@@ -78,12 +86,13 @@ class Twin(nn.Module):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--arch", required=True, choices=["mlp", "deepfm", "dcn_v2", "dlrm"])
+    ap.add_argument("--arch", required=True, choices=["mlp", "deepfm", "dcn_v2", "dcn_v2_lr", "dlrm"])
     ap.add_argument("--train", required=True)
     ap.add_argument("--test", required=True)
     ap.add_argument("--dim", type=int, default=16)
     ap.add_argument("--mlp", default="512,256,128")
-    ap.add_argument("--cross-layers", type=int, default=3)
+    ap.add_argument("--cross-layers", type=int, default=2)
+    ap.add_argument("--cross-rank", type=int, default=64)
     ap.add_argument("--batch", type=int, default=2048)
     ap.add_argument("--sparse-lr", type=float, default=0.05)
     ap.add_argument("--dense-lr", type=float, default=1e-3)
@@ -97,7 +106,7 @@ def main():
     ytr, dtr, ctr = read_tsv(a.train, vocab)
     yte, dte, cte = read_tsv(a.test, vocab)
     mlp = [int(x) for x in a.mlp.split(",")] if a.mlp else []
-    model = Twin(a.arch, len(vocab), a.dim, mlp, a.cross_layers)
+    model = Twin(a.arch, len(vocab), a.dim, mlp, a.cross_layers, a.cross_rank)
     sparse_opt = torch.optim.Adagrad(model.sparse_parameters(), lr=a.sparse_lr)
     dense_opt = torch.optim.Adam(model.dense_parameters(), lr=a.dense_lr)
     loss_fn = nn.BCEWithLogitsLoss()

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <map>
+
 namespace ctrbox {
 namespace {
 
@@ -74,6 +76,7 @@ nlohmann::json ModelSpec::ToJson() const {
   // Written only when set, so that the specs of models without them read as before.
   if (model.fm) j["model"]["fm"] = true;
   if (model.cross_layers > 0) j["model"]["cross_layers"] = model.cross_layers;
+  if (model.cross_rank > 0) j["model"]["cross_rank"] = model.cross_rank;
   if (model.dot) j["model"]["dot"] = true;
   // Written only when set, so that the specs of lossless models read as before.
   if (model.hashing.enabled()) {
@@ -115,6 +118,7 @@ StatusOr<ModelSpec> ModelSpec::FromJson(const nlohmann::json& j) {
     }
     s.model.fm = m.value("fm", false);  // absent in manifests from before the interactions
     s.model.cross_layers = m.value("cross_layers", 0u);
+    s.model.cross_rank = m.value("cross_rank", 0u);
     s.model.dot = m.value("dot", false);
     if (s.model.cross_layers > 16) return CorruptionError("model spec: model.cross_layers > 16");
     s.sparse_optimizer = OptimizerFromJson(j.at("sparse_optimizer"));
@@ -138,13 +142,18 @@ StatusOr<ModelSpec> ModelSpec::FromJson(const nlohmann::json& j) {
 }
 
 std::string ModelSpec::FirstDifference(const ModelSpec& other) const {
+  // Keys written only when set (model.hashing, model.fm, ...) are absent from one side: the
+  // first key, in order, whose value differs or that only one side has.
   std::vector<std::pair<std::string, nlohmann::json>> a, b;
   Flatten(ToJson(), "", &a);
   Flatten(other.ToJson(), "", &b);
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    if (a[i] != b[i]) return a[i].first;
+  std::map<std::string, std::pair<const nlohmann::json*, const nlohmann::json*>> keys;
+  for (const auto& [k, v] : a) keys[k].first = &v;
+  for (const auto& [k, v] : b) keys[k].second = &v;
+  for (const auto& [k, v] : keys) {
+    if (v.first == nullptr || v.second == nullptr || *v.first != *v.second) return k;
   }
-  return a.size() == b.size() ? "" : "spec";
+  return "";
 }
 
 std::string ModelSpec::FirstIncompatibility(const ModelSpec& other) const {

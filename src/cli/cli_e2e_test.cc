@@ -318,6 +318,42 @@ TEST_F(CliTest, HashedKeysBoundTheTableAndFollowTheModelToEvalAndPredict) {
   EXPECT_NE(bad.err.find("none, modulo or op_osrp"), std::string::npos) << bad.err;
 }
 
+TEST_F(CliTest, InteractionModelsTrainThroughEveryTierAndFollowTheModelToEval) {
+  ASSERT_EQ(Run(Ctrbox("gen --rows 20000 --seed 3 --out " + Path("train.tsv"))).exit_code, 0);
+  ASSERT_EQ(Run(Ctrbox("gen --rows 4000 --seed 4 --out " + Path("test.tsv"))).exit_code, 0);
+  const std::string shape =
+      " --set model.mlp=32,16 --set model.wide=true --set model.fm=true --set model.dot=true"
+      " --set model.cross_layers=1 --set train.batch_size=128 --set pipeline.pass_examples=4000";
+  const std::string common =
+      " --data " + Path("train.tsv") + " --eval-data " + Path("test.tsv") + shape + " --fresh";
+  Result mem = Run(Ctrbox("train --model-dir " + Path("mem") + common));
+  ASSERT_EQ(mem.exit_code, 0) << mem.err;
+  // MLP over 13 + 26 x 16 + 325 dots = 754 inputs; one cross layer of 429 x 429 + 429.
+  EXPECT_EQ(mem.last_json["dense_params"],
+            (754 * 32 + 32) + (32 * 16 + 16) + (16 + 1) + (429 * 429 + 429));
+  EXPECT_GT(mem.last_json["test_auc"].get<double>(), 0.6);
+  // Over the SSD tier with a small budget, and sequentially: the same model bit for bit.
+  Result ssd = Run(Ctrbox("train --model-dir " + Path("ssd") + common + " --set storage.ssd_dir=" +
+                          Path("store") + " --set storage.memory_budget=3MB"));
+  ASSERT_EQ(ssd.exit_code, 0) << ssd.err;
+  EXPECT_GT(ssd.last_json["storage"]["loaded_from_ssd"].get<uint64_t>(), 0u);
+  EXPECT_EQ(ssd.last_json["digest"], mem.last_json["digest"]);
+  Result seq =
+      Run(Ctrbox("train --model-dir " + Path("seq") + common + " --set pipeline.enabled=false"));
+  ASSERT_EQ(seq.exit_code, 0) << seq.err;
+  EXPECT_EQ(seq.last_json["digest"], mem.last_json["digest"]);
+  // eval rebuilds the shape from the model directory: the same held-out AUC.
+  Result ev = Run(Ctrbox("eval --model-dir " + Path("mem") + " --data " + Path("test.tsv")));
+  ASSERT_EQ(ev.exit_code, 0) << ev.err;
+  EXPECT_EQ(ev.last_json["auc"], mem.last_json["test_auc"]);
+  // Continuing under another shape is refused, naming the key.
+  Result other = Run(Ctrbox("train --model-dir " + Path("mem") + " --data " + Path("train.tsv") +
+                            " --set model.mlp=32,16 --set model.wide=true --set model.fm=true"
+                            " --set model.dot=true"));
+  EXPECT_NE(other.exit_code, 0);
+  EXPECT_NE(other.err.find("model.cross_layers"), std::string::npos) << other.err;
+}
+
 TEST_F(CliTest, QuantizedEmbeddingsTrainThroughEveryTier) {
   ASSERT_EQ(
       Run(Ctrbox("gen --format criteo --rows 20000 --seed 3 --out " + Path("q.tsv"))).exit_code, 0);

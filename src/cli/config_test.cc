@@ -101,6 +101,10 @@ TEST(ConfigTest, InteractionKeysComposeAndAreValidated) {
   JobConfigBuilder bad2;
   s = bad2.ApplySet("model.dot=maybe");
   EXPECT_NE(s.message().find("model.dot"), std::string::npos) << s.message();
+  JobConfig orphan = *plain;  // a rank without cross layers would be ignored
+  orphan.spec.model.cross_rank = 32;
+  EXPECT_NE(orphan.Validate().message().find("model.cross_layers is 0"), std::string::npos)
+      << orphan.Validate().message();
 }
 
 TEST(ConfigTest, YamlFileWithNestedKeysListsAndLineNumbers) {

@@ -37,7 +37,7 @@ CtrModel::CtrModel(Schema schema, ModelOptions model, OptimizerOptions sparse,
       sparse_opt_(sparse),
       mlp_(MlpInputWidth(schema, options_), options_.mlp),
       input_width_(InputWidth(schema, options_)),
-      cross_{input_width_, options_.cross_layers, mlp_.num_params()},
+      cross_{input_width_, options_.cross_layers, options_.cross_rank, mlp_.num_params()},
       params_(mlp_.num_params() + cross_.num_params()),
       grads_(params_.size()),
       dense_opt_(dense, params_.size()),
@@ -47,36 +47,52 @@ CtrModel::CtrModel(Schema schema, ModelOptions model, OptimizerOptions sparse,
   dmi_begin_ = cross_.layers > 0 ? 0 : schema_.num_dense;
   mlp_.Init(params_.data(), seed);
   if (cross_.layers > 0) {
-    // W_l Glorot-uniform, b_l zero (as DCN-v2's reference code).
+    // Weights Glorot-uniform (W_l, or V_l and U_l), b_l zero, as DCN-v2's reference code.
     Random rng(Mix64(seed ^ 0xC2055ULL));
-    const float bound = std::sqrt(6.0f / (2.0f * static_cast<float>(cross_.width)));
+    const float fan = cross_.rank > 0 ? static_cast<float>(cross_.width + cross_.rank)
+                                      : 2.0f * static_cast<float>(cross_.width);
+    const float bound = std::sqrt(6.0f / fan);
     for (uint32_t l = 0; l < cross_.layers; ++l) {
       float* w = params_.data() + cross_.w_offset(l);
-      for (size_t i = 0; i < size_t{cross_.width} * cross_.width; ++i) {
+      for (size_t i = 0; i < cross_.matrix_params(); ++i) {
         w[i] = (2.0f * rng.UniformFloat() - 1.0f) * bound;
       }
     }
   }
   for (uint32_t l = 0; l < mlp_.num_layers(); ++l) {
     for (uint32_t c0 = 0; c0 < mlp_.out(l); c0 += kTileColumns) {
-      tiles_.push_back(Tile{false, l, c0, std::min(mlp_.out(l), c0 + kTileColumns)});
+      tiles_.push_back(Tile{TileKind::kMlp, l, c0, std::min(mlp_.out(l), c0 + kTileColumns)});
     }
   }
   for (uint32_t l = 0; l < cross_.layers; ++l) {
     for (uint32_t c0 = 0; c0 < cross_.width; c0 += kTileColumns) {
-      tiles_.push_back(Tile{true, l, c0, std::min(cross_.width, c0 + kTileColumns)});
+      tiles_.push_back(Tile{TileKind::kCross, l, c0, std::min(cross_.width, c0 + kTileColumns)});
+    }
+    for (uint32_t c0 = 0; c0 < cross_.rank; c0 += kTileColumns) {
+      tiles_.push_back(Tile{TileKind::kCrossV, l, c0, std::min(cross_.rank, c0 + kTileColumns)});
     }
   }
-  auto in_of = [&](const Tile& t) { return t.cross ? cross_.width : mlp_.in(t.layer); };
+  // Rows of the tile's matrix (the multiply-adds per column of its GEMM).
+  auto in_of = [&](const Tile& t) {
+    switch (t.kind) {
+      case TileKind::kMlp:
+        return mlp_.in(t.layer);
+      case TileKind::kCross:
+        return cross_.rank > 0 ? cross_.rank : cross_.width;
+      case TileKind::kCrossV:
+        return cross_.width;
+    }
+    return 0u;
+  };
   std::stable_sort(tiles_.begin(), tiles_.end(), [&](const Tile& a, const Tile& b) {
     return uint64_t{in_of(a)} * (a.c1 - a.c0) > uint64_t{in_of(b)} * (b.c1 - b.c0);
   });
 }
 
 double CtrModel::FlopsPerExample() const {
-  // A cross layer is a W0 x W0 GEMM forward, one backward to its input, one to its weights.
+  // A cross layer's matrices: one GEMM forward, one backward to the input, one to the weights.
   return mlp_.FlopsPerExample() +
-         2.0 * 3.0 * cross_.layers * static_cast<double>(cross_.width) * cross_.width;
+         2.0 * 3.0 * cross_.layers * static_cast<double>(cross_.matrix_params());
 }
 
 ValueLayout CtrModel::LayoutFor(const ModelOptions& model, const OptimizerOptions& sparse) {
@@ -112,10 +128,16 @@ void CtrModel::EnsureBuffers(uint32_t rows) {
   cross_x_.resize(cross_.layers);
   cross_u_.resize(cross_.layers);
   cross_gu_.resize(cross_.layers);
+  cross_low_.resize(cross_.rank > 0 ? cross_.layers : 0);
+  cross_glow_.resize(cross_low_.size());
   for (uint32_t l = 0; l < cross_.layers; ++l) {
     cross_x_[l].resize(cells);
     cross_u_[l].resize(cells);
     cross_gu_[l].resize(cells);
+    if (cross_.rank > 0) {
+      cross_low_[l].resize(size_t{rows} * cross_.rank);
+      cross_glow_[l].resize(size_t{rows} * cross_.rank);
+    }
   }
   if (cross_.layers > 0) {
     cross_g_.resize(cells);
@@ -142,8 +164,16 @@ void CtrModel::InteractionsForward(uint32_t r0, uint32_t r1) {
     const float* xl = CrossInput(l) + off;
     float* u = cross_u_[l].data() + off;
     float* xn = cross_x_[l].data() + off;
-    blas::Sgemm(false, false, static_cast<int>(rows), W0, W0, 1.0f, xl, W0,
-                params_.data() + cross_.w_offset(l), W0, 0.0f, u, W0);
+    if (const uint32_t R = cross_.rank; R > 0) {  // u = (x_l V_l) U_l
+      float* low = cross_low_[l].data() + size_t{r0} * R;
+      blas::Sgemm(false, false, static_cast<int>(rows), R, W0, 1.0f, xl, W0,
+                  params_.data() + cross_.w_offset(l), R, 0.0f, low, R);
+      blas::Sgemm(false, false, static_cast<int>(rows), W0, R, 1.0f, low, R,
+                  params_.data() + cross_.u_offset(l), W0, 0.0f, u, W0);
+    } else {
+      blas::Sgemm(false, false, static_cast<int>(rows), W0, W0, 1.0f, xl, W0,
+                  params_.data() + cross_.w_offset(l), W0, 0.0f, u, W0);
+    }
     const float* b = params_.data() + cross_.b_offset(l);
     for (size_t i = 0; i < cells; ++i) xn[i] = CrossForward(x0[i], xl[i], &u[i], b[i % W0]);
   }
@@ -185,8 +215,16 @@ void CtrModel::InteractionsBackward(uint32_t r0, uint32_t r1) {
         gu[i] = g[i] * x0[i];
         acc[i] += g[i] * u[i];
       }
-      blas::Sgemm(false, true, static_cast<int>(rows), W0, W0, 1.0f, gu, W0,
-                  params_.data() + cross_.w_offset(l), W0, 0.0f, t, W0);
+      if (const uint32_t R = cross_.rank; R > 0) {  // t = (gu U_l^T) V_l^T
+        float* glow = cross_glow_[l].data() + size_t{r0} * R;
+        blas::Sgemm(false, true, static_cast<int>(rows), R, W0, 1.0f, gu, W0,
+                    params_.data() + cross_.u_offset(l), W0, 0.0f, glow, R);
+        blas::Sgemm(false, true, static_cast<int>(rows), W0, R, 1.0f, glow, R,
+                    params_.data() + cross_.w_offset(l), R, 0.0f, t, W0);
+      } else {
+        blas::Sgemm(false, true, static_cast<int>(rows), W0, W0, 1.0f, gu, W0,
+                    params_.data() + cross_.w_offset(l), W0, 0.0f, t, W0);
+      }
       for (size_t i = 0; i < cells; ++i) g[i] += t[i];
     }
     for (size_t i = 0; i < cells; ++i) g[i] += acc[i];
@@ -338,20 +376,34 @@ StepStats CtrModel::TrainMinibatch(const Batch& pass, const WorkingSet& ws, cons
 
 void CtrModel::DenseTile(size_t t, uint32_t batch_rows) {
   const Tile& tile = tiles_[t];
-  if (tile.cross) {  // dW_l = x_l^T gu_l, db_l = column sums of gu_l
-    const uint32_t l = tile.layer, W0 = cross_.width, width = tile.c1 - tile.c0;
-    const float* gu = cross_gu_[l].data();
+  if (tile.kind == TileKind::kCrossV) {  // dV_l = x_l^T (gu_l U_l^T): columns [c0, c1) of r
+    const uint32_t l = tile.layer, W0 = cross_.width, R = cross_.rank, width = tile.c1 - tile.c0;
     blas::Sgemm(true, false, W0, width, static_cast<int>(batch_rows), 1.0f, CrossInput(l), W0,
-                gu + tile.c0, W0, 0.0f, grads_.data() + cross_.w_offset(l) + tile.c0, W0);
+                cross_glow_[l].data() + tile.c0, R, 0.0f,
+                grads_.data() + cross_.w_offset(l) + tile.c0, R);
+    for (uint32_t i = 0; i < W0; ++i) {
+      dense_opt_.Update(params_.data(), grads_.data(), cross_.w_offset(l) + size_t{i} * R + tile.c0,
+                        width);
+    }
+    return;
+  }
+  if (tile.kind == TileKind::kCross) {
+    // dW_l = x_l^T gu_l (full rank) or dU_l = (x_l V_l)^T gu_l, db_l = column sums of gu_l.
+    const uint32_t l = tile.layer, W0 = cross_.width, R = cross_.rank, width = tile.c1 - tile.c0;
+    const float* gu = cross_gu_[l].data();
+    const uint32_t k = R > 0 ? R : W0;  // the matrix's rows
+    const float* in = R > 0 ? cross_low_[l].data() : CrossInput(l);
+    const size_t w = R > 0 ? cross_.u_offset(l) : cross_.w_offset(l);
+    blas::Sgemm(true, false, k, width, static_cast<int>(batch_rows), 1.0f, in, k, gu + tile.c0, W0,
+                0.0f, grads_.data() + w + tile.c0, W0);
     float* db = grads_.data() + cross_.b_offset(l) + tile.c0;
     std::memset(db, 0, width * sizeof(float));
     for (uint32_t r = 0; r < batch_rows; ++r) {
       const float* gr = gu + size_t{r} * W0 + tile.c0;
       for (uint32_t j = 0; j < width; ++j) db[j] += gr[j];
     }
-    for (uint32_t i = 0; i < W0; ++i) {
-      dense_opt_.Update(params_.data(), grads_.data(),
-                        cross_.w_offset(l) + size_t{i} * W0 + tile.c0, width);
+    for (uint32_t i = 0; i < k; ++i) {
+      dense_opt_.Update(params_.data(), grads_.data(), w + size_t{i} * W0 + tile.c0, width);
     }
     dense_opt_.Update(params_.data(), grads_.data(), cross_.b_offset(l) + tile.c0, width);
     return;

@@ -53,6 +53,7 @@ struct ModelOptions {
   // above, unchanged.
   bool fm = false;            // model.fm: DeepFM's second-order term on the logit
   uint32_t cross_layers = 0;  // model.cross_layers: DCN-v2 cross layers before the MLP
+  uint32_t cross_rank = 0;    // model.cross_rank: their W_l = U_l V_l^T of rank r (0: full)
   bool dot = false;           // model.dot: DLRM's pairwise dot products into the MLP
 
   bool HasInteractions() const { return fm || cross_layers > 0 || dot; }
@@ -143,8 +144,11 @@ class CtrModel {
   DenseOptimizer dense_opt_;
   Quantizer quant_;      // of the stored embeddings (disabled: float32)
   uint64_t quant_seed_;  // stochastic rounding of updates
+  // A weight-gradient tile: columns [c0, c1) of an MLP layer's weights and bias, of a cross
+  // layer's W_l (full rank) or U_l (low rank) and b_l, or of a low-rank layer's V_l.
+  enum class TileKind : uint8_t { kMlp, kCross, kCrossV };
   struct Tile {
-    bool cross;  // a cross layer's W_l (else an MLP layer's)
+    TileKind kind;
     uint32_t layer, c0, c1;
   };
   std::vector<Tile> tiles_;  // fixed weight-gradient tiles, largest first
@@ -161,6 +165,8 @@ class CtrModel {
   uint32_t dmi_begin_ = 0;
   std::vector<float> dmi_, mlp_in_, cross_g_, cross_t_, cross_acc_;
   std::vector<std::vector<float>> cross_x_, cross_u_, cross_gu_;
+  // Low rank: x_l V_l (cross_low_) and the gradient there (cross_glow_), [rows x r] each.
+  std::vector<std::vector<float>> cross_low_, cross_glow_;
 };
 
 }  // namespace ctrbox

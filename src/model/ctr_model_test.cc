@@ -92,6 +92,11 @@ std::vector<std::pair<std::string, ModelOptions>> Shapes() {
   ModelOptions cross = SmallModel();
   cross.cross_layers = 2;
   shapes.emplace_back("cross", cross);
+  ModelOptions low_rank = SmallModel();
+  low_rank.cross_layers = 2;
+  low_rank.cross_rank = 3;
+  low_rank.mlp = {};  // no kinks: the cubic cross terms make finite differences across ReLUs poor
+  shapes.emplace_back("cross rank 3, no hidden layer", low_rank);
   ModelOptions all = SmallModel();
   all.fm = all.dot = true;
   all.cross_layers = 1;
@@ -112,28 +117,36 @@ TEST(CtrModelTest, GradientsOfEmbeddingsWideAndDenseMatchFiniteDifferences) {
       std::vector<float> before = train.model.dense_params();
       train.model.TrainMinibatch(train.pass, train.ws, train.ws.batches[0], &train.rows,
                                  train.accessor, nullptr, pred.data());
-      // Central differences; where the one-sided differences disagree, the step crossed a
-      // ReLU's kink and the point is skipped (few may be).
-      size_t checked = 0, skipped = 0;
-      auto check = [&](float* v, const std::function<double()>& loss, double analytic,
-                       const std::string& what) {
-        const float orig = *v, h = 5e-3f;
-        const double mid = loss();
-        *v = orig + h;
+      // Central differences at h and h/2, Richardson-extrapolated (the cross layers' products
+    // curve the loss: this cancels the h^2 error term); where the one-sided differences
+    // disagree, the step crossed a ReLU's kink and the point is skipped (few may be).
+    size_t checked = 0, skipped = 0;
+    auto check = [&](float* v, const std::function<double()>& loss, double analytic,
+                     const std::string& what) {
+      const float orig = *v, h = 5e-3f;
+      const double mid = loss();
+      double central[2], up_h = 0, down_h = 0;
+      for (int k = 0; k < 2; ++k) {
+        const float step = k == 0 ? 2 * h : h;
+        *v = orig + step;
         const double up = loss();
-        *v = orig - h;
+        *v = orig - step;
         const double down = loss();
-        *v = orig;
-        const double numeric = (up - down) / (2 * h);
-        ++checked;
-        if (std::fabs((up - mid) - (mid - down)) / h > 1e-4 + 5e-2 * std::fabs(numeric)) {
-          ++skipped;
-          return;
-        }
-        EXPECT_NEAR(analytic, numeric, 1e-4 + 1e-2 * std::fabs(numeric))
-            << what << " weights " << weights;
-      };
-      // Sparse rows: with SGD at lr 1 the update is exactly minus the gradient.
+        central[k] = (up - down) / (2 * double(step));
+        up_h = up;
+        down_h = down;
+      }
+      *v = orig;
+      const double numeric = (4 * central[1] - central[0]) / 3;
+      ++checked;
+      if (std::fabs((up_h - mid) - (mid - down_h)) / h > 1e-4 + 5e-2 * std::fabs(numeric)) {
+        ++skipped;
+        return;
+      }
+      EXPECT_NEAR(analytic, numeric, 1e-4 + 1e-2 * std::fabs(numeric))
+          << what << " weights " << weights;
+    };
+    // Sparse rows: with SGD at lr 1 the update is exactly minus the gradient.
       for (size_t l = 0; l < ref.ws.keys.size(); ++l) {
         for (uint32_t d = 0; d <= 4; ++d) {  // d == 4: the wide weight
           RowBlock rows = ref.rows;
@@ -201,9 +214,23 @@ TEST(CtrModelTest, PredictionsMatchAPlainReferenceOfEveryShape) {
       std::vector<double> x = x0;
       for (uint32_t l = 0; l < cl.layers; ++l) {
         std::vector<double> next(W0);
+        // Low rank: W_l = V_l U_l as a plain W0 x W0 matrix first.
+        std::vector<double> W(size_t{W0} * W0, 0.0);
+        for (uint32_t i = 0; i < W0; ++i) {
+          for (uint32_t c = 0; c < W0; ++c) {
+            if (cl.rank == 0) {
+              W[size_t{i} * W0 + c] = params[cl.w_offset(l) + size_t{i} * W0 + c];
+              continue;
+            }
+            for (uint32_t q = 0; q < cl.rank; ++q) {
+              W[size_t{i} * W0 + c] += double(params[cl.w_offset(l) + size_t{i} * cl.rank + q]) *
+                                       params[cl.u_offset(l) + size_t{q} * W0 + c];
+            }
+          }
+        }
         for (uint32_t c = 0; c < W0; ++c) {
           double u = params[cl.b_offset(l) + c];
-          for (uint32_t i = 0; i < W0; ++i) u += x[i] * params[cl.w_offset(l) + size_t{i} * W0 + c];
+          for (uint32_t i = 0; i < W0; ++i) u += x[i] * W[size_t{i} * W0 + c];
           next[c] = x0[c] * u + x[c];
         }
         x = next;

@@ -320,7 +320,7 @@ class GpuStep {
     // The interactions' (as CtrModel's): the MLP's input with dots and its gradient, each
     // cross layer's output, sum and sum gradient, the backward's running buffers.
     Buf<float> mlp_in, dmi, cross_g, cross_t, cross_acc;
-    std::vector<Buf<float>> cross_x, cross_u, cross_gu;
+    std::vector<Buf<float>> cross_x, cross_u, cross_gu, cross_low, cross_glow;
   };
 
   // The dense parameters: the MLP's, then the cross layers'.
@@ -461,10 +461,15 @@ class GpuStep {
         r.cross_x.resize(cross_layers);
         r.cross_u.resize(cross_layers);
         r.cross_gu.resize(cross_layers);
+        r.cross_low.resize(cross_layers);
+        r.cross_glow.resize(cross_layers);
+        const uint32_t rank = model_->cross().rank;
         for (uint32_t l = 0; l < cross_layers; ++l) {
           e.Reserve(&r.cross_x[l], B * W0);
           e.Reserve(&r.cross_u[l], B * W0);
           e.Reserve(&r.cross_gu[l], B * W0);
+          e.Reserve(&r.cross_low[l], B * rank);
+          e.Reserve(&r.cross_glow[l], B * rank);
         }
         if (cross_layers > 0) {
           e.Reserve(&r.cross_g, B * W0);
@@ -769,7 +774,13 @@ class GpuStep {
     for (uint32_t l = 0; l < cl.layers; ++l) {
       float* u = rep.cross_u[l].data();
       float* xn = rep.cross_x[l].data();
-      e.Gemm(false, false, B, W0, W0, xl, W0, params + cl.w_offset(l), W0, u, W0);
+      if (const uint32_t R = cl.rank; R > 0) {  // u = (x_l V_l) U_l
+        float* low = rep.cross_low[l].data();
+        e.Gemm(false, false, B, R, W0, xl, W0, params + cl.w_offset(l), R, low, R);
+        e.Gemm(false, false, B, W0, R, low, R, params + cl.u_offset(l), W0, u, W0);
+      } else {
+        e.Gemm(false, false, B, W0, W0, xl, W0, params + cl.w_offset(l), W0, u, W0);
+      }
       const float* b = params + cl.b_offset(l);
       e.ForEach(size_t{B} * W0,
                 [=] CTRBOX_HD(size_t i) { xn[i] = CrossForward(x0[i], xl[i], &u[i], b[i % W0]); });
@@ -815,7 +826,13 @@ class GpuStep {
           gu[i] = g[i] * x0[i];
           acc[i] += g[i] * u[i];
         });
-        e.Gemm(false, true, B, W0, W0, gu, W0, params + cl.w_offset(l), W0, t, W0);
+        if (const uint32_t R = cl.rank; R > 0) {  // t = (gu U_l^T) V_l^T
+          float* glow = rep.cross_glow[l].data();
+          e.Gemm(false, true, B, R, W0, gu, W0, params + cl.u_offset(l), W0, glow, R);
+          e.Gemm(false, true, B, W0, R, glow, R, params + cl.w_offset(l), R, t, W0);
+        } else {
+          e.Gemm(false, true, B, W0, W0, gu, W0, params + cl.w_offset(l), W0, t, W0);
+        }
         e.ForEach(size_t{B} * W0, [=] CTRBOX_HD(size_t i) { g[i] += t[i]; });
       }
       e.ForEach(size_t{B} * W0, [=] CTRBOX_HD(size_t i) { g[i] += acc[i]; });
@@ -834,8 +851,8 @@ class GpuStep {
     });
   }
 
-  // The cross layers' weight gradients over the slice: dW_l = x_l^T gu_l, db_l the column
-  // sums of gu_l in row order.
+  // The cross layers' weight gradients over the slice: dW_l = x_l^T gu_l (or low rank dU_l,
+  // dV_l), db_l the column sums of gu_l in row order.
   void CrossWeightGrads(Replica& rep, uint32_t B) {
     Exec& e = *compute_[&rep - replicas_.data()];
     const CrossLayout cl = model_->cross();
@@ -844,7 +861,14 @@ class GpuStep {
     for (uint32_t l = 0; l < cl.layers; ++l) {
       const float* xl = l == 0 ? rep.x.data() : rep.cross_x[l - 1].data();
       const float* gu = rep.cross_gu[l].data();
-      e.Gemm(true, false, W0, W0, B, xl, W0, gu, W0, grads + cl.w_offset(l), W0);
+      if (const uint32_t R = cl.rank; R > 0) {  // dU_l = (x_l V_l)^T gu_l, dV_l = x_l^T glow_l
+        e.Gemm(true, false, R, W0, B, rep.cross_low[l].data(), R, gu, W0, grads + cl.u_offset(l),
+               W0);
+        e.Gemm(true, false, W0, R, B, xl, W0, rep.cross_glow[l].data(), R, grads + cl.w_offset(l),
+               R);
+      } else {
+        e.Gemm(true, false, W0, W0, B, xl, W0, gu, W0, grads + cl.w_offset(l), W0);
+      }
       float* db = grads + cl.b_offset(l);
       e.ForEach(W0, [=] CTRBOX_HD(size_t j) {
         float acc = 0.0f;

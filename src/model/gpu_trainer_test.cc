@@ -147,6 +147,10 @@ std::vector<Case> Cases() {
   dcn.shape.cross_layers = 2;
   dcn.shape.wide = false;
   out.push_back(dcn);
+  Case low_rank = dcn;  // DCN-v2's low-rank cross layers, Adagrad on the dense side
+  low_rank.shape.cross_rank = 5;
+  low_rank.dense = dense_adagrad.dense;
+  out.push_back(low_rank);
   Case dlrm = adagrad;
   dlrm.shape.dot = true;
   out.push_back(dlrm);
@@ -165,8 +169,8 @@ std::vector<Case> Cases() {
 std::string CaseName(const Case& s) {
   return std::string(OptimizerKindName(s.sparse.kind)) + " quant " + std::to_string(s.quant.bits) +
          " state bits " + std::to_string(s.sparse.state_bits) + (s.shape.fm ? " fm" : "") +
-         (s.shape.dot ? " dot" : "") + " cross " + std::to_string(s.shape.cross_layers) +
-         " hidden " + std::to_string(s.shape.mlp.size());
+         (s.shape.dot ? " dot" : "") + " cross " + std::to_string(s.shape.cross_layers) + " rank " +
+         std::to_string(s.shape.cross_rank) + " hidden " + std::to_string(s.shape.mlp.size());
 }
 
 // The first field in which two runs' rows differ at all ("" if none).

@@ -10,9 +10,10 @@
 //   fm   = 1/2 sum_k ((sum_s e_sk)^2 - sum_s e_sk^2)          added to the logit
 //   dot  = (e_i . e_j) for i < j, in row-major pair order      appended to the MLP's input
 //   x_{l+1} = x0 * (x_l W_l + b_l) + x_l,  l = 0..L-1          the MLP reads x_L (stacked)
+//                                          (W_l = U_l V_l^T with model.cross_rank)
 //
-// W_l is [W0 x W0] stored row-major as [in x out] like the Mlp's weights, b_l [W0]; they sit
-// after the MLP's parameters in the dense parameter vector (CrossLayout).
+// Matrices are stored row-major as [in x out] like the Mlp's weights; the cross layers'
+// parameters sit after the MLP's in the dense parameter vector (CrossLayout).
 #ifndef CTRBOX_MODEL_INTERACTIONS_H_
 #define CTRBOX_MODEL_INTERACTIONS_H_
 
@@ -23,15 +24,23 @@
 
 namespace ctrbox {
 
-// Where the cross layers' parameters live in the dense parameter vector.
+// Where the cross layers' parameters live in the dense parameter vector. Full rank: W_l
+// [W0 x W0] at w_offset(l). Low rank r (DCN-v2's W_l = U_l V_l^T, model.cross_rank): V_l
+// [W0 x r] at w_offset(l), then U_l [r x W0] at u_offset(l), so x_l W_l = (x_l V_l) U_l. Then
+// b_l [W0].
 struct CrossLayout {
   uint32_t width = 0;   // W0
   uint32_t layers = 0;  // L
-  size_t base = 0;      // offset of layer 0's W
+  uint32_t rank = 0;    // r; 0: full rank
+  size_t base = 0;      // offset of layer 0's first weight
 
+  CTRBOX_HD size_t matrix_params() const {
+    return rank > 0 ? 2 * size_t{width} * rank : size_t{width} * width;
+  }
+  CTRBOX_HD size_t layer_params() const { return matrix_params() + width; }
   CTRBOX_HD size_t w_offset(uint32_t l) const { return base + l * layer_params(); }
-  CTRBOX_HD size_t b_offset(uint32_t l) const { return w_offset(l) + size_t{width} * width; }
-  CTRBOX_HD size_t layer_params() const { return size_t{width} * width + width; }
+  CTRBOX_HD size_t u_offset(uint32_t l) const { return w_offset(l) + size_t{width} * rank; }
+  CTRBOX_HD size_t b_offset(uint32_t l) const { return w_offset(l) + matrix_params(); }
   size_t num_params() const { return layers * layer_params(); }
 };
 

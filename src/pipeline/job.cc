@@ -113,6 +113,10 @@ Status JobConfig::Validate() const {
                     : "features.hashing.bins is set but features.hashing.method is none (it "
                       "would be ignored)");
   }
+  if (spec.model.cross_rank > 0 && spec.model.cross_layers == 0) {
+    return InvalidArgumentError(
+        "model.cross_rank is set but model.cross_layers is 0 (it would be ignored)");
+  }
   if (spec.dense_optimizer.kind == OptimizerKind::kRowwiseAdagrad) {
     return InvalidArgumentError(
         "optimizer.dense.type: rowwise_adagrad is for sparse rows; use adagrad for the MLP");
