@@ -266,19 +266,26 @@ TEST(TrainerTest, AFaultAnywhereInARunWithCheckpointsThenResumeGivesTheDigestOfO
   };
   std::string digest;
   uint64_t calls = 0;
-  {
+  // The faults land in SSD write-backs, reloads and compactions as well as in checkpoints.
+  // Whether the background maintenance compacts before the run ends depends on the timing (a
+  // loaded machine may not schedule it: seen once in ~20 runs): the reference run is repeated
+  // until one compacts, and every repetition must give the same digest.
+  for (int attempt = 0;; ++attempt) {
+    ASSERT_LT(attempt, 10) << "no reference run compacted";
     auto env = fresh();
     const uint64_t before = env->Calls(FaultOp::kAny);
     auto r = RunTrain(env.get(), job, nullptr);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
+    if (attempt > 0) {
+      ASSERT_EQ((*r)["digest"], digest);
+    }
     digest = (*r)["digest"];
     calls = env->Calls(FaultOp::kAny) - before;
     ASSERT_EQ((*r)["checkpoint"]["deltas"].get<uint64_t>(), 4u);  // 6 passes: b d d b d d
-    // The faults land in SSD write-backs, reloads and compactions as well as in checkpoints.
     ASSERT_GT((*r)["storage"]["loaded_from_ssd"].get<uint64_t>(), 0u);
-    ASSERT_GT((*r)["storage"]["compactions"].get<uint64_t>(), 0u) << (*r)["storage"].dump();
-    RecordProperty("io_calls_per_run", std::to_string(calls));
+    if ((*r)["storage"]["compactions"].get<uint64_t>() > 0) break;
   }
+  RecordProperty("io_calls_per_run", std::to_string(calls));
   std::vector<uint64_t> ns;
   for (uint64_t n = 1; n <= calls; n += n < 30 ? 1 : 1 + calls / 60) ns.push_back(n);
   ns.push_back(calls);
