@@ -164,6 +164,31 @@ def test_model_eval_and_predict_equal_the_cli(data, trained):
     # Without labels, as predict accepts.
     np.testing.assert_array_equal(model.predict(records=[l.split("\t", 1)[1] for l in sub]), expect_sub)
 
+def test_an_interaction_model_trains_and_predicts_as_the_cli(data, tmp_path):
+    """DeepFM + DCN-v2 (low rank) + DLRM dots from a nested dict: the CLI's model, bit for bit."""
+    shape = {"model": {**SMALL["model"], "wide": True, "fm": True, "dot": True, "cross_layers": 2,
+                       "cross_rank": 8}}
+    report = ctrbox.Job({**SMALL, **shape}, data=data["train"], eval_data=data["test"],
+                        model_dir=tmp_path / "py", fresh=True).train()
+    cli_report = json.loads(cli(
+        "train", "--data", data["train"], "--eval-data", data["test"], "--model-dir", str(tmp_path / "cli"),
+        "--fresh", "--set", "model.mlp=32,16", "--set", "model.embedding_dim=8", "--set", "train.threads=2",
+        "--set", "train.batch_size=256", "--set", "pipeline.pass_examples=4000", "--set", "model.wide=true",
+        "--set", "model.fm=true", "--set", "model.dot=true", "--set", "model.cross_layers=2",
+        "--set", "model.cross_rank=8").strip().splitlines()[-1])
+    assert cli_report["digest"] == report["digest"]
+    assert cli_report["test_auc"] == report["test_auc"] > 0.55
+    # 13 + 26 x 8 = 221 inputs, 325 dots; two rank-8 cross layers.
+    assert report["dense_params"] == (546 * 32 + 32) + (32 * 16 + 16) + 17 + 2 * (2 * 221 * 8 + 221)
+    model = ctrbox.Model(tmp_path / "py")
+    assert model.manifest["spec"]["model"]["cross_rank"] == 8
+    with open(data["test"]) as f:
+        lines = f.read().splitlines()[:200]
+    expect = np.array([float(x) for x in cli("predict", "--model-dir", str(tmp_path / "py"),
+                                             stdin="\n".join(lines) + "\n").split()])
+    np.testing.assert_allclose(model.predict(records=lines), expect, rtol=2e-6)
+
+
 def test_predict_from_arrays_equals_predict_from_records(data, tmp_path):
     g = data["slots_gen"]
     slots, dense_n = g["num_slots"], g["num_dense"]
