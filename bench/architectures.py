@@ -7,6 +7,10 @@ JSON line per run, then per architecture a summary with the medians (examples/s 
 ctrbox's speed over its twin's, and the AUC differences (to the twin, and to ctrbox's MLP).
 
   bench/architectures.py [--archs mlp,deepfm,dcn_v2,dcn_v2_lr,dlrm] [--reps 3] [--cross-layers 2]
+                         [--vary-seed] [--device gpu]
+
+--device gpu runs ctrbox with `device: gpu` and the twins with --device cuda (on a GPU
+machine; docs/gpu.md).
 """
 import json, os, statistics, subprocess, sys
 
@@ -29,6 +33,7 @@ def main():
     ap.add_argument("--archs", default="mlp,deepfm,dcn_v2,dcn_v2_lr,dlrm")
     ap.add_argument("--cross-layers", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
     ap.add_argument("--vary-seed", action="store_true",
                     help="rep r trains with seed r + 1 on both sides (train.seed, --seed): the AUC "
                          "medians then include the initialisation's spread")
@@ -40,7 +45,7 @@ def main():
         for rep in range(a.reps):
             args = ["--data", train_tsv, "--eval-data", test_tsv, "--fresh",
                     "--model-dir", os.path.join(a.data_dir, "model-arch"),
-                    "--set", "train.threads=%d" % a.threads]
+                    "--set", "train.threads=%d" % a.threads, "--set", "device=" + a.device]
             seed = rep + 1 if a.vary_seed else 1
             if a.vary_seed:
                 args += ["--set", "train.seed=%d" % seed]
@@ -54,7 +59,8 @@ def main():
                               "blas_core": r["blas_core"], "digest": r["digest"]}), flush=True)
             p = subprocess.run([PY, os.path.join(ROOT, "bench", "torch_twins.py"), "--arch", arch,
                                 "--train", train_tsv, "--test", test_tsv, "--threads", str(a.threads),
-                                "--cross-layers", str(a.cross_layers), "--seed", str(seed)],
+                                "--cross-layers", str(a.cross_layers), "--seed", str(seed),
+                                "--device", "cuda" if a.device == "gpu" else "cpu"],
                                capture_output=True, text=True)
             if p.returncode != 0:
                 sys.exit("torch_twins.py failed:\n" + p.stderr[-3000:])
@@ -66,6 +72,7 @@ def main():
         med = {k: statistics.median(x[0] for x in v) for k, v in runs.items()}
         auc = {k: statistics.median(x[1] for x in v) for k, v in runs.items()}
         summaries[arch] = {"bench": "architectures_summary", "arch": arch, "reps": a.reps, "vary_seed": a.vary_seed,
+                           "device": a.device,
                            "threads": a.threads, "examples_per_s_median": med, "test_auc_median": auc,
                            "speed_over_twin": med["ctrbox"] / med["pytorch"],
                            "auc_minus_twin": auc["ctrbox"] - auc["pytorch"],

@@ -13,7 +13,7 @@ embedding rows, optimizers, timing and AUC) with the interaction ctrbox composes
 Sparse rows (embeddings and wide weights) train with Adagrad, the dense layers with Adam, as
 in the baseline. Only the training loop is timed. Prints one JSON line.
 
-  torch_twins.py --arch dcn_v2 --train train.tsv --test test.tsv [--threads 2]
+  torch_twins.py --arch dcn_v2 --train train.tsv --test test.tsv [--threads 2] [--device cuda]
 """
 import argparse, json, os, sys, time
 
@@ -75,7 +75,7 @@ class Twin(nn.Module):
         for lin in self.cross:
             x = x0 * lin(x) + x
         if self.arch == "dlrm":
-            dots = torch.bmm(e, e.transpose(1, 2))[:, self.pairs[0], self.pairs[1]]
+            dots = torch.bmm(e, e.transpose(1, 2))[:, self.pairs[0].to(e.device), self.pairs[1].to(e.device)]
             x = torch.cat([x, dots], dim=1)
         logit = self.mlp(x).squeeze(1)
         if self.arch == "deepfm":
@@ -97,6 +97,7 @@ def main():
     ap.add_argument("--sparse-lr", type=float, default=0.05)
     ap.add_argument("--dense-lr", type=float, default=1e-3)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
     torch.manual_seed(a.seed)
@@ -106,11 +107,15 @@ def main():
     ytr, dtr, ctr = read_tsv(a.train, vocab)
     yte, dte, cte = read_tsv(a.test, vocab)
     mlp = [int(x) for x in a.mlp.split(",")] if a.mlp else []
-    model = Twin(a.arch, len(vocab), a.dim, mlp, a.cross_layers, a.cross_rank)
+    dev = torch.device(a.device)
+    model = Twin(a.arch, len(vocab), a.dim, mlp, a.cross_layers, a.cross_rank).to(dev)
     sparse_opt = torch.optim.Adagrad(model.sparse_parameters(), lr=a.sparse_lr)
     dense_opt = torch.optim.Adam(model.dense_parameters(), lr=a.dense_lr)
     loss_fn = nn.BCEWithLogitsLoss()
+    ytr, dtr, ctr = ytr.to(dev), dtr.to(dev), ctr.to(dev)
     n = len(ytr)
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
     t0 = time.perf_counter()
     model.train()
     for i in range(0, n, a.batch):
@@ -118,14 +123,17 @@ def main():
         sparse_opt.zero_grad(); dense_opt.zero_grad()
         loss.backward()
         sparse_opt.step(); dense_opt.step()
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
     secs = time.perf_counter() - t0
     model.eval()
     with torch.no_grad():
-        scores = torch.cat([torch.sigmoid(model(dte[i:i + 65536], cte[i:i + 65536]))
+        scores = torch.cat([torch.sigmoid(model(dte[i:i + 65536].to(dev), cte[i:i + 65536].to(dev))).cpu()
                             for i in range(0, len(yte), 65536)]).numpy()
     y = yte.numpy()
     p = np.clip(scores, 1e-7, 1 - 1e-7)
-    print(json.dumps({"system": f"pytorch-{torch.__version__}", "arch": a.arch, "threads": torch.get_num_threads(),
+    print(json.dumps({"system": f"pytorch-{torch.__version__}", "arch": a.arch, "device": a.device,
+                      "threads": torch.get_num_threads(),
                       "train_rows": n, "train_seconds": round(secs, 3), "train_examples_per_s": round(n / secs, 1),
                       "auc": round(auc(y, scores), 5),
                       "logloss": round(float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p))), 5),
