@@ -231,6 +231,8 @@ TEST_F(CliTest, ReportDrawsEveryChartAndChromiumRendersThem) {
   for (const char* c : kCharts) EXPECT_NE(html.find(c), std::string::npos) << c;
   EXPECT_EQ(html.find("<script"), std::string::npos);  // self-contained, nothing to run
   EXPECT_NE(html.find(train.last_json["digest"].get<std::string>()), std::string::npos);
+  // The model's shape, escaped ("->" is text).
+  EXPECT_NE(html.find("13 dense + 26 slots x 16 -&gt; MLP"), std::string::npos);
   // Neither argument: a usage error.
   EXPECT_EQ(Run(Ctrbox("report")).exit_code, 2);
   EXPECT_NE(Run(Ctrbox("report --model-dir " + Path("nothing"))).err.find("no metrics log"),
@@ -332,6 +334,9 @@ TEST_F(CliTest, InteractionModelsTrainThroughEveryTierAndFollowTheModelToEval) {
   EXPECT_EQ(mem.last_json["dense_params"],
             (754 * 32 + 32) + (32 * 16 + 16) + (16 + 1) + (429 * 429 + 429));
   EXPECT_GT(mem.last_json["test_auc"].get<double>(), 0.6);
+  EXPECT_EQ(mem.last_json["model_shape"],
+            "13 dense + 26 slots x 16 -> 1 cross layer -> MLP 32-16 (+ 325 dots) + wide + fm; "
+            "209175 dense parameters");
   // Over the SSD tier with a small budget, and sequentially: the same model bit for bit.
   Result ssd = Run(Ctrbox("train --model-dir " + Path("ssd") + common + " --set storage.ssd_dir=" +
                           Path("store") + " --set storage.memory_budget=3MB"));

@@ -320,6 +320,9 @@ StatusOr<std::string> RenderReport(const std::string& metrics_path,
       const double v = Get(report, k);
       return std::isfinite(v) ? fmt::format(fmt::runtime(f), v) : std::string("-");
     };
+    if (report.contains("model_shape")) {
+      summary += Row("model", report.value("model_shape", std::string("-")));
+    }
     summary += Row("examples trained", num("examples", "{:.0f}"));
     summary += Row("passes", num("passes", "{:.0f}"));
     summary += Row("training time", num("seconds", "{:.1f} s"));

@@ -1,5 +1,7 @@
 #include "model/ctr_model.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cassert>
 #include <cmath>
@@ -87,6 +89,24 @@ CtrModel::CtrModel(Schema schema, ModelOptions model, OptimizerOptions sparse,
   std::stable_sort(tiles_.begin(), tiles_.end(), [&](const Tile& a, const Tile& b) {
     return uint64_t{in_of(a)} * (a.c1 - a.c0) > uint64_t{in_of(b)} * (b.c1 - b.c0);
   });
+}
+
+std::string CtrModel::Describe() const {
+  std::string s = fmt::format("{} dense + {} slots x {}", schema_.num_dense, schema_.num_slots,
+                              options_.embedding_dim);
+  if (cross_.layers > 0) {
+    s += fmt::format(" -> {} cross layer{}", cross_.layers, cross_.layers > 1 ? "s" : "");
+    if (cross_.rank > 0) s += fmt::format(" (rank {})", cross_.rank);
+  }
+  s += " -> MLP ";
+  for (size_t i = 0; i < options_.mlp.size(); ++i) {
+    s += fmt::format("{}{}", i > 0 ? "-" : "", options_.mlp[i]);
+  }
+  if (options_.mlp.empty()) s += "(linear)";
+  if (options_.dot) s += fmt::format(" (+ {} dots)", DotPairs(schema_.num_slots));
+  if (options_.wide) s += " + wide";
+  if (options_.fm) s += " + fm";
+  return s + fmt::format("; {} dense parameters", params_.size());
 }
 
 double CtrModel::FlopsPerExample() const {

@@ -23,6 +23,7 @@
 #define CTRBOX_MODEL_CTR_MODEL_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "io/batch.h"
@@ -79,6 +80,9 @@ class CtrModel {
   uint32_t mlp_input_width() const { return mlp_.in(0); }
   // Multiply-adds x 2 of forward + backward per example (for throughput reports).
   double FlopsPerExample() const;
+  // The model's shape in one line, for logs and reports: "13 dense + 26 slots x 16 -> 2 cross
+  // layers (rank 64) -> MLP 512-256-128 (+ 325 dots) + wide + fm; 1234567 dense parameters".
+  std::string Describe() const;
   // The stored row layout this model's sparse optimizer needs.
   ValueLayout value_layout() const;
   // The value layout a model of these options stores per key (before the model exists).

@@ -118,35 +118,35 @@ TEST(CtrModelTest, GradientsOfEmbeddingsWideAndDenseMatchFiniteDifferences) {
       train.model.TrainMinibatch(train.pass, train.ws, train.ws.batches[0], &train.rows,
                                  train.accessor, nullptr, pred.data());
       // Central differences at h and h/2, Richardson-extrapolated (the cross layers' products
-    // curve the loss: this cancels the h^2 error term); where the one-sided differences
-    // disagree, the step crossed a ReLU's kink and the point is skipped (few may be).
-    size_t checked = 0, skipped = 0;
-    auto check = [&](float* v, const std::function<double()>& loss, double analytic,
-                     const std::string& what) {
-      const float orig = *v, h = 5e-3f;
-      const double mid = loss();
-      double central[2], up_h = 0, down_h = 0;
-      for (int k = 0; k < 2; ++k) {
-        const float step = k == 0 ? 2 * h : h;
-        *v = orig + step;
-        const double up = loss();
-        *v = orig - step;
-        const double down = loss();
-        central[k] = (up - down) / (2 * double(step));
-        up_h = up;
-        down_h = down;
-      }
-      *v = orig;
-      const double numeric = (4 * central[1] - central[0]) / 3;
-      ++checked;
-      if (std::fabs((up_h - mid) - (mid - down_h)) / h > 1e-4 + 5e-2 * std::fabs(numeric)) {
-        ++skipped;
-        return;
-      }
-      EXPECT_NEAR(analytic, numeric, 1e-4 + 1e-2 * std::fabs(numeric))
-          << what << " weights " << weights;
-    };
-    // Sparse rows: with SGD at lr 1 the update is exactly minus the gradient.
+      // curve the loss: this cancels the h^2 error term); where the one-sided differences
+      // disagree, the step crossed a ReLU's kink and the point is skipped (few may be).
+      size_t checked = 0, skipped = 0;
+      auto check = [&](float* v, const std::function<double()>& loss, double analytic,
+                       const std::string& what) {
+        const float orig = *v, h = 5e-3f;
+        const double mid = loss();
+        double central[2], up_h = 0, down_h = 0;
+        for (int k = 0; k < 2; ++k) {
+          const float step = k == 0 ? 2 * h : h;
+          *v = orig + step;
+          const double up = loss();
+          *v = orig - step;
+          const double down = loss();
+          central[k] = (up - down) / (2 * double(step));
+          up_h = up;
+          down_h = down;
+        }
+        *v = orig;
+        const double numeric = (4 * central[1] - central[0]) / 3;
+        ++checked;
+        if (std::fabs((up_h - mid) - (mid - down_h)) / h > 1e-4 + 5e-2 * std::fabs(numeric)) {
+          ++skipped;
+          return;
+        }
+        EXPECT_NEAR(analytic, numeric, 1e-4 + 1e-2 * std::fabs(numeric))
+            << what << " weights " << weights;
+      };
+      // Sparse rows: with SGD at lr 1 the update is exactly minus the gradient.
       for (size_t l = 0; l < ref.ws.keys.size(); ++l) {
         for (uint32_t d = 0; d <= 4; ++d) {  // d == 4: the wide weight
           RowBlock rows = ref.rows;
@@ -260,6 +260,22 @@ TEST(CtrModelTest, PredictionsMatchAPlainReferenceOfEveryShape) {
       EXPECT_NEAR(p[r], 1.0 / (1.0 + std::exp(-logit)), 2e-6) << "row " << r;
     }
   }
+}
+
+TEST(CtrModelTest, DescribeNamesTheShape) {
+  OptimizerOptions o;
+  EXPECT_EQ(CtrModel(kSchema, SmallModel(), o, o, 1).Describe(),
+            "2 dense + 3 slots x 4 -> MLP 8-4 + wide; 161 dense parameters");
+  ModelOptions m = SmallModel();
+  m.mlp = {};
+  m.wide = false;
+  m.fm = m.dot = true;
+  m.cross_layers = 2;
+  m.cross_rank = 3;
+  // MLP: (14 + 3 dots) + 1; two rank-3 layers of 2 x 14 x 3 + 14.
+  EXPECT_EQ(CtrModel(kSchema, m, o, o, 1).Describe(),
+            "2 dense + 3 slots x 4 -> 2 cross layers (rank 3) -> MLP (linear) (+ 3 dots) + fm; "
+            "214 dense parameters");
 }
 
 TEST(CtrModelTest, BitIdenticalWhateverTheThreadCount) {

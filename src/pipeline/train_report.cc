@@ -169,6 +169,7 @@ nlohmann::json TrainReport(const TrainRunFacts& f) {
         {"range", job.spec.model.quant.range},
         {"rounding", QuantRoundingName(job.spec.model.quant.rounding)}}},
       {"dense_params", f.model->dense_params().size()},
+      {"model_shape", f.model->Describe()},
       {"input", generated ? "generated" : (job.data.command.empty() ? "files" : "command")},
       {"blas_core", blas::CoreName()},
       {"deterministic", job.train.deterministic},

@@ -221,6 +221,7 @@ StatusOr<TrainStart> StartTrain(Env* env, const JobConfig& job, PassReader* read
     }
   }
 
+  LOG_INFO("model: {}", start.model->Describe());
   if (!job.ckpt.dir.empty()) {
     ASSIGN_OR_RETURN(start.ckpt, CheckpointWriter::Open(env, job.ckpt, job.spec, settings,
                                                         start.model->value_layout(),
