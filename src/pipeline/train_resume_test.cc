@@ -241,6 +241,48 @@ std::string UncommittedFiles(Env* env, const JobConfig& job) {
 // Test 3 with checkpoints: EIO, ENOSPC or a crash (every call failing from the N-th on) at
 // points across a run with a checkpoint after every pass over an SSD tier. Each run ends
 // cleanly; after a power loss, a resumed run ends with the digest of one uninterrupted run.
+// The interactions through whole jobs (docs/model.md, "Architectures"): a DeepFM + low-rank
+// DCN-v2 + DLRM-dots model stopped on the emulated GPU, resumed on the CPU, stopped, resumed on
+// the GPU, ends with the digest of one CPU run: checkpoints carry the cross layers and the
+// GPU step writes them back.
+TEST(TrainerTest, AnInteractionModelMovedBetweenCpuAndEmulatedGpuByResumesEqualsOneCpuRun) {
+  TempDir dir;
+  const std::string data = WriteCriteo(dir, "train.tsv", 0, 12000, 8);
+  auto job_for = [&](const std::string& model_dir) {
+    JobConfig job = SmallJob(model_dir);
+    job.data.paths = {data};
+    job.pipeline.pass_examples = 2000;
+    job.spec.model.wide = job.spec.model.fm = job.spec.model.dot = true;
+    job.spec.model.cross_layers = 2;
+    job.spec.model.cross_rank = 16;
+    job.gpu_options.emulate = true;
+    return job;
+  };
+  auto one = RunTrain(Env::Posix(), job_for(dir.File("one")), nullptr);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  JobConfig job = job_for(dir.File("m"));
+  job.ckpt.dir = dir.File("ckpt");
+  job.resume = true;
+  job.gpu = true;
+  std::atomic<bool> stop{false};
+  StopAfter first(2, &stop);
+  auto r1 = RunTrain(Env::Posix(), job, &first, &stop);
+  ASSERT_TRUE(r1.ok()) << r1.status().ToString();
+  ASSERT_TRUE((*r1)["interrupted"].get<bool>());
+  stop = false;
+  job.gpu = false;
+  StopAfter second(2, &stop);
+  auto r2 = RunTrain(Env::Posix(), job, &second, &stop);
+  ASSERT_TRUE(r2.ok()) << r2.status().ToString();
+  ASSERT_GT((*r2)["job_passes"].get<uint64_t>(), (*r1)["job_passes"].get<uint64_t>());
+  stop = false;
+  job.gpu = true;
+  auto r3 = RunTrain(Env::Posix(), job, nullptr);
+  ASSERT_TRUE(r3.ok()) << r3.status().ToString();
+  EXPECT_EQ((*r3)["job_examples"], 12000u);
+  EXPECT_EQ((*r3)["digest"], (*one)["digest"]);
+}
+
 TEST(TrainerTest, AFaultAnywhereInARunWithCheckpointsThenResumeGivesTheDigestOfOneRun) {
   SynthOptions so;
   so.seed = 9;
