@@ -9,6 +9,8 @@ embedding rows, optimizers, timing and AUC) with the interaction ctrbox composes
            (full-rank W_l, Glorot-uniform, zero bias: DCN-v2's stacked form)
   dcn_v2_lr  the same with W_l = U_l V_l^T of rank --cross-rank (64)
   dlrm     the pairwise dot products of the 26 pooled embeddings appended to the MLP's input
+  dlrm_bottom  DLRM with its bottom MLP (--bottom-mlp, ReLU layers, the last as wide as an
+           embedding): its output z replaces the dense features and joins the dot products
 
 Sparse rows (embeddings and wide weights) train with Adagrad, the dense layers with Adam, as
 in the baseline. Only the training loop is timed. Prints one JSON line.
@@ -27,7 +29,7 @@ from torch_ctr import DENSE, SLOTS, auc, read_tsv  # noqa: E402
 
 
 class Twin(nn.Module):
-    def __init__(self, arch, rows, dim, mlp, cross_layers, cross_rank):
+    def __init__(self, arch, rows, dim, mlp, cross_layers, cross_rank, bottom_mlp):
         super().__init__()
         self.arch = arch
         self.emb = nn.Embedding(rows, dim, sparse=True)
@@ -36,7 +38,15 @@ class Twin(nn.Module):
         if arch == "deepfm":
             self.wide = nn.Embedding(rows, 1, sparse=True)
             nn.init.zeros_(self.wide.weight)
-        w0 = DENSE + SLOTS * dim
+        self.bottom = nn.Sequential()
+        if arch == "dlrm_bottom":
+            width = DENSE
+            for h in bottom_mlp:
+                self.bottom.append(nn.Linear(width, h))
+                self.bottom.append(nn.ReLU())
+                width = h
+            assert width == dim, "the bottom MLP must end at the embedding dimension"
+        w0 = (dim if arch == "dlrm_bottom" else DENSE) + SLOTS * dim
         self.cross = nn.ModuleList()
         if arch == "dcn_v2":
             for _ in range(cross_layers):
@@ -52,8 +62,9 @@ class Twin(nn.Module):
                 nn.init.zeros_(u.bias)
                 self.cross.append(nn.Sequential(v, u))
         width = w0
-        if arch == "dlrm":
-            self.pairs = torch.triu_indices(SLOTS, SLOTS, offset=1)
+        if arch in ("dlrm", "dlrm_bottom"):
+            n = SLOTS + (1 if arch == "dlrm_bottom" else 0)
+            self.pairs = torch.triu_indices(n, n, offset=1)
             width += self.pairs.shape[1]
         layers = []
         for h in mlp:
@@ -66,16 +77,22 @@ class Twin(nn.Module):
         return list(self.emb.parameters()) + (list(self.wide.parameters()) if self.wide is not None else [])
 
     def dense_parameters(self):
-        return list(self.mlp.parameters()) + list(self.cross.parameters())
+        return list(self.mlp.parameters()) + list(self.cross.parameters()) + list(self.bottom.parameters())
 
     def forward(self, dense, cats):
         e = self.emb(cats)  # [B, SLOTS, dim]
-        x0 = torch.cat([dense, e.flatten(1)], dim=1)
+        if self.arch == "dlrm_bottom":
+            z = self.bottom(dense)
+            x0 = torch.cat([z, e.flatten(1)], dim=1)
+            vecs = torch.cat([z.unsqueeze(1), e], dim=1)
+        else:
+            x0 = torch.cat([dense, e.flatten(1)], dim=1)
+            vecs = e
         x = x0
         for lin in self.cross:
             x = x0 * lin(x) + x
-        if self.arch == "dlrm":
-            dots = torch.bmm(e, e.transpose(1, 2))[:, self.pairs[0].to(e.device), self.pairs[1].to(e.device)]
+        if self.arch in ("dlrm", "dlrm_bottom"):
+            dots = torch.bmm(vecs, vecs.transpose(1, 2))[:, self.pairs[0].to(e.device), self.pairs[1].to(e.device)]
             x = torch.cat([x, dots], dim=1)
         logit = self.mlp(x).squeeze(1)
         if self.arch == "deepfm":
@@ -86,7 +103,9 @@ class Twin(nn.Module):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--arch", required=True, choices=["mlp", "deepfm", "dcn_v2", "dcn_v2_lr", "dlrm"])
+    ap.add_argument("--arch", required=True,
+                    choices=["mlp", "deepfm", "dcn_v2", "dcn_v2_lr", "dlrm", "dlrm_bottom"])
+    ap.add_argument("--bottom-mlp", default="64,16")
     ap.add_argument("--train", required=True)
     ap.add_argument("--test", required=True)
     ap.add_argument("--dim", type=int, default=16)
@@ -108,7 +127,8 @@ def main():
     yte, dte, cte = read_tsv(a.test, vocab)
     mlp = [int(x) for x in a.mlp.split(",")] if a.mlp else []
     dev = torch.device(a.device)
-    model = Twin(a.arch, len(vocab), a.dim, mlp, a.cross_layers, a.cross_rank).to(dev)
+    model = Twin(a.arch, len(vocab), a.dim, mlp, a.cross_layers, a.cross_rank,
+                 [int(x) for x in a.bottom_mlp.split(",")]).to(dev)
     sparse_opt = torch.optim.Adagrad(model.sparse_parameters(), lr=a.sparse_lr)
     dense_opt = torch.optim.Adam(model.dense_parameters(), lr=a.dense_lr)
     loss_fn = nn.BCEWithLogitsLoss()

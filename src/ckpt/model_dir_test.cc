@@ -283,21 +283,27 @@ TEST_F(ModelDirTest, SpecDifferencesAreNamed) {
   j["model"]["hashing"] = {{"method", "modulo"}, {"bins", 0}};
   EXPECT_FALSE(ModelSpec::FromJson(j).ok());
   // Interactions: written only when on (specs without them read as before), and structural.
-  for (const char* key : {"fm", "cross_layers", "dot"}) {
+  for (const char* key : {"fm", "cross_layers", "cross_rank", "dot", "bottom_mlp"}) {
     EXPECT_FALSE(spec_.ToJson()["model"].contains(key)) << key;
   }
   other = spec_;
   other.model.fm = other.model.dot = true;
   other.model.cross_layers = 3;
+  other.model.cross_rank = 64;
+  other.model.bottom_mlp = {64, other.model.embedding_dim};
   back = ModelSpec::FromJson(other.ToJson());
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_TRUE(back->model.fm);
   EXPECT_TRUE(back->model.dot);
   EXPECT_EQ(back->model.cross_layers, 3u);
+  EXPECT_EQ(back->model.cross_rank, 64u);
+  EXPECT_EQ(back->model.bottom_mlp, other.model.bottom_mlp);
   EXPECT_EQ(back->FirstDifference(other), "");
   for (auto change :
        {+[](ModelSpec* s) { s->model.fm = false; }, +[](ModelSpec* s) { s->model.dot = false; },
-        +[](ModelSpec* s) { s->model.cross_layers = 2; }}) {
+        +[](ModelSpec* s) { s->model.cross_layers = 2; },
+        +[](ModelSpec* s) { s->model.cross_rank = 0; },
+        +[](ModelSpec* s) { s->model.bottom_mlp = {}; }}) {
     ModelSpec changed = other;
     change(&changed);
     EXPECT_NE(other.FirstIncompatibility(changed), "");
@@ -307,15 +313,22 @@ TEST_F(ModelDirTest, SpecDifferencesAreNamed) {
   j = other.ToJson();
   j["model"]["cross_layers"] = 17;
   EXPECT_FALSE(ModelSpec::FromJson(j).ok());
+  j = other.ToJson();
+  j["model"]["bottom_mlp"] = {64, 3};  // z must be as wide as an embedding
+  EXPECT_FALSE(ModelSpec::FromJson(j).ok());
 }
 
 TEST_F(ModelDirTest, ModelsWithInteractionsSaveAndLoadTheirCrossLayers) {
   spec_.model.fm = spec_.model.dot = true;
   spec_.model.cross_layers = 2;
+  spec_.model.cross_rank = 5;
+  spec_.model.bottom_mlp = {12, spec_.model.embedding_dim};
   auto model = NewModel();
   const size_t mlp_params = model->mlp().num_params();
-  ASSERT_EQ(model->dense_params().size(), mlp_params + model->cross().num_params());
-  model->dense_params().back() = 0.25f;  // the last cross layer's last bias
+  ASSERT_EQ(model->dense_params().size(),
+            mlp_params + model->cross().num_params() + model->bottom().num_params());
+  model->dense_params().back() = 0.25f;                     // the bottom MLP's last bias
+  model->dense_params()[model->bottom_base() - 1] = -0.5f;  // the last cross layer's
   auto table = NewTable(*model, 2000);
   ThreadPool pool(2);
   auto saved = SaveModel(Env::Posix(), dir_, spec_, *table, *model, 10, &pool);

@@ -78,6 +78,7 @@ nlohmann::json ModelSpec::ToJson() const {
   if (model.cross_layers > 0) j["model"]["cross_layers"] = model.cross_layers;
   if (model.cross_rank > 0) j["model"]["cross_rank"] = model.cross_rank;
   if (model.dot) j["model"]["dot"] = true;
+  if (!model.bottom_mlp.empty()) j["model"]["bottom_mlp"] = model.bottom_mlp;
   // Written only when set, so that the specs of lossless models read as before.
   if (model.hashing.enabled()) {
     j["model"]["hashing"] = {{"method", HashingMethodName(model.hashing.method)},
@@ -120,6 +121,10 @@ StatusOr<ModelSpec> ModelSpec::FromJson(const nlohmann::json& j) {
     s.model.cross_layers = m.value("cross_layers", 0u);
     s.model.cross_rank = m.value("cross_rank", 0u);
     s.model.dot = m.value("dot", false);
+    s.model.bottom_mlp = m.value("bottom_mlp", std::vector<uint32_t>{});
+    if (!s.model.bottom_mlp.empty() && s.model.bottom_mlp.back() != s.model.embedding_dim) {
+      return CorruptionError("model spec: model.bottom_mlp must end at model.embedding_dim");
+    }
     if (s.model.cross_layers > 16) return CorruptionError("model spec: model.cross_layers > 16");
     s.sparse_optimizer = OptimizerFromJson(j.at("sparse_optimizer"));
     s.dense_optimizer = OptimizerFromJson(j.at("dense_optimizer"));

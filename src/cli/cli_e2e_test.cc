@@ -325,18 +325,20 @@ TEST_F(CliTest, InteractionModelsTrainThroughEveryTierAndFollowTheModelToEval) {
   ASSERT_EQ(Run(Ctrbox("gen --rows 4000 --seed 4 --out " + Path("test.tsv"))).exit_code, 0);
   const std::string shape =
       " --set model.mlp=32,16 --set model.wide=true --set model.fm=true --set model.dot=true"
-      " --set model.cross_layers=1 --set train.batch_size=128 --set pipeline.pass_examples=4000";
+      " --set model.cross_layers=1 --set model.bottom_mlp=64,16 --set train.batch_size=128"
+      " --set pipeline.pass_examples=4000";
   const std::string common =
       " --data " + Path("train.tsv") + " --eval-data " + Path("test.tsv") + shape + " --fresh";
   Result mem = Run(Ctrbox("train --model-dir " + Path("mem") + common));
   ASSERT_EQ(mem.exit_code, 0) << mem.err;
-  // MLP over 13 + 26 x 16 + 325 dots = 754 inputs; one cross layer of 429 x 429 + 429.
-  EXPECT_EQ(mem.last_json["dense_params"],
-            (754 * 32 + 32) + (32 * 16 + 16) + (16 + 1) + (429 * 429 + 429));
+  // z (16) + 26 x 16 = 432 inputs; the MLP over them and 27 x 26 / 2 = 351 dots; one cross
+  // layer of 432 x 432 + 432; the bottom MLP 13 -> 64 -> 16.
+  EXPECT_EQ(mem.last_json["dense_params"], (783 * 32 + 32) + (32 * 16 + 16) + (16 + 1) +
+                                               (432 * 432 + 432) + (13 * 64 + 64) + (64 * 16 + 16));
   EXPECT_GT(mem.last_json["test_auc"].get<double>(), 0.6);
   EXPECT_EQ(mem.last_json["model_shape"],
-            "13 dense + 26 slots x 16 -> 1 cross layer -> MLP 32-16 (+ 325 dots) + wide + fm; "
-            "209175 dense parameters");
+            "13 dense -> bottom MLP 64-16 + 26 slots x 16 -> 1 cross layer -> MLP 32-16 (+ 351 "
+            "dots) + wide + fm; 214625 dense parameters");
   // Over the SSD tier with a small budget, and sequentially: the same model bit for bit.
   Result ssd = Run(Ctrbox("train --model-dir " + Path("ssd") + common + " --set storage.ssd_dir=" +
                           Path("store") + " --set storage.memory_budget=3MB"));
@@ -354,7 +356,7 @@ TEST_F(CliTest, InteractionModelsTrainThroughEveryTierAndFollowTheModelToEval) {
   // Continuing under another shape is refused, naming the key.
   Result other = Run(Ctrbox("train --model-dir " + Path("mem") + " --data " + Path("train.tsv") +
                             " --set model.mlp=32,16 --set model.wide=true --set model.fm=true"
-                            " --set model.dot=true"));
+                            " --set model.dot=true --set model.bottom_mlp=64,16"));
   EXPECT_NE(other.exit_code, 0);
   EXPECT_NE(other.err.find("model.cross_layers"), std::string::npos) << other.err;
 }

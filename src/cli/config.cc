@@ -160,8 +160,8 @@ Setter Rounding() {
   };
 }
 
-Setter Widths() {
-  return [](JobConfig* j, std::string_view v, std::string* expect) {
+Setter Widths(std::vector<uint32_t> ModelOptions::*field = &ModelOptions::mlp) {
+  return [field](JobConfig* j, std::string_view v, std::string* expect) {
     std::vector<uint32_t> widths;  // empty: no hidden layer (a linear model of the inputs)
     if (!Trim(v).empty()) {
       for (std::string_view p : Split(v, ',')) {
@@ -173,7 +173,7 @@ Setter Widths() {
         widths.push_back(static_cast<uint32_t>(w));
       }
     }
-    j->spec.model.mlp = std::move(widths);
+    j->spec.model.*field = std::move(widths);
     return true;
   };
 }
@@ -242,6 +242,10 @@ const std::vector<Key>& Keys() {
        "rank r of the cross layers' W_l = U_l V_l^T (DCN-v2's low-rank form; 0: full W0 x W0)",
        UInt([](JobConfig* j, uint64_t v) { j->spec.model.cross_rank = static_cast<uint32_t>(v); },
             0, 4096)},
+      {"model.bottom_mlp", "",
+       "DLRM's bottom MLP: ReLU layer widths turning the dense features into z, the last as wide "
+       "as model.embedding_dim; z replaces them in the input and joins model.dot's products",
+       Widths(&ModelOptions::bottom_mlp)},
       {"model.dot", "false",
        "append DLRM's pairwise dot products of the slots' embeddings to the MLP's input",
        Bool([](JobConfig* j, bool v) { j->spec.model.dot = v; })},

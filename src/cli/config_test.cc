@@ -101,6 +101,16 @@ TEST(ConfigTest, InteractionKeysComposeAndAreValidated) {
   JobConfigBuilder bad2;
   s = bad2.ApplySet("model.dot=maybe");
   EXPECT_NE(s.message().find("model.dot"), std::string::npos) << s.message();
+  JobConfigBuilder bottom;  // DLRM's bottom MLP: z as wide as an embedding
+  ASSERT_TRUE(bottom.ApplySet("model.bottom_mlp=64,16").ok());
+  auto with_bottom = bottom.Finish();
+  ASSERT_TRUE(with_bottom.ok()) << with_bottom.status().ToString();
+  EXPECT_EQ(with_bottom->spec.model.bottom_mlp, (std::vector<uint32_t>{64, 16}));
+  JobConfig narrow = *with_bottom;
+  narrow.spec.model.bottom_mlp = {64, 8};
+  EXPECT_NE(narrow.Validate().message().find("model.bottom_mlp must end at model.embedding_dim"),
+            std::string::npos)
+      << narrow.Validate().message();
   JobConfig orphan = *plain;  // a rank without cross layers would be ignored
   orphan.spec.model.cross_rank = 32;
   EXPECT_NE(orphan.Validate().message().find("model.cross_layers is 0"), std::string::npos)

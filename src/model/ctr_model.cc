@@ -22,12 +22,21 @@ double LogLoss(float z, float y) {
   return std::max(zd, 0.0) - zd * y + std::log1p(std::exp(-std::fabs(zd)));
 }
 
+uint32_t DenseWidth(const Schema& schema, const ModelOptions& m) {
+  return m.bottom_mlp.empty() ? schema.num_dense : m.bottom_mlp.back();
+}
+
 uint32_t InputWidth(const Schema& schema, const ModelOptions& m) {
-  return schema.num_dense + schema.num_slots * m.embedding_dim;
+  return DenseWidth(schema, m) + schema.num_slots * m.embedding_dim;
+}
+
+// The dot vectors: the slots' embeddings, after z with a bottom MLP.
+uint32_t DotVectors(const Schema& schema, const ModelOptions& m) {
+  return schema.num_slots + (m.bottom_mlp.empty() ? 0 : 1);
 }
 
 uint32_t MlpInputWidth(const Schema& schema, const ModelOptions& m) {
-  return InputWidth(schema, m) + (m.dot ? DotPairs(schema.num_slots) : 0);
+  return InputWidth(schema, m) + (m.dot ? DotPairs(DotVectors(schema, m)) : 0);
 }
 
 }  // namespace
@@ -38,16 +47,22 @@ CtrModel::CtrModel(Schema schema, ModelOptions model, OptimizerOptions sparse,
       options_(std::move(model)),
       sparse_opt_(sparse),
       mlp_(MlpInputWidth(schema, options_), options_.mlp),
+      dense_width_(DenseWidth(schema, options_)),
       input_width_(InputWidth(schema, options_)),
       cross_{input_width_, options_.cross_layers, options_.cross_rank, mlp_.num_params()},
-      params_(mlp_.num_params() + cross_.num_params()),
+      bottom_(schema.num_dense, options_.bottom_mlp, /*head=*/false),
+      bottom_base_(mlp_.num_params() + cross_.num_params()),
+      params_(bottom_base_ + bottom_.num_params()),
       grads_(params_.size()),
       dense_opt_(dense, params_.size()),
       quant_(options_.quant.bits, options_.quant.range),
       quant_seed_(Mix64(seed ^ 0x51A7'0000'0000'0002ULL)) {
   blas::UseSingleThreadedBlas();
-  dmi_begin_ = cross_.layers > 0 ? 0 : schema_.num_dense;
+  // With cross layers or a bottom MLP the gradient reaches every input column (the dense ones
+  // feed the cross products, or z its MLP).
+  dmi_begin_ = cross_.layers > 0 || bottom_.num_layers() > 0 ? 0 : dense_width_;
   mlp_.Init(params_.data(), seed);
+  bottom_.Init(params_.data() + bottom_base_, Mix64(seed ^ 0xB0770DULL));
   if (cross_.layers > 0) {
     // Weights Glorot-uniform (W_l, or V_l and U_l), b_l zero, as DCN-v2's reference code.
     Random rng(Mix64(seed ^ 0xC2055ULL));
@@ -74,6 +89,11 @@ CtrModel::CtrModel(Schema schema, ModelOptions model, OptimizerOptions sparse,
       tiles_.push_back(Tile{TileKind::kCrossV, l, c0, std::min(cross_.rank, c0 + kTileColumns)});
     }
   }
+  for (uint32_t l = 0; l < bottom_.num_layers(); ++l) {
+    for (uint32_t c0 = 0; c0 < bottom_.out(l); c0 += kTileColumns) {
+      tiles_.push_back(Tile{TileKind::kBottom, l, c0, std::min(bottom_.out(l), c0 + kTileColumns)});
+    }
+  }
   // Rows of the tile's matrix (the multiply-adds per column of its GEMM).
   auto in_of = [&](const Tile& t) {
     switch (t.kind) {
@@ -83,6 +103,8 @@ CtrModel::CtrModel(Schema schema, ModelOptions model, OptimizerOptions sparse,
         return cross_.rank > 0 ? cross_.rank : cross_.width;
       case TileKind::kCrossV:
         return cross_.width;
+      case TileKind::kBottom:
+        return bottom_.in(t.layer);
     }
     return 0u;
   };
@@ -92,8 +114,14 @@ CtrModel::CtrModel(Schema schema, ModelOptions model, OptimizerOptions sparse,
 }
 
 std::string CtrModel::Describe() const {
-  std::string s = fmt::format("{} dense + {} slots x {}", schema_.num_dense, schema_.num_slots,
-                              options_.embedding_dim);
+  std::string s = fmt::format("{} dense", schema_.num_dense);
+  if (bottom_.num_layers() > 0) {
+    s += " -> bottom MLP ";
+    for (size_t i = 0; i < options_.bottom_mlp.size(); ++i) {
+      s += fmt::format("{}{}", i > 0 ? "-" : "", options_.bottom_mlp[i]);
+    }
+  }
+  s += fmt::format(" + {} slots x {}", schema_.num_slots, options_.embedding_dim);
   if (cross_.layers > 0) {
     s += fmt::format(" -> {} cross layer{}", cross_.layers, cross_.layers > 1 ? "s" : "");
     if (cross_.rank > 0) s += fmt::format(" (rank {})", cross_.rank);
@@ -103,7 +131,7 @@ std::string CtrModel::Describe() const {
     s += fmt::format("{}{}", i > 0 ? "-" : "", options_.mlp[i]);
   }
   if (options_.mlp.empty()) s += "(linear)";
-  if (options_.dot) s += fmt::format(" (+ {} dots)", DotPairs(schema_.num_slots));
+  if (options_.dot) s += fmt::format(" (+ {} dots)", DotPairs(DotVectors(schema_, options_)));
   if (options_.wide) s += " + wide";
   if (options_.fm) s += " + fm";
   return s + fmt::format("; {} dense parameters", params_.size());
@@ -111,7 +139,7 @@ std::string CtrModel::Describe() const {
 
 double CtrModel::FlopsPerExample() const {
   // A cross layer's matrices: one GEMM forward, one backward to the input, one to the weights.
-  return mlp_.FlopsPerExample() +
+  return mlp_.FlopsPerExample() + bottom_.FlopsPerExample() +
          2.0 * 3.0 * cross_.layers * static_cast<double>(cross_.matrix_params());
 }
 
@@ -164,6 +192,41 @@ void CtrModel::EnsureBuffers(uint32_t rows) {
     cross_t_.resize(cells);
     cross_acc_.resize(cells);
   }
+  if (bottom_.num_layers() > 0) {
+    bottom_in_.resize(size_t{rows} * schema_.num_dense);
+    bottom_gz_.resize(size_t{rows} * dense_width_);
+    bottom_acts_.resize(bottom_.num_layers());
+    bottom_grads_.resize(bottom_.num_layers());
+    for (uint32_t l = 0; l < bottom_.num_layers(); ++l) {
+      bottom_acts_[l].resize(size_t{rows} * bottom_.out(l));
+      bottom_grads_[l].resize(size_t{rows} * bottom_.out(l));
+    }
+  }
+}
+
+void CtrModel::BottomForward(uint32_t r0, uint32_t r1) {
+  const uint32_t L = bottom_.num_layers(), D = schema_.num_dense, z = dense_width_;
+  std::vector<float*> acts(L);
+  for (uint32_t l = 0; l < L; ++l) acts[l] = bottom_acts_[l].data() + size_t{r0} * bottom_.out(l);
+  bottom_.Forward(params_.data() + bottom_base_, bottom_in_.data() + size_t{r0} * D,
+                  static_cast<int>(r1 - r0), acts.data(), nullptr);
+  for (uint32_t r = 0; r < r1 - r0; ++r) {
+    std::memcpy(x_.data() + (size_t{r0} + r) * input_width_, acts[L - 1] + size_t{r} * z,
+                z * sizeof(float));
+  }
+}
+
+void CtrModel::BottomBackward(uint32_t r0, uint32_t r1) {
+  const uint32_t L = bottom_.num_layers();
+  std::vector<const float*> acts(L);
+  std::vector<float*> grads(L);
+  for (uint32_t l = 0; l < L; ++l) {
+    acts[l] = bottom_acts_[l].data() + size_t{r0} * bottom_.out(l);
+    grads[l] = bottom_grads_[l].data() + size_t{r0} * bottom_.out(l);
+  }
+  bottom_.BackwardFromTop(params_.data() + bottom_base_, acts.data(),
+                          bottom_gz_.data() + size_t{r0} * dense_width_, static_cast<int>(r1 - r0),
+                          grads.data());
 }
 
 const float* CtrModel::CrossInput(uint32_t l) const {
@@ -176,8 +239,11 @@ const float* CtrModel::MlpInput() const {
 }
 
 void CtrModel::InteractionsForward(uint32_t r0, uint32_t r1) {
-  const uint32_t W0 = input_width_, D = schema_.num_dense, S = schema_.num_slots;
+  const uint32_t W0 = input_width_, S = schema_.num_slots;
   const uint32_t dim = options_.embedding_dim, rows = r1 - r0;
+  // The dot vectors start at column vec0: z (with a bottom MLP), then the slots' embeddings.
+  const uint32_t shift = bottom_.num_layers() > 0 ? 1 : 0, nvec = S + shift;
+  const uint32_t vec0 = dense_width_ - shift * dim;
   const size_t off = size_t{r0} * W0, cells = size_t{rows} * W0;
   const float* x0 = x_.data() + off;
   for (uint32_t l = 0; l < cross_.layers; ++l) {
@@ -203,24 +269,27 @@ void CtrModel::InteractionsForward(uint32_t r0, uint32_t r1) {
   for (uint32_t r = 0; r < rows; ++r) {
     float* m = mlp_in_.data() + (size_t{r0} + r) * in;
     std::memcpy(m, xL + size_t{r} * W0, W0 * sizeof(float));
-    const float* emb = x0 + size_t{r} * W0 + D;
+    const float* vecs = x0 + size_t{r} * W0 + vec0;
     uint32_t p = W0;
-    for (uint32_t i = 0; i < S; ++i) {
-      for (uint32_t j = i + 1; j < S; ++j) m[p++] = DotValue(emb, dim, i, j);
+    for (uint32_t i = 0; i < nvec; ++i) {
+      for (uint32_t j = i + 1; j < nvec; ++j) m[p++] = DotValue(vecs, dim, i, j);
     }
   }
 }
 
 void CtrModel::InteractionsBackward(uint32_t r0, uint32_t r1) {
-  const uint32_t W0 = input_width_, D = schema_.num_dense, S = schema_.num_slots;
+  const uint32_t W0 = input_width_, S = schema_.num_slots;
   const uint32_t dim = options_.embedding_dim, E = S * dim, rows = r1 - r0;
+  const uint32_t shift = bottom_.num_layers() > 0 ? 1 : 0, nvec = S + shift;
+  const uint32_t vec0 = dense_width_ - shift * dim;
   const uint32_t mw = mlp_.in(0) - dmi_begin_;  // a row of dmi_
   const size_t off = size_t{r0} * W0, cells = size_t{rows} * W0;
   const float* x0 = x_.data() + off;
   const float* dmi = dmi_.data() + size_t{r0} * mw;
   // The gradient at x0 from the MLP's side: through the cross layers (x0 enters each layer's
-  // product and the chain's start), or as the MLP sent it (columns from num_dense on).
-  const float* base = dmi;
+  // product and the chain's start), or as the MLP sent it (columns from dmi_begin_ on); base
+  // points at the dot vectors' first column.
+  const float* base = dmi + (vec0 - dmi_begin_);
   size_t base_stride = mw;
   if (cross_.layers > 0) {
     float *g = cross_g_.data() + off, *t = cross_t_.data() + off, *acc = cross_acc_.data() + off;
@@ -248,7 +317,7 @@ void CtrModel::InteractionsBackward(uint32_t r0, uint32_t r1) {
       for (size_t i = 0; i < cells; ++i) g[i] += t[i];
     }
     for (size_t i = 0; i < cells; ++i) g[i] += acc[i];
-    base = g + D;
+    base = g + vec0;
     base_stride = W0;
   }
   // Per element this is EmbInputGrad (the GPU step's form), reorganised so that the inner
@@ -257,7 +326,8 @@ void CtrModel::InteractionsBackward(uint32_t r0, uint32_t r1) {
   // FM term from the slot sum in slot order), so the results are the same bits.
   std::vector<float> sums(dim), share(dim);
   for (uint32_t r = 0; r < rows; ++r) {
-    const float* emb = x0 + size_t{r} * W0 + D;
+    const float* vecs = x0 + size_t{r} * W0 + vec0;
+    const float* emb = vecs + size_t{shift} * dim;  // the slots'
     const float* ddot = options_.dot ? dmi + size_t{r} * mw + (W0 - dmi_begin_) : nullptr;
     const float dlogit = dlogit_[r0 + r];
     float* dx = dx_.data() + (size_t{r0} + r) * E;
@@ -268,21 +338,23 @@ void CtrModel::InteractionsBackward(uint32_t r0, uint32_t r1) {
         for (uint32_t k = 0; k < dim; ++k) sums[k] += emb[size_t{t} * dim + k];
       }
     }
-    for (uint32_t s = 0; s < S; ++s) {
+    for (uint32_t v = 0; v < nvec; ++v) {
       if (ddot != nullptr) {
         std::fill(share.begin(), share.end(), 0.0f);
-        for (uint32_t t = 0; t < S; ++t) {
-          if (t == s) continue;
-          const float w = ddot[s < t ? DotPairIndex(s, t, S) : DotPairIndex(t, s, S)];
-          const float* et = emb + size_t{t} * dim;
+        for (uint32_t t = 0; t < nvec; ++t) {
+          if (t == v) continue;
+          const float w = ddot[v < t ? DotPairIndex(v, t, nvec) : DotPairIndex(t, v, nvec)];
+          const float* et = vecs + size_t{t} * dim;
           for (uint32_t k = 0; k < dim; ++k) share[k] += w * et[k];
         }
       }
+      // Vector 0 with a bottom MLP is z: its gradient goes to the bottom MLP.
+      float* out = v < shift ? bottom_gz_.data() + (size_t{r0} + r) * dim : dx + (v - shift) * dim;
       for (uint32_t k = 0; k < dim; ++k) {
-        float g = b[s * dim + k];
+        float g = b[v * dim + k];
         if (ddot != nullptr) g += share[k];
-        if (options_.fm) g += dlogit * (sums[k] - emb[size_t{s} * dim + k]);
-        dx[s * dim + k] = g;
+        if (options_.fm && v >= shift) g += dlogit * (sums[k] - vecs[size_t{v} * dim + k]);
+        out[k] = g;
       }
     }
   }
@@ -296,12 +368,14 @@ void CtrModel::BuildInputs(const Batch& pass, const WorkingSet& ws, const Miniba
     const size_t R = size_t{mb.row_begin} + r;
     float* xr = x_.data() + size_t{r} * input_width_;
     const float* dense = pass.dense.data() + R * D;
+    // The dense features into the input, or into the bottom MLP's (which writes z there).
+    float* fx = bottom_.num_layers() > 0 ? bottom_in_.data() + size_t{r} * D : xr;
     for (uint32_t j = 0; j < D; ++j) {
-      xr[j] = options_.dense_log1p ? std::log1p(std::max(dense[j], 0.0f)) : dense[j];
+      fx[j] = options_.dense_log1p ? std::log1p(std::max(dense[j], 0.0f)) : dense[j];
     }
     float wide = 0.0f;
     for (uint32_t s = 0; s < S; ++s) {
-      float* dst = xr + D + s * dim;
+      float* dst = xr + dense_width_ + s * dim;
       std::memset(dst, 0, dim * sizeof(float));
       for (uint32_t p = pass.offsets[R * S + s]; p < pass.offsets[R * S + s + 1]; ++p) {
         const uint32_t l = ws.local[p];
@@ -320,14 +394,15 @@ void CtrModel::ForwardBlock(uint32_t r0, uint32_t r1) {
   const uint32_t hidden = mlp_.num_layers() - 1;
   std::vector<float*> acts(hidden);
   for (uint32_t l = 0; l < hidden; ++l) acts[l] = acts_[l].data() + size_t{r0} * mlp_.out(l);
+  if (bottom_.num_layers() > 0) BottomForward(r0, r1);
   if (cross_.layers > 0 || options_.dot) InteractionsForward(r0, r1);
   mlp_.Forward(params_.data(), MlpInput() + size_t{r0} * mlp_.in(0), static_cast<int>(r1 - r0),
                acts.data(), logits_.data() + r0);
   for (uint32_t r = r0; r < r1; ++r) logits_[r] += wide_sum_[r];
   if (options_.fm) {
-    const uint32_t D = schema_.num_dense, S = schema_.num_slots, dim = options_.embedding_dim;
+    const uint32_t S = schema_.num_slots, dim = options_.embedding_dim;
     for (uint32_t r = r0; r < r1; ++r) {
-      logits_[r] += FmTerm(x_.data() + size_t{r} * input_width_ + D, S, dim);
+      logits_[r] += FmTerm(x_.data() + size_t{r} * input_width_ + dense_width_, S, dim);
     }
   }
 }
@@ -371,6 +446,7 @@ StepStats CtrModel::TrainMinibatch(const Batch& pass, const WorkingSet& ws, cons
     mlp_.Backward(params_.data(), acts.data(), dlogit_.data() + r0, static_cast<int>(r1 - r0),
                   grads.data(), dmi_.data() + size_t{r0} * mw, dmi_begin_);
     InteractionsBackward(r0, r1);
+    if (bottom_.num_layers() > 0) BottomBackward(r0, r1);
   });
 
   // Phase B: weight-gradient tiles with their dense updates, and sparse updates by key chunk.
@@ -396,6 +472,19 @@ StepStats CtrModel::TrainMinibatch(const Batch& pass, const WorkingSet& ws, cons
 
 void CtrModel::DenseTile(size_t t, uint32_t batch_rows) {
   const Tile& tile = tiles_[t];
+  if (tile.kind == TileKind::kBottom) {
+    const uint32_t l = tile.layer, n_out = bottom_.out(l), width = tile.c1 - tile.c0;
+    const float* xin = l == 0 ? bottom_in_.data() : bottom_acts_[l - 1].data();
+    bottom_.TileGrad(l, tile.c0, tile.c1, xin, bottom_grads_[l].data(),
+                     static_cast<int>(batch_rows), grads_.data() + bottom_base_);
+    const size_t w = bottom_base_ + bottom_.w_offset(l);
+    for (uint32_t i = 0; i < bottom_.in(l); ++i) {
+      dense_opt_.Update(params_.data(), grads_.data(), w + size_t{i} * n_out + tile.c0, width);
+    }
+    dense_opt_.Update(params_.data(), grads_.data(), bottom_base_ + bottom_.b_offset(l) + tile.c0,
+                      width);
+    return;
+  }
   if (tile.kind == TileKind::kCrossV) {  // dV_l = x_l^T (gu_l U_l^T): columns [c0, c1) of r
     const uint32_t l = tile.layer, W0 = cross_.width, R = cross_.rank, width = tile.c1 - tile.c0;
     blas::Sgemm(true, false, W0, width, static_cast<int>(batch_rows), 1.0f, CrossInput(l), W0,

@@ -56,8 +56,11 @@ struct ModelOptions {
   uint32_t cross_layers = 0;  // model.cross_layers: DCN-v2 cross layers before the MLP
   uint32_t cross_rank = 0;    // model.cross_rank: their W_l = U_l V_l^T of rank r (0: full)
   bool dot = false;           // model.dot: DLRM's pairwise dot products into the MLP
+  // model.bottom_mlp: DLRM's bottom MLP (ReLU layers; the last as wide as an embedding) turns
+  // the dense features into z, which takes their place in the input and joins the dots.
+  std::vector<uint32_t> bottom_mlp;
 
-  bool HasInteractions() const { return fm || cross_layers > 0 || dot; }
+  bool HasInteractions() const { return fm || cross_layers > 0 || dot || !bottom_mlp.empty(); }
 };
 
 struct StepStats {
@@ -75,7 +78,13 @@ class CtrModel {
   const Mlp& mlp() const { return mlp_; }
   // The cross layers' parameters (layers 0: none), after the MLP's in dense_params().
   const CrossLayout& cross() const { return cross_; }
-  // Input widths: W0 = num_dense + num_slots * dim, and the MLP's (W0 + the dot products).
+  // The bottom MLP (no layers: none) and where its parameters start in dense_params() (after
+  // the cross layers').
+  const Mlp& bottom() const { return bottom_; }
+  size_t bottom_base() const { return bottom_base_; }
+  // Columns of the input before the embeddings: num_dense, or dim with a bottom MLP (z).
+  uint32_t dense_width() const { return dense_width_; }
+  // Input widths: W0 = dense_width + num_slots * dim, and the MLP's (W0 + the dot products).
   uint32_t input_width() const { return input_width_; }
   uint32_t mlp_input_width() const { return mlp_.in(0); }
   // Multiply-adds x 2 of forward + backward per example (for throughput reports).
@@ -142,15 +151,18 @@ class CtrModel {
   ModelOptions options_;
   SparseOptimizer sparse_opt_;
   Mlp mlp_;
-  uint32_t input_width_;  // W0 = num_dense + num_slots * dim
+  uint32_t dense_width_;  // num_dense, or dim with a bottom MLP
+  uint32_t input_width_;  // W0 = dense_width + num_slots * dim
   CrossLayout cross_;
+  Mlp bottom_;
+  size_t bottom_base_;
   std::vector<float> params_, grads_;
   DenseOptimizer dense_opt_;
   Quantizer quant_;      // of the stored embeddings (disabled: float32)
   uint64_t quant_seed_;  // stochastic rounding of updates
   // A weight-gradient tile: columns [c0, c1) of an MLP layer's weights and bias, of a cross
   // layer's W_l (full rank) or U_l (low rank) and b_l, or of a low-rank layer's V_l.
-  enum class TileKind : uint8_t { kMlp, kCross, kCrossV };
+  enum class TileKind : uint8_t { kMlp, kCross, kCrossV, kBottom };
   struct Tile {
     TileKind kind;
     uint32_t layer, c0, c1;
@@ -171,6 +183,13 @@ class CtrModel {
   std::vector<std::vector<float>> cross_x_, cross_u_, cross_gu_;
   // Low rank: x_l V_l (cross_low_) and the gradient there (cross_glow_), [rows x r] each.
   std::vector<std::vector<float>> cross_low_, cross_glow_;
+  // Bottom MLP: its input f(dense) (bottom_in_), activations and pre-activation gradients per
+  // layer, and the gradient at z (bottom_gz_).
+  std::vector<float> bottom_in_, bottom_gz_;
+  std::vector<std::vector<float>> bottom_acts_, bottom_grads_;
+  // A row block's bottom MLP forward (into x_'s first dim columns) and backward.
+  void BottomForward(uint32_t r0, uint32_t r1);
+  void BottomBackward(uint32_t r0, uint32_t r1);
 };
 
 }  // namespace ctrbox

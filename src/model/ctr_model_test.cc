@@ -97,6 +97,17 @@ std::vector<std::pair<std::string, ModelOptions>> Shapes() {
   low_rank.cross_rank = 3;
   low_rank.mlp = {};  // no kinks: the cubic cross terms make finite differences across ReLUs poor
   shapes.emplace_back("cross rank 3, no hidden layer", low_rank);
+  ModelOptions dlrm = SmallModel();  // DLRM: a bottom MLP whose z joins the dots
+  dlrm.dot = true;
+  dlrm.bottom_mlp = {6, 4};
+  shapes.emplace_back("dot + bottom MLP", dlrm);
+  ModelOptions bottom_cross = SmallModel();  // z into cross layers, FM over the slots only
+  bottom_cross.bottom_mlp = {4};
+  bottom_cross.cross_layers = 1;
+  bottom_cross.fm = true;
+  bottom_cross.dot = true;
+  bottom_cross.mlp = {};
+  shapes.emplace_back("bottom MLP + cross + fm + dot, no hidden layer", bottom_cross);
   ModelOptions all = SmallModel();
   all.fm = all.dot = true;
   all.cross_layers = 1;
@@ -192,23 +203,39 @@ TEST(CtrModelTest, PredictionsMatchAPlainReferenceOfEveryShape) {
     const Minibatch& mb = f.ws.batches[0];
     std::vector<float> p(mb.rows());
     f.model.Predict(f.pass, f.ws, mb, f.rows, nullptr, p.data());
-    const uint32_t D = kSchema.num_dense, S = kSchema.num_slots, dim = 4, W0 = D + S * dim;
+    const uint32_t D = kSchema.num_dense, S = kSchema.num_slots, dim = 4;
+    const uint32_t Dx = f.model.dense_width(), W0 = Dx + S * dim;  // Dx: D, or z's dim
     const std::vector<float>& params = f.model.dense_params();
     const CrossLayout& cl = f.model.cross();
     const Mlp& mlp = f.model.mlp();
-    ASSERT_EQ(params.size(), mlp.num_params() + cl.num_params());
+    const Mlp& bm = f.model.bottom();
+    ASSERT_EQ(params.size(), mlp.num_params() + cl.num_params() + bm.num_params());
     for (uint32_t r = 0; r < mb.rows(); ++r) {
       const size_t R = mb.row_begin + r;
       std::vector<double> x0(W0, 0.0);
       double wide = 0;
-      for (uint32_t j = 0; j < D; ++j) x0[j] = std::log1p(std::max(f.pass.dense[R * D + j], 0.0f));
+      std::vector<double> fx(D);
+      for (uint32_t j = 0; j < D; ++j) fx[j] = std::log1p(std::max(f.pass.dense[R * D + j], 0.0f));
+      for (uint32_t l = 0; l < bm.num_layers(); ++l) {  // z = ReLU layers of f(dense)
+        std::vector<double> y(bm.out(l));
+        for (uint32_t c = 0; c < bm.out(l); ++c) {
+          double v = params[f.model.bottom_base() + bm.b_offset(l) + c];
+          for (uint32_t i = 0; i < bm.in(l); ++i) {
+            v += fx[i] * params[f.model.bottom_base() + bm.w_offset(l) + size_t{i} * bm.out(l) + c];
+          }
+          y[c] = std::max(v, 0.0);
+        }
+        fx = y;
+      }
+      ASSERT_EQ(fx.size(), Dx);
+      for (uint32_t j = 0; j < Dx; ++j) x0[j] = fx[j];
       for (uint32_t s = 0; s < S; ++s) {
         for (uint32_t q = f.pass.offsets[R * S + s]; q < f.pass.offsets[R * S + s + 1]; ++q) {
           const uint32_t l = f.ws.local[q];
           const double w = f.pass.weights[q];
           wide += w * f.rows.wide(l);
           if (!f.rows.has_emb(l)) continue;
-          for (uint32_t k = 0; k < dim; ++k) x0[D + s * dim + k] += w * f.rows.emb(l)[k];
+          for (uint32_t k = 0; k < dim; ++k) x0[Dx + s * dim + k] += w * f.rows.emb(l)[k];
         }
       }
       std::vector<double> x = x0;
@@ -235,13 +262,15 @@ TEST(CtrModelTest, PredictionsMatchAPlainReferenceOfEveryShape) {
         }
         x = next;
       }
+      // Dot products among z (with a bottom MLP) and the slots' embeddings; FM over the slots.
+      const uint32_t shift = bm.num_layers() > 0 ? 1 : 0, vec0 = Dx - shift * dim;
       double fm = 0;
-      for (uint32_t i = 0; i < S; ++i) {
-        for (uint32_t j = i + 1; j < S; ++j) {
+      for (uint32_t i = 0; i < S + shift; ++i) {
+        for (uint32_t j = i + 1; j < S + shift; ++j) {
           double d = 0;
-          for (uint32_t k = 0; k < dim; ++k) d += x0[D + i * dim + k] * x0[D + j * dim + k];
+          for (uint32_t k = 0; k < dim; ++k) d += x0[vec0 + i * dim + k] * x0[vec0 + j * dim + k];
           if (shape.dot) x.push_back(d);
-          fm += d;
+          if (i >= shift) fm += d;
         }
       }
       ASSERT_EQ(x.size(), mlp.in(0));

@@ -321,6 +321,9 @@ class GpuStep {
     // cross layer's output, sum and sum gradient, the backward's running buffers.
     Buf<float> mlp_in, dmi, cross_g, cross_t, cross_acc;
     std::vector<Buf<float>> cross_x, cross_u, cross_gu, cross_low, cross_glow;
+    // The bottom MLP's input, the gradient at z, and per layer activations and gradients.
+    Buf<float> bottom_in, bottom_gz;
+    std::vector<Buf<float>> bottom_acts, bottom_grads;
   };
 
   // The dense parameters: the MLP's, then the cross layers'.
@@ -476,6 +479,17 @@ class GpuStep {
           e.Reserve(&r.cross_t, B * W0);
           e.Reserve(&r.cross_acc, B * W0);
         }
+        const Mlp& bottom = model_->bottom();
+        if (bottom.num_layers() > 0) {
+          e.Reserve(&r.bottom_in, B * bottom.in(0));
+          e.Reserve(&r.bottom_gz, B * model_->dense_width());
+          r.bottom_acts.resize(bottom.num_layers());
+          r.bottom_grads.resize(bottom.num_layers());
+          for (uint32_t l = 0; l < bottom.num_layers(); ++l) {
+            e.Reserve(&r.bottom_acts[l], B * bottom.out(l));
+            e.Reserve(&r.bottom_grads[l], B * bottom.out(l));
+          }
+        }
       }
       e.Reserve(&r.logits, B);
       e.Reserve(&r.dlogit, B);
@@ -595,15 +609,27 @@ class GpuStep {
     float *x = rep.x.data(), *wide_sum = rep.wide_sum.data();
     // Inputs: dense features, then each slot's pooled embeddings (sum over its keys, in the
     // CPU model's order).
+    // With a bottom MLP the dense features go into its input, and z (its output) into the
+    // first Dx = dim columns; otherwise Dx = D.
+    const uint32_t Dx = model_->dense_width();
+    const bool bottom_on = model_->bottom().num_layers() > 0;
+    float* bottom_in = bottom_on ? rep.bottom_in.data() : nullptr;
+    if (bottom_on) {
+      e.ForEach(size_t{B} * D, [=] CTRBOX_HD(size_t i) {
+        const float v = dense[(row0 + i / D) * D + i % D];
+        bottom_in[i] = log1p ? std::log1p(v > 0.0f ? v : 0.0f) : v;
+      });
+    }
     e.ForEach(size_t{B} * W0, [=] CTRBOX_HD(size_t i) {
       const size_t r = i / W0, c = i % W0, R = row0 + r;
-      if (c < D) {
+      if (c < Dx) {
+        if (bottom_on) return;  // z, written by the bottom MLP
         const float v = dense[R * D + c];
         x[i] = log1p ? std::log1p(v > 0.0f ? v : 0.0f) : v;
         return;
       }
-      const uint32_t slot = static_cast<uint32_t>((c - D) / dim),
-                     d = static_cast<uint32_t>((c - D) % dim);
+      const uint32_t slot = static_cast<uint32_t>((c - Dx) / dim),
+                     d = static_cast<uint32_t>((c - Dx) % dim);
       float sum = 0.0f;
       for (uint32_t p = offsets[R * S + slot]; p < offsets[R * S + slot + 1]; ++p) {
         const float* row = fetch + size_t{fetch_pos[p]} * fs;
@@ -613,6 +639,7 @@ class GpuStep {
       }
       x[i] = sum;
     });
+    if (bottom_on) BottomForward(rep, B);
     e.ForEach(B, [=] CTRBOX_HD(size_t r) {
       const size_t R = row0 + r;
       float wide = 0.0f;
@@ -654,7 +681,7 @@ class GpuStep {
       float dot = 0.0f;
       for (uint32_t j = 0; j < k_last; ++j) dot += xr[j] * w_last[j];
       float z = (dot + *bias_last) + wide_sum[r];
-      if (fm) z += FmTerm(x + r * W0 + D, S, dim);
+      if (fm) z += FmTerm(x + r * W0 + Dx, S, dim);
       logits[r] = z;
       const float p = 1.0f / (1.0f + std::exp(-z));
       pred[row0 + r] = p;
@@ -663,7 +690,7 @@ class GpuStep {
     // Backward to the hidden layers and the inputs: the embedding columns (into dx), or with
     // interactions the MLP's input from column dmi_begin on (into dmi).
     float* dx = rep.dx.data();
-    const uint32_t dmi_begin = model_->cross().layers > 0 ? 0 : D;
+    const uint32_t dmi_begin = model_->cross().layers > 0 || bottom_on ? 0 : D;
     const uint32_t from = interactions ? dmi_begin : D, emb_width = in0 - from;
     float* din = interactions ? rep.dmi.data() : dx;
     if (L == 1) {
@@ -695,7 +722,8 @@ class GpuStep {
       e.Gemm(false, true, B, emb_width, first.out, rep.hgrads[0].data(), first.out,
              params + first.w + size_t{from} * first.out, first.out, din, emb_width);
     }
-    if (interactions) InteractionsBackward(rep, B, D, S, dim);
+    if (interactions) InteractionsBackward(rep, B, S, dim);
+    if (bottom_on) BottomBackward(rep, B);
     // Weight gradients of this slice (summed over the GPUs next).
     float* grads = rep.grads.data();
     for (uint32_t l = 0; l < L; ++l) {
@@ -713,6 +741,7 @@ class GpuStep {
       });
     }
     CrossWeightGrads(rep, B);
+    if (bottom_on) BottomWeightGrads(rep, B);
     // Per-key gradients, shows and clicks of the slice's distinct keys.
     const uint32_t uniq = sl.uniq(), gs = GradStride();
     const uint32_t* occ_begin = s.plan.occ_offsets(si);
@@ -767,7 +796,10 @@ class GpuStep {
   const float* InteractionsForward(Replica& rep, uint32_t B, uint32_t S, uint32_t dim) {
     Exec& e = *compute_[&rep - replicas_.data()];
     const CrossLayout cl = model_->cross();
-    const uint32_t W0 = cl.width, D = W0 - S * dim;
+    const uint32_t W0 = cl.width;
+    // The dot vectors: z (with a bottom MLP), then the slots' embeddings, from column vec0.
+    const uint32_t shift = model_->bottom().num_layers() > 0 ? 1 : 0, nvec = S + shift;
+    const uint32_t vec0 = model_->dense_width() - shift * dim;
     const float* params = rep.params.data();
     const float* x0 = rep.x.data();
     const float* xl = x0;
@@ -797,23 +829,25 @@ class GpuStep {
         return;
       }
       uint32_t a, b;
-      DotPairOf(c - W0, S, &a, &b);
-      mi[i] = DotValue(x0 + r * W0 + D, dim, a, b);
+      DotPairOf(c - W0, nvec, &a, &b);
+      mi[i] = DotValue(x0 + r * W0 + vec0, dim, a, b);
     });
     return mi;
   }
 
   // From the MLP's input gradient (rep.dmi) back through the cross layers, the dot products
   // and the FM term to the pooled embeddings' gradient (rep.dx).
-  void InteractionsBackward(Replica& rep, uint32_t B, uint32_t D, uint32_t S, uint32_t dim) {
+  void InteractionsBackward(Replica& rep, uint32_t B, uint32_t S, uint32_t dim) {
     Exec& e = *compute_[&rep - replicas_.data()];
     const CrossLayout cl = model_->cross();
-    const uint32_t W0 = cl.width, E = S * dim, in0 = layers_[0].in;
-    const uint32_t dmi_begin = cl.layers > 0 ? 0 : D, mw = in0 - dmi_begin;
+    const uint32_t shift = model_->bottom().num_layers() > 0 ? 1 : 0, nvec = S + shift;
+    const uint32_t Dx = model_->dense_width(), vec0 = Dx - shift * dim;
+    const uint32_t W0 = cl.width, V = nvec * dim, in0 = layers_[0].in;
+    const uint32_t dmi_begin = cl.layers > 0 || shift > 0 ? 0 : Dx, mw = in0 - dmi_begin;
     const float* params = rep.params.data();
     const float* x0 = rep.x.data();
     const float* dmi = rep.dmi.data();
-    const float* base = dmi;
+    const float* base = dmi + (vec0 - dmi_begin);  // at the dot vectors' first column
     uint32_t base_stride = mw;
     if (cl.layers > 0) {
       float *g = rep.cross_g.data(), *t = rep.cross_t.data(), *acc = rep.cross_acc.data();
@@ -836,19 +870,97 @@ class GpuStep {
         e.ForEach(size_t{B} * W0, [=] CTRBOX_HD(size_t i) { g[i] += t[i]; });
       }
       e.ForEach(size_t{B} * W0, [=] CTRBOX_HD(size_t i) { g[i] += acc[i]; });
-      base = g + D;
+      base = g + vec0;
       base_stride = W0;
     }
     const float* dlogit = rep.dlogit.data();
     float* dx = rep.dx.data();
+    float* gz = shift > 0 ? rep.bottom_gz.data() : nullptr;
     const bool dot = model_->options().dot, fm = model_->options().fm;
-    e.ForEach(size_t{B} * E, [=] CTRBOX_HD(size_t i) {
-      const size_t r = i / E;
-      const uint32_t c = static_cast<uint32_t>(i % E);
-      const EmbGradTerms terms{x0 + r * W0 + D, dot ? dmi + r * mw + (W0 - dmi_begin) : nullptr,
-                               dlogit[r], fm};
-      dx[i] = EmbInputGrad(base[r * base_stride + c], terms, S, dim, c / dim, c % dim);
+    e.ForEach(size_t{B} * V, [=] CTRBOX_HD(size_t i) {
+      const size_t r = i / V;
+      const uint32_t c = static_cast<uint32_t>(i % V), v = c / dim, k = c % dim;
+      const EmbGradTerms terms{x0 + r * W0 + vec0,
+                               dot ? dmi + r * mw + (W0 - dmi_begin) : nullptr,
+                               nvec,
+                               shift,
+                               dlogit[r],
+                               fm};
+      const float g = EmbInputGrad(base[r * base_stride + c], terms, dim, v, k);
+      // Vector 0 with a bottom MLP is z: its gradient goes to the bottom MLP.
+      if (v < shift) {
+        gz[r * dim + k] = g;
+      } else {
+        dx[r * (V - shift * dim) + (c - shift * dim)] = g;
+      }
     });
+  }
+
+  // The bottom MLP over the slice (model.bottom_mlp): ReLU layers from rep.bottom_in, the last
+  // activation copied into rep.x's first columns (z).
+  void BottomForward(Replica& rep, uint32_t B) {
+    Exec& e = *compute_[&rep - replicas_.data()];
+    const Mlp& m = model_->bottom();
+    const float* params = rep.params.data() + model_->bottom_base();
+    const float* input = rep.bottom_in.data();
+    for (uint32_t l = 0; l < m.num_layers(); ++l) {
+      const uint32_t n = m.out(l);
+      float* y = rep.bottom_acts[l].data();
+      e.Gemm(false, false, B, n, m.in(l), input, m.in(l), params + m.w_offset(l), n, y, n);
+      const float* bias = params + m.b_offset(l);
+      e.ForEach(size_t{B} * n, [=] CTRBOX_HD(size_t i) {
+        const float v = y[i] + bias[i % n];
+        y[i] = v > 0.0f ? v : 0.0f;
+      });
+      input = y;
+    }
+    const uint32_t z = model_->dense_width(), W0 = model_->input_width();
+    float* x = rep.x.data();
+    e.ForEach(size_t{B} * z, [=] CTRBOX_HD(size_t i) { x[(i / z) * W0 + i % z] = input[i]; });
+  }
+
+  // Back through the bottom MLP from the gradient at z (rep.bottom_gz): each layer's
+  // pre-activation gradient (the CPU model's Mlp::BackwardFromTop).
+  void BottomBackward(Replica& rep, uint32_t B) {
+    Exec& e = *compute_[&rep - replicas_.data()];
+    const Mlp& m = model_->bottom();
+    const float* params = rep.params.data() + model_->bottom_base();
+    const uint32_t L = m.num_layers();
+    {
+      const float* a = rep.bottom_acts[L - 1].data();
+      const float* gz = rep.bottom_gz.data();
+      float* g = rep.bottom_grads[L - 1].data();
+      e.ForEach(size_t{B} * m.out(L - 1),
+                [=] CTRBOX_HD(size_t i) { g[i] = a[i] > 0.0f ? gz[i] : 0.0f; });
+    }
+    for (uint32_t l = L - 1; l >= 1; --l) {
+      float* gprev = rep.bottom_grads[l - 1].data();
+      e.Gemm(false, true, B, m.in(l), m.out(l), rep.bottom_grads[l].data(), m.out(l),
+             params + m.w_offset(l), m.out(l), gprev, m.in(l));
+      const float* a = rep.bottom_acts[l - 1].data();
+      e.ForEach(size_t{B} * m.in(l), [=] CTRBOX_HD(size_t i) {
+        if (a[i] <= 0.0f) gprev[i] = 0.0f;
+      });
+    }
+  }
+
+  // The bottom MLP's weight gradients over the slice; bias gradients in row order.
+  void BottomWeightGrads(Replica& rep, uint32_t B) {
+    Exec& e = *compute_[&rep - replicas_.data()];
+    const Mlp& m = model_->bottom();
+    float* grads = rep.grads.data() + model_->bottom_base();
+    for (uint32_t l = 0; l < m.num_layers(); ++l) {
+      const float* xin = l == 0 ? rep.bottom_in.data() : rep.bottom_acts[l - 1].data();
+      const float* gout = rep.bottom_grads[l].data();
+      const uint32_t n = m.out(l);
+      e.Gemm(true, false, m.in(l), n, B, xin, m.in(l), gout, n, grads + m.w_offset(l), n);
+      float* db = grads + m.b_offset(l);
+      e.ForEach(n, [=] CTRBOX_HD(size_t j) {
+        float acc = 0.0f;
+        for (uint32_t r = 0; r < B; ++r) acc += gout[size_t{r} * n + j];
+        db[j] = acc;
+      });
+    }
   }
 
   // The cross layers' weight gradients over the slice: dW_l = x_l^T gu_l (or low rank dU_l,

@@ -154,9 +154,14 @@ std::vector<Case> Cases() {
   Case dlrm = adagrad;
   dlrm.shape.dot = true;
   out.push_back(dlrm);
+  Case dlrm_bottom = adagrad;  // DLRM with its bottom MLP (z joins the dots)
+  dlrm_bottom.shape.dot = true;
+  dlrm_bottom.shape.bottom_mlp = {16, 8};
+  out.push_back(dlrm_bottom);
   Case all = adam;
   all.shape.fm = all.shape.dot = true;
   all.shape.cross_layers = 1;
+  all.shape.bottom_mlp = {8};
   out.push_back(all);
   Case linear = sgd;
   linear.shape.fm = linear.shape.dot = true;
@@ -170,7 +175,9 @@ std::string CaseName(const Case& s) {
   return std::string(OptimizerKindName(s.sparse.kind)) + " quant " + std::to_string(s.quant.bits) +
          " state bits " + std::to_string(s.sparse.state_bits) + (s.shape.fm ? " fm" : "") +
          (s.shape.dot ? " dot" : "") + " cross " + std::to_string(s.shape.cross_layers) + " rank " +
-         std::to_string(s.shape.cross_rank) + " hidden " + std::to_string(s.shape.mlp.size());
+         std::to_string(s.shape.cross_rank) + " bottom layers " +
+         std::to_string(s.shape.bottom_mlp.size()) + " hidden " +
+         std::to_string(s.shape.mlp.size());
 }
 
 // The first field in which two runs' rows differ at all ("" if none).

@@ -9,6 +9,8 @@
 //
 //   fm   = 1/2 sum_k ((sum_s e_sk)^2 - sum_s e_sk^2)          added to the logit
 //   dot  = (e_i . e_j) for i < j, in row-major pair order      appended to the MLP's input
+//          (with model.bottom_mlp, x0 = [z | e_1 | ... | e_S] where z = BottomMLP(dense), of
+//          width dim, and z takes part in the dot products as vector 0)
 //   x_{l+1} = x0 * (x_l W_l + b_l) + x_l,  l = 0..L-1          the MLP reads x_L (stacked)
 //                                          (W_l = U_l V_l^T with model.cross_rank)
 //
@@ -103,19 +105,25 @@ CTRBOX_HD inline float DotGrad(const float* emb, const float* ddot, uint32_t S, 
   return acc;
 }
 
-// One element of an embedding input's gradient: what the MLP (or the cross layers) sent back,
-// plus the dot products' share, plus the FM term's (dlogit * FmGrad), in that order.
+// One element of a dot vector's gradient: what the MLP (or the cross layers) sent back, plus
+// the dot products' share, plus the FM term's (dlogit * FmGrad, slots only), in that order.
+// The dot vectors are the slots' pooled embeddings, after the bottom MLP's output z when the
+// model has one (model.bottom_mlp: DLRM's dense vector joins the dot products).
 struct EmbGradTerms {
-  const float* emb;   // the row's pooled embeddings [S x dim]
-  const float* ddot;  // the row's dot-product gradients (null: no dot interaction)
+  const float* vecs;  // the row's dot vectors [nvec x dim]: (z,) e_1 .. e_S
+  const float* ddot;  // the row's dot-product gradients [DotPairs(nvec)] (null: no dots)
+  uint32_t nvec;      // shift + S
+  uint32_t shift;     // vectors before the slots' (1 with a bottom MLP)
   float dlogit;       // the row's logit gradient
   bool fm;
 };
-CTRBOX_HD inline float EmbInputGrad(float base, const EmbGradTerms& t, uint32_t S, uint32_t dim,
-                                    uint32_t s, uint32_t k) {
+CTRBOX_HD inline float EmbInputGrad(float base, const EmbGradTerms& t, uint32_t dim, uint32_t v,
+                                    uint32_t k) {
   float g = base;
-  if (t.ddot != nullptr) g += DotGrad(t.emb, t.ddot, S, dim, s, k);
-  if (t.fm) g += t.dlogit * FmGrad(t.emb, S, dim, s, k);
+  if (t.ddot != nullptr) g += DotGrad(t.vecs, t.ddot, t.nvec, dim, v, k);
+  if (t.fm && v >= t.shift) {
+    g += t.dlogit * FmGrad(t.vecs + size_t{t.shift} * dim, t.nvec - t.shift, dim, v - t.shift, k);
+  }
   return g;
 }
 

@@ -8,10 +8,10 @@
 
 namespace ctrbox {
 
-Mlp::Mlp(uint32_t in, std::vector<uint32_t> hidden) {
+Mlp::Mlp(uint32_t in, std::vector<uint32_t> hidden, bool head) : head_(head) {
   widths_.push_back(in);
   for (uint32_t h : hidden) widths_.push_back(h);
-  widths_.push_back(1);
+  if (head) widths_.push_back(1);
   offsets_.push_back(0);
   for (uint32_t l = 0; l + 1 < widths_.size(); ++l) {
     offsets_.push_back(offsets_.back() + size_t{widths_[l]} * widths_[l + 1] + widths_[l + 1]);
@@ -39,7 +39,7 @@ void Mlp::Forward(const float* params, const float* x, int rows, float* const* a
                   float* logits) const {
   const uint32_t L = num_layers();
   const float* input = x;
-  for (uint32_t l = 0; l + 1 < L; ++l) {
+  for (uint32_t l = 0; l + (head_ ? 1 : 0) < L; ++l) {
     const uint32_t n = out(l);
     float* y = acts[l];
     blas::Sgemm(false, false, rows, n, in(l), 1.0f, input, in(l), params + w_offset(l), n, 0.0f, y,
@@ -51,6 +51,7 @@ void Mlp::Forward(const float* params, const float* x, int rows, float* const* a
     }
     input = y;
   }
+  if (!head_) return;
   const uint32_t last = L - 1, k = in(last);
   const float* w = params + w_offset(last);
   const float b = params[b_offset(last)];
@@ -102,6 +103,29 @@ void Mlp::Backward(const float* params, const float* const* acts, const float* d
   const uint32_t n_out = out(0), width = in(0) - dx_begin;
   blas::Sgemm(false, true, rows, width, n_out, 1.0f, grads[0], n_out,
               params + w_offset(0) + size_t{dx_begin} * n_out, n_out, 0.0f, dx, width);
+}
+
+void Mlp::BackwardFromTop(const float* params, const float* const* acts, const float* g_top,
+                          int rows, float* const* grads) const {
+  const uint32_t L = num_layers();
+  if (L == 0) return;
+  {
+    const size_t total = size_t(rows) * out(L - 1);
+    const float* a = acts[L - 1];
+    float* g = grads[L - 1];
+    for (size_t i = 0; i < total; ++i) g[i] = a[i] > 0.0f ? g_top[i] : 0.0f;
+  }
+  for (uint32_t l = L - 1; l >= 1; --l) {
+    const uint32_t n_in = in(l), n_out = out(l);
+    float* g_prev = grads[l - 1];
+    blas::Sgemm(false, true, rows, n_in, n_out, 1.0f, grads[l], n_out, params + w_offset(l), n_out,
+                0.0f, g_prev, n_in);
+    const float* a = acts[l - 1];
+    const size_t total = size_t(rows) * n_in;
+    for (size_t i = 0; i < total; ++i) {
+      if (a[i] <= 0.0f) g_prev[i] = 0.0f;
+    }
+  }
 }
 
 void Mlp::TileGrad(uint32_t l, uint32_t c0, uint32_t c1, const float* xin, const float* g, int rows,

@@ -19,7 +19,10 @@ namespace ctrbox {
 
 class Mlp {
  public:
-  Mlp(uint32_t in, std::vector<uint32_t> hidden);
+  // head false: no output unit, every layer ReLU (a stack such as DLRM's bottom MLP, whose
+  // last activation is its output).
+  Mlp(uint32_t in, std::vector<uint32_t> hidden, bool head = true);
+  bool head() const { return head_; }
 
   uint32_t num_layers() const { return static_cast<uint32_t>(widths_.size()) - 1; }
   uint32_t in(uint32_t l) const { return widths_[l]; }
@@ -33,7 +36,7 @@ class Mlp {
   void Init(float* params, uint64_t seed) const;
 
   // Forward over `rows` rows: x [rows x in(0)] -> acts[l] [rows x out(l)] for the hidden
-  // layers (post-ReLU) -> logits [rows].
+  // layers (post-ReLU) -> logits [rows] (without a head: every layer into acts, no logits).
   void Forward(const float* params, const float* x, int rows, float* const* acts,
                float* logits) const;
   // Backward over the same rows: from dlogit [rows] computes grads[l] [rows x out(l)] (the
@@ -41,6 +44,10 @@ class Mlp {
   // gradient of the inputs from column dx_begin on.
   void Backward(const float* params, const float* const* acts, const float* dlogit, int rows,
                 float* const* grads, float* dx, uint32_t dx_begin) const;
+  // Without a head: from g_top [rows x out(last)], the gradient at the last activation,
+  // computes grads[l] for every layer (no input gradient).
+  void BackwardFromTop(const float* params, const float* const* acts, const float* g_top, int rows,
+                       float* const* grads) const;
   // Column tile [c0, c1) of layer l's gradients over a batch of `rows` rows:
   // dW_l[:, c0:c1] = xin^T g[:, c0:c1] and db_l[c0:c1] = column sums of g, written into
   // grad_params (laid out like params). xin is the layer's input [rows x in(l)], g its
@@ -49,7 +56,8 @@ class Mlp {
                 float* grad_params) const;
 
  private:
-  std::vector<uint32_t> widths_;  // in, hidden..., 1
+  bool head_;
+  std::vector<uint32_t> widths_;  // in, hidden..., 1 (with a head)
   std::vector<size_t> offsets_;   // start of each layer's params; back() = total
 };
 

@@ -113,6 +113,12 @@ Status JobConfig::Validate() const {
                     : "features.hashing.bins is set but features.hashing.method is none (it "
                       "would be ignored)");
   }
+  if (const auto& b = spec.model.bottom_mlp; !b.empty() && b.back() != spec.model.embedding_dim) {
+    return InvalidArgumentError(fmt::format(
+        "model.bottom_mlp must end at model.embedding_dim ({}), not {}: its output z joins the "
+        "embeddings' dot products",
+        spec.model.embedding_dim, b.back()));
+  }
   if (spec.model.cross_rank > 0 && spec.model.cross_layers == 0) {
     return InvalidArgumentError(
         "model.cross_rank is set but model.cross_layers is 0 (it would be ignored)");
