@@ -87,18 +87,7 @@ void Mlp::Backward(const float* params, const float* const* acts, const float* d
       }
     }
   }
-  // Hidden layer l-1's gradient from layer l: (g_l W_l^T) masked by ReLU.
-  for (uint32_t l = last - 1; l >= 1; --l) {
-    const uint32_t n_in = in(l), n_out = out(l);
-    float* g_prev = grads[l - 1];
-    blas::Sgemm(false, true, rows, n_in, n_out, 1.0f, grads[l], n_out, params + w_offset(l), n_out,
-                0.0f, g_prev, n_in);
-    const float* a = acts[l - 1];
-    const size_t total = size_t(rows) * n_in;
-    for (size_t i = 0; i < total; ++i) {
-      if (a[i] <= 0.0f) g_prev[i] = 0.0f;
-    }
-  }
+  BackpropHidden(params, acts, rows, grads, last - 1);
   // The inputs' gradient, from column dx_begin on.
   const uint32_t n_out = out(0), width = in(0) - dx_begin;
   blas::Sgemm(false, true, rows, width, n_out, 1.0f, grads[0], n_out,
@@ -115,7 +104,13 @@ void Mlp::BackwardFromTop(const float* params, const float* const* acts, const f
     float* g = grads[L - 1];
     for (size_t i = 0; i < total; ++i) g[i] = a[i] > 0.0f ? g_top[i] : 0.0f;
   }
-  for (uint32_t l = L - 1; l >= 1; --l) {
+  BackpropHidden(params, acts, rows, grads, L - 1);
+}
+
+void Mlp::BackpropHidden(const float* params, const float* const* acts, int rows,
+                         float* const* grads, uint32_t top) const {
+  // Layer l-1's pre-activation gradient from layer l's: (g_l W_l^T) masked by ReLU.
+  for (uint32_t l = top; l >= 1; --l) {
     const uint32_t n_in = in(l), n_out = out(l);
     float* g_prev = grads[l - 1];
     blas::Sgemm(false, true, rows, n_in, n_out, 1.0f, grads[l], n_out, params + w_offset(l), n_out,

@@ -56,6 +56,10 @@ class Mlp {
                 float* grad_params) const;
 
  private:
+  // From grads[top] down: every lower layer's pre-activation gradient.
+  void BackpropHidden(const float* params, const float* const* acts, int rows, float* const* grads,
+                      uint32_t top) const;
+
   bool head_;
   std::vector<uint32_t> widths_;  // in, hidden..., 1 (with a head)
   std::vector<size_t> offsets_;   // start of each layer's params; back() = total

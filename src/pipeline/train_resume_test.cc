@@ -255,6 +255,9 @@ TEST(TrainerTest, AnInteractionModelMovedBetweenCpuAndEmulatedGpuByResumesEquals
     job.spec.model.wide = job.spec.model.fm = job.spec.model.dot = true;
     job.spec.model.cross_layers = 2;
     job.spec.model.cross_rank = 16;
+    // Bit for bit needs the GEMM shapes of AJobMovedBetweenCpuAndEmulatedGpu...: every layer
+    // at most 128 wide (the CPU's weight-gradient tiles), here W0 = 13 + 26 x 4 = 117.
+    job.spec.model.embedding_dim = 4;
     job.gpu_options.emulate = true;
     return job;
   };
