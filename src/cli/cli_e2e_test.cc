@@ -359,6 +359,12 @@ TEST_F(CliTest, InteractionModelsTrainThroughEveryTierAndFollowTheModelToEval) {
                             " --set model.dot=true --set model.bottom_mlp=64,16"));
   EXPECT_NE(other.exit_code, 0);
   EXPECT_NE(other.err.find("model.cross_layers"), std::string::npos) << other.err;
+  // A bottom MLP needs dense features to read.
+  ASSERT_EQ(Run(Ctrbox("gen --format libsvm --rows 200 --out " + Path("l.svm"))).exit_code, 0);
+  Result no_dense = Run(Ctrbox("train --format libsvm --data " + Path("l.svm") +
+                               " --set model.bottom_mlp=16 --model-dir " + Path("nd")));
+  EXPECT_NE(no_dense.exit_code, 0);
+  EXPECT_NE(no_dense.err.find("no dense features"), std::string::npos) << no_dense.err;
 }
 
 TEST_F(CliTest, QuantizedEmbeddingsTrainThroughEveryTier) {

@@ -470,63 +470,60 @@ StepStats CtrModel::TrainMinibatch(const Batch& pass, const WorkingSet& ws, cons
   return stats;
 }
 
+void CtrModel::UpdateTile(size_t matrix, uint32_t rows, uint32_t ld, size_t bias, uint32_t c0,
+                          uint32_t c1) {
+  for (uint32_t i = 0; i < rows; ++i) {
+    dense_opt_.Update(params_.data(), grads_.data(), matrix + size_t{i} * ld + c0, c1 - c0);
+  }
+  if (bias != kNoBias) dense_opt_.Update(params_.data(), grads_.data(), bias + c0, c1 - c0);
+}
+
 void CtrModel::DenseTile(size_t t, uint32_t batch_rows) {
   const Tile& tile = tiles_[t];
-  if (tile.kind == TileKind::kBottom) {
-    const uint32_t l = tile.layer, n_out = bottom_.out(l), width = tile.c1 - tile.c0;
-    const float* xin = l == 0 ? bottom_in_.data() : bottom_acts_[l - 1].data();
-    bottom_.TileGrad(l, tile.c0, tile.c1, xin, bottom_grads_[l].data(),
-                     static_cast<int>(batch_rows), grads_.data() + bottom_base_);
-    const size_t w = bottom_base_ + bottom_.w_offset(l);
-    for (uint32_t i = 0; i < bottom_.in(l); ++i) {
-      dense_opt_.Update(params_.data(), grads_.data(), w + size_t{i} * n_out + tile.c0, width);
+  const uint32_t l = tile.layer, c0 = tile.c0, c1 = tile.c1, width = c1 - c0;
+  const int B = static_cast<int>(batch_rows);
+  switch (tile.kind) {
+    case TileKind::kMlp: {
+      const uint32_t last = mlp_.num_layers() - 1;
+      const float* xin = l == 0 ? MlpInput() : acts_[l - 1].data();
+      const float* g = l == last ? dlogit_.data() : grads_hidden_[l].data();
+      mlp_.TileGrad(l, c0, c1, xin, g, B, grads_.data());
+      UpdateTile(mlp_.w_offset(l), mlp_.in(l), mlp_.out(l), mlp_.b_offset(l), c0, c1);
+      return;
     }
-    dense_opt_.Update(params_.data(), grads_.data(), bottom_base_ + bottom_.b_offset(l) + tile.c0,
-                      width);
-    return;
-  }
-  if (tile.kind == TileKind::kCrossV) {  // dV_l = x_l^T (gu_l U_l^T): columns [c0, c1) of r
-    const uint32_t l = tile.layer, W0 = cross_.width, R = cross_.rank, width = tile.c1 - tile.c0;
-    blas::Sgemm(true, false, W0, width, static_cast<int>(batch_rows), 1.0f, CrossInput(l), W0,
-                cross_glow_[l].data() + tile.c0, R, 0.0f,
-                grads_.data() + cross_.w_offset(l) + tile.c0, R);
-    for (uint32_t i = 0; i < W0; ++i) {
-      dense_opt_.Update(params_.data(), grads_.data(), cross_.w_offset(l) + size_t{i} * R + tile.c0,
-                        width);
+    case TileKind::kBottom: {
+      const float* xin = l == 0 ? bottom_in_.data() : bottom_acts_[l - 1].data();
+      bottom_.TileGrad(l, c0, c1, xin, bottom_grads_[l].data(), B, grads_.data() + bottom_base_);
+      UpdateTile(bottom_base_ + bottom_.w_offset(l), bottom_.in(l), bottom_.out(l),
+                 bottom_base_ + bottom_.b_offset(l), c0, c1);
+      return;
     }
-    return;
-  }
-  if (tile.kind == TileKind::kCross) {
-    // dW_l = x_l^T gu_l (full rank) or dU_l = (x_l V_l)^T gu_l, db_l = column sums of gu_l.
-    const uint32_t l = tile.layer, W0 = cross_.width, R = cross_.rank, width = tile.c1 - tile.c0;
-    const float* gu = cross_gu_[l].data();
-    const uint32_t k = R > 0 ? R : W0;  // the matrix's rows
-    const float* in = R > 0 ? cross_low_[l].data() : CrossInput(l);
-    const size_t w = R > 0 ? cross_.u_offset(l) : cross_.w_offset(l);
-    blas::Sgemm(true, false, k, width, static_cast<int>(batch_rows), 1.0f, in, k, gu + tile.c0, W0,
-                0.0f, grads_.data() + w + tile.c0, W0);
-    float* db = grads_.data() + cross_.b_offset(l) + tile.c0;
-    std::memset(db, 0, width * sizeof(float));
-    for (uint32_t r = 0; r < batch_rows; ++r) {
-      const float* gr = gu + size_t{r} * W0 + tile.c0;
-      for (uint32_t j = 0; j < width; ++j) db[j] += gr[j];
+    case TileKind::kCross: {
+      // dW_l = x_l^T gu_l (full rank) or dU_l = (x_l V_l)^T gu_l, db_l = column sums of gu_l.
+      const uint32_t W0 = cross_.width, R = cross_.rank;
+      const float* gu = cross_gu_[l].data();
+      const uint32_t k = R > 0 ? R : W0;  // the matrix's rows
+      const float* in = R > 0 ? cross_low_[l].data() : CrossInput(l);
+      const size_t w = R > 0 ? cross_.u_offset(l) : cross_.w_offset(l);
+      blas::Sgemm(true, false, k, width, B, 1.0f, in, k, gu + c0, W0, 0.0f, grads_.data() + w + c0,
+                  W0);
+      float* db = grads_.data() + cross_.b_offset(l) + c0;
+      std::memset(db, 0, width * sizeof(float));
+      for (uint32_t r = 0; r < batch_rows; ++r) {
+        const float* gr = gu + size_t{r} * W0 + c0;
+        for (uint32_t j = 0; j < width; ++j) db[j] += gr[j];
+      }
+      UpdateTile(w, k, W0, cross_.b_offset(l), c0, c1);
+      return;
     }
-    for (uint32_t i = 0; i < k; ++i) {
-      dense_opt_.Update(params_.data(), grads_.data(), w + size_t{i} * W0 + tile.c0, width);
+    case TileKind::kCrossV: {  // dV_l = x_l^T (gu_l U_l^T): columns [c0, c1) of r
+      const uint32_t W0 = cross_.width, R = cross_.rank;
+      blas::Sgemm(true, false, W0, width, B, 1.0f, CrossInput(l), W0, cross_glow_[l].data() + c0, R,
+                  0.0f, grads_.data() + cross_.w_offset(l) + c0, R);
+      UpdateTile(cross_.w_offset(l), W0, R, kNoBias, c0, c1);
+      return;
     }
-    dense_opt_.Update(params_.data(), grads_.data(), cross_.b_offset(l) + tile.c0, width);
-    return;
   }
-  const uint32_t l = tile.layer, last = mlp_.num_layers() - 1;
-  const float* xin = l == 0 ? MlpInput() : acts_[l - 1].data();
-  const float* g = l == last ? dlogit_.data() : grads_hidden_[l].data();
-  mlp_.TileGrad(l, tile.c0, tile.c1, xin, g, static_cast<int>(batch_rows), grads_.data());
-  const uint32_t n_out = mlp_.out(l), width = tile.c1 - tile.c0;
-  for (uint32_t i = 0; i < mlp_.in(l); ++i) {
-    dense_opt_.Update(params_.data(), grads_.data(), mlp_.w_offset(l) + size_t{i} * n_out + tile.c0,
-                      width);
-  }
-  dense_opt_.Update(params_.data(), grads_.data(), mlp_.b_offset(l) + tile.c0, width);
 }
 
 void CtrModel::UpdateSparseChunk(const Batch& pass, const WorkingSet& ws, const Minibatch& mb,

@@ -136,6 +136,10 @@ class CtrModel {
   void UpdateSparseChunk(const Batch& pass, const WorkingSet& ws, const Minibatch& mb, size_t u0,
                          size_t u1, RowBlock* rows, const CtrAccessor& accessor, uint32_t* created);
   void DenseTile(size_t tile, uint32_t batch_rows);
+  // The dense optimizer's update of a tile's columns [c0, c1): of `rows` rows of the matrix at
+  // `matrix` (row stride ld), and of the bias at `bias` unless kNoBias.
+  static constexpr size_t kNoBias = ~size_t{0};
+  void UpdateTile(size_t matrix, uint32_t rows, uint32_t ld, size_t bias, uint32_t c0, uint32_t c1);
   // The interactions' halves of a row block: forward after BuildInputs (cross layers, dot
   // products into the MLP's input), and backward from the MLP's input gradient (dmi_) to the
   // embedding gradients (dx_).

@@ -69,6 +69,12 @@ class GpuStep {
     for (uint32_t l = 0; l < mlp.num_layers(); ++l) {
       layers_.push_back(Layer{mlp.in(l), mlp.out(l), mlp.w_offset(l), mlp.b_offset(l)});
     }
+    const Mlp& bottom = model_->bottom();
+    const size_t base = model_->bottom_base();
+    for (uint32_t l = 0; l < bottom.num_layers(); ++l) {
+      bottom_layers_.push_back(
+          Layer{bottom.in(l), bottom.out(l), base + bottom.w_offset(l), base + bottom.b_offset(l)});
+    }
     const size_t P = NumParams();
     for (uint32_t g = 0; g < gpus_; ++g) {
       Replica& r = replicas_[g];
@@ -326,7 +332,7 @@ class GpuStep {
     std::vector<Buf<float>> bottom_acts, bottom_grads;
   };
 
-  // The dense parameters: the MLP's, then the cross layers'.
+  // The dense parameters: the MLP's, then the cross layers', then the bottom MLP's.
   size_t NumParams() const { return model_->dense_params().size(); }
 
   // Bytes of the GPU buffers that hold staged passes (every slot's rows, keys, indexes,
@@ -656,16 +662,8 @@ class GpuStep {
     const float* input = mlp_input;
     const uint32_t L = static_cast<uint32_t>(layers_.size());
     for (uint32_t l = 0; l + 1 < L; ++l) {
-      const Layer ly = layers_[l];
-      float* y = rep.acts[l].data();
-      e.Gemm(false, false, B, ly.out, ly.in, input, ly.in, params + ly.w, ly.out, y, ly.out);
-      const float* bias = params + ly.b;
-      const uint32_t n = ly.out;
-      e.ForEach(size_t{B} * n, [=] CTRBOX_HD(size_t i) {
-        const float v = y[i] + bias[i % n];
-        y[i] = v > 0.0f ? v : 0.0f;
-      });
-      input = y;
+      ReluLayer(e, layers_[l], params, input, B, rep.acts[l].data());
+      input = rep.acts[l].data();
     }
     // The output layer: a dot product per row in the CPU model's order.
     const Layer last = layers_[L - 1];
@@ -709,14 +707,8 @@ class GpuStep {
         });
       }
       for (uint32_t l = L - 2; l >= 1; --l) {
-        const Layer ly = layers_[l];
-        float* gprev = rep.hgrads[l - 1].data();
-        e.Gemm(false, true, B, ly.in, ly.out, rep.hgrads[l].data(), ly.out, params + ly.w, ly.out,
-               gprev, ly.in);
-        const float* a = rep.acts[l - 1].data();
-        e.ForEach(size_t{B} * ly.in, [=] CTRBOX_HD(size_t i) {
-          if (a[i] <= 0.0f) gprev[i] = 0.0f;
-        });
+        ReluBackprop(e, layers_[l], params, rep.hgrads[l].data(), rep.acts[l - 1].data(), B,
+                     rep.hgrads[l - 1].data());
       }
       const Layer first = layers_[0];
       e.Gemm(false, true, B, emb_width, first.out, rep.hgrads[0].data(), first.out,
@@ -727,18 +719,8 @@ class GpuStep {
     // Weight gradients of this slice (summed over the GPUs next).
     float* grads = rep.grads.data();
     for (uint32_t l = 0; l < L; ++l) {
-      const Layer ly = layers_[l];
-      const float* xin = l == 0 ? mlp_input : rep.acts[l - 1].data();
-      const float* gout = l == L - 1 ? dlogit : rep.hgrads[l].data();
-      e.Gemm(true, false, ly.in, ly.out, B, xin, ly.in, gout, ly.out, grads + ly.w, ly.out);
-      // Bias gradients: column sums in row order (the CPU model's order).
-      float* db = grads + ly.b;
-      const uint32_t n = ly.out;
-      e.ForEach(n, [=] CTRBOX_HD(size_t j) {
-        float acc = 0.0f;
-        for (uint32_t r = 0; r < B; ++r) acc += gout[size_t{r} * n + j];
-        db[j] = acc;
-      });
+      LayerWeightGrads(e, layers_[l], l == 0 ? mlp_input : rep.acts[l - 1].data(),
+                       l == L - 1 ? dlogit : rep.hgrads[l].data(), B, grads);
     }
     CrossWeightGrads(rep, B);
     if (bottom_on) BottomWeightGrads(rep, B);
@@ -900,19 +882,11 @@ class GpuStep {
   // activation copied into rep.x's first columns (z).
   void BottomForward(Replica& rep, uint32_t B) {
     Exec& e = *compute_[&rep - replicas_.data()];
-    const Mlp& m = model_->bottom();
-    const float* params = rep.params.data() + model_->bottom_base();
+    const float* params = rep.params.data();
     const float* input = rep.bottom_in.data();
-    for (uint32_t l = 0; l < m.num_layers(); ++l) {
-      const uint32_t n = m.out(l);
-      float* y = rep.bottom_acts[l].data();
-      e.Gemm(false, false, B, n, m.in(l), input, m.in(l), params + m.w_offset(l), n, y, n);
-      const float* bias = params + m.b_offset(l);
-      e.ForEach(size_t{B} * n, [=] CTRBOX_HD(size_t i) {
-        const float v = y[i] + bias[i % n];
-        y[i] = v > 0.0f ? v : 0.0f;
-      });
-      input = y;
+    for (size_t l = 0; l < bottom_layers_.size(); ++l) {
+      ReluLayer(e, bottom_layers_[l], params, input, B, rep.bottom_acts[l].data());
+      input = rep.bottom_acts[l].data();
     }
     const uint32_t z = model_->dense_width(), W0 = model_->input_width();
     float* x = rep.x.data();
@@ -923,44 +897,63 @@ class GpuStep {
   // pre-activation gradient (the CPU model's Mlp::BackwardFromTop).
   void BottomBackward(Replica& rep, uint32_t B) {
     Exec& e = *compute_[&rep - replicas_.data()];
-    const Mlp& m = model_->bottom();
-    const float* params = rep.params.data() + model_->bottom_base();
-    const uint32_t L = m.num_layers();
+    const uint32_t L = static_cast<uint32_t>(bottom_layers_.size());
     {
       const float* a = rep.bottom_acts[L - 1].data();
       const float* gz = rep.bottom_gz.data();
       float* g = rep.bottom_grads[L - 1].data();
-      e.ForEach(size_t{B} * m.out(L - 1),
+      e.ForEach(size_t{B} * bottom_layers_[L - 1].out,
                 [=] CTRBOX_HD(size_t i) { g[i] = a[i] > 0.0f ? gz[i] : 0.0f; });
     }
     for (uint32_t l = L - 1; l >= 1; --l) {
-      float* gprev = rep.bottom_grads[l - 1].data();
-      e.Gemm(false, true, B, m.in(l), m.out(l), rep.bottom_grads[l].data(), m.out(l),
-             params + m.w_offset(l), m.out(l), gprev, m.in(l));
-      const float* a = rep.bottom_acts[l - 1].data();
-      e.ForEach(size_t{B} * m.in(l), [=] CTRBOX_HD(size_t i) {
-        if (a[i] <= 0.0f) gprev[i] = 0.0f;
-      });
+      ReluBackprop(e, bottom_layers_[l], rep.params.data(), rep.bottom_grads[l].data(),
+                   rep.bottom_acts[l - 1].data(), B, rep.bottom_grads[l - 1].data());
     }
   }
 
-  // The bottom MLP's weight gradients over the slice; bias gradients in row order.
+  // The bottom MLP's weight gradients over the slice.
   void BottomWeightGrads(Replica& rep, uint32_t B) {
     Exec& e = *compute_[&rep - replicas_.data()];
-    const Mlp& m = model_->bottom();
-    float* grads = rep.grads.data() + model_->bottom_base();
-    for (uint32_t l = 0; l < m.num_layers(); ++l) {
-      const float* xin = l == 0 ? rep.bottom_in.data() : rep.bottom_acts[l - 1].data();
-      const float* gout = rep.bottom_grads[l].data();
-      const uint32_t n = m.out(l);
-      e.Gemm(true, false, m.in(l), n, B, xin, m.in(l), gout, n, grads + m.w_offset(l), n);
-      float* db = grads + m.b_offset(l);
-      e.ForEach(n, [=] CTRBOX_HD(size_t j) {
-        float acc = 0.0f;
-        for (uint32_t r = 0; r < B; ++r) acc += gout[size_t{r} * n + j];
-        db[j] = acc;
-      });
+    for (size_t l = 0; l < bottom_layers_.size(); ++l) {
+      LayerWeightGrads(e, bottom_layers_[l],
+                       l == 0 ? rep.bottom_in.data() : rep.bottom_acts[l - 1].data(),
+                       rep.bottom_grads[l].data(), B, rep.grads.data());
     }
+  }
+
+  // The pieces the MLP and the bottom MLP share, for B rows:
+  // y = ReLU(input W + b);
+  static void ReluLayer(Exec& e, const Layer& ly, const float* params, const float* input,
+                        uint32_t B, float* y) {
+    e.Gemm(false, false, B, ly.out, ly.in, input, ly.in, params + ly.w, ly.out, y, ly.out);
+    const float* bias = params + ly.b;
+    const uint32_t n = ly.out;
+    e.ForEach(size_t{B} * n, [=] CTRBOX_HD(size_t i) {
+      const float v = y[i] + bias[i % n];
+      y[i] = v > 0.0f ? v : 0.0f;
+    });
+  }
+  // the layer below's pre-activation gradient: (g W^T) masked where its activation a_prev is 0;
+  static void ReluBackprop(Exec& e, const Layer& ly, const float* params, const float* g,
+                           const float* a_prev, uint32_t B, float* g_prev) {
+    e.Gemm(false, true, B, ly.in, ly.out, g, ly.out, params + ly.w, ly.out, g_prev, ly.in);
+    e.ForEach(size_t{B} * ly.in, [=] CTRBOX_HD(size_t i) {
+      if (a_prev[i] <= 0.0f) g_prev[i] = 0.0f;
+    });
+  }
+  // dW = xin^T gout, and db, into grads (laid out like the parameters).
+  static void LayerWeightGrads(Exec& e, const Layer& ly, const float* xin, const float* gout,
+                               uint32_t B, float* grads) {
+    e.Gemm(true, false, ly.in, ly.out, B, xin, ly.in, gout, ly.out, grads + ly.w, ly.out);
+    ColumnSums(e, gout, B, ly.out, grads + ly.b);
+  }
+  // out[j] = sum over the B rows of g[r][j] (n columns), in row order (the CPU model's order).
+  static void ColumnSums(Exec& e, const float* g, uint32_t B, uint32_t n, float* out) {
+    e.ForEach(n, [=] CTRBOX_HD(size_t j) {
+      float acc = 0.0f;
+      for (uint32_t r = 0; r < B; ++r) acc += g[size_t{r} * n + j];
+      out[j] = acc;
+    });
   }
 
   // The cross layers' weight gradients over the slice: dW_l = x_l^T gu_l (or low rank dU_l,
@@ -981,12 +974,7 @@ class GpuStep {
       } else {
         e.Gemm(true, false, W0, W0, B, xl, W0, gu, W0, grads + cl.w_offset(l), W0);
       }
-      float* db = grads + cl.b_offset(l);
-      e.ForEach(W0, [=] CTRBOX_HD(size_t j) {
-        float acc = 0.0f;
-        for (uint32_t r = 0; r < B; ++r) acc += gu[size_t{r} * W0 + j];
-        db[j] = acc;
-      });
+      ColumnSums(e, gu, B, W0, grads + cl.b_offset(l));
     }
   }
 
@@ -1101,6 +1089,7 @@ class GpuStep {
   AllReduceFn all_reduce_;
   void* all_reduce_ctx_;
   std::vector<Layer> layers_;
+  std::vector<Layer> bottom_layers_;  // offsets into the whole dense parameter vector
   std::vector<Slot> slots_;
   std::vector<Replica> replicas_;
   DeviceRows patch_rows_;  // train stage

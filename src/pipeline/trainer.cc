@@ -193,6 +193,10 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
                     job.PassOptions());
   RETURN_IF_ERROR(reader.Open());
   job.spec.schema = reader.schema();
+  if (!job.spec.model.bottom_mlp.empty() && job.spec.schema.num_dense == 0) {
+    return InvalidArgumentError(
+        "model.bottom_mlp is set but the data has no dense features (the bottom MLP's input)");
+  }
   job.spec.table.seed = job.train.seed;
   ThreadPool pool(job.train.threads);
 
