@@ -1,0 +1,77 @@
+// Comm: the ranks of one distributed job and the collective exchanges they make
+// (docs/distributed.md). Two transports implement it: MPI (mpi_comm.h, the ranks of an
+// `mpirun` job) and LocalGroup (below: ranks as threads of one process, for tests).
+//
+// Every call is collective: every rank of the group makes the same calls in the same order,
+// and a call returns on a rank once that rank's share of the exchange is complete. A rank
+// that fails stops the others through Abort (the MPI transport: the job ends).
+// Thread safety: one Comm is used by one thread at a time.
+#ifndef CTRBOX_DIST_COMM_H_
+#define CTRBOX_DIST_COMM_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "util/mutex.h"
+#include "util/status.h"
+
+namespace ctrbox {
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // "mpi" or "local": for logs and reports.
+  virtual std::string_view transport() const = 0;
+
+  // All-to-all with any sizes: send[r] goes to rank r; on return (*recv)[r] holds what rank r
+  // sent to this one (send[rank()] comes back as it is). Fails if the transport fails or the
+  // group was aborted. REQUIRES: send.size() == size().
+  virtual Status AllToAll(const std::vector<std::string>& send, std::vector<std::string>* recv) = 0;
+  // Every rank's `mine`, in rank order.
+  virtual Status AllGather(std::string_view mine, std::vector<std::string>* all) = 0;
+  // Tells every rank that this one failed with `why`: their calls in progress and later fail
+  // with it (MPI: MPI_Abort ends the job). Never blocks.
+  virtual void Abort(const Status& why) = 0;
+};
+
+// N ranks as N threads of one process: rank r's endpoint is rank(r), to be driven by one
+// thread. For tests and for a job that simulates ranks on one machine.
+// Thread safety: each endpoint by its own thread; Abort from any thread.
+class LocalGroup {
+ public:
+  // REQUIRES: n >= 1.
+  explicit LocalGroup(int n);
+  ~LocalGroup();
+  LocalGroup(const LocalGroup&) = delete;
+  LocalGroup& operator=(const LocalGroup&) = delete;
+
+  Comm* rank(int r);
+  int size() const { return static_cast<int>(endpoints_.size()); }
+
+ private:
+  class Endpoint;
+  friend class Endpoint;
+  // Waits until all ranks arrived at the barrier of this generation (or the group aborted).
+  Status Barrier() EXCLUDES(mu_);
+  void Abort(const Status& why) EXCLUDES(mu_);
+
+  Mutex mu_;
+  CondVar cv_{&mu_};
+  uint64_t generation_ GUARDED_BY(mu_) = 0;
+  int arrived_ GUARDED_BY(mu_) = 0;
+  Status aborted_ GUARDED_BY(mu_);
+  // outbox_[from][to]: written by `from` before the first barrier of an exchange, read by
+  // `to` between its two barriers.
+  std::vector<std::vector<std::string>> outbox_;
+  std::vector<std::unique_ptr<Endpoint>> endpoints_;
+};
+
+}  // namespace ctrbox
+
+#endif  // CTRBOX_DIST_COMM_H_

@@ -1,0 +1,116 @@
+#include "dist/comm.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dist/collectives.h"
+#include "dist/dist_test_util.h"
+
+namespace ctrbox {
+namespace {
+
+std::string Message(int from, int to, int round) {
+  // Sizes 0.. and distinct contents per (from, to, round).
+  return std::string(static_cast<size_t>((from * 7 + to * 3 + round) % 11), char('a' + from)) +
+         std::to_string(to) + "/" + std::to_string(round);
+}
+
+TEST(LocalGroupTest, AllToAllDeliversEachMessageToItsRank) {
+  for (int n : {1, 2, 3, 5}) {
+    auto status = RunRanks(n, [&](Comm* comm) -> Status {
+      EXPECT_EQ(comm->size(), n);
+      for (int round = 0; round < 20; ++round) {
+        std::vector<std::string> send(n), recv;
+        for (int to = 0; to < n; ++to) send[to] = Message(comm->rank(), to, round);
+        RETURN_IF_ERROR(comm->AllToAll(send, &recv));
+        for (int from = 0; from < n; ++from) {
+          EXPECT_EQ(recv[from], Message(from, comm->rank(), round));
+        }
+        std::vector<std::string> all;
+        RETURN_IF_ERROR(comm->AllGather(std::to_string(comm->rank() * round), &all));
+        for (int r = 0; r < n; ++r) EXPECT_EQ(all[r], std::to_string(r * round));
+      }
+      return Status::OK();
+    });
+    for (const Status& s : status) EXPECT_TRUE(s.ok()) << s.ToString();
+  }
+}
+
+TEST(LocalGroupTest, ARankThatAbortsStopsTheOthersWithItsError) {
+  auto status = RunRanks(3, [&](Comm* comm) -> Status {
+    if (comm->rank() == 1) return IOError("rank 1: disk full");
+    std::vector<std::string> recv;
+    for (int round = 0; round < 3; ++round) {
+      RETURN_IF_ERROR(comm->AllToAll(std::vector<std::string>(3, "x"), &recv));
+    }
+    return Status::OK();
+  });
+  for (const Status& s : status) {
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.ToString().find("rank 1: disk full"), std::string::npos) << s.ToString();
+  }
+}
+
+// Sums in rank order, as AllReduceSum promises.
+TEST(CollectivesTest, AllReduceSumAddsInRankOrderOnEveryRank) {
+  for (int n : {1, 2, 3, 4}) {
+    for (size_t len : {size_t{0}, size_t{1}, size_t{3}, size_t{1000}}) {
+      std::vector<std::vector<float>> x(n, std::vector<float>(len));
+      std::mt19937 rng(static_cast<uint32_t>(n * 1000 + len));
+      std::uniform_real_distribution<float> u(-1e3f, 1e3f);
+      for (auto& v : x) {
+        for (float& f : v) f = u(rng) * (u(rng) > 0 ? 1e-4f : 1.0f);
+      }
+      std::vector<float> want(len);
+      for (size_t i = 0; i < len; ++i) {
+        float s = x[0][i];
+        for (int r = 1; r < n; ++r) s += x[r][i];
+        want[i] = s;
+      }
+      std::vector<std::vector<float>> got = x;
+      auto status = RunRanks(
+          n, [&](Comm* comm) { return AllReduceSum(comm, got[comm->rank()].data(), len); });
+      for (int r = 0; r < n; ++r) {
+        ASSERT_TRUE(status[r].ok()) << status[r].ToString();
+        ASSERT_EQ(0, std::memcmp(got[r].data(), want.data(), len * sizeof(float)))
+            << "rank " << r << " of " << n << ", " << len << " elements";
+      }
+    }
+  }
+}
+
+TEST(CollectivesTest, AllReduceOfCountsAndMaxima) {
+  std::vector<std::vector<uint64_t>> v(3);
+  auto status = RunRanks(3, [&](Comm* comm) -> Status {
+    const uint64_t r = static_cast<uint64_t>(comm->rank());
+    std::vector<uint64_t> sum = {r, 10 * r, 1}, max = {r, 5 - r};
+    RETURN_IF_ERROR(AllReduceSum(comm, sum.data(), sum.size()));
+    RETURN_IF_ERROR(AllReduceMax(comm, max.data(), max.size()));
+    EXPECT_EQ(sum, (std::vector<uint64_t>{3, 30, 3}));
+    EXPECT_EQ(max, (std::vector<uint64_t>{2, 5}));
+    return Status::OK();
+  });
+  for (const Status& s : status) EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+TEST(CollectivesTest, OwnersSpreadKeysEvenlyAndStay) {
+  for (int n : {1, 2, 3, 8}) {
+    std::vector<int> count(n, 0);
+    for (uint64_t k = 0; k < 80000; ++k) {
+      const int o = OwnerOf(k * 0x9E37 + 11, n);
+      ASSERT_GE(o, 0);
+      ASSERT_LT(o, n);
+      ++count[o];
+    }
+    for (int c : count) EXPECT_NEAR(c, 80000.0 / n, 80000.0 / n * 0.05);
+  }
+  EXPECT_EQ(OwnerOf(12345, 4), OwnerOf(12345, 4));
+  EXPECT_EQ(OwnerOf(12345, 1), 0);
+}
+
+}  // namespace
+}  // namespace ctrbox

@@ -1,0 +1,180 @@
+#include "dist/key_routes.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "dist/collectives.h"
+
+namespace ctrbox {
+namespace {
+
+template <typename T>
+void Append(std::string* out, const T& v) {
+  out->append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+
+template <typename T>
+T Read(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+// Counts what this rank sent to and received from other ranks.
+void Count(const Comm& comm, const std::vector<std::string>& send,
+           const std::vector<std::string>& recv, KeyRoutes* routes) {
+  for (int r = 0; r < comm.size(); ++r) {
+    if (r == comm.rank()) continue;
+    routes->bytes_sent += send[r].size();
+    routes->bytes_received += recv[r].size();
+  }
+}
+
+Status Malformed(const char* what, int from) {
+  return InternalError(std::string(what) + ": rank " + std::to_string(from) +
+                       " sent a message of the wrong size");
+}
+
+}  // namespace
+
+StatusOr<KeyRoutes> RouteKeys(Comm* comm, const uint64_t* keys, size_t n) {
+  const int N = comm->size();
+  KeyRoutes routes;
+  routes.ranks = N;
+  routes.sent.resize(N);
+  routes.where.resize(n);
+  std::vector<std::string> send(N), recv;
+  for (size_t i = 0; i < n; ++i) {
+    const int o = OwnerOf(keys[i], N);
+    routes.where[i] = {static_cast<uint32_t>(o), static_cast<uint32_t>(routes.sent[o].size())};
+    routes.sent[o].push_back(static_cast<uint32_t>(i));
+    Append(&send[o], keys[i]);
+  }
+  RETURN_IF_ERROR(comm->AllToAll(send, &recv));
+  Count(*comm, send, recv, &routes);
+  for (int r = 0; r < N; ++r) {
+    if (recv[r].size() % sizeof(uint64_t) != 0) return Malformed("route keys", r);
+    for (size_t p = 0; p < recv[r].size(); p += sizeof(uint64_t)) {
+      routes.served.push_back(Read<uint64_t>(recv[r].data() + p));
+    }
+  }
+  std::sort(routes.served.begin(), routes.served.end());
+  routes.served.erase(std::unique(routes.served.begin(), routes.served.end()), routes.served.end());
+  // asked[r] and the holders of each served key (requesters in rank order).
+  routes.asked.resize(N);
+  std::vector<uint32_t> count(routes.served.size() + 1, 0);
+  for (int r = 0; r < N; ++r) {
+    const size_t m = recv[r].size() / sizeof(uint64_t);
+    routes.asked[r].resize(m);
+    for (size_t j = 0; j < m; ++j) {
+      const uint64_t key = Read<uint64_t>(recv[r].data() + j * sizeof(uint64_t));
+      const auto s =
+          static_cast<uint32_t>(std::lower_bound(routes.served.begin(), routes.served.end(), key) -
+                                routes.served.begin());
+      routes.asked[r][j] = s;
+      ++count[s + 1];
+    }
+  }
+  for (size_t s = 0; s < routes.served.size(); ++s) count[s + 1] += count[s];
+  routes.holder_begin = count;
+  routes.holders.resize(count.back());
+  for (int r = 0; r < N; ++r) {
+    for (size_t j = 0; j < routes.asked[r].size(); ++j) {
+      const uint32_t s = routes.asked[r][j];
+      routes.holders[count[s]++] = {static_cast<uint32_t>(r), static_cast<uint32_t>(j)};
+    }
+  }
+  routes.slot_of.assign(routes.served.size(), -1);
+  return routes;
+}
+
+Status SendToHolders(Comm* comm, KeyRoutes* routes,
+                     const std::function<void(uint32_t served, std::string* out)>& encode,
+                     const std::function<size_t(uint32_t key, const char* p, size_t n)>& decode) {
+  const int N = comm->size();
+  std::vector<std::string> send(N), recv;
+  for (int r = 0; r < N; ++r) {
+    for (uint32_t s : routes->asked[r]) encode(s, &send[r]);
+  }
+  RETURN_IF_ERROR(comm->AllToAll(send, &recv));
+  Count(*comm, send, recv, routes);
+  for (int o = 0; o < N; ++o) {
+    const char* p = recv[o].data();
+    size_t left = recv[o].size();
+    for (uint32_t i : routes->sent[o]) {
+      const size_t used = decode(i, p, left);
+      if (used == 0) return Malformed("rows of the pass", o);
+      p += used;
+      left -= used;
+    }
+    if (left != 0) return Malformed("rows of the pass", o);
+  }
+  return Status::OK();
+}
+
+Status ReduceToHolders(Comm* comm, KeyRoutes* routes, const uint32_t* touched, const float* records,
+                       size_t m, uint32_t width, ReducedRecords* out) {
+  const int N = comm->size();
+  const size_t rec_bytes = size_t{width} * sizeof(float), entry = sizeof(uint32_t) + rec_bytes;
+  std::vector<std::string> send(N), recv;
+  for (size_t t = 0; t < m; ++t) {
+    const KeyRoutes::Where w = routes->where[touched[t]];
+    Append(&send[w.owner], w.pos);
+    send[w.owner].append(reinterpret_cast<const char*>(records + t * width), rec_bytes);
+  }
+  RETURN_IF_ERROR(comm->AllToAll(send, &recv));
+  Count(*comm, send, recv, routes);
+
+  // The owner: each key's records summed in rank order.
+  out->served.clear();
+  out->served_records.clear();
+  for (int r = 0; r < N; ++r) {
+    if (recv[r].size() % entry != 0) return Malformed("gradients", r);
+    for (size_t p = 0; p < recv[r].size(); p += entry) {
+      const auto pos = Read<uint32_t>(recv[r].data() + p);
+      if (pos >= routes->asked[r].size()) return Malformed("gradients", r);
+      const uint32_t s = routes->asked[r][pos];
+      const char* rec = recv[r].data() + p + sizeof(uint32_t);
+      int32_t& slot = routes->slot_of[s];
+      if (slot < 0) {
+        slot = static_cast<int32_t>(out->served.size());
+        out->served.push_back(s);
+        out->served_records.resize(out->served_records.size() + width);
+        std::memcpy(out->served_records.data() + size_t(slot) * width, rec, rec_bytes);
+        continue;
+      }
+      float* acc = out->served_records.data() + size_t(slot) * width;
+      for (uint32_t d = 0; d < width; ++d) acc[d] += Read<float>(rec + d * sizeof(float));
+    }
+  }
+  // The sums to every holder.
+  std::vector<std::string> back(N);
+  for (size_t i = 0; i < out->served.size(); ++i) {
+    const uint32_t s = out->served[i];
+    routes->slot_of[s] = -1;
+    const char* sum = reinterpret_cast<const char*>(out->served_records.data() + i * width);
+    for (uint32_t h = routes->holder_begin[s]; h < routes->holder_begin[s + 1]; ++h) {
+      const KeyRoutes::Where holder = routes->holders[h];
+      Append(&back[holder.owner], holder.pos);
+      back[holder.owner].append(sum, rec_bytes);
+    }
+  }
+  RETURN_IF_ERROR(comm->AllToAll(back, &recv));
+  Count(*comm, back, recv, routes);
+  out->keys.clear();
+  out->records.clear();
+  for (int o = 0; o < N; ++o) {
+    if (recv[o].size() % entry != 0) return Malformed("summed gradients", o);
+    for (size_t p = 0; p < recv[o].size(); p += entry) {
+      const auto pos = Read<uint32_t>(recv[o].data() + p);
+      if (pos >= routes->sent[o].size()) return Malformed("summed gradients", o);
+      out->keys.push_back(routes->sent[o][pos]);
+      const size_t at = out->records.size();
+      out->records.resize(at + width);
+      std::memcpy(out->records.data() + at, recv[o].data() + p + sizeof(uint32_t), rec_bytes);
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace ctrbox

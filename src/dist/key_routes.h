@@ -1,0 +1,78 @@
+// The per-pass exchanges of a sharded sparse table (HPS §3-4, Algorithms 1-2; docs/distributed.md):
+//
+//   RouteKeys      each rank sends the distinct keys of its pass to their owners (OwnerOf);
+//                  an owner serves the union of the keys it was sent.
+//   SendToHolders  the owner sends each requester the records (rows) of the keys it asked for.
+//   ReduceToHolders  per minibatch: each rank sends the owner a float record per key it touched
+//                  (its gradient share); the owner sums each key's records in rank order and
+//                  sends the sum to every rank that holds the key this pass, and keeps it for
+//                  its own served copy. Every copy of a row then takes the same update.
+//
+// Thread safety: a KeyRoutes is a value; the functions are collective calls on the Comm.
+#ifndef CTRBOX_DIST_KEY_ROUTES_H_
+#define CTRBOX_DIST_KEY_ROUTES_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "dist/comm.h"
+#include "util/status.h"
+
+namespace ctrbox {
+
+struct KeyRoutes {
+  int ranks = 1;
+  // Requester side. sent[o]: indices (into the keys given to RouteKeys) of the keys sent to
+  // owner o, in the order sent; where[i]: key i's owner and position in sent[owner].
+  std::vector<std::vector<uint32_t>> sent;
+  struct Where {
+    uint32_t owner, pos;
+  };
+  std::vector<Where> where;
+  // Owner side. served: the distinct keys this rank serves this pass, ascending; asked[r]: per
+  // requester r, the index into served of each key r sent, in r's order.
+  std::vector<uint64_t> served;
+  std::vector<std::vector<uint32_t>> asked;
+  // Per served key, the (requester, position in asked[requester]) pairs that hold it:
+  // holders[holder_begin[s] .. holder_begin[s + 1]).
+  std::vector<uint32_t> holder_begin;
+  std::vector<Where> holders;  // {requester, pos}
+
+  // Bytes this rank sent and received in the exchanges that used these routes.
+  uint64_t bytes_sent = 0, bytes_received = 0;
+
+  // Scratch of ReduceToHolders: per served key its slot in the sums, or -1.
+  std::vector<int32_t> slot_of;
+};
+
+// Routes n distinct keys. Fails if the transport fails.
+StatusOr<KeyRoutes> RouteKeys(Comm* comm, const uint64_t* keys, size_t n);
+
+// Owner -> requesters: encode(s, out) appends served record s to *out; decode(i, p, n) reads
+// the record of the requester's key i from [p, p + n) and returns the bytes it used (0: a
+// malformed record, which fails the call).
+Status SendToHolders(Comm* comm, KeyRoutes* routes,
+                     const std::function<void(uint32_t served, std::string* out)>& encode,
+                     const std::function<size_t(uint32_t key, const char* p, size_t n)>& decode);
+
+// The result of one ReduceToHolders on this rank.
+struct ReducedRecords {
+  // Requester side: (index of the key given to RouteKeys, summed record), for every key of this
+  // rank's pass that any rank touched.
+  std::vector<uint32_t> keys;
+  std::vector<float> records;  // keys.size() x width
+  // Owner side: (index into served, summed record) for every served key any rank touched.
+  std::vector<uint32_t> served;
+  std::vector<float> served_records;
+};
+
+// Per minibatch. touched[0..m): indices of keys given to RouteKeys (distinct); records: m x
+// width floats. REQUIRES: every rank passes the same width.
+Status ReduceToHolders(Comm* comm, KeyRoutes* routes, const uint32_t* touched, const float* records,
+                       size_t m, uint32_t width, ReducedRecords* out);
+
+}  // namespace ctrbox
+
+#endif  // CTRBOX_DIST_KEY_ROUTES_H_

@@ -1,0 +1,132 @@
+#include "dist/key_routes.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "dist/collectives.h"
+#include "dist/dist_test_util.h"
+
+namespace ctrbox {
+namespace {
+
+// Each rank's distinct keys, overlapping across ranks.
+std::vector<std::vector<uint64_t>> RankKeys(int n, size_t per_rank, uint32_t seed) {
+  std::vector<std::vector<uint64_t>> keys(n);
+  std::mt19937_64 rng(seed);
+  for (int r = 0; r < n; ++r) {
+    std::set<uint64_t> seen;
+    while (seen.size() < per_rank) {
+      const uint64_t k = rng() % (per_rank * 2);  // shared with other ranks often
+      if (seen.insert(k).second) keys[r].push_back(k);
+    }
+  }
+  return keys;
+}
+
+TEST(KeyRoutesTest, OwnersServeTheUnionAndReturnEachRequesterItsRows) {
+  for (int n : {1, 2, 3, 4}) {
+    auto keys = RankKeys(n, 500, 7 + n);
+    auto status = RunRanks(n, [&](Comm* comm) -> Status {
+      const int me = comm->rank();
+      ASSIGN_OR_RETURN(KeyRoutes routes, RouteKeys(comm, keys[me].data(), keys[me].size()));
+      std::set<uint64_t> want;
+      for (const auto& ks : keys) {
+        for (uint64_t k : ks) {
+          if (OwnerOf(k, n) == me) want.insert(k);
+        }
+      }
+      EXPECT_EQ(routes.served, std::vector<uint64_t>(want.begin(), want.end()));
+      // The row of a key: its value times 3, as 8 bytes.
+      std::vector<uint64_t> got(keys[me].size(), 0);
+      RETURN_IF_ERROR(SendToHolders(
+          comm, &routes,
+          [&](uint32_t s, std::string* out) {
+            const uint64_t v = routes.served[s] * 3;
+            out->append(reinterpret_cast<const char*>(&v), 8);
+          },
+          [&](uint32_t i, const char* p, size_t left) -> size_t {
+            if (left < 8) return 0;
+            std::memcpy(&got[i], p, 8);
+            return 8;
+          }));
+      for (size_t i = 0; i < keys[me].size(); ++i) EXPECT_EQ(got[i], keys[me][i] * 3);
+      if (n > 1) {
+        EXPECT_GT(routes.bytes_sent, 0u);
+      }
+      return Status::OK();
+    });
+    for (const Status& s : status) EXPECT_TRUE(s.ok()) << s.ToString();
+  }
+}
+
+// Against a plain reference: every holder of a touched key gets the rank-order sum of the
+// records for it, bit for bit; the owner gets it for its served copy; nobody gets untouched keys.
+TEST(KeyRoutesTest, ReduceToHoldersSumsInRankOrderForEveryHolder) {
+  constexpr uint32_t kWidth = 5;
+  for (int n : {1, 2, 3, 4}) {
+    auto keys = RankKeys(n, 300, 100 + n);
+    // Records per rank: a random subset of its keys, random values.
+    std::vector<std::vector<uint32_t>> touched(n);
+    std::vector<std::vector<float>> records(n);
+    std::mt19937 rng(n);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (int r = 0; r < n; ++r) {
+      for (uint32_t i = 0; i < keys[r].size(); ++i) {
+        if (rng() % 3 == 0) continue;
+        touched[r].push_back(i);
+        for (uint32_t d = 0; d < kWidth; ++d) records[r].push_back(u(rng) * float(d + 1));
+      }
+    }
+    std::map<uint64_t, std::vector<float>> want;  // key -> rank-order sum
+    for (int r = 0; r < n; ++r) {
+      for (size_t t = 0; t < touched[r].size(); ++t) {
+        const uint64_t k = keys[r][touched[r][t]];
+        const float* rec = records[r].data() + t * kWidth;
+        auto [it, fresh] = want.emplace(k, std::vector<float>(rec, rec + kWidth));
+        if (!fresh) {
+          for (uint32_t d = 0; d < kWidth; ++d) it->second[d] += rec[d];
+        }
+      }
+    }
+    auto status = RunRanks(n, [&](Comm* comm) -> Status {
+      const int me = comm->rank();
+      ASSIGN_OR_RETURN(KeyRoutes routes, RouteKeys(comm, keys[me].data(), keys[me].size()));
+      for (int round = 0; round < 2; ++round) {  // the scratch resets between calls
+        ReducedRecords out;
+        RETURN_IF_ERROR(ReduceToHolders(comm, &routes, touched[me].data(), records[me].data(),
+                                        touched[me].size(), kWidth, &out));
+        size_t held = 0;
+        for (uint64_t k : keys[me]) held += want.count(k);
+        EXPECT_EQ(out.keys.size(), held);
+        for (size_t i = 0; i < out.keys.size(); ++i) {
+          const auto it = want.find(keys[me][out.keys[i]]);
+          if (it == want.end()) {
+            ADD_FAILURE() << "an untouched key came back";
+            continue;
+          }
+          EXPECT_EQ(0, std::memcmp(out.records.data() + i * kWidth, it->second.data(),
+                                   kWidth * sizeof(float)));
+        }
+        size_t served = 0;
+        for (const auto& [k, sum] : want) served += OwnerOf(k, n) == me;
+        EXPECT_EQ(out.served.size(), served);
+        for (size_t i = 0; i < out.served.size(); ++i) {
+          const auto& sum = want.at(routes.served[out.served[i]]);
+          EXPECT_EQ(0, std::memcmp(out.served_records.data() + i * kWidth, sum.data(),
+                                   kWidth * sizeof(float)));
+        }
+      }
+      return Status::OK();
+    });
+    for (const Status& s : status) EXPECT_TRUE(s.ok()) << s.ToString();
+  }
+}
+
+}  // namespace
+}  // namespace ctrbox
