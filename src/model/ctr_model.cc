@@ -411,7 +411,33 @@ StepStats CtrModel::TrainMinibatch(const Batch& pass, const WorkingSet& ws, cons
                                    RowBlock* rows, const CtrAccessor& accessor, ThreadPool* pool,
                                    float* predictions) {
   const uint32_t B = mb.rows();
-  EnsureBuffers(B);
+  StepStats stats;
+  stats.loss_sum = ForwardBackward(pass, ws, mb, *rows, pool, predictions, B);
+
+  // Phase B: weight-gradient tiles with their dense updates, and sparse updates by key chunk.
+  dense_opt_.BeginStep();
+  const size_t chunks = (mb.uniq.size() + kSparseChunk - 1) / kSparseChunk;
+  std::vector<uint32_t> created(chunks, 0);
+  RunParallel(pool, tiles_.size() + chunks, [&](size_t task, int) {
+    if (task < tiles_.size()) {
+      DenseTile(task, B);
+      return;
+    }
+    const size_t c = task - tiles_.size();
+    UpdateSparseChunk(pass, ws, mb, c * kSparseChunk,
+                      std::min(mb.uniq.size(), (c + 1) * kSparseChunk), rows, accessor,
+                      &created[c]);
+  });
+
+  for (uint32_t c : created) stats.embeddings_created += c;
+  return stats;
+}
+
+double CtrModel::ForwardBackward(const Batch& pass, const WorkingSet& ws, const Minibatch& mb,
+                                 const RowBlock& rows, ThreadPool* pool, float* predictions,
+                                 uint32_t loss_rows) {
+  const uint32_t B = mb.rows();
+  EnsureBuffers(std::max(B, 1u));
   const uint32_t hidden = mlp_.num_layers() - 1, D = schema_.num_dense;
   const size_t blocks = (B + kRowBlock - 1) / kRowBlock;
   std::vector<double> block_loss(blocks, 0.0);
@@ -419,7 +445,7 @@ StepStats CtrModel::TrainMinibatch(const Batch& pass, const WorkingSet& ws, cons
   // Phase A (row blocks): inputs, forward, loss gradient, backward to the inputs.
   RunParallel(pool, blocks, [&](size_t blk, int) {
     const uint32_t r0 = static_cast<uint32_t>(blk * kRowBlock), r1 = std::min(B, r0 + kRowBlock);
-    BuildInputs(pass, ws, mb, *rows, r0, r1);
+    BuildInputs(pass, ws, mb, rows, r0, r1);
     ForwardBlock(r0, r1);
     double loss = 0;
     for (uint32_t r = r0; r < r1; ++r) {
@@ -427,7 +453,7 @@ StepStats CtrModel::TrainMinibatch(const Batch& pass, const WorkingSet& ws, cons
       const float p = Sigmoid(logits_[r]);
       predictions[r] = p;
       loss += LogLoss(logits_[r], y);
-      dlogit_[r] = (p - y) / static_cast<float>(B);
+      dlogit_[r] = (p - y) / static_cast<float>(loss_rows);
     }
     block_loss[blk] = loss;
     std::vector<const float*> acts(hidden);
@@ -449,25 +475,9 @@ StepStats CtrModel::TrainMinibatch(const Batch& pass, const WorkingSet& ws, cons
     if (bottom_.num_layers() > 0) BottomBackward(r0, r1);
   });
 
-  // Phase B: weight-gradient tiles with their dense updates, and sparse updates by key chunk.
-  dense_opt_.BeginStep();
-  const size_t chunks = (mb.uniq.size() + kSparseChunk - 1) / kSparseChunk;
-  std::vector<uint32_t> created(chunks, 0);
-  RunParallel(pool, tiles_.size() + chunks, [&](size_t task, int) {
-    if (task < tiles_.size()) {
-      DenseTile(task, B);
-      return;
-    }
-    const size_t c = task - tiles_.size();
-    UpdateSparseChunk(pass, ws, mb, c * kSparseChunk,
-                      std::min(mb.uniq.size(), (c + 1) * kSparseChunk), rows, accessor,
-                      &created[c]);
-  });
-
-  StepStats stats;
-  for (double l : block_loss) stats.loss_sum += l;
-  for (uint32_t c : created) stats.embeddings_created += c;
-  return stats;
+  double loss = 0;
+  for (double l : block_loss) loss += l;
+  return loss;
 }
 
 void CtrModel::UpdateTile(size_t matrix, uint32_t rows, uint32_t ld, size_t bias, uint32_t c0,
@@ -479,6 +489,11 @@ void CtrModel::UpdateTile(size_t matrix, uint32_t rows, uint32_t ld, size_t bias
 }
 
 void CtrModel::DenseTile(size_t t, uint32_t batch_rows) {
+  DenseTileGrad(t, batch_rows);
+  DenseTileUpdate(t);
+}
+
+void CtrModel::DenseTileGrad(size_t t, uint32_t batch_rows) {
   const Tile& tile = tiles_[t];
   const uint32_t l = tile.layer, c0 = tile.c0, c1 = tile.c1, width = c1 - c0;
   const int B = static_cast<int>(batch_rows);
@@ -488,14 +503,11 @@ void CtrModel::DenseTile(size_t t, uint32_t batch_rows) {
       const float* xin = l == 0 ? MlpInput() : acts_[l - 1].data();
       const float* g = l == last ? dlogit_.data() : grads_hidden_[l].data();
       mlp_.TileGrad(l, c0, c1, xin, g, B, grads_.data());
-      UpdateTile(mlp_.w_offset(l), mlp_.in(l), mlp_.out(l), mlp_.b_offset(l), c0, c1);
       return;
     }
     case TileKind::kBottom: {
       const float* xin = l == 0 ? bottom_in_.data() : bottom_acts_[l - 1].data();
       bottom_.TileGrad(l, c0, c1, xin, bottom_grads_[l].data(), B, grads_.data() + bottom_base_);
-      UpdateTile(bottom_base_ + bottom_.w_offset(l), bottom_.in(l), bottom_.out(l),
-                 bottom_base_ + bottom_.b_offset(l), c0, c1);
       return;
     }
     case TileKind::kCross: {
@@ -513,53 +525,137 @@ void CtrModel::DenseTile(size_t t, uint32_t batch_rows) {
         const float* gr = gu + size_t{r} * W0 + c0;
         for (uint32_t j = 0; j < width; ++j) db[j] += gr[j];
       }
-      UpdateTile(w, k, W0, cross_.b_offset(l), c0, c1);
       return;
     }
     case TileKind::kCrossV: {  // dV_l = x_l^T (gu_l U_l^T): columns [c0, c1) of r
       const uint32_t W0 = cross_.width, R = cross_.rank;
       blas::Sgemm(true, false, W0, width, B, 1.0f, CrossInput(l), W0, cross_glow_[l].data() + c0, R,
                   0.0f, grads_.data() + cross_.w_offset(l) + c0, R);
-      UpdateTile(cross_.w_offset(l), W0, R, kNoBias, c0, c1);
       return;
     }
+  }
+}
+
+void CtrModel::DenseTileUpdate(size_t t) {
+  const Tile& tile = tiles_[t];
+  const uint32_t l = tile.layer, c0 = tile.c0, c1 = tile.c1;
+  switch (tile.kind) {
+    case TileKind::kMlp:
+      UpdateTile(mlp_.w_offset(l), mlp_.in(l), mlp_.out(l), mlp_.b_offset(l), c0, c1);
+      return;
+    case TileKind::kBottom:
+      UpdateTile(bottom_base_ + bottom_.w_offset(l), bottom_.in(l), bottom_.out(l),
+                 bottom_base_ + bottom_.b_offset(l), c0, c1);
+      return;
+    case TileKind::kCross: {
+      const uint32_t R = cross_.rank;
+      UpdateTile(R > 0 ? cross_.u_offset(l) : cross_.w_offset(l), R > 0 ? R : cross_.width,
+                 cross_.width, cross_.b_offset(l), c0, c1);
+      return;
+    }
+    case TileKind::kCrossV:
+      UpdateTile(cross_.w_offset(l), cross_.width, cross_.rank, kNoBias, c0, c1);
+      return;
   }
 }
 
 void CtrModel::UpdateSparseChunk(const Batch& pass, const WorkingSet& ws, const Minibatch& mb,
                                  size_t u0, size_t u1, RowBlock* rows, const CtrAccessor& accessor,
                                  uint32_t* created) {
+  std::vector<float> record(SparseRecordWidth());
+  for (size_t u = u0; u < u1; ++u) {
+    SparseRecord(pass, ws, mb, u, record.data());
+    if (ApplyRecord(mb.uniq[u], record.data(), rows, accessor)) ++*created;
+  }
+}
+
+void CtrModel::SparseRecord(const Batch& pass, const WorkingSet& ws, const Minibatch& mb, size_t u,
+                            float* record) const {
   const uint32_t S = schema_.num_slots, dim = options_.embedding_dim;
   const bool weighted = pass.has_weights();
-  std::vector<float> g(dim);
-  for (size_t u = u0; u < u1; ++u) {
-    const uint32_t l = mb.uniq[u];
-    std::fill(g.begin(), g.end(), 0.0f);
-    float g_wide = 0.0f, clicks = 0.0f;
-    for (uint32_t q = mb.occ_begin[u]; q < mb.occ_begin[u + 1]; ++q) {
-      const uint32_t p = mb.key_begin + mb.occ[q];
-      const uint32_t cell = ws.cell[p], r = cell / S;
-      const float w = weighted ? pass.weights[p] : 1.0f;
-      const float* gx = dx_.data() + size_t{cell} * dim;
-      for (uint32_t d = 0; d < dim; ++d) g[d] += w * gx[d];
-      g_wide += w * dlogit_[r];
-      clicks += pass.labels[mb.row_begin + r];
-    }
-    rows->show(l) += static_cast<float>(mb.occ_begin[u + 1] - mb.occ_begin[u]);
-    rows->click(l) += clicks;
-    rows->unseen(l) = 0;
-    if (rows->has_emb(l)) {
-      sparse_opt_.Update(rows->emb(l), rows->emb_state(l), g.data(), dim);
-      // x <- Q(x + update): u drawn from (seed, key, step), independent of the threads.
-      quant_.Round(rows->emb(l), dim, options_.quant.rounding, quant_seed_,
-                   Mix64(rows->key(l)) + dense_opt_.step());
-      // The state likewise, on another stream (a no-op unless state_bits is 16).
-      sparse_opt_.RoundState(rows->emb_state(l), rows->layout().emb_state, quant_seed_ ^ kStateSalt,
-                             Mix64(rows->key(l)) + dense_opt_.step());
-    }
-    if (options_.wide) sparse_opt_.Update(&rows->wide(l), rows->wide_state(l), &g_wide, 1);
-    if (accessor.MaybeCreateEmbedding(rows, l)) ++*created;
+  float* g = record;
+  std::fill(g, g + dim, 0.0f);
+  float g_wide = 0.0f, clicks = 0.0f;
+  for (uint32_t q = mb.occ_begin[u]; q < mb.occ_begin[u + 1]; ++q) {
+    const uint32_t p = mb.key_begin + mb.occ[q];
+    const uint32_t cell = ws.cell[p], r = cell / S;
+    const float w = weighted ? pass.weights[p] : 1.0f;
+    const float* gx = dx_.data() + size_t{cell} * dim;
+    for (uint32_t d = 0; d < dim; ++d) g[d] += w * gx[d];
+    g_wide += w * dlogit_[r];
+    clicks += pass.labels[mb.row_begin + r];
   }
+  record[dim] = g_wide;
+  record[dim + 1] = static_cast<float>(mb.occ_begin[u + 1] - mb.occ_begin[u]);
+  record[dim + 2] = clicks;
+}
+
+bool CtrModel::ApplyRecord(uint32_t l, const float* record, RowBlock* rows,
+                           const CtrAccessor& accessor) {
+  const uint32_t dim = options_.embedding_dim;
+  rows->show(l) += record[dim + 1];
+  rows->click(l) += record[dim + 2];
+  rows->unseen(l) = 0;
+  if (rows->has_emb(l)) {
+    sparse_opt_.Update(rows->emb(l), rows->emb_state(l), record, dim);
+    // x <- Q(x + update): u drawn from (seed, key, step), independent of the threads.
+    quant_.Round(rows->emb(l), dim, options_.quant.rounding, quant_seed_,
+                 Mix64(rows->key(l)) + dense_opt_.step());
+    // The state likewise, on another stream (a no-op unless state_bits is 16).
+    sparse_opt_.RoundState(rows->emb_state(l), rows->layout().emb_state, quant_seed_ ^ kStateSalt,
+                           Mix64(rows->key(l)) + dense_opt_.step());
+  }
+  if (options_.wide) {
+    float g_wide = record[dim];
+    sparse_opt_.Update(&rows->wide(l), rows->wide_state(l), &g_wide, 1);
+  }
+  return accessor.MaybeCreateEmbedding(rows, l);
+}
+
+// ---- the distributed step ---------------------------------------------------------------------
+
+StepStats CtrModel::ComputeGradients(const Batch& pass, const WorkingSet& ws, const Minibatch& mb,
+                                     const RowBlock& rows, ThreadPool* pool, float* predictions,
+                                     uint32_t global_rows, std::vector<float>* records) {
+  const uint32_t B = mb.rows();
+  StepStats stats;
+  stats.loss_sum = ForwardBackward(pass, ws, mb, rows, pool, predictions, global_rows);
+  if (B == 0) {
+    std::fill(grads_.begin(), grads_.end(), 0.0f);
+  } else {
+    RunParallel(pool, tiles_.size(), [&](size_t t, int) { DenseTileGrad(t, B); });
+  }
+  const uint32_t width = SparseRecordWidth();
+  records->resize(mb.uniq.size() * width);
+  const size_t chunks = (mb.uniq.size() + kSparseChunk - 1) / kSparseChunk;
+  RunParallel(pool, chunks, [&](size_t c, int) {
+    const size_t u1 = std::min(mb.uniq.size(), (c + 1) * kSparseChunk);
+    for (size_t u = c * kSparseChunk; u < u1; ++u) {
+      SparseRecord(pass, ws, mb, u, records->data() + u * width);
+    }
+  });
+  return stats;
+}
+
+void CtrModel::ApplyDense(ThreadPool* pool) {
+  dense_opt_.BeginStep();
+  RunParallel(pool, tiles_.size(), [&](size_t t, int) { DenseTileUpdate(t); });
+}
+
+uint32_t CtrModel::ApplySparse(const uint32_t* local, const float* records, size_t n,
+                               RowBlock* rows, const CtrAccessor& accessor, ThreadPool* pool) {
+  const uint32_t width = SparseRecordWidth();
+  const size_t chunks = (n + kSparseChunk - 1) / kSparseChunk;
+  std::vector<uint32_t> created(chunks, 0);
+  RunParallel(pool, chunks, [&](size_t c, int) {
+    const size_t i1 = std::min(n, (c + 1) * kSparseChunk);
+    for (size_t i = c * kSparseChunk; i < i1; ++i) {
+      created[c] += ApplyRecord(local[i], records + i * width, rows, accessor);
+    }
+  });
+  uint32_t total = 0;
+  for (uint32_t c : created) total += c;
+  return total;
 }
 
 void CtrModel::Predict(const Batch& examples, const WorkingSet& ws, const Minibatch& mb,

@@ -119,6 +119,28 @@ class CtrModel {
                            RowBlock* rows, const CtrAccessor& accessor, ThreadPool* pool,
                            float* predictions);
 
+  // ---- The distributed step (docs/distributed.md): TrainMinibatch in three calls, with the
+  // gradients summed over the ranks between them. One rank calling the three in a row on the
+  // whole minibatch gets TrainMinibatch's model, bit for bit.
+  //
+  // The gradient record of one key: [g_emb (dim) | g_wide | show | click].
+  uint32_t SparseRecordWidth() const { return options_.embedding_dim + 3; }
+  // Predictions (before any update) and gradients of minibatch mb, updating nothing: the dense
+  // gradient into dense_grads(), each distinct key's record (mb.uniq order) into *records.
+  // global_rows: the rows of the minibatch over all ranks (the loss is their mean); mb may have
+  // no rows (a rank whose share ran out).
+  StepStats ComputeGradients(const Batch& pass, const WorkingSet& ws, const Minibatch& mb,
+                             const RowBlock& rows, ThreadPool* pool, float* predictions,
+                             uint32_t global_rows, std::vector<float>* records);
+  std::vector<float>& dense_grads() { return grads_; }
+  // Starts the optimizer step and applies dense_grads() (summed over the ranks).
+  void ApplyDense(ThreadPool* pool);
+  // Applies summed records to rows local[0..n) of *rows (distinct), after ApplyDense of the
+  // same step: show/click, the embedding and wide updates, embeddings created (their count
+  // returned). Every copy of a row that takes the same records ends bit-identical.
+  uint32_t ApplySparse(const uint32_t* local, const float* records, size_t n, RowBlock* rows,
+                       const CtrAccessor& accessor, ThreadPool* pool);
+
   // Predicts rows [mb.row_begin, mb.row_end) of `examples` (keys mapped to rows by ws).
   void Predict(const Batch& examples, const WorkingSet& ws, const Minibatch& mb,
                const RowBlock& rows, ThreadPool* pool, float* predictions);
@@ -133,9 +155,21 @@ class CtrModel {
   void BuildInputs(const Batch& pass, const WorkingSet& ws, const Minibatch& mb,
                    const RowBlock& rows, uint32_t r0, uint32_t r1);
   void ForwardBlock(uint32_t r0, uint32_t r1);
+  // Phase A of a step: inputs, forward, loss gradient (mean over loss_rows), backward to the
+  // inputs; returns the summed loss.
+  double ForwardBackward(const Batch& pass, const WorkingSet& ws, const Minibatch& mb,
+                         const RowBlock& rows, ThreadPool* pool, float* predictions,
+                         uint32_t loss_rows);
   void UpdateSparseChunk(const Batch& pass, const WorkingSet& ws, const Minibatch& mb, size_t u0,
                          size_t u1, RowBlock* rows, const CtrAccessor& accessor, uint32_t* created);
+  // Key mb.uniq[u]'s gradient record (SparseRecordWidth floats), and its application to row l.
+  void SparseRecord(const Batch& pass, const WorkingSet& ws, const Minibatch& mb, size_t u,
+                    float* record) const;
+  bool ApplyRecord(uint32_t l, const float* record, RowBlock* rows, const CtrAccessor& accessor);
+  // A weight-gradient tile: its gradient, then the dense optimizer's update of its columns.
   void DenseTile(size_t tile, uint32_t batch_rows);
+  void DenseTileGrad(size_t tile, uint32_t batch_rows);
+  void DenseTileUpdate(size_t tile);
   // The dense optimizer's update of a tile's columns [c0, c1): of `rows` rows of the matrix at
   // `matrix` (row stride ld), and of the bias at `bias` unless kNoBias.
   static constexpr size_t kNoBias = ~size_t{0};

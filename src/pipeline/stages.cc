@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "ckpt/model_files.h"
+#include "dist/collectives.h"
 #include "pipeline/train_report.h"
 #include "working/working_set.h"
 
@@ -35,8 +36,16 @@ TrainPosition PassStages::Position() const {
 StatusOr<PassPtr> PassStages::Read() {
   Stopwatch clock;
   auto pass = std::make_unique<Pass>(ctx_.model->value_layout());
-  bool eof = false;
-  RETURN_IF_ERROR(ctx_.reader->Next(&pass->examples, &eof, &pass->place));
+  bool eof = local_eof_;
+  if (!eof) RETURN_IF_ERROR(ctx_.reader->Next(&pass->examples, &eof, &pass->place));
+  if (ctx_.comm != nullptr) {
+    // A pass while any rank has rows; a rank whose share ran out takes part with none.
+    local_eof_ = eof;
+    uint64_t more = eof ? 0 : 1;
+    RETURN_IF_ERROR(AllReduceMax(ctx_.comm, &more, 1));
+    eof = more == 0;
+    if (!eof && local_eof_) pass->place = PassPlace{next_index_, true, true};
+  }
   if (eof) return PassPtr();
   pass->index = next_index_++;
   BuildWorkingSet(pass->examples, ctx_.job->train.batch_size, nullptr, &pass->ws);
@@ -60,6 +69,14 @@ Status PassStages::Pull(Pass* pass, ThreadPool* pool) {
     pass->clock[StageId::kPull].stalled += wait.Seconds();
   }
   Stopwatch clock;
+  if (ctx_.comm != nullptr) {  // one pass at a time: nothing in flight
+    pass->sharded = std::make_unique<ShardedPass>();
+    RETURN_IF_ERROR(PullSharded(ctx_.comm, ctx_.table, ctx_.accessor, pass->ws,
+                                &pass->table->rows(), pass->sharded.get(), pool));
+    pass->Gauge();
+    pass->clock[StageId::kPull].busy = clock.Seconds();
+    return Status::OK();
+  }
   InFlight::Tables ahead = in_flight_.Snapshot();  // before the table is read
   ASSIGN_OR_RETURN(pass->pins, ctx_.table->Pull(pass->ws.keys.data(), pass->ws.keys.size(),
                                                 ctx_.accessor, &pass->table->rows(), pool));
@@ -94,7 +111,9 @@ Status PassStages::Train(Pass* pass, const std::atomic<bool>* failed) {
   }
   pass->ahead.clear();
   MetricAccumulator pass_metrics;
-  if (ctx_.gpu != nullptr) {
+  if (ctx_.comm != nullptr) {
+    RETURN_IF_ERROR(TrainSharded(pass, &pass_metrics));
+  } else if (ctx_.gpu != nullptr) {
     RETURN_IF_ERROR(TrainOnGpu(pass, patched, &pass_metrics));
   } else {
     RETURN_IF_ERROR(TrainOnCpu(pass, failed, &pass_metrics));
@@ -114,15 +133,34 @@ Status PassStages::TrainOnCpu(Pass* pass, const std::atomic<bool>* failed,
     StepStats st = ctx_.model->TrainMinibatch(pass->examples, pass->ws, mb, &pass->table->rows(),
                                               *ctx_.accessor, ctx_.train_pool, predictions_.data());
     pass->embeddings_created += st.embeddings_created;
-    for (uint32_t r = 0; r < mb.rows(); ++r) {
-      const float y = pass->examples.labels[mb.row_begin + r];
-      metrics->Add(y, predictions_[r]);
-      total_.Add(y, predictions_[r]);
-    }
-    trained_examples_ += mb.rows();
-    ReportProgress();
+    AddMetrics(*pass, mb, metrics);
   }
   return Status::OK();
+}
+
+Status PassStages::TrainSharded(Pass* pass, MetricAccumulator* metrics) {
+  ShardedPass* sp = pass->sharded.get();
+  const Minibatch none;  // past this rank's last minibatch of the pass
+  for (uint32_t m = 0; m < sp->global_rows.size(); ++m) {
+    const Minibatch& mb = m < pass->ws.batches.size() ? pass->ws.batches[m] : none;
+    ASSIGN_OR_RETURN(StepStats st, TrainShardedMinibatch(ctx_.comm, ctx_.model, pass->examples,
+                                                         pass->ws, mb, m, &pass->table->rows(), sp,
+                                                         *ctx_.accessor, ctx_.train_pool,
+                                                         predictions_.data()));
+    pass->embeddings_created += st.embeddings_created;
+    AddMetrics(*pass, mb, metrics);
+  }
+  return Status::OK();
+}
+
+void PassStages::AddMetrics(const Pass& pass, const Minibatch& mb, MetricAccumulator* metrics) {
+  for (uint32_t r = 0; r < mb.rows(); ++r) {
+    const float y = pass.examples.labels[mb.row_begin + r];
+    metrics->Add(y, predictions_[r]);
+    total_.Add(y, predictions_[r]);
+  }
+  trained_examples_ += mb.rows();
+  ReportProgress();
 }
 
 Status PassStages::TrainOnGpu(Pass* pass, const std::vector<uint32_t>& patched,
@@ -164,7 +202,11 @@ void PassStages::ReportProgress() {
 
 Status PassStages::Push(Pass* pass, ThreadPool* pool) {
   Stopwatch clock;
-  RETURN_IF_ERROR(ctx_.table->Push(&pass->pins, pass->table->rows(), pool));
+  if (pass->sharded != nullptr) {
+    RETURN_IF_ERROR(PushSharded(ctx_.table, pass->sharded.get(), pool));
+  } else {
+    RETURN_IF_ERROR(ctx_.table->Push(&pass->pins, pass->table->rows(), pool));
+  }
   ++passes_;
   if (ctx_.ckpt != nullptr) RETURN_IF_ERROR(ctx_.ckpt->OnPush(pass->table->rows()));
   const uint32_t every = ctx_.job->train.shrink_every_passes;

@@ -19,6 +19,7 @@
 #include "metrics/metrics.h"
 #include "model/ctr_model.h"
 #include "model/gpu_trainer.h"
+#include "dist/comm.h"
 #include "pipeline/in_flight.h"
 #include "pipeline/job.h"
 #include "pipeline/pass.h"
@@ -45,6 +46,10 @@ struct StageContext {
   TrainPosition start;               // where the job stood when this run began
   CheckpointWriter* ckpt = nullptr;  // may be null: no checkpoints
   GpuTrainer* gpu = nullptr;         // may be null: the train stage runs on the CPU
+  // May be null: one rank. Else the job's ranks (docs/distributed.md): `table` is this rank's
+  // shard, passes are this rank's share of the global passes, and the stages exchange keys,
+  // rows and gradients (pipeline/sharded_pass.h). Stages run one after the other.
+  Comm* comm = nullptr;
 };
 
 class PassStages {
@@ -93,6 +98,9 @@ class PassStages {
 
  private:
   Status TrainOnCpu(Pass* pass, const std::atomic<bool>* failed, MetricAccumulator* metrics);
+  Status TrainSharded(Pass* pass, MetricAccumulator* metrics);
+  // The predictions of a trained minibatch into the pass's and the run's metrics.
+  void AddMetrics(const Pass& pass, const Minibatch& mb, MetricAccumulator* metrics);
   Status TrainOnGpu(Pass* pass, const std::vector<uint32_t>& patched, MetricAccumulator* metrics);
   void ReportProgress();  // train stage
   // Commits a checkpoint after pass `pass` (push stage); returns its line for the metrics.
@@ -104,7 +112,8 @@ class PassStages {
   MemoryGauge passes_gauge_;
   Stopwatch run_clock_;  // reset by Start; read by every stage
 
-  uint64_t next_index_;  // read stage
+  uint64_t next_index_;     // read stage
+  bool local_eof_ = false;  // read stage: this rank's share of the input is read
 
   std::vector<float> predictions_;       // train stage
   std::vector<float> pass_predictions_;  // train stage

@@ -26,7 +26,7 @@ namespace {
 // Runs every pass from `start` (on the GPUs with device: gpu) and returns the run's report.
 StatusOr<nlohmann::json> RunPasses(const JobConfig& job, PassReader* reader, TrainStart* start,
                                    ProgressSink* sink, const std::atomic<bool>* stop,
-                                   ThreadPool* pool, TrainPosition* final_position) {
+                                   ThreadPool* pool, Comm* comm, TrainPosition* final_position) {
   const CtrAccessor accessor(start->model->value_layout(), job.spec.table);
   std::unique_ptr<GpuTrainer> gpu;
   if (job.gpu) {
@@ -47,6 +47,7 @@ StatusOr<nlohmann::json> RunPasses(const JobConfig& job, PassReader* reader, Tra
   ctx.start = start->position;
   ctx.ckpt = start->ckpt.get();
   ctx.gpu = gpu.get();
+  ctx.comm = comm;
   PassStages stages(ctx);
   ASSIGN_OR_RETURN(StageRunResult run, RunStages(&stages, job.pipeline, stop));
   *final_position = stages.Position();
@@ -180,13 +181,61 @@ nlohmann::json PeakMemoryByOwner(const JobConfig& job, const CtrModel& model,
           {"other", rss - table - passes - dense - reader}};
 }
 
+// One rank's share of a distributed job (docs/distributed.md): its files, its share of every
+// pass and minibatch; what is not built for several ranks yet is refused or turned off here.
+Status ShareJob(Env* env, const Comm& comm, JobConfig* job) {
+  const int n = comm.size(), me = comm.rank();
+  if (job->gpu) {
+    return InvalidArgumentError("device: gpu is not built for several ranks yet (MPI jobs train "
+                                "on the CPU)");
+  }
+  if (job->resume) {
+    return InvalidArgumentError("--resume is not built for several ranks yet");
+  }
+  if (IsGenerated(job->data) || !job->data.command.empty()) {
+    return InvalidArgumentError(
+        "a job of several ranks reads files: give data.paths (at least one file per rank)");
+  }
+  const uint32_t b = job->train.batch_size;
+  if (b % n != 0) {
+    return InvalidArgumentError(fmt::format(
+        "train.batch_size: {} is not a multiple of the {} ranks (each trains an equal share "
+        "of every minibatch)",
+        b, n));
+  }
+  ASSIGN_OR_RETURN(std::vector<std::string> files,
+                   ExpandDataPaths(env, job->data.paths, job->data.format));
+  if (files.size() < static_cast<size_t>(n)) {
+    return InvalidArgumentError(fmt::format(
+        "data.paths: {} files for {} ranks; each rank reads whole files (files i with i mod "
+        "ranks = rank), so give at least one per rank",
+        files.size(), n));
+  }
+  job->data.paths.clear();
+  for (size_t i = me; i < files.size(); i += n) job->data.paths.push_back(files[i]);
+  job->train.batch_size = b / n;
+  const uint64_t pass = job->pipeline.pass_examples / n;
+  job->pipeline.pass_examples = std::max<uint64_t>(job->train.batch_size, pass);
+  if (job->pipeline.enabled) LOG_INFO("rank {} of {}: the stages run one after the other", me, n);
+  job->pipeline.enabled = false;
+  job->pipeline.size_by_memory = false;  // passes must line up across the ranks
+  if (!job->ckpt.dir.empty()) {
+    LOG_WARNING("rank {} of {}: checkpoints are not built for several ranks yet; ckpt.dir is ignored",
+             me, n);
+    job->ckpt.dir.clear();
+  }
+  job->eval_paths.clear();  // held-out evaluation needs every shard: not built yet
+  return Status::OK();
+}
+
 }  // namespace
 
 StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
-                                  const std::atomic<bool>* stop) {
+                                  const std::atomic<bool>* stop, Comm* comm) {
   Stopwatch total_clock;
   // Validate, and learn the schema from the data.
   RETURN_IF_ERROR(job.Validate());
+  if (comm != nullptr) RETURN_IF_ERROR(ShareJob(env, *comm, &job));
   if (job.gpu) RETURN_IF_ERROR(ResolveGpuPassMemory(&job.gpu_options));
   job.data.cancel = stop;  // a stalled data.command or standard input gives way to Ctrl-C
   PassReader reader([&] { return OpenData(env, job.data, job.generated, false); },
@@ -216,7 +265,7 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   // many malformed records included).
   TrainPosition position;
   ASSIGN_OR_RETURN(nlohmann::json report,
-                   RunPasses(job, &reader, &start, sink, stop, &pool, &position));
+                   RunPasses(job, &reader, &start, sink, stop, &pool, comm, &position));
 
   // A job that trained nothing has no model to save (an interrupted one stops as usual).
   if (position.examples == 0 && !report["interrupted"].get<bool>()) {

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <nlohmann/json.hpp>
 
+#include "dist/comm.h"
 #include "pipeline/job.h"
 #include "pipeline/progress_sink.h"
 #include "util/env.h"
@@ -22,8 +23,13 @@ namespace ctrbox {
 // Runs the train job and returns its report (the JSON object `ctrbox train` prints). When
 // *stop becomes true (Ctrl-C), the job stops after the pass in training is pushed, saves the
 // model and reports "interrupted": true (docs/pipeline.md). sink and stop may be null.
+//
+// comm (may be null: one rank, as always) makes this process one rank of a distributed job
+// (docs/distributed.md): it reads its share of the input files, holds its shard of the sparse
+// table, and trains one model with the other ranks. Every rank must call RunTrain with the
+// same job.
 StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
-                                  const std::atomic<bool>* stop = nullptr);
+                                  const std::atomic<bool>* stop = nullptr, Comm* comm = nullptr);
 
 }  // namespace ctrbox
 

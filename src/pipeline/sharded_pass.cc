@@ -1,0 +1,78 @@
+#include "pipeline/sharded_pass.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "dist/collectives.h"
+
+namespace ctrbox {
+namespace {
+
+// Every rank's minibatch sizes, so all agree on the pass's global minibatches.
+Status AgreeOnMinibatches(Comm* comm, const WorkingSet& ws, ShardedPass* out) {
+  std::string mine;
+  for (const Minibatch& mb : ws.batches) {
+    const uint32_t rows = mb.rows();
+    mine.append(reinterpret_cast<const char*>(&rows), sizeof(rows));
+  }
+  std::vector<std::string> all;
+  RETURN_IF_ERROR(comm->AllGather(mine, &all));
+  out->global_rows.clear();
+  out->global_examples = 0;
+  for (const std::string& ranks : all) {
+    const size_t m = ranks.size() / sizeof(uint32_t);
+    if (out->global_rows.size() < m) out->global_rows.resize(m, 0);
+    for (size_t i = 0; i < m; ++i) {
+      uint32_t rows;
+      std::memcpy(&rows, ranks.data() + i * sizeof(uint32_t), sizeof(rows));
+      out->global_rows[i] += rows;
+      out->global_examples += rows;
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status PullSharded(Comm* comm, SparseTable* shard, const CtrAccessor* accessor,
+                   const WorkingSet& ws, RowBlock* rows, ShardedPass* out, ThreadPool* pool) {
+  RETURN_IF_ERROR(AgreeOnMinibatches(comm, ws, out));
+  ASSIGN_OR_RETURN(out->routes, RouteKeys(comm, ws.keys.data(), ws.keys.size()));
+  out->served = RowBlock(shard->layout());
+  ASSIGN_OR_RETURN(out->served_pins, shard->Pull(out->routes.served.data(), out->routes.served.size(),
+                                                 accessor, &out->served, pool));
+  rows->Resize(ws.keys.size());
+  return SendToHolders(
+      comm, &out->routes, [&](uint32_t s, std::string* bytes) { out->served.EncodeRow(s, bytes); },
+      [&](uint32_t i, const char* p, size_t n) -> size_t {
+        const size_t used = rows->DecodeRow(p, n, i);
+        return used > 0 && rows->key(i) == ws.keys[i] ? used : 0;
+      });
+}
+
+StatusOr<StepStats> TrainShardedMinibatch(Comm* comm, CtrModel* model, const Batch& pass,
+                                          const WorkingSet& ws, const Minibatch& mb, uint32_t m,
+                                          RowBlock* rows, ShardedPass* sp,
+                                          const CtrAccessor& accessor, ThreadPool* pool,
+                                          float* predictions) {
+  StepStats stats = model->ComputeGradients(pass, ws, mb, *rows, pool, predictions,
+                                            sp->global_rows[m], &sp->records);
+  std::vector<float>& dense = model->dense_grads();
+  RETURN_IF_ERROR(AllReduceSum(comm, dense.data(), dense.size()));
+  // mb.uniq holds local ids: indices into ws.keys, as given to RouteKeys.
+  RETURN_IF_ERROR(ReduceToHolders(comm, &sp->routes, mb.uniq.data(), sp->records.data(),
+                                  mb.uniq.size(), model->SparseRecordWidth(), &sp->reduced));
+  model->ApplyDense(pool);
+  const ReducedRecords& r = sp->reduced;
+  model->ApplySparse(r.keys.data(), r.records.data(), r.keys.size(), rows, accessor, pool);
+  // The served copy is the one that is kept: its embeddings created are the job's.
+  stats.embeddings_created = model->ApplySparse(r.served.data(), r.served_records.data(),
+                                                r.served.size(), &sp->served, accessor, pool);
+  return stats;
+}
+
+Status PushSharded(SparseTable* shard, ShardedPass* sp, ThreadPool* pool) {
+  return shard->Push(&sp->served_pins, sp->served, pool);
+}
+
+}  // namespace ctrbox

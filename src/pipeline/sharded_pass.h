@@ -1,0 +1,66 @@
+// One rank's side of a pass of a distributed train job (docs/distributed.md; HPS §3-4,
+// Algorithms 1-2). The sparse table is sharded by key over the ranks (dist/collectives.h
+// OwnerOf); every rank trains its share of each global minibatch:
+//
+//   pull   PullSharded: the pass's distinct keys go to their owners; each owner pulls (and
+//          pins) the union it was asked for from its shard — the *served* rows — and sends
+//          every rank the rows it asked for, into the pass's working rows.
+//   train  TrainShardedMinibatch, per global minibatch: gradients of this rank's rows; the
+//          dense gradient summed over the ranks (rank order); each key's gradient records
+//          sent to its owner, summed in rank order and sent to every rank holding the key;
+//          then every copy of a row — the holders' and the owner's served one — takes the
+//          same update. So the ranks train one model with the global minibatch, as one rank
+//          would (up to the order of the sums).
+//   push   PushSharded: the owner writes its served rows back into its shard; the holders'
+//          copies are dropped.
+//
+// Thread safety: the functions are collective calls (every rank, same order); one thread per
+// rank drives them.
+#ifndef CTRBOX_PIPELINE_SHARDED_PASS_H_
+#define CTRBOX_PIPELINE_SHARDED_PASS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "dist/comm.h"
+#include "dist/key_routes.h"
+#include "model/ctr_model.h"
+#include "table/sparse_table.h"
+#include "working/working_set.h"
+
+namespace ctrbox {
+
+struct ShardedPass {
+  KeyRoutes routes;        // the pass's working-set keys to their owners
+  RowBlock served;         // the rows this rank serves, in routes.served order
+  PinnedRows served_pins;  // ... pinned in this rank's shard until the push
+  // Per global minibatch of the pass, its rows over all ranks (a rank whose share of the pass
+  // has fewer minibatches trains empty ones).
+  std::vector<uint32_t> global_rows;
+  uint64_t global_examples = 0;  // the pass's rows over all ranks
+
+  // Scratch of the minibatches.
+  std::vector<float> records;
+  ReducedRecords reduced;
+};
+
+// Pull: routes ws.keys, pulls and pins the served rows from `shard` (new keys get
+// accessor.InitRow), and fills *rows (resized to ws.keys.size()) with the rows of ws.keys.
+// Also agrees on the pass's global minibatches. Fails on a transport or table error.
+Status PullSharded(Comm* comm, SparseTable* shard, const CtrAccessor* accessor,
+                   const WorkingSet& ws, RowBlock* rows, ShardedPass* out, ThreadPool* pool);
+
+// Trains global minibatch `m` of the pass: mb is this rank's share (empty past its last
+// minibatch). predictions [mb.rows()] get p before the update.
+StatusOr<StepStats> TrainShardedMinibatch(Comm* comm, CtrModel* model, const Batch& pass,
+                                          const WorkingSet& ws, const Minibatch& mb, uint32_t m,
+                                          RowBlock* rows, ShardedPass* sp,
+                                          const CtrAccessor& accessor, ThreadPool* pool,
+                                          float* predictions);
+
+// Push: the served rows into the shard, pins released. Local: no exchange.
+Status PushSharded(SparseTable* shard, ShardedPass* sp, ThreadPool* pool);
+
+}  // namespace ctrbox
+
+#endif  // CTRBOX_PIPELINE_SHARDED_PASS_H_
