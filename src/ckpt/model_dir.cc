@@ -2,13 +2,17 @@
 
 #include <fmt/format.h>
 
+#include <functional>
+
 #include "util/cleanup.h"
 #include "util/hash.h"
 
 namespace ctrbox {
 namespace {
 
-constexpr uint32_t kVersion = 1;
+// Version 1: one sparse file, then the dense file. Version 2 (a model saved by several
+// ranks): one sparse file per rank, then the dense file. A single process still writes 1.
+constexpr uint32_t kVersion = 2;
 constexpr const char* kManifest = "MANIFEST";
 
 std::string FileName(const char* kind, uint64_t generation) {
@@ -19,7 +23,7 @@ std::string FileName(const char* kind, uint64_t generation) {
 
 nlohmann::json ModelManifest::ToJson() const {
   return {{"format", "ctrbox-model"},
-          {"version", kVersion},
+          {"version", files.size() > 2 ? 2 : 1},
           {"generation", generation},
           {"spec", spec.ToJson()},
           {"files", FilesToJson(files)},
@@ -68,7 +72,9 @@ StatusOr<ModelManifest> ReadManifest(Env* env, const std::string& dir) {
     m.generation = j.at("generation").get<uint64_t>();
     ASSIGN_OR_RETURN(m.spec, ModelSpec::FromJson(j.at("spec")));
     ASSIGN_OR_RETURN(m.files, FilesFromJson(path, j.at("files")));
-    if (m.files.size() != 2) return CorruptionError(path + ": expected a sparse and a dense file");
+    if (m.files.size() < 2 || (j.at("version").get<uint32_t>() < 2 && m.files.size() != 2)) {
+      return CorruptionError(path + ": expected sparse files and a dense file");
+    }
     m.keys = j.at("keys").get<uint64_t>();
     m.keys_with_embedding = j.at("keys_with_embedding").get<uint64_t>();
     m.bytes_live = j.at("bytes_live").get<uint64_t>();
@@ -136,19 +142,37 @@ StatusOr<ModelManifest> SaveModel(Env* env, const std::string& dir, const ModelS
   return m;
 }
 
+// Reads every sparse file of `m` (all but the last file), verifying each one's checksum, and
+// adds up their counts.
+static Status ReadSparseFiles(Env* env, const std::string& dir, const ModelManifest& m,
+                              const ValueLayout& layout,
+                              const std::function<Status(RowBlock&)>& on_block,
+                              SparseCounts* scan) {
+  for (size_t f = 0; f + 1 < m.files.size(); ++f) {
+    SparseCounts c;
+    uint64_t checksum = 0;
+    const std::string path = JoinPath(dir, m.files[f].name);
+    RETURN_IF_ERROR(ReadSparseFile(env, path, layout, on_block, &c, &checksum));
+    if (checksum != m.files[f].checksum)
+      return CorruptionError(path + ": file checksum differs from the MANIFEST");
+    scan->rows += c.rows;
+    scan->with_emb += c.with_emb;
+    scan->bytes_live += c.bytes_live;
+    scan->sum += c.sum;
+  }
+  return Status::OK();
+}
+
 Status LoadModel(Env* env, const std::string& dir, const ModelManifest& m, SparseTable* table,
                  CtrModel* model, ThreadPool* pool) {
   SparseCounts scan;
   uint64_t checksum = 0;
-  const std::string sparse_path = JoinPath(dir, m.files[0].name);
-  RETURN_IF_ERROR(ReadSparseFile(
-      env, sparse_path, table->layout(), [&](RowBlock& rows) { return table->Insert(rows, pool); },
-      &scan, &checksum));
-  if (checksum != m.files[0].checksum)
-    return CorruptionError(sparse_path + ": file checksum differs from the MANIFEST");
-  const std::string dense_path = JoinPath(dir, m.files[1].name);
+  RETURN_IF_ERROR(ReadSparseFiles(
+      env, dir, m, table->layout(), [&](RowBlock& rows) { return table->Insert(rows, pool); },
+      &scan));
+  const std::string dense_path = JoinPath(dir, m.files.back().name);
   ASSIGN_OR_RETURN(std::string payload, ReadDenseFile(env, dense_path, &checksum));
-  if (checksum != m.files[1].checksum)
+  if (checksum != m.files.back().checksum)
     return CorruptionError(dense_path + ": file checksum differs from the MANIFEST");
   RETURN_IF_ERROR(ApplyDensePayload(payload, dense_path, model));
   if (scan.rows != m.keys || StateDigest(scan.sum, scan.rows, payload) != m.digest) {
@@ -162,21 +186,102 @@ StatusOr<ModelManifest> VerifyModel(Env* env, const std::string& dir) {
   CtrModel shape(m.spec.schema, m.spec.model, m.spec.sparse_optimizer, m.spec.dense_optimizer, 0);
   SparseCounts scan;
   uint64_t checksum = 0;
-  const std::string sparse_path = JoinPath(dir, m.files[0].name);
-  RETURN_IF_ERROR(ReadSparseFile(
-      env, sparse_path, shape.value_layout(), [](RowBlock&) { return Status::OK(); }, &scan,
-      &checksum));
-  if (checksum != m.files[0].checksum)
-    return CorruptionError(sparse_path + ": file checksum differs from the MANIFEST");
-  const std::string dense_path = JoinPath(dir, m.files[1].name);
+  RETURN_IF_ERROR(ReadSparseFiles(
+      env, dir, m, shape.value_layout(), [](RowBlock&) { return Status::OK(); }, &scan));
+  const std::string dense_path = JoinPath(dir, m.files.back().name);
   ASSIGN_OR_RETURN(std::string payload, ReadDenseFile(env, dense_path, &checksum));
-  if (checksum != m.files[1].checksum)
+  if (checksum != m.files.back().checksum)
     return CorruptionError(dense_path + ": file checksum differs from the MANIFEST");
   if (scan.rows != m.keys || scan.bytes_live != m.bytes_live ||
       scan.with_emb != m.keys_with_embedding ||
       StateDigest(scan.sum, scan.rows, payload) != m.digest) {
     return CorruptionError(JoinPath(dir, "MANIFEST") +
                            ": the files do not match its counts or digest");
+  }
+  return m;
+}
+
+std::string ModelShard::Encode() const {
+  return nlohmann::json({{"generation", generation},
+                         {"name", file.name},
+                         {"bytes", file.bytes},
+                         {"checksum", file.checksum},
+                         {"rows", counts.rows},
+                         {"with_emb", counts.with_emb},
+                         {"bytes_live", counts.bytes_live},
+                         {"sum", counts.sum}})
+      .dump();
+}
+
+StatusOr<ModelShard> ModelShard::Decode(std::string_view bytes) {
+  try {
+    const nlohmann::json j = nlohmann::json::parse(bytes);
+    ModelShard s;
+    s.generation = j.at("generation").get<uint64_t>();
+    s.file.name = j.at("name").get<std::string>();
+    s.file.bytes = j.at("bytes").get<uint64_t>();
+    s.file.checksum = j.at("checksum").get<uint64_t>();
+    s.counts.rows = j.at("rows").get<uint64_t>();
+    s.counts.with_emb = j.at("with_emb").get<uint64_t>();
+    s.counts.bytes_live = j.at("bytes_live").get<uint64_t>();
+    s.counts.sum = j.at("sum").get<uint64_t>();
+    return s;
+  } catch (const std::exception& e) {
+    return CorruptionError(std::string("a rank's model shard record: ") + e.what());
+  }
+}
+
+StatusOr<uint64_t> NextGeneration(Env* env, const std::string& dir) {
+  if (!ModelExists(env, dir)) return uint64_t{1};
+  ASSIGN_OR_RETURN(ModelManifest old, ReadManifest(env, dir));
+  return old.generation + 1;
+}
+
+StatusOr<ModelShard> SaveModelShard(Env* env, const std::string& dir, uint64_t generation, int rank,
+                                    SparseTable& table) {
+  RETURN_IF_ERROR(env->CreateDirs(dir));
+  ModelShard s;
+  s.generation = generation;
+  const std::string name = fmt::format("sparse-{:06d}-r{:04d}.bin", generation, rank);
+  RETURN_IF_ERROR(WriteTableSparseFile(env, dir, name, table, &s.file, &s.counts));
+  return s;
+}
+
+StatusOr<ModelManifest> CommitShardedModel(Env* env, const std::string& dir, const ModelSpec& spec,
+                                           const CtrModel& model, uint64_t trained_examples,
+                                           const std::vector<ModelShard>& shards) {
+  ModelManifest m;
+  m.generation = shards.at(0).generation;
+  m.spec = spec;
+  m.trained_examples = trained_examples;
+  SparseCounts c;
+  for (const ModelShard& s : shards) {
+    if (s.generation != m.generation) {
+      return InternalError(
+          fmt::format("model shards of generations {} and {}", m.generation, s.generation));
+    }
+    m.files.push_back(s.file);
+    c.rows += s.counts.rows;
+    c.with_emb += s.counts.with_emb;
+    c.bytes_live += s.counts.bytes_live;
+    c.sum += s.counts.sum;
+  }
+  m.keys = c.rows;
+  m.keys_with_embedding = c.with_emb;
+  m.bytes_live = c.bytes_live;
+  const std::string dense_name = FileName("dense", m.generation);
+  const std::string payload = DensePayload(model);
+  m.files.emplace_back();
+  RETURN_IF_ERROR(WriteDenseFile(env, JoinPath(dir, dense_name), payload, &m.files.back()));
+  m.dense_params = model.dense_params().size();
+  m.digest = StateDigest(c.sum, m.keys, payload);
+  RETURN_IF_ERROR(env->SyncDir(dir));
+  RETURN_IF_ERROR(WriteFileAtomic(env, JoinPath(dir, kManifest), ManifestText(m.ToJson())));
+  ASSIGN_OR_RETURN(auto children, env->GetChildren(dir));
+  for (const std::string& name : children) {
+    bool ours = false;
+    for (const ModelFileInfo& f : m.files) ours = ours || f.name == name;
+    if (IsModelFileName(name) && !ours) env->DeleteFile(JoinPath(dir, name)).IgnoreError();
   }
   return m;
 }

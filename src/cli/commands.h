@@ -53,7 +53,9 @@ void ConfigureAllocator();
 StatusOr<nlohmann::json> RunGen(const GenArgs& args);
 Status RunGenCommand(const GenArgs& args);
 Status RunConvertCommand(const JobConfig& job, const ConvertArgs& args);
-Status RunTrainCommand(const JobConfig& job);
+// local_ranks > 1: the job's ranks as threads of this process (docs/distributed.md); started
+// by mpirun, the process is one rank of the MPI job.
+Status RunTrainCommand(const JobConfig& job, int local_ranks = 1);
 Status RunEvalCommand(const JobConfig& job);
 Status RunPredictCommand(const JobConfig& job);
 // Inspects a model directory, (store_dir) the SSD store a clean shutdown left, or (ckpt_dir)

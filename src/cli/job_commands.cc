@@ -7,9 +7,13 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <thread>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/progress.h"
+#include "dist/comm.h"
+#include "dist/mpi_comm.h"
 #include "pipeline/data.h"  // KillDataCommands (io/reader.h, which data.h exports)
 #include "pipeline/evaluator.h"
 #include "pipeline/trainer.h"
@@ -41,7 +45,65 @@ void InstallSignalHandlers() {
   sigaction(SIGTERM, &sa, nullptr);
 }
 
-Status RunTrainCommand(const JobConfig& job) {
+namespace {
+
+// A rank's error, with the rank named.
+Status OnRank(const Comm& comm, const Status& s) {
+  if (s.ok() || comm.size() == 1) return s;
+  return Status(s.code(), fmt::format("rank {} of {}: {}", comm.rank(), comm.size(), s.message()));
+}
+
+// One rank of an mpirun job. Rank 0 prints the report; an error on any rank ends every rank
+// (MPI_Abort: mpirun names the rank that stopped the job and exits non-zero).
+Status RunMpiTrain(const JobConfig& job) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Comm> comm, OpenMpiWorld());
+  LOG_INFO("rank {} of {} (MPI)", comm->rank(), comm->size());
+  StatusOr<nlohmann::json> report = RunTrain(Env::Posix(), job, nullptr, nullptr, comm.get());
+  if (!report.ok()) {
+    const Status s = OnRank(*comm, report.status());
+    std::fprintf(stderr, "ctrbox: error: %s\n", s.ToString().c_str());
+    comm->Abort(s);  // does not return under MPI
+    return s;
+  }
+  if (comm->rank() == 0) PrintJson(*report);
+  return Status::OK();
+}
+
+// n ranks as threads (LocalGroup); rank 0 prints the report; the first rank's error is the
+// command's.
+Status RunLocalRanks(const JobConfig& job, int n) {
+  LocalGroup group(n);
+  std::vector<StatusOr<nlohmann::json>> reports(n, InternalError("not run"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      Comm* comm = group.rank(r);
+      reports[r] = RunTrain(Env::Posix(), job, nullptr, nullptr, comm);
+      if (!reports[r].ok()) {
+        reports[r] = OnRank(*comm, reports[r].status());
+        comm->Abort(reports[r].status());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  // The error that stopped the job (the others report the abort).
+  for (const auto& r : reports) {
+    if (!r.ok() && r.status().message().find("rank ") == 0) return r.status();
+  }
+  for (const auto& r : reports) RETURN_IF_ERROR(r.status());
+  PrintJson(*reports[0]);
+  return Status::OK();
+}
+
+}  // namespace
+
+Status RunTrainCommand(const JobConfig& job, int local_ranks) {
+  if (LaunchedByMpirun()) {
+    if (local_ranks > 1)
+      return InvalidArgumentError("--local-ranks under mpirun: use one or the other");
+    return RunMpiTrain(job);
+  }
+  if (local_ranks > 1) return RunLocalRanks(job, local_ranks);
   if (job.model_dir.empty()) LOG_INFO("no --model-dir given: the trained model is not saved");
   if (IsGenerated(job.data)) {
     LOG_INFO("no --data given: training on {} generated {} rows (seed {}), testing on {} more",

@@ -67,6 +67,7 @@ int main(int argc, char** argv) {
   ctrbox::ConvertArgs convert;
   std::string inspect_dir, inspect_store, inspect_ckpt;
   std::string report_dir, report_metrics, report_out;
+  int local_ranks = 1;
 
   auto* train = app.add_subcommand("train", "train a model (generated data if no --data)");
   AddJobOptions(train, &train_args);
@@ -80,6 +81,11 @@ int main(int argc, char** argv) {
                  "continue from the newest complete checkpoint in ckpt.dir (or start the job "
                  "if there is none)")
       ->excludes("--fresh");
+  train
+      ->add_option("--local-ranks", local_ranks,
+                   "run the job as this many ranks of a distributed job, as threads of this "
+                   "process (to try a job before mpirun; docs/distributed.md)")
+      ->check(IntegerIn(1, 64));
 
   auto* eval = app.add_subcommand("eval", "AUC, logloss and COPC of a model on data");
   AddJobOptions(eval, &eval_args);
@@ -149,7 +155,7 @@ int main(int argc, char** argv) {
                                                       : convert_args;
     auto job = ctrbox::BuildJobConfig(a);
     if (!job.ok()) return Report(job.status());
-    if (train->parsed()) return Report(ctrbox::RunTrainCommand(*job));
+    if (train->parsed()) return Report(ctrbox::RunTrainCommand(*job, local_ranks));
     if (eval->parsed()) return Report(ctrbox::RunEvalCommand(*job));
     if (predict->parsed()) return Report(ctrbox::RunPredictCommand(*job));
     return Report(ctrbox::RunConvertCommand(*job, convert));

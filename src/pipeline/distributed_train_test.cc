@@ -38,7 +38,7 @@ std::vector<std::string> Lines(uint64_t begin, uint64_t end) {
 }
 
 struct Data {
-  std::vector<std::string> files;             // what the ranks read
+  std::vector<std::string> files;              // what the ranks read
   std::vector<std::vector<std::string>> rows;  // each file's lines
 };
 
@@ -92,16 +92,14 @@ JobConfig Job(const std::string& model_dir, bool sgd) {
   return job;
 }
 
-// Runs the job on n thread-ranks; rank r saves its shard in model_dir + "-r<r>".
+// Runs the job on n thread-ranks, which save one model in job.model_dir.
 std::vector<StatusOr<nlohmann::json>> RunRanks(int n, const JobConfig& job) {
   LocalGroup group(n);
   std::vector<StatusOr<nlohmann::json>> reports(n, InternalError("not run"));
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
-      JobConfig mine = job;
-      mine.model_dir = job.model_dir + "-r" + std::to_string(r);
-      reports[r] = RunTrain(Env::Posix(), mine, nullptr, nullptr, group.rank(r));
+      reports[r] = RunTrain(Env::Posix(), job, nullptr, nullptr, group.rank(r));
       if (!reports[r].ok()) group.rank(r)->Abort(reports[r].status());
     });
   }
@@ -114,11 +112,11 @@ struct Model {
   std::vector<float> dense;
 };
 
-// The rows and dense parameters of the models in `dirs` (shards of one model).
-Model Load(const std::vector<std::string>& dirs) {
+// The rows and dense parameters of the model in `dir`.
+Model Load(const std::string& dir) {
   Model m;
   ThreadPool pool(1);
-  for (const auto& dir : dirs) {
+  {
     auto loaded = OpenModel(Env::Posix(), dir, TieredOptions(), &pool);
     EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
     if (!loaded.ok()) return m;
@@ -129,37 +127,26 @@ Model Load(const std::vector<std::string>& dirs) {
       for (size_t i = 0; i < rows.size(); ++i) {
         std::vector<float> v = {rows.show(i), rows.click(i), rows.wide(i)};
         if (rows.has_emb(i)) v.insert(v.end(), rows.emb(i), rows.emb(i) + rows.layout().dim);
-        EXPECT_TRUE(m.rows.emplace(rows.key(i), v).second) << "key in two shards";
+        EXPECT_TRUE(m.rows.emplace(rows.key(i), v).second) << "key twice";
       }
     }
   }
   return m;
 }
 
-// The test AUC on held-out rows of the model whose shards are in `dirs`, all rows loaded into
-// one table.
-double TestAuc(const std::vector<std::string>& dirs, const std::string& test_file) {
+// The test AUC on held-out rows of the model in `dir`.
+double TestAuc(const std::string& dir, const std::string& test_file) {
   ThreadPool pool(2);
-  auto loaded = OpenModel(Env::Posix(), dirs[0], TieredOptions(), &pool);
+  auto loaded = OpenModel(Env::Posix(), dir, TieredOptions(), &pool);
   EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
   if (!loaded.ok()) return 0;
-  for (size_t i = 1; i < dirs.size(); ++i) {
-    auto shard = OpenModel(Env::Posix(), dirs[i], TieredOptions(), &pool);
-    EXPECT_TRUE(shard.ok()) << shard.status().ToString();
-    if (!shard.ok()) return 0;
-    for (size_t s = 0; s < shard->table->num_shards(); ++s) {
-      RowBlock rows(shard->table->layout());
-      EXPECT_TRUE(shard->table->ExportShard(s, &rows).ok());
-      EXPECT_TRUE(loaded->table->Insert(rows, &pool).ok());
-    }
-  }
   DataOptions data;
   data.paths = {test_file};
   auto reader = OpenData(Env::Posix(), data, GeneratedData(), true);
   EXPECT_TRUE(reader.ok()) << reader.status().ToString();
   if (!reader.ok()) return 0;
-  auto m = Evaluate(reader->get(), *loaded->table, loaded->model.get(), 1024, 65536, 0, &pool,
-                    nullptr);
+  auto m =
+      Evaluate(reader->get(), *loaded->table, loaded->model.get(), 1024, 65536, 0, &pool, nullptr);
   EXPECT_TRUE(m.ok()) << m.status().ToString();
   return m.ok() ? m->auc : 0;
 }
@@ -197,8 +184,7 @@ TEST(DistributedTrainTest, OneRankOverTheTransportEqualsTheSingleProcessJobBitFo
 // Runs n ranks and the one-rank job on the interleaved file; returns the shards' directories
 // and the one-rank model's.
 struct Pair {
-  std::vector<std::string> shards;
-  std::string one;
+  std::string ranks, one;  // the model directories
   std::vector<std::string> digests;
 };
 Pair TrainBoth(const TempDir& dir, const Data& d, int n, bool sgd, const std::string& tag) {
@@ -216,10 +202,17 @@ Pair TrainBoth(const TempDir& dir, const Data& d, int n, bool sgd, const std::st
     EXPECT_TRUE(ranks[r].ok()) << "rank " << r << ": " << ranks[r].status().ToString();
     if (!ranks[r].ok()) continue;
     examples += (*ranks[r])["examples"].get<uint64_t>();
-    p.shards.push_back(job.model_dir + "-r" + std::to_string(r));
     p.digests.push_back((*ranks[r])["digest"]);
   }
   EXPECT_EQ(examples, kFiles * kRowsPerFile);
+  p.ranks = job.model_dir;
+  // One model, whose digest every rank reported.
+  auto manifest = ReadManifest(Env::Posix(), p.ranks);
+  EXPECT_TRUE(manifest.ok()) << manifest.status().ToString();
+  if (manifest.ok()) {
+    EXPECT_EQ(manifest->files.size(), size_t(n) + 1);
+    for (const auto& d : p.digests) EXPECT_EQ(d, manifest->digest);
+  }
   return p;
 }
 
@@ -232,8 +225,7 @@ TEST(DistributedTrainTest, NRanksTrainTheOneRankModelUpToSummationOrder) {
   Data d = WriteFiles(dir);
   for (int n : {2, 4}) {
     Pair p = TrainBoth(dir, d, n, /*sgd=*/true, "sgd");
-    ASSERT_EQ(p.shards.size(), size_t(n));
-    const Model want = Load({p.one}), got = Load(p.shards);
+    const Model want = Load(p.one), got = Load(p.ranks);
     EXPECT_GT(want.rows.size(), 1000u);
     const double distance = Distance(got, want);
     RecordProperty("distance_" + std::to_string(n), std::to_string(distance));
@@ -255,8 +247,7 @@ TEST(DistributedTrainTest, DefaultOptimizersGiveTheOneRankAucAndRepeatBitForBit)
   }
   for (int n : {2, 4}) {
     Pair p = TrainBoth(dir, d, n, /*sgd=*/false, "ada");
-    ASSERT_EQ(p.shards.size(), size_t(n));
-    const double want = TestAuc({p.one}, test), got = TestAuc(p.shards, test);
+    const double want = TestAuc(p.one, test), got = TestAuc(p.ranks, test);
     RecordProperty("auc_one_" + std::to_string(n), std::to_string(want));
     RecordProperty("auc_ranks_" + std::to_string(n), std::to_string(got));
     EXPECT_GT(want, 0.55);

@@ -39,8 +39,9 @@ Status PullSharded(Comm* comm, SparseTable* shard, const CtrAccessor* accessor,
   RETURN_IF_ERROR(AgreeOnMinibatches(comm, ws, out));
   ASSIGN_OR_RETURN(out->routes, RouteKeys(comm, ws.keys.data(), ws.keys.size()));
   out->served = RowBlock(shard->layout());
-  ASSIGN_OR_RETURN(out->served_pins, shard->Pull(out->routes.served.data(), out->routes.served.size(),
-                                                 accessor, &out->served, pool));
+  ASSIGN_OR_RETURN(out->served_pins,
+                   shard->Pull(out->routes.served.data(), out->routes.served.size(), accessor,
+                               &out->served, pool));
   rows->Resize(ws.keys.size());
   return SendToHolders(
       comm, &out->routes, [&](uint32_t s, std::string* bytes) { out->served.EncodeRow(s, bytes); },

@@ -143,10 +143,10 @@ Status PassStages::TrainSharded(Pass* pass, MetricAccumulator* metrics) {
   const Minibatch none;  // past this rank's last minibatch of the pass
   for (uint32_t m = 0; m < sp->global_rows.size(); ++m) {
     const Minibatch& mb = m < pass->ws.batches.size() ? pass->ws.batches[m] : none;
-    ASSIGN_OR_RETURN(StepStats st, TrainShardedMinibatch(ctx_.comm, ctx_.model, pass->examples,
-                                                         pass->ws, mb, m, &pass->table->rows(), sp,
-                                                         *ctx_.accessor, ctx_.train_pool,
-                                                         predictions_.data()));
+    ASSIGN_OR_RETURN(StepStats st,
+                     TrainShardedMinibatch(ctx_.comm, ctx_.model, pass->examples, pass->ws, mb, m,
+                                           &pass->table->rows(), sp, *ctx_.accessor,
+                                           ctx_.train_pool, predictions_.data()));
     pass->embeddings_created += st.embeddings_created;
     AddMetrics(*pass, mb, metrics);
   }

@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "ckpt/checkpoint.h"
+#include "dist/comm.h"
 #include "metrics/metrics.h"
 #include "model/ctr_model.h"
 #include "model/gpu_trainer.h"
-#include "dist/comm.h"
 #include "pipeline/in_flight.h"
 #include "pipeline/job.h"
 #include "pipeline/pass.h"

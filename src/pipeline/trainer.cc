@@ -6,6 +6,7 @@
 
 #include "ckpt/model_dir.h"
 #include "ckpt/model_files.h"
+#include "dist/collectives.h"
 #include "model/gpu_trainer.h"
 #include "pipeline/data.h"
 #include "pipeline/evaluator.h"
@@ -125,6 +126,52 @@ Status CommitModel(Env* env, const JobConfig& job, TrainStart* start, const Trai
   return Status::OK();
 }
 
+// A distributed job's commit (docs/distributed.md): the digest of the whole model (the
+// ranks' sparse sums and key counts added up) and, with a model directory, one model saved
+// by every rank: its shard's sparse file each, the dense file and the MANIFEST by rank 0.
+Status CommitShardedModelOfRanks(Env* env, Comm* comm, const JobConfig& job, TrainStart* start,
+                                 const TrainPosition& position, ThreadPool* pool,
+                                 nlohmann::json* report) {
+  SparseTable& table = *start->table;
+  const CtrModel& model = *start->model;
+  ASSIGN_OR_RETURN(uint64_t sparse_sum, table.SparseDigest(pool));
+  uint64_t sums[2] = {sparse_sum, table.Stats().keys};
+  RETURN_IF_ERROR(AllReduceSum(comm, sums, 2));
+  (*report)["digest"] = StateDigest(sums[0], sums[1], DensePayload(model));
+  (*report)["ranks"] = comm->size();
+  (*report)["rank"] = comm->rank();
+  if (job.model_dir.empty()) return Status::OK();
+  Stopwatch clock;
+  // Every rank reads the committed generation before any rank can commit the next one.
+  ASSIGN_OR_RETURN(uint64_t generation, NextGeneration(env, job.model_dir));
+  RETURN_IF_ERROR(AllReduceMax(comm, &generation, 1));
+  ASSIGN_OR_RETURN(ModelShard mine,
+                   SaveModelShard(env, job.model_dir, generation, comm->rank(), table));
+  std::vector<std::string> all;
+  RETURN_IF_ERROR(comm->AllGather(mine.Encode(), &all));
+  std::string committed;  // rank 0: the digest it committed
+  if (comm->rank() == 0) {
+    std::vector<ModelShard> shards;
+    for (const std::string& bytes : all) {
+      ASSIGN_OR_RETURN(ModelShard s, ModelShard::Decode(bytes));
+      shards.push_back(std::move(s));
+    }
+    ASSIGN_OR_RETURN(ModelManifest m, CommitShardedModel(env, job.model_dir, job.spec, model,
+                                                         position.trained_examples, shards));
+    committed = m.digest;
+  }
+  // Everyone waits for the commit (and learns its digest).
+  RETURN_IF_ERROR(comm->AllGather(committed, &all));
+  if (all[0] != (*report)["digest"].get<std::string>()) {
+    return InternalError("the saved model's digest " + all[0] + " differs from the ranks' digest " +
+                         (*report)["digest"].get<std::string>());
+  }
+  (*report)["model_dir"] = job.model_dir;
+  (*report)["generation"] = generation;
+  (*report)["save_seconds"] = clock.Seconds();
+  return Status::OK();
+}
+
 // Held-out evaluation: --eval-data, or the generated test rows.
 Status EvaluateHeldOut(Env* env, const JobConfig& job, TrainStart* start, ThreadPool* pool,
                        nlohmann::json* report) {
@@ -186,8 +233,9 @@ nlohmann::json PeakMemoryByOwner(const JobConfig& job, const CtrModel& model,
 Status ShareJob(Env* env, const Comm& comm, JobConfig* job) {
   const int n = comm.size(), me = comm.rank();
   if (job->gpu) {
-    return InvalidArgumentError("device: gpu is not built for several ranks yet (MPI jobs train "
-                                "on the CPU)");
+    return InvalidArgumentError(
+        "device: gpu is not built for several ranks yet (MPI jobs train "
+        "on the CPU)");
   }
   if (job->resume) {
     return InvalidArgumentError("--resume is not built for several ranks yet");
@@ -220,11 +268,18 @@ Status ShareJob(Env* env, const Comm& comm, JobConfig* job) {
   job->pipeline.enabled = false;
   job->pipeline.size_by_memory = false;  // passes must line up across the ranks
   if (!job->ckpt.dir.empty()) {
-    LOG_WARNING("rank {} of {}: checkpoints are not built for several ranks yet; ckpt.dir is ignored",
-             me, n);
+    LOG_WARNING(
+        "rank {} of {}: checkpoints are not built for several ranks yet; ckpt.dir is ignored", me,
+        n);
     job->ckpt.dir.clear();
   }
   job->eval_paths.clear();  // held-out evaluation needs every shard: not built yet
+  // Rank 0 logs to the usual metrics file, the others beside it.
+  if (me > 0) {
+    std::string& path = job->train.metrics_path;
+    if (path.empty() && !job->model_dir.empty()) path = JoinPath(job->model_dir, "metrics.jsonl");
+    if (!path.empty()) path += fmt::format(".rank{}", me);
+  }
   return Status::OK();
 }
 
@@ -281,7 +336,11 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   const bool interrupted = report["interrupted"].get<bool>();
   report["saved"] = !(interrupted && report["examples"].get<uint64_t>() == 0);
   if (report["saved"].get<bool>()) {
-    RETURN_IF_ERROR(CommitModel(env, job, &start, position, &pool, &report));
+    if (comm != nullptr) {
+      RETURN_IF_ERROR(CommitShardedModelOfRanks(env, comm, job, &start, position, &pool, &report));
+    } else {
+      RETURN_IF_ERROR(CommitModel(env, job, &start, position, &pool, &report));
+    }
     if (!interrupted) RETURN_IF_ERROR(EvaluateHeldOut(env, job, &start, &pool, &report));
   }
   if (report["saved"].get<bool>()) {
