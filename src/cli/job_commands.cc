@@ -79,17 +79,14 @@ Status RunLocalRanks(const JobConfig& job, int n) {
     threads.emplace_back([&, r] {
       Comm* comm = group.rank(r);
       reports[r] = RunTrain(Env::Posix(), job, nullptr, nullptr, comm);
-      if (!reports[r].ok()) {
+      // A rank that failed names itself; the others fail with its error (the group's abort).
+      if (!reports[r].ok() && reports[r].status().message().rfind("rank ", 0) != 0) {
         reports[r] = OnRank(*comm, reports[r].status());
         comm->Abort(reports[r].status());
       }
     });
   }
   for (auto& t : threads) t.join();
-  // The error that stopped the job (the others report the abort).
-  for (const auto& r : reports) {
-    if (!r.ok() && r.status().message().find("rank ") == 0) return r.status();
-  }
   for (const auto& r : reports) RETURN_IF_ERROR(r.status());
   PrintJson(*reports[0]);
   return Status::OK();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstring>
 #include <numeric>
 
 namespace ctrbox {
@@ -59,6 +60,54 @@ void BucketAuc::Densify() {
   for (uint32_t id : ids_) ++(id & 1 ? pos_ : neg_)[id >> 1];
   ids_.clear();
   ids_.shrink_to_fit();
+}
+
+namespace {
+template <typename T>
+void Put(std::string* out, const T* v, size_t n) {
+  out->append(reinterpret_cast<const char*>(v), n * sizeof(T));
+}
+template <typename T>
+bool Take(std::string_view* in, T* v, size_t n) {
+  if (in->size() < n * sizeof(T)) return false;
+  std::memcpy(v, in->data(), n * sizeof(T));
+  in->remove_prefix(n * sizeof(T));
+  return true;
+}
+}  // namespace
+
+void BucketAuc::Encode(std::string* out) const {
+  const uint64_t head[3] = {num_buckets_, pos_.empty() ? 0u : 1u, ids_.size()};
+  Put(out, head, 3);
+  if (pos_.empty()) {
+    Put(out, ids_.data(), ids_.size());
+  } else {
+    Put(out, pos_.data(), num_buckets_);
+    Put(out, neg_.data(), num_buckets_);
+  }
+}
+
+bool BucketAuc::MergeEncoded(std::string_view in) {
+  uint64_t head[3];
+  std::string_view at = in;
+  if (!Take(&at, head, 3) || head[0] != num_buckets_ || head[1] > 1) return false;
+  BucketAuc other(num_buckets_);
+  if (head[1] == 0) {
+    if (head[2] > at.size() / sizeof(uint32_t)) return false;
+    other.ids_.resize(head[2]);
+    if (!Take(&at, other.ids_.data(), head[2])) return false;
+    for (uint32_t id : other.ids_) {
+      if ((id >> 1) >= num_buckets_) return false;
+    }
+  } else {
+    other.pos_.resize(num_buckets_);
+    other.neg_.resize(num_buckets_);
+    if (!Take(&at, other.pos_.data(), num_buckets_) || !Take(&at, other.neg_.data(), num_buckets_))
+      return false;
+  }
+  if (!at.empty()) return false;
+  Merge(other);
+  return true;
 }
 
 void BucketAuc::Merge(const BucketAuc& other) {

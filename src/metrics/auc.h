@@ -4,6 +4,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace ctrbox {
@@ -30,6 +32,12 @@ class BucketAuc {
   void Merge(const BucketAuc& other);
   double Auc() const;
   void Reset();
+  // Appends the counts to *out, for another process to merge (MergeEncoded). The encoding is
+  // of this build only: not for files.
+  void Encode(std::string* out) const;
+  // Merges counts that Encode wrote (all of `in`). Returns false, merging nothing, if `in` is
+  // not exactly an encoding of an estimator of this many buckets.
+  bool MergeEncoded(std::string_view in);
 
  private:
   // Moves the kept bucket ids into the counts.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 namespace ctrbox {
 
@@ -36,6 +37,30 @@ void MetricAccumulator::Merge(const MetricAccumulator& o) {
   clicks_ += o.clicks_;
   sum_pred_ += o.sum_pred_;
   sum_loss_ += o.sum_loss_;
+}
+
+std::string MetricAccumulator::Encode() const {
+  std::string out(reinterpret_cast<const char*>(&examples_), sizeof(examples_));
+  for (double v : {clicks_, sum_pred_, sum_loss_}) {
+    out.append(reinterpret_cast<const char*>(&v), sizeof(v));
+  }
+  auc_.Encode(&out);
+  return out;
+}
+
+bool MetricAccumulator::MergeEncoded(std::string_view bytes) {
+  uint64_t examples;
+  double v[3];
+  if (bytes.size() < sizeof(examples) + sizeof(v)) return false;
+  std::memcpy(&examples, bytes.data(), sizeof(examples));
+  std::memcpy(v, bytes.data() + sizeof(examples), sizeof(v));
+  bytes.remove_prefix(sizeof(examples) + sizeof(v));
+  if (!auc_.MergeEncoded(bytes)) return false;
+  examples_ += examples;
+  clicks_ += v[0];
+  sum_pred_ += v[1];
+  sum_loss_ += v[2];
+  return true;
 }
 
 MetricSummary MetricAccumulator::Summary() const {

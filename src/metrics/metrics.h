@@ -36,6 +36,10 @@ class MetricAccumulator {
 
   void Add(float label, double prediction);
   void Merge(const MetricAccumulator& other);
+  // Another process's accumulator: Encode there, MergeEncoded here (same build). Returns
+  // false, merging nothing, if `bytes` is not such an encoding.
+  std::string Encode() const;
+  bool MergeEncoded(std::string_view bytes);
   MetricSummary Summary() const;
   void Reset();
 

@@ -45,5 +45,34 @@ TEST(MetricsTest, LogWritesJsonLines) {
   (void)std::system(("rm -rf " + dir).c_str());
 }
 
+// What ranks of a distributed job do: encode their accumulators, merge them in one. Equal
+// to merging the accumulators themselves, in both AUC modes (kept ids, dense counts).
+TEST(MetricsTest, EncodedAccumulatorsMergeAsTheAccumulatorsDo) {
+  for (int rows : {50, 200000}) {  // below and above the kept-ids limit of 2^20 / 16
+    MetricAccumulator a, b, direct, via_bytes;
+    for (int i = 0; i < rows; ++i) {
+      const float y = (i * 7 % 11) < 3 ? 1.0f : 0.0f;
+      const double p = ((i * 7919) % 1000) / 1000.0 * 0.5 + y * 0.3;
+      (i % 3 ? a : b).Add(y, p);
+    }
+    direct.Merge(a);
+    direct.Merge(b);
+    ASSERT_TRUE(via_bytes.MergeEncoded(a.Encode()));
+    ASSERT_TRUE(via_bytes.MergeEncoded(b.Encode()));
+    const MetricSummary x = direct.Summary(), y = via_bytes.Summary();
+    EXPECT_EQ(x.examples, y.examples);
+    EXPECT_EQ(x.auc, y.auc);
+    EXPECT_EQ(x.logloss, y.logloss);
+    EXPECT_EQ(x.copc, y.copc);
+    // Damaged or foreign bytes merge nothing.
+    std::string bytes = a.Encode();
+    EXPECT_FALSE(via_bytes.MergeEncoded(bytes.substr(0, bytes.size() - 1)));
+    EXPECT_FALSE(via_bytes.MergeEncoded(bytes + "x"));
+    MetricAccumulator other_buckets(1024);
+    EXPECT_FALSE(other_buckets.MergeEncoded(bytes));
+    EXPECT_EQ(via_bytes.Summary().examples, x.examples);
+  }
+}
+
 }  // namespace
 }  // namespace ctrbox

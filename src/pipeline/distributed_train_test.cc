@@ -197,12 +197,15 @@ Pair TrainBoth(const TempDir& dir, const Data& d, int n, bool sgd, const std::st
   JobConfig job = Job(dir.File(tag + "n" + std::to_string(n)), sgd);
   job.data.paths = d.files;
   auto ranks = RunRanks(n, job);
-  uint64_t examples = 0;
+  uint64_t examples = 0;  // the ranks' own, from rank 0's report
   for (int r = 0; r < n; ++r) {
     EXPECT_TRUE(ranks[r].ok()) << "rank " << r << ": " << ranks[r].status().ToString();
     if (!ranks[r].ok()) continue;
-    examples += (*ranks[r])["examples"].get<uint64_t>();
+    EXPECT_EQ((*ranks[r])["examples"], kFiles * kRowsPerFile);  // the job's
     p.digests.push_back((*ranks[r])["digest"]);
+  }
+  if (ranks[0].ok()) {
+    for (const auto& line : (*ranks[0])["per_rank"]) examples += line["examples"].get<uint64_t>();
   }
   EXPECT_EQ(examples, kFiles * kRowsPerFile);
   p.ranks = job.model_dir;
@@ -255,6 +258,32 @@ TEST(DistributedTrainTest, DefaultOptimizersGiveTheOneRankAucAndRepeatBitForBit)
     Pair again = TrainBoth(dir, d, n, /*sgd=*/false, "again");
     EXPECT_EQ(again.digests, p.digests) << n << " ranks";
   }
+}
+
+// Ranks with tiers: each rank's shard over an SSD tier with a memory budget far below its
+// rows (so most rows go through the files) trains the in-memory ranks' model bit for bit.
+TEST(DistributedTrainTest, RanksWithATieredShardEqualTheInMemoryRanks) {
+  TempDir dir;
+  Data d = WriteFiles(dir);
+  JobConfig job = Job(dir.File("mem"), /*sgd=*/false);
+  job.data.paths = d.files;
+  auto mem = RunRanks(2, job);
+  ASSERT_TRUE(mem[0].ok()) << mem[0].status().ToString();
+  JobConfig tiered = job;
+  tiered.model_dir = dir.File("tiered");
+  tiered.storage.ssd.dir = dir.File("ssd");
+  tiered.storage.ssd.group_bits = 6;
+  tiered.storage.memory_budget = 2 << 20;  // the rows take ~3.5 MiB per rank, a pass ~1
+  tiered.storage.evict_start = 0.3;
+  tiered.storage.evict_stop = 0.2;
+  auto ranks = RunRanks(2, tiered);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(ranks[r].ok()) << ranks[r].status().ToString();
+    EXPECT_EQ((*ranks[r])["digest"], (*mem[r])["digest"]);
+  }
+  // Rows did go through the files.
+  const auto& storage = (*ranks[0])["storage"];
+  EXPECT_GT(storage["loaded_from_ssd"].get<uint64_t>(), 0u) << storage.dump();
 }
 
 }  // namespace

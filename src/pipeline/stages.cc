@@ -230,6 +230,15 @@ Status PassStages::Push(Pass* pass, ThreadPool* pool) {
   const StorageStats storage_now = ctx_.table->Storage();
   nlohmann::json record = PassRecord(*pass, examples_, ctx_.table->CountKeys(), pass_seconds,
                                      checkpoint, StorageDeltaJson(storage_before_, storage_now));
+  if (pass->sharded != nullptr) {
+    const KeyRoutes& routes = pass->sharded->routes;
+    exchange_sent_ += routes.bytes_sent;
+    exchange_received_ += routes.bytes_received;
+    record["global_examples"] = pass->sharded->global_examples;
+    record["exchange"] = {{"bytes_sent", routes.bytes_sent},
+                          {"bytes_received", routes.bytes_received},
+                          {"served_keys", routes.served.size()}};
+  }
   storage_before_ = storage_now;
   RETURN_IF_ERROR(ctx_.log->Write(record));
   if (sink_ != nullptr) {

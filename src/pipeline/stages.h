@@ -93,6 +93,11 @@ class PassStages {
   double checkpoint_seconds() const { return checkpoint_seconds_; }
   // Progressive (test-then-train) metrics over the passes trained.
   MetricSummary summary() const { return total_.Summary(); }
+  const MetricAccumulator& metrics() const { return total_; }
+  // A distributed job: the bytes this rank sent to and received from the others (keys, rows,
+  // gradients) over the passes pushed.
+  uint64_t exchange_bytes_sent() const { return exchange_sent_; }
+  uint64_t exchange_bytes_received() const { return exchange_received_; }
   // Where the job stands after the passes pushed so far.
   TrainPosition Position() const;
 
@@ -122,6 +127,7 @@ class PassStages {
   Stopwatch progress_clock_;             // train stage
 
   uint64_t examples_ = 0, passes_ = 0, shrunk_ = 0, created_ = 0, patched_rows_ = 0;  // push
+  uint64_t exchange_sent_ = 0, exchange_received_ = 0;                                // push
   double last_push_ = 0;                                                              // push
   double checkpoint_seconds_ = 0;                                                     // push
   StorageStats storage_before_;                                                       // push

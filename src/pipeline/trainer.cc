@@ -24,6 +24,59 @@
 namespace ctrbox {
 namespace {
 
+// A distributed job's report: this rank's figures become the job's — examples, keys and
+// rows added up over the ranks, the progressive metrics of every rank's predictions, the
+// global batch — and rank 0's report lists every rank's own (examples, stage times, bytes
+// exchanged) under "per_rank".
+Status GlobalReport(Comm* comm, const JobConfig& job, const PassStages& stages,
+                    nlohmann::json* report) {
+  const int n = comm->size();
+  nlohmann::json mine = {{"rank", comm->rank()},
+                         {"examples", (*report)["examples"]},
+                         {"seconds", (*report)["seconds"]},
+                         {"keys", (*report)["keys"]},
+                         {"stages", (*report)["stages"]},
+                         {"exchange_bytes_sent", stages.exchange_bytes_sent()},
+                         {"exchange_bytes_received", stages.exchange_bytes_received()},
+                         {"peak_rss_bytes", PeakRssBytes()}};
+  (*report)["ranks"] = n;
+  (*report)["rank"] = comm->rank();
+  (*report)["batch_size"] = job.train.batch_size * n;
+  (*report)["exchange"] = {{"bytes_sent", stages.exchange_bytes_sent()},
+                           {"bytes_received", stages.exchange_bytes_received()}};
+  const char* summed[] = {"examples",           "keys",         "keys_with_embedding",
+                          "embeddings_created", "keys_shrunk",  "bytes_live",
+                          "keys_in_memory",     "keys_on_disk", "job_examples"};
+  std::vector<uint64_t> sums;
+  for (const char* k : summed) sums.push_back((*report)[k].get<uint64_t>());
+  RETURN_IF_ERROR(AllReduceSum(comm, sums.data(), sums.size()));
+  for (size_t i = 0; i < sums.size(); ++i) (*report)[summed[i]] = sums[i];
+  (*report)["examples_per_s"] =
+      static_cast<double>(sums[0]) / std::max((*report)["seconds"].get<double>(), 1e-9);
+  // Rank 0 gathers the metrics and the per-rank lines.
+  std::vector<std::string> send(n), recv;
+  send[0] = stages.metrics().Encode();
+  RETURN_IF_ERROR(comm->AllToAll(send, &recv));
+  std::vector<std::string> lines(n), got;
+  lines[0] = mine.dump();
+  RETURN_IF_ERROR(comm->AllToAll(lines, &got));
+  if (comm->rank() != 0) return Status::OK();
+  MetricAccumulator all;
+  for (int r = 0; r < n; ++r) {
+    if (!all.MergeEncoded(recv[r])) {
+      return InternalError(fmt::format("rank {} sent metrics this rank cannot read", r));
+    }
+  }
+  const MetricSummary s = all.Summary();
+  (*report)["auc"] = s.AucJson();
+  (*report)["logloss"] = s.logloss;
+  (*report)["copc"] = s.copc;
+  nlohmann::json per_rank = nlohmann::json::array();
+  for (int r = 0; r < n; ++r) per_rank.push_back(nlohmann::json::parse(got[r]));
+  (*report)["per_rank"] = per_rank;
+  return Status::OK();
+}
+
 // Runs every pass from `start` (on the GPUs with device: gpu) and returns the run's report.
 StatusOr<nlohmann::json> RunPasses(const JobConfig& job, PassReader* reader, TrainStart* start,
                                    ProgressSink* sink, const std::atomic<bool>* stop,
@@ -93,6 +146,7 @@ StatusOr<nlohmann::json> RunPasses(const JobConfig& job, PassReader* reader, Tra
   }
   // An interrupted run read only part of the data; its record counts are partial.
   if (!run.interrupted) report.update(CountsJson(reader->counts()));
+  if (comm != nullptr) RETURN_IF_ERROR(GlobalReport(comm, job, stages, &report));
   return report;
 }
 
@@ -274,6 +328,10 @@ Status ShareJob(Env* env, const Comm& comm, JobConfig* job) {
     job->ckpt.dir.clear();
   }
   job->eval_paths.clear();  // held-out evaluation needs every shard: not built yet
+  // Each rank's SSD tier in its own directory (ranks may share a machine and a disk).
+  if (!job->storage.ssd.dir.empty() && n > 1) {
+    job->storage.ssd.dir = JoinPath(job->storage.ssd.dir, fmt::format("rank-{}-of-{}", me, n));
+  }
   // Rank 0 logs to the usual metrics file, the others beside it.
   if (me > 0) {
     std::string& path = job->train.metrics_path;
