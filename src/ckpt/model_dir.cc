@@ -164,11 +164,20 @@ static Status ReadSparseFiles(Env* env, const std::string& dir, const ModelManif
 }
 
 Status LoadModel(Env* env, const std::string& dir, const ModelManifest& m, SparseTable* table,
-                 CtrModel* model, ThreadPool* pool) {
+                 CtrModel* model, ThreadPool* pool, const KeyFilter& keep) {
   SparseCounts scan;
   uint64_t checksum = 0;
+  RowBlock kept(table->layout());
   RETURN_IF_ERROR(ReadSparseFiles(
-      env, dir, m, table->layout(), [&](RowBlock& rows) { return table->Insert(rows, pool); },
+      env, dir, m, table->layout(),
+      [&](RowBlock& rows) {
+        if (!keep) return table->Insert(rows, pool);
+        kept.Resize(0);
+        for (size_t i = 0; i < rows.size(); ++i) {
+          if (keep(rows.key(i))) kept.AppendRow(rows, i);
+        }
+        return table->Insert(kept, pool);
+      },
       &scan));
   const std::string dense_path = JoinPath(dir, m.files.back().name);
   ASSIGN_OR_RETURN(std::string payload, ReadDenseFile(env, dense_path, &checksum));
@@ -287,7 +296,7 @@ StatusOr<ModelManifest> CommitShardedModel(Env* env, const std::string& dir, con
 }
 
 StatusOr<LoadedModel> OpenModel(Env* env, const std::string& dir, TieredOptions storage,
-                                ThreadPool* pool) {
+                                ThreadPool* pool, const KeyFilter& keep) {
   if (!ModelExists(env, dir))
     return NotFoundError(fmt::format("no model in {} (no MANIFEST)", dir));
   LoadedModel lm;
@@ -297,7 +306,7 @@ StatusOr<LoadedModel> OpenModel(Env* env, const std::string& dir, TieredOptions 
                                         s.table.seed);
   storage.layout = lm.model->value_layout();
   ASSIGN_OR_RETURN(lm.table, TieredTable::Open(env, storage));
-  RETURN_IF_ERROR(LoadModel(env, dir, lm.manifest, lm.table.get(), lm.model.get(), pool));
+  RETURN_IF_ERROR(LoadModel(env, dir, lm.manifest, lm.table.get(), lm.model.get(), pool, keep));
   return lm;
 }
 

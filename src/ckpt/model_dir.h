@@ -5,6 +5,7 @@
 #define CTRBOX_CKPT_MODEL_DIR_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -71,10 +72,16 @@ StatusOr<ModelManifest> CommitShardedModel(Env* env, const std::string& dir, con
                                            const CtrModel& model, uint64_t trained_examples,
                                            const std::vector<ModelShard>& shards);
 
+// Which keys' rows a load keeps (all when empty): a rank of a distributed job keeps those it
+// owns (docs/distributed.md), whatever the number of ranks that saved the model.
+using KeyFilter = std::function<bool(uint64_t key)>;
+
 // Loads the model named by `manifest` into `table` and `model`, which must have been built
-// from manifest.spec (empty table). Verifies checksums, counts and the digest.
+// from manifest.spec (empty table): the rows `keep` keeps. Verifies checksums, counts and the
+// digest (over every row read, kept or not).
 Status LoadModel(Env* env, const std::string& dir, const ModelManifest& manifest,
-                 SparseTable* table, CtrModel* model, ThreadPool* pool);
+                 SparseTable* table, CtrModel* model, ThreadPool* pool,
+                 const KeyFilter& keep = nullptr);
 
 // Reads every file of the model in `dir`, verifying checksums and recomputing the counts and
 // the digest, which must match the MANIFEST. Returns the manifest.
@@ -88,7 +95,7 @@ struct LoadedModel {
 };
 // `storage` says where the rows go (its layout is set from the model's spec).
 StatusOr<LoadedModel> OpenModel(Env* env, const std::string& dir, TieredOptions storage,
-                                ThreadPool* pool);
+                                ThreadPool* pool, const KeyFilter& keep = nullptr);
 
 // The digest of a model in memory (equal to the saved model's digest).
 StatusOr<std::string> ModelDigest(SparseTable& table, const CtrModel& model, ThreadPool* pool);

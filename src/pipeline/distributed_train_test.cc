@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -284,6 +285,43 @@ TEST(DistributedTrainTest, RanksWithATieredShardEqualTheInMemoryRanks) {
   // Rows did go through the files.
   const auto& storage = (*ranks[0])["storage"];
   EXPECT_GT(storage["loaded_from_ssd"].get<uint64_t>(), 0u) << storage.dump();
+}
+
+// A model saved by 2 ranks, continued by 4 (each loads the rows it owns) and by 1 on the same
+// global minibatches: the same model up to summation order, so every row was loaded once.
+TEST(DistributedTrainTest, AModelSavedByTwoRanksIsContinuedByFourWithEveryRowOnce) {
+  TempDir dir;
+  Data d = WriteFiles(dir);
+  JobConfig first = Job(dir.File("two"), /*sgd=*/true);
+  first.data.paths = d.files;
+  auto two = RunRanks(2, first);
+  ASSERT_TRUE(two[0].ok()) << two[0].status().ToString();
+  // New data for the continuation: the same generator further on.
+  Data more;
+  for (int f = 0; f < kFiles; ++f) {
+    more.rows.push_back(Lines((kFiles + f) * kRowsPerFile, (kFiles + f + 1) * kRowsPerFile));
+    std::string text;
+    for (const auto& l : more.rows.back()) text += l;
+    more.files.push_back(dir.File("more-" + std::to_string(f) + ".tsv"));
+    ASSERT_TRUE(WriteFileAtomic(Env::Posix(), more.files.back(), text).ok());
+  }
+  namespace fs = std::filesystem;
+  fs::copy(first.model_dir, dir.File("four"), fs::copy_options::recursive);
+  fs::copy(first.model_dir, dir.File("one"), fs::copy_options::recursive);
+  JobConfig four = Job(dir.File("four"), /*sgd=*/true);
+  four.fresh = false;
+  four.data.paths = more.files;
+  auto ranks = RunRanks(4, four);
+  for (int r = 0; r < 4; ++r) ASSERT_TRUE(ranks[r].ok()) << ranks[r].status().ToString();
+  JobConfig one = Job(dir.File("one"), /*sgd=*/true);
+  one.fresh = false;
+  one.data.paths = {InterleavedFile(dir, more, 4)};
+  auto single = RunTrain(Env::Posix(), one, nullptr);
+  ASSERT_TRUE(single.ok()) << single.status().ToString();
+  const Model want = Load(one.model_dir), got = Load(four.model_dir);
+  EXPECT_GT(want.rows.size(), Load(first.model_dir).rows.size());
+  EXPECT_LT(Distance(got, want), 1e-6);
+  EXPECT_EQ((*ranks[0])["keys"], (*single)["keys"]);
 }
 
 }  // namespace

@@ -137,8 +137,9 @@ Status Resume(Env* env, const JobConfig& job, const nlohmann::json& settings, Pa
 }
 
 // The model in model_dir, continued with this job's hyperparameters.
-Status ContinueModel(Env* env, const JobConfig& job, ThreadPool* pool, TrainStart* start) {
-  ASSIGN_OR_RETURN(LoadedModel lm, OpenModel(env, job.model_dir, job.StorageFor({}), pool));
+Status ContinueModel(Env* env, const JobConfig& job, ThreadPool* pool, const KeyFilter& owned,
+                     TrainStart* start) {
+  ASSIGN_OR_RETURN(LoadedModel lm, OpenModel(env, job.model_dir, job.StorageFor({}), pool, owned));
   std::string diff = lm.manifest.spec.FirstIncompatibility(job.spec);
   if (!diff.empty()) {
     return InvalidArgumentError(fmt::format(
@@ -194,7 +195,7 @@ Status CheckNoOrphanModel(Env* env, const JobConfig& job) {
 }  // namespace
 
 StatusOr<TrainStart> StartTrain(Env* env, const JobConfig& job, PassReader* reader,
-                                ThreadPool* pool) {
+                                ThreadPool* pool, const KeyFilter& owned) {
   TrainStart start;
   nlohmann::json settings;
   bool started = false;
@@ -214,7 +215,7 @@ StatusOr<TrainStart> StartTrain(Env* env, const JobConfig& job, PassReader* read
   }
   if (!started) {
     if (!job.model_dir.empty() && !job.fresh && ModelExists(env, job.model_dir)) {
-      RETURN_IF_ERROR(ContinueModel(env, job, pool, &start));
+      RETURN_IF_ERROR(ContinueModel(env, job, pool, owned, &start));
     } else {
       if (!job.model_dir.empty() && !job.fresh) RETURN_IF_ERROR(CheckNoOrphanModel(env, job));
       RETURN_IF_ERROR(NewModel(env, job, &start));

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/model_dir.h"
 #include "metrics/metrics.h"
 #include "model/ctr_model.h"
 #include "pipeline/job.h"
@@ -34,9 +35,11 @@ struct TrainStart {
 // directory was written with another model spec (or, for a checkpoint, other data or pass
 // settings) than this job sets, or when ckpt.dir holds another job's checkpoints and neither
 // --resume nor --fresh is given; with the loaders' errors otherwise.
+// A model continued from model_dir keeps the rows `owned` keeps (a rank of a distributed
+// job: its shard; empty: all).
 // REQUIRES: job.Validate() passed; job.spec.schema is the reader's.
 StatusOr<TrainStart> StartTrain(Env* env, const JobConfig& job, PassReader* reader,
-                                ThreadPool* pool);
+                                ThreadPool* pool, const KeyFilter& owned = nullptr);
 
 }  // namespace ctrbox
 

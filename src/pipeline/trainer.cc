@@ -372,7 +372,11 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   });
 
   // Start: resume, continue the model in model_dir, or a new model.
-  ASSIGN_OR_RETURN(TrainStart start, StartTrain(env, job, &reader, &pool));
+  KeyFilter owned;  // a rank continues a model with the rows it owns
+  if (comm != nullptr) {
+    owned = [n = comm->size(), me = comm->rank()](uint64_t key) { return OwnerOf(key, n) == me; };
+  }
+  ASSIGN_OR_RETURN(TrainStart start, StartTrain(env, job, &reader, &pool, owned));
 
   // Run pass by pass: nothing is committed unless every stage succeeded (a read error or too
   // many malformed records included).
