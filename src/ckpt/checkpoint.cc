@@ -181,6 +181,17 @@ Status RemoveIncompleteCheckpoints(Env* env, const std::string& dir) {
   return env->IsDirectory(dir) ? env->SyncDir(dir) : Status::OK();
 }
 
+Status RemoveCheckpointsAfter(Env* env, const std::string& dir, uint64_t id) {
+  if (!env->IsDirectory(dir)) return Status::OK();
+  ASSIGN_OR_RETURN(std::vector<uint64_t> ids, AllIds(env, dir));
+  for (uint64_t c : ids) {
+    if (c <= id) continue;
+    LOG_INFO("removing {} (not a checkpoint of every rank)", JoinPath(dir, CheckpointName(c)));
+    RETURN_IF_ERROR(DeleteCheckpointDir(env, JoinPath(dir, CheckpointName(c))));
+  }
+  return env->SyncDir(dir);
+}
+
 Status LoadCheckpoint(Env* env, const std::string& dir, uint64_t id, SparseTable* table,
                       CtrModel* model, ThreadPool* pool, CheckpointManifest* manifest) {
   // The chain: the base, then each delta up to `id`.

@@ -72,6 +72,9 @@ StatusOr<CheckpointManifest> ReadCheckpointManifest(Env* env, const std::string&
 
 // Deletes the incomplete checkpoint directories in `dir` (those without a MANIFEST).
 Status RemoveIncompleteCheckpoints(Env* env, const std::string& dir);
+// Deletes every checkpoint in `dir` whose id is above `id` (0: all), complete or not (a rank's
+// checkpoints that the ranks never committed together: ranks_checkpoint.h).
+Status RemoveCheckpointsAfter(Env* env, const std::string& dir, uint64_t id);
 
 // Loads checkpoint `id` into an empty table and a model built from its spec: its base, then
 // every delta of its chain in order, then its dense state. Verifies every file's checksum,

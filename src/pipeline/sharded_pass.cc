@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "ckpt/ranks_checkpoint.h"
 #include "dist/collectives.h"
 
 namespace ctrbox {
@@ -74,6 +75,19 @@ StatusOr<StepStats> TrainShardedMinibatch(Comm* comm, CtrModel* model, const Bat
 
 Status PushSharded(SparseTable* shard, ShardedPass* sp, ThreadPool* pool) {
   return shard->Push(&sp->served_pins, sp->served, pool);
+}
+
+Status CommitRanksCheckpointOf(Comm* comm, Env* env, const std::string& ranks_dir, uint64_t id) {
+  std::vector<std::string> all;
+  RETURN_IF_ERROR(comm->AllGather(std::to_string(id), &all));
+  for (int r = 0; r < comm->size(); ++r) {
+    if (all[r] != all[0]) {
+      return InternalError("the ranks committed different checkpoints: rank 0 " + all[0] +
+                           ", rank " + std::to_string(r) + " " + all[r]);
+    }
+  }
+  if (comm->rank() != 0) return Status::OK();
+  return CommitRanksCheckpoint(env, ranks_dir, {static_cast<uint32_t>(comm->size()), id});
 }
 
 }  // namespace ctrbox

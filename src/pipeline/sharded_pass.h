@@ -20,12 +20,14 @@
 #define CTRBOX_PIPELINE_SHARDED_PASS_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "dist/comm.h"
 #include "dist/key_routes.h"
 #include "model/ctr_model.h"
 #include "table/sparse_table.h"
+#include "util/env.h"
 #include "working/working_set.h"
 
 namespace ctrbox {
@@ -60,6 +62,11 @@ StatusOr<StepStats> TrainShardedMinibatch(Comm* comm, CtrModel* model, const Bat
 
 // Push: the served rows into the shard, pins released. Local: no exchange.
 Status PushSharded(SparseTable* shard, ShardedPass* sp, ThreadPool* pool);
+
+// The second phase of a checkpoint of the ranks (ckpt/ranks_checkpoint.h): every rank has
+// committed checkpoint `id` in its own chain; rank 0 commits ranks_dir/RANKS naming it.
+// Fails if the ranks committed different ids.
+Status CommitRanksCheckpointOf(Comm* comm, Env* env, const std::string& ranks_dir, uint64_t id);
 
 }  // namespace ctrbox
 

@@ -259,6 +259,9 @@ StatusOr<nlohmann::json> PassStages::Checkpoint(const Pass& pass, ThreadPool* po
   Stopwatch clock;
   ASSIGN_OR_RETURN(CheckpointManifest m,
                    ctx_.ckpt->Commit(*ctx_.table, pass.dense_snapshot, Position(), nullptr, pool));
+  if (ctx_.comm != nullptr) {
+    RETURN_IF_ERROR(CommitRanksCheckpointOf(ctx_.comm, ctx_.env, ctx_.ranks_ckpt_dir, m.id));
+  }
   checkpoint_seconds_ += clock.Seconds();
   return CheckpointJson(m, clock.Seconds());
 }

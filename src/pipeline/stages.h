@@ -50,6 +50,8 @@ struct StageContext {
   // shard, passes are this rank's share of the global passes, and the stages exchange keys,
   // rows and gradients (pipeline/sharded_pass.h). Stages run one after the other.
   Comm* comm = nullptr;
+  std::string ranks_ckpt_dir;  // with comm and ckpt: where the ranks' checkpoints commit
+  Env* env = nullptr;          // ... on this file system
 };
 
 class PassStages {

@@ -3,14 +3,17 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <optional>
 
 #include "ckpt/model_dir.h"
 #include "ckpt/model_files.h"
+#include "ckpt/ranks_checkpoint.h"
 #include "dist/collectives.h"
 #include "model/gpu_trainer.h"
 #include "pipeline/data.h"
 #include "pipeline/evaluator.h"
 #include "pipeline/pass_reader.h"
+#include "pipeline/sharded_pass.h"
 #include "pipeline/stage_runner.h"
 #include "pipeline/stages.h"
 #include "pipeline/train_report.h"
@@ -78,9 +81,11 @@ Status GlobalReport(Comm* comm, const JobConfig& job, const PassStages& stages,
 }
 
 // Runs every pass from `start` (on the GPUs with device: gpu) and returns the run's report.
-StatusOr<nlohmann::json> RunPasses(const JobConfig& job, PassReader* reader, TrainStart* start,
-                                   ProgressSink* sink, const std::atomic<bool>* stop,
-                                   ThreadPool* pool, Comm* comm, TrainPosition* final_position) {
+StatusOr<nlohmann::json> RunPasses(Env* env, const JobConfig& job, PassReader* reader,
+                                   TrainStart* start, ProgressSink* sink,
+                                   const std::atomic<bool>* stop, ThreadPool* pool, Comm* comm,
+                                   const std::string& ranks_ckpt_dir,
+                                   TrainPosition* final_position) {
   const CtrAccessor accessor(start->model->value_layout(), job.spec.table);
   std::unique_ptr<GpuTrainer> gpu;
   if (job.gpu) {
@@ -102,6 +107,8 @@ StatusOr<nlohmann::json> RunPasses(const JobConfig& job, PassReader* reader, Tra
   ctx.ckpt = start->ckpt.get();
   ctx.gpu = gpu.get();
   ctx.comm = comm;
+  ctx.ranks_ckpt_dir = ranks_ckpt_dir;
+  ctx.env = env;
   PassStages stages(ctx);
   ASSIGN_OR_RETURN(StageRunResult run, RunStages(&stages, job.pipeline, stop));
   *final_position = stages.Position();
@@ -183,11 +190,20 @@ Status CommitModel(Env* env, const JobConfig& job, TrainStart* start, const Trai
 // A distributed job's commit (docs/distributed.md): the digest of the whole model (the
 // ranks' sparse sums and key counts added up) and, with a model directory, one model saved
 // by every rank: its shard's sparse file each, the dense file and the MANIFEST by rank 0.
-Status CommitShardedModelOfRanks(Env* env, Comm* comm, const JobConfig& job, TrainStart* start,
+Status CommitShardedModelOfRanks(Env* env, Comm* comm, const JobConfig& job,
+                                 const std::string& ranks_ckpt_dir, TrainStart* start,
                                  const TrainPosition& position, ThreadPool* pool,
                                  nlohmann::json* report) {
   SparseTable& table = *start->table;
   const CtrModel& model = *start->model;
+  if (start->ckpt) {  // the final checkpoint, as one process takes it
+    Stopwatch clock;
+    ASSIGN_OR_RETURN(CheckpointManifest m,
+                     start->ckpt->Commit(table, DensePayload(model), position, nullptr, pool));
+    RETURN_IF_ERROR(CommitRanksCheckpointOf(comm, env, ranks_ckpt_dir, m.id));
+    (*report)["checkpoint"] = start->ckpt->Report();
+    (*report)["checkpoint"]["final_seconds"] = clock.Seconds();
+  }
   ASSIGN_OR_RETURN(uint64_t sparse_sum, table.SparseDigest(pool));
   uint64_t sums[2] = {sparse_sum, table.Stats().keys};
   RETURN_IF_ERROR(AllReduceSum(comm, sums, 2));
@@ -282,17 +298,34 @@ nlohmann::json PeakMemoryByOwner(const JobConfig& job, const CtrModel& model,
           {"other", rss - table - passes - dense - reader}};
 }
 
+// Before a rank's start: the checkpoint the ranks committed together (none: nullopt), after
+// removing this rank's newer ones, which the others never committed. A job of another number
+// of ranks is refused.
+StatusOr<std::optional<RanksCheckpoint>> PrepareRanksResume(Env* env, const Comm& comm,
+                                                            const JobConfig& job,
+                                                            const std::string& ranks_dir) {
+  StatusOr<RanksCheckpoint> c = ReadRanksCheckpoint(env, ranks_dir);
+  if (!c.ok() && c.status().code() != StatusCode::kNotFound) return c.status();
+  if (c.ok() && c->ranks != static_cast<uint32_t>(comm.size())) {
+    if (!job.resume) return std::optional<RanksCheckpoint>();
+    return InvalidArgumentError(fmt::format(
+        "ckpt.dir {} holds the checkpoints of a job of {} ranks: resume it with {} ranks, or "
+        "continue its saved model (--model-dir) on any number of ranks",
+        ranks_dir, c->ranks, c->ranks));
+  }
+  if (!job.resume) return c.ok() ? std::optional<RanksCheckpoint>(*c) : std::nullopt;
+  RETURN_IF_ERROR(RemoveCheckpointsAfter(env, job.ckpt.dir, c.ok() ? c->id : 0));
+  return c.ok() ? std::optional<RanksCheckpoint>(*c) : std::nullopt;
+}
+
 // One rank's share of a distributed job (docs/distributed.md): its files, its share of every
 // pass and minibatch; what is not built for several ranks yet is refused or turned off here.
-Status ShareJob(Env* env, const Comm& comm, JobConfig* job) {
+Status ShareJob(Env* env, const Comm& comm, JobConfig* job, std::string* ranks_ckpt_dir) {
   const int n = comm.size(), me = comm.rank();
   if (job->gpu) {
     return InvalidArgumentError(
         "device: gpu is not built for several ranks yet (MPI jobs train "
         "on the CPU)");
-  }
-  if (job->resume) {
-    return InvalidArgumentError("--resume is not built for several ranks yet");
   }
   if (IsGenerated(job->data) || !job->data.command.empty()) {
     return InvalidArgumentError(
@@ -321,11 +354,13 @@ Status ShareJob(Env* env, const Comm& comm, JobConfig* job) {
   if (job->pipeline.enabled) LOG_INFO("rank {} of {}: the stages run one after the other", me, n);
   job->pipeline.enabled = false;
   job->pipeline.size_by_memory = false;  // passes must line up across the ranks
+  // Each rank's checkpoint chain in its own directory; the ranks commit together in ckpt.dir
+  // (ckpt/ranks_checkpoint.h). The chain a crash may leave one checkpoint ahead keeps the one
+  // before.
   if (!job->ckpt.dir.empty()) {
-    LOG_WARNING(
-        "rank {} of {}: checkpoints are not built for several ranks yet; ckpt.dir is ignored", me,
-        n);
-    job->ckpt.dir.clear();
+    *ranks_ckpt_dir = job->ckpt.dir;
+    job->ckpt.dir = RankCheckpointDir(job->ckpt.dir, me, n);
+    job->ckpt.keep = std::max<uint32_t>(job->ckpt.keep, 2);
   }
   job->eval_paths.clear();  // held-out evaluation needs every shard: not built yet
   // Each rank's SSD tier in its own directory (ranks may share a machine and a disk).
@@ -348,7 +383,8 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   Stopwatch total_clock;
   // Validate, and learn the schema from the data.
   RETURN_IF_ERROR(job.Validate());
-  if (comm != nullptr) RETURN_IF_ERROR(ShareJob(env, *comm, &job));
+  std::string ranks_ckpt_dir;
+  if (comm != nullptr) RETURN_IF_ERROR(ShareJob(env, *comm, &job, &ranks_ckpt_dir));
   if (job.gpu) RETURN_IF_ERROR(ResolveGpuPassMemory(&job.gpu_options));
   job.data.cancel = stop;  // a stalled data.command or standard input gives way to Ctrl-C
   PassReader reader([&] { return OpenData(env, job.data, job.generated, false); },
@@ -376,13 +412,23 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   if (comm != nullptr) {
     owned = [n = comm->size(), me = comm->rank()](uint64_t key) { return OwnerOf(key, n) == me; };
   }
+  std::optional<RanksCheckpoint> ranks_ckpt;
+  if (!ranks_ckpt_dir.empty()) {
+    ASSIGN_OR_RETURN(ranks_ckpt, PrepareRanksResume(env, *comm, job, ranks_ckpt_dir));
+  }
   ASSIGN_OR_RETURN(TrainStart start, StartTrain(env, job, &reader, &pool, owned));
+  if (ranks_ckpt && job.resume && (!start.resumed || start.resumed->id != ranks_ckpt->id)) {
+    return InternalError(fmt::format("rank {} resumed from {}, but the ranks committed {} together",
+                                     comm->rank(),
+                                     start.resumed ? CheckpointName(start.resumed->id) : "nothing",
+                                     CheckpointName(ranks_ckpt->id)));
+  }
 
   // Run pass by pass: nothing is committed unless every stage succeeded (a read error or too
   // many malformed records included).
   TrainPosition position;
-  ASSIGN_OR_RETURN(nlohmann::json report,
-                   RunPasses(job, &reader, &start, sink, stop, &pool, comm, &position));
+  ASSIGN_OR_RETURN(nlohmann::json report, RunPasses(env, job, &reader, &start, sink, stop, &pool,
+                                                    comm, ranks_ckpt_dir, &position));
 
   // A job that trained nothing has no model to save (an interrupted one stops as usual).
   if (position.examples == 0 && !report["interrupted"].get<bool>()) {
@@ -399,7 +445,8 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   report["saved"] = !(interrupted && report["examples"].get<uint64_t>() == 0);
   if (report["saved"].get<bool>()) {
     if (comm != nullptr) {
-      RETURN_IF_ERROR(CommitShardedModelOfRanks(env, comm, job, &start, position, &pool, &report));
+      RETURN_IF_ERROR(CommitShardedModelOfRanks(env, comm, job, ranks_ckpt_dir, &start, position,
+                                                &pool, &report));
     } else {
       RETURN_IF_ERROR(CommitModel(env, job, &start, position, &pool, &report));
     }
