@@ -439,6 +439,10 @@ const std::vector<Key>& Keys() {
        "with storage.memory_budget: close a pass before the rows that the passes in flight pin "
        "together would exceed 60 % of the budget (docs/storage.md, \"Pass sizing\")",
        Bool([](JobConfig* j, bool v) { j->pipeline.size_by_memory = v; })},
+      {"dist.timeout_seconds", "600",
+       "a job of several ranks: an exchange waiting this long for the other ranks stops the "
+       "job, naming the wait (docs/distributed.md)",
+       Float([](JobConfig* j, float v) { j->dist.timeout_seconds = v; }, 0.1, 1e7)},
       {"pipeline.enabled", "true",
        "overlap read, pull, train and push on consecutive passes (false: one after the other; "
        "docs/pipeline.md)",

@@ -56,7 +56,7 @@ Status OnRank(const Comm& comm, const Status& s) {
 // One rank of an mpirun job. Rank 0 prints the report; an error on any rank ends every rank
 // (MPI_Abort: mpirun names the rank that stopped the job and exits non-zero).
 Status RunMpiTrain(const JobConfig& job) {
-  ASSIGN_OR_RETURN(std::unique_ptr<Comm> comm, OpenMpiWorld());
+  ASSIGN_OR_RETURN(std::unique_ptr<Comm> comm, OpenMpiWorld(job.dist.timeout_seconds));
   LOG_INFO("rank {} of {} (MPI)", comm->rank(), comm->size());
   StatusOr<nlohmann::json> report = RunTrain(Env::Posix(), job, nullptr, nullptr, comm.get());
   if (!report.ok()) {
@@ -72,7 +72,7 @@ Status RunMpiTrain(const JobConfig& job) {
 // n ranks as threads (LocalGroup); rank 0 prints the report; the first rank's error is the
 // command's.
 Status RunLocalRanks(const JobConfig& job, int n) {
-  LocalGroup group(n);
+  LocalGroup group(n, job.dist.timeout_seconds);
   std::vector<StatusOr<nlohmann::json>> reports(n, InternalError("not run"));
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {

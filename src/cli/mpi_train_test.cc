@@ -151,5 +151,47 @@ TEST_F(MpiTrainTest, ARankKilledMidRunEndsTheJobAndResumeEndsWithTheUninterrupte
   EXPECT_EQ(resumed.last_json["job_examples"], 120000u);
 }
 
+// A rank that stops answering (SIGSTOP: alive, silent): the other rank's exchange gives up
+// after dist.timeout_seconds, it aborts the job with the reason, and mpirun ends them all.
+TEST_F(MpiTrainTest, ARankThatStopsAnsweringEndsTheJobAfterTheTimeout) {
+  const std::string data = Files(30000);
+  const std::string marker = Path("hangs");
+  const std::string cmd = Mpirun(2) + " train" + data + kJob +
+                          " --set dist.timeout_seconds=3 --model-dir " + marker + " >" +
+                          Path("out.txt") + " 2>" + Path("err.txt");
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const std::string rank1_log = marker + "/metrics.jsonl.rank1";
+  for (int i = 0; i < 1200 && !Env::Posix()->FileExists(rank1_log); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ASSERT_TRUE(Env::Posix()->FileExists(rank1_log)) << "the job did not start";
+  const std::string ranks = "'^" + ctrbox_ + " train.*" + marker + "'";
+  ASSERT_EQ(std::system(("pkill -STOP -f -n " + ranks).c_str()), 0);
+  const auto stopped = std::chrono::steady_clock::now();
+  int status = 0;
+  pid_t done = 0;
+  while ((done = waitpid(pid, &status, WNOHANG)) == 0 &&
+         std::chrono::steady_clock::now() - stopped < std::chrono::seconds(60)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
+  if (done == 0) {
+    (void)std::system(("pkill -9 -f " + ranks).c_str());
+    waitpid(pid, &status, 0);
+  }
+  RecordProperty("seconds_to_stop", std::to_string(seconds));
+  EXPECT_LT(seconds, 20) << "the job waited on the silent rank";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0);
+  std::string err;
+  ASSERT_TRUE(ReadFileToString(Env::Posix(), Path("err.txt"), &err).ok());
+  EXPECT_NE(err.find("no answer from some of the other ranks"), std::string::npos) << err;
+}
+
 }  // namespace
 }  // namespace ctrbox

@@ -1,8 +1,18 @@
 #include "dist/comm.h"
 
+#include <fmt/format.h>
+
 #include <cassert>
+#include <chrono>
 
 namespace ctrbox {
+
+Status NoAnswer(double timeout_seconds, int missing) {
+  return ResourceExhaustedError(fmt::format(
+      "no answer from {} of the other ranks in an exchange for {:.0f} s (dist.timeout_seconds): "
+      "a rank hangs or its machine stopped answering",
+      missing < 0 ? std::string("some") : std::to_string(missing), timeout_seconds));
+}
 
 class LocalGroup::Endpoint final : public Comm {
  public:
@@ -32,7 +42,8 @@ class LocalGroup::Endpoint final : public Comm {
   const int rank_;
 };
 
-LocalGroup::LocalGroup(int n) : outbox_(n) {
+LocalGroup::LocalGroup(int n, double timeout_seconds)
+    : timeout_seconds_(timeout_seconds), outbox_(n) {
   assert(n >= 1);
   for (int r = 0; r < n; ++r) endpoints_.push_back(std::make_unique<Endpoint>(this, r));
 }
@@ -51,7 +62,15 @@ Status LocalGroup::Barrier() {
     cv_.SignalAll();
     return Status::OK();
   }
-  while (generation_ == gen && aborted_.ok()) cv_.Wait(&mu_);
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(timeout_seconds_));
+  while (generation_ == gen && aborted_.ok()) {
+    if (!cv_.WaitUntil(&mu_, deadline) && generation_ == gen && aborted_.ok()) {
+      aborted_ = NoAnswer(timeout_seconds_, size() - arrived_);
+      cv_.SignalAll();
+    }
+  }
   return generation_ != gen ? Status::OK() : aborted_;
 }
 

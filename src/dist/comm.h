@@ -4,7 +4,9 @@
 //
 // Every call is collective: every rank of the group makes the same calls in the same order,
 // and a call returns on a rank once that rank's share of the exchange is complete. A rank
-// that fails stops the others through Abort (the MPI transport: the job ends).
+// that fails stops the others through Abort (the MPI transport: the job ends). A call that
+// waits longer than the transport's timeout for the other ranks (one hangs, or its machine
+// stopped answering) fails with ResourceExhausted saying so; the caller then aborts the job.
 // Thread safety: one Comm is used by one thread at a time.
 #ifndef CTRBOX_DIST_COMM_H_
 #define CTRBOX_DIST_COMM_H_
@@ -19,6 +21,10 @@
 #include "util/status.h"
 
 namespace ctrbox {
+
+// The error of an exchange that waited timeout_seconds for `missing` ranks (or an unknown
+// number: -1).
+Status NoAnswer(double timeout_seconds, int missing);
 
 class Comm {
  public:
@@ -45,8 +51,8 @@ class Comm {
 // Thread safety: each endpoint by its own thread; Abort from any thread.
 class LocalGroup {
  public:
-  // REQUIRES: n >= 1.
-  explicit LocalGroup(int n);
+  // REQUIRES: n >= 1, timeout_seconds > 0.
+  explicit LocalGroup(int n, double timeout_seconds = 600);
   ~LocalGroup();
   LocalGroup(const LocalGroup&) = delete;
   LocalGroup& operator=(const LocalGroup&) = delete;
@@ -61,6 +67,7 @@ class LocalGroup {
   Status Barrier() EXCLUDES(mu_);
   void Abort(const Status& why) EXCLUDES(mu_);
 
+  const double timeout_seconds_;
   Mutex mu_;
   CondVar cv_{&mu_};
   uint64_t generation_ GUARDED_BY(mu_) = 0;

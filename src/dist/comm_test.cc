@@ -2,9 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dist/collectives.h"
@@ -53,6 +55,31 @@ TEST(LocalGroupTest, ARankThatAbortsStopsTheOthersWithItsError) {
     ASSERT_FALSE(s.ok());
     EXPECT_NE(s.ToString().find("rank 1: disk full"), std::string::npos) << s.ToString();
   }
+}
+
+// A rank that stops answering: the others' exchange fails within the timeout, saying so.
+TEST(LocalGroupTest, AnExchangeWaitingPastTheTimeoutFailsNamingTheWait) {
+  LocalGroup group(3, /*timeout_seconds=*/0.3);
+  std::vector<Status> status(3);
+  std::vector<double> seconds(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      if (r == 2) std::this_thread::sleep_for(std::chrono::seconds(2));  // hangs
+      const auto start = std::chrono::steady_clock::now();
+      std::vector<std::string> recv;
+      status[r] = group.rank(r)->AllToAll(std::vector<std::string>(3, "x"), &recv);
+      seconds[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_FALSE(status[r].ok());
+    EXPECT_NE(status[r].ToString().find("no answer from 1 of the other ranks"), std::string::npos)
+        << status[r].ToString();
+    EXPECT_LT(seconds[r], 1.5);
+  }
+  EXPECT_FALSE(status[2].ok());  // the late rank finds the group stopped
 }
 
 // Sums in rank order, as AllReduceSum promises.

@@ -18,9 +18,10 @@ bool LaunchedByMpirun();
 bool HaveMpi();
 
 // Initialises MPI (MPI_Init_thread; calls from one thread at a time) and returns
-// MPI_COMM_WORLD as a Comm; MPI is finalised when it is destroyed. Fails without the MPI
-// transport, or when MPI is already initialised.
-StatusOr<std::unique_ptr<Comm>> OpenMpiWorld();
+// MPI_COMM_WORLD as a Comm; MPI is finalised when it is destroyed. Its exchanges are
+// non-blocking collectives polled until done, or until timeout_seconds pass without the other
+// ranks (then NoAnswer). Fails without the MPI transport, or when MPI is already initialised.
+StatusOr<std::unique_ptr<Comm>> OpenMpiWorld(double timeout_seconds = 600);
 
 }  // namespace ctrbox
 

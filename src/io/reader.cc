@@ -97,23 +97,41 @@ class FileSequenceSource final : public ChunkSource {
 
 // Synthetic rows: a chunk names a row range (first_line = first row, offset = row count);
 // the workers generate the rows.
+// With a share of several ranks, a chunk is one block of the share.
 class SynthSource final : public ChunkSource {
  public:
-  SynthSource(uint64_t rows, uint64_t block_rows) : rows_(rows), block_rows_(block_rows) {}
+  SynthSource(uint64_t rows, uint64_t block_rows, RowShare share)
+      : rows_(rows), block_rows_(block_rows), share_(share), next_(share.index * share.unit) {
+    if (share_.count > 1) {
+      for (uint64_t b = next_; b < rows_; b += share_.count * share_.unit) {
+        total_ += std::min(share_.unit, rows_ - b);
+      }
+    } else {
+      total_ = rows_;
+    }
+  }
   Status Next(TextChunk* chunk, bool* eof) override {
     *eof = next_ >= rows_;
     if (*eof) return Status::OK();
     chunk->file = "<generated>";
     chunk->first_line = next_;
-    chunk->offset = std::min(block_rows_, rows_ - next_);
-    next_ += chunk->offset;
-    chunk->progress = next_;
+    if (share_.count > 1) {
+      chunk->offset = std::min(share_.unit, rows_ - next_);
+      next_ += share_.count * share_.unit;
+    } else {
+      chunk->offset = std::min(block_rows_, rows_ - next_);
+      next_ += chunk->offset;
+    }
+    done_ += chunk->offset;
+    chunk->progress = done_;
     return Status::OK();
   }
-  uint64_t total() const override { return rows_; }
+  uint64_t total() const override { return total_; }
 
  private:
-  uint64_t rows_, block_rows_, next_ = 0;
+  const uint64_t rows_, block_rows_;
+  const RowShare share_;
+  uint64_t next_, total_ = 0, done_ = 0;
 };
 
 using DecodeFn = std::function<void(const TextChunk&, ChunkParseResult*)>;
@@ -566,7 +584,7 @@ void KillDataCommands() {
 }
 
 std::unique_ptr<BatchReader> NewSynthReader(const SynthOptions& options, uint64_t rows, int threads,
-                                            uint64_t block_rows) {
+                                            uint64_t block_rows, RowShare share) {
   auto gen = std::make_shared<SynthGenerator>(options);
   const Schema schema = gen->schema();
   DecodeFn decode = [gen, schema](const TextChunk& c, ChunkParseResult* r) {
@@ -577,7 +595,7 @@ std::unique_ptr<BatchReader> NewSynthReader(const SynthOptions& options, uint64_
   DataOptions o;
   o.threads = std::max(1, threads);
   return std::unique_ptr<BatchReader>(new ParallelChunkReader(
-      schema, std::make_unique<SynthSource>(rows, block_rows), std::move(decode), o));
+      schema, std::make_unique<SynthSource>(rows, block_rows, share), std::move(decode), o));
 }
 
 }  // namespace ctrbox

@@ -66,12 +66,16 @@ uint64_t ReadCheckingProgress(const DataOptions& o) {
     ++blocks;
     const InputProgress p = (*reader)->progress();
     EXPECT_GE(p.done, last);
-    if (p.known()) EXPECT_LE(p.done, p.total);
+    if (p.known()) {
+      EXPECT_LE(p.done, p.total);
+    }
     last = p.done;
   }
   const InputProgress p = (*reader)->progress();
   EXPECT_GE(blocks, 1u);
-  if (p.known()) EXPECT_EQ(p.done, p.total);
+  if (p.known()) {
+    EXPECT_EQ(p.done, p.total);
+  }
   return p.total;
 }
 
@@ -94,7 +98,9 @@ TEST(ReaderTest, ProgressCountsTheBytesAsStoredOrTheGeneratedRows) {
   EXPECT_EQ(ReadCheckingProgress(o), *gz);
   // A shard file: its bytes, block by block.
   {
-    auto text = ReadAll(DataOptions{.paths = {dir.File("a.tsv")}});
+    DataOptions text_options;
+    text_options.paths = {dir.File("a.tsv")};
+    auto text = ReadAll(text_options);
     ASSERT_TRUE(text.ok());
     ShardWriterOptions so;
     so.block_rows = 500;
@@ -122,6 +128,39 @@ TEST(ReaderTest, ProgressCountsTheBytesAsStoredOrTheGeneratedRows) {
     EXPECT_EQ(synth->progress().done, rows);
   }
   EXPECT_EQ(synth->progress().total, 50000u);
+}
+
+// A rank's share of generated rows (docs/distributed.md): blocks q = r, r + n, ... of `unit`
+// rows, in order; the shares of all ranks together are every row once.
+TEST(ReaderTest, ARanksShareOfGeneratedRowsIsItsBlocksInOrder) {
+  constexpr uint64_t kRows = 1050, kUnit = 100;
+  auto all_rows = [](BatchReader* r) {
+    Batch all, b;
+    all.Reset(r->schema());
+    bool eof = false;
+    while (r->Next(&b, &eof).ok() && !eof) all.AppendRows(b, 0, b.rows());
+    return all;
+  };
+  Batch whole = all_rows(NewSynthReader(SynthOptions{}, kRows, 1).get());
+  ASSERT_EQ(whole.rows(), kRows);
+  uint64_t total = 0;
+  for (uint32_t r = 0; r < 3; ++r) {
+    auto reader = NewSynthReader(SynthOptions{}, kRows, 2, 4096, RowShare{r, 3, kUnit});
+    Batch mine = all_rows(reader.get());
+    EXPECT_EQ(reader->progress().total, mine.rows());
+    EXPECT_EQ(reader->progress().done, mine.rows());
+    total += mine.rows();
+    uint64_t at = 0;
+    for (uint64_t q = r; q * kUnit < kRows; q += 3) {
+      for (uint64_t row = q * kUnit; row < std::min(kRows, (q + 1) * kUnit); ++row, ++at) {
+        ASSERT_LT(at, mine.rows());
+        EXPECT_EQ(mine.labels[at], whole.labels[row]);
+        EXPECT_EQ(mine.keys[mine.offsets[at * 26]], whole.keys[whole.offsets[row * 26]]);
+      }
+    }
+    EXPECT_EQ(at, mine.rows());
+  }
+  EXPECT_EQ(total, kRows);
 }
 
 TEST(ReaderTest, StopsPastTheErrorRateNamingTheFirstBadLine) {

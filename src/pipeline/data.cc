@@ -23,7 +23,8 @@ SynthOptions SynthFor(const GeneratedData& gen, bool test) {
 StatusOr<std::unique_ptr<BatchReader>> OpenData(Env* env, const DataOptions& data,
                                                 const GeneratedData& gen, bool test) {
   if (!IsGenerated(data)) return OpenReader(env, data);
-  return NewSynthReader(SynthFor(gen, test), test ? gen.test_rows : gen.rows, data.threads);
+  return NewSynthReader(SynthFor(gen, test), test ? gen.test_rows : gen.rows, data.threads, 16384,
+                        gen.share);
 }
 
 double OracleAuc(const GeneratedData& gen) {

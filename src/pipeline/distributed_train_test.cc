@@ -287,6 +287,31 @@ TEST(DistributedTrainTest, RanksWithATieredShardEqualTheInMemoryRanks) {
   EXPECT_GT(storage["loaded_from_ssd"].get<uint64_t>(), 0u) << storage.dump();
 }
 
+// Generated data: rank r generates the blocks of b / N rows whose index mod N is r, so the
+// ranks train one process's minibatches with no file to interleave; the held-out rows are
+// evaluated by every rank (rows looked up from their owners) and reported over all of them.
+TEST(DistributedTrainTest, GeneratedDataTrainsOneProcesssMinibatchesAndEvaluatesOnEveryRank) {
+  TempDir dir;
+  JobConfig job = Job(dir.File("one"), /*sgd=*/true);
+  job.generated.rows = 8192 + 300;  // a last minibatch some ranks have no rows of
+  job.generated.test_rows = 3000;
+  auto single = RunTrain(Env::Posix(), job, nullptr);
+  ASSERT_TRUE(single.ok()) << single.status().ToString();
+  const Model want = Load(job.model_dir);
+  for (int n : {2, 4}) {
+    JobConfig ranks_job = job;
+    ranks_job.model_dir = dir.File("ranks" + std::to_string(n));
+    auto ranks = RunRanks(n, ranks_job);
+    for (int r = 0; r < n; ++r) ASSERT_TRUE(ranks[r].ok()) << ranks[r].status().ToString();
+    const nlohmann::json& rep = *ranks[0];
+    EXPECT_EQ(rep["examples"], job.generated.rows);
+    EXPECT_LT(Distance(Load(ranks_job.model_dir), want), 1e-6) << n << " ranks";
+    EXPECT_EQ(rep["test_examples"], 3000u);
+    EXPECT_NEAR(rep["test_auc"].get<double>(), (*single)["test_auc"].get<double>(), 1e-5);
+    EXPECT_EQ(rep["oracle_auc"], (*single)["oracle_auc"]);
+  }
+}
+
 // A model saved by 2 ranks, continued by 4 (each loads the rows it owns) and by 1 on the same
 // global minibatches: the same model up to summation order, so every row was loaded once.
 TEST(DistributedTrainTest, AModelSavedByTwoRanksIsContinuedByFourWithEveryRowOnce) {

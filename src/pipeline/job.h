@@ -31,6 +31,14 @@ struct TrainOptions {
   Status Validate() const;
 };
 
+// A job of several ranks (docs/distributed.md).
+struct DistOptions {
+  // An exchange that waits this long for the other ranks fails, and the rank aborts the job
+  // (a rank hangs, or its machine stopped answering). Above the longest a rank may work
+  // between two exchanges: a pass's read or pull, a checkpoint, the final save.
+  double timeout_seconds = 600;
+};
+
 struct PipelineOptions {
   bool enabled = true;              // overlap the stages (false: one after the other)
   uint64_t pass_examples = 262144;  // examples per pass (the most, when sized by memory)
@@ -58,6 +66,9 @@ struct GeneratedData {
   uint64_t seed = 11;        // train rows; the test rows use seed + 1
   double vocab_scale = 1.0;  // long-tail knobs (io/synth.h)
   double zipf = 0.0;
+  // A rank's share of the rows (train and test alike; docs/distributed.md). Not a job key: a
+  // distributed job sets it.
+  RowShare share;
 };
 
 struct JobConfig {
@@ -69,6 +80,7 @@ struct JobConfig {
                           // table validates them when it opens: TieredOptions::Validate)
   TrainOptions train;
   PipelineOptions pipeline;
+  DistOptions dist;
   std::string model_dir;
   bool fresh = false;      // train: ignore a model already in model_dir (and old checkpoints)
   CheckpointOptions ckpt;  // checkpoints of the train job (ckpt.dir empty: none)

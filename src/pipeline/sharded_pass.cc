@@ -5,6 +5,9 @@
 
 #include "ckpt/ranks_checkpoint.h"
 #include "dist/collectives.h"
+#include "io/key_hashing.h"
+#include "util/cleanup.h"
+#include "util/sys.h"
 
 namespace ctrbox {
 namespace {
@@ -37,13 +40,17 @@ Status AgreeOnMinibatches(Comm* comm, const WorkingSet& ws, ShardedPass* out) {
 
 Status PullSharded(Comm* comm, SparseTable* shard, const CtrAccessor* accessor,
                    const WorkingSet& ws, RowBlock* rows, ShardedPass* out, ThreadPool* pool) {
+  Stopwatch exchange;
   RETURN_IF_ERROR(AgreeOnMinibatches(comm, ws, out));
   ASSIGN_OR_RETURN(out->routes, RouteKeys(comm, ws.keys.data(), ws.keys.size()));
+  out->exchange_seconds += exchange.Seconds();
   out->served = RowBlock(shard->layout());
   ASSIGN_OR_RETURN(out->served_pins,
                    shard->Pull(out->routes.served.data(), out->routes.served.size(), accessor,
                                &out->served, pool));
   rows->Resize(ws.keys.size());
+  exchange.Reset();
+  Cleanup count([&] { out->exchange_seconds += exchange.Seconds(); });
   return SendToHolders(
       comm, &out->routes, [&](uint32_t s, std::string* bytes) { out->served.EncodeRow(s, bytes); },
       [&](uint32_t i, const char* p, size_t n) -> size_t {
@@ -60,10 +67,12 @@ StatusOr<StepStats> TrainShardedMinibatch(Comm* comm, CtrModel* model, const Bat
   StepStats stats = model->ComputeGradients(pass, ws, mb, *rows, pool, predictions,
                                             sp->global_rows[m], &sp->records);
   std::vector<float>& dense = model->dense_grads();
+  Stopwatch exchange;
   RETURN_IF_ERROR(AllReduceSum(comm, dense.data(), dense.size()));
   // mb.uniq holds local ids: indices into ws.keys, as given to RouteKeys.
   RETURN_IF_ERROR(ReduceToHolders(comm, &sp->routes, mb.uniq.data(), sp->records.data(),
                                   mb.uniq.size(), model->SparseRecordWidth(), &sp->reduced));
+  sp->exchange_seconds += exchange.Seconds();
   model->ApplyDense(pool);
   const ReducedRecords& r = sp->reduced;
   model->ApplySparse(r.keys.data(), r.records.data(), r.keys.size(), rows, accessor, pool);
@@ -75,6 +84,58 @@ StatusOr<StepStats> TrainShardedMinibatch(Comm* comm, CtrModel* model, const Bat
 
 Status PushSharded(SparseTable* shard, ShardedPass* sp, ThreadPool* pool) {
   return shard->Push(&sp->served_pins, sp->served, pool);
+}
+
+StatusOr<MetricSummary> EvaluateSharded(Comm* comm, BatchReader* reader, SparseTable* shard,
+                                        CtrModel* model, uint32_t batch_size, uint64_t chunk_rows,
+                                        ThreadPool* pool) {
+  MetricAccumulator metrics;
+  std::vector<float> predictions(batch_size);
+  Batch block;
+  size_t at = 0;  // rows of `block` already in a chunk
+  bool eof = false;
+  for (;;) {
+    // The next chunk of this rank's rows (maybe none), while any rank has rows.
+    Batch chunk;
+    chunk.Reset(reader->schema());
+    while (!eof && chunk.rows() < chunk_rows) {
+      if (at == block.rows()) {
+        RETURN_IF_ERROR(reader->Next(&block, &eof));
+        at = 0;
+        if (eof) break;
+      }
+      const size_t end = std::min<size_t>(block.rows(), at + (chunk_rows - chunk.rows()));
+      chunk.AppendRows(block, at, end);
+      at = end;
+    }
+    uint64_t more = chunk.rows() > 0 ? 1 : 0;
+    RETURN_IF_ERROR(AllReduceMax(comm, &more, 1));
+    if (more == 0) break;
+    if (model->options().hashing.enabled()) HashBatchKeys(model->options().hashing, &chunk);
+    WorkingSet ws;
+    BuildWorkingSet(chunk, batch_size, pool, &ws);
+    ShardedPass sp;  // its pins go with it
+    RowBlock rows(shard->layout());
+    RETURN_IF_ERROR(PullSharded(comm, shard, /*accessor=*/nullptr, ws, &rows, &sp, pool));
+    for (const Minibatch& mb : ws.batches) {
+      model->Predict(chunk, ws, mb, rows, pool, predictions.data());
+      for (uint32_t r = 0; r < mb.rows(); ++r) {
+        metrics.Add(chunk.labels[mb.row_begin + r], predictions[r]);
+      }
+    }
+  }
+  // Rank 0 merges every rank's metrics.
+  std::vector<std::string> send(comm->size()), recv;
+  send[0] = metrics.Encode();
+  RETURN_IF_ERROR(comm->AllToAll(send, &recv));
+  if (comm->rank() != 0) return metrics.Summary();
+  MetricAccumulator all;
+  for (int r = 0; r < comm->size(); ++r) {
+    if (!all.MergeEncoded(recv[r])) {
+      return InternalError("rank " + std::to_string(r) + " sent metrics rank 0 cannot read");
+    }
+  }
+  return all.Summary();
 }
 
 Status CommitRanksCheckpointOf(Comm* comm, Env* env, const std::string& ranks_dir, uint64_t id) {

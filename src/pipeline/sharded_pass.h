@@ -25,6 +25,8 @@
 
 #include "dist/comm.h"
 #include "dist/key_routes.h"
+#include "io/reader.h"
+#include "metrics/metrics.h"
 #include "model/ctr_model.h"
 #include "table/sparse_table.h"
 #include "util/env.h"
@@ -40,6 +42,9 @@ struct ShardedPass {
   // has fewer minibatches trains empty ones).
   std::vector<uint32_t> global_rows;
   uint64_t global_examples = 0;  // the pass's rows over all ranks
+  // Seconds in the exchanges (pull and every minibatch's), waiting for the slowest rank
+  // included: the part of the pull and train stages the network would carry.
+  double exchange_seconds = 0;
 
   // Scratch of the minibatches.
   std::vector<float> records;
@@ -62,6 +67,14 @@ StatusOr<StepStats> TrainShardedMinibatch(Comm* comm, CtrModel* model, const Bat
 
 // Push: the served rows into the shard, pins released. Local: no exchange.
 Status PushSharded(SparseTable* shard, ShardedPass* sp, ThreadPool* pool);
+
+// Held-out evaluation by the ranks: each predicts its share of the rows `reader` gives, in
+// chunks of about chunk_rows rows whose keys' rows come from their owners (lookups: an absent
+// key has an empty row and is not inserted; keys hashed first as the model was trained).
+// Returns the metrics over every rank's rows on rank 0, this rank's own elsewhere.
+StatusOr<MetricSummary> EvaluateSharded(Comm* comm, BatchReader* reader, SparseTable* shard,
+                                        CtrModel* model, uint32_t batch_size, uint64_t chunk_rows,
+                                        ThreadPool* pool);
 
 // The second phase of a checkpoint of the ranks (ckpt/ranks_checkpoint.h): every rank has
 // committed checkpoint `id` in its own chain; rank 0 commits ranks_dir/RANKS naming it.

@@ -234,9 +234,11 @@ Status PassStages::Push(Pass* pass, ThreadPool* pool) {
     const KeyRoutes& routes = pass->sharded->routes;
     exchange_sent_ += routes.bytes_sent;
     exchange_received_ += routes.bytes_received;
+    exchange_seconds_ += pass->sharded->exchange_seconds;
     record["global_examples"] = pass->sharded->global_examples;
     record["exchange"] = {{"bytes_sent", routes.bytes_sent},
                           {"bytes_received", routes.bytes_received},
+                          {"seconds", pass->sharded->exchange_seconds},
                           {"served_keys", routes.served.size()}};
   }
   storage_before_ = storage_now;

@@ -100,6 +100,7 @@ class PassStages {
   // gradients) over the passes pushed.
   uint64_t exchange_bytes_sent() const { return exchange_sent_; }
   uint64_t exchange_bytes_received() const { return exchange_received_; }
+  double exchange_seconds() const { return exchange_seconds_; }
   // Where the job stands after the passes pushed so far.
   TrainPosition Position() const;
 
@@ -130,6 +131,7 @@ class PassStages {
 
   uint64_t examples_ = 0, passes_ = 0, shrunk_ = 0, created_ = 0, patched_rows_ = 0;  // push
   uint64_t exchange_sent_ = 0, exchange_received_ = 0;                                // push
+  double exchange_seconds_ = 0;                                                       // push
   double last_push_ = 0;                                                              // push
   double checkpoint_seconds_ = 0;                                                     // push
   StorageStats storage_before_;                                                       // push

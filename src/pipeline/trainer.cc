@@ -41,12 +41,14 @@ Status GlobalReport(Comm* comm, const JobConfig& job, const PassStages& stages,
                          {"stages", (*report)["stages"]},
                          {"exchange_bytes_sent", stages.exchange_bytes_sent()},
                          {"exchange_bytes_received", stages.exchange_bytes_received()},
+                         {"exchange_seconds", stages.exchange_seconds()},
                          {"peak_rss_bytes", PeakRssBytes()}};
   (*report)["ranks"] = n;
   (*report)["rank"] = comm->rank();
   (*report)["batch_size"] = job.train.batch_size * n;
   (*report)["exchange"] = {{"bytes_sent", stages.exchange_bytes_sent()},
-                           {"bytes_received", stages.exchange_bytes_received()}};
+                           {"bytes_received", stages.exchange_bytes_received()},
+                           {"seconds", stages.exchange_seconds()}};
   const char* summed[] = {"examples",           "keys",         "keys_with_embedding",
                           "embeddings_created", "keys_shrunk",  "bytes_live",
                           "keys_in_memory",     "keys_on_disk", "job_examples"};
@@ -243,18 +245,50 @@ Status CommitShardedModelOfRanks(Env* env, Comm* comm, const JobConfig& job,
 }
 
 // Held-out evaluation: --eval-data, or the generated test rows.
-Status EvaluateHeldOut(Env* env, const JobConfig& job, TrainStart* start, ThreadPool* pool,
-                       nlohmann::json* report) {
+// A rank of a distributed job without held-out files of its own: no rows, the others' schema.
+class NoRows final : public BatchReader {
+ public:
+  explicit NoRows(Schema schema) : schema_(schema) {}
+  Schema schema() const override { return schema_; }
+  Status Next(Batch*, bool* eof) override {
+    *eof = true;
+    return Status::OK();
+  }
+  RecordCounts counts() const override { return {}; }
+
+ private:
+  Schema schema_;
+};
+
+// Held-out evaluation: --eval-data, or the generated test rows. In a distributed job every
+// rank evaluates its share (its files, or its blocks of the generated rows) with the rows
+// looked up from their owners, and rank 0 reports the metrics over all of them.
+Status EvaluateHeldOut(Env* env, const JobConfig& job, Comm* comm, TrainStart* start,
+                       ThreadPool* pool, nlohmann::json* report) {
   const bool generated = IsGenerated(job.data);
-  if (!generated && job.eval_paths.empty()) return Status::OK();
+  uint64_t evaluate = generated || !job.eval_paths.empty() ? 1 : 0;
+  if (comm != nullptr) RETURN_IF_ERROR(AllReduceMax(comm, &evaluate, 1));
+  if (evaluate == 0) return Status::OK();
   Stopwatch clock;
   DataOptions eval = job.data;
   eval.paths = job.eval_paths;
   eval.command.clear();
-  ASSIGN_OR_RETURN(auto eval_reader, OpenData(env, eval, job.generated, true));
-  ASSIGN_OR_RETURN(MetricSummary t, Evaluate(eval_reader.get(), *start->table, start->model.get(),
-                                             job.train.batch_size, job.pipeline.pass_examples,
-                                             job.EvalChunkKeys(), pool, nullptr));
+  std::unique_ptr<BatchReader> eval_reader;
+  if (generated || !eval.paths.empty()) {
+    ASSIGN_OR_RETURN(eval_reader, OpenData(env, eval, job.generated, true));
+  } else {
+    eval_reader = std::make_unique<NoRows>(job.spec.schema);
+  }
+  MetricSummary t;
+  if (comm != nullptr) {
+    ASSIGN_OR_RETURN(
+        t, EvaluateSharded(comm, eval_reader.get(), start->table.get(), start->model.get(),
+                           job.train.batch_size, job.pipeline.pass_examples, pool));
+  } else {
+    ASSIGN_OR_RETURN(
+        t, Evaluate(eval_reader.get(), *start->table, start->model.get(), job.train.batch_size,
+                    job.pipeline.pass_examples, job.EvalChunkKeys(), pool, nullptr));
+  }
   (*report)["test_examples"] = t.examples;
   (*report)["test_auc"] = t.AucJson();
   if (t.auc_undefined) (*report)["test_auc_undefined"] = t.auc_undefined;
@@ -327,9 +361,9 @@ Status ShareJob(Env* env, const Comm& comm, JobConfig* job, std::string* ranks_c
         "device: gpu is not built for several ranks yet (MPI jobs train "
         "on the CPU)");
   }
-  if (IsGenerated(job->data) || !job->data.command.empty()) {
+  if (!job->data.command.empty()) {
     return InvalidArgumentError(
-        "a job of several ranks reads files: give data.paths (at least one file per rank)");
+        "data.command: a job of several ranks reads files (or generated data), not a command");
   }
   const uint32_t b = job->train.batch_size;
   if (b % n != 0) {
@@ -338,16 +372,29 @@ Status ShareJob(Env* env, const Comm& comm, JobConfig* job, std::string* ranks_c
         "of every minibatch)",
         b, n));
   }
-  ASSIGN_OR_RETURN(std::vector<std::string> files,
-                   ExpandDataPaths(env, job->data.paths, job->data.format));
-  if (files.size() < static_cast<size_t>(n)) {
-    return InvalidArgumentError(fmt::format(
-        "data.paths: {} files for {} ranks; each rank reads whole files (files i with i mod "
-        "ranks = rank), so give at least one per rank",
-        files.size(), n));
+  if (IsGenerated(job->data)) {
+    // Rank r generates the blocks of b / n rows whose index mod n is r: global minibatch m is
+    // rows [m b, (m + 1) b) of the generated stream, as for one process.
+    job->generated.share = RowShare{static_cast<uint32_t>(me), static_cast<uint32_t>(n), b / n};
+  } else {
+    ASSIGN_OR_RETURN(std::vector<std::string> files,
+                     ExpandDataPaths(env, job->data.paths, job->data.format));
+    if (files.size() < static_cast<size_t>(n)) {
+      return InvalidArgumentError(fmt::format(
+          "data.paths: {} files for {} ranks; each rank reads whole files (files i with i mod "
+          "ranks = rank), so give at least one per rank",
+          files.size(), n));
+    }
+    job->data.paths.clear();
+    for (size_t i = me; i < files.size(); i += n) job->data.paths.push_back(files[i]);
   }
-  job->data.paths.clear();
-  for (size_t i = me; i < files.size(); i += n) job->data.paths.push_back(files[i]);
+  // Held-out files likewise (a rank may have none: it takes part in every chunk with none).
+  if (!job->eval_paths.empty()) {
+    ASSIGN_OR_RETURN(std::vector<std::string> files,
+                     ExpandDataPaths(env, job->eval_paths, job->data.format));
+    job->eval_paths.clear();
+    for (size_t i = me; i < files.size(); i += n) job->eval_paths.push_back(files[i]);
+  }
   job->train.batch_size = b / n;
   const uint64_t pass = job->pipeline.pass_examples / n;
   job->pipeline.pass_examples = std::max<uint64_t>(job->train.batch_size, pass);
@@ -362,7 +409,6 @@ Status ShareJob(Env* env, const Comm& comm, JobConfig* job, std::string* ranks_c
     job->ckpt.dir = RankCheckpointDir(job->ckpt.dir, me, n);
     job->ckpt.keep = std::max<uint32_t>(job->ckpt.keep, 2);
   }
-  job->eval_paths.clear();  // held-out evaluation needs every shard: not built yet
   // Each rank's SSD tier in its own directory (ranks may share a machine and a disk).
   if (!job->storage.ssd.dir.empty() && n > 1) {
     job->storage.ssd.dir = JoinPath(job->storage.ssd.dir, fmt::format("rank-{}-of-{}", me, n));
@@ -450,7 +496,7 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
     } else {
       RETURN_IF_ERROR(CommitModel(env, job, &start, position, &pool, &report));
     }
-    if (!interrupted) RETURN_IF_ERROR(EvaluateHeldOut(env, job, &start, &pool, &report));
+    if (!interrupted) RETURN_IF_ERROR(EvaluateHeldOut(env, job, comm, &start, &pool, &report));
   }
   if (report["saved"].get<bool>()) {
     // The report closes the metrics log too (`ctrbox report` draws memory and totals from

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Distributed training on one machine (docs/distributed.md): the 1 M / 200 K benchmark files
+split into 4 files, trained by 1 process and by 2 and 4 ranks (threads of one process:
+--local-ranks; and processes under mpirun when it is installed). Prints one JSON line per run:
+examples/s, test AUC, and the bytes each rank sent per example it trained (keys, rows and
+gradients: the all-to-all volume of docs/distributed.md), with the stage times.
+
+On one 2-core machine the ranks share the cores (each gets train.threads = cores / ranks), so
+examples/s measures the exchange's overhead, not a speedup; the bytes are what a network
+would carry (docs/distributed.md, "Scaling model").
+
+    bench/distributed.py [--data-dir /tmp/ctrbox-bench] [--reps 1]
+"""
+import json, os, shutil, statistics, subprocess, sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_data  # noqa: E402
+
+
+def split(train, out_dir, parts):
+    """Splits train into `parts` contiguous files (once); returns their paths."""
+    paths = [os.path.join(out_dir, f"part-{i}.tsv") for i in range(parts)]
+    if all(os.path.exists(p) for p in paths):
+        return paths
+    os.makedirs(out_dir, exist_ok=True)
+    with open(train) as f:
+        lines = f.readlines()
+    per = (len(lines) + parts - 1) // parts
+    for i, p in enumerate(paths):
+        with open(p + ".tmp", "w") as f:
+            f.writelines(lines[i * per:(i + 1) * per])
+        os.rename(p + ".tmp", p)
+    return paths
+
+
+def run(cmd, env=None):
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        sys.exit(f"{' '.join(cmd[:4])}... failed:\n{p.stderr[-3000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = bench_data.arg_parser(__doc__, 1)
+    a = ap.parse_args()
+    train, test = bench_data.criteo_train_test(a.data_dir)
+    parts = split(train, os.path.join(a.data_dir, "parts4"), 4)
+    cores = os.cpu_count() or 1
+    model_dir = os.path.join(a.data_dir, "dist-model")
+    data = [x for p in parts for x in ("--data", p)]
+    runs = [("process", 1)] + [("threads", n) for n in (2, 4)]
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    if shutil.which("mpirun"):
+        runs += [("mpi", 2), ("mpi", 4)]
+    for transport, n in runs:
+        threads = max(1, cores // n)
+        common = ["train", *data, "--model-dir", model_dir, "--fresh",
+                  "--set", f"train.threads={threads}", "--set", "train.progress_seconds=1e9"]
+        reports = []
+        for _ in range(a.reps):
+            if transport == "process":
+                cmd = [a.ctrbox, *common]
+            elif transport == "threads":
+                cmd = [a.ctrbox, *common, "--local-ranks", str(n)]
+            else:
+                cmd = ["mpirun", "-np", str(n), "--oversubscribe", a.ctrbox, *common]
+            reports.append(run(cmd, env))
+        r = reports[-1]
+        ev = run([a.ctrbox, "eval", "--model-dir", model_dir, "--data", test])
+        per_rank = r.get("per_rank", [])
+        sent = [x["exchange_bytes_sent"] / max(1, x["examples"]) for x in per_rank]
+        line = {
+            "bench": "distributed", "transport": transport, "ranks": n,
+            "threads_per_rank": threads, "cores": cores, "blas_core": r["blas_core"],
+            "examples": r["examples"],
+            "examples_per_s": statistics.median(x["examples_per_s"] for x in reports),
+            "reps": a.reps, "test_auc": ev["auc"], "digest": r["digest"],
+            "bytes_sent_per_example_per_rank": statistics.mean(sent) if sent else 0.0,
+            # Time in the exchanges (waiting for the slowest rank included), mean over ranks.
+            "exchange_s": statistics.mean(x["exchange_seconds"] for x in per_rank) if per_rank else 0.0,
+            "seconds": r["seconds"],
+            "stages_busy_s": {k: round(v["busy_seconds"], 3) for k, v in r["stages"].items()},
+        }
+        print(json.dumps(line), flush=True)
+
+
+if __name__ == "__main__":
+    main()
