@@ -14,7 +14,7 @@ size_t ChunkBegin(size_t n, int c, int N) { return n * static_cast<size_t>(c) / 
 template <typename T, typename Op>
 Status AllReduce(Comm* comm, T* data, size_t n, Op op) {
   const int N = comm->size(), me = comm->rank();
-  if (N == 1) return Status::OK();
+  if (N == 1 || n == 0) return Status::OK();  // every rank passes the same n
   std::vector<std::string> send(N), recv;
   for (int c = 0; c < N; ++c) {
     const size_t b = ChunkBegin(n, c, N), e = ChunkBegin(n, c + 1, N);
@@ -42,7 +42,7 @@ Status AllReduce(Comm* comm, T* data, size_t n, Op op) {
   for (int c = 0; c < N; ++c) {
     const size_t cb = ChunkBegin(n, c, N), ce = ChunkBegin(n, c + 1, N);
     if (all[c].size() != (ce - cb) * sizeof(T)) return InternalError("all-reduce: short chunk");
-    std::memcpy(data + cb, all[c].data(), all[c].size());
+    if (!all[c].empty()) std::memcpy(data + cb, all[c].data(), all[c].size());
   }
   return Status::OK();
 }

@@ -16,19 +16,22 @@ Status NoAnswer(double timeout_seconds, int missing) {
 
 class LocalGroup::Endpoint final : public Comm {
  public:
-  Endpoint(LocalGroup* group, int rank) : group_(group), rank_(rank) {}
+  Endpoint(LocalGroup* group, int rank, int channel)
+      : group_(group), rank_(rank), channel_(channel) {}
 
+  Comm* channel(int c) override { return group_->ends_[c][rank_].get(); }
   int rank() const override { return rank_; }
   int size() const override { return group_->size(); }
   std::string_view transport() const override { return "local"; }
 
   Status AllToAll(const std::vector<std::string>& send, std::vector<std::string>* recv) override {
     assert(static_cast<int>(send.size()) == size());
-    group_->outbox_[rank_] = send;
-    RETURN_IF_ERROR(group_->Barrier());  // every outbox written
+    Hub* hub = group_->hubs_[channel_].get();
+    hub->outbox[rank_] = send;
+    RETURN_IF_ERROR(group_->Barrier(hub));  // every outbox written
     recv->resize(send.size());
-    for (int from = 0; from < size(); ++from) (*recv)[from] = group_->outbox_[from][rank_];
-    return group_->Barrier();  // every inbox read: the outboxes may be written again
+    for (int from = 0; from < size(); ++from) (*recv)[from] = hub->outbox[from][rank_];
+    return group_->Barrier(hub);  // every inbox read: the outboxes may be written again
   }
 
   Status AllGather(std::string_view mine, std::vector<std::string>* all) override {
@@ -39,45 +42,58 @@ class LocalGroup::Endpoint final : public Comm {
 
  private:
   LocalGroup* const group_;
-  const int rank_;
+  const int rank_, channel_;
 };
 
-LocalGroup::LocalGroup(int n, double timeout_seconds)
-    : timeout_seconds_(timeout_seconds), outbox_(n) {
+LocalGroup::LocalGroup(int n, double timeout_seconds) : n_(n), timeout_seconds_(timeout_seconds) {
   assert(n >= 1);
-  for (int r = 0; r < n; ++r) endpoints_.push_back(std::make_unique<Endpoint>(this, r));
+  for (int c = 0; c < Comm::kChannels; ++c) {
+    hubs_.push_back(std::make_unique<Hub>(n));
+    ends_.emplace_back();
+    for (int r = 0; r < n; ++r) ends_[c].push_back(std::make_unique<Endpoint>(this, r, c));
+  }
 }
 
 LocalGroup::~LocalGroup() = default;
 
-Comm* LocalGroup::rank(int r) { return endpoints_[r].get(); }
+Comm* LocalGroup::rank(int r) { return ends_[0][r].get(); }
 
-Status LocalGroup::Barrier() {
-  MutexLock lock(&mu_);
-  if (!aborted_.ok()) return aborted_;
-  const uint64_t gen = generation_;
-  if (++arrived_ == size()) {
-    arrived_ = 0;
-    ++generation_;
-    cv_.SignalAll();
-    return Status::OK();
-  }
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                            std::chrono::duration<double>(timeout_seconds_));
-  while (generation_ == gen && aborted_.ok()) {
-    if (!cv_.WaitUntil(&mu_, deadline) && generation_ == gen && aborted_.ok()) {
-      aborted_ = NoAnswer(timeout_seconds_, size() - arrived_);
-      cv_.SignalAll();
+Status LocalGroup::Barrier(Hub* hub) {
+  bool timed_out = false;
+  Status result;
+  {
+    MutexLock lock(&hub->mu);
+    if (!hub->aborted.ok()) return hub->aborted;
+    const uint64_t gen = hub->generation;
+    if (++hub->arrived == n_) {
+      hub->arrived = 0;
+      ++hub->generation;
+      hub->cv.SignalAll();
+      return Status::OK();
     }
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(timeout_seconds_));
+    while (hub->generation == gen && hub->aborted.ok()) {
+      if (!hub->cv.WaitUntil(&hub->mu, deadline) && hub->generation == gen && hub->aborted.ok()) {
+        timed_out = true;
+        result = NoAnswer(timeout_seconds_, n_ - hub->arrived);
+        break;
+      }
+    }
+    if (!timed_out) return hub->generation != gen ? Status::OK() : hub->aborted;
   }
-  return generation_ != gen ? Status::OK() : aborted_;
+  Abort(result);  // every channel of every rank stops
+  return result;
 }
 
 void LocalGroup::Abort(const Status& why) {
-  MutexLock lock(&mu_);
-  if (aborted_.ok()) aborted_ = why.ok() ? InternalError("a rank aborted") : why;
-  cv_.SignalAll();
+  const Status s = why.ok() ? InternalError("a rank aborted") : why;
+  for (auto& hub : hubs_) {
+    MutexLock lock(&hub->mu);
+    if (hub->aborted.ok()) hub->aborted = s;
+    hub->cv.SignalAll();
+  }
 }
 
 }  // namespace ctrbox

@@ -7,7 +7,10 @@
 // that fails stops the others through Abort (the MPI transport: the job ends). A call that
 // waits longer than the transport's timeout for the other ranks (one hangs, or its machine
 // stopped answering) fails with ResourceExhausted saying so; the caller then aborts the job.
-// Thread safety: one Comm is used by one thread at a time.
+// A rank has kChannels independent channels (channel(c)): exchanges on different channels
+// never match each other, so the pipeline's stages can exchange at once, each on its own.
+// Thread safety: one channel is used by one thread at a time; different channels of a rank
+// may be used concurrently.
 #ifndef CTRBOX_DIST_COMM_H_
 #define CTRBOX_DIST_COMM_H_
 
@@ -28,8 +31,12 @@ Status NoAnswer(double timeout_seconds, int missing);
 
 class Comm {
  public:
+  static constexpr int kChannels = 5;
+
   virtual ~Comm() = default;
 
+  // This rank's channel c (0: this one). REQUIRES: 0 <= c < kChannels.
+  virtual Comm* channel(int c) = 0;
   virtual int rank() const = 0;
   virtual int size() const = 0;
   // "mpi" or "local": for logs and reports.
@@ -47,8 +54,8 @@ class Comm {
 };
 
 // N ranks as N threads of one process: rank r's endpoint is rank(r), to be driven by one
-// thread. For tests and for a job that simulates ranks on one machine.
-// Thread safety: each endpoint by its own thread; Abort from any thread.
+// thread (per channel). For tests and for a job that simulates ranks on one machine.
+// Thread safety: each endpoint's channel by one thread; Abort from any thread.
 class LocalGroup {
  public:
   // REQUIRES: n >= 1, timeout_seconds > 0.
@@ -58,25 +65,32 @@ class LocalGroup {
   LocalGroup& operator=(const LocalGroup&) = delete;
 
   Comm* rank(int r);
-  int size() const { return static_cast<int>(endpoints_.size()); }
+  int size() const { return n_; }
 
  private:
   class Endpoint;
   friend class Endpoint;
-  // Waits until all ranks arrived at the barrier of this generation (or the group aborted).
-  Status Barrier() EXCLUDES(mu_);
-  void Abort(const Status& why) EXCLUDES(mu_);
+  // The meeting point of one channel's exchanges.
+  struct Hub {
+    explicit Hub(int n) : outbox(n) {}
+    Mutex mu;
+    CondVar cv{&mu};
+    uint64_t generation GUARDED_BY(mu) = 0;
+    int arrived GUARDED_BY(mu) = 0;
+    Status aborted GUARDED_BY(mu);
+    // outbox[from][to]: written by `from` before the first barrier of an exchange, read by
+    // `to` between its two barriers.
+    std::vector<std::vector<std::string>> outbox;
+  };
+  // Waits until every rank arrived at the hub's barrier of this generation (or the group
+  // aborted, or the timeout passed: then the group aborts).
+  Status Barrier(Hub* hub);
+  void Abort(const Status& why);
 
+  const int n_;
   const double timeout_seconds_;
-  Mutex mu_;
-  CondVar cv_{&mu_};
-  uint64_t generation_ GUARDED_BY(mu_) = 0;
-  int arrived_ GUARDED_BY(mu_) = 0;
-  Status aborted_ GUARDED_BY(mu_);
-  // outbox_[from][to]: written by `from` before the first barrier of an exchange, read by
-  // `to` between its two barriers.
-  std::vector<std::vector<std::string>> outbox_;
-  std::vector<std::unique_ptr<Endpoint>> endpoints_;
+  std::vector<std::unique_ptr<Hub>> hubs_;                    // per channel
+  std::vector<std::vector<std::unique_ptr<Endpoint>>> ends_;  // [channel][rank]
 };
 
 }  // namespace ctrbox

@@ -42,6 +42,41 @@ TEST(LocalGroupTest, AllToAllDeliversEachMessageToItsRank) {
   }
 }
 
+// Each rank's channels exchange at once from different threads (the pipeline's stages), and
+// a message never crosses to another channel.
+TEST(LocalGroupTest, ChannelsExchangeConcurrentlyWithoutMixing) {
+  constexpr int kRanks = 3;
+  LocalGroup group(kRanks);
+  std::vector<std::thread> threads;
+  std::vector<int> errors(kRanks * Comm::kChannels, 0);
+  for (int r = 0; r < kRanks; ++r) {
+    for (int c = 0; c < Comm::kChannels; ++c) {
+      threads.emplace_back([&, r, c] {
+        Comm* comm = group.rank(r)->channel(c);
+        for (int round = 0; round < 200; ++round) {
+          std::vector<std::string> send(kRanks), recv;
+          for (int to = 0; to < kRanks; ++to) {
+            send[to] = std::to_string(c) + ":" + Message(r, to, round);
+          }
+          if (!comm->AllToAll(send, &recv).ok()) {
+            ++errors[r * Comm::kChannels + c];
+            return;
+          }
+          for (int from = 0; from < kRanks; ++from) {
+            if (recv[from] != std::to_string(c) + ":" + Message(from, r, round)) {
+              ++errors[r * Comm::kChannels + c];
+            }
+          }
+        }
+      });
+    }
+  }
+  for (auto& t : threads) t.join();
+  for (int e : errors) EXPECT_EQ(e, 0);
+  EXPECT_EQ(group.rank(1)->channel(0), group.rank(1));
+  EXPECT_EQ(group.rank(1)->channel(3)->rank(), 1);
+}
+
 TEST(LocalGroupTest, ARankThatAbortsStopsTheOthersWithItsError) {
   auto status = RunRanks(3, [&](Comm* comm) -> Status {
     if (comm->rank() == 1) return IOError("rank 1: disk full");
@@ -103,8 +138,7 @@ TEST(CollectivesTest, AllReduceSumAddsInRankOrderOnEveryRank) {
           n, [&](Comm* comm) { return AllReduceSum(comm, got[comm->rank()].data(), len); });
       for (int r = 0; r < n; ++r) {
         ASSERT_TRUE(status[r].ok()) << status[r].ToString();
-        ASSERT_EQ(0, std::memcmp(got[r].data(), want.data(), len * sizeof(float)))
-            << "rank " << r << " of " << n << ", " << len << " elements";
+        ASSERT_EQ(got[r], want) << "rank " << r << " of " << n << ", " << len << " elements";
       }
     }
   }

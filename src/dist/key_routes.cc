@@ -37,7 +37,8 @@ Status Malformed(const char* what, int from) {
 
 }  // namespace
 
-StatusOr<KeyRoutes> RouteKeys(Comm* comm, const uint64_t* keys, size_t n) {
+StatusOr<KeyRoutes> RouteKeys(Comm* comm, const uint64_t* keys, size_t n, const KeyOrder& before) {
+  const KeyOrder less = before ? before : KeyOrder([](uint64_t a, uint64_t b) { return a < b; });
   const int N = comm->size();
   KeyRoutes routes;
   routes.ranks = N;
@@ -58,7 +59,7 @@ StatusOr<KeyRoutes> RouteKeys(Comm* comm, const uint64_t* keys, size_t n) {
       routes.served.push_back(Read<uint64_t>(recv[r].data() + p));
     }
   }
-  std::sort(routes.served.begin(), routes.served.end());
+  std::sort(routes.served.begin(), routes.served.end(), less);
   routes.served.erase(std::unique(routes.served.begin(), routes.served.end()), routes.served.end());
   // asked[r] and the holders of each served key (requesters in rank order).
   routes.asked.resize(N);
@@ -68,9 +69,9 @@ StatusOr<KeyRoutes> RouteKeys(Comm* comm, const uint64_t* keys, size_t n) {
     routes.asked[r].resize(m);
     for (size_t j = 0; j < m; ++j) {
       const uint64_t key = Read<uint64_t>(recv[r].data() + j * sizeof(uint64_t));
-      const auto s =
-          static_cast<uint32_t>(std::lower_bound(routes.served.begin(), routes.served.end(), key) -
-                                routes.served.begin());
+      const auto s = static_cast<uint32_t>(
+          std::lower_bound(routes.served.begin(), routes.served.end(), key, less) -
+          routes.served.begin());
       routes.asked[r][j] = s;
       ++count[s + 1];
     }
@@ -108,6 +109,41 @@ Status SendToHolders(Comm* comm, KeyRoutes* routes,
       left -= used;
     }
     if (left != 0) return Malformed("rows of the pass", o);
+  }
+  return Status::OK();
+}
+
+Status SendSomeToHolders(
+    Comm* comm, KeyRoutes* routes, const std::vector<uint32_t>& subset,
+    const std::function<void(uint32_t served, std::string* out)>& encode,
+    const std::function<size_t(uint32_t key, const char* p, size_t n)>& decode) {
+  const int N = comm->size();
+  std::vector<std::string> send(N), recv;
+  std::string record;
+  for (uint32_t s : subset) {
+    record.clear();
+    encode(s, &record);
+    for (uint32_t h = routes->holder_begin[s]; h < routes->holder_begin[s + 1]; ++h) {
+      const KeyRoutes::Where holder = routes->holders[h];
+      Append(&send[holder.owner], holder.pos);
+      send[holder.owner] += record;
+    }
+  }
+  RETURN_IF_ERROR(comm->AllToAll(send, &recv));
+  Count(*comm, send, recv, routes);
+  for (int o = 0; o < N; ++o) {
+    const char* p = recv[o].data();
+    size_t left = recv[o].size();
+    while (left > 0) {
+      if (left < sizeof(uint32_t)) return Malformed("rows of the pass", o);
+      const auto pos = Read<uint32_t>(p);
+      if (pos >= routes->sent[o].size()) return Malformed("rows of the pass", o);
+      const size_t used =
+          decode(routes->sent[o][pos], p + sizeof(uint32_t), left - sizeof(uint32_t));
+      if (used == 0) return Malformed("rows of the pass", o);
+      p += sizeof(uint32_t) + used;
+      left -= sizeof(uint32_t) + used;
+    }
   }
   return Status::OK();
 }

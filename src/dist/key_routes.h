@@ -31,8 +31,9 @@ struct KeyRoutes {
     uint32_t owner, pos;
   };
   std::vector<Where> where;
-  // Owner side. served: the distinct keys this rank serves this pass, ascending; asked[r]: per
-  // requester r, the index into served of each key r sent, in r's order.
+  // Owner side. served: the distinct keys this rank serves this pass, in the order RouteKeys
+  // was given (ascending by default); asked[r]: per requester r, the index into served of each
+  // key r sent, in r's order.
   std::vector<uint64_t> served;
   std::vector<std::vector<uint32_t>> asked;
   // Per served key, the (requester, position in asked[requester]) pairs that hold it:
@@ -47,8 +48,11 @@ struct KeyRoutes {
   std::vector<int32_t> slot_of;
 };
 
-// Routes n distinct keys. Fails if the transport fails.
-StatusOr<KeyRoutes> RouteKeys(Comm* comm, const uint64_t* keys, size_t n);
+// Routes n distinct keys. `before` orders the served keys (a strict weak order on keys; the
+// default is ascending). Fails if the transport fails.
+using KeyOrder = std::function<bool(uint64_t a, uint64_t b)>;
+StatusOr<KeyRoutes> RouteKeys(Comm* comm, const uint64_t* keys, size_t n,
+                              const KeyOrder& before = nullptr);
 
 // Owner -> requesters: encode(s, out) appends served record s to *out; decode(i, p, n) reads
 // the record of the requester's key i from [p, p + n) and returns the bytes it used (0: a
@@ -56,6 +60,14 @@ StatusOr<KeyRoutes> RouteKeys(Comm* comm, const uint64_t* keys, size_t n);
 Status SendToHolders(Comm* comm, KeyRoutes* routes,
                      const std::function<void(uint32_t served, std::string* out)>& encode,
                      const std::function<size_t(uint32_t key, const char* p, size_t n)>& decode);
+
+// Owner -> requesters, for the served keys `subset` only (distinct): each holder of such a key
+// gets its record (encode), decoded into the requester's key i (decode, as above). Keys of
+// other owners are untouched.
+Status SendSomeToHolders(
+    Comm* comm, KeyRoutes* routes, const std::vector<uint32_t>& subset,
+    const std::function<void(uint32_t served, std::string* out)>& encode,
+    const std::function<size_t(uint32_t key, const char* p, size_t n)>& decode);
 
 // The result of one ReduceToHolders on this rank.
 struct ReducedRecords {

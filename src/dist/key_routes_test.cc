@@ -65,6 +65,40 @@ TEST(KeyRoutesTest, OwnersServeTheUnionAndReturnEachRequesterItsRows) {
   }
 }
 
+// Some served keys' records to their holders only: each rank gets exactly the keys of the
+// subsets that it holds, and nothing else changes.
+TEST(KeyRoutesTest, SendSomeToHoldersReachesEveryHolderOfTheSubsetOnly) {
+  for (int n : {1, 2, 3}) {
+    auto keys = RankKeys(n, 400, 50 + n);
+    auto status = RunRanks(n, [&](Comm* comm) -> Status {
+      const int me = comm->rank();
+      ASSIGN_OR_RETURN(KeyRoutes routes, RouteKeys(comm, keys[me].data(), keys[me].size()));
+      // Each owner patches the served keys whose value is divisible by 3.
+      std::vector<uint32_t> subset;
+      for (uint32_t s = 0; s < routes.served.size(); ++s) {
+        if (routes.served[s] % 3 == 0) subset.push_back(s);
+      }
+      std::vector<uint64_t> got(keys[me].size(), 0);
+      RETURN_IF_ERROR(SendSomeToHolders(
+          comm, &routes, subset,
+          [&](uint32_t s, std::string* out) {
+            const uint64_t v = routes.served[s] + 7;
+            out->append(reinterpret_cast<const char*>(&v), 8);
+          },
+          [&](uint32_t i, const char* p, size_t left) -> size_t {
+            if (left < 8) return 0;
+            std::memcpy(&got[i], p, 8);
+            return 8;
+          }));
+      for (size_t i = 0; i < keys[me].size(); ++i) {
+        EXPECT_EQ(got[i], keys[me][i] % 3 == 0 ? keys[me][i] + 7 : 0) << keys[me][i];
+      }
+      return Status::OK();
+    });
+    for (const Status& s : status) EXPECT_TRUE(s.ok()) << s.ToString();
+  }
+}
+
 // Against a plain reference: every holder of a touched key gets the rank-order sum of the
 // records for it, bit for bit; the owner gets it for its served copy; nobody gets untouched keys.
 TEST(KeyRoutesTest, ReduceToHoldersSumsInRankOrderForEveryHolder) {

@@ -36,11 +36,34 @@ Status MpiError(const char* call, int code) {
     if (_rc != MPI_SUCCESS) return MpiError(#call, _rc); \
   } while (0)
 
+// Channel 0 (the root) owns the others, each a duplicate of MPI_COMM_WORLD, and finalises
+// MPI when it is destroyed.
 class MpiComm final : public Comm {
  public:
-  MpiComm(int rank, int size, double timeout_seconds)
-      : rank_(rank), size_(size), timeout_seconds_(timeout_seconds) {}
-  ~MpiComm() override { MPI_Finalize(); }
+  MpiComm(int rank, int size, double timeout_seconds, MPI_Comm comm, MpiComm* root)
+      : rank_(rank), size_(size), timeout_seconds_(timeout_seconds), comm_(comm), root_(root) {}
+  ~MpiComm() override {
+    if (root_ != this) return;
+    for (auto& c : owned_) MPI_Comm_free(&c->comm_);
+    owned_.clear();
+    MPI_Finalize();
+  }
+
+  // Makes this the root and opens channels 1.. (collective: every rank opens them in the same
+  // order).
+  Status SetRootAndOpenChannels() {
+    root_ = this;
+    channels_.push_back(this);
+    for (int c = 1; c < kChannels; ++c) {
+      MPI_Comm dup;
+      CTRBOX_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+      owned_.push_back(std::make_unique<MpiComm>(rank_, size_, timeout_seconds_, dup, this));
+      channels_.push_back(owned_.back().get());
+    }
+    return Status::OK();
+  }
+
+  Comm* channel(int c) override { return root_->channels_[c]; }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -56,8 +79,7 @@ class MpiComm final : public Comm {
       sbuf += send[r];
     }
     MPI_Request req;
-    CTRBOX_MPI(
-        MPI_Ialltoall(scount.data(), 1, MPI_INT, rcount.data(), 1, MPI_INT, MPI_COMM_WORLD, &req));
+    CTRBOX_MPI(MPI_Ialltoall(scount.data(), 1, MPI_INT, rcount.data(), 1, MPI_INT, comm_, &req));
     RETURN_IF_ERROR(Wait(&req));
     size_t total = 0;
     for (int r = 0; r < size_; ++r) {
@@ -67,7 +89,7 @@ class MpiComm final : public Comm {
     }
     std::string rbuf(total, '\0');
     CTRBOX_MPI(MPI_Ialltoallv(sbuf.data(), scount.data(), sdisp.data(), MPI_BYTE, rbuf.data(),
-                              rcount.data(), rdisp.data(), MPI_BYTE, MPI_COMM_WORLD, &req));
+                              rcount.data(), rdisp.data(), MPI_BYTE, comm_, &req));
     RETURN_IF_ERROR(Wait(&req));
     recv->resize(size_);
     for (int r = 0; r < size_; ++r) (*recv)[r].assign(rbuf.data() + rdisp[r], rcount[r]);
@@ -79,7 +101,7 @@ class MpiComm final : public Comm {
     const int n = static_cast<int>(mine.size());
     std::vector<int> counts(size_), disp(size_);
     MPI_Request req;
-    CTRBOX_MPI(MPI_Iallgather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, MPI_COMM_WORLD, &req));
+    CTRBOX_MPI(MPI_Iallgather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, comm_, &req));
     RETURN_IF_ERROR(Wait(&req));
     size_t total = 0;
     for (int r = 0; r < size_; ++r) {
@@ -89,7 +111,7 @@ class MpiComm final : public Comm {
     }
     std::string buf(total, '\0');
     CTRBOX_MPI(MPI_Iallgatherv(mine.data(), n, MPI_BYTE, buf.data(), counts.data(), disp.data(),
-                               MPI_BYTE, MPI_COMM_WORLD, &req));
+                               MPI_BYTE, comm_, &req));
     RETURN_IF_ERROR(Wait(&req));
     all->resize(size_);
     for (int r = 0; r < size_; ++r) (*all)[r].assign(buf.data() + disp[r], counts[r]);
@@ -128,6 +150,11 @@ class MpiComm final : public Comm {
 
   const int rank_, size_;
   const double timeout_seconds_;
+  MPI_Comm comm_;
+  MpiComm* root_;
+  // The root's: its channels ([0] itself), and those it owns (1..).
+  std::vector<MpiComm*> channels_;
+  std::vector<std::unique_ptr<MpiComm>> owned_;
 };
 
 }  // namespace
@@ -149,7 +176,9 @@ StatusOr<std::unique_ptr<Comm>> OpenMpiWorld(double timeout_seconds) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return std::unique_ptr<Comm>(new MpiComm(rank, size, timeout_seconds));
+  auto root = std::make_unique<MpiComm>(rank, size, timeout_seconds, MPI_COMM_WORLD, nullptr);
+  RETURN_IF_ERROR(root->SetRootAndOpenChannels());
+  return std::unique_ptr<Comm>(std::move(root));
 }
 
 #else  // !CTRBOX_HAVE_MPI

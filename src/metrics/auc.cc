@@ -65,10 +65,12 @@ void BucketAuc::Densify() {
 namespace {
 template <typename T>
 void Put(std::string* out, const T* v, size_t n) {
+  if (n == 0) return;
   out->append(reinterpret_cast<const char*>(v), n * sizeof(T));
 }
 template <typename T>
 bool Take(std::string_view* in, T* v, size_t n) {
+  if (n == 0) return true;
   if (in->size() < n * sizeof(T)) return false;
   std::memcpy(v, in->data(), n * sizeof(T));
   in->remove_prefix(n * sizeof(T));

@@ -261,6 +261,31 @@ TEST(DistributedTrainTest, DefaultOptimizersGiveTheOneRankAucAndRepeatBitForBit)
   }
 }
 
+// The stages overlapped on consecutive passes (pull of pass j while pass j - 1 trains) give
+// the sequential ranks' model bit for bit: an owner's served rows take the newer values from
+// its passes in flight, and it re-sends them to their holders before training (the
+// distributed form of docs/pipeline.md's rule).
+TEST(DistributedTrainTest, PipelinedRanksEqualSequentialRanksBitForBit) {
+  TempDir dir;
+  Data d = WriteFiles(dir);
+  JobConfig job = Job(dir.File("seq"), /*sgd=*/false);
+  job.data.paths = d.files;
+  job.pipeline.pass_examples = 1024;  // more passes, most keys shared between them
+  job.pipeline.enabled = false;
+  auto seq = RunRanks(2, job);
+  ASSERT_TRUE(seq[0].ok()) << seq[0].status().ToString();
+  job.pipeline.enabled = true;
+  job.model_dir = dir.File("pipe");
+  auto pipe = RunRanks(2, job);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(pipe[r].ok()) << pipe[r].status().ToString();
+    EXPECT_EQ((*pipe[r])["digest"], (*seq[r])["digest"]);
+  }
+  EXPECT_TRUE((*pipe[0])["pipelined"].get<bool>());
+  // Rows did come from passes in flight (else the test proves nothing).
+  EXPECT_GT((*pipe[0])["rows_from_passes_in_flight"].get<uint64_t>(), 0u);
+}
+
 // Ranks with tiers: each rank's shard over an SSD tier with a memory budget far below its
 // rows (so most rows go through the files) trains the in-memory ranks' model bit for bit.
 TEST(DistributedTrainTest, RanksWithATieredShardEqualTheInMemoryRanks) {

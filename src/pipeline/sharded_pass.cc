@@ -39,24 +39,50 @@ Status AgreeOnMinibatches(Comm* comm, const WorkingSet& ws, ShardedPass* out) {
 }  // namespace
 
 Status PullSharded(Comm* comm, SparseTable* shard, const CtrAccessor* accessor,
-                   const WorkingSet& ws, RowBlock* rows, ShardedPass* out, ThreadPool* pool) {
+                   const WorkingSet& ws, RowBlock* rows, ShardedPass* out, ThreadPool* pool,
+                   const std::function<void()>& before_read) {
   Stopwatch exchange;
   RETURN_IF_ERROR(AgreeOnMinibatches(comm, ws, out));
-  ASSIGN_OR_RETURN(out->routes, RouteKeys(comm, ws.keys.data(), ws.keys.size()));
+  // Served keys grouped by partition, as a working table's local ids are.
+  const KeyOrder by_partition = [](uint64_t a, uint64_t b) {
+    const size_t pa = PartitionOf(a), pb = PartitionOf(b);
+    return pa != pb ? pa < pb : a < b;
+  };
+  ASSIGN_OR_RETURN(out->routes, RouteKeys(comm, ws.keys.data(), ws.keys.size(), by_partition));
   out->exchange_seconds += exchange.Seconds();
-  out->served = RowBlock(shard->layout());
+  out->served = std::make_shared<WorkingTable>(shard->layout());
+  out->served->Build(out->routes.served, pool);
+  if (before_read) before_read();
   ASSIGN_OR_RETURN(out->served_pins,
                    shard->Pull(out->routes.served.data(), out->routes.served.size(), accessor,
-                               &out->served, pool));
+                               &out->served->rows(), pool));
   rows->Resize(ws.keys.size());
   exchange.Reset();
   Cleanup count([&] { out->exchange_seconds += exchange.Seconds(); });
+  const RowBlock& served = out->served->rows();
   return SendToHolders(
-      comm, &out->routes, [&](uint32_t s, std::string* bytes) { out->served.EncodeRow(s, bytes); },
+      comm, &out->routes, [&](uint32_t s, std::string* bytes) { served.EncodeRow(s, bytes); },
       [&](uint32_t i, const char* p, size_t n) -> size_t {
         const size_t used = rows->DecodeRow(p, n, i);
         return used > 0 && rows->key(i) == ws.keys[i] ? used : 0;
       });
+}
+
+Status PatchHolders(Comm* comm, ShardedPass* sp, std::vector<uint32_t> patched, RowBlock* rows,
+                    const WorkingSet& ws) {
+  std::sort(patched.begin(), patched.end());
+  patched.erase(std::unique(patched.begin(), patched.end()), patched.end());
+  Stopwatch exchange;
+  const RowBlock& served = sp->served->rows();
+  Status s = SendSomeToHolders(
+      comm, &sp->routes, patched,
+      [&](uint32_t i, std::string* bytes) { served.EncodeRow(i, bytes); },
+      [&](uint32_t i, const char* p, size_t n) -> size_t {
+        const size_t used = rows->DecodeRow(p, n, i);
+        return used > 0 && rows->key(i) == ws.keys[i] ? used : 0;
+      });
+  sp->exchange_seconds += exchange.Seconds();
+  return s;
 }
 
 StatusOr<StepStats> TrainShardedMinibatch(Comm* comm, CtrModel* model, const Batch& pass,
@@ -77,13 +103,14 @@ StatusOr<StepStats> TrainShardedMinibatch(Comm* comm, CtrModel* model, const Bat
   const ReducedRecords& r = sp->reduced;
   model->ApplySparse(r.keys.data(), r.records.data(), r.keys.size(), rows, accessor, pool);
   // The served copy is the one that is kept: its embeddings created are the job's.
-  stats.embeddings_created = model->ApplySparse(r.served.data(), r.served_records.data(),
-                                                r.served.size(), &sp->served, accessor, pool);
+  stats.embeddings_created =
+      model->ApplySparse(r.served.data(), r.served_records.data(), r.served.size(),
+                         &sp->served->rows(), accessor, pool);
   return stats;
 }
 
 Status PushSharded(SparseTable* shard, ShardedPass* sp, ThreadPool* pool) {
-  return shard->Push(&sp->served_pins, sp->served, pool);
+  return shard->Push(&sp->served_pins, sp->served->rows(), pool);
 }
 
 StatusOr<MetricSummary> EvaluateSharded(Comm* comm, BatchReader* reader, SparseTable* shard,

@@ -20,6 +20,8 @@
 #define CTRBOX_PIPELINE_SHARDED_PASS_H_
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,13 +33,17 @@
 #include "table/sparse_table.h"
 #include "util/env.h"
 #include "working/working_set.h"
+#include "working/working_table.h"
 
 namespace ctrbox {
 
 struct ShardedPass {
-  KeyRoutes routes;        // the pass's working-set keys to their owners
-  RowBlock served;         // the rows this rank serves, in routes.served order
-  PinnedRows served_pins;  // ... pinned in this rank's shard until the push
+  KeyRoutes routes;  // the pass's working-set keys to their owners
+  // The rows this rank serves (local id = index into routes.served, ordered by partition as a
+  // working table needs), pinned in this rank's shard until the push. Shared with the later
+  // passes pulled while this one is in flight (the owner's side of docs/pipeline.md's rule).
+  std::shared_ptr<WorkingTable> served;
+  PinnedRows served_pins;
   // Per global minibatch of the pass, its rows over all ranks (a rank whose share of the pass
   // has fewer minibatches trains empty ones).
   std::vector<uint32_t> global_rows;
@@ -53,9 +59,17 @@ struct ShardedPass {
 
 // Pull: routes ws.keys, pulls and pins the served rows from `shard` (new keys get
 // accessor.InitRow), and fills *rows (resized to ws.keys.size()) with the rows of ws.keys.
-// Also agrees on the pass's global minibatches. Fails on a transport or table error.
+// Also agrees on the pass's global minibatches. before_read (may be null) runs just before
+// the shard is read. Fails on a transport or table error.
 Status PullSharded(Comm* comm, SparseTable* shard, const CtrAccessor* accessor,
-                   const WorkingSet& ws, RowBlock* rows, ShardedPass* out, ThreadPool* pool);
+                   const WorkingSet& ws, RowBlock* rows, ShardedPass* out, ThreadPool* pool,
+                   const std::function<void()>& before_read = nullptr);
+
+// Train start, after the owner copied into its served rows the newer values of the keys it
+// shares with its passes in flight (`patched`: their served local ids): every holder takes
+// those rows too (collective; with nothing patched anywhere it only exchanges empty messages).
+Status PatchHolders(Comm* comm, ShardedPass* sp, std::vector<uint32_t> patched, RowBlock* rows,
+                    const WorkingSet& ws);
 
 // Trains global minibatch `m` of the pass: mb is this rank's share (empty past its last
 // minibatch). predictions [mb.rows()] get p before the update.

@@ -42,7 +42,7 @@ StatusOr<PassPtr> PassStages::Read() {
     // A pass while any rank has rows; a rank whose share ran out takes part with none.
     local_eof_ = eof;
     uint64_t more = eof ? 0 : 1;
-    RETURN_IF_ERROR(AllReduceMax(ctx_.comm, &more, 1));
+    RETURN_IF_ERROR(AllReduceMax(ctx_.comm->channel(kReadChannel), &more, 1));
     eof = more == 0;
     if (!eof && local_eof_) pass->place = PassPlace{next_index_, true, true};
   }
@@ -69,10 +69,22 @@ Status PassStages::Pull(Pass* pass, ThreadPool* pool) {
     pass->clock[StageId::kPull].stalled += wait.Seconds();
   }
   Stopwatch clock;
-  if (ctx_.comm != nullptr) {  // one pass at a time: nothing in flight
+  if (ctx_.comm != nullptr) {
+    // The owner's side of the rule for passes in flight: its served rows are this rank's
+    // working table of the pass (docs/distributed.md, "Overlap").
     pass->sharded = std::make_unique<ShardedPass>();
-    RETURN_IF_ERROR(PullSharded(ctx_.comm, ctx_.table, ctx_.accessor, pass->ws,
-                                &pass->table->rows(), pass->sharded.get(), pool));
+    ShardedPass* sp = pass->sharded.get();
+    InFlight::Tables ahead;
+    RETURN_IF_ERROR(PullSharded(ctx_.comm->channel(kPullChannel), ctx_.table, ctx_.accessor,
+                                pass->ws, &pass->table->rows(), sp, pool,
+                                [&] { ahead = in_flight_.Snapshot(); }));
+    for (auto& [index, t] : ahead) {
+      SharedRows shared;
+      sp->served->FindShared(*t, &shared, pool);
+      if (!shared.empty()) pass->ahead.emplace_back(std::move(t), std::move(shared));
+    }
+    in_flight_.Add(pass->index, sp->served);
+    pass->registry = &in_flight_;
     pass->Gauge();
     pass->clock[StageId::kPull].busy = clock.Seconds();
     return Status::OK();
@@ -101,17 +113,21 @@ Status PassStages::Pull(Pass* pass, ThreadPool* pool) {
 Status PassStages::Train(Pass* pass, const std::atomic<bool>* failed) {
   Stopwatch clock;
   // The newer rows of the keys shared with the passes ahead, in ascending pass order.
+  // (A distributed job: into the served rows, whose holders then take them.)
   std::vector<uint32_t> patched;
+  WorkingTable* to = pass->sharded ? pass->sharded->served.get() : pass->table.get();
   for (const auto& [from, shared] : pass->ahead) {
-    pass->table->CopyRows(*from, shared, ctx_.train_pool);
+    to->CopyRows(*from, shared, ctx_.train_pool);
     pass->patched_rows += shared.size();
-    if (ctx_.gpu != nullptr) {
+    if (ctx_.gpu != nullptr || pass->sharded) {
       for (const auto& pair : shared) patched.push_back(pair.first);
     }
   }
   pass->ahead.clear();
   MetricAccumulator pass_metrics;
   if (ctx_.comm != nullptr) {
+    RETURN_IF_ERROR(PatchHolders(ctx_.comm->channel(kTrainChannel), pass->sharded.get(),
+                                 std::move(patched), &pass->table->rows(), pass->ws));
     RETURN_IF_ERROR(TrainSharded(pass, &pass_metrics));
   } else if (ctx_.gpu != nullptr) {
     RETURN_IF_ERROR(TrainOnGpu(pass, patched, &pass_metrics));
@@ -143,10 +159,10 @@ Status PassStages::TrainSharded(Pass* pass, MetricAccumulator* metrics) {
   const Minibatch none;  // past this rank's last minibatch of the pass
   for (uint32_t m = 0; m < sp->global_rows.size(); ++m) {
     const Minibatch& mb = m < pass->ws.batches.size() ? pass->ws.batches[m] : none;
-    ASSIGN_OR_RETURN(StepStats st,
-                     TrainShardedMinibatch(ctx_.comm, ctx_.model, pass->examples, pass->ws, mb, m,
-                                           &pass->table->rows(), sp, *ctx_.accessor,
-                                           ctx_.train_pool, predictions_.data()));
+    ASSIGN_OR_RETURN(StepStats st, TrainShardedMinibatch(
+                                       ctx_.comm->channel(kTrainChannel), ctx_.model,
+                                       pass->examples, pass->ws, mb, m, &pass->table->rows(), sp,
+                                       *ctx_.accessor, ctx_.train_pool, predictions_.data()));
     pass->embeddings_created += st.embeddings_created;
     AddMetrics(*pass, mb, metrics);
   }
@@ -262,7 +278,8 @@ StatusOr<nlohmann::json> PassStages::Checkpoint(const Pass& pass, ThreadPool* po
   ASSIGN_OR_RETURN(CheckpointManifest m,
                    ctx_.ckpt->Commit(*ctx_.table, pass.dense_snapshot, Position(), nullptr, pool));
   if (ctx_.comm != nullptr) {
-    RETURN_IF_ERROR(CommitRanksCheckpointOf(ctx_.comm, ctx_.env, ctx_.ranks_ckpt_dir, m.id));
+    RETURN_IF_ERROR(CommitRanksCheckpointOf(ctx_.comm->channel(kPushChannel), ctx_.env,
+                                            ctx_.ranks_ckpt_dir, m.id));
   }
   checkpoint_seconds_ += clock.Seconds();
   return CheckpointJson(m, clock.Seconds());

@@ -48,11 +48,15 @@ struct StageContext {
   GpuTrainer* gpu = nullptr;         // may be null: the train stage runs on the CPU
   // May be null: one rank. Else the job's ranks (docs/distributed.md): `table` is this rank's
   // shard, passes are this rank's share of the global passes, and the stages exchange keys,
-  // rows and gradients (pipeline/sharded_pass.h). Stages run one after the other.
+  // rows and gradients (pipeline/sharded_pass.h), each stage on its own channel (below); the
+  // caller uses channel 0 (this comm) before and after the run.
   Comm* comm = nullptr;
   std::string ranks_ckpt_dir;  // with comm and ckpt: where the ranks' checkpoints commit
   Env* env = nullptr;          // ... on this file system
 };
+
+// The channels of a distributed job's stages (Comm::channel).
+constexpr int kReadChannel = 1, kPullChannel = 2, kTrainChannel = 3, kPushChannel = 4;
 
 class PassStages {
  public:

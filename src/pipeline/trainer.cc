@@ -398,8 +398,6 @@ Status ShareJob(Env* env, const Comm& comm, JobConfig* job, std::string* ranks_c
   job->train.batch_size = b / n;
   const uint64_t pass = job->pipeline.pass_examples / n;
   job->pipeline.pass_examples = std::max<uint64_t>(job->train.batch_size, pass);
-  if (job->pipeline.enabled) LOG_INFO("rank {} of {}: the stages run one after the other", me, n);
-  job->pipeline.enabled = false;
   job->pipeline.size_by_memory = false;  // passes must line up across the ranks
   // Each rank's checkpoint chain in its own directory; the ranks commit together in ckpt.dir
   // (ckpt/ranks_checkpoint.h). The chain a crash may leave one checkpoint ahead keeps the one
