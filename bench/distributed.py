@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Distributed training on one machine (docs/distributed.md): the 1 M / 200 K benchmark files
 split into 4 files, trained by 1 process and by 2 and 4 ranks (threads of one process:
---local-ranks; and processes under mpirun when it is installed). Prints one JSON line per run:
+--local-ranks; and processes under mpirun when it is installed), with the stages overlapped
+(the default) and, for 2 ranks, one after the other. Prints one JSON line per run:
 examples/s, test AUC, and the bytes each rank sent per example it trained (keys, rows and
 gradients: the all-to-all volume of docs/distributed.md), with the stage times.
 
@@ -48,14 +49,17 @@ def main():
     cores = os.cpu_count() or 1
     model_dir = os.path.join(a.data_dir, "dist-model")
     data = [x for p in parts for x in ("--data", p)]
-    runs = [("process", 1)] + [("threads", n) for n in (2, 4)]
+    # (transport, ranks, stages overlapped): the default overlaps them; 2 ranks also run them
+    # one after the other, to show what the overlap gives on this machine.
+    runs = [("process", 1, True)] + [("threads", n, True) for n in (2, 4)] + [("threads", 2, False)]
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     if shutil.which("mpirun"):
-        runs += [("mpi", 2), ("mpi", 4)]
-    for transport, n in runs:
+        runs += [("mpi", 2, True), ("mpi", 4, True), ("mpi", 2, False)]
+    for transport, n, pipelined in runs:
         threads = max(1, cores // n)
         common = ["train", *data, "--model-dir", model_dir, "--fresh",
-                  "--set", f"train.threads={threads}", "--set", "train.progress_seconds=1e9"]
+                  "--set", f"train.threads={threads}", "--set", "train.progress_seconds=1e9",
+                  "--set", f"pipeline.enabled={'true' if pipelined else 'false'}"]
         reports = []
         for _ in range(a.reps):
             if transport == "process":
@@ -70,7 +74,7 @@ def main():
         per_rank = r.get("per_rank", [])
         sent = [x["exchange_bytes_sent"] / max(1, x["examples"]) for x in per_rank]
         line = {
-            "bench": "distributed", "transport": transport, "ranks": n,
+            "bench": "distributed", "transport": transport, "ranks": n, "pipelined": pipelined,
             "threads_per_rank": threads, "cores": cores, "blas_core": r["blas_core"],
             "examples": r["examples"],
             "examples_per_s": statistics.median(x["examples_per_s"] for x in reports),
