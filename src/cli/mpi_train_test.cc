@@ -114,12 +114,19 @@ TEST_F(MpiTrainTest, ARankKilledMidRunEndsTheJobAndResumeEndsWithTheUninterrupte
     execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
-  // Wait until the ranks committed a checkpoint together, then kill one rank.
+  // Wait until the ranks committed their second checkpoint together (a delta on the first,
+  // a base), then kill one rank.
   const std::string ranks_file = Path("ckpt/RANKS");
-  for (int i = 0; i < 1200 && !Env::Posix()->FileExists(ranks_file); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  auto committed = [&]() -> uint64_t {
+    std::string text;
+    if (!ReadFileToString(Env::Posix(), ranks_file, &text).ok()) return 0;
+    auto j = nlohmann::json::parse(text.substr(0, text.rfind("#checksum")), nullptr, false);
+    return j.is_object() ? j.value("id", uint64_t{0}) : 0;
+  };
+  for (int i = 0; i < 2400 && committed() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  ASSERT_TRUE(Env::Posix()->FileExists(ranks_file)) << "no checkpoint of the ranks";
+  ASSERT_GE(committed(), 2u) << "no second checkpoint of the ranks";
   // The newest process whose command line starts with the binary: a rank (not mpirun, not
   // the shells, whose command lines start otherwise).
   const std::string ranks = "'^" + ctrbox_ + " train.*" + marker + "'";

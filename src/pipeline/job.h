@@ -37,6 +37,8 @@ struct DistOptions {
   // (a rank hangs, or its machine stopped answering). Above the longest a rank may work
   // between two exchanges: a pass's read or pull, a checkpoint, the final save.
   double timeout_seconds = 600;
+  // The job's ranks (1: one process). Not a key: a distributed job sets it.
+  int ranks = 1;
 };
 
 struct PipelineOptions {

@@ -205,12 +205,13 @@ Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place) {
   return Status::OK();
 }
 
-Status PassReader::Skip(uint64_t passes, uint64_t examples) {
+Status PassReader::Skip(uint64_t passes, uint64_t examples, bool may_end_early) {
   Batch scratch;
   uint64_t seen = 0;
   for (uint64_t p = 0; p < passes; ++p) {
     bool eof = false;
     RETURN_IF_ERROR(Next(&scratch, &eof));
+    if (eof && may_end_early && seen == examples) return Status::OK();
     if (eof) {
       return FailedPreconditionError(fmt::format(
           "the input ended after {} passes, but the checkpoint was cut after {}: the data "

@@ -125,7 +125,9 @@ class PassReader {
 
   // Reads past the first `passes` passes (a resumed job's trained data), which must hold
   // `examples` examples: the same passes the job cut before. FailedPrecondition if not.
-  Status Skip(uint64_t passes, uint64_t examples);
+  // may_end_early: a rank of a distributed job, whose passes after its input ended were empty
+  // (the input may end before `passes` passes, having held `examples` examples).
+  Status Skip(uint64_t passes, uint64_t examples, bool may_end_early = false);
 
  private:
   ReaderFactory open_;

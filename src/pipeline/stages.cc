@@ -224,7 +224,10 @@ Status PassStages::Push(Pass* pass, ThreadPool* pool) {
     RETURN_IF_ERROR(ctx_.table->Push(&pass->pins, pass->table->rows(), pool));
   }
   ++passes_;
-  if (ctx_.ckpt != nullptr) RETURN_IF_ERROR(ctx_.ckpt->OnPush(pass->table->rows()));
+  if (ctx_.ckpt != nullptr) {  // the rows this rank's table took: a rank's served rows
+    RETURN_IF_ERROR(ctx_.ckpt->OnPush(pass->sharded != nullptr ? pass->sharded->served->rows()
+                                                               : pass->table->rows()));
+  }
   const uint32_t every = ctx_.job->train.shrink_every_passes;
   if (every > 0 && pass->place.last && (pass->place.grid_index + 1) % every == 0) {
     ASSIGN_OR_RETURN(uint64_t deleted, ctx_.table->Shrink(*ctx_.accessor, pool));

@@ -133,7 +133,7 @@ Status Resume(Env* env, const JobConfig& job, const nlohmann::json& settings, Pa
   start->position = r.manifest.position;
   LOG_INFO("resuming from {} in {}: {} passes, {} examples done", CheckpointName(r.manifest.id),
            job.ckpt.dir, start->position.passes, start->position.examples);
-  return reader->Skip(start->position.passes, start->position.examples);
+  return reader->Skip(start->position.passes, start->position.examples, job.dist.ranks > 1);
 }
 
 // The model in model_dir, continued with this job's hyperparameters.

@@ -356,6 +356,7 @@ StatusOr<std::optional<RanksCheckpoint>> PrepareRanksResume(Env* env, const Comm
 // pass and minibatch; what is not built for several ranks yet is refused or turned off here.
 Status ShareJob(Env* env, const Comm& comm, JobConfig* job, std::string* ranks_ckpt_dir) {
   const int n = comm.size(), me = comm.rank();
+  job->dist.ranks = n;
   if (job->gpu) {
     return InvalidArgumentError(
         "device: gpu is not built for several ranks yet (MPI jobs train "
