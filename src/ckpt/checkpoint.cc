@@ -193,7 +193,8 @@ Status RemoveCheckpointsAfter(Env* env, const std::string& dir, uint64_t id) {
 }
 
 Status LoadCheckpoint(Env* env, const std::string& dir, uint64_t id, SparseTable* table,
-                      CtrModel* model, ThreadPool* pool, CheckpointManifest* manifest) {
+                      CtrModel* model, ThreadPool* pool, CheckpointManifest* manifest,
+                      const KeyFilter& keep) {
   // The chain: the base, then each delta up to `id`.
   std::vector<CheckpointManifest> chain;
   ASSIGN_OR_RETURN(CheckpointManifest m, ReadCheckpointManifest(env, dir, id));
@@ -221,12 +222,21 @@ Status LoadCheckpoint(Env* env, const std::string& dir, uint64_t id, SparseTable
     const std::string sparse = JoinPath(path, kSparse);
     SparseCounts counts;
     uint64_t checksum = 0;
+    RowBlock kept(table->layout());
     RETURN_IF_ERROR(ReadSparseFile(
-        env, sparse, table->layout(), [&](RowBlock& rows) { return table->Insert(rows, pool); },
+        env, sparse, table->layout(),
+        [&](RowBlock& rows) {
+          if (!keep) return table->Insert(rows, pool);
+          kept.Resize(0);
+          for (size_t i = 0; i < rows.size(); ++i) {
+            if (keep(rows.key(i))) kept.AppendRow(rows, i);
+          }
+          return table->Insert(kept, pool);
+        },
         &counts, &checksum));
     if (checksum != c.files[0].checksum || counts.rows != c.rows)
       return CorruptionError(sparse + ": the file does not match its MANIFEST");
-    const uint64_t keys = table->Stats().keys;
+    const uint64_t keys = keep ? c.keys : table->Stats().keys;
     if (keys != c.keys) {
       return CorruptionError(
           fmt::format("{}: the table holds {} rows after it, its MANIFEST {}", path, keys, c.keys));
@@ -239,7 +249,7 @@ Status LoadCheckpoint(Env* env, const std::string& dir, uint64_t id, SparseTable
   if (checksum != m.files[1].checksum)
     return CorruptionError(dense + ": the file does not match its MANIFEST");
   RETURN_IF_ERROR(ApplyDensePayload(payload, dense, model));
-  if (!m.digest.empty()) {
+  if (!m.digest.empty() && !keep) {
     std::string digest;
     if (m.base) {
       digest = StateDigest(last.sum, last.rows, payload);

@@ -79,8 +79,12 @@ Status RemoveCheckpointsAfter(Env* env, const std::string& dir, uint64_t id);
 // Loads checkpoint `id` into an empty table and a model built from its spec: its base, then
 // every delta of its chain in order, then its dense state. Verifies every file's checksum,
 // the row counts after each step and, where recorded, the digest.
+// With `keep`, only the rows it keeps go into the table (a rank of another number of ranks
+// taking its share; docs/distributed.md): the files' checksums and row counts are verified,
+// the table's key count and the digest, which describe the whole chain, are not.
 Status LoadCheckpoint(Env* env, const std::string& dir, uint64_t id, SparseTable* table,
-                      CtrModel* model, ThreadPool* pool, CheckpointManifest* manifest);
+                      CtrModel* model, ThreadPool* pool, CheckpointManifest* manifest,
+                      const KeyFilter& keep = nullptr);
 
 struct ResumedState {
   CheckpointManifest manifest;

@@ -72,10 +72,6 @@ StatusOr<ModelManifest> CommitShardedModel(Env* env, const std::string& dir, con
                                            const CtrModel& model, uint64_t trained_examples,
                                            const std::vector<ModelShard>& shards);
 
-// Which keys' rows a load keeps (all when empty): a rank of a distributed job keeps those it
-// owns (docs/distributed.md), whatever the number of ranks that saved the model.
-using KeyFilter = std::function<bool(uint64_t key)>;
-
 // Loads the model named by `manifest` into `table` and `model`, which must have been built
 // from manifest.spec (empty table): the rows `keep` keeps. Verifies checksums, counts and the
 // digest (over every row read, kept or not).

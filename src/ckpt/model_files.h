@@ -36,6 +36,10 @@ StatusOr<std::vector<ModelFileInfo>> FilesFromJson(const std::string& path,
 
 // What a sparse file holds: rows, rows with an embedding, row bytes without keys, and the
 // wrapping sum of every row encoding's Checksum64 (the sparse part of a digest).
+// Which keys' rows a load keeps (all when empty): a rank of a distributed job keeps those it
+// owns (docs/distributed.md), whatever the number of ranks that saved the model.
+using KeyFilter = std::function<bool(uint64_t key)>;
+
 struct SparseCounts {
   uint64_t rows = 0, with_emb = 0, bytes_live = 0, sum = 0;
 };

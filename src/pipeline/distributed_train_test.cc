@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "ckpt/model_dir.h"
+#include "ckpt/ranks_checkpoint.h"
 #include "dist/comm.h"
 #include "pipeline/data.h"
 #include "pipeline/evaluator.h"
@@ -313,6 +314,69 @@ TEST(DistributedTrainTest, ResumeWhereOneRanksInputEndedFirst) {
     EXPECT_EQ((*resumed[r])["digest"], (*whole[r])["digest"]);
     EXPECT_TRUE(resumed[r]->contains("resumed_from"));
   }
+}
+
+// --resume with another number of ranks (generated data): the checkpoint that 2 ranks
+// committed after half the passes is taken up by 4 ranks (and one 4 ranks committed by 2),
+// each loading the rows it owns from every chain; the job ends with the one-process model up
+// to summation order, so every row was loaded exactly once and every example trained once.
+TEST(DistributedTrainTest, ResumeWithAnotherNumberOfRanksReshardsTheCheckpoint) {
+  TempDir dir;
+  JobConfig one = Job(dir.File("one"), /*sgd=*/true);
+  one.generated.rows = 8192;
+  one.generated.test_rows = 1000;
+  auto single = RunTrain(Env::Posix(), one, nullptr);
+  ASSERT_TRUE(single.ok()) << single.status().ToString();
+  const Model want = Load(one.model_dir);
+  for (auto [from, to] : {std::pair{2, 4}, std::pair{4, 2}}) {
+    const std::string tag = std::to_string(from) + "to" + std::to_string(to);
+    JobConfig job = one;
+    job.model_dir = dir.File("first" + tag);
+    job.ckpt.dir = dir.File("ckpt" + tag);
+    job.ckpt.every_passes = 1;
+    job.ckpt.keep = 10;
+    auto first = RunRanks(from, job);
+    ASSERT_TRUE(first[0].ok()) << first[0].status().ToString();
+    // As if the job had stopped after pass 2 of 4: the ranks' commit names checkpoint 2.
+    ASSERT_TRUE(
+        CommitRanksCheckpoint(Env::Posix(), job.ckpt.dir, {static_cast<uint32_t>(from), 2}).ok());
+    job.resume = true;
+    job.fresh = false;
+    job.model_dir = dir.File("resumed" + tag);
+    auto resumed = RunRanks(to, job);
+    for (int r = 0; r < to; ++r) {
+      ASSERT_TRUE(resumed[r].ok())
+          << tag << " rank " << r << ": " << resumed[r].status().ToString();
+    }
+    EXPECT_EQ((*resumed[0])["examples"], 4096u) << tag;      // this run: passes 3 and 4
+    EXPECT_EQ((*resumed[0])["job_examples"], 8192u) << tag;  // the job
+    const Model got = Load(job.model_dir);                   // a key twice would fail here
+    EXPECT_EQ(got.rows.size(), want.rows.size()) << tag;
+    EXPECT_LT(Distance(got, want), 1e-6) << tag;
+  }
+}
+
+// With files, a rank's place in its own files does not map onto another split of them: the
+// resume is refused with the way out (continue the saved model on the new number of ranks).
+TEST(DistributedTrainTest, ResumeOfFilesWithAnotherNumberOfRanksIsRefusedWithTheWayOut) {
+  TempDir dir;
+  Data d = WriteFiles(dir);
+  JobConfig job = Job(dir.File("m"), /*sgd=*/false);
+  job.data.paths = d.files;
+  job.ckpt.dir = dir.File("ckpt");
+  auto two = RunRanks(2, job);
+  ASSERT_TRUE(two[0].ok()) << two[0].status().ToString();
+  job.resume = true;
+  job.fresh = false;
+  auto four = RunRanks(4, job);
+  ASSERT_FALSE(four[0].ok());
+  EXPECT_EQ(four[0].status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(four[0].status().message().find("continue its saved model"), std::string::npos)
+      << four[0].status().ToString();
+  // The 2 ranks' checkpoints are untouched: they still resume.
+  auto again = RunRanks(2, job);
+  ASSERT_TRUE(again[0].ok()) << again[0].status().ToString();
+  EXPECT_EQ((*again[0])["digest"], (*two[0])["digest"]);
 }
 
 // Ranks with tiers: each rank's shard over an SSD tier with a memory budget far below its

@@ -207,8 +207,8 @@ Status CommitShardedModelOfRanks(Env* env, Comm* comm, const JobConfig& job,
     (*report)["checkpoint"]["final_seconds"] = clock.Seconds();
   }
   ASSIGN_OR_RETURN(uint64_t sparse_sum, table.SparseDigest(pool));
-  uint64_t sums[2] = {sparse_sum, table.Stats().keys};
-  RETURN_IF_ERROR(AllReduceSum(comm, sums, 2));
+  uint64_t sums[3] = {sparse_sum, table.Stats().keys, position.trained_examples};
+  RETURN_IF_ERROR(AllReduceSum(comm, sums, 3));
   (*report)["digest"] = StateDigest(sums[0], sums[1], DensePayload(model));
   (*report)["ranks"] = comm->size();
   (*report)["rank"] = comm->rank();
@@ -228,8 +228,9 @@ Status CommitShardedModelOfRanks(Env* env, Comm* comm, const JobConfig& job,
       ASSIGN_OR_RETURN(ModelShard s, ModelShard::Decode(bytes));
       shards.push_back(std::move(s));
     }
-    ASSIGN_OR_RETURN(ModelManifest m, CommitShardedModel(env, job.model_dir, job.spec, model,
-                                                         position.trained_examples, shards));
+    // The job's trained examples: every rank's.
+    ASSIGN_OR_RETURN(ModelManifest m,
+                     CommitShardedModel(env, job.model_dir, job.spec, model, sums[2], shards));
     committed = m.digest;
   }
   // Everyone waits for the commit (and learns its digest).
@@ -342,14 +343,65 @@ StatusOr<std::optional<RanksCheckpoint>> PrepareRanksResume(Env* env, const Comm
   if (!c.ok() && c.status().code() != StatusCode::kNotFound) return c.status();
   if (c.ok() && c->ranks != static_cast<uint32_t>(comm.size())) {
     if (!job.resume) return std::optional<RanksCheckpoint>();
-    return InvalidArgumentError(fmt::format(
-        "ckpt.dir {} holds the checkpoints of a job of {} ranks: resume it with {} ranks, or "
-        "continue its saved model (--model-dir) on any number of ranks",
-        ranks_dir, c->ranks, c->ranks));
+    if (!IsGenerated(job.data)) {
+      return InvalidArgumentError(fmt::format(
+          "ckpt.dir {} holds the checkpoints of a job of {} ranks: resume it with {} ranks, or "
+          "continue its saved model (--model-dir) on any number of ranks (each rank's place in "
+          "its own files does not map onto another split of the files)",
+          ranks_dir, c->ranks, c->ranks));
+    }
+    // Re-sharded by ReshardFromRanks; this rank's chain of an older job of N ranks goes.
+    RETURN_IF_ERROR(RemoveCheckpointsAfter(env, job.ckpt.dir, 0));
+    return std::optional<RanksCheckpoint>(*c);
   }
   if (!job.resume) return c.ok() ? std::optional<RanksCheckpoint>(*c) : std::nullopt;
   RETURN_IF_ERROR(RemoveCheckpointsAfter(env, job.ckpt.dir, c.ok() ? c->id : 0));
   return c.ok() ? std::optional<RanksCheckpoint>(*c) : std::nullopt;
+}
+
+// --resume by N ranks of the checkpoint that M != N ranks committed (docs/distributed.md,
+// "Checkpoints"): this rank loads the rows it owns from each of the M chains, so every row
+// goes to exactly one rank, and the dense state (the same in every chain); its reader skips
+// its share of the generated rows the M ranks trained. Generated data only: its rows are one
+// stream whatever the number of ranks (a rank's place in its own files does not map onto
+// another split of the files).
+Status ReshardFromRanks(Env* env, const JobConfig& job, const std::string& ranks_dir,
+                        const RanksCheckpoint& c, const KeyFilter& owned, PassReader* reader,
+                        ThreadPool* pool, TrainStart* start) {
+  CheckpointManifest first;
+  uint64_t examples = 0;
+  for (uint32_t m = 0; m < c.ranks; ++m) {
+    const std::string dir = RankCheckpointDir(ranks_dir, static_cast<int>(m), c.ranks);
+    CheckpointManifest mf;
+    RETURN_IF_ERROR(
+        LoadCheckpoint(env, dir, c.id, start->table.get(), start->model.get(), pool, &mf, owned));
+    if (mf.spec.ToJson() != job.spec.ToJson()) {
+      return InvalidArgumentError(fmt::format(
+          "cannot resume: {} in {} was written with another model spec than this job sets",
+          CheckpointName(c.id), dir));
+    }
+    if (m == 0) first = mf;
+    if (mf.position.passes != first.position.passes) {
+      return CorruptionError(fmt::format("{}: the ranks' checkpoints {} hold {} and {} passes",
+                                         ranks_dir, CheckpointName(c.id), first.position.passes,
+                                         mf.position.passes));
+    }
+    examples += mf.position.examples;
+  }
+  // This rank's share of the first `examples` generated rows (the ones the M ranks trained).
+  const RowShare& s = job.generated.share;
+  uint64_t mine = 0;
+  for (uint64_t b = s.index * s.unit; b < examples; b += uint64_t{s.count} * s.unit) {
+    mine += std::min(s.unit, examples - b);
+  }
+  start->resumed = first;
+  start->position = TrainPosition();
+  start->position.passes = first.position.passes;
+  start->position.examples = mine;
+  start->position.trained_examples = mine;
+  LOG_INFO("resuming {} of {} ranks with {}: {} passes, {} examples done ({} in this rank's share)",
+           CheckpointName(c.id), c.ranks, job.dist.ranks, first.position.passes, examples, mine);
+  return reader->Skip(first.position.passes, mine, /*may_end_early=*/true);
 }
 
 // One rank's share of a distributed job (docs/distributed.md): its files, its share of every
@@ -461,8 +513,17 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   if (!ranks_ckpt_dir.empty()) {
     ASSIGN_OR_RETURN(ranks_ckpt, PrepareRanksResume(env, *comm, job, ranks_ckpt_dir));
   }
-  ASSIGN_OR_RETURN(TrainStart start, StartTrain(env, job, &reader, &pool, owned));
-  if (ranks_ckpt && job.resume && (!start.resumed || start.resumed->id != ranks_ckpt->id)) {
+  const bool reshard = ranks_ckpt && job.resume && ranks_ckpt->ranks != uint32_t(job.dist.ranks);
+  JobConfig start_job = job;
+  if (reshard) {  // a new model here, then the M ranks' rows and state into it
+    start_job.resume = false;
+    start_job.fresh = true;
+  }
+  ASSIGN_OR_RETURN(TrainStart start, StartTrain(env, start_job, &reader, &pool, owned));
+  if (reshard) {
+    RETURN_IF_ERROR(
+        ReshardFromRanks(env, job, ranks_ckpt_dir, *ranks_ckpt, owned, &reader, &pool, &start));
+  } else if (ranks_ckpt && job.resume && (!start.resumed || start.resumed->id != ranks_ckpt->id)) {
     return InternalError(fmt::format("rank {} resumed from {}, but the ranks committed {} together",
                                      comm->rank(),
                                      start.resumed ? CheckpointName(start.resumed->id) : "nothing",
