@@ -225,15 +225,8 @@ Status LoadCheckpoint(Env* env, const std::string& dir, uint64_t id, SparseTable
     RowBlock kept(table->layout());
     RETURN_IF_ERROR(ReadSparseFile(
         env, sparse, table->layout(),
-        [&](RowBlock& rows) {
-          if (!keep) return table->Insert(rows, pool);
-          kept.Resize(0);
-          for (size_t i = 0; i < rows.size(); ++i) {
-            if (keep(rows.key(i))) kept.AppendRow(rows, i);
-          }
-          return table->Insert(kept, pool);
-        },
-        &counts, &checksum));
+        [&](RowBlock& rows) { return InsertKept(table, rows, keep, &kept, pool); }, &counts,
+        &checksum));
     if (checksum != c.files[0].checksum || counts.rows != c.rows)
       return CorruptionError(sparse + ": the file does not match its MANIFEST");
     const uint64_t keys = keep ? c.keys : table->Stats().keys;

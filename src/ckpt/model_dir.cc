@@ -87,6 +87,36 @@ StatusOr<ModelManifest> ReadManifest(Env* env, const std::string& dir) {
   }
 }
 
+namespace {
+
+// The second half of a save: with m's sparse files written (their counts in `sparse`), writes
+// the dense file, fills m's counts and digest, commits the MANIFEST (the rename is the point
+// where the new generation becomes the model), then removes every other model file (older
+// generations: garbage, retried at the next save if this fails).
+Status CommitGeneration(Env* env, const std::string& dir, const CtrModel& model,
+                        const SparseCounts& sparse, ModelManifest* m) {
+  m->keys = sparse.rows;
+  m->keys_with_embedding = sparse.with_emb;
+  m->bytes_live = sparse.bytes_live;
+  const std::string payload = DensePayload(model);
+  m->files.emplace_back();
+  RETURN_IF_ERROR(WriteDenseFile(env, JoinPath(dir, FileName("dense", m->generation)), payload,
+                                 &m->files.back()));
+  m->dense_params = model.dense_params().size();
+  m->digest = StateDigest(sparse.sum, m->keys, payload);
+  RETURN_IF_ERROR(env->SyncDir(dir));
+  RETURN_IF_ERROR(WriteFileAtomic(env, JoinPath(dir, kManifest), ManifestText(m->ToJson())));
+  ASSIGN_OR_RETURN(auto children, env->GetChildren(dir));
+  for (const std::string& name : children) {
+    bool ours = false;
+    for (const ModelFileInfo& f : m->files) ours = ours || f.name == name;
+    if (IsModelFileName(name) && !ours) env->DeleteFile(JoinPath(dir, name)).IgnoreError();
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
 StatusOr<ModelManifest> SaveModel(Env* env, const std::string& dir, const ModelSpec& spec,
                                   SparseTable& table, const CtrModel& model,
                                   uint64_t trained_examples, ThreadPool* pool) {
@@ -117,28 +147,8 @@ StatusOr<ModelManifest> SaveModel(Env* env, const std::string& dir, const ModelS
   SparseCounts c;
   m.files.emplace_back();
   RETURN_IF_ERROR(WriteTableSparseFile(env, dir, sparse_name, table, &m.files.back(), &c));
-  m.keys = c.rows;
-  m.keys_with_embedding = c.with_emb;
-  m.bytes_live = c.bytes_live;
-
-  // Dense parameters and optimizer state.
-  const std::string payload = DensePayload(model);
-  m.files.emplace_back();
-  RETURN_IF_ERROR(WriteDenseFile(env, JoinPath(dir, dense_name), payload, &m.files.back()));
-  m.dense_params = model.dense_params().size();
-  m.digest = StateDigest(c.sum, m.keys, payload);
-
-  // Commit: the MANIFEST rename is the point where the new generation becomes the model.
-  RETURN_IF_ERROR(env->SyncDir(dir));
-  RETURN_IF_ERROR(WriteFileAtomic(env, JoinPath(dir, kManifest), ManifestText(m.ToJson())));
+  RETURN_IF_ERROR(CommitGeneration(env, dir, model, c, &m));
   remove_uncommitted.Cancel();
-  // Only now remove older generations' files.
-  ASSIGN_OR_RETURN(auto children, env->GetChildren(dir));
-  for (const std::string& c : children) {
-    const bool ours = c == sparse_name || c == dense_name;
-    if (IsModelFileName(c) && !ours)
-      env->DeleteFile(JoinPath(dir, c)).IgnoreError();  // garbage; retried next save
-  }
   return m;
 }
 
@@ -170,15 +180,7 @@ Status LoadModel(Env* env, const std::string& dir, const ModelManifest& m, Spars
   RowBlock kept(table->layout());
   RETURN_IF_ERROR(ReadSparseFiles(
       env, dir, m, table->layout(),
-      [&](RowBlock& rows) {
-        if (!keep) return table->Insert(rows, pool);
-        kept.Resize(0);
-        for (size_t i = 0; i < rows.size(); ++i) {
-          if (keep(rows.key(i))) kept.AppendRow(rows, i);
-        }
-        return table->Insert(kept, pool);
-      },
-      &scan));
+      [&](RowBlock& rows) { return InsertKept(table, rows, keep, &kept, pool); }, &scan));
   const std::string dense_path = JoinPath(dir, m.files.back().name);
   ASSIGN_OR_RETURN(std::string payload, ReadDenseFile(env, dense_path, &checksum));
   if (checksum != m.files.back().checksum)
@@ -275,23 +277,7 @@ StatusOr<ModelManifest> CommitShardedModel(Env* env, const std::string& dir, con
     c.bytes_live += s.counts.bytes_live;
     c.sum += s.counts.sum;
   }
-  m.keys = c.rows;
-  m.keys_with_embedding = c.with_emb;
-  m.bytes_live = c.bytes_live;
-  const std::string dense_name = FileName("dense", m.generation);
-  const std::string payload = DensePayload(model);
-  m.files.emplace_back();
-  RETURN_IF_ERROR(WriteDenseFile(env, JoinPath(dir, dense_name), payload, &m.files.back()));
-  m.dense_params = model.dense_params().size();
-  m.digest = StateDigest(c.sum, m.keys, payload);
-  RETURN_IF_ERROR(env->SyncDir(dir));
-  RETURN_IF_ERROR(WriteFileAtomic(env, JoinPath(dir, kManifest), ManifestText(m.ToJson())));
-  ASSIGN_OR_RETURN(auto children, env->GetChildren(dir));
-  for (const std::string& name : children) {
-    bool ours = false;
-    for (const ModelFileInfo& f : m.files) ours = ours || f.name == name;
-    if (IsModelFileName(name) && !ours) env->DeleteFile(JoinPath(dir, name)).IgnoreError();
-  }
+  RETURN_IF_ERROR(CommitGeneration(env, dir, model, c, &m));
   return m;
 }
 

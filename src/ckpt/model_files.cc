@@ -342,6 +342,16 @@ std::string StateDigest(uint64_t sparse_sum, uint64_t keys, const std::string& d
 
 // ---- MANIFEST ---------------------------------------------------------------------------------
 
+Status InsertKept(SparseTable* table, const RowBlock& rows, const KeyFilter& keep,
+                  RowBlock* scratch, ThreadPool* pool) {
+  if (!keep) return table->Insert(rows, pool);
+  scratch->Resize(0);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (keep(rows.key(i))) scratch->AppendRow(rows, i);
+  }
+  return table->Insert(*scratch, pool);
+}
+
 std::string ManifestText(const nlohmann::json& j) {
   std::string text = j.dump(2) + "\n";
   text += "#checksum " + Hex(Checksum64(text)) + "\n";

@@ -68,6 +68,11 @@ class SparseFileWriter {
   std::string enc_;
 };
 
+// Inserts the rows of `rows` that `keep` keeps (all when empty) into `table`; scratch holds
+// the kept rows between calls.
+Status InsertKept(SparseTable* table, const RowBlock& rows, const KeyFilter& keep,
+                  RowBlock* scratch, ThreadPool* pool);
+
 // Writes every row of `table` (all tiers, shard by shard) as the sparse file `dir`/`name`,
 // fsynced; *info and *counts describe it.
 Status WriteTableSparseFile(Env* env, const std::string& dir, const std::string& name,

@@ -44,6 +44,23 @@ class MpiTrainTest : public CliTest {
     }
     return data;
   }
+  // Waits up to 60 s for the job `pid` to end (then kills the processes matching `ranks`);
+  // returns the seconds it took and sets *status.
+  static double WaitForExit(pid_t pid, const std::string& ranks, int* status) {
+    const auto start = std::chrono::steady_clock::now();
+    pid_t done = 0;
+    while ((done = waitpid(pid, status, WNOHANG)) == 0 &&
+           std::chrono::steady_clock::now() - start < std::chrono::seconds(60)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (done == 0) {
+      (void)std::system(("pkill -9 -f " + ranks).c_str());
+      waitpid(pid, status, 0);
+    }
+    return seconds;
+  }
   std::string Mpirun(int n) {
     return "mpirun -np " + std::to_string(n) + " --oversubscribe " + ctrbox_;
   }
@@ -131,19 +148,8 @@ TEST_F(MpiTrainTest, ARankKilledMidRunEndsTheJobAndResumeEndsWithTheUninterrupte
   // the shells, whose command lines start otherwise).
   const std::string ranks = "'^" + ctrbox_ + " train.*" + marker + "'";
   ASSERT_EQ(std::system(("pkill -9 -f -n " + ranks).c_str()), 0);
-  const auto killed = std::chrono::steady_clock::now();
   int status = 0;
-  pid_t done = 0;
-  while ((done = waitpid(pid, &status, WNOHANG)) == 0 &&
-         std::chrono::steady_clock::now() - killed < std::chrono::seconds(60)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
-  if (done == 0) {
-    (void)std::system(("pkill -9 -f " + ranks).c_str());
-    waitpid(pid, &status, 0);
-  }
+  const double seconds = WaitForExit(pid, ranks, &status);
   RecordProperty("seconds_to_stop", std::to_string(seconds));
   EXPECT_LT(seconds, 30) << "the other rank kept waiting";
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0);
@@ -179,19 +185,8 @@ TEST_F(MpiTrainTest, ARankThatStopsAnsweringEndsTheJobAfterTheTimeout) {
   ASSERT_TRUE(Env::Posix()->FileExists(rank1_log)) << "the job did not start";
   const std::string ranks = "'^" + ctrbox_ + " train.*" + marker + "'";
   ASSERT_EQ(std::system(("pkill -STOP -f -n " + ranks).c_str()), 0);
-  const auto stopped = std::chrono::steady_clock::now();
   int status = 0;
-  pid_t done = 0;
-  while ((done = waitpid(pid, &status, WNOHANG)) == 0 &&
-         std::chrono::steady_clock::now() - stopped < std::chrono::seconds(60)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
-  if (done == 0) {
-    (void)std::system(("pkill -9 -f " + ranks).c_str());
-    waitpid(pid, &status, 0);
-  }
+  const double seconds = WaitForExit(pid, ranks, &status);
   RecordProperty("seconds_to_stop", std::to_string(seconds));
   EXPECT_LT(seconds, 20) << "the job waited on the silent rank";
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0);
