@@ -47,6 +47,19 @@ void InstallSignalHandlers() {
 
 namespace {
 
+// The log's last line of a train job that evaluated held-out data.
+void LogTestAuc(const nlohmann::json& report) {
+  if (!report.contains("test_auc")) return;
+  const nlohmann::json& auc = report["test_auc"];
+  LOG_INFO("trained on {} examples at {:.0f} examples/s: test AUC {}{}",
+           report["examples"].get<uint64_t>(), report["examples_per_s"].get<double>(),
+           auc.is_number() ? fmt::format("{:.4f}", auc.get<double>())
+                           : "undefined (" + report.value("test_auc_undefined", "") + ")",
+           report.contains("oracle_auc")
+               ? fmt::format(" (oracle {:.4f})", report["oracle_auc"].get<double>())
+               : "");
+}
+
 // A rank's error, with the rank named.
 Status OnRank(const Comm& comm, const Status& s) {
   if (s.ok() || comm.size() == 1) return s;
@@ -65,7 +78,10 @@ Status RunMpiTrain(const JobConfig& job) {
     comm->Abort(s);  // does not return under MPI
     return s;
   }
-  if (comm->rank() == 0) PrintJson(*report);
+  if (comm->rank() == 0) {
+    LogTestAuc(*report);
+    PrintJson(*report);
+  }
   return Status::OK();
 }
 
@@ -88,6 +104,7 @@ Status RunLocalRanks(const JobConfig& job, int n) {
   }
   for (auto& t : threads) t.join();
   for (const auto& r : reports) RETURN_IF_ERROR(r.status());
+  LogTestAuc(*reports[0]);
   PrintJson(*reports[0]);
   return Status::OK();
 }
@@ -146,16 +163,7 @@ Status RunTrainCommand(const JobConfig& job, int local_ranks) {
     PrintJson(report);
     return CancelledError("interrupted");
   }
-  if (report.contains("test_auc")) {
-    const nlohmann::json& auc = report["test_auc"];
-    LOG_INFO("trained on {} examples at {:.0f} examples/s: test AUC {}{}",
-             report["examples"].get<uint64_t>(), report["examples_per_s"].get<double>(),
-             auc.is_number() ? fmt::format("{:.4f}", auc.get<double>())
-                             : "undefined (" + report.value("test_auc_undefined", "") + ")",
-             report.contains("oracle_auc")
-                 ? fmt::format(" (oracle {:.4f})", report["oracle_auc"].get<double>())
-                 : "");
-  }
+  LogTestAuc(report);
   PrintJson(report);
   return Status::OK();
 }
