@@ -14,8 +14,12 @@
 //   push   PushSharded: the owner writes its served rows back into its shard; the holders'
 //          copies are dropped.
 //
-// Thread safety: the functions are collective calls (every rank, same order); one thread per
-// rank drives them.
+// With the stages overlapped, an owner's served rows are its in-flight working table: at
+// train start it copies the newer rows of its passes in flight into them and PatchHolders
+// re-sends those to their holders (docs/distributed.md, "Overlap").
+//
+// Thread safety: the functions are collective calls (every rank, same order, on the same
+// channel); one thread per rank and channel drives them.
 #ifndef CTRBOX_PIPELINE_SHARDED_PASS_H_
 #define CTRBOX_PIPELINE_SHARDED_PASS_H_
 
