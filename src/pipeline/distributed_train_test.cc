@@ -425,6 +425,19 @@ TEST(DistributedTrainTest, GeneratedDataTrainsOneProcesssMinibatchesAndEvaluates
     EXPECT_EQ(rep["examples"], job.generated.rows);
     EXPECT_LT(Distance(Load(ranks_job.model_dir), want), 1e-6) << n << " ranks";
     EXPECT_EQ(rep["test_examples"], 3000u);
+    // Rank 0's pass lines are the job's: every rank's rows of each pass.
+    std::string log;
+    ASSERT_TRUE(ReadFileToString(Env::Posix(), ranks_job.model_dir + "/metrics.jsonl", &log).ok());
+    uint64_t pass_examples = 0, last = 0;
+    std::istringstream lines(log);
+    for (std::string line; std::getline(lines, line);) {
+      auto j = nlohmann::json::parse(line);
+      if (j["event"] != "pass") continue;
+      pass_examples += j["pass_examples"].get<uint64_t>();
+      last = j["examples"].get<uint64_t>();
+    }
+    EXPECT_EQ(pass_examples, job.generated.rows);
+    EXPECT_EQ(last, job.generated.rows);
     EXPECT_NEAR(rep["test_auc"].get<double>(), (*single)["test_auc"].get<double>(), 1e-5);
     EXPECT_EQ(rep["oracle_auc"], (*single)["oracle_auc"]);
   }

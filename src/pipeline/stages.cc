@@ -135,6 +135,23 @@ Status PassStages::Train(Pass* pass, const std::atomic<bool>* failed) {
     RETURN_IF_ERROR(TrainOnCpu(pass, failed, &pass_metrics));
   }
   pass->metrics = pass_metrics.Summary();
+  if (ctx_.comm != nullptr) {
+    // Rank 0's pass line is the job's: the pass's metrics over every rank's rows.
+    Comm* comm = ctx_.comm->channel(kTrainChannel);
+    std::vector<std::string> send(comm->size()), recv;
+    send[0] = pass_metrics.Encode();
+    RETURN_IF_ERROR(comm->AllToAll(send, &recv));
+    if (comm->rank() == 0) {
+      MetricAccumulator all;
+      for (int r = 0; r < comm->size(); ++r) {
+        if (!all.MergeEncoded(recv[r])) {
+          return InternalError("rank " + std::to_string(r) +
+                               " sent pass metrics rank 0 cannot read");
+        }
+      }
+      pass->metrics = all.Summary();
+    }
+  }
   if (CheckpointDue(*pass)) pass->dense_snapshot = DensePayload(*ctx_.model);
   pass->clock[StageId::kTrain].busy = clock.Seconds();
   return Status::OK();
@@ -254,7 +271,9 @@ Status PassStages::Push(Pass* pass, ThreadPool* pool) {
     exchange_sent_ += routes.bytes_sent;
     exchange_received_ += routes.bytes_received;
     exchange_seconds_ += pass->sharded->exchange_seconds;
+    global_examples_ += pass->sharded->global_examples;
     record["global_examples"] = pass->sharded->global_examples;
+    record["examples"] = global_examples_;  // the job's so far
     record["exchange"] = {{"bytes_sent", routes.bytes_sent},
                           {"bytes_received", routes.bytes_received},
                           {"seconds", pass->sharded->exchange_seconds},

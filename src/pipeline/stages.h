@@ -136,9 +136,10 @@ class PassStages {
   uint64_t examples_ = 0, passes_ = 0, shrunk_ = 0, created_ = 0, patched_rows_ = 0;  // push
   uint64_t exchange_sent_ = 0, exchange_received_ = 0;                                // push
   double exchange_seconds_ = 0;                                                       // push
-  double last_push_ = 0;                                                              // push
-  double checkpoint_seconds_ = 0;                                                     // push
-  StorageStats storage_before_;                                                       // push
+  uint64_t global_examples_ = 0;   // push: a distributed job's examples over every rank
+  double last_push_ = 0;           // push
+  double checkpoint_seconds_ = 0;  // push
+  StorageStats storage_before_;    // push
 
   // The train stage reports progress and the push stage passes: one call at a time.
   Mutex sink_mu_;
