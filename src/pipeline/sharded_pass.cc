@@ -36,6 +36,16 @@ Status AgreeOnMinibatches(Comm* comm, const WorkingSet& ws, ShardedPass* out) {
   return Status::OK();
 }
 
+// Decodes an owner's row into row i of the holder's rows; a row of another key than ws.keys[i]
+// is malformed (0).
+std::function<size_t(uint32_t, const char*, size_t)> DecodeInto(RowBlock* rows,
+                                                                const WorkingSet& ws) {
+  return [rows, &ws](uint32_t i, const char* p, size_t n) -> size_t {
+    const size_t used = rows->DecodeRow(p, n, i);
+    return used > 0 && rows->key(i) == ws.keys[i] ? used : 0;
+  };
+}
+
 }  // namespace
 
 Status PullSharded(Comm* comm, SparseTable* shard, const CtrAccessor* accessor,
@@ -62,10 +72,7 @@ Status PullSharded(Comm* comm, SparseTable* shard, const CtrAccessor* accessor,
   const RowBlock& served = out->served->rows();
   return SendToHolders(
       comm, &out->routes, [&](uint32_t s, std::string* bytes) { served.EncodeRow(s, bytes); },
-      [&](uint32_t i, const char* p, size_t n) -> size_t {
-        const size_t used = rows->DecodeRow(p, n, i);
-        return used > 0 && rows->key(i) == ws.keys[i] ? used : 0;
-      });
+      DecodeInto(rows, ws));
 }
 
 Status PatchHolders(Comm* comm, ShardedPass* sp, std::vector<uint32_t> patched, RowBlock* rows,
@@ -76,11 +83,7 @@ Status PatchHolders(Comm* comm, ShardedPass* sp, std::vector<uint32_t> patched, 
   const RowBlock& served = sp->served->rows();
   Status s = SendSomeToHolders(
       comm, &sp->routes, patched,
-      [&](uint32_t i, std::string* bytes) { served.EncodeRow(i, bytes); },
-      [&](uint32_t i, const char* p, size_t n) -> size_t {
-        const size_t used = rows->DecodeRow(p, n, i);
-        return used > 0 && rows->key(i) == ws.keys[i] ? used : 0;
-      });
+      [&](uint32_t i, std::string* bytes) { served.EncodeRow(i, bytes); }, DecodeInto(rows, ws));
   sp->exchange_seconds += exchange.Seconds();
   return s;
 }
@@ -151,11 +154,14 @@ StatusOr<MetricSummary> EvaluateSharded(Comm* comm, BatchReader* reader, SparseT
       }
     }
   }
-  // Rank 0 merges every rank's metrics.
+  return MergeMetricsOnRank0(comm, metrics);
+}
+
+StatusOr<MetricSummary> MergeMetricsOnRank0(Comm* comm, const MetricAccumulator& mine) {
   std::vector<std::string> send(comm->size()), recv;
-  send[0] = metrics.Encode();
+  send[0] = mine.Encode();
   RETURN_IF_ERROR(comm->AllToAll(send, &recv));
-  if (comm->rank() != 0) return metrics.Summary();
+  if (comm->rank() != 0) return mine.Summary();
   MetricAccumulator all;
   for (int r = 0; r < comm->size(); ++r) {
     if (!all.MergeEncoded(recv[r])) {

@@ -86,6 +86,10 @@ StatusOr<StepStats> TrainShardedMinibatch(Comm* comm, CtrModel* model, const Bat
 // Push: the served rows into the shard, pins released. Local: no exchange.
 Status PushSharded(SparseTable* shard, ShardedPass* sp, ThreadPool* pool);
 
+// The metrics of every rank's `mine`, merged on rank 0 (collective): rank 0 gets them, the
+// other ranks their own. Fails if the transport fails or a rank's bytes do not decode.
+StatusOr<MetricSummary> MergeMetricsOnRank0(Comm* comm, const MetricAccumulator& mine);
+
 // Held-out evaluation by the ranks: each predicts its share of the rows `reader` gives, in
 // chunks of about chunk_rows rows whose keys' rows come from their owners (lookups: an absent
 // key has an empty row and is not inserted; keys hashed first as the model was trained).

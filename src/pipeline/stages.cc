@@ -49,7 +49,9 @@ StatusOr<PassPtr> PassStages::Read() {
   if (eof) return PassPtr();
   pass->index = next_index_++;
   BuildWorkingSet(pass->examples, ctx_.job->train.batch_size, nullptr, &pass->ws);
-  pass->table->Build(pass->ws.keys, nullptr);
+  // A distributed pass needs only the rows (the pull sizes them); its in-flight table is the
+  // owner's served one.
+  if (ctx_.comm == nullptr) pass->table->Build(pass->ws.keys, nullptr);
   pass->gauge = &passes_gauge_;
   pass->Gauge();
   pass->clock[StageId::kRead].busy = clock.Seconds();
@@ -135,22 +137,9 @@ Status PassStages::Train(Pass* pass, const std::atomic<bool>* failed) {
     RETURN_IF_ERROR(TrainOnCpu(pass, failed, &pass_metrics));
   }
   pass->metrics = pass_metrics.Summary();
-  if (ctx_.comm != nullptr) {
-    // Rank 0's pass line is the job's: the pass's metrics over every rank's rows.
-    Comm* comm = ctx_.comm->channel(kTrainChannel);
-    std::vector<std::string> send(comm->size()), recv;
-    send[0] = pass_metrics.Encode();
-    RETURN_IF_ERROR(comm->AllToAll(send, &recv));
-    if (comm->rank() == 0) {
-      MetricAccumulator all;
-      for (int r = 0; r < comm->size(); ++r) {
-        if (!all.MergeEncoded(recv[r])) {
-          return InternalError("rank " + std::to_string(r) +
-                               " sent pass metrics rank 0 cannot read");
-        }
-      }
-      pass->metrics = all.Summary();
-    }
+  if (ctx_.comm != nullptr) {  // rank 0's pass line is the job's: every rank's rows
+    ASSIGN_OR_RETURN(pass->metrics,
+                     MergeMetricsOnRank0(ctx_.comm->channel(kTrainChannel), pass_metrics));
   }
   if (CheckpointDue(*pass)) pass->dense_snapshot = DensePayload(*ctx_.model);
   pass->clock[StageId::kTrain].busy = clock.Seconds();

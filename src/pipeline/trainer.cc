@@ -59,23 +59,19 @@ Status GlobalReport(Comm* comm, const JobConfig& job, const PassStages& stages,
   (*report)["examples_per_s"] =
       static_cast<double>(sums[0]) / std::max((*report)["seconds"].get<double>(), 1e-9);
   // Rank 0 gathers the metrics and the per-rank lines.
-  std::vector<std::string> send(n), recv;
-  send[0] = stages.metrics().Encode();
-  RETURN_IF_ERROR(comm->AllToAll(send, &recv));
+  ASSIGN_OR_RETURN(const MetricSummary s, MergeMetricsOnRank0(comm, stages.metrics()));
   std::vector<std::string> lines(n), got;
   lines[0] = mine.dump();
   RETURN_IF_ERROR(comm->AllToAll(lines, &got));
   if (comm->rank() != 0) return Status::OK();
-  MetricAccumulator all;
-  for (int r = 0; r < n; ++r) {
-    if (!all.MergeEncoded(recv[r])) {
-      return InternalError(fmt::format("rank {} sent metrics this rank cannot read", r));
-    }
-  }
-  const MetricSummary s = all.Summary();
   (*report)["auc"] = s.AucJson();
   (*report)["logloss"] = s.logloss;
   (*report)["copc"] = s.copc;
+  if (s.auc_undefined) {
+    (*report)["auc_undefined"] = s.auc_undefined;
+  } else {
+    report->erase("auc_undefined");  // rank 0's own rows may have had one class only
+  }
   nlohmann::json per_rank = nlohmann::json::array();
   for (int r = 0; r < n; ++r) per_rank.push_back(nlohmann::json::parse(got[r]));
   (*report)["per_rank"] = per_rank;
