@@ -20,6 +20,7 @@ struct GenArgs {
   int threads = 0;  // 0: number of CPUs
   double vocab_scale = 1.0;
   double zipf = 0.0;
+  uint64_t test_rows = 0;  // --format views: held-out rows (0: rows / 5)
 };
 
 struct ConvertArgs {
@@ -53,6 +54,9 @@ void ConfigureAllocator();
 StatusOr<nlohmann::json> RunGen(const GenArgs& args);
 Status RunGenCommand(const GenArgs& args);
 Status RunConvertCommand(const JobConfig& job, const ConvertArgs& args);
+// `ctrbox extract`: the job's read and extract stages alone, the extracted rows written as
+// shards (docs/features.md); `explain`: print the graph's layers first.
+Status RunExtractCommand(const JobConfig& job, const ConvertArgs& args, bool explain);
 // local_ranks > 1: the job's ranks as threads of this process (docs/distributed.md); started
 // by mpirun, the process is one rank of the MPI job.
 Status RunTrainCommand(const JobConfig& job, int local_ranks = 1);

@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 
+#include "feature/graph.h"
 #include "util/parse.h"
 #include "util/sys.h"
 
@@ -576,6 +577,20 @@ Status JobConfigBuilder::LoadYaml(const std::string& path) {
   }
   if (!root.IsMap() && !root.IsNull()) {
     return InvalidArgumentError(path + ": a job file is a map of settings");
+  }
+  // The feature graph is structured (docs/features.md): parsed whole, not flattened into keys
+  // (features.hashing stays a plain key).
+  try {
+    if (root.IsMap() && root["features"] && HasFeatureGraph(root["features"])) {
+      YAML::Node features = root["features"];
+      ASSIGN_OR_RETURN(job_.features, ParseFeatures(features, path));
+      for (const char* k : {"main", "views", "ops", "label", "slots", "dense", "schedule"}) {
+        features.remove(k);
+      }
+      if (features.size() == 0) root.remove("features");
+    }
+  } catch (const YAML::Exception& e) {
+    return InvalidArgumentError(fmt::format("{}:{}: {}", path, e.mark.line + 1, e.msg));
   }
   std::vector<std::tuple<std::string, std::string, int>> entries;
   try {

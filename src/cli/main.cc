@@ -62,9 +62,10 @@ int main(int argc, char** argv) {
   CLI::App app{"ctrbox: CTR model training over sparse tables larger than memory"};
   app.require_subcommand(1);
 
-  ctrbox::JobSources train_args, eval_args, predict_args, convert_args;
+  ctrbox::JobSources train_args, eval_args, predict_args, convert_args, extract_args;
   ctrbox::GenArgs gen;
-  ctrbox::ConvertArgs convert;
+  ctrbox::ConvertArgs convert, extract;
+  bool explain = false;
   std::string inspect_dir, inspect_store, inspect_ckpt;
   std::string report_dir, report_metrics, report_out;
   int local_ranks = 1;
@@ -116,11 +117,15 @@ int main(int argc, char** argv) {
   report->require_option(1, 3);
 
   auto* gen_cmd = app.add_subcommand("gen", "write a synthetic click log with a planted model");
-  gen_cmd->add_option("--format", gen.format, "criteo | libsvm | libfm | slots");
+  gen_cmd->add_option("--format", gen.format,
+                      "criteo | libsvm | libfm | slots | views (a directory of raw views and "
+                      "their job: docs/features.md)");
+  gen_cmd->add_option("--test-rows", gen.test_rows, "views: held-out rows (default rows / 5)")
+      ->check(IntegerIn(1, uint64_t{1} << 40));
   gen_cmd->add_option("--rows", gen.rows, "rows to write")->check(IntegerIn(1, uint64_t{1} << 40));
   gen_cmd->add_option("--seed", gen.seed, "seed (the planted model does not depend on it)")
       ->check(IntegerIn(0, UINT64_MAX));
-  gen_cmd->add_option("--out", gen.out, "output file")->required();
+  gen_cmd->add_option("--out", gen.out, "output file (views: directory)")->required();
   gen_cmd->add_option("--threads", gen.threads, "generator threads (default: number of CPUs)")
       ->check(IntegerIn(0, 1024));
   gen_cmd->add_option("--vocab-scale", gen.vocab_scale, "multiply every slot's vocabulary")
@@ -137,6 +142,17 @@ int main(int argc, char** argv) {
   convert_cmd->add_option("--rows-per-file", convert.rows_per_file, "rows per shard file")
       ->check(IntegerIn(1, uint64_t{1} << 40));
 
+  auto* extract_cmd = app.add_subcommand(
+      "extract", "run a job's feature graph over its views; write the rows as binary shards");
+  AddJobOptions(extract_cmd, &extract_args);
+  extract_cmd->add_option("--out", extract.out, "output directory")->required();
+  extract_cmd->add_option("--codec", extract.codec, "zstd | lz4 | none");
+  extract_cmd->add_option("--block-rows", extract.block_rows, "rows per shard block")
+      ->check(IntegerIn(1, 1 << 24));
+  extract_cmd->add_option("--rows-per-file", extract.rows_per_file, "rows per shard file")
+      ->check(IntegerIn(1, uint64_t{1} << 40));
+  extract_cmd->add_flag("--explain", explain, "print the graph's layers and operators first");
+
   auto* config_cmd = app.add_subcommand("config", "list every job key with its default");
 
   try {
@@ -148,16 +164,19 @@ int main(int argc, char** argv) {
   }
 
   ctrbox::InstallSignalHandlers();
-  if (train->parsed() || eval->parsed() || predict->parsed() || convert_cmd->parsed()) {
-    const ctrbox::JobSources& a = train->parsed()     ? train_args
-                                  : eval->parsed()    ? eval_args
-                                  : predict->parsed() ? predict_args
-                                                      : convert_args;
+  if (train->parsed() || eval->parsed() || predict->parsed() || convert_cmd->parsed() ||
+      extract_cmd->parsed()) {
+    const ctrbox::JobSources& a = train->parsed()         ? train_args
+                                  : eval->parsed()        ? eval_args
+                                  : predict->parsed()     ? predict_args
+                                  : extract_cmd->parsed() ? extract_args
+                                                          : convert_args;
     auto job = ctrbox::BuildJobConfig(a);
     if (!job.ok()) return Report(job.status());
     if (train->parsed()) return Report(ctrbox::RunTrainCommand(*job, local_ranks));
     if (eval->parsed()) return Report(ctrbox::RunEvalCommand(*job));
     if (predict->parsed()) return Report(ctrbox::RunPredictCommand(*job));
+    if (extract_cmd->parsed()) return Report(ctrbox::RunExtractCommand(*job, extract, explain));
     return Report(ctrbox::RunConvertCommand(*job, convert));
   }
   if (report->parsed()) {

@@ -8,11 +8,14 @@
 #include "ckpt/model_dir.h"
 #include "cli/commands.h"
 #include "cli/html_report.h"
+#include "feature/view_gen.h"
 #include "io/reader.h"
 #include "io/shard.h"
 #include "io/shard_dir.h"
 #include "io/synth.h"
 #include "metrics/metrics.h"
+#include "pipeline/data.h"
+#include "pipeline/train_report.h"
 #include "table/ssd_store.h"
 #include "util/cleanup.h"
 #include "util/logging.h"
@@ -66,11 +69,38 @@ nlohmann::json StoreJson(const std::string& dir, const StoreSummary& s) {
 
 void PrintJson(const nlohmann::json& j) { std::cout << j.dump() << std::endl; }
 
+StatusOr<nlohmann::json> RunGenViews(const GenArgs& args) {
+  if (args.out.empty()) return InvalidArgumentError("gen needs --out DIR");
+  ViewGenOptions o;
+  o.rows = args.rows;
+  o.test_rows = args.test_rows > 0 ? args.test_rows : std::max<uint64_t>(1, args.rows / 5);
+  o.seed = args.seed;
+  Stopwatch clock;
+  ASSIGN_OR_RETURN(ViewGenResult r, GenerateViews(Env::Posix(), args.out, o));
+  LOG_INFO(
+      "wrote the views of {} + {} impressions to {} ({}); oracle AUC {:.4f}; train with "
+      "ctrbox train -c {}/job.yaml",
+      o.rows, o.test_rows, args.out, FormatBytes(r.bytes), r.oracle_auc, args.out);
+  return nlohmann::json{{"command", "gen"},
+                        {"format", "views"},
+                        {"rows", o.rows},
+                        {"test_rows", o.test_rows},
+                        {"seed", o.seed},
+                        {"out", args.out},
+                        {"files", r.files},
+                        {"bytes", r.bytes},
+                        {"seconds", clock.Seconds()},
+                        {"ctr", r.ctr},
+                        {"oracle_auc", r.oracle_auc},
+                        {"oracle_test_rows", r.kept_test_rows}};
+}
+
 StatusOr<nlohmann::json> RunGen(const GenArgs& args) {
+  if (args.format == "views") return RunGenViews(args);
   SynthOptions o;
   if (!ParseDataFormat(args.format, &o.format) || o.format == DataFormat::kShards) {
-    return InvalidArgumentError(
-        fmt::format("gen --format {}: expected criteo, libsvm, libfm or slots", args.format));
+    return InvalidArgumentError(fmt::format(
+        "gen --format {}: expected criteo, libsvm, libfm, slots or views", args.format));
   }
   if (args.out.empty()) return InvalidArgumentError("gen needs --out FILE");
   if (args.rows == 0) return InvalidArgumentError("gen --rows must be >= 1");
@@ -199,7 +229,46 @@ Status WriteConversion(Env* env, BatchReader* reader, const ConvertArgs& args,
 
 }  // namespace
 
+namespace {
+
+StatusOr<nlohmann::json> Convert(const JobConfig& job, const ConvertArgs& args);
+
+}  // namespace
+
 Status RunConvertCommand(const JobConfig& job, const ConvertArgs& args) {
+  if (job.features != nullptr) {
+    return InvalidArgumentError(
+        "the job has a feature graph: use `ctrbox extract` to write its "
+        "extracted rows as shards");
+  }
+  ASSIGN_OR_RETURN(nlohmann::json report, Convert(job, args));
+  PrintJson(report);
+  return Status::OK();
+}
+
+Status RunExtractCommand(const JobConfig& job_in, const ConvertArgs& args, bool explain) {
+  if (job_in.features == nullptr) {
+    return InvalidArgumentError(
+        "extract needs a job (-c) with a feature graph (features.main, "
+        "views, ops, label, slots: docs/features.md)");
+  }
+  RETURN_IF_ERROR(job_in.Validate());
+  JobConfig job = job_in;
+  if (explain) std::cerr << job.features->Describe();
+  Stopwatch clock;
+  RETURN_IF_ERROR(AttachFeatures(Env::Posix(), &job));
+  const double open_seconds = clock.Seconds();
+  ASSIGN_OR_RETURN(nlohmann::json report, Convert(job, args));
+  report["command"] = "extract";
+  report["extract"] = ExtractJson(job.extractor->totals());
+  report["open_seconds"] = open_seconds;
+  PrintJson(report);
+  return Status::OK();
+}
+
+namespace {
+
+StatusOr<nlohmann::json> Convert(const JobConfig& job, const ConvertArgs& args) {
   if (args.out.empty()) return InvalidArgumentError("convert needs --out DIR");
   if (job.data.paths.empty() && job.data.command.empty()) {
     return InvalidArgumentError("convert needs --data (or data.command)");
@@ -227,18 +296,19 @@ Status RunConvertCommand(const JobConfig& job, const ConvertArgs& args) {
     return s;
   }
   const RecordCounts c = reader->counts();
-  PrintJson({{"command", "convert"},
-             {"rows", manifest.rows()},
-             {"files", manifest.files.size()},
-             {"out", args.out},
-             {"bytes_out", bytes_out},
-             {"codec", args.codec},
-             {"seconds", clock.Seconds()},
-             {"records_malformed", c.bad_total()},
-             {"num_slots", reader->schema().num_slots},
-             {"num_dense", reader->schema().num_dense}});
-  return Status::OK();
+  return nlohmann::json({{"command", "convert"},
+                         {"rows", manifest.rows()},
+                         {"files", manifest.files.size()},
+                         {"out", args.out},
+                         {"bytes_out", bytes_out},
+                         {"codec", args.codec},
+                         {"seconds", clock.Seconds()},
+                         {"records_malformed", c.bad_total()},
+                         {"num_slots", reader->schema().num_slots},
+                         {"num_dense", reader->schema().num_dense}});
 }
+
+}  // namespace
 
 Status RunInspectCommand(const std::string& model_dir, const std::string& store_dir,
                          const std::string& ckpt_dir) {

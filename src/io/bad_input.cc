@@ -20,6 +20,10 @@ std::string_view BadKindName(BadKind kind) {
       return "bad_utf8";
     case BadKind::kBadSlot:
       return "bad_slot";
+    case BadKind::kBadJson:
+      return "bad_json";
+    case BadKind::kDuplicateKey:
+      return "duplicate_key";
     case BadKind::kNumKinds:
       break;
   }

@@ -23,6 +23,8 @@ enum class BadKind : int {
   kOverlongLine,    // a line longer than data.max_line_bytes
   kBadUtf8,         // a categorical field that is not valid UTF-8
   kBadSlot,         // a slot or field id outside [0, num_slots), or a malformed token
+  kBadJson,         // a JSON line or field that does not parse (feature views)
+  kDuplicateKey,    // a side view's key seen before (feature views; the first row is kept)
   kNumKinds,
 };
 constexpr int kNumBadKinds = static_cast<int>(BadKind::kNumKinds);

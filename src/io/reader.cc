@@ -144,10 +144,12 @@ class ParallelChunkReader final : public BatchReader {
   // waiting on a pipe checks it, so that closing the reader never waits on a stalled producer.
   ParallelChunkReader(Schema schema, std::unique_ptr<ChunkSource> source, DecodeFn decode,
                       const DataOptions& options,
-                      std::shared_ptr<std::atomic<bool>> closing = nullptr)
+                      std::shared_ptr<std::atomic<bool>> closing = nullptr,
+                      std::function<Status(ChunkParseResult*)> in_order = nullptr)
       : schema_(schema),
         source_(std::move(source)),
         decode_(std::move(decode)),
+        in_order_(std::move(in_order)),
         max_inflight_(std::max(options.max_inflight, options.threads)),
         closing_(std::move(closing)),
         total_(source_->total()),
@@ -198,6 +200,10 @@ class ParallelChunkReader final : public BatchReader {
       if (!r.status.ok()) return final_status_ = r.status;
       Status s = tracker_.Add(r.counts, r.samples);
       if (!s.ok()) return final_status_ = s;
+      if (in_order_) {
+        s = in_order_(&r);
+        if (!s.ok()) return final_status_ = s;
+      }
       if (r.batch.rows() > 0) {
         *batch = std::move(r.batch);
         return Status::OK();
@@ -242,6 +248,7 @@ class ParallelChunkReader final : public BatchReader {
   const Schema schema_;
   std::unique_ptr<ChunkSource> source_;  // guarded by mu_
   const DecodeFn decode_;
+  const std::function<Status(ChunkParseResult*)> in_order_;  // consumer thread
   const int max_inflight_;
   const std::shared_ptr<std::atomic<bool>> closing_;
 
@@ -503,22 +510,38 @@ class PipeInput final : public SequentialFile {
   const Flags cancel_;
 };
 
-}  // namespace
+// The chunks of whole lines of `files` (or of o.command), decompressed as sniffed.
+std::unique_ptr<ChunkSource> TextSource(Env* env, const DataOptions& o,
+                                        std::vector<std::string> files, std::vector<uint64_t> sizes,
+                                        std::shared_ptr<std::atomic<bool>> closing) {
+  return std::make_unique<FileSequenceSource>(
+      std::move(files), std::move(sizes),
+      [env, o, closing](const std::string& path, std::shared_ptr<uint64_t> consumed)
+          -> StatusOr<std::unique_ptr<ChunkSource>> {
+        std::unique_ptr<SequentialFile> file;
+        if (!o.command.empty()) {
+          ASSIGN_OR_RETURN(file, PipeInput::Command(o.command, {o.cancel, closing}));
+        } else if (path == "-") {
+          ASSIGN_OR_RETURN(file, PipeInput::Stdin({o.cancel, closing}));
+        } else {
+          ASSIGN_OR_RETURN(file, env->NewSequentialFile(path));
+        }
+        // Counted below the decompressor: progress in the bytes as stored.
+        file = std::make_unique<CountingFile>(std::move(file), std::move(consumed));
+        ASSIGN_OR_RETURN(file, OpenDecompressed(std::move(file)));
+        return std::unique_ptr<ChunkSource>(
+            new LineChunker(std::move(file), o.chunk_bytes, o.max_line_bytes));
+      });
+}
 
-StatusOr<std::unique_ptr<BatchReader>> OpenReader(Env* env, const DataOptions& o) {
-  if (o.threads < 1) return InvalidArgumentError("data.reader_threads must be >= 1");
-  if (!o.command.empty()) {
-    if (!o.paths.empty()) return InvalidArgumentError("set data.paths or data.command, not both");
-    if (o.format == DataFormat::kShards) {
-      return InvalidArgumentError("data.command reads text formats only, not shards");
-    }
-  }
+// The files of o (or its command as the one "file") and their sizes (unknown for a command or
+// standard input).
+StatusOr<std::pair<std::vector<std::string>, std::vector<uint64_t>>> InputFiles(
+    Env* env, const DataOptions& o) {
   std::vector<std::string> files = {o.command};
   if (o.command.empty()) {
     ASSIGN_OR_RETURN(files, ExpandDataPaths(env, o.paths, o.format));
   }
-  ASSIGN_OR_RETURN(Schema schema, ResolveSchema(env, o));
-  // The files' sizes, for progress (none for a command or standard input: unknown).
   std::vector<uint64_t> sizes;
   if (o.command.empty()) {
     for (const std::string& f : files) {
@@ -527,6 +550,51 @@ StatusOr<std::unique_ptr<BatchReader>> OpenReader(Env* env, const DataOptions& o
       sizes.push_back(size.ok() ? *size : FileSequenceSource::kUnknownSize);
     }
   }
+  return std::make_pair(std::move(files), std::move(sizes));
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<ChunkSource>> OpenTextChunks(Env* env, const DataOptions& o) {
+  if (!o.command.empty() && !o.paths.empty()) {
+    return InvalidArgumentError("set paths or command, not both");
+  }
+  DataOptions text = o;
+  text.format = DataFormat::kCriteo;
+  ASSIGN_OR_RETURN(auto input, InputFiles(env, text));
+  return TextSource(env, text, std::move(input.first), std::move(input.second),
+                    std::make_shared<std::atomic<bool>>(false));
+}
+
+StatusOr<std::unique_ptr<BatchReader>> OpenTextReaderWith(Env* env, const DataOptions& o,
+                                                          ChunkDecoder decoder) {
+  if (o.threads < 1) return InvalidArgumentError("data.reader_threads must be >= 1");
+  if (!o.command.empty() && !o.paths.empty()) {
+    return InvalidArgumentError("set data.paths or data.command, not both");
+  }
+  DataOptions text = o;
+  text.format = DataFormat::kCriteo;  // any text format: every regular file of a directory
+  ASSIGN_OR_RETURN(auto input, InputFiles(env, text));
+  auto closing = std::make_shared<std::atomic<bool>>(false);
+  auto source = TextSource(env, text, std::move(input.first), std::move(input.second), closing);
+  return std::unique_ptr<BatchReader>(new ParallelChunkReader(decoder.schema, std::move(source),
+                                                              std::move(decoder.decode), o, closing,
+                                                              std::move(decoder.in_order)));
+}
+
+StatusOr<std::unique_ptr<BatchReader>> OpenReader(Env* env, const DataOptions& o) {
+  if (o.opener) return o.opener(env, o);
+  if (o.threads < 1) return InvalidArgumentError("data.reader_threads must be >= 1");
+  if (!o.command.empty()) {
+    if (!o.paths.empty()) return InvalidArgumentError("set data.paths or data.command, not both");
+    if (o.format == DataFormat::kShards) {
+      return InvalidArgumentError("data.command reads text formats only, not shards");
+    }
+  }
+  ASSIGN_OR_RETURN(auto input, InputFiles(env, o));
+  std::vector<std::string> files = std::move(input.first);
+  std::vector<uint64_t> sizes = std::move(input.second);  // for progress
+  ASSIGN_OR_RETURN(Schema schema, ResolveSchema(env, o));
   if (o.format == DataFormat::kShards) {
     auto source = std::make_unique<FileSequenceSource>(
         std::move(files), std::move(sizes),
@@ -553,24 +621,7 @@ StatusOr<std::unique_ptr<BatchReader>> OpenReader(Env* env, const DataOptions& o
   text.labels_optional = o.labels_optional;
   text.max_line_bytes = o.max_line_bytes;
   auto closing = std::make_shared<std::atomic<bool>>(false);
-  auto source = std::make_unique<FileSequenceSource>(
-      std::move(files), std::move(sizes),
-      [env, o, closing](const std::string& path, std::shared_ptr<uint64_t> consumed)
-          -> StatusOr<std::unique_ptr<ChunkSource>> {
-        std::unique_ptr<SequentialFile> file;
-        if (!o.command.empty()) {
-          ASSIGN_OR_RETURN(file, PipeInput::Command(o.command, {o.cancel, closing}));
-        } else if (path == "-") {
-          ASSIGN_OR_RETURN(file, PipeInput::Stdin({o.cancel, closing}));
-        } else {
-          ASSIGN_OR_RETURN(file, env->NewSequentialFile(path));
-        }
-        // Counted below the decompressor: progress in the bytes as stored.
-        file = std::make_unique<CountingFile>(std::move(file), std::move(consumed));
-        ASSIGN_OR_RETURN(file, OpenDecompressed(std::move(file)));
-        return std::unique_ptr<ChunkSource>(
-            new LineChunker(std::move(file), o.chunk_bytes, o.max_line_bytes));
-      });
+  auto source = TextSource(env, o, std::move(files), std::move(sizes), closing);
   DecodeFn decode = [text](const TextChunk& c, ChunkParseResult* r) { ParseTextChunk(text, c, r); };
   return std::unique_ptr<BatchReader>(
       new ParallelChunkReader(schema, std::move(source), std::move(decode), o, closing));

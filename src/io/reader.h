@@ -9,12 +9,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "io/bad_input.h"
 #include "io/batch.h"
+#include "io/line_chunker.h"
 #include "io/text_format.h"
 #include "util/env.h"
 
@@ -36,6 +38,10 @@ struct DataOptions {
   // ~0.1 s with Cancelled (and the command is stopped), so that a stalled producer cannot hold
   // up a Ctrl-C. Regular files are never waited on.
   const std::atomic<bool>* cancel = nullptr;
+  // Optional: opens the reader of these options instead of `format`'s (the feature
+  // extractor of a job with a features graph, docs/features.md). It gets the options as the
+  // caller has them (a rank's share of the paths, the evaluation paths).
+  std::function<StatusOr<std::unique_ptr<class BatchReader>>(Env*, const DataOptions&)> opener;
 };
 
 // Thread safety: Next() from one thread at a time.
@@ -75,6 +81,25 @@ StatusOr<uint64_t> DataFileFingerprint(Env* env, const std::string& path);
 StatusOr<Schema> ResolveSchema(Env* env, const DataOptions& options);
 
 StatusOr<std::unique_ptr<BatchReader>> OpenReader(Env* env, const DataOptions& options);
+
+// How a text reader with its own decoder turns chunks of whole lines into rows (the feature
+// extractor, feature/extractor.h). `decode` runs on the reader's workers, on any chunk in any
+// order; `in_order` (optional) runs on the consumer thread on each decoded chunk in input
+// order before its rows are handed out, and may drop rows (a stream-wide dedupe). An error of
+// either ends the stream.
+struct ChunkDecoder {
+  Schema schema;
+  std::function<void(const TextChunk&, ChunkParseResult*)> decode;
+  std::function<Status(ChunkParseResult*)> in_order;
+};
+// The chunks of whole lines of options' files (every regular file of a directory), or of its
+// command's output, one after the other (decompressed as sniffed; format is ignored).
+StatusOr<std::unique_ptr<ChunkSource>> OpenTextChunks(Env* env, const DataOptions& options);
+
+// A reader of options' files or command (format is ignored) through `decoder`, with the
+// threads, chunking, progress and bad-input accounting of OpenReader.
+StatusOr<std::unique_ptr<BatchReader>> OpenTextReaderWith(Env* env, const DataOptions& options,
+                                                          ChunkDecoder decoder);
 
 // Sends SIGTERM to the process group of every running data.command. Async-signal-safe: for a
 // handler that ends the process at once (a second Ctrl-C), so no command is left orphaned.

@@ -43,6 +43,9 @@ struct ChunkParseResult {
   RecordCounts counts;
   std::vector<BadRecord> samples;   // the first few bad records of each kind
   std::vector<uint64_t> bad_lines;  // every bad line, in order (including overlong ones)
+  // Optional per-row data for a reader's in-order step (ChunkDecoder::in_order): the feature
+  // extractor's dedupe hashes, two words per row of batch.
+  std::vector<uint64_t> row_tags;
 };
 
 // Parses the lines of `chunk` into result->batch (reset to the format's schema).

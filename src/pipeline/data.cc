@@ -22,9 +22,24 @@ SynthOptions SynthFor(const GeneratedData& gen, bool test) {
 
 StatusOr<std::unique_ptr<BatchReader>> OpenData(Env* env, const DataOptions& data,
                                                 const GeneratedData& gen, bool test) {
-  if (!IsGenerated(data)) return OpenReader(env, data);
+  if (data.opener || !IsGenerated(data)) return OpenReader(env, data);
   return NewSynthReader(SynthFor(gen, test), test ? gen.test_rows : gen.rows, data.threads, 16384,
                         gen.share);
+}
+
+Status AttachFeatures(Env* env, JobConfig* job) {
+  if (job->features == nullptr || job->extractor != nullptr) return Status::OK();
+  Extractor::Options o;
+  o.chunk_bytes = job->data.chunk_bytes;
+  o.max_line_bytes = job->data.max_line_bytes;
+  o.bad_input = job->data.bad_input;
+  o.schedule = job->features->layered ? Schedule::kLayered : Schedule::kSequential;
+  DataOptions main = job->data;
+  if (main.paths.empty() && main.command.empty()) main.paths = job->eval_paths;
+  ASSIGN_OR_RETURN(job->extractor, Extractor::Open(env, job->features, main, o));
+  std::shared_ptr<Extractor> x = job->extractor;
+  job->data.opener = [x](Env* e, const DataOptions& d) { return OpenFeatureReader(e, d, x); };
+  return Status::OK();
 }
 
 double OracleAuc(const GeneratedData& gen) {

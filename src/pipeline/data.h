@@ -20,6 +20,10 @@ inline bool IsGenerated(const DataOptions& data) {
 StatusOr<std::unique_ptr<BatchReader>> OpenData(Env* env, const DataOptions& data,
                                                 const GeneratedData& gen, bool test);
 
+// A job with a feature graph: opens its extract stage (loads the side views, reads the main
+// view's header) and makes job->data read through it. Nothing for a job without one.
+Status AttachFeatures(Env* env, JobConfig* job);
+
 // The planted model's AUC on the generated test rows: the best any model can reach.
 double OracleAuc(const GeneratedData& gen);
 

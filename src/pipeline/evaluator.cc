@@ -135,8 +135,10 @@ Status PredictLines(Env* env, const DataOptions& data, SparseTable& table, CtrMo
   return tracker.Finish();
 }
 
-StatusOr<nlohmann::json> RunEval(Env* env, const JobConfig& job) {
-  RETURN_IF_ERROR(job.Validate());
+StatusOr<nlohmann::json> RunEval(Env* env, const JobConfig& job_in) {
+  RETURN_IF_ERROR(job_in.Validate());
+  JobConfig job = job_in;
+  RETURN_IF_ERROR(AttachFeatures(env, &job));
   ThreadPool pool(job.train.threads);
   Stopwatch clock;
   ASSIGN_OR_RETURN(LoadedModel lm, OpenModel(env, job.model_dir, job.StorageFor({}), &pool));
@@ -209,6 +211,12 @@ StatusOr<nlohmann::json> EvalLoadedModel(Env* env, const JobConfig& job, LoadedM
 
 Status RunPredict(Env* env, const JobConfig& job, std::FILE* out) {
   RETURN_IF_ERROR(job.Validate());
+  if (job.features != nullptr) {
+    return InvalidArgumentError(
+        "predict scores extracted records, one output line per input line; a job with a feature "
+        "graph can drop rows (filter, dedupe): run `ctrbox extract` and score its shards with "
+        "`ctrbox eval`");
+  }
   ThreadPool pool(job.train.threads);
   ASSIGN_OR_RETURN(LoadedModel lm, OpenModel(env, job.model_dir, job.StorageFor({}), &pool));
   DataOptions data = job.data;

@@ -9,6 +9,8 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/model_spec.h"
+#include "feature/extractor.h"
+#include "feature/graph.h"
 #include "io/reader.h"
 #include "io/synth.h"
 #include "model/gpu_options.h"
@@ -89,6 +91,11 @@ struct JobConfig {
   bool resume = false;     // train: continue from the newest checkpoint in ckpt.dir
   bool gpu = false;        // device: gpu — the train stage on GPUs (model/gpu_trainer.h)
   GpuOptions gpu_options;
+  // The job YAML's feature graph (docs/features.md); null: the data is read as data.format.
+  std::shared_ptr<const FeaturePlan> features;
+  // Its extract stage once AttachFeatures opened it (the side views loaded); data.opener
+  // reads through it.
+  std::shared_ptr<Extractor> extractor;
 
   // The job's settings are consistent: every options struct's Validate, and the rules
   // between them (--resume needs ckpt.dir; train.deterministic needs gpu.scatter=segment).

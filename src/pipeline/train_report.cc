@@ -186,6 +186,41 @@ nlohmann::json TrainReport(const TrainRunFacts& f) {
   return report;
 }
 
+nlohmann::json ExtractJson(const ExtractTotals& x) {
+  nlohmann::json joins = nlohmann::json::array();
+  for (size_t j = 0; j < x.join_hits.size(); ++j) {
+    joins.push_back({{"lookups", x.join_lookups[j]},
+                     {"hits", x.join_hits[j]},
+                     {"hit_rate", x.join_lookups[j] ? static_cast<double>(x.join_hits[j]) /
+                                                          static_cast<double>(x.join_lookups[j])
+                                                    : 0.0}});
+  }
+  return {{"chunks", x.chunks},
+          {"rows_in", x.rows_in},
+          {"rows_out", x.rows_out},
+          {"filtered", x.filtered},
+          {"duplicates", x.duplicates},
+          {"bad_rows", x.bad_rows},
+          {"parse_seconds", x.parse_seconds},
+          {"graph_seconds", x.graph_seconds},
+          {"assemble_seconds", x.assemble_seconds},
+          {"busy_seconds", x.parse_seconds + x.graph_seconds + x.assemble_seconds},
+          {"joins", joins},
+          {"side_rows", x.side_rows},
+          {"side_bytes", x.side_bytes},
+          {"side_bad", CountsJson(x.side_counts)}};
+}
+
+void LogExtract(const ExtractTotals& x, double seconds, int reader_threads) {
+  const double busy = x.parse_seconds + x.graph_seconds + x.assemble_seconds;
+  LOG_INFO(
+      "extract: {:.1f}% of the run over {} reader thread(s) ({:.2f} s: parse {:.2f}, graph "
+      "{:.2f}, assemble {:.2f}); rows {} in, {} out, {} filtered, {} duplicates, {} bad",
+      100.0 * busy / std::max(seconds * std::max(reader_threads, 1), 1e-9), reader_threads, busy,
+      x.parse_seconds, x.graph_seconds, x.assemble_seconds, x.rows_in, x.rows_out, x.filtered,
+      x.duplicates, x.bad_rows);
+}
+
 void LogStageTable(const StageClocks& clocks, double seconds, uint64_t passes, bool pipelined) {
   std::string line;
   for (StageId s : kStages) {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "ckpt/checkpoint.h"
+#include "feature/extractor.h"
 #include "io/bad_input.h"
 #include "model/ctr_model.h"
 #include "pipeline/job.h"
@@ -27,6 +28,11 @@ nlohmann::json StorageJson(const StorageStats& s);
 nlohmann::json StorageDeltaJson(const StorageStats& before, const StorageStats& after);
 // {"read": {"busy_seconds", "stalled_seconds", "idle_seconds"}, "pull": ..., ...}.
 nlohmann::json StagesJson(const StageClocks& clocks);
+// The extract stage's totals (docs/features.md): rows in and out, filtered, duplicates, bad,
+// worker seconds by part, join hit rates, the side views held.
+nlohmann::json ExtractJson(const ExtractTotals& x);
+// Its line beside the stage table: busy worker time against the run's wall time.
+void LogExtract(const ExtractTotals& x, double seconds, int reader_threads);
 // A committed checkpoint in a pass line.
 nlohmann::json CheckpointJson(const CheckpointManifest& m, double seconds);
 

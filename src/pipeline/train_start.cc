@@ -42,6 +42,9 @@ StatusOr<nlohmann::json> ResultSettings(Env* env, const JobConfig& job) {
     }
     data = {{"format", DataFormatName(job.data.format)}, {"files", list}};
   }
+  // A changed feature graph is changed data (the side views' contents are not compared).
+  if (job.features != nullptr)
+    data["features"] = fmt::format("{:016x}", job.features->Fingerprint());
   nlohmann::json settings = {{"data", data},
                              {"pipeline.pass_examples", job.pipeline.pass_examples},
                              {"train.batch_size", job.train.batch_size},

@@ -113,11 +113,16 @@ StatusOr<nlohmann::json> RunPasses(Env* env, const JobConfig& job, PassReader* r
   if (sink) sink->OnDone();
   if (stages.passes() > 0) {  // a run that trained no pass has no stage times to show
     LogStageTable(run.totals, run.seconds, stages.passes(), job.pipeline.enabled);
-    RETURN_IF_ERROR(start->metrics_log->Write({{"event", "stages"},
-                                               {"pipelined", job.pipeline.enabled},
-                                               {"passes", stages.passes()},
-                                               {"seconds", run.seconds},
-                                               {"stages", StagesJson(run.totals)}}));
+    nlohmann::json line = {{"event", "stages"},
+                           {"pipelined", job.pipeline.enabled},
+                           {"passes", stages.passes()},
+                           {"seconds", run.seconds},
+                           {"stages", StagesJson(run.totals)}};
+    if (job.extractor) {
+      LogExtract(job.extractor->totals(), run.seconds, job.data.threads);
+      line["extract"] = ExtractJson(job.extractor->totals());
+    }
+    RETURN_IF_ERROR(start->metrics_log->Write(line));
   }
   nlohmann::json report =
       TrainReport({&job, &stages, &run, start->table.get(), start->model.get(),
@@ -128,6 +133,7 @@ StatusOr<nlohmann::json> RunPasses(Env* env, const JobConfig& job, PassReader* r
   }
   const uint64_t row_bytes = job.StorageFor(start->model->value_layout()).ResidentRowBytes();
   report["pass_sizing"] = PassSizingJson(reader->options(), reader->sizing(), row_bytes);
+  if (job.extractor) report["extract"] = ExtractJson(job.extractor->totals());
   // The staged passes' GPU buffers at their high-water mark (gpu.pass_memory bounds them).
   if (gpu) report["gpu_staged_bytes"] = gpu->StagedBytes();
   if (reader->options().window_keys > 0) {
@@ -478,6 +484,7 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   RETURN_IF_ERROR(job.Validate());
   std::string ranks_ckpt_dir;
   if (comm != nullptr) RETURN_IF_ERROR(ShareJob(env, *comm, &job, &ranks_ckpt_dir));
+  RETURN_IF_ERROR(AttachFeatures(env, &job));  // the extract stage: side views loaded
   if (job.gpu) RETURN_IF_ERROR(ResolveGpuPassMemory(&job.gpu_options));
   job.data.cancel = stop;  // a stalled data.command or standard input gives way to Ctrl-C
   PassReader reader([&] { return OpenData(env, job.data, job.generated, false); },

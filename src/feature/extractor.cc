@@ -1,0 +1,341 @@
+#include "feature/extractor.h"
+
+#include <fmt/format.h>
+
+#include <bit>
+#include <chrono>
+#include <cstring>
+#include <unordered_set>
+
+#include "io/text_scan.h"
+#include "util/hash.h"
+
+namespace ctrbox {
+
+namespace {
+
+uint64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// The main view's header fields: the first line of the first file.
+StatusOr<std::vector<std::string>> ReadHeader(Env* env, const ViewLayout& layout,
+                                              const DataOptions& main) {
+  if (layout.format == ViewFormat::kJsonl || !layout.header) return std::vector<std::string>{};
+  if (!main.command.empty()) {
+    // A command's output is not read twice: it must start with the declared columns.
+    std::vector<std::string> names;
+    for (const ViewColumn& c : layout.columns) names.push_back(c.name);
+    return names;
+  }
+  DataOptions o = main;
+  o.chunk_bytes = 64 << 10;
+  ASSIGN_OR_RETURN(auto source, OpenTextChunks(env, o));
+  TextChunk chunk;
+  bool eof = false;
+  RETURN_IF_ERROR(source->Next(&chunk, &eof));
+  if (eof) return std::vector<std::string>{};
+  const size_t nl = chunk.data.find('\n');
+  return ViewParser::SplitHeader(
+      layout,
+      std::string_view(chunk.data).substr(0, nl == std::string::npos ? chunk.data.size() : nl));
+}
+
+// The key of a slot's item: keys read from a view as the slots format keys them, keys made by
+// an operator as they are, any other value hashed with the slot (util/hash.h FeatureKey).
+uint64_t SlotKey(uint32_t slot, const Column& c, uint32_t r, uint32_t i) {
+  switch (c.type) {
+    case ColType::kKeys:
+      return FeatureKey(slot, c.keys()[r].p[i]);
+    case ColType::kHashed:
+      return c.keys()[r].p[i];
+    case ColType::kInt:
+      return FeatureKey(slot, static_cast<uint64_t>(c.ints()[r]));
+    case ColType::kFloat:
+      return FeatureKey(slot, std::bit_cast<uint64_t>(c.floats()[r]));
+    case ColType::kString:
+      return FeatureKey(slot, c.strs()[r].view());
+    case ColType::kList:
+      return FeatureKey(slot, c.lists()[r].p[i].view());
+    default:
+      return 0;
+  }
+}
+
+uint32_t SlotItems(const Column& c, uint32_t r) {
+  if (!c.valid[r]) return 0;
+  switch (c.type) {
+    case ColType::kKeys:
+    case ColType::kHashed:
+      return c.keys()[r].n;
+    case ColType::kList:
+      return c.lists()[r].n;
+    default:
+      return 1;
+  }
+}
+
+double NumberOf(const Column& c, uint32_t r) {
+  return c.type == ColType::kInt ? static_cast<double>(c.ints()[r]) : c.floats()[r];
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<Extractor>> Extractor::Open(Env* env,
+                                                     std::shared_ptr<const FeaturePlan> plan,
+                                                     const DataOptions& main,
+                                                     const Options& options) {
+  std::shared_ptr<Extractor> x(new Extractor());
+  x->plan_ = std::move(plan);
+  x->options_ = options;
+  const FeaturePlan& p = *x->plan_;
+  SideLoadOptions side;
+  side.chunk_bytes = options.chunk_bytes;
+  side.max_line_bytes = options.max_line_bytes;
+  side.bad_input = options.bad_input;
+  for (const SideView& v : p.views) {
+    ASSIGN_OR_RETURN(auto t, SideTable::Load(env, v, side, &x->side_counts_));
+    x->sides_.push_back(std::move(t));
+  }
+  if (!main.paths.empty() || !main.command.empty()) {
+    ASSIGN_OR_RETURN(std::vector<std::string> header, ReadHeader(env, p.main, main));
+    if (p.main.header && p.main.format != ViewFormat::kJsonl && header.empty()) {
+      return InvalidArgumentError("features.main: the main view is empty (no header line)");
+    }
+    auto parser = ViewParser::Make(p.main, std::move(header));
+    if (!parser.ok()) {
+      return InvalidArgumentError(fmt::format("features.main ({}): {}",
+                                              main.paths.empty() ? main.command : main.paths[0],
+                                              parser.status().message()));
+    }
+    x->main_parser_ = std::make_unique<ViewParser>(std::move(*parser));
+  }
+  if (options.layer_threads > 1)
+    x->layer_pool_ = std::make_unique<ThreadPool>(options.layer_threads);
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    if (p.ops[i].kind == OpKind::kJoin) x->joins_.push_back(static_cast<int>(i));
+  }
+  x->stats_.join_hits = std::make_unique<std::atomic<uint64_t>[]>(x->joins_.size() + 1);
+  x->stats_.join_lookups = std::make_unique<std::atomic<uint64_t>[]>(x->joins_.size() + 1);
+  return x;
+}
+
+Schema Extractor::schema() const {
+  return Schema{static_cast<uint32_t>(plan_->slots.size()),
+                static_cast<uint32_t>(plan_->dense.size())};
+}
+
+Status Extractor::ParseMain(const TextChunk& chunk, Arena* arena, ColumnTable* table,
+                            ParseOutcome* outcome) const {
+  if (!main_parser_) return FailedPreconditionError("the extractor was opened without a main view");
+  table->cols.assign(plan_->columns.size(), Column{});
+  return main_parser_->Parse(chunk, 0, arena, 0, table, outcome);
+}
+
+void Extractor::RunGraph(ColumnTable* table, Arena* arena) const {
+  if (options_.schedule == Schedule::kSequential) {
+    RunSequential(*plan_, sides_, arena, table);
+  } else if (layer_pool_) {
+    PoolExec exec(layer_pool_.get());
+    RunLayers(*plan_, sides_, &exec, arena, table);
+  } else {
+    InlineExec exec;
+    RunLayers(*plan_, sides_, &exec, arena, table);
+  }
+}
+
+void Extractor::ExtractChunk(const TextChunk& chunk, ChunkParseResult* r) const {
+  const FeaturePlan& p = *plan_;
+  const Schema schema = this->schema();
+  ResetParseResult(schema, r);
+  r->row_tags.clear();
+  thread_local std::unique_ptr<Arena> arena_holder;
+  if (!arena_holder) arena_holder = std::make_unique<Arena>();
+  Arena* arena = arena_holder.get();
+  arena->Reset();
+
+  const uint64_t t0 = NowNs();
+  ColumnTable t;
+  ParseOutcome outcome;
+  Status s = ParseMain(chunk, arena, &t, &outcome);
+  if (!s.ok()) {
+    r->status = s;
+    return;
+  }
+  const uint64_t t1 = NowNs();
+  RunGraph(&t, arena);
+  const uint64_t t2 = NowNs();
+
+  // Assemble: rows without errors that pass every filter, with a 0/1 label.
+  r->counts = outcome.counts;
+  r->samples = std::move(outcome.samples);
+  const Column& label = t.cols[p.label];
+  Batch& b = r->batch;
+  b.labels.reserve(t.rows);
+  b.dense.reserve(static_cast<size_t>(t.rows) * schema.num_dense);
+  b.offsets.reserve(static_cast<size_t>(t.rows) * schema.num_slots + 1);
+  uint64_t filtered = 0, bad = 0;
+  std::array<int, kNumBadKinds> sampled{};
+  for (const BadRecord& rec : r->samples) sampled[static_cast<int>(rec.kind)]++;
+  auto add_bad = [&](uint32_t row, BadKind kind, std::string detail) {
+    r->counts.bad[static_cast<int>(kind)]++;
+    r->counts.good--;
+    ++bad;
+    if (sampled[static_cast<int>(kind)]++ < 5) {
+      r->samples.push_back({kind, chunk.file, t.lines[row], std::move(detail)});
+    }
+  };
+  for (uint32_t row = 0; row < t.rows; ++row) {
+    if (t.errors[row] != 0) {
+      const OpNode& op = p.ops[t.errors[row] - 1];
+      std::string in;
+      for (int c : op.inputs) in += (in.empty() ? "" : ", ") + p.columns[c].name;
+      add_bad(row, ErrorKind(op),
+              fmt::format("operator {} ({}) could not compute the row from {}", op.name,
+                          OpKindName(op.kind), in));
+      continue;
+    }
+    const double y = label.valid[row] ? NumberOf(label, row) : -1;
+    if (y != 0 && y != 1) {
+      add_bad(row, BadKind::kBadLabel,
+              label.valid[row]
+                  ? fmt::format("label {} is {}, expected 0 or 1", p.columns[p.label].name, y)
+                  : fmt::format("label {} is missing", p.columns[p.label].name));
+      continue;
+    }
+    bool keep = true;
+    for (int f : p.filters) keep &= t.cols[p.ops[f].output].ints()[row] != 0;
+    if (!keep) {
+      ++filtered;
+      continue;
+    }
+    b.labels.push_back(static_cast<float>(y));
+    for (int c : p.dense) {
+      const Column& col = t.cols[c];
+      b.dense.push_back(col.valid[row] ? static_cast<float>(NumberOf(col, row)) : 0.0f);
+    }
+    for (uint32_t slot = 0; slot < schema.num_slots; ++slot) {
+      const Column& col = t.cols[p.slots[slot]];
+      const uint32_t n = SlotItems(col, row);
+      for (uint32_t i = 0; i < n; ++i) b.keys.push_back(SlotKey(slot, col, row, i));
+      b.offsets.push_back(static_cast<uint32_t>(b.keys.size()));
+    }
+    for (int d : p.dedupes) {
+      const Hash128 h = t.cols[p.ops[d].output].tags()[row];
+      r->row_tags.push_back(h.lo);
+      r->row_tags.push_back(h.hi);
+    }
+  }
+  for (size_t j = 0; j < joins_.size(); ++j) {
+    const Column& c = t.cols[p.ops[joins_[j]].output];
+    uint64_t hits = 0;
+    for (uint32_t row = 0; row < t.rows; ++row) hits += c.ints()[row] >= 0;
+    stats_.join_hits[j] += hits;
+    stats_.join_lookups[j] += t.rows;
+  }
+  const uint64_t t3 = NowNs();
+  stats_.chunks++;
+  stats_.rows_in += t.rows;
+  stats_.rows_out += b.rows();
+  stats_.filtered += filtered;
+  stats_.bad_rows += bad;
+  stats_.parse_ns += t1 - t0;
+  stats_.graph_ns += t2 - t1;
+  stats_.assemble_ns += t3 - t2;
+}
+
+ExtractTotals Extractor::totals() const {
+  ExtractTotals x;
+  x.chunks = stats_.chunks;
+  x.rows_in = stats_.rows_in;
+  x.rows_out = stats_.rows_out;
+  x.filtered = stats_.filtered;
+  x.duplicates = stats_.duplicates;
+  x.bad_rows = stats_.bad_rows;
+  x.parse_seconds = stats_.parse_ns / 1e9;
+  x.graph_seconds = stats_.graph_ns / 1e9;
+  x.assemble_seconds = stats_.assemble_ns / 1e9;
+  for (size_t j = 0; j < joins_.size(); ++j) {
+    x.join_hits.push_back(stats_.join_hits[j]);
+    x.join_lookups.push_back(stats_.join_lookups[j]);
+  }
+  for (const auto& s : sides_) {
+    x.side_rows += s->rows();
+    x.side_bytes += s->MemoryBytes();
+  }
+  x.side_counts = side_counts_;
+  return x;
+}
+
+// The stream-wide dedupe: in input order, a row whose tag a dedupe has seen is dropped.
+class DedupeStep {
+ public:
+  explicit DedupeStep(std::shared_ptr<Extractor> x)
+      : x_(std::move(x)), seen_(x_->plan().dedupes.size()) {}
+
+  Status operator()(ChunkParseResult* r) {
+    const size_t k = seen_.size();
+    if (k == 0) return Status::OK();
+    Batch& b = r->batch;
+    const size_t rows = b.rows();
+    std::vector<uint8_t> keep(rows, 1);
+    uint64_t dropped = 0;
+    for (size_t row = 0; row < rows; ++row) {
+      const uint64_t* tags = &r->row_tags[row * 2 * k];
+      bool dup = false;
+      for (size_t d = 0; d < k && !dup; ++d)
+        dup = seen_[d].count({tags[2 * d], tags[2 * d + 1]}) > 0;
+      if (dup) {
+        keep[row] = 0;
+        ++dropped;
+        continue;
+      }
+      for (size_t d = 0; d < k; ++d) seen_[d].insert({tags[2 * d], tags[2 * d + 1]});
+    }
+    if (dropped == 0) return Status::OK();
+    Batch out;
+    out.Reset(b.schema);
+    size_t row = 0;
+    while (row < rows) {
+      if (!keep[row]) {
+        ++row;
+        continue;
+      }
+      size_t end = row;
+      while (end < rows && keep[end]) ++end;
+      out.AppendRows(b, row, end);
+      row = end;
+    }
+    b = std::move(out);
+    x_->stats_.duplicates += dropped;
+    x_->stats_.rows_out -= dropped;
+    return Status::OK();
+  }
+
+ private:
+  struct TagHash {
+    size_t operator()(const std::pair<uint64_t, uint64_t>& t) const { return t.first; }
+  };
+  std::shared_ptr<Extractor> x_;
+  std::vector<std::unordered_set<std::pair<uint64_t, uint64_t>, TagHash>> seen_;
+};
+
+StatusOr<std::unique_ptr<BatchReader>> OpenFeatureReader(Env* env, const DataOptions& data,
+                                                         std::shared_ptr<Extractor> extractor) {
+  ChunkDecoder d;
+  d.schema = extractor->schema();
+  Extractor* x = extractor.get();
+  d.decode = [extractor](const TextChunk& c, ChunkParseResult* r) {
+    extractor->ExtractChunk(c, r);
+  };
+  (void)x;
+  if (!extractor->plan().dedupes.empty()) {
+    auto step = std::make_shared<DedupeStep>(extractor);
+    d.in_order = [step](ChunkParseResult* r) { return (*step)(r); };
+  }
+  return OpenTextReaderWith(env, data, std::move(d));
+}
+
+}  // namespace ctrbox

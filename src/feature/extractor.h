@@ -1,0 +1,103 @@
+// The extract stage (docs/features.md): the main view's chunks parsed into columns, run
+// through the feature graph, and assembled into the Batches every other stage reads; the side
+// views loaded once per job.
+//
+// Thread safety: an Extractor is immutable after Open except its statistics (atomic):
+// ExtractChunk runs on every reader worker at once.
+#ifndef CTRBOX_FEATURE_EXTRACTOR_H_
+#define CTRBOX_FEATURE_EXTRACTOR_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "feature/column.h"
+#include "feature/graph.h"
+#include "feature/ops.h"
+#include "feature/view_parse.h"
+#include "io/reader.h"
+#include "io/text_format.h"
+#include "util/thread_pool.h"
+
+namespace ctrbox {
+
+// How a chunk's graph runs (docs/features.md, "Scheduling").
+enum class Schedule { kLayered, kSequential };
+
+// What the extract stage did, over every chunk of the job (epochs and evaluation included).
+struct ExtractTotals {
+  uint64_t chunks = 0;
+  uint64_t rows_in = 0;     // rows the main view's parser made
+  uint64_t rows_out = 0;    // examples handed on
+  uint64_t filtered = 0;    // rows a filter dropped
+  uint64_t duplicates = 0;  // rows a dedupe dropped
+  uint64_t bad_rows = 0;    // rows an operator could not compute, or with a bad label
+  double parse_seconds = 0, graph_seconds = 0, assemble_seconds = 0;  // worker time
+  std::vector<uint64_t> join_hits, join_lookups;  // per join operator, in plan order
+  uint64_t side_rows = 0, side_bytes = 0;
+  RecordCounts side_counts;
+};
+
+class Extractor {
+ public:
+  struct Options {
+    size_t chunk_bytes = 4 << 20;
+    size_t max_line_bytes = 1 << 20;
+    BadInputOptions bad_input;
+    Schedule schedule = Schedule::kLayered;
+    // Threads of a chunk's fused layers (0 or 1: the reader worker alone). Tests use several
+    // to check that any split of the row blocks gives the same columns.
+    int layer_threads = 0;
+  };
+
+  // Loads the side views and reads the main view's header (the first file's first line, for
+  // csv/tsv with a header; a command's output must start with the declared columns' names).
+  static StatusOr<std::shared_ptr<Extractor>> Open(Env* env,
+                                                   std::shared_ptr<const FeaturePlan> plan,
+                                                   const DataOptions& main, const Options& options);
+
+  Schema schema() const;
+  const FeaturePlan& plan() const { return *plan_; }
+  const SideTables& sides() const { return sides_; }
+
+  // The reader's decode: parses `chunk` of the main view and extracts it into r.
+  void ExtractChunk(const TextChunk& chunk, ChunkParseResult* r) const;
+  // The columns of the parsed `table` for every operator (tests).
+  void RunGraph(ColumnTable* table, Arena* arena) const;
+  // Parses a chunk into its main-view columns (tests); the table's other columns are empty.
+  Status ParseMain(const TextChunk& chunk, Arena* arena, ColumnTable* table,
+                   ParseOutcome* outcome) const;
+
+  ExtractTotals totals() const;
+
+ private:
+  Extractor() = default;
+  friend class DedupeStep;
+
+  std::shared_ptr<const FeaturePlan> plan_;
+  Options options_;
+  SideTables sides_;
+  RecordCounts side_counts_;
+  std::unique_ptr<ViewParser> main_parser_;
+  std::unique_ptr<ThreadPool> layer_pool_;
+  std::vector<int> joins_;  // operator ids of the joins
+
+  struct Stats {
+    std::atomic<uint64_t> chunks{0}, rows_in{0}, rows_out{0}, filtered{0}, duplicates{0},
+        bad_rows{0};
+    std::atomic<uint64_t> parse_ns{0}, graph_ns{0}, assemble_ns{0};
+    std::unique_ptr<std::atomic<uint64_t>[]> join_hits, join_lookups;
+  };
+  mutable Stats stats_;
+};
+
+// A reader of the main view (data's paths or command) through the extractor: the workers
+// extract chunks, and a stream-wide dedupe runs in input order. A fresh dedupe per reader (per
+// epoch).
+StatusOr<std::unique_ptr<BatchReader>> OpenFeatureReader(Env* env, const DataOptions& data,
+                                                         std::shared_ptr<Extractor> extractor);
+
+}  // namespace ctrbox
+
+#endif  // CTRBOX_FEATURE_EXTRACTOR_H_
