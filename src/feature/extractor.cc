@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <bit>
 #include <chrono>
 #include <cstring>
@@ -228,6 +229,9 @@ void Extractor::ExtractChunk(const TextChunk& chunk, ChunkParseResult* r) const 
       r->row_tags.push_back(h.hi);
     }
   }
+  // In line order, parse errors and operators' alike: the tracker's "first" is the first.
+  std::stable_sort(r->samples.begin(), r->samples.end(),
+                   [](const BadRecord& a, const BadRecord& b) { return a.line < b.line; });
   for (size_t j = 0; j < joins_.size(); ++j) {
     const Column& c = t.cols[p.ops[joins_[j]].output];
     uint64_t hits = 0;

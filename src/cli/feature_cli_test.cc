@@ -1,0 +1,100 @@
+// The feature graph from the command line (docs/features.md): generated views train through
+// the extract stage to the same model as `ctrbox extract`'s shards; a graph error names its
+// YAML line; bad rows stop a strict job naming file:line.
+#include <fstream>
+
+#include "cli/cli_test_util.h"
+
+namespace ctrbox {
+namespace {
+
+using testing::CliTest;
+using testing::Result;
+
+class FeatureCliTest : public CliTest {
+ protected:
+  void Gen(uint64_t rows) {
+    Result g = Run(Ctrbox("gen --format views --rows " + std::to_string(rows) +
+                          " --test-rows 4000 --seed 3 --out " + Path("views")));
+    ASSERT_EQ(g.exit_code, 0) << g.err;
+    EXPECT_GT(g.last_json["oracle_auc"].get<double>(), 0.7);
+  }
+};
+
+TEST_F(FeatureCliTest, TrainingThroughTheExtractStageEqualsTrainingOnExtractedShards) {
+  Gen(24000);
+  const std::string common =
+      " --set model.mlp=64,32 --set train.batch_size=512 "
+      "--set pipeline.pass_examples=8192 --fresh";
+  Result t1 =
+      Run(Ctrbox("train -c " + Path("views/job.yaml") + " --model-dir " + Path("m1") + common));
+  ASSERT_EQ(t1.exit_code, 0) << t1.err;
+  ASSERT_TRUE(t1.last_json.contains("extract")) << t1.out;
+  const auto& x = t1.last_json["extract"];
+  EXPECT_EQ(x["rows_in"], 24000);
+  EXPECT_EQ(x["rows_out"], t1.last_json["examples"]);
+  EXPECT_GT(x["filtered"].get<int>(), 500);
+  EXPECT_GT(x["duplicates"].get<int>(), 50);
+  EXPECT_GT(t1.last_json["test_auc"].get<double>(), 0.62);  // the held-out views
+  EXPECT_NE(t1.err.find("extract:"), std::string::npos) << t1.err;
+
+  Result e = Run(Ctrbox("extract -c " + Path("views/job.yaml") + " --out " + Path("shards") +
+                        " --rows-per-file 10000 --explain"));
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  EXPECT_EQ(e.last_json["rows"], t1.last_json["examples"]);
+  EXPECT_NE(e.err.find("layer 1:"), std::string::npos) << e.err;
+  Result t2 = Run(Ctrbox("train --format shards --data " + Path("shards") + " --model-dir " +
+                         Path("m2") + common));
+  ASSERT_EQ(t2.exit_code, 0) << t2.err;
+  EXPECT_EQ(t1.last_json["digest"], t2.last_json["digest"])
+      << "extraction inside the pipeline must give the rows ctrbox extract writes";
+
+  // Sequential stages and the sequential schedule: the same model again.
+  std::ifstream in(Path("views/job.yaml"));
+  std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t at = yaml.find("features:\n");
+  ASSERT_NE(at, std::string::npos);
+  yaml.insert(at + 10, "  schedule: sequential\n");
+  std::ofstream(Path("seq.yaml")) << yaml;
+  Result t3 = Run(Ctrbox("train -c " + Path("seq.yaml") + " --model-dir " + Path("m3") + common +
+                         " --set pipeline.enabled=false --set data.reader_threads=2"));
+  ASSERT_EQ(t3.exit_code, 0) << t3.err;
+  EXPECT_EQ(t1.last_json["digest"], t3.last_json["digest"]);
+
+  // eval reads the held-out views through the graph too.
+  Result ev = Run(Ctrbox("eval -c " + Path("views/job.yaml") + " --model-dir " + Path("m1") +
+                         " --data " + Path("views/impressions_test.csv")));
+  ASSERT_EQ(ev.exit_code, 0) << ev.err;
+  EXPECT_EQ(ev.last_json["auc"], t1.last_json["test_auc"]);
+}
+
+TEST_F(FeatureCliTest, GraphErrorsNameTheYamlLineAndBadRowsTheirLine) {
+  Gen(3000);
+  std::ofstream(Path("cycle.yaml")) << "data:\n  paths: [" << Path("views/impressions.csv")
+                                    << "]\nfeatures:\n"
+                                       "  main: {format: csv, columns: {ts: int, label: int}}\n"
+                                       "  ops:\n"
+                                       "    - {name: a, op: log, input: b}\n"
+                                       "    - {name: b, op: clip, input: a, min: 0, max: 1}\n"
+                                       "  label: label\n  slots: [ts]\n";
+  Result c = Run(Ctrbox("train -c " + Path("cycle.yaml") + " --model-dir " + Path("m")));
+  EXPECT_EQ(c.exit_code, 1);
+  EXPECT_NE(c.err.find("cycle.yaml:6: features: the operators form a cycle"), std::string::npos)
+      << c.err;
+
+  // A line of the main view with a label of 7, and a strict error rate.
+  std::ifstream in(Path("views/impressions.csv"));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t line4 = 0;
+  for (int i = 0; i < 3; ++i) line4 = text.find('\n', line4) + 1;
+  const size_t end4 = text.find('\n', line4);
+  text.replace(end4 - 1, 1, "7");
+  std::ofstream(Path("views/impressions.csv")) << text;
+  Result b = Run(Ctrbox("train -c " + Path("views/job.yaml") + " --model-dir " + Path("m") +
+                        " --set data.max_error_rate=0"));
+  EXPECT_EQ(b.exit_code, 1);
+  EXPECT_NE(b.err.find("impressions.csv:4: bad_label"), std::string::npos) << b.err;
+}
+
+}  // namespace
+}  // namespace ctrbox
