@@ -1,12 +1,15 @@
 #include "fuzz/fuzz_targets.h"
 
 #include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
 
 #include <memory>
 #include <string>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/model_dir.h"
+#include "feature/extractor.h"
+#include "feature/graph.h"
 #include "io/compressed_file.h"
 #include "io/line_chunker.h"
 #include "io/shard.h"
@@ -113,6 +116,145 @@ int FuzzTextInput(const uint8_t* data, size_t size) {
     if (result.batch.rows() != result.counts.good) std::abort();
     if (result.counts.bad_total() > 0) accepted = false;
   }
+  return 0;
+}
+
+namespace {
+
+// Reads every row of /in.txt through the plan's extract stage (one reader thread, small
+// chunks). True when the whole input was read with nothing malformed.
+bool ExtractAll(MemEnv* env, std::shared_ptr<const FeaturePlan> plan) {
+  Extractor::Options xo;
+  xo.chunk_bytes = 64;
+  xo.max_line_bytes = 1024;
+  xo.bad_input.max_error_rate = 1.0;
+  DataOptions d;
+  d.paths = {"/in.txt"};
+  d.chunk_bytes = 64;
+  d.max_line_bytes = 1024;
+  d.bad_input.max_error_rate = 1.0;
+  auto x = Extractor::Open(env, plan, d, xo);
+  if (!x.ok()) return false;
+  auto reader = OpenFeatureReader(env, d, *x);
+  if (!reader.ok()) return false;
+  for (int i = 0; i < 100000; ++i) {
+    Batch b;
+    bool eof = false;
+    if (!(*reader)->Next(&b, &eof).ok()) return false;
+    if (eof) break;
+    // Every row has a label of 0 or 1 and one offset per slot.
+    if (b.offsets.size() != b.rows() * b.schema.num_slots + 1) std::abort();
+    for (float y : b.labels) {
+      if (y != 0 && y != 1) std::abort();
+    }
+  }
+  const ExtractTotals t = (*x)->totals();
+  if (t.rows_out + t.filtered + t.duplicates + t.bad_rows != t.rows_in) std::abort();
+  return (*reader)->counts().bad_total() == 0;
+}
+
+}  // namespace
+
+int FuzzFeatureView(const uint8_t* data, size_t size) {
+  if (size < 1) return 0;
+  static const char* kFormats[] = {"csv", "tsv", "jsonl"};
+  const char* format = kFormats[data[0] % 3];
+  const bool header = (data[0] >> 2) & 1;
+  const std::string yaml = fmt::format(R"(
+main:
+  format: {}
+  header: {}
+  columns: {{a: int, b: float, c: string, d: keys, y: int}}
+ops:
+  - {{name: j, op: json_field, input: c, path: p.q, type: string}}
+  - {{name: n, op: cast, input: b, to: int}}
+  - {{name: parts, op: split, input: c, sep: "|"}}
+  - {{name: last, op: last_n, input: parts, n: 2}}
+  - {{name: x, op: cross, inputs: [parts, a, d], max_keys: 100}}
+  - {{name: t, op: time_part, input: a, part: month}}
+  - {{name: bb, op: bucketize, input: b, boundaries: [0, 1]}}
+  - {{op: filter, input: j, cmp: "!=", value: drop}}
+  - {{op: dedupe, inputs: [a, c]}}
+label: y
+slots: [x, last, t, bb, j, n, d]
+dense: [b]
+)",
+                                       format, header ? "true" : "false");
+  auto plan = ParseFeatures(YAML::Load(yaml), "fuzz.yaml");
+  if (!plan.ok()) std::abort();
+  auto env = EnvWith("/in.txt", Bytes(data + 1, size - 1));
+  accepted = ExtractAll(env.get(), *plan);
+  return 0;
+}
+
+int FuzzFeatureGraph(const uint8_t* data, size_t size) {
+  accepted = false;
+  YAML::Node node;
+  try {
+    node = YAML::Load(Bytes(data, size));
+  } catch (const YAML::Exception&) {
+    return 0;
+  }
+  auto plan = ParseFeatures(node, "fuzz.yaml");
+  if (!plan.ok()) return 0;
+  const FeaturePlan& p = **plan;
+  (void)p.Describe();
+  (void)p.Fingerprint();
+  if (!p.views.empty() || p.main.columns.size() > 64) return 0;  // side views need files
+  // Rows of every declared column's type, through the graph.
+  std::string text;
+  if (p.main.header && p.main.format != ViewFormat::kJsonl) {
+    for (size_t c = 0; c < p.main.columns.size(); ++c) {
+      text += (c ? std::string(1, p.main.sep()) : "") + p.main.columns[c].name;
+    }
+    text += "\n";
+  }
+  static const char* kStrings[] = {"{\"\"a\"\": {\"\"b\"\": 3}}", "x|y|z", "17", "", "-2.5"};
+  for (int r = 0; r < 24; ++r) {
+    if (p.main.format == ViewFormat::kJsonl) text += "{";
+    for (size_t c = 0; c < p.main.columns.size(); ++c) {
+      const ViewColumn& col = p.main.columns[c];
+      std::string v;
+      switch (col.type) {
+        case ColType::kInt:
+          v = std::to_string(r % 2 == 0 ? r % 2 : r * 3600 * 24 * 13 - 5000);
+          break;
+        case ColType::kFloat:
+          v = std::to_string(r * 0.75 - 3);
+          break;
+        case ColType::kKeys:
+          v = r % 3 ? std::to_string(r) + " 9" : "";
+          break;
+        default:
+          v = kStrings[r % 5];
+      }
+      if (p.main.format == ViewFormat::kJsonl) {
+        if (col.type == ColType::kString || col.type == ColType::kKeys) {
+          std::string q;
+          for (char ch : v) {
+            if (ch == '"' || ch == '\\') q += '\\';
+            q += ch;
+          }
+          v = "\"" + q + "\"";
+          if (col.type == ColType::kString && r % 5 == 0) v = "{\"a\": {\"b\": 3}}";
+        }
+        if (v.empty()) v = "null";
+        text += (c ? ", " : "") + fmt::format("\"{}\": {}", col.name, v);
+      } else {
+        if (p.main.format == ViewFormat::kCsv && col.type == ColType::kString && r % 5 == 0) {
+          v = "\"" + v + "\"";
+        } else if (p.main.format == ViewFormat::kTsv && col.type == ColType::kString &&
+                   r % 5 == 0) {
+          v = "{\"a\": {\"b\": 3}}";
+        }
+        text += (c ? std::string(1, p.main.sep()) : "") + v;
+      }
+    }
+    text += p.main.format == ViewFormat::kJsonl ? "}\n" : "\n";
+  }
+  auto env = EnvWith("/in.txt", text);
+  ExtractAll(env.get(), *plan);
+  accepted = true;
   return 0;
 }
 
@@ -292,6 +434,7 @@ const std::vector<FuzzTarget>& FuzzTargets() {
       {"shard_manifest", FuzzShardManifest}, {"manifest", FuzzManifest},
       {"model_sparse", FuzzModelSparse},     {"group_record", FuzzGroupRecord},
       {"store_index", FuzzStoreIndex},       {"ckpt_manifest", FuzzCheckpointManifest},
+      {"feature_view", FuzzFeatureView},     {"feature_graph", FuzzFeatureGraph},
   };
   return targets;
 }

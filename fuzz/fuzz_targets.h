@@ -34,6 +34,14 @@ int FuzzGroupRecord(const uint8_t* data, size_t size);
 // An SSD-PS INDEX file, parsed as `ctrbox inspect --store` does.
 int FuzzStoreIndex(const uint8_t* data, size_t size);
 
+// A main view's file: byte 0 picks csv / tsv / jsonl and whether it has a header; the rest is
+// the file, read in small chunks through a fixed feature graph of every variable-length
+// operator (docs/features.md).
+int FuzzFeatureView(const uint8_t* data, size_t size);
+// A job's `features:` section (YAML text): parsed and validated; a graph without side views
+// is then run over rows of its declared columns.
+int FuzzFeatureGraph(const uint8_t* data, size_t size);
+
 // Whether the last input a target ran on this thread parsed without any error (for the replay
 // test: a seed must reach the end of its parser, or it fuzzes nothing behind the first check).
 bool LastInputAccepted();

@@ -556,8 +556,10 @@ bool HasFeatureGraph(const YAML::Node& features) {
   return false;
 }
 
-StatusOr<std::shared_ptr<const FeaturePlan>> ParseFeatures(const YAML::Node& f,
-                                                           const std::string& path) {
+namespace {
+
+StatusOr<std::shared_ptr<const FeaturePlan>> ParseFeaturesOrThrow(const YAML::Node& f,
+                                                                  const std::string& path) {
   Errors e(path);
   auto plan = std::make_shared<FeaturePlan>();
   plan->source = path;
@@ -817,6 +819,18 @@ StatusOr<std::shared_ptr<const FeaturePlan>> ParseFeatures(const YAML::Node& f,
     }
   }
   return std::shared_ptr<const FeaturePlan>(std::move(plan));
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<const FeaturePlan>> ParseFeatures(const YAML::Node& f,
+                                                           const std::string& path) {
+  // yaml-cpp throws where a node is not what a conversion expects (a map as a name).
+  try {
+    return ParseFeaturesOrThrow(f, path);
+  } catch (const YAML::Exception& x) {
+    return InvalidArgumentError(fmt::format("{}:{}: features: {}", path, x.mark.line + 1, x.msg));
+  }
 }
 
 std::string FeaturePlan::Describe() const {

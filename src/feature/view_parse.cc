@@ -291,9 +291,9 @@ Status ViewParser::Parse(const TextChunk& chunk, int first_col, Arena* arena, in
           seen[c] = 1;
           Column& col = out->cols[first_col + c];
           void* cell = static_cast<char*>(col.cells) + r * CellBytes(col.type);
-          simdjson::ondemand::value v = field.value();
+          simdjson::ondemand::value v;
           simdjson::ondemand::json_type t;
-          if (v.type().get(t) != simdjson::SUCCESS) {
+          if (field.value().get(v) != simdjson::SUCCESS || v.type().get(t) != simdjson::SUCCESS) {
             fail("a malformed value of " + std::string(key));
             break;
           }
@@ -301,7 +301,8 @@ Status ViewParser::Parse(const TextChunk& chunk, int first_col, Arena* arena, in
           if (t == simdjson::ondemand::json_type::null) {
             col.valid[r] = 0;
             std::memset(cell, 0, CellBytes(col.type));
-            if (!v.is_null()) {
+            bool is_null = false;
+            if (v.is_null().get(is_null) != simdjson::SUCCESS || !is_null) {
               fail("a malformed null");
               break;
             }
