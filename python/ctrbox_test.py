@@ -289,3 +289,33 @@ def test_pip_installs_the_package_offline(tmp_path):
     assert p.returncode == 0, p.stderr
     path, examples = p.stdout.split()
     assert path.startswith(str(venv)) and examples == "3000"
+
+
+def test_a_feature_graph_in_a_dict_trains_as_the_cli_job_file(tmp_path):
+    """A job's `features:` graph (docs/features.md) given as a dict: the model the CLI trains
+    from the same graph in a job file."""
+    views = tmp_path / "views"
+    g = ctrbox.gen(views, rows=8000, format="views", seed=2)
+    assert g["oracle_auc"] > 0.7
+    features = {
+        "main": {"format": "csv", "header": True,
+                 "columns": {"ts": "int", "user_id": "string", "ad_id": "int", "ctx": "string",
+                             "price": "float", "label": "int"}},
+        "views": {"ads": {"paths": [str(views / "ads.jsonl")], "format": "jsonl",
+                          "columns": {"ad_id": "int", "category": "string"}, "key": "ad_id"}},
+        "ops": [{"name": "device", "op": "json_field", "input": "ctx", "path": "device",
+                 "type": "string"},
+                {"op": "join", "view": "ads", "on": "ad_id"},
+                {"name": "hour", "op": "time_part", "input": "ts", "part": "hour"},
+                {"name": "lp", "op": "log", "input": "price"}],
+        "label": "label", "slots": ["user_id", "ad_id", "ads.category", "device", "hour"],
+        "dense": ["lp"]}
+    config = {**SMALL, "features": features, "data": {"paths": [str(views / "impressions.csv")]}}
+    report = ctrbox.Job(config, model_dir=tmp_path / "py", fresh=True).train()
+    assert report["extract"]["rows_in"] == 8000
+    job = tmp_path / "job.yaml"
+    job.write_text(json.dumps(config))  # JSON is YAML
+    cli_report = json.loads(cli("train", "-c", str(job), "--model-dir", str(tmp_path / "cli"),
+                                "--fresh").strip().splitlines()[-1])
+    assert cli_report["digest"] == report["digest"]
+    assert cli_report["extract"]["rows_out"] == report["extract"]["rows_out"]

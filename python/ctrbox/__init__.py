@@ -62,6 +62,9 @@ def _text(value, key, origin):
     return str(value)
 
 
+_GRAPH_KEYS = ("main", "views", "ops", "label", "slots", "dense", "schedule")
+
+
 def _flatten(value, prefix, origin, out):
     """(key, value, origin) for every leaf of a nested dict: {"train": {"threads": 2}} is
     train.threads=2, as in a YAML job file."""
@@ -86,7 +89,19 @@ def _build_job(what, config=None, overrides=None, path="", data=None, eval_data=
                model_dir=None, fresh=False, resume=False):
     """The checked job of these sources, as the CLI builds it (cli/config.h, BuildJobConfig)."""
     keys = []
+    graph = None
     if isinstance(config, dict):
+        features = config.get("features")
+        if isinstance(features, dict) and any(k in features for k in _GRAPH_KEYS):
+            # The feature graph is structured (docs/features.md): passed whole, as JSON text
+            # (a YAML subset); features.hashing stays a plain key.
+            graph = {k: v for k, v in features.items() if k in _GRAPH_KEYS}
+            rest = {k: v for k, v in features.items() if k not in _GRAPH_KEYS}
+            config = dict(config)
+            if rest:
+                config["features"] = rest
+            else:
+                del config["features"]
         _flatten(config, "", what + " config", keys)
     for name, value in (overrides or {}).items():
         _flatten(value, name.replace("__", "."), "{}({}=...)".format(what, name), keys)
@@ -98,6 +113,9 @@ def _build_job(what, config=None, overrides=None, path="", data=None, eval_data=
     s.format = format or ""
     s.model_dir = os.fspath(model_dir) if model_dir else ""
     s.fresh, s.resume = bool(fresh), bool(resume)
+    if graph is not None:
+        s.features_text = json.dumps(graph, indent=1)
+        s.features_origin = what + " config's features"
     return _call(_ctrbox.build_job, s)
 
 

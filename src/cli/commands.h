@@ -28,6 +28,9 @@ struct ConvertArgs {
   std::string codec = "zstd";
   uint32_t block_rows = 65536;
   uint64_t rows_per_file = 1 << 22;
+  // extract: write the rows as text to this file instead of shards: per row, tab-separated,
+  // the label, each dense value, and each slot's keys (decimal, space-separated).
+  std::string text_out;
 };
 
 // Exit statuses (README, "Errors and exit codes"): 0 done; 1 an error (bad input, settings or

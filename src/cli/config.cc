@@ -529,6 +529,15 @@ Status JobConfigBuilder::Set(std::string_view key, std::string_view value,
 StatusOr<JobConfig> BuildJobConfig(const JobSources& sources) {
   JobConfigBuilder b;
   if (!sources.config_path.empty()) RETURN_IF_ERROR(b.LoadYaml(sources.config_path));
+  if (!sources.features_text.empty()) {
+    try {
+      ASSIGN_OR_RETURN(b.job().features,
+                       ParseFeatures(YAML::Load(sources.features_text), sources.features_origin));
+    } catch (const YAML::Exception& e) {
+      return InvalidArgumentError(
+          fmt::format("{}:{}: features: {}", sources.features_origin, e.mark.line + 1, e.msg));
+    }
+  }
   for (const std::string& s : sources.sets) RETURN_IF_ERROR(b.ApplySet(s));
   for (const JobSources::Entry& e : sources.keys) RETURN_IF_ERROR(b.Set(e.key, e.value, e.origin));
   if (!sources.format.empty()) RETURN_IF_ERROR(b.Set("data.format", sources.format, "--format"));

@@ -49,6 +49,9 @@ struct JobSources {
   std::vector<std::string> data, eval_data;
   std::string format, model_dir;
   bool fresh = false, resume = false;
+  // A feature graph given as YAML (or JSON) text of the `features:` node, from `origin` (the
+  // Python module's dict config); docs/features.md.
+  std::string features_text, features_origin;
 };
 
 // The validated job of `sources` (the first bad key or value is the error, named).

@@ -96,5 +96,16 @@ TEST_F(FeatureCliTest, GraphErrorsNameTheYamlLineAndBadRowsTheirLine) {
   EXPECT_NE(b.err.find("impressions.csv:4: bad_label"), std::string::npos) << b.err;
 }
 
+TEST_F(FeatureCliTest, TheExampleJobTrainsWhereItsViewsAre) {
+  const std::string cd = "cd " + dir_ + " && ";
+  Result g = Run(cd + Ctrbox("gen --format views --rows 4000 --out views"));
+  ASSERT_EQ(g.exit_code, 0) << g.err;
+  Result t = Run(cd + Ctrbox("train -c " + source_ + "/examples/views_job.yaml --model-dir m " +
+                             "--set pipeline.pass_examples=2048"));
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_GT(t.last_json["test_examples"].get<int>(), 600);
+  EXPECT_EQ(t.last_json["extract"]["rows_in"], 4000);
+}
+
 }  // namespace
 }  // namespace ctrbox

@@ -145,7 +145,12 @@ int main(int argc, char** argv) {
   auto* extract_cmd = app.add_subcommand(
       "extract", "run a job's feature graph over its views; write the rows as binary shards");
   AddJobOptions(extract_cmd, &extract_args);
-  extract_cmd->add_option("--out", extract.out, "output directory")->required();
+  auto* extract_out = extract_cmd->add_option("--out", extract.out, "output directory");
+  auto* extract_text = extract_cmd->add_option(
+      "--text", extract.text_out,
+      "write the rows as text to this file instead: label, dense values, each slot's keys "
+      "(tab-separated)");
+  extract_out->excludes(extract_text);
   extract_cmd->add_option("--codec", extract.codec, "zstd | lz4 | none");
   extract_cmd->add_option("--block-rows", extract.block_rows, "rows per shard block")
       ->check(IntegerIn(1, 1 << 24));

@@ -233,6 +233,57 @@ namespace {
 
 StatusOr<nlohmann::json> Convert(const JobConfig& job, const ConvertArgs& args);
 
+// The rows of job.data as text (ConvertArgs::text_out).
+StatusOr<nlohmann::json> WriteText(const JobConfig& job, const std::string& path) {
+  Env* env = Env::Posix();
+  Stopwatch clock;
+  ASSIGN_OR_RETURN(auto reader, OpenReader(env, job.data));
+  const std::string tmp = path + ".tmp";
+  ASSIGN_OR_RETURN(auto file, env->NewWritableFile(tmp));
+  Cleanup remove_tmp([&] {
+    file.reset();
+    env->DeleteFile(tmp).IgnoreError();
+  });
+  const Schema schema = reader->schema();
+  uint64_t rows = 0, bytes = 0;
+  std::string text;
+  while (true) {
+    Batch b;
+    bool eof = false;
+    RETURN_IF_ERROR(reader->Next(&b, &eof));
+    if (eof) break;
+    text.clear();
+    for (size_t r = 0; r < b.rows(); ++r) {
+      fmt::format_to(std::back_inserter(text), "{}", b.labels[r]);
+      for (uint32_t j = 0; j < schema.num_dense; ++j) {
+        fmt::format_to(std::back_inserter(text), "\t{}", b.dense[r * schema.num_dense + j]);
+      }
+      for (uint32_t s = 0; s < schema.num_slots; ++s) {
+        text += '\t';
+        const size_t at = r * schema.num_slots + s;
+        for (uint32_t k = b.offsets[at]; k < b.offsets[at + 1]; ++k) {
+          fmt::format_to(std::back_inserter(text), "{}{}", k > b.offsets[at] ? " " : "", b.keys[k]);
+        }
+      }
+      text += '\n';
+    }
+    rows += b.rows();
+    bytes += text.size();
+    RETURN_IF_ERROR(file->Append(text));
+  }
+  RETURN_IF_ERROR(file->Close());
+  RETURN_IF_ERROR(env->RenameFile(tmp, path));
+  remove_tmp.Cancel();
+  const RecordCounts c = reader->counts();
+  return nlohmann::json({{"rows", rows},
+                         {"out", path},
+                         {"bytes_out", bytes},
+                         {"seconds", clock.Seconds()},
+                         {"records_malformed", c.bad_total()},
+                         {"num_slots", schema.num_slots},
+                         {"num_dense", schema.num_dense}});
+}
+
 }  // namespace
 
 Status RunConvertCommand(const JobConfig& job, const ConvertArgs& args) {
@@ -252,13 +303,21 @@ Status RunExtractCommand(const JobConfig& job_in, const ConvertArgs& args, bool 
         "extract needs a job (-c) with a feature graph (features.main, "
         "views, ops, label, slots: docs/features.md)");
   }
+  if (args.out.empty() == args.text_out.empty()) {
+    return InvalidArgumentError("extract needs --out DIR (shards) or --text FILE, one of them");
+  }
   RETURN_IF_ERROR(job_in.Validate());
   JobConfig job = job_in;
   if (explain) std::cerr << job.features->Describe();
   Stopwatch clock;
   RETURN_IF_ERROR(AttachFeatures(Env::Posix(), &job));
   const double open_seconds = clock.Seconds();
-  ASSIGN_OR_RETURN(nlohmann::json report, Convert(job, args));
+  nlohmann::json report;
+  if (!args.text_out.empty()) {
+    ASSIGN_OR_RETURN(report, WriteText(job, args.text_out));
+  } else {
+    ASSIGN_OR_RETURN(report, Convert(job, args));
+  }
   report["command"] = "extract";
   report["extract"] = ExtractJson(job.extractor->totals());
   report["open_seconds"] = open_seconds;

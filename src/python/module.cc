@@ -395,6 +395,8 @@ PYBIND11_MODULE(_ctrbox, m) {
       .def_readwrite("model_dir", &JobSources::model_dir)
       .def_readwrite("fresh", &JobSources::fresh)
       .def_readwrite("resume", &JobSources::resume)
+      .def_readwrite("features_text", &JobSources::features_text)
+      .def_readwrite("features_origin", &JobSources::features_origin)
       .def("add_key", [](JobSources& s, std::string key, std::string value, std::string origin) {
         s.keys.push_back({std::move(key), std::move(value), std::move(origin)});
       });
