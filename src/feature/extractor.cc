@@ -65,19 +65,6 @@ uint64_t SlotKey(uint32_t slot, const Column& c, uint32_t r, uint32_t i) {
   }
 }
 
-uint32_t SlotItems(const Column& c, uint32_t r) {
-  if (!c.valid[r]) return 0;
-  switch (c.type) {
-    case ColType::kKeys:
-    case ColType::kHashed:
-      return c.keys()[r].n;
-    case ColType::kList:
-      return c.lists()[r].n;
-    default:
-      return 1;
-  }
-}
-
 double NumberOf(const Column& c, uint32_t r) {
   return c.type == ColType::kInt ? static_cast<double>(c.ints()[r]) : c.floats()[r];
 }
@@ -219,7 +206,7 @@ void Extractor::ExtractChunk(const TextChunk& chunk, ChunkParseResult* r) const 
     }
     for (uint32_t slot = 0; slot < schema.num_slots; ++slot) {
       const Column& col = t.cols[p.slots[slot]];
-      const uint32_t n = SlotItems(col, row);
+      const uint32_t n = ItemCount(col, row);
       for (uint32_t i = 0; i < n; ++i) b.keys.push_back(SlotKey(slot, col, row, i));
       b.offsets.push_back(static_cast<uint32_t>(b.keys.size()));
     }

@@ -30,20 +30,6 @@ double AsDouble(const Column& c, uint32_t r) {
   return c.type == ColType::kInt ? static_cast<double>(c.ints()[r]) : c.floats()[r];
 }
 
-// The items of a cell as hashing sees them: a scalar is one item, a list or key list its items.
-uint32_t ItemCount(const Column& c, uint32_t r) {
-  if (!c.valid[r]) return 0;
-  switch (c.type) {
-    case ColType::kKeys:
-    case ColType::kHashed:
-      return c.keys()[r].n;
-    case ColType::kList:
-      return c.lists()[r].n;
-    default:
-      return 1;
-  }
-}
-
 // XXH3 of item i of row r, seeded: strings by their bytes, numbers by their 8 little-endian
 // bytes (a float by its bit pattern), keys by theirs.
 uint64_t ItemHash(const Column& c, uint32_t r, uint32_t i, uint64_t seed) {
@@ -210,6 +196,19 @@ int Sign(std::string_view a, std::string_view b) {
 }
 
 }  // namespace
+
+uint32_t ItemCount(const Column& c, uint32_t r) {
+  if (!c.valid[r]) return 0;
+  switch (c.type) {
+    case ColType::kKeys:
+    case ColType::kHashed:
+      return c.keys()[r].n;
+    case ColType::kList:
+      return c.lists()[r].n;
+    default:
+      return 1;
+  }
+}
 
 BadKind ErrorKind(const OpNode& op) {
   switch (op.kind) {

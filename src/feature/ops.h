@@ -32,6 +32,8 @@ void AllocateOutput(const FeaturePlan& plan, const OpNode& op, uint32_t rows, Ar
 // Rows [begin, end) of operator `op_id`, allocating from `lane`.
 void RunOpRows(const FeaturePlan& plan, int op_id, const SideTables& sides, uint32_t begin,
                uint32_t end, Arena* arena, int lane, ColumnTable* table);
+// The items of row r of c: 0 when null, a list's or key list's length, else 1.
+uint32_t ItemCount(const Column& c, uint32_t r);
 // The kind under which a row that `op` marked is counted.
 BadKind ErrorKind(const OpNode& op);
 
