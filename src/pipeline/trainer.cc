@@ -58,6 +58,20 @@ Status GlobalReport(Comm* comm, const JobConfig& job, const PassStages& stages,
   for (size_t i = 0; i < sums.size(); ++i) (*report)[summed[i]] = sums[i];
   (*report)["examples_per_s"] =
       static_cast<double>(sums[0]) / std::max((*report)["seconds"].get<double>(), 1e-9);
+  // The extract stage's rows over every rank (each rank extracts its own files; its busy
+  // times stay in per_rank).
+  uint64_t extracting = report->contains("extract") ? 1 : 0;
+  RETURN_IF_ERROR(AllReduceMax(comm, &extracting, 1));
+  if (extracting != 0) {
+    const char* rows[] = {"chunks", "rows_in", "rows_out", "filtered", "duplicates", "bad_rows"};
+    std::vector<uint64_t> x;
+    for (const char* k : rows) {
+      x.push_back(report->contains("extract") ? (*report)["extract"][k].get<uint64_t>() : 0);
+    }
+    RETURN_IF_ERROR(AllReduceSum(comm, x.data(), x.size()));
+    if (report->contains("extract")) mine["extract"] = (*report)["extract"];
+    for (size_t i = 0; i < x.size(); ++i) (*report)["extract"][rows[i]] = x[i];
+  }
   // Rank 0 gathers the metrics and the per-rank lines.
   ASSIGN_OR_RETURN(const MetricSummary s, MergeMetricsOnRank0(comm, stages.metrics()));
   std::vector<std::string> lines(n), got;
