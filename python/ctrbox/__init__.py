@@ -62,7 +62,7 @@ def _text(value, key, origin):
     return str(value)
 
 
-_GRAPH_KEYS = ("main", "views", "ops", "label", "slots", "dense", "schedule")
+_GRAPH_KEYS = ("main", "views", "ops", "label", "slots", "dense", "schedule", "device")
 
 
 def _flatten(value, prefix, origin, out):

@@ -102,6 +102,10 @@ StatusOr<std::shared_ptr<Extractor>> Extractor::Open(Env* env,
   }
   if (options.layer_threads > 1)
     x->layer_pool_ = std::make_unique<ThreadPool>(options.layer_threads);
+  if (options.device != FeatureDevice::kCpu) {  // a GPU that is not there fails the job here
+    ASSIGN_OR_RETURN(auto device, x->TakeDevice());
+    x->GiveDevice(std::move(device));
+  }
   for (size_t i = 0; i < p.ops.size(); ++i) {
     if (p.ops[i].kind == OpKind::kJoin) x->joins_.push_back(static_cast<int>(i));
   }
@@ -122,7 +126,58 @@ Status Extractor::ParseMain(const TextChunk& chunk, Arena* arena, ColumnTable* t
   return main_parser_->Parse(chunk, 0, arena, 0, table, outcome);
 }
 
-void Extractor::RunGraph(ColumnTable* table, Arena* arena) const {
+StatusOr<std::unique_ptr<DeviceLayers>> Extractor::TakeDevice() const {
+  {
+    std::lock_guard<std::mutex> l(device_mu_);
+    if (!idle_devices_.empty()) {
+      auto d = std::move(idle_devices_.back());
+      idle_devices_.pop_back();
+      return d;
+    }
+  }
+  if (options_.device == FeatureDevice::kCuda) return NewCudaDeviceLayers(options_.fused);
+  return NewEmulatedDeviceLayers(options_.fused);
+}
+
+void Extractor::GiveDevice(std::unique_ptr<DeviceLayers> d) const {
+  std::lock_guard<std::mutex> l(device_mu_);
+  if (device_name_.empty()) device_name_ = d->Describe();
+  idle_devices_.push_back(std::move(d));
+}
+
+Status Extractor::RunOnDevice(DeviceLayers* device, ColumnTable* table, Arena* arena) const {
+  const FeaturePlan& p = *plan_;
+  device->BeginChunk(table->rows);
+  const uint64_t before = device->launches();
+  InlineExec cpu;
+  std::vector<int> fixed, other;
+  for (const std::vector<int>& layer : p.layers) {
+    fixed.clear();
+    other.clear();
+    for (int id : layer) {
+      AllocateOutput(p, p.ops[id], table->rows, arena, table);
+      (IsFixedOp(p, p.ops[id]) ? fixed : other).push_back(id);
+    }
+    // The device's operators first: the errors it downloads are the layer's start.
+    RETURN_IF_ERROR(device->RunLayer(p, fixed, table));
+    const uint32_t rows = table->rows;
+    cpu.ForBlocks((rows + kRowBlock - 1) / kRowBlock, [&](size_t b, int lane) {
+      const uint32_t begin = static_cast<uint32_t>(b * kRowBlock);
+      const uint32_t end = std::min<uint32_t>(rows, begin + kRowBlock);
+      for (int id : other) RunOpRows(p, id, sides_, begin, end, arena, lane, table);
+    });
+  }
+  stats_.launches += device->launches() - before;
+  return Status::OK();
+}
+
+Status Extractor::RunGraph(ColumnTable* table, Arena* arena) const {
+  if (options_.device != FeatureDevice::kCpu && options_.schedule == Schedule::kLayered) {
+    ASSIGN_OR_RETURN(std::unique_ptr<DeviceLayers> device, TakeDevice());
+    Status s = RunOnDevice(device.get(), table, arena);
+    GiveDevice(std::move(device));
+    return s;
+  }
   if (options_.schedule == Schedule::kSequential) {
     RunSequential(*plan_, sides_, arena, table);
   } else if (layer_pool_) {
@@ -132,6 +187,7 @@ void Extractor::RunGraph(ColumnTable* table, Arena* arena) const {
     InlineExec exec;
     RunLayers(*plan_, sides_, &exec, arena, table);
   }
+  return Status::OK();
 }
 
 void Extractor::ExtractChunk(const TextChunk& chunk, ChunkParseResult* r) const {
@@ -153,7 +209,11 @@ void Extractor::ExtractChunk(const TextChunk& chunk, ChunkParseResult* r) const 
     return;
   }
   const uint64_t t1 = NowNs();
-  RunGraph(&t, arena);
+  s = RunGraph(&t, arena);
+  if (!s.ok()) {
+    r->status = s;
+    return;
+  }
   const uint64_t t2 = NowNs();
 
   // Assemble: rows without errors that pass every filter, with a 0/1 label.
@@ -248,6 +308,11 @@ ExtractTotals Extractor::totals() const {
   x.parse_seconds = stats_.parse_ns / 1e9;
   x.graph_seconds = stats_.graph_ns / 1e9;
   x.assemble_seconds = stats_.assemble_ns / 1e9;
+  x.device_launches = stats_.launches;
+  {
+    std::lock_guard<std::mutex> l(device_mu_);
+    x.device = options_.device == FeatureDevice::kCpu ? "cpu" : device_name_;
+  }
   for (size_t j = 0; j < joins_.size(); ++j) {
     x.join_hits.push_back(stats_.join_hits[j]);
     x.join_lookups.push_back(stats_.join_lookups[j]);

@@ -9,10 +9,12 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "feature/column.h"
+#include "feature/device_layers.h"
 #include "feature/graph.h"
 #include "feature/ops.h"
 #include "feature/view_parse.h"
@@ -24,6 +26,8 @@ namespace ctrbox {
 
 // How a chunk's graph runs (docs/features.md, "Scheduling").
 enum class Schedule { kLayered, kSequential };
+// Where the fixed-width operators of each layer run (docs/features.md, "On a GPU").
+enum class FeatureDevice { kCpu, kEmulatedGpu, kCuda };
 
 // What the extract stage did, over every chunk of the job (epochs and evaluation included).
 struct ExtractTotals {
@@ -35,6 +39,8 @@ struct ExtractTotals {
   uint64_t bad_rows = 0;    // rows an operator could not compute, or with a bad label
   double parse_seconds = 0, graph_seconds = 0, assemble_seconds = 0;  // worker time
   std::vector<uint64_t> join_hits, join_lookups;  // per join operator, in plan order
+  std::string device;                             // where the fixed-width operators ran
+  uint64_t device_launches = 0;                   // kernel launches there
   uint64_t side_rows = 0, side_bytes = 0;
   RecordCounts side_counts;
 };
@@ -49,6 +55,10 @@ class Extractor {
     // Threads of a chunk's fused layers (0 or 1: the reader worker alone). Tests use several
     // to check that any split of the row blocks gives the same columns.
     int layer_threads = 0;
+    // The layered schedule's fixed-width operators on a GPU (or its emulation), one launch
+    // per layer (fused) or per operator.
+    FeatureDevice device = FeatureDevice::kCpu;
+    bool fused = true;
   };
 
   // Loads the side views and reads the main view's header (the first file's first line, for
@@ -63,8 +73,9 @@ class Extractor {
 
   // The reader's decode: parses `chunk` of the main view and extracts it into r.
   void ExtractChunk(const TextChunk& chunk, ChunkParseResult* r) const;
-  // The columns of the parsed `table` for every operator (tests).
-  void RunGraph(ColumnTable* table, Arena* arena) const;
+  // The columns of the parsed `table` for every operator (tests). Fails only on a device
+  // error.
+  Status RunGraph(ColumnTable* table, Arena* arena) const;
   // Parses a chunk into its main-view columns (tests); the table's other columns are empty.
   Status ParseMain(const TextChunk& chunk, Arena* arena, ColumnTable* table,
                    ParseOutcome* outcome) const;
@@ -83,10 +94,18 @@ class Extractor {
   std::unique_ptr<ThreadPool> layer_pool_;
   std::vector<int> joins_;  // operator ids of the joins
 
+  // Device layers not in use (one per reader worker at most is in use at a time).
+  StatusOr<std::unique_ptr<DeviceLayers>> TakeDevice() const;
+  void GiveDevice(std::unique_ptr<DeviceLayers> d) const;
+  Status RunOnDevice(DeviceLayers* device, ColumnTable* table, Arena* arena) const;
+  mutable std::mutex device_mu_;
+  mutable std::vector<std::unique_ptr<DeviceLayers>> idle_devices_;
+  mutable std::string device_name_;
+
   struct Stats {
     std::atomic<uint64_t> chunks{0}, rows_in{0}, rows_out{0}, filtered{0}, duplicates{0},
         bad_rows{0};
-    std::atomic<uint64_t> parse_ns{0}, graph_ns{0}, assemble_ns{0};
+    std::atomic<uint64_t> parse_ns{0}, graph_ns{0}, assemble_ns{0}, launches{0};
     std::unique_ptr<std::atomic<uint64_t>[]> join_hits, join_lookups;
   };
   mutable Stats stats_;

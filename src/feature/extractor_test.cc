@@ -40,9 +40,10 @@ class ExtractorTest : public ::testing::Test {
   }
 
   Read ReadAll(int threads, size_t chunk_bytes, Schedule schedule, int layer_threads = 0,
-               double max_error_rate = 0.01) {
+               double max_error_rate = 0.01, FeatureDevice device = FeatureDevice::kCpu) {
     Read out;
     Extractor::Options xo;
+    xo.device = device;
     xo.schedule = schedule;
     xo.layer_threads = layer_threads;
     xo.bad_input.max_error_rate = max_error_rate;
@@ -104,6 +105,12 @@ TEST_F(ExtractorTest, AnyThreadsChunksAndScheduleGiveTheSameRows) {
     ExpectSameRows(ref.all, r.all);
     EXPECT_EQ(ref.counts.good, r.counts.good);
   }
+  // The fixed-width operators on the emulated GPU, over 3 reader threads (each with its own
+  // device layers).
+  Read gpu = ReadAll(3, 64 << 10, Schedule::kLayered, 0, 0.01, FeatureDevice::kEmulatedGpu);
+  ASSERT_TRUE(gpu.status.ok()) << gpu.status.ToString();
+  ExpectSameRows(ref.all, gpu.all);
+  EXPECT_GT(extractor_->totals().device_launches, 0u);
 }
 
 TEST_F(ExtractorTest, FilterDedupeAndJoinCountsMatchTheFiles) {

@@ -342,6 +342,7 @@ StatusOr<RawOp> ParseOp(const Errors& e, const YAML::Node& n, int index) {
         }
         for (const auto& v : n["values"]) {
           ASSIGN_OR_RETURN(Constant k, ParseConstant(e, v, "values"));
+          op.numbers.push_back(k.is_number ? k.f : 0.0);
           op.values.push_back(std::move(k));
         }
       } else if (op.cmp != Cmp::kNotNull) {
@@ -550,7 +551,7 @@ StatusOr<ColType> OutputType(const Errors& e, const OpNode& op, const std::vecto
 
 bool HasFeatureGraph(const YAML::Node& features) {
   if (!features.IsMap()) return false;
-  for (const char* k : {"main", "views", "ops", "label", "slots", "dense", "schedule"}) {
+  for (const char* k : {"main", "views", "ops", "label", "slots", "dense", "schedule", "device"}) {
     if (features[k]) return true;
   }
   return false;
@@ -563,14 +564,20 @@ StatusOr<std::shared_ptr<const FeaturePlan>> ParseFeaturesOrThrow(const YAML::No
   Errors e(path);
   auto plan = std::make_shared<FeaturePlan>();
   plan->source = path;
-  RETURN_IF_ERROR(
-      CheckKeys(e, f, {"main", "views", "ops", "label", "slots", "dense", "schedule", "hashing"},
-                "features"));
+  RETURN_IF_ERROR(CheckKeys(
+      e, f, {"main", "views", "ops", "label", "slots", "dense", "schedule", "device", "hashing"},
+      "features"));
   if (!f["main"] || !f["main"].IsMap()) {
     return e.At(f, "features needs `main`: the main view's format and columns");
   }
   RETURN_IF_ERROR(CheckKeys(e, f["main"], {"format", "header", "columns"}, "features.main"));
   ASSIGN_OR_RETURN(plan->main, ParseLayout(e, f["main"], "main"));
+  if (f["device"]) {
+    ASSIGN_OR_RETURN(std::string d, Scalar(e, f["device"], "device"));
+    if (d != "cpu" && d != "gpu")
+      return e.At(f["device"], "device '" + d + "': expected cpu or gpu");
+    plan->gpu = d == "gpu";
+  }
   if (f["schedule"]) {
     ASSIGN_OR_RETURN(std::string s, Scalar(e, f["schedule"], "schedule"));
     if (s != "layered" && s != "sequential") {
@@ -864,7 +871,7 @@ uint64_t FeaturePlan::Fingerprint() const {
     for (double b : op.boundaries) s += fmt::format(",{}", b);
   }
   for (const ViewColumn& c : main.columns) s += fmt::format("|{}:{}", c.name, ColTypeName(c.type));
-  s += fmt::format("|{}{}", static_cast<int>(main.format), main.header);
+  s += fmt::format("|{}{}", static_cast<int>(main.format), main.header);  // not device: same rows
   for (const SideView& v : views) {
     s += "|" + v.name + v.command;
     for (const auto& p : v.paths) s += "," + p;

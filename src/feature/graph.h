@@ -88,6 +88,7 @@ struct OpNode {
   // Parameters (which ones an op uses: docs/features.md).
   Constant value;                // fill_null, filter
   std::vector<Constant> values;  // filter `in`
+  std::vector<double> numbers;   // filter `in`: the values as numbers (0 where not one)
   Cmp cmp = Cmp::kEq;
   ColType to = ColType::kInt;       // cast, json_field's type
   std::vector<std::string> path;    // json_field: member names, outermost first
@@ -121,6 +122,7 @@ struct FeaturePlan {
   std::vector<int> slots, dense;         // column ids
   std::vector<int> filters, dedupes;     // operator ids
   bool layered = true;                   // features.schedule
+  bool gpu = false;                      // features.device: gpu (docs/features.md)
   std::string source;                    // the YAML file, for messages
 
   // The column named `name`, or -1.

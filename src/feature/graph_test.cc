@@ -59,7 +59,9 @@ dense: [l]
   for (size_t i = 0; i < plan.ops.size(); ++i) {
     for (int c : plan.ops[i].inputs) {
       const int producer = plan.columns[c].producer;
-      if (producer >= 0) EXPECT_LT(pos[producer], pos[i]);
+      if (producer >= 0) {
+        EXPECT_LT(pos[producer], pos[i]);
+      }
     }
   }
   EXPECT_EQ(plan.columns[plan.FindColumn("x")].type, ColType::kHashed);

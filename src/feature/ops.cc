@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "feature/device_layers.h"
 #include "util/hash.h"
 #include "util/parse.h"
 
@@ -71,21 +72,6 @@ void ForPieces(std::string_view s, std::string_view sep, F f) {
     i = j + sep.size();
   }
 }
-
-// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar.
-void CivilFromDays(int64_t z, int64_t* y, int* m, int* d) {
-  z += 719468;
-  const int64_t era = (z >= 0 ? z : z - 146096) / 146097;
-  const int64_t doe = z - era * 146097;                                       // [0, 146096]
-  const int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;  // [0, 399]
-  const int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);                // [0, 365]
-  const int64_t mp = (5 * doy + 2) / 153;                                     // [0, 11]
-  *d = static_cast<int>(doy - (153 * mp + 2) / 5 + 1);
-  *m = static_cast<int>(mp < 10 ? mp + 3 : mp - 9);
-  *y = yoe + era * 400 + (*m <= 2);
-}
-
-int64_t FloorDiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
 
 struct JsonScratch {
   simdjson::ondemand::parser parser;
@@ -234,6 +220,15 @@ void RunOpRows(const FeaturePlan& plan, int op_id, const SideTables& sides, uint
   const OpNode& op = plan.ops[op_id];
   Column& out = t->cols[op.output];
   const Column& in = t->cols[op.inputs.empty() ? op.output : op.inputs[0]];
+  if (IsFixedOp(plan, op)) {  // the row function the device layers run too (fixed_ops.h)
+    thread_local std::vector<double> consts;
+    consts.clear();
+    const FixedOp f = MakeFixedOp(plan, op, op_id, &consts);
+    for (uint32_t r = begin; r < end; ++r) {
+      FixedRow(f, in.valid, in.cells, out.valid, out.cells, t->errors.data(), consts.data(), r);
+    }
+    return;
+  }
   switch (op.kind) {
     case OpKind::kFillNull:
       for (uint32_t r = begin; r < end; ++r) {
@@ -419,18 +414,6 @@ void RunOpRows(const FeaturePlan& plan, int op_id, const SideTables& sides, uint
       }
       return;
     }
-    case OpKind::kBucketize:
-      for (uint32_t r = begin; r < end; ++r) {
-        if (!in.valid[r]) {
-          SetNull(out, r);
-          continue;
-        }
-        const double x = AsDouble(in, r);
-        out.valid[r] = 1;
-        out.ints()[r] =
-            std::upper_bound(op.boundaries.begin(), op.boundaries.end(), x) - op.boundaries.begin();
-      }
-      return;
     case OpKind::kSplit:
     case OpKind::kLastN: {
       if (in.type == ColType::kList) {  // last_n of a list: its tail, no copy
@@ -479,64 +462,12 @@ void RunOpRows(const FeaturePlan& plan, int op_id, const SideTables& sides, uint
       }
       return;
     }
+    case OpKind::kBucketize:
     case OpKind::kTimePart:
-      for (uint32_t r = begin; r < end; ++r) {
-        if (!in.valid[r]) {
-          SetNull(out, r);
-          continue;
-        }
-        const int64_t v = in.ints()[r];
-        if (v < -(int64_t{1} << 40) || v > (int64_t{1} << 40)) {  // beyond ±34,000 years
-          SetNull(out, r);
-          MarkError(t, r, op_id);
-          continue;
-        }
-        const int64_t s = v + op.utc_offset_seconds;
-        const int64_t days = FloorDiv(s, 86400);
-        const int64_t secs = s - days * 86400;
-        int64_t value = 0;
-        switch (op.part) {
-          case TimePart::kMinute:
-            value = (secs / 60) % 60;
-            break;
-          case TimePart::kHour:
-            value = secs / 3600;
-            break;
-          case TimePart::kWeekday:  // 0 = Monday; 1970-01-01 was a Thursday
-            value = ((days + 3) % 7 + 7) % 7;
-            break;
-          default: {
-            int64_t y;
-            int m, d;
-            CivilFromDays(days, &y, &m, &d);
-            value = op.part == TimePart::kDay ? d : op.part == TimePart::kMonth ? m : y;
-          }
-        }
-        out.valid[r] = 1;
-        out.ints()[r] = value;
-      }
-      return;
     case OpKind::kLog:
     case OpKind::kClip:
     case OpKind::kNormalize:
-      for (uint32_t r = begin; r < end; ++r) {
-        if (!in.valid[r]) {
-          SetNull(out, r);
-          continue;
-        }
-        const double x = AsDouble(in, r);
-        double y;
-        if (op.kind == OpKind::kLog) {
-          y = std::log1p(std::max(x, 0.0));
-        } else if (op.kind == OpKind::kClip) {
-          y = std::min(std::max(x, op.a), op.b);
-        } else {
-          y = (x - op.a) / op.b;
-        }
-        out.valid[r] = 1;
-        out.floats()[r] = y;
-      }
-      return;
+      return;  // fixed: above
   }
 }
 

@@ -285,10 +285,13 @@ class OpsTest : public ::testing::Test {
     ASSERT_TRUE(plan.ok()) << plan.status().ToString();
     plan_ = *plan;
   }
-  std::shared_ptr<Extractor> Open(Schedule schedule, int threads) {
+  std::shared_ptr<Extractor> Open(Schedule schedule, int threads,
+                                  FeatureDevice device = FeatureDevice::kCpu, bool fused = true) {
     Extractor::Options o;
     o.schedule = schedule;
     o.layer_threads = threads;
+    o.device = device;
+    o.fused = fused;
     DataOptions main;
     main.paths = {"/v/main.csv"};
     auto x = Extractor::Open(&env_, plan_, main, o);
@@ -353,7 +356,7 @@ TEST_F(OpsTest, EveryOperatorMatchesTheRowAtATimeReference) {
   ParseOutcome outcome;
   ASSERT_TRUE(x->ParseMain(chunk, &arena, &t, &outcome).ok());
   ASSERT_EQ(t.rows, rows.size());  // every generated row is well-formed CSV
-  x->RunGraph(&t, &arena);
+  ASSERT_TRUE(x->RunGraph(&t, &arena).ok());
 
   const FeaturePlan& p = *plan_;
   auto col = [&](const std::string& name) -> const Column& {
@@ -468,7 +471,7 @@ TEST_F(OpsTest, EveryOperatorMatchesTheRowAtATimeReference) {
       int64_t k = 0;
       for (double v : b) k += v <= *w.f;
       want["b"] = Int(k);
-      want["lg"] = Float(std::log1p(std::max(*w.f, 0.0)));
+      want["lg"] = Float(std::log1p(*w.f > 0.0 ? *w.f : 0.0));
     } else {
       want["b"] = Null();
       want["lg"] = Null();
@@ -501,8 +504,11 @@ TEST_F(OpsTest, EveryOperatorMatchesTheRowAtATimeReference) {
   for (uint32_t r = 0; r < t.rows; ++r) {
     const auto tag = std::make_pair(tags.tags()[r].lo, tags.tags()[r].hi);
     auto [it, fresh] = seen.emplace(std::make_pair(rows[r].s, rows[r].i), tag);
-    if (!fresh) EXPECT_EQ(it->second, tag) << r;
-    if (fresh) EXPECT_TRUE(distinct.insert(tag).second) << r;
+    if (!fresh) {
+      EXPECT_EQ(it->second, tag) << r;
+    } else {
+      EXPECT_TRUE(distinct.insert(tag).second) << r;
+    }
   }
   // The random rows reach every branch.
   EXPECT_GT(errors_seen, 50);
@@ -517,17 +523,46 @@ TEST_F(OpsTest, SequentialLayeredAndPooledSchedulesGiveTheSameBatches) {
   TextChunk chunk;
   ASSERT_TRUE(ReadFileToString(&env_, "/v/main.csv", &chunk.data).ok());
   chunk.file = "/v/main.csv";
-  std::vector<ChunkParseResult> results(3);
-  const std::pair<Schedule, int> modes[] = {
-      {Schedule::kSequential, 0}, {Schedule::kLayered, 0}, {Schedule::kLayered, 3}};
-  for (int m = 0; m < 3; ++m) {
-    auto x = Open(modes[m].first, modes[m].second);
+  // Sequential; layered on one thread; layered over 3; the fixed-width operators on the
+  // emulated GPU, one launch per layer and one per operator.
+  struct Mode {
+    Schedule schedule;
+    int threads;
+    FeatureDevice device;
+    bool fused;
+  };
+  const Mode modes[] = {{Schedule::kSequential, 0, FeatureDevice::kCpu, true},
+                        {Schedule::kLayered, 0, FeatureDevice::kCpu, true},
+                        {Schedule::kLayered, 3, FeatureDevice::kCpu, true},
+                        {Schedule::kLayered, 0, FeatureDevice::kEmulatedGpu, true},
+                        {Schedule::kLayered, 0, FeatureDevice::kEmulatedGpu, false}};
+  const int n = std::size(modes);
+  std::vector<ChunkParseResult> results(n);
+  std::vector<ExtractTotals> totals(n);
+  for (int m = 0; m < n; ++m) {
+    auto x = Open(modes[m].schedule, modes[m].threads, modes[m].device, modes[m].fused);
     ASSERT_NE(x, nullptr);
     x->ExtractChunk(chunk, &results[m]);
     ASSERT_TRUE(results[m].status.ok()) << results[m].status.ToString();
+    totals[m] = x->totals();
   }
+  // The device ran the graph's fixed-width operators: one launch for each layer that has
+  // some, or one per operator.
+  int fixed_layers = 0, fixed_ops = 0;
+  for (const auto& layer : plan_->layers) {
+    int k = 0;
+    for (int id : layer) k += IsFixedOp(*plan_, plan_->ops[id]);
+    fixed_layers += k > 0;
+    fixed_ops += k;
+  }
+  EXPECT_GE(fixed_ops, 14);
+  EXPECT_LT(fixed_layers, fixed_ops);
+  EXPECT_EQ(totals[3].device_launches, static_cast<uint64_t>(fixed_layers));
+  EXPECT_EQ(totals[4].device_launches, static_cast<uint64_t>(fixed_ops));
+  EXPECT_EQ(totals[3].device, "emulated GPU (one launch per layer)");
+  EXPECT_EQ(totals[0].device, "cpu");
   ASSERT_GT(results[0].batch.rows(), 50u);
-  for (int m = 1; m < 3; ++m) {
+  for (int m = 1; m < n; ++m) {
     const Batch& a = results[0].batch;
     const Batch& b = results[m].batch;
     EXPECT_EQ(a.labels, b.labels) << m;
@@ -546,6 +581,37 @@ TEST_F(OpsTest, SequentialLayeredAndPooledSchedulesGiveTheSameBatches) {
   ASSERT_FALSE(results[0].samples.empty());
   EXPECT_EQ(results[0].samples[0].file, "/v/main.csv");
   EXPECT_GT(results[0].samples[0].line, 1u);
+}
+
+// The CUDA layers against the CPU, bit for bit (log1p aside: the device's math library may
+// round its last bit otherwise; the rows' dense values are compared as the floats they become).
+TEST_F(OpsTest, CudaLayersMatchTheCpu) {
+  auto device = NewCudaDeviceLayers(true);
+  if (!device.ok()) GTEST_SKIP() << device.status().message();
+  const std::vector<Row> rows = RandomRows(13, 20000);
+  ASSERT_TRUE(WriteStringToFile(&env_, ToCsv(rows), "/v/main.csv").ok());
+  TextChunk chunk;
+  ASSERT_TRUE(ReadFileToString(&env_, "/v/main.csv", &chunk.data).ok());
+  chunk.file = "/v/main.csv";
+  ChunkParseResult cpu, gpu, unfused;
+  Open(Schedule::kLayered, 0)->ExtractChunk(chunk, &cpu);
+  auto x = Open(Schedule::kLayered, 0, FeatureDevice::kCuda, true);
+  ASSERT_NE(x, nullptr);
+  x->ExtractChunk(chunk, &gpu);
+  ASSERT_TRUE(gpu.status.ok()) << gpu.status.ToString();
+  Open(Schedule::kLayered, 0, FeatureDevice::kCuda, false)->ExtractChunk(chunk, &unfused);
+  ASSERT_TRUE(unfused.status.ok()) << unfused.status.ToString();
+  for (const ChunkParseResult* r : {&gpu, &unfused}) {
+    EXPECT_EQ(cpu.batch.labels, r->batch.labels);
+    EXPECT_EQ(cpu.batch.offsets, r->batch.offsets);
+    EXPECT_EQ(cpu.batch.keys, r->batch.keys);
+    ASSERT_EQ(cpu.batch.dense.size(), r->batch.dense.size());
+    for (size_t i = 0; i < cpu.batch.dense.size(); ++i) {
+      EXPECT_FLOAT_EQ(cpu.batch.dense[i], r->batch.dense[i]) << i;
+    }
+    EXPECT_EQ(cpu.counts.bad, r->counts.bad);
+  }
+  EXPECT_NE(x->totals().device.find("one launch per layer"), std::string::npos);
 }
 
 }  // namespace

@@ -34,6 +34,14 @@ Status AttachFeatures(Env* env, JobConfig* job) {
   o.max_line_bytes = job->data.max_line_bytes;
   o.bad_input = job->data.bad_input;
   o.schedule = job->features->layered ? Schedule::kLayered : Schedule::kSequential;
+  if (job->features->gpu) {
+    if (!job->features->layered) {
+      return InvalidArgumentError(
+          "features.device: gpu runs the layered schedule; set features.schedule: layered (the "
+          "default)");
+    }
+    o.device = FeatureDevice::kCuda;
+  }
   DataOptions main = job->data;
   if (main.paths.empty() && main.command.empty()) main.paths = job->eval_paths;
   ASSIGN_OR_RETURN(job->extractor, Extractor::Open(env, job->features, main, o));

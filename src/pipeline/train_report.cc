@@ -206,6 +206,8 @@ nlohmann::json ExtractJson(const ExtractTotals& x) {
           {"assemble_seconds", x.assemble_seconds},
           {"busy_seconds", x.parse_seconds + x.graph_seconds + x.assemble_seconds},
           {"joins", joins},
+          {"device", x.device},
+          {"device_launches", x.device_launches},
           {"side_rows", x.side_rows},
           {"side_bytes", x.side_bytes},
           {"side_bad", CountsJson(x.side_counts)}};

@@ -1,0 +1,104 @@
+#include "feature/device_layers.h"
+
+#include <cstring>
+
+#include "feature/device_layers_impl.h"
+
+namespace ctrbox {
+
+bool IsFixedOp(const FeaturePlan& plan, const OpNode& op) {
+  auto numeric = [&](int c) {
+    const ColType t = plan.columns[c].type;
+    return t == ColType::kInt || t == ColType::kFloat;
+  };
+  switch (op.kind) {
+    case OpKind::kFillNull:
+    case OpKind::kCast:
+    case OpKind::kFilter:
+      return numeric(op.inputs[0]) && (op.kind == OpKind::kFilter || numeric(op.output));
+    case OpKind::kBucketize:
+    case OpKind::kTimePart:
+    case OpKind::kLog:
+    case OpKind::kClip:
+    case OpKind::kNormalize:
+      return true;  // numeric in and out by the graph's type rules
+    default:
+      return false;
+  }
+}
+
+FixedOp MakeFixedOp(const FeaturePlan& plan, const OpNode& op, int op_id,
+                    std::vector<double>* consts) {
+  FixedOp f;
+  f.kind = static_cast<uint8_t>(op.kind);
+  f.in_type = static_cast<uint8_t>(plan.columns[op.inputs[0]].type);
+  f.out_type = static_cast<uint8_t>(plan.columns[op.output].type);
+  f.cmp = static_cast<uint8_t>(op.cmp);
+  f.part = static_cast<uint8_t>(op.part);
+  f.op_id = op_id;
+  f.offset = op.utc_offset_seconds;
+  if (op.kind == OpKind::kFillNull || op.kind == OpKind::kFilter) {
+    f.a = op.value.f;
+    f.ci = op.value.i;
+  } else {
+    f.a = op.a;
+    f.b = op.b;
+  }
+  f.boundaries = static_cast<uint32_t>(consts->size());
+  f.nb = static_cast<uint32_t>(op.boundaries.size());
+  consts->insert(consts->end(), op.boundaries.begin(), op.boundaries.end());
+  f.values = static_cast<uint32_t>(consts->size());
+  f.nvalues = static_cast<uint32_t>(op.numbers.size());
+  consts->insert(consts->end(), op.numbers.begin(), op.numbers.end());
+  return f;
+}
+
+namespace {
+
+// One GPU emulated in host memory: buffers are vectors, a launch runs on the calling thread.
+class EmulatedExec {
+ public:
+  template <class T>
+  class Buffer {
+   public:
+    T* data() { return v_.data(); }
+
+   private:
+    friend class EmulatedExec;
+    std::vector<T> v_;
+  };
+  template <class T>
+  void Reserve(Buffer<T>* b, size_t n) {
+    if (b->v_.size() < n) b->v_.resize(n);
+  }
+  template <class T>
+  void Upload(Buffer<T>* b, const T* src, size_t n) {
+    Reserve(b, n);
+    if (n > 0) std::memcpy(static_cast<void*>(b->v_.data()), src, n * sizeof(T));
+  }
+  template <class T>
+  void Download(T* dst, const T* src, size_t n) {
+    if (n > 0) std::memcpy(static_cast<void*>(dst), src, n * sizeof(T));
+  }
+  template <class F>
+  void ForEach(size_t n, F f) {
+    for (size_t i = 0; i < n; ++i) f(i);
+  }
+  Status status() const { return Status::OK(); }
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceLayers> NewEmulatedDeviceLayers(bool fused) {
+  return std::make_unique<ExecDeviceLayers<EmulatedExec>>(std::make_unique<EmulatedExec>(), fused,
+                                                          "emulated GPU");
+}
+
+#ifndef CTRBOX_WITH_CUDA
+StatusOr<std::unique_ptr<DeviceLayers>> NewCudaDeviceLayers(bool) {
+  return FailedPreconditionError(
+      "features.device: gpu needs ctrbox built with CUDA (nvcc was not found at build time)");
+}
+#endif
+
+}  // namespace ctrbox
