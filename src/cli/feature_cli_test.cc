@@ -37,6 +37,21 @@ TEST_F(FeatureCliTest, TrainingThroughTheExtractStageEqualsTrainingOnExtractedSh
   EXPECT_GT(x["duplicates"].get<int>(), 50);
   EXPECT_GT(t1.last_json["test_auc"].get<double>(), 0.62);  // the held-out views
   EXPECT_NE(t1.err.find("extract:"), std::string::npos) << t1.err;
+  // The stage table: the report, every pass line, and the HTML page.
+  EXPECT_GT(t1.last_json["stages"]["extract"]["busy_seconds"].get<double>(), 0.0);
+  std::ifstream metrics(Path("m1/metrics.jsonl"));
+  int passes = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j["event"] != "pass") continue;
+    ++passes;
+    EXPECT_GE(j["stages"]["extract"]["busy_seconds"].get<double>(), 0.0) << line;
+  }
+  EXPECT_GE(passes, 2);
+  ASSERT_EQ(Run(Ctrbox("report --model-dir " + Path("m1"))).exit_code, 0);
+  std::ifstream page(Path("m1/report.html"));
+  const std::string html((std::istreambuf_iterator<char>(page)), std::istreambuf_iterator<char>());
+  EXPECT_NE(html.find(">extract<"), std::string::npos);
 
   Result e = Run(Ctrbox("extract -c " + Path("views/job.yaml") + " --out " + Path("shards") +
                         " --rows-per-file 10000 --explain"));

@@ -247,8 +247,10 @@ StatusOr<std::string> RenderReport(const std::string& metrics_path,
   // Per pass, in the order written: x is the pass's position in the log (across runs).
   const size_t n = passes.size();
   std::vector<double> x(n), auc(n), logloss(n), copc(n), rate(n), hit(n), read_mb(n), write_mb(n);
-  std::vector<std::vector<double>> busy(4, std::vector<double>(n));
-  const char* kStageNames[] = {"read", "pull", "train", "push"};
+  // The extract stage's worker time (docs/features.md) when the job had a feature graph.
+  std::vector<std::vector<double>> busy(5, std::vector<double>(n));
+  const char* kStageNames[] = {"read", "pull", "train", "push", "extract"};
+  bool extracting = false;
   bool tiered = false;
   for (size_t i = 0; i < n; ++i) {
     const nlohmann::json& p = passes[i];
@@ -258,11 +260,12 @@ StatusOr<std::string> RenderReport(const std::string& metrics_path,
     copc[i] = Get(p, "copc");
     rate[i] = Get(p, "examples_per_s");
     const double seconds = Get(p, "seconds");
-    for (int s = 0; s < 4; ++s) {
+    for (int s = 0; s < 5; ++s) {
       const double b =
           p.contains("stages") ? GetIn(p["stages"], kStageNames[s], "busy_seconds") : kNaN;
       busy[s][i] = seconds > 0 ? 100.0 * b / seconds : kNaN;
     }
+    extracting = extracting || std::isfinite(busy[4][i]);
     hit[i] = 100.0 * GetIn(p, "storage", "hit_rate");
     read_mb[i] = GetIn(p, "storage", "ssd_bytes_read") / 1e6;
     write_mb[i] = GetIn(p, "storage", "ssd_bytes_written") / 1e6;
@@ -290,7 +293,9 @@ StatusOr<std::string> RenderReport(const std::string& metrics_path,
       LineChartSvg("Training speed", "pass", "examples/s", {{"examples/s", kColors[0], x, rate}}));
   {
     std::vector<ChartSeries> s;
-    for (int i = 0; i < 4; ++i) s.push_back({kStageNames[i], kColors[i], x, busy[i]});
+    for (int i = 0; i < (extracting ? 5 : 4); ++i) {
+      s.push_back({kStageNames[i], kColors[i], x, busy[i]});
+    }
     charts.push_back(LineChartSvg("Stage busy time, % of the pass time", "pass", "% busy", s));
   }
   if (tiered) {

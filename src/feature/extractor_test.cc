@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <set>
 
@@ -211,6 +212,30 @@ TEST_F(ExtractorTest, SideViewBadRowsAndDuplicateKeysAreCounted) {
   ASSERT_FALSE(strict.status.ok());
   EXPECT_NE(strict.status.message().find("view users"), std::string::npos)
       << strict.status.message();
+}
+
+TEST_F(ExtractorTest, ASideViewCanComeFromACommand) {
+  // The user table's rows from a shell command (its output read whole, as a file would be).
+  std::string users;
+  ASSERT_TRUE(ReadFileToString(&env_, "/views/users.csv", &users).ok());
+  char tmpl[] = "/tmp/ctrbox_side_XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), dir + "/users.csv", users).ok());
+  std::string yaml;
+  ASSERT_TRUE(ReadFileToString(&env_, "/views/job.yaml", &yaml).ok());
+  const std::string from = "paths: [/views/users.csv]";
+  ASSERT_NE(yaml.find(from), std::string::npos);
+  yaml.replace(yaml.find(from), from.size(), "command: \"cat " + dir + "/users.csv\"");
+  auto plan = ParseFeatures(YAML::Load(yaml)["features"], "job.yaml");
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  Read file = ReadAll(1, 1 << 20, Schedule::kLayered);
+  ASSERT_TRUE(file.status.ok());
+  plan_ = *plan;
+  Read command = ReadAll(1, 1 << 20, Schedule::kLayered);
+  ASSERT_TRUE(command.status.ok()) << command.status.ToString();
+  ExpectSameRows(file.all, command.all);
+  EXPECT_EQ(extractor_->totals().side_rows, 1000u);
+  (void)std::system(("rm -rf " + dir).c_str());
 }
 
 }  // namespace

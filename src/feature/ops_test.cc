@@ -607,7 +607,7 @@ TEST_F(OpsTest, CudaLayersMatchTheCpu) {
     EXPECT_EQ(cpu.batch.keys, r->batch.keys);
     ASSERT_EQ(cpu.batch.dense.size(), r->batch.dense.size());
     for (size_t i = 0; i < cpu.batch.dense.size(); ++i) {
-      EXPECT_FLOAT_EQ(cpu.batch.dense[i], r->batch.dense[i]) << i;
+      EXPECT_FLOAT_EQ(cpu.batch.dense[i], r->batch.dense[i]) << i;  // within 4 ulps
     }
     EXPECT_EQ(cpu.counts.bad, r->counts.bad);
   }

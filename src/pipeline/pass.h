@@ -93,6 +93,9 @@ struct Pass {
   uint64_t patched_rows = 0;
   // This pass's time in each stage (stalled: written as the pass enters the next queue).
   StageClocks clock;
+  // With a feature graph: the extract stage's worker time spent since the pass before was
+  // read (the reader's workers extract ahead of the read stage; docs/features.md).
+  double extract_busy = -1;
   MetricSummary metrics;
   uint64_t embeddings_created = 0;
   // The dense state right after this pass trained, when a checkpoint is due after its push

@@ -48,6 +48,12 @@ StatusOr<PassPtr> PassStages::Read() {
   }
   if (eof) return PassPtr();
   pass->index = next_index_++;
+  if (ctx_.job->extractor) {
+    const ExtractTotals x = ctx_.job->extractor->totals();
+    const double busy = x.parse_seconds + x.graph_seconds + x.assemble_seconds;
+    pass->extract_busy = busy - extract_busy_;
+    extract_busy_ = busy;
+  }
   BuildWorkingSet(pass->examples, ctx_.job->train.batch_size, nullptr, &pass->ws);
   // A distributed pass needs only the rows (the pull sizes them); its in-flight table is the
   // owner's served one.

@@ -124,8 +124,9 @@ class PassStages {
   MemoryGauge passes_gauge_;
   Stopwatch run_clock_;  // reset by Start; read by every stage
 
-  uint64_t next_index_;     // read stage
-  bool local_eof_ = false;  // read stage: this rank's share of the input is read
+  uint64_t next_index_;      // read stage
+  double extract_busy_ = 0;  // read stage: the extractor's busy seconds at the last pass
+  bool local_eof_ = false;   // read stage: this rank's share of the input is read
 
   std::vector<float> predictions_;       // train stage
   std::vector<float> pass_predictions_;  // train stage

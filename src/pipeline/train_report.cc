@@ -128,6 +128,7 @@ nlohmann::json PassRecord(const Pass& pass, uint64_t examples, uint64_t table_ke
                            {"examples_per_s", ps.examples / std::max(pass_seconds, 1e-9)},
                            {"stages", StagesJson(pass.clock)},
                            {"storage", std::move(storage_delta)}};
+  if (pass.extract_busy >= 0) record["stages"]["extract"] = {{"busy_seconds", pass.extract_busy}};
   if (!checkpoint.is_null()) record["checkpoint"] = checkpoint;
   if (ps.auc_undefined) record["auc_undefined"] = ps.auc_undefined;
   return record;

@@ -133,8 +133,11 @@ StatusOr<nlohmann::json> RunPasses(Env* env, const JobConfig& job, PassReader* r
                            {"seconds", run.seconds},
                            {"stages", StagesJson(run.totals)}};
     if (job.extractor) {
-      LogExtract(job.extractor->totals(), run.seconds, job.data.threads);
-      line["extract"] = ExtractJson(job.extractor->totals());
+      const ExtractTotals x = job.extractor->totals();
+      LogExtract(x, run.seconds, job.data.threads);
+      line["extract"] = ExtractJson(x);
+      line["stages"]["extract"] = {
+          {"busy_seconds", x.parse_seconds + x.graph_seconds + x.assemble_seconds}};
     }
     RETURN_IF_ERROR(start->metrics_log->Write(line));
   }
@@ -147,7 +150,13 @@ StatusOr<nlohmann::json> RunPasses(Env* env, const JobConfig& job, PassReader* r
   }
   const uint64_t row_bytes = job.StorageFor(start->model->value_layout()).ResidentRowBytes();
   report["pass_sizing"] = PassSizingJson(reader->options(), reader->sizing(), row_bytes);
-  if (job.extractor) report["extract"] = ExtractJson(job.extractor->totals());
+  if (job.extractor) {
+    const ExtractTotals x = job.extractor->totals();
+    report["extract"] = ExtractJson(x);
+    // In the stage table: the reader workers' extraction (as in the stages line above).
+    report["stages"]["extract"] = {
+        {"busy_seconds", x.parse_seconds + x.graph_seconds + x.assemble_seconds}};
+  }
   // The staged passes' GPU buffers at their high-water mark (gpu.pass_memory bounds them).
   if (gpu) report["gpu_staged_bytes"] = gpu->StagedBytes();
   if (reader->options().window_keys > 0) {
