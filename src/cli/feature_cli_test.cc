@@ -138,6 +138,18 @@ TEST_F(FeatureCliTest, RanksEachExtractTheirOwnFiles) {
   EXPECT_EQ(two.last_json["per_rank"][1]["extract"]["rows_in"], 4000);
   EXPECT_NEAR(two.last_json["test_auc"].get<double>(), one.last_json["test_auc"].get<double>(),
               0.02);
+
+  // One file for 2 ranks: each reads the lines starting in its half of the bytes (the header
+  // is the file's first line, in rank 0's half). The held-out file too.
+  Result halves = Run(Ctrbox("train -c " + job + " --model-dir " + Path("m3") +
+                             " --set model.mlp=32 --set train.batch_size=512 --fresh "
+                             "--local-ranks 2"));
+  ASSERT_EQ(halves.exit_code, 0) << halves.err;
+  EXPECT_EQ(halves.last_json["extract"]["rows_in"], 8000);
+  EXPECT_GT(halves.last_json["per_rank"][1]["extract"]["rows_in"].get<int>(), 3000);
+  EXPECT_NEAR(halves.last_json["examples"].get<double>(), one.last_json["examples"].get<double>(),
+              1);
+  EXPECT_EQ(halves.last_json["test_examples"], one.last_json["test_examples"]);
 }
 
 TEST_F(FeatureCliTest, TheExampleJobTrainsWhereItsViewsAre) {

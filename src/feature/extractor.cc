@@ -33,6 +33,7 @@ StatusOr<std::vector<std::string>> ReadHeader(Env* env, const ViewLayout& layout
   }
   DataOptions o = main;
   o.chunk_bytes = 64 << 10;
+  o.byte_share = {};  // the file's first line, whichever part this rank reads
   ASSIGN_OR_RETURN(auto source, OpenTextChunks(env, o));
   TextChunk chunk;
   bool eof = false;

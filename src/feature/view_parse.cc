@@ -216,10 +216,11 @@ Status ViewParser::Parse(const TextChunk& chunk, int first_col, Arena* arena, in
     const size_t line_start = pos;
     pos = end + 1;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line_no == 1 && line.size() >= 3 && line.substr(0, 3) == "\xEF\xBB\xBF") {
+    const bool file_line_1 = line_no == 1 && chunk.lines_from_file_start;
+    if (file_line_1 && line.size() >= 3 && line.substr(0, 3) == "\xEF\xBB\xBF") {
       line.remove_prefix(3);
     }
-    if (line_no == 1 && layout_.header && !json) {
+    if (file_line_1 && layout_.header && !json) {
       std::vector<std::string> h = SplitHeader(layout_, line);
       if (h != header_) {
         return InvalidArgumentError(fmt::format(

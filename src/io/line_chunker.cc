@@ -8,8 +8,12 @@ constexpr size_t kReadBytes = 1 << 20;
 }
 
 LineChunker::LineChunker(std::unique_ptr<SequentialFile> file, size_t chunk_bytes,
-                         size_t max_line_bytes)
-    : file_(std::move(file)), chunk_bytes_(chunk_bytes), max_line_bytes_(max_line_bytes) {}
+                         size_t max_line_bytes, bool from_file_start, uint64_t first_offset)
+    : file_(std::move(file)),
+      chunk_bytes_(chunk_bytes),
+      max_line_bytes_(max_line_bytes),
+      offset_(first_offset),
+      from_file_start_(from_file_start) {}
 
 Status LineChunker::ReadMore() {
   size_t old = pending_.size();
@@ -38,6 +42,7 @@ Status LineChunker::SkipRestOfLine() {
 }
 
 Status LineChunker::Next(TextChunk* chunk, bool* eof) {
+  if (!started_ && !from_file_start_) started_ = true;  // mid-file: no byte-order mark
   if (!started_) {
     // A UTF-8 byte-order mark (editors on Windows write one) is not part of the first record.
     while (pending_.size() < 3 && !eof_) RETURN_IF_ERROR(ReadMore());
@@ -52,6 +57,7 @@ Status LineChunker::Next(TextChunk* chunk, bool* eof) {
   chunk->overlong_lines.clear();
   chunk->first_line = next_line_;
   chunk->offset = offset_;
+  chunk->lines_from_file_start = from_file_start_;
   *eof = false;
   while (true) {
     if (pending_.size() >= chunk_bytes_ || eof_) {

@@ -25,6 +25,9 @@ struct TextChunk {
   uint64_t offset = 0;                   // byte offset of data in the file
   std::vector<uint64_t> overlong_lines;  // lines skipped for length (after the lines in data)
   uint64_t seq = 0;                      // position of the chunk in the job's stream
+  // Whether first_line counts lines from the file's start (false: from the start of a byte
+  // range of it, docs/distributed.md; line 1 is then not the file's first line).
+  bool lines_from_file_start = true;
   // How much of the whole input is consumed up to the end of this chunk, in the units of its
   // source's total() (bytes of the files as stored, or generated rows); set by the sources
   // that know their total.
@@ -44,7 +47,10 @@ class ChunkSource {
 
 class LineChunker final : public ChunkSource {
  public:
-  LineChunker(std::unique_ptr<SequentialFile> file, size_t chunk_bytes, size_t max_line_bytes);
+  // from_file_start false: `file` is a byte range of a file starting at `first_offset`
+  // (offsets are the file's; lines are counted from the range's start).
+  LineChunker(std::unique_ptr<SequentialFile> file, size_t chunk_bytes, size_t max_line_bytes,
+              bool from_file_start = true, uint64_t first_offset = 0);
 
   // Fills *chunk with the next lines; sets *eof (and leaves the chunk empty) at the end.
   Status Next(TextChunk* chunk, bool* eof) override;
@@ -63,6 +69,7 @@ class LineChunker final : public ChunkSource {
   uint64_t bytes_read_ = 0;
   bool eof_ = false;
   bool started_ = false;  // the file's start was looked at (for a byte-order mark)
+  bool from_file_start_ = true;
 };
 
 }  // namespace ctrbox

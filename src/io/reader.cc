@@ -510,6 +510,111 @@ class PipeInput final : public SequentialFile {
   const Flags cancel_;
 };
 
+// The lines of a file that start in bytes [begin, end): from the first line start at or after
+// `begin` up to the end of the line holding byte end - 1 (docs/distributed.md, "Byte
+// ranges"). The parts of a file thus hold every line exactly once.
+class ByteRangeFile final : public SequentialFile {
+ public:
+  ByteRangeFile(std::unique_ptr<RandomAccessFile> file, uint64_t begin, uint64_t end,
+                std::string name)
+      : file_(std::move(file)), begin_(begin), end_(end), name_(std::move(name)) {}
+
+  Status Read(size_t n, char* scratch, size_t* bytes_read) override {
+    *bytes_read = 0;
+    if (!started_) {
+      started_ = true;
+      pos_ = begin_;
+      if (begin_ > 0) {
+        // Past the line that holds byte begin - 1 (it belongs to the range before).
+        pos_ = begin_ - 1;
+        bool found = false;
+        char buf[1 << 16];
+        while (!found && pos_ < file_->size()) {
+          size_t got = 0;
+          RETURN_IF_ERROR(file_->Read(pos_, sizeof(buf), buf, &got));
+          if (got == 0) break;
+          const void* nl = std::memchr(buf, '\n', got);
+          if (nl != nullptr) {
+            pos_ += static_cast<const char*>(nl) - buf + 1;
+            found = true;
+          } else {
+            pos_ += got;
+          }
+        }
+        if (!found) done_ = true;  // the range is inside the file's last line
+      }
+    }
+    if (done_ || n == 0 || pos_ >= file_->size()) return Status::OK();
+    if (pos_ < end_) {
+      const size_t want = static_cast<size_t>(std::min<uint64_t>(n, end_ - pos_));
+      size_t got = 0;
+      RETURN_IF_ERROR(file_->Read(pos_, want, scratch, &got));
+      if (got == 0) return Status::OK();
+      pos_ += got;
+      last_ = scratch[got - 1];
+      *bytes_read = got;
+      return Status::OK();
+    }
+    // At the range's end: finish the line that started before it (if one is open).
+    if (last_ == '\n' || last_ == 0) {
+      done_ = true;
+      return Status::OK();
+    }
+    size_t got = 0;
+    RETURN_IF_ERROR(file_->Read(pos_, n, scratch, &got));
+    if (got == 0) return Status::OK();
+    const void* nl = std::memchr(scratch, '\n', got);
+    if (nl != nullptr) {
+      got = static_cast<const char*>(nl) - scratch + 1;
+      done_ = true;
+    }
+    pos_ += got;
+    last_ = scratch[got - 1];
+    *bytes_read = got;
+    return Status::OK();
+  }
+  const std::string& name() const override { return name_; }
+
+ private:
+  std::unique_ptr<RandomAccessFile> file_;
+  const uint64_t begin_, end_;
+  const std::string name_;
+  bool started_ = false, done_ = false;
+  uint64_t pos_ = 0;
+  char last_ = 0;  // the last byte handed out (0: none yet)
+};
+
+// Part `share.index` of `share.count` equal byte ranges of a file of `size` bytes.
+std::pair<uint64_t, uint64_t> ByteRange(uint64_t size, ByteShare share) {
+  const auto at = [&](uint64_t i) {
+    return static_cast<uint64_t>(static_cast<unsigned __int128>(size) * i / share.count);
+  };
+  return {at(share.index), at(share.index + 1)};
+}
+
+// The part of `path` that o.byte_share names, refused for a compressed file.
+StatusOr<std::unique_ptr<SequentialFile>> OpenByteRange(Env* env, const std::string& path,
+                                                        ByteShare share) {
+  ASSIGN_OR_RETURN(auto file, env->NewRandomAccessFile(path));
+  char head[6] = {};
+  size_t got = 0;
+  RETURN_IF_ERROR(file->Read(0, sizeof(head), head, &got));
+  const std::string_view h(head, got);
+  if (h.starts_with("\x1f\x8b") || h.starts_with("\x28\xb5\x2f\xfd") || h.starts_with("BZh") ||
+      h.starts_with("\xfd"
+                    "7zXZ")) {
+    return InvalidArgumentError(fmt::format(
+        "{}: compressed; with fewer files than ranks each rank reads a byte range of every "
+        "file, which a compressed file cannot give: decompress it, or give each rank a file "
+        "of its own",
+        path));
+  }
+  const auto [begin, end] = ByteRange(file->size(), share);
+  const std::string name = fmt::format("{} (bytes {}-{}, part {} of {})", path, begin, end,
+                                       share.index + 1, share.count);
+  return std::unique_ptr<SequentialFile>(new ByteRangeFile(std::move(file), begin, end, name));
+}
+
 // The chunks of whole lines of `files` (or of o.command), decompressed as sniffed.
 std::unique_ptr<ChunkSource> TextSource(Env* env, const DataOptions& o,
                                         std::vector<std::string> files, std::vector<uint64_t> sizes,
@@ -519,18 +624,27 @@ std::unique_ptr<ChunkSource> TextSource(Env* env, const DataOptions& o,
       [env, o, closing](const std::string& path, std::shared_ptr<uint64_t> consumed)
           -> StatusOr<std::unique_ptr<ChunkSource>> {
         std::unique_ptr<SequentialFile> file;
+        const bool ranged = o.byte_share.count > 1;
+        uint64_t first_offset = 0;
         if (!o.command.empty()) {
+          if (ranged) return InvalidArgumentError("data.command cannot be read by byte ranges");
           ASSIGN_OR_RETURN(file, PipeInput::Command(o.command, {o.cancel, closing}));
         } else if (path == "-") {
+          if (ranged) return InvalidArgumentError("standard input cannot be read by byte ranges");
           ASSIGN_OR_RETURN(file, PipeInput::Stdin({o.cancel, closing}));
+        } else if (ranged) {
+          ASSIGN_OR_RETURN(file, OpenByteRange(env, path, o.byte_share));
+          ASSIGN_OR_RETURN(const uint64_t size, env->GetFileSize(path));
+          first_offset = ByteRange(size, o.byte_share).first;
         } else {
           ASSIGN_OR_RETURN(file, env->NewSequentialFile(path));
         }
         // Counted below the decompressor: progress in the bytes as stored.
         file = std::make_unique<CountingFile>(std::move(file), std::move(consumed));
         ASSIGN_OR_RETURN(file, OpenDecompressed(std::move(file)));
-        return std::unique_ptr<ChunkSource>(
-            new LineChunker(std::move(file), o.chunk_bytes, o.max_line_bytes));
+        // A byte range starts mid-file: its lines are counted from the range's start.
+        return std::unique_ptr<ChunkSource>(new LineChunker(
+            std::move(file), o.chunk_bytes, o.max_line_bytes, first_offset == 0, first_offset));
       });
 }
 
@@ -547,6 +661,10 @@ StatusOr<std::pair<std::vector<std::string>, std::vector<uint64_t>>> InputFiles(
     for (const std::string& f : files) {
       auto size =
           f == "-" ? StatusOr<uint64_t>(FileSequenceSource::kUnknownSize) : env->GetFileSize(f);
+      if (size.ok() && o.byte_share.count > 1) {  // this share's part of it
+        const auto [begin, end] = ByteRange(*size, o.byte_share);
+        size = end - begin;
+      }
       sizes.push_back(size.ok() ? *size : FileSequenceSource::kUnknownSize);
     }
   }
@@ -596,6 +714,10 @@ StatusOr<std::unique_ptr<BatchReader>> OpenReader(Env* env, const DataOptions& o
   std::vector<uint64_t> sizes = std::move(input.second);  // for progress
   ASSIGN_OR_RETURN(Schema schema, ResolveSchema(env, o));
   if (o.format == DataFormat::kShards) {
+    if (o.byte_share.count > 1) {
+      return InvalidArgumentError(
+          "shards are not read by byte ranges: give each rank at least one shard file");
+    }
     auto source = std::make_unique<FileSequenceSource>(
         std::move(files), std::move(sizes),
         [env, schema](const std::string& path, std::shared_ptr<uint64_t> consumed)

@@ -22,6 +22,13 @@
 
 namespace ctrbox {
 
+// A rank's share of each input file by bytes (docs/distributed.md): the lines that start in
+// part `index` of `count` equal byte ranges of every file. count 1: whole files. Plain text
+// files only (a compressed file, standard input or a command cannot be split).
+struct ByteShare {
+  uint32_t index = 0, count = 1;
+};
+
 struct DataOptions {
   std::vector<std::string> paths;  // files, or directories (read in name order)
   std::string command;             // text formats: read this shell command's stdout instead
@@ -34,6 +41,7 @@ struct DataOptions {
   int threads = 1;       // parse / decode workers
   int max_inflight = 4;  // chunks parsed ahead of the consumer
   BadInputOptions bad_input;
+  ByteShare byte_share;  // text formats
   // Optional: once true, a read waiting on standard input or data.command gives up within
   // ~0.1 s with Cancelled (and the command is stopped), so that a stalled producer cannot hold
   // up a Ctrl-C. Regular files are never waited on.

@@ -79,6 +79,71 @@ uint64_t ReadCheckingProgress(const DataOptions& o) {
   return p.total;
 }
 
+// The parts of a file by bytes hold each of its lines exactly once, in order, whatever the
+// number of parts and wherever the boundaries fall: inside a line, on a newline, in a line
+// longer than the scan buffer, past a last line without a newline, or in a part holding no
+// line start at all.
+TEST(ReaderTest, ByteRangesOfAFileHoldEachLineExactlyOnce) {
+  TempDir dir;
+  // Slots lines of very different lengths, one of them over 200 KB, and no final newline.
+  std::string text;
+  for (int i = 0; i < 400; ++i) {
+    text += std::to_string(i % 2);
+    const int keys = i == 150 ? 30000 : 1 + (i * 7919) % 23;
+    for (int k = 0; k < keys; ++k) text += " " + std::to_string(k % 3) + ":" + std::to_string(i);
+    if (i < 399) text += "\n";
+  }
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), dir.File("a.slots"), text).ok());
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), dir.File("b.slots"), "1 0:5\n0 1:6\n").ok());
+  DataOptions base;
+  base.format = DataFormat::kSlots;
+  base.num_slots = 3;
+  base.paths = {dir.File("a.slots"), dir.File("b.slots")};
+  base.chunk_bytes = 4096;
+  auto whole = ReadAll(base);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  ASSERT_EQ(whole->rows(), 402u);
+  for (uint32_t count : {2u, 3u, 7u, 16u, 401u}) {
+    // Part p of every file, parts in order: file a's lines, then b's, each exactly once.
+    std::vector<Batch> parts;
+    uint64_t rows = 0;
+    for (uint32_t p = 0; p < count; ++p) {
+      DataOptions o = base;
+      o.byte_share = {p, count};
+      o.threads = 1 + p % 3;
+      auto got = ReadAll(o);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      rows += got->rows();
+      parts.push_back(std::move(*got));
+    }
+    ASSERT_EQ(rows, whole->rows()) << count << " parts";
+    // Reassemble in file order: a's lines of every part, then b's.
+    Batch again;
+    again.Reset(whole->schema);
+    for (int file = 0; file < 2; ++file) {
+      for (const Batch& b : parts) {
+        // Rows of file a have 1 to 30000 keys; file b's two rows are labelled 1, 0 with key i=5,6.
+        for (size_t r = 0; r < b.rows(); ++r) {
+          const bool from_b = b.offsets[(r + 1) * 3] - b.offsets[r * 3] == 1 &&
+                              (b.keys[b.offsets[r * 3]] == whole->keys[whole->offsets[400 * 3]] ||
+                               b.keys[b.offsets[r * 3]] == whole->keys[whole->offsets[401 * 3]]);
+          if (from_b == (file == 1)) again.AppendRows(b, r, r + 1);
+        }
+      }
+    }
+    EXPECT_TRUE(SameBatch(again, *whole)) << count << " parts";
+  }
+  // A compressed file cannot be split: the error names it and says what to do.
+  DataOptions gz = base;
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), dir.File("c.slots"), "\x1f\x8b\x08rest").ok());
+  gz.paths = {dir.File("c.slots")};
+  gz.byte_share = {1, 2};
+  auto refused = ReadAll(gz);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("c.slots: compressed"), std::string::npos)
+      << refused.status().message();
+}
+
 TEST(ReaderTest, ProgressCountsTheBytesAsStoredOrTheGeneratedRows) {
   TempDir dir;
   const std::string a = CriteoText(3000, 1), b = CriteoText(1234, 2);

@@ -78,6 +78,7 @@ struct GeneratedData {
 struct JobConfig {
   DataOptions data;                     // training (or eval / predict) input
   std::vector<std::string> eval_paths;  // train: data to evaluate on after training
+  ByteShare eval_byte_share;            // ... a rank's byte ranges of them (docs/distributed.md)
   GeneratedData generated;
   ModelSpec spec;         // schema filled in from the data
   TieredOptions storage;  // the sparse table's tiers (the layout is set at run time; the

@@ -298,6 +298,7 @@ Status EvaluateHeldOut(Env* env, const JobConfig& job, Comm* comm, TrainStart* s
   Stopwatch clock;
   DataOptions eval = job.data;
   eval.paths = job.eval_paths;
+  eval.byte_share = job.eval_byte_share;
   eval.command.clear();
   std::unique_ptr<BatchReader> eval_reader;
   if (generated || !eval.paths.empty()) {
@@ -457,21 +458,33 @@ Status ShareJob(Env* env, const Comm& comm, JobConfig* job, std::string* ranks_c
   } else {
     ASSIGN_OR_RETURN(std::vector<std::string> files,
                      ExpandDataPaths(env, job->data.paths, job->data.format));
-    if (files.size() < static_cast<size_t>(n)) {
+    if (files.size() >= static_cast<size_t>(n)) {
+      // Whole files: rank r reads files i with i mod n = r.
+      job->data.paths.clear();
+      for (size_t i = me; i < files.size(); i += n) job->data.paths.push_back(files[i]);
+    } else if (job->data.format == DataFormat::kShards) {
       return InvalidArgumentError(fmt::format(
-          "data.paths: {} files for {} ranks; each rank reads whole files (files i with i mod "
-          "ranks = rank), so give at least one per rank",
+          "data.paths: {} shard files for {} ranks; each rank reads whole shard files (files i "
+          "with i mod ranks = rank), so give at least one per rank",
           files.size(), n));
+    } else {
+      // Fewer files than ranks: rank r reads the lines that start in part r of n equal byte
+      // ranges of every file (docs/distributed.md, "Byte ranges").
+      job->data.paths = files;
+      job->data.byte_share = ByteShare{static_cast<uint32_t>(me), static_cast<uint32_t>(n)};
     }
-    job->data.paths.clear();
-    for (size_t i = me; i < files.size(); i += n) job->data.paths.push_back(files[i]);
   }
   // Held-out files likewise (a rank may have none: it takes part in every chunk with none).
   if (!job->eval_paths.empty()) {
     ASSIGN_OR_RETURN(std::vector<std::string> files,
                      ExpandDataPaths(env, job->eval_paths, job->data.format));
-    job->eval_paths.clear();
-    for (size_t i = me; i < files.size(); i += n) job->eval_paths.push_back(files[i]);
+    if (files.size() >= static_cast<size_t>(n) || job->data.format == DataFormat::kShards) {
+      job->eval_paths.clear();
+      for (size_t i = me; i < files.size(); i += n) job->eval_paths.push_back(files[i]);
+    } else {
+      job->eval_paths = files;
+      job->eval_byte_share = ByteShare{static_cast<uint32_t>(me), static_cast<uint32_t>(n)};
+    }
   }
   job->train.batch_size = b / n;
   const uint64_t pass = job->pipeline.pass_examples / n;
