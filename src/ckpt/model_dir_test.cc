@@ -316,6 +316,19 @@ TEST_F(ModelDirTest, SpecDifferencesAreNamed) {
   j = other.ToJson();
   j["model"]["bottom_mlp"] = {64, 3};  // z must be as wide as an embedding
   EXPECT_FALSE(ModelSpec::FromJson(j).ok());
+  // Shared slots: written only when set, structural, checked against the schema.
+  EXPECT_FALSE(spec_.ToJson()["model"].contains("shared_slots"));
+  other = spec_;
+  other.model.shared_slots = {{0, 2}};
+  back = ModelSpec::FromJson(other.ToJson());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->model.shared_slots, other.model.shared_slots);
+  EXPECT_EQ(spec_.FirstIncompatibility(other), "model.shared_slots");
+  j = other.ToJson();
+  j["model"]["shared_slots"] = {{0, spec_.schema.num_slots}};
+  EXPECT_FALSE(ModelSpec::FromJson(j).ok());
+  j["model"]["shared_slots"] = {{0, 1}, {1, 2}};
+  EXPECT_FALSE(ModelSpec::FromJson(j).ok());
 }
 
 TEST_F(ModelDirTest, ModelsWithInteractionsSaveAndLoadTheirCrossLayers) {

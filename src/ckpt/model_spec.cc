@@ -79,6 +79,7 @@ nlohmann::json ModelSpec::ToJson() const {
   if (model.cross_rank > 0) j["model"]["cross_rank"] = model.cross_rank;
   if (model.dot) j["model"]["dot"] = true;
   if (!model.bottom_mlp.empty()) j["model"]["bottom_mlp"] = model.bottom_mlp;
+  if (!model.shared_slots.empty()) j["model"]["shared_slots"] = model.shared_slots;
   // Written only when set, so that the specs of lossless models read as before.
   if (model.hashing.enabled()) {
     j["model"]["hashing"] = {{"method", HashingMethodName(model.hashing.method)},
@@ -122,6 +123,11 @@ StatusOr<ModelSpec> ModelSpec::FromJson(const nlohmann::json& j) {
     s.model.cross_rank = m.value("cross_rank", 0u);
     s.model.dot = m.value("dot", false);
     s.model.bottom_mlp = m.value("bottom_mlp", std::vector<uint32_t>{});
+    s.model.shared_slots =
+        m.value("shared_slots", std::vector<std::vector<uint32_t>>{});  // absent: none
+    if (std::string e = s.model.SharedSlotsError(s.schema.num_slots); !e.empty()) {
+      return CorruptionError("model spec: " + e);
+    }
     if (!s.model.bottom_mlp.empty() && s.model.bottom_mlp.back() != s.model.embedding_dim) {
       return CorruptionError("model spec: model.bottom_mlp must end at model.embedding_dim");
     }

@@ -563,5 +563,42 @@ TEST_F(CliTest, CheckpointsListAndADamagedNewestOneFallsBackWithAWarning) {
   EXPECT_EQ(resumed.last_json["test_auc"], one.last_json["test_auc"]);
 }
 
+// model.shared_slots: slots 1 and 5 share one table — an id in either is one row — in training,
+// in the saved spec, in eval (keyed by the model's spec, not the job's) and for continuing.
+TEST_F(CliTest, SharedSlotsShareRowsAndFollowTheModel) {
+  ASSERT_EQ(
+      Run(Ctrbox("gen --format slots --rows 12000 --seed 3 --out " + Path("tr.txt"))).exit_code, 0);
+  ASSERT_EQ(
+      Run(Ctrbox("gen --format slots --rows 3000 --seed 4 --out " + Path("te.txt"))).exit_code, 0);
+  const std::string common =
+      " --format slots --set data.num_slots=16 --set data.num_dense=4 "
+      "--set model.mlp=32 --fresh --data " +
+      Path("tr.txt") + " --eval-data " + Path("te.txt");
+  Result own = Run(Ctrbox("train --model-dir " + Path("own") + common));
+  ASSERT_EQ(own.exit_code, 0) << own.err;
+  Result shared =
+      Run(Ctrbox("train --model-dir " + Path("shared") + common + " --set model.shared_slots=1+5"));
+  ASSERT_EQ(shared.exit_code, 0) << shared.err;
+  // Slots 1 and 5 draw small ids from overlapping ranges: sharing merges their rows.
+  EXPECT_LT(shared.last_json["keys"].get<uint64_t>(), own.last_json["keys"].get<uint64_t>());
+  // eval keys the test rows by the model's groups (the job here names none).
+  Result ev = Run(
+      Ctrbox("eval --format slots --model-dir " + Path("shared") + " --data " + Path("te.txt")));
+  ASSERT_EQ(ev.exit_code, 0) << ev.err;
+  EXPECT_EQ(ev.last_json["auc"], shared.last_json["test_auc"]);
+  // Continuing the model under other groups is refused, naming the key.
+  Result other = Run(Ctrbox("train --model-dir " + Path("shared") + " --format slots " +
+                            "--set data.num_slots=16 --set data.num_dense=4 --set model.mlp=32 " +
+                            "--data " + Path("tr.txt") + " --set model.shared_slots=1+6"));
+  EXPECT_EQ(other.exit_code, 1);
+  EXPECT_NE(other.err.find("model.shared_slots"), std::string::npos) << other.err;
+  // A slot past the data's is refused when the schema is known.
+  Result past =
+      Run(Ctrbox("train --model-dir " + Path("past") + common + " --set model.shared_slots=1+16"));
+  EXPECT_EQ(past.exit_code, 1);
+  EXPECT_NE(past.err.find("names slot 16 but the data has 16 slots"), std::string::npos)
+      << past.err;
+}
+
 }  // namespace
 }  // namespace ctrbox

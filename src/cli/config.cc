@@ -179,6 +179,33 @@ Setter Widths(std::vector<uint32_t> ModelOptions::*field = &ModelOptions::mlp) {
   };
 }
 
+// model.shared_slots: groups of slot indices joined by '+', the groups by ',': "0+5,3+7".
+Setter SlotGroups() {
+  return [](JobConfig* j, std::string_view v, std::string* expect) {
+    std::vector<std::vector<uint32_t>> groups;
+    *expect = "groups of slot indices joined by '+', the groups by ',', e.g. 0+5,3+7+9";
+    if (!Trim(v).empty()) {
+      for (std::string_view g : Split(v, ',')) {
+        std::vector<uint32_t> group;
+        for (std::string_view p : Split(Trim(g), '+')) {
+          uint64_t s;
+          if (!ParseUint64(Trim(p), &s) || s > 1000000) return false;
+          group.push_back(static_cast<uint32_t>(s));
+        }
+        groups.push_back(std::move(group));
+      }
+    }
+    ModelOptions m;
+    m.shared_slots = groups;
+    if (std::string e = m.SharedSlotsError(0); !e.empty()) {
+      *expect = "slot groups (" + e + ")";
+      return false;
+    }
+    j->spec.model.shared_slots = std::move(groups);
+    return true;
+  };
+}
+
 constexpr uint64_t kMaxU32 = std::numeric_limits<uint32_t>::max();
 
 const std::vector<Key>& Keys() {
@@ -247,6 +274,10 @@ const std::vector<Key>& Keys() {
        "DLRM's bottom MLP: ReLU layer widths turning the dense features into z, the last as wide "
        "as model.embedding_dim; z replaces them in the input and joins model.dot's products",
        Widths(&ModelOptions::bottom_mlp)},
+      {"model.shared_slots", "",
+       "groups of slots that share one embedding table (equal raw ids in them are one key): "
+       "slot indices joined by '+', groups by ',', e.g. 0+5,3+7",
+       SlotGroups()},
       {"model.dot", "false",
        "append DLRM's pairwise dot products of the slots' embeddings to the MLP's input",
        Bool([](JobConfig* j, bool v) { j->spec.model.dot = v; })},

@@ -111,6 +111,18 @@ TEST(ConfigTest, InteractionKeysComposeAndAreValidated) {
   EXPECT_NE(narrow.Validate().message().find("model.bottom_mlp must end at model.embedding_dim"),
             std::string::npos)
       << narrow.Validate().message();
+  JobConfigBuilder shared;  // slots sharing one table
+  ASSERT_TRUE(shared.ApplySet("model.shared_slots=0+5, 3+7+9").ok());
+  auto with_shared = shared.Finish();
+  ASSERT_TRUE(with_shared.ok());
+  EXPECT_EQ(with_shared->spec.model.shared_slots,
+            (std::vector<std::vector<uint32_t>>{{0, 5}, {3, 7, 9}}));
+  EXPECT_EQ(with_shared->spec.model.KeySlotMap(), (KeySlots{0, 1, 2, 3, 4, 0, 6, 3, 8, 3}));
+  for (const char* bad_groups : {"0+0", "3", "1+2,2+4", "a+b"}) {
+    JobConfigBuilder b3;
+    Status st = b3.ApplySet(std::string("model.shared_slots=") + bad_groups);
+    EXPECT_NE(st.message().find("model.shared_slots"), std::string::npos) << bad_groups;
+  }
   JobConfig orphan = *plain;  // a rank without cross layers would be ignored
   orphan.spec.model.cross_rank = 32;
   EXPECT_NE(orphan.Validate().message().find("model.cross_layers is 0"), std::string::npos)

@@ -308,6 +308,7 @@ Status RunExtractCommand(const JobConfig& job_in, const ConvertArgs& args, bool 
   }
   RETURN_IF_ERROR(job_in.Validate());
   JobConfig job = job_in;
+  job.data.key_slots = job.spec.model.KeySlotMap();  // model.shared_slots, as train keys them
   if (explain) std::cerr << job.features->Describe();
   Stopwatch clock;
   RETURN_IF_ERROR(AttachFeatures(Env::Posix(), &job));
@@ -340,7 +341,11 @@ StatusOr<nlohmann::json> Convert(const JobConfig& job, const ConvertArgs& args) 
   wo.block_rows = args.block_rows;
   Env* env = Env::Posix();
   Stopwatch clock;
-  ASSIGN_OR_RETURN(auto reader, OpenReader(env, job.data));
+  // Shards hold keys as this conversion makes them: with model.shared_slots, keyed as a model
+  // with those groups trains (docs/model.md).
+  DataOptions data = job.data;
+  if (data.key_slots.empty()) data.key_slots = job.spec.model.KeySlotMap();
+  ASSIGN_OR_RETURN(auto reader, OpenReader(env, data));
   const bool created_dir = !env->FileExists(args.out);
   ASSIGN_OR_RETURN(const size_t replaced, ClearShardDir(env, args.out));
   if (replaced > 0) {

@@ -46,21 +46,22 @@ StatusOr<std::vector<std::string>> ReadHeader(Env* env, const ViewLayout& layout
 }
 
 // The key of a slot's item: keys read from a view as the slots format keys them, keys made by
-// an operator as they are, any other value hashed with the slot (util/hash.h FeatureKey).
-uint64_t SlotKey(uint32_t slot, const Column& c, uint32_t r, uint32_t i) {
+// an operator as they are, any other value hashed with the slot's seed slot (util/hash.h
+// FeatureKey; model.shared_slots maps a group's slots to its first).
+uint64_t SlotKey(uint32_t seed_slot, const Column& c, uint32_t r, uint32_t i) {
   switch (c.type) {
     case ColType::kKeys:
-      return FeatureKey(slot, c.keys()[r].p[i]);
+      return FeatureKey(seed_slot, c.keys()[r].p[i]);
     case ColType::kHashed:
       return c.keys()[r].p[i];
     case ColType::kInt:
-      return FeatureKey(slot, static_cast<uint64_t>(c.ints()[r]));
+      return FeatureKey(seed_slot, static_cast<uint64_t>(c.ints()[r]));
     case ColType::kFloat:
-      return FeatureKey(slot, std::bit_cast<uint64_t>(c.floats()[r]));
+      return FeatureKey(seed_slot, std::bit_cast<uint64_t>(c.floats()[r]));
     case ColType::kString:
-      return FeatureKey(slot, c.strs()[r].view());
+      return FeatureKey(seed_slot, c.strs()[r].view());
     case ColType::kList:
-      return FeatureKey(slot, c.lists()[r].p[i].view());
+      return FeatureKey(seed_slot, c.lists()[r].p[i].view());
     default:
       return 0;
   }
@@ -268,7 +269,8 @@ void Extractor::ExtractChunk(const TextChunk& chunk, ChunkParseResult* r) const 
     for (uint32_t slot = 0; slot < schema.num_slots; ++slot) {
       const Column& col = t.cols[p.slots[slot]];
       const uint32_t n = ItemCount(col, row);
-      for (uint32_t i = 0; i < n; ++i) b.keys.push_back(SlotKey(slot, col, row, i));
+      const uint32_t seed = KeySlotOf(options_.key_slots, slot);
+      for (uint32_t i = 0; i < n; ++i) b.keys.push_back(SlotKey(seed, col, row, i));
       b.offsets.push_back(static_cast<uint32_t>(b.keys.size()));
     }
     for (int d : p.dedupes) {

@@ -59,6 +59,7 @@ class Extractor {
     // per layer (fused) or per operator.
     FeatureDevice device = FeatureDevice::kCpu;
     bool fused = true;
+    KeySlots key_slots;  // model.shared_slots: the seed slot of each output slot
   };
 
   // Loads the side views and reads the main view's header (the first file's first line, for

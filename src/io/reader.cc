@@ -742,6 +742,7 @@ StatusOr<std::unique_ptr<BatchReader>> OpenReader(Env* env, const DataOptions& o
   text.schema = schema;
   text.labels_optional = o.labels_optional;
   text.max_line_bytes = o.max_line_bytes;
+  text.key_slots = o.key_slots;
   auto closing = std::make_shared<std::atomic<bool>>(false);
   auto source = TextSource(env, o, std::move(files), std::move(sizes), closing);
   DecodeFn decode = [text](const TextChunk& c, ChunkParseResult* r) { ParseTextChunk(text, c, r); };

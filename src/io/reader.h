@@ -42,6 +42,7 @@ struct DataOptions {
   int max_inflight = 4;  // chunks parsed ahead of the consumer
   BadInputOptions bad_input;
   ByteShare byte_share;  // text formats
+  KeySlots key_slots;    // model.shared_slots (text formats and generated rows)
   // Optional: once true, a read waiting on standard input or data.command gives up within
   // ~0.1 s with Cancelled (and the command is stopped), so that a stalled producer cannot hold
   // up a Ctrl-C. Regular files are never waited on.

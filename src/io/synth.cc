@@ -157,14 +157,17 @@ void SynthGenerator::GenerateBatch(uint64_t begin, uint64_t end, Batch* out,
       case DataFormat::kCriteo:
         for (uint32_t j = 0; j < num_dense_; ++j) b.SetDense(j, row.dense[j]);
         for (uint32_t s = 0; s < S; ++s) {
-          b.AddKey(
-              s, FeatureKey(s, row.ids[s].empty() ? std::string() : CriteoValue(s, row.ids[s][0])));
+          b.AddKey(s,
+                   FeatureKey(KeySlotOf(options_.key_slots, s),
+                              row.ids[s].empty() ? std::string() : CriteoValue(s, row.ids[s][0])));
         }
         break;
       case DataFormat::kSlots:
         for (uint32_t j = 0; j < num_dense_; ++j) b.SetDense(j, row.dense[j]);
         for (uint32_t s = 0; s < S; ++s) {
-          for (uint64_t id : row.ids[s]) b.AddKey(s, FeatureKey(s, id));
+          for (uint64_t id : row.ids[s]) {
+            b.AddKey(s, FeatureKey(KeySlotOf(options_.key_slots, s), id));
+          }
         }
         break;
       case DataFormat::kLibsvm:
@@ -173,12 +176,15 @@ void SynthGenerator::GenerateBatch(uint64_t begin, uint64_t end, Batch* out,
         for (uint32_t j = 0; j < num_dense_; ++j) {
           if (row.dense_missing[j]) continue;
           uint32_t slot = fm ? S + j : 0;
-          b.AddKey(slot, FeatureKey(slot, uint64_t{j}), std::log1p(row.dense[j]));
+          b.AddKey(slot, FeatureKey(KeySlotOf(options_.key_slots, slot), uint64_t{j}),
+                   std::log1p(row.dense[j]));
         }
         for (uint32_t s = 0; s < S; ++s) {
           for (uint64_t id : row.ids[s]) {
             uint32_t slot = fm ? s : 0;
-            b.AddKey(slot, FeatureKey(slot, fm ? id : index_base_[s] + id), 1.0f);
+            b.AddKey(slot,
+                     FeatureKey(KeySlotOf(options_.key_slots, slot), fm ? id : index_base_[s] + id),
+                     1.0f);
           }
         }
         break;

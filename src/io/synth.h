@@ -54,6 +54,7 @@ struct SynthOptions {
   // yields many more distinct keys per row, as user, query and ad ids do in real logs.
   double vocab_scale = 1.0;
   double zipf = 0.0;
+  KeySlots key_slots;  // model.shared_slots
 };
 
 class SynthGenerator {

@@ -110,7 +110,7 @@ bool ParseCriteo(std::string_view line, const TextFormatOptions& opt, BatchBuild
       return err->Set(BadKind::kBadUtf8, fmt::format("C{} is not valid UTF-8", s + 1));
     }
     // An empty field is a value of its own ("missing"), as in the reference model.
-    b->AddKey(s, FeatureKey(s, v));
+    b->AddKey(s, FeatureKey(KeySlotOf(opt.key_slots, s), v));
   }
   return true;
 }
@@ -181,7 +181,7 @@ bool ParseSparse(std::string_view line, const TextFormatOptions& opt, bool field
       return err->Set(BadKind::kBadNumber,
                       fmt::format("value '{}' is not a number", text_scan::Clip(val)));
     }
-    b->AddKey(slot, FeatureKey(slot, index), weight);
+    b->AddKey(slot, FeatureKey(KeySlotOf(opt.key_slots, slot), index), weight);
   }
   return true;
 }
@@ -232,7 +232,8 @@ bool ParseSlots(std::string_view line, const TextFormatOptions& opt, BatchBuilde
       return err->Set(BadKind::kBadNumber, fmt::format("key '{}' is not an unsigned 64-bit integer",
                                                        text_scan::Clip(rest)));
     }
-    b->AddKey(static_cast<uint32_t>(slot), FeatureKey(static_cast<uint32_t>(slot), key));
+    b->AddKey(static_cast<uint32_t>(slot),
+              FeatureKey(KeySlotOf(opt.key_slots, static_cast<uint32_t>(slot)), key));
   }
   return true;
 }

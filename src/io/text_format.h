@@ -24,6 +24,14 @@ std::string_view DataFormatName(DataFormat f);
 constexpr uint32_t kCriteoDense = 13;
 constexpr uint32_t kCriteoSlots = 26;
 
+// Which slot's seed makes each slot's keys (model.shared_slots, docs/model.md): the slots of a
+// group share one table, so equal raw values in them give one key. Entry s is the slot whose
+// seed slot s uses; slots past the end (and an empty map) use their own.
+using KeySlots = std::vector<uint32_t>;
+inline uint32_t KeySlotOf(const KeySlots& k, uint32_t slot) {
+  return slot < k.size() ? k[slot] : slot;
+}
+
 struct TextFormatOptions {
   DataFormat format = DataFormat::kCriteo;
   // The shape of the rows. Criteo: 26 slots, 13 dense. libsvm: 1 slot, 0 dense.
@@ -32,6 +40,7 @@ struct TextFormatOptions {
   // Lines without a label are accepted (label 0); used by predict.
   bool labels_optional = false;
   size_t max_line_bytes = 1 << 20;
+  KeySlots key_slots;
 };
 
 // The schema a format implies, given the configured slot and dense counts.

@@ -123,6 +123,28 @@ TEST(LibfmTest, FieldsBecomeSlots) {
   EXPECT_EQ(r.counts.bad[static_cast<int>(BadKind::kBadSlot)], 2u);
 }
 
+// model.shared_slots: a group's slots key raw ids with the group's first slot, so one id in two
+// slots of a group is one key; slots outside a group keep their own.
+TEST(SlotsTest, SharedSlotsKeyAGroupWithItsFirstSlot) {
+  TextFormatOptions o;
+  o.format = DataFormat::kSlots;
+  o.schema = {3, 0};
+  TextChunk chunk;
+  chunk.file = "f";
+  chunk.data = "1 0:7 1:7 2:7\n";
+  ChunkParseResult own, shared;
+  ParseTextChunk(o, chunk, &own);
+  o.key_slots = {0, 1, 0};  // groups {0, 2}; slot 1 alone
+  ParseTextChunk(o, chunk, &shared);
+  ASSERT_EQ(own.batch.keys.size(), 3u);
+  ASSERT_EQ(shared.batch.keys.size(), 3u);
+  EXPECT_NE(own.batch.keys[0], own.batch.keys[2]);
+  EXPECT_EQ(shared.batch.keys[0], shared.batch.keys[2]);
+  EXPECT_EQ(shared.batch.keys[0], own.batch.keys[0]);  // the group's first slot's key
+  EXPECT_EQ(shared.batch.keys[1], own.batch.keys[1]);
+  EXPECT_EQ(KeySlotOf({0, 1, 0}, 7), 7u);  // past the map: its own
+}
+
 TEST(SlotsTest, MultiHotAndDense) {
   TextFormatOptions opt;
   opt.format = DataFormat::kSlots;

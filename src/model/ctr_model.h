@@ -28,6 +28,7 @@
 
 #include "io/batch.h"
 #include "io/key_hashing.h"
+#include "io/text_format.h"
 #include "model/interactions.h"
 #include "model/mlp.h"
 #include "model/optimizer.h"
@@ -59,8 +60,44 @@ struct ModelOptions {
   // model.bottom_mlp: DLRM's bottom MLP (ReLU layers; the last as wide as an embedding) turns
   // the dense features into z, which takes their place in the input and joins the dots.
   std::vector<uint32_t> bottom_mlp;
+  // model.shared_slots: groups of slots that share one embedding table (docs/model.md): a
+  // group's slots key raw values with its first slot's seed, so an id in one slot and the same
+  // id in another are one row (a recent-clicks sequence and the candidate ad, say).
+  std::vector<std::vector<uint32_t>> shared_slots;
 
   bool HasInteractions() const { return fm || cross_layers > 0 || dot || !bottom_mlp.empty(); }
+  // The readers' key map of shared_slots (io/text_format.h); empty when there are none.
+  KeySlots KeySlotMap() const {
+    KeySlots k;
+    for (const auto& group : shared_slots) {
+      for (uint32_t s : group) {
+        if (k.size() <= s) {
+          const size_t old = k.size();
+          k.resize(s + 1);
+          for (size_t i = old; i <= s; ++i) k[i] = static_cast<uint32_t>(i);
+        }
+        k[s] = group.front();
+      }
+    }
+    return k;
+  }
+  // "" or what is wrong with shared_slots given `num_slots` (0: not known yet).
+  std::string SharedSlotsError(uint32_t num_slots) const {
+    std::vector<bool> seen;
+    for (const auto& group : shared_slots) {
+      if (group.size() < 2) return "a group of model.shared_slots needs two slots or more";
+      for (uint32_t s : group) {
+        if (num_slots > 0 && s >= num_slots) {
+          return "model.shared_slots names slot " + std::to_string(s) + " but the data has " +
+                 std::to_string(num_slots) + " slots (0 to " + std::to_string(num_slots - 1) + ")";
+        }
+        if (seen.size() <= s) seen.resize(s + 1);
+        if (seen[s]) return "model.shared_slots names slot " + std::to_string(s) + " twice";
+        seen[s] = true;
+      }
+    }
+    return "";
+  }
 };
 
 struct StepStats {

@@ -23,8 +23,9 @@ SynthOptions SynthFor(const GeneratedData& gen, bool test) {
 StatusOr<std::unique_ptr<BatchReader>> OpenData(Env* env, const DataOptions& data,
                                                 const GeneratedData& gen, bool test) {
   if (data.opener || !IsGenerated(data)) return OpenReader(env, data);
-  return NewSynthReader(SynthFor(gen, test), test ? gen.test_rows : gen.rows, data.threads, 16384,
-                        gen.share);
+  SynthOptions synth = SynthFor(gen, test);
+  synth.key_slots = data.key_slots;
+  return NewSynthReader(synth, test ? gen.test_rows : gen.rows, data.threads, 16384, gen.share);
 }
 
 Status AttachFeatures(Env* env, JobConfig* job) {
@@ -34,6 +35,7 @@ Status AttachFeatures(Env* env, JobConfig* job) {
   o.max_line_bytes = job->data.max_line_bytes;
   o.bad_input = job->data.bad_input;
   o.schedule = job->features->layered ? Schedule::kLayered : Schedule::kSequential;
+  o.key_slots = job->data.key_slots;
   if (job->features->gpu) {
     if (!job->features->layered) {
       return InvalidArgumentError(

@@ -96,6 +96,7 @@ Status PredictLines(Env* env, const DataOptions& data, SparseTable& table, CtrMo
   text.schema = schema;
   text.labels_optional = true;
   text.max_line_bytes = data.max_line_bytes;
+  text.key_slots = model->options().KeySlotMap();  // as the model's training data was keyed
   ASSIGN_OR_RETURN(auto raw, env->NewSequentialFile(data.paths[0]));
   ASSIGN_OR_RETURN(auto file, OpenDecompressed(std::move(raw)));
   LineChunker chunker(std::move(file), data.chunk_bytes, data.max_line_bytes);
@@ -138,11 +139,13 @@ Status PredictLines(Env* env, const DataOptions& data, SparseTable& table, CtrMo
 StatusOr<nlohmann::json> RunEval(Env* env, const JobConfig& job_in) {
   RETURN_IF_ERROR(job_in.Validate());
   JobConfig job = job_in;
-  RETURN_IF_ERROR(AttachFeatures(env, &job));
   ThreadPool pool(job.train.threads);
   Stopwatch clock;
   ASSIGN_OR_RETURN(LoadedModel lm, OpenModel(env, job.model_dir, job.StorageFor({}), &pool));
   const double load_seconds = clock.Seconds();
+  // The model's shared slots key the data as they keyed its training data.
+  job.data.key_slots = lm.manifest.spec.model.KeySlotMap();
+  RETURN_IF_ERROR(AttachFeatures(env, &job));
   ASSIGN_OR_RETURN(nlohmann::json report, EvalLoadedModel(env, job, lm, &pool));
   report["load_seconds"] = load_seconds;
   return report;
@@ -152,6 +155,7 @@ StatusOr<nlohmann::json> EvalLoadedModel(Env* env, const JobConfig& job, LoadedM
                                          ThreadPool* pool) {
   Stopwatch clock;
   DataOptions data = job.data;
+  data.key_slots = lm.manifest.spec.model.KeySlotMap();
   if (data.format != DataFormat::kShards) {
     data.num_slots = lm.manifest.spec.schema.num_slots;
     data.num_dense = lm.manifest.spec.schema.num_dense;

@@ -520,6 +520,8 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   RETURN_IF_ERROR(job.Validate());
   std::string ranks_ckpt_dir;
   if (comm != nullptr) RETURN_IF_ERROR(ShareJob(env, *comm, &job, &ranks_ckpt_dir));
+  // model.shared_slots: the readers key a group's slots with one seed.
+  job.data.key_slots = job.spec.model.KeySlotMap();
   RETURN_IF_ERROR(AttachFeatures(env, &job));  // the extract stage: side views loaded
   if (job.gpu) RETURN_IF_ERROR(ResolveGpuPassMemory(&job.gpu_options));
   job.data.cancel = stop;  // a stalled data.command or standard input gives way to Ctrl-C
@@ -527,6 +529,9 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
                     job.PassOptions());
   RETURN_IF_ERROR(reader.Open());
   job.spec.schema = reader.schema();
+  if (std::string e = job.spec.model.SharedSlotsError(job.spec.schema.num_slots); !e.empty()) {
+    return InvalidArgumentError(e);
+  }
   if (!job.spec.model.bottom_mlp.empty() && job.spec.schema.num_dense == 0) {
     return InvalidArgumentError(
         "model.bottom_mlp is set but the data has no dense features (the bottom MLP's input)");

@@ -211,9 +211,10 @@ class Model {
     batch.dense.assign(dense.data(), dense.data() + dense.size());
     batch.offsets.assign(off, off + offsets.size());
     batch.keys.assign(keys.data(), keys.data() + keys.size());
-    if (raw) {
+    if (raw) {  // ids keyed as the slots format keys them, shared slots included
+      const KeySlots key_slots = lm_.model->options().KeySlotMap();
       for (size_t rs = 0; rs < rows * slots; ++rs) {
-        const uint32_t slot = static_cast<uint32_t>(rs % slots);
+        const uint32_t slot = KeySlotOf(key_slots, static_cast<uint32_t>(rs % slots));
         for (uint32_t i = off[rs]; i < off[rs + 1]; ++i) {
           batch.keys[i] = FeatureKey(slot, batch.keys[i]);
         }
@@ -248,6 +249,7 @@ class Model {
     }
     text.labels_optional = true;
     text.max_line_bytes = job_.data.max_line_bytes;
+    text.key_slots = lm_.model->options().KeySlotMap();
     TextChunk chunk;
     chunk.file = "predict records";
     for (const std::string& line : lines) {
