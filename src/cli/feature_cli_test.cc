@@ -152,6 +152,32 @@ TEST_F(FeatureCliTest, RanksEachExtractTheirOwnFiles) {
   EXPECT_EQ(halves.last_json["test_examples"], one.last_json["test_examples"]);
 }
 
+// A job killed (-9) after a checkpoint resumes through the extract stage (the passes it
+// trained read again and skipped, the dedupe's memory with them) to the uninterrupted model.
+TEST_F(FeatureCliTest, AKilledJobResumesThroughTheExtractStageToTheSameModel) {
+  Gen(120000);
+  const std::string job = Ctrbox("train -c " + Path("views/job.yaml") +
+                                 " --set pipeline.pass_examples=4096 --set model.mlp=32 "
+                                 "--set ckpt.every_passes=2 --set train.progress_seconds=1e9 ");
+  Result full =
+      Run(job + "--model-dir " + Path("full") + " --set ckpt.dir=" + Path("ck_full") + " --fresh");
+  ASSERT_EQ(full.exit_code, 0) << full.err;
+  const std::string metrics = Path("metrics.jsonl");
+  const std::string part = job + "--model-dir " + Path("part") +
+                           " --set ckpt.dir=" + Path("ck_part") +
+                           " --set train.metrics_path=" + metrics;
+  Result killed =
+      Run("sh -c '" + part + " --fresh >/dev/null 2>&1 & p=$!; until grep -q checkpoint " +
+          metrics + " 2>/dev/null; do sleep 0.02; done; kill -9 $p; wait $p; echo $?'");
+  EXPECT_EQ(Trim(killed.out), "137") << killed.err;
+  Result resumed = Run(part + " --resume");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  ASSERT_TRUE(resumed.last_json.contains("resumed_from")) << resumed.out;
+  EXPECT_LT(resumed.last_json["examples"].get<uint64_t>(),
+            full.last_json["examples"].get<uint64_t>());
+  EXPECT_EQ(resumed.last_json["digest"], full.last_json["digest"]);
+}
+
 TEST_F(FeatureCliTest, TheExampleJobTrainsWhereItsViewsAre) {
   const std::string cd = "cd " + dir_ + " && ";
   Result g = Run(cd + Ctrbox("gen --format views --rows 4000 --out views"));

@@ -8,17 +8,10 @@
 #include <string>
 
 #include "feature/device_layers_impl.h"
+#include "util/cuda_for_each.cuh"
 
 namespace ctrbox {
 namespace {
-
-template <class F>
-__global__ void FeatureForEachKernel(size_t n, F f) {
-  for (size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n;
-       i += size_t{gridDim.x} * blockDim.x) {
-    f(i);
-  }
-}
 
 class CudaFeatureExec {
  public:
@@ -80,7 +73,7 @@ class CudaFeatureExec {
     if (n == 0 || !ok()) return;
     constexpr unsigned kThreads = 256;
     const size_t blocks = std::min<size_t>((n + kThreads - 1) / kThreads, 65535);
-    FeatureForEachKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream_>>>(n, f);
+    ForEachKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream_>>>(n, f);
     Check(cudaGetLastError(), "kernel launch");
   }
   Status status() const {

@@ -16,17 +16,10 @@
 #include "model/cuda_backend.h"
 #include "model/cuda_check.h"
 #include "model/gpu_step.h"
+#include "util/cuda_for_each.cuh"
 
 namespace ctrbox {
 namespace {
-
-template <class F>
-__global__ void ForEachKernel(size_t n, F f) {
-  for (size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n;
-       i += size_t{gridDim.x} * blockDim.x) {
-    f(i);
-  }
-}
 
 // The first error of a trainer's CUDA calls, shared by its executors (which run on the pull
 // and the train threads); once set, the executors queue no more work.
