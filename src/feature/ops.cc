@@ -27,10 +27,6 @@ void SetNull(Column& c, uint32_t r) {
   std::memset(static_cast<char*>(c.cells) + r * CellBytes(c.type), 0, CellBytes(c.type));
 }
 
-double AsDouble(const Column& c, uint32_t r) {
-  return c.type == ColType::kInt ? static_cast<double>(c.ints()[r]) : c.floats()[r];
-}
-
 // XXH3 of item i of row r, seeded: strings by their bytes, numbers by their 8 little-endian
 // bytes (a float by its bit pattern), keys by theirs.
 uint64_t ItemHash(const Column& c, uint32_t r, uint32_t i, uint64_t seed) {
@@ -175,7 +171,6 @@ bool Compare(Cmp cmp, int c) {  // c: <0, 0, >0 of value vs constant
   }
 }
 
-int Sign(double a, double b) { return a < b ? -1 : (a > b ? 1 : 0); }
 int Sign(std::string_view a, std::string_view b) {
   const int c = a.compare(b);
   return c < 0 ? -1 : (c > 0 ? 1 : 0);
@@ -230,20 +225,13 @@ void RunOpRows(const FeaturePlan& plan, int op_id, const SideTables& sides, uint
     return;
   }
   switch (op.kind) {
-    case OpKind::kFillNull:
+    // Past IsFixedOp: only the operators that meet strings are left in these three.
+    case OpKind::kFillNull:  // a string column
       for (uint32_t r = begin; r < end; ++r) {
         out.valid[r] = 1;
-        if (in.valid[r]) {
-          std::memcpy(static_cast<char*>(out.cells) + r * CellBytes(out.type),
-                      static_cast<const char*>(in.cells) + r * CellBytes(in.type),
-                      CellBytes(out.type));
-        } else if (out.type == ColType::kInt) {
-          out.ints()[r] = op.value.i;
-        } else if (out.type == ColType::kFloat) {
-          out.floats()[r] = op.value.f;
-        } else {
-          out.strs()[r] = {op.value.s.data(), static_cast<uint32_t>(op.value.s.size())};
-        }
+        out.strs()[r] = in.valid[r]
+                            ? in.strs()[r]
+                            : Str{op.value.s.data(), static_cast<uint32_t>(op.value.s.size())};
       }
       return;
     case OpKind::kCast:
@@ -254,26 +242,13 @@ void RunOpRows(const FeaturePlan& plan, int op_id, const SideTables& sides, uint
         }
         out.valid[r] = 1;
         bool ok = true;
-        if (in.type == out.type) {
-          std::memcpy(static_cast<char*>(out.cells) + r * CellBytes(out.type),
-                      static_cast<const char*>(in.cells) + r * CellBytes(in.type),
-                      CellBytes(out.type));
-        } else if (out.type == ColType::kFloat) {
-          if (in.type == ColType::kInt) {
-            out.floats()[r] = static_cast<double>(in.ints()[r]);
-          } else {
-            ok = ParseDouble(in.strs()[r].view(), &out.floats()[r]) &&
-                 std::isfinite(out.floats()[r]);
-          }
-        } else if (out.type == ColType::kInt) {
-          if (in.type == ColType::kFloat) {
-            const double x = std::trunc(in.floats()[r]);
-            ok = x >= -9.2e18 && x <= 9.2e18;
-            out.ints()[r] = ok ? static_cast<int64_t>(x) : 0;
-          } else {
-            ok = ParseInt64(in.strs()[r].view(), &out.ints()[r]);
-          }
-        } else {  // to string
+        if (in.type == out.type) {  // string to string
+          out.strs()[r] = in.strs()[r];
+        } else if (out.type == ColType::kFloat) {  // from a string
+          ok = ParseDouble(in.strs()[r].view(), &out.floats()[r]) && std::isfinite(out.floats()[r]);
+        } else if (out.type == ColType::kInt) {  // from a string
+          ok = ParseInt64(in.strs()[r].view(), &out.ints()[r]);
+        } else {  // a number to a string
           char buf[64];
           std::to_chars_result res = in.type == ColType::kInt
                                          ? std::to_chars(buf, buf + sizeof(buf), in.ints()[r])
@@ -310,16 +285,11 @@ void RunOpRows(const FeaturePlan& plan, int op_id, const SideTables& sides, uint
           keep = in.valid[r] != 0;
         } else if (!in.valid[r]) {
           keep = op.cmp == Cmp::kNe;
-        } else if (op.cmp == Cmp::kIn) {
+        } else if (op.cmp == Cmp::kIn) {  // a string column (numbers are fixed ops)
           keep = false;
-          for (const Constant& c : op.values) {
-            keep |=
-                in.type == ColType::kString ? in.strs()[r].view() == c.s : AsDouble(in, r) == c.f;
-          }
+          for (const Constant& c : op.values) keep |= in.strs()[r].view() == c.s;
         } else {
-          const int s = in.type == ColType::kString ? Sign(in.strs()[r].view(), op.value.s)
-                                                    : Sign(AsDouble(in, r), op.value.f);
-          keep = Compare(op.cmp, s);
+          keep = Compare(op.cmp, Sign(in.strs()[r].view(), op.value.s));
         }
         out.ints()[r] = keep;
       }
