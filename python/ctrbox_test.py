@@ -319,3 +319,10 @@ def test_a_feature_graph_in_a_dict_trains_as_the_cli_job_file(tmp_path):
                                 "--fresh").strip().splitlines()[-1])
     assert cli_report["digest"] == report["digest"]
     assert cli_report["extract"]["rows_out"] == report["extract"]["rows_out"]
+    # Model.eval reads views through the graph, as `ctrbox eval -c job.yaml` does.
+    test = str(views / "impressions_test.csv")
+    py_eval = ctrbox.Model(tmp_path / "py", config={"features": features}).eval(test)
+    cli_eval = json.loads(cli("eval", "-c", str(job), "--model-dir", str(tmp_path / "py"),
+                              "--data", test).strip().splitlines()[-1])
+    assert py_eval["auc"] == cli_eval["auc"]
+    assert py_eval["examples"] == cli_eval["examples"] > 1000

@@ -159,10 +159,15 @@ class Job:
 class Model:
     """A saved model (a --model-dir), opened once. Keyword arguments are job keys as for Job:
     storage.memory_budget and storage.ssd_dir keep a large model's rows out of core, as
-    `ctrbox eval` does; train.threads and train.batch_size set how predictions run."""
+    `ctrbox eval` does; train.threads and train.batch_size set how predictions run. `config`
+    (a dict or a YAML path, as for Job) may hold a feature graph: eval then reads raw views
+    through it (docs/features.md)."""
 
-    def __init__(self, model_dir, **overrides):
-        job = _build_job("ctrbox.Model", overrides=overrides, model_dir=model_dir)
+    def __init__(self, model_dir, config=None, **overrides):
+        path = ""
+        if config is not None and not isinstance(config, dict):
+            path = os.fspath(config)
+        job = _build_job("ctrbox.Model", config, overrides, path, model_dir=model_dir)
         self._model = _call(_ctrbox.Model, job)
         self.model_dir = os.fspath(model_dir)
 

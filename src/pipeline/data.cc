@@ -46,6 +46,11 @@ Status AttachFeatures(Env* env, JobConfig* job) {
   }
   DataOptions main = job->data;
   if (main.paths.empty() && main.command.empty()) main.paths = job->eval_paths;
+  if (main.paths.empty() && main.command.empty()) {
+    return InvalidArgumentError(
+        "features: the job has a feature graph but no main view: set data.paths (or "
+        "data.command) to the main view's files");
+  }
   ASSIGN_OR_RETURN(job->extractor, Extractor::Open(env, job->features, main, o));
   std::shared_ptr<Extractor> x = job->extractor;
   job->data.opener = [x](Env* e, const DataOptions& d) { return OpenFeatureReader(e, d, x); };

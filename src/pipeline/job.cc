@@ -89,11 +89,6 @@ Status JobConfig::Validate() const {
         fixed_slots && data.num_slots != 0 ? "num_slots" : "num_dense", DataFormatName(data.format),
         fixed_slots && data.num_slots != 0 ? "libfm and slots" : "slots"));
   }
-  if (features != nullptr && data.paths.empty() && data.command.empty()) {
-    return InvalidArgumentError(
-        "features: the job has a feature graph but no main view: set data.paths (or "
-        "data.command) to the main view's files");
-  }
   RETURN_IF_ERROR(train.Validate());
   RETURN_IF_ERROR(pipeline.Validate());
   if (spec.model.quant.bits == 1 || spec.model.quant.bits > 16) {

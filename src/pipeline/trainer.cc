@@ -520,6 +520,11 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   RETURN_IF_ERROR(job.Validate());
   std::string ranks_ckpt_dir;
   if (comm != nullptr) RETURN_IF_ERROR(ShareJob(env, *comm, &job, &ranks_ckpt_dir));
+  if (job.features != nullptr && job.data.paths.empty() && job.data.command.empty()) {
+    return InvalidArgumentError(
+        "features: the job has a feature graph but no main view: set data.paths (or "
+        "data.command) to the main view's files (generated data has no views)");
+  }
   // model.shared_slots: the readers key a group's slots with one seed.
   job.data.key_slots = job.spec.model.KeySlotMap();
   RETURN_IF_ERROR(AttachFeatures(env, &job));  // the extract stage: side views loaded

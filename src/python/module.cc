@@ -25,6 +25,7 @@
 #include "cli/config.h"
 #include "io/line_chunker.h"
 #include "io/text_format.h"
+#include "pipeline/data.h"
 #include "pipeline/evaluator.h"
 #include "pipeline/trainer.h"
 #include "util/hash.h"
@@ -168,6 +169,10 @@ class Model {
     }
     py::gil_scoped_release nogil;
     std::lock_guard<std::mutex> l(mu_);
+    if (job.features != nullptr) {  // views through the job's feature graph (docs/features.md)
+      job.data.key_slots = lm_.manifest.spec.model.KeySlotMap();
+      Check(AttachFeatures(Env::Posix(), &job));
+    }
     return Check(EvalLoadedModel(Env::Posix(), job, lm_, &pool_)).dump();
   }
 
