@@ -6,6 +6,33 @@
 
 namespace ctrbox {
 
+// fixed_ops.h repeats these enums' values for code built without graph.h: they must agree.
+static_assert(fixed::kFillNull == static_cast<uint8_t>(OpKind::kFillNull) &&
+              fixed::kCast == static_cast<uint8_t>(OpKind::kCast) &&
+              fixed::kFilter == static_cast<uint8_t>(OpKind::kFilter) &&
+              fixed::kBucketize == static_cast<uint8_t>(OpKind::kBucketize) &&
+              fixed::kTimePart == static_cast<uint8_t>(OpKind::kTimePart) &&
+              fixed::kLog == static_cast<uint8_t>(OpKind::kLog) &&
+              fixed::kClip == static_cast<uint8_t>(OpKind::kClip) &&
+              fixed::kNormalize == static_cast<uint8_t>(OpKind::kNormalize));
+static_assert(fixed::kInt == static_cast<uint8_t>(ColType::kInt) &&
+              fixed::kFloat == static_cast<uint8_t>(ColType::kFloat) &&
+              fixed::kMask == static_cast<uint8_t>(ColType::kMask));
+static_assert(fixed::kEq == static_cast<uint8_t>(Cmp::kEq) &&
+              fixed::kNe == static_cast<uint8_t>(Cmp::kNe) &&
+              fixed::kLt == static_cast<uint8_t>(Cmp::kLt) &&
+              fixed::kLe == static_cast<uint8_t>(Cmp::kLe) &&
+              fixed::kGt == static_cast<uint8_t>(Cmp::kGt) &&
+              fixed::kGe == static_cast<uint8_t>(Cmp::kGe) &&
+              fixed::kIn == static_cast<uint8_t>(Cmp::kIn) &&
+              fixed::kNotNull == static_cast<uint8_t>(Cmp::kNotNull));
+static_assert(fixed::kMinute == static_cast<uint8_t>(TimePart::kMinute) &&
+              fixed::kHour == static_cast<uint8_t>(TimePart::kHour) &&
+              fixed::kWeekday == static_cast<uint8_t>(TimePart::kWeekday) &&
+              fixed::kDay == static_cast<uint8_t>(TimePart::kDay) &&
+              fixed::kMonth == static_cast<uint8_t>(TimePart::kMonth) &&
+              fixed::kYear == static_cast<uint8_t>(TimePart::kYear));
+
 bool IsFixedOp(const FeaturePlan& plan, const OpNode& op) {
   auto numeric = [&](int c) {
     const ColType t = plan.columns[c].type;

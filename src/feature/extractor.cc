@@ -385,11 +385,9 @@ StatusOr<std::unique_ptr<BatchReader>> OpenFeatureReader(Env* env, const DataOpt
                                                          std::shared_ptr<Extractor> extractor) {
   ChunkDecoder d;
   d.schema = extractor->schema();
-  Extractor* x = extractor.get();
   d.decode = [extractor](const TextChunk& c, ChunkParseResult* r) {
     extractor->ExtractChunk(c, r);
   };
-  (void)x;
   if (!extractor->plan().dedupes.empty()) {
     auto step = std::make_shared<DedupeStep>(extractor);
     d.in_order = [step](ChunkParseResult* r) { return (*step)(r); };

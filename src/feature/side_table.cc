@@ -70,7 +70,6 @@ StatusOr<std::unique_ptr<SideTable>> SideTable::Load(Env* env, const SideView& v
   ASSIGN_OR_RETURN(auto source, OpenTextChunks(env, o));
   BadInputTracker tracker(options.bad_input);
   std::unique_ptr<ViewParser> parser;
-  const std::vector<std::string>* header = nullptr;
   std::vector<std::string> header_fields;
   std::vector<ColumnTable> parts;
   auto where = [&] { return "view " + view.name + ": "; };
@@ -93,7 +92,6 @@ StatusOr<std::unique_ptr<SideTable>> SideTable::Load(Env* env, const SideView& v
             fmt::format("{}{}: {}", where(), chunk->file, p.status().message()));
       }
       parser = std::make_unique<ViewParser>(std::move(*p));
-      header = &header_fields;
     }
     ColumnTable part;
     ParseOutcome outcome;
@@ -104,7 +102,6 @@ StatusOr<std::unique_ptr<SideTable>> SideTable::Load(Env* env, const SideView& v
     t->texts_.push_back(std::make_unique<std::string>(std::move(chunk->data)));
     parts.push_back(std::move(part));
   }
-  (void)header;
   // One contiguous column per declared column.
   uint64_t total = 0;
   for (const ColumnTable& p : parts) total += p.rows;
@@ -136,6 +133,7 @@ StatusOr<std::unique_ptr<SideTable>> SideTable::Load(Env* env, const SideView& v
   for (int k : view.key) key_cols.push_back(&t->cols_[k]);
   RecordCounts dup;
   std::vector<BadRecord> samples;
+  uint64_t null_keys = 0;
   uint64_t row_base = 0;
   size_t part_index = 0;
   for (uint32_t r = 0; r < t->rows_; ++r) {
@@ -143,7 +141,10 @@ StatusOr<std::unique_ptr<SideTable>> SideTable::Load(Env* env, const SideView& v
     const uint64_t line = parts[part_index].lines[r - row_base];
     bool null = false;
     for (const Column* c : key_cols) null |= !c->valid[r];
-    if (null) continue;  // a row without a key is never found
+    if (null) {  // a row without a key can never be found: said in the load line
+      ++null_keys;
+      continue;
+    }
     const uint64_t h = t->HashRow(key_cols.data(), r);
     for (uint64_t i = h & t->mask_;; i = (i + 1) & t->mask_) {
       const uint32_t s = t->slots_[i];
@@ -170,6 +171,12 @@ StatusOr<std::unique_ptr<SideTable>> SideTable::Load(Env* env, const SideView& v
   if (!s.ok()) return Status(s.code(), where() + s.message());
   LOG_INFO("features: view {} loaded: {} rows, {} bad, {:.1f} MB", view.name, t->rows_,
            counts->bad_total(), t->MemoryBytes() / 1e6);
+  if (null_keys > 0) {
+    LOG_WARNING(
+        "features: view {}: {} rows have no key (a null key column) and can never be "
+        "joined",
+        view.name, null_keys);
+  }
   return t;
 }
 

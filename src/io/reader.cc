@@ -592,9 +592,10 @@ std::pair<uint64_t, uint64_t> ByteRange(uint64_t size, ByteShare share) {
   return {at(share.index), at(share.index + 1)};
 }
 
-// The part of `path` that o.byte_share names, refused for a compressed file.
+// The part of `path` that `share` names (its first byte's offset in *begin_out), refused for a
+// compressed file.
 StatusOr<std::unique_ptr<SequentialFile>> OpenByteRange(Env* env, const std::string& path,
-                                                        ByteShare share) {
+                                                        ByteShare share, uint64_t* begin_out) {
   ASSIGN_OR_RETURN(auto file, env->NewRandomAccessFile(path));
   char head[6] = {};
   size_t got = 0;
@@ -610,6 +611,7 @@ StatusOr<std::unique_ptr<SequentialFile>> OpenByteRange(Env* env, const std::str
         path));
   }
   const auto [begin, end] = ByteRange(file->size(), share);
+  *begin_out = begin;
   const std::string name = fmt::format("{} (bytes {}-{}, part {} of {})", path, begin, end,
                                        share.index + 1, share.count);
   return std::unique_ptr<SequentialFile>(new ByteRangeFile(std::move(file), begin, end, name));
@@ -633,9 +635,7 @@ std::unique_ptr<ChunkSource> TextSource(Env* env, const DataOptions& o,
           if (ranged) return InvalidArgumentError("standard input cannot be read by byte ranges");
           ASSIGN_OR_RETURN(file, PipeInput::Stdin({o.cancel, closing}));
         } else if (ranged) {
-          ASSIGN_OR_RETURN(file, OpenByteRange(env, path, o.byte_share));
-          ASSIGN_OR_RETURN(const uint64_t size, env->GetFileSize(path));
-          first_offset = ByteRange(size, o.byte_share).first;
+          ASSIGN_OR_RETURN(file, OpenByteRange(env, path, o.byte_share, &first_offset));
         } else {
           ASSIGN_OR_RETURN(file, env->NewSequentialFile(path));
         }
