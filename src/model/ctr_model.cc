@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "model/blas.h"
+#include "model/host_exec.h"
 #include "util/hash.h"
 #include "util/random.h"
 
@@ -39,7 +40,46 @@ uint32_t MlpInputWidth(const Schema& schema, const ModelOptions& m) {
   return InputWidth(schema, m) + (m.dot ? DotPairs(DotVectors(schema, m)) : 0);
 }
 
+Towers MakeTowers(const Schema& schema, const ModelOptions& m) {
+  if (!m.HasTowers()) return Towers();
+  return Towers(m.towers, MlpInputWidth(schema, m), m.dense_groups, m.mlp, 0);
+}
+
 }  // namespace
+
+std::string TowersError(const ModelOptions& m, uint32_t num_dense) {
+  if (m.towers > 16) return fmt::format("model.towers is at most 16, not {}", m.towers);
+  if (m.HasTowers() && m.mlp.empty()) {
+    return "model.towers needs hidden layers in model.mlp (every tower is an MLP of its widths)";
+  }
+  if (m.dense_groups.empty()) return "";
+  if (!m.HasTowers()) {
+    return "model.dense_groups is set but model.towers is not 2 or more (it would be ignored)";
+  }
+  if (m.dense_groups.size() != m.towers) {
+    return fmt::format("model.dense_groups has {} groups but model.towers is {}: one per tower",
+                       m.dense_groups.size(), m.towers);
+  }
+  if (!m.bottom_mlp.empty()) {
+    return "model.dense_groups cannot be combined with model.bottom_mlp: the bottom MLP turns "
+           "every dense feature into z, so no tower keeps dense columns of its own";
+  }
+  std::vector<bool> seen;
+  for (const auto& group : m.dense_groups) {
+    if (group.empty()) return "a group of model.dense_groups is empty";
+    for (uint32_t d : group) {
+      if (num_dense > 0 && d >= num_dense) {
+        return fmt::format(
+            "model.dense_groups names dense feature {} but the data has {} (0 to {})", d,
+            num_dense, num_dense - 1);
+      }
+      if (seen.size() <= d) seen.resize(d + 1);
+      if (seen[d]) return fmt::format("model.dense_groups names dense feature {} twice", d);
+      seen[d] = true;
+    }
+  }
+  return "";
+}
 
 CtrModel::CtrModel(Schema schema, ModelOptions model, OptimizerOptions sparse,
                    OptimizerOptions dense, uint64_t seed)
@@ -49,9 +89,11 @@ CtrModel::CtrModel(Schema schema, ModelOptions model, OptimizerOptions sparse,
       mlp_(MlpInputWidth(schema, options_), options_.mlp),
       dense_width_(DenseWidth(schema, options_)),
       input_width_(InputWidth(schema, options_)),
-      cross_{input_width_, options_.cross_layers, options_.cross_rank, mlp_.num_params()},
+      towers_(MakeTowers(schema, options_)),
+      cross_{input_width_, options_.cross_layers, options_.cross_rank,
+             towers_.on() ? towers_.num_params() : mlp_.num_params()},
       bottom_(schema.num_dense, options_.bottom_mlp, /*head=*/false),
-      bottom_base_(mlp_.num_params() + cross_.num_params()),
+      bottom_base_(cross_.base + cross_.num_params()),
       params_(bottom_base_ + bottom_.num_params()),
       grads_(params_.size()),
       dense_opt_(dense, params_.size()),
@@ -61,7 +103,11 @@ CtrModel::CtrModel(Schema schema, ModelOptions model, OptimizerOptions sparse,
   // With cross layers or a bottom MLP the gradient reaches every input column (the dense ones
   // feed the cross products, or z its MLP).
   dmi_begin_ = cross_.layers > 0 || bottom_.num_layers() > 0 ? 0 : dense_width_;
-  mlp_.Init(params_.data(), seed);
+  if (towers_.on()) {
+    towers_.Init(params_.data(), seed);
+  } else {
+    mlp_.Init(params_.data(), seed);
+  }
   bottom_.Init(params_.data() + bottom_base_, Mix64(seed ^ 0xB0770DULL));
   if (cross_.layers > 0) {
     // Weights Glorot-uniform (W_l, or V_l and U_l), b_l zero, as DCN-v2's reference code.
@@ -76,11 +122,20 @@ CtrModel::CtrModel(Schema schema, ModelOptions model, OptimizerOptions sparse,
       }
     }
   }
-  for (uint32_t l = 0; l < mlp_.num_layers(); ++l) {
+  for (uint32_t l = 0; !towers_.on() && l < mlp_.num_layers(); ++l) {
     for (uint32_t c0 = 0; c0 < mlp_.out(l); c0 += kTileColumns) {
       tiles_.push_back(Tile{TileKind::kMlp, l, c0, std::min(mlp_.out(l), c0 + kTileColumns)});
     }
   }
+  for (uint32_t t = 0; t < towers_.count(); ++t) {
+    const Mlp& m = towers_.tower(t);
+    for (uint32_t l = 0; l < m.num_layers(); ++l) {
+      for (uint32_t c0 = 0; c0 < m.out(l); c0 += kTileColumns) {
+        tiles_.push_back(Tile{TileKind::kTower, l, c0, std::min(m.out(l), c0 + kTileColumns), t});
+      }
+    }
+  }
+  if (towers_.on()) tiles_.push_back(Tile{TileKind::kTowerOut, 0, 0, 1});
   for (uint32_t l = 0; l < cross_.layers; ++l) {
     for (uint32_t c0 = 0; c0 < cross_.width; c0 += kTileColumns) {
       tiles_.push_back(Tile{TileKind::kCross, l, c0, std::min(cross_.width, c0 + kTileColumns)});
@@ -105,6 +160,10 @@ CtrModel::CtrModel(Schema schema, ModelOptions model, OptimizerOptions sparse,
         return cross_.width;
       case TileKind::kBottom:
         return bottom_.in(t.layer);
+      case TileKind::kTower:
+        return towers_.tower(t.tower).in(t.layer);
+      case TileKind::kTowerOut:
+        return towers_.count() * towers_.last();
     }
     return 0u;
   };
@@ -126,11 +185,21 @@ std::string CtrModel::Describe() const {
     s += fmt::format(" -> {} cross layer{}", cross_.layers, cross_.layers > 1 ? "s" : "");
     if (cross_.rank > 0) s += fmt::format(" (rank {})", cross_.rank);
   }
-  s += " -> MLP ";
+  s += towers_.on() ? fmt::format(" -> {} towers x MLP ", towers_.count()) : " -> MLP ";
   for (size_t i = 0; i < options_.mlp.size(); ++i) {
     s += fmt::format("{}{}", i > 0 ? "-" : "", options_.mlp[i]);
   }
   if (options_.mlp.empty()) s += "(linear)";
+  if (!options_.dense_groups.empty()) {
+    s += " (dense groups ";
+    for (size_t g = 0; g < options_.dense_groups.size(); ++g) {
+      s += g > 0 ? " | " : "";
+      for (size_t i = 0; i < options_.dense_groups[g].size(); ++i) {
+        s += fmt::format("{}{}", i > 0 ? "+" : "", options_.dense_groups[g][i]);
+      }
+    }
+    s += ")";
+  }
   if (options_.dot) s += fmt::format(" (+ {} dots)", DotPairs(DotVectors(schema_, options_)));
   if (options_.wide) s += " + wide";
   if (options_.fm) s += " + fm";
@@ -139,7 +208,8 @@ std::string CtrModel::Describe() const {
 
 double CtrModel::FlopsPerExample() const {
   // A cross layer's matrices: one GEMM forward, one backward to the input, one to the weights.
-  return mlp_.FlopsPerExample() + bottom_.FlopsPerExample() +
+  return (towers_.on() ? towers_.FlopsPerExample() : mlp_.FlopsPerExample()) +
+         bottom_.FlopsPerExample() +
          2.0 * 3.0 * cross_.layers * static_cast<double>(cross_.matrix_params());
 }
 
@@ -155,7 +225,7 @@ ValueLayout CtrModel::value_layout() const { return LayoutFor(options_, sparse_o
 void CtrModel::EnsureBuffers(uint32_t rows) {
   if (rows <= capacity_) return;
   capacity_ = rows;
-  const uint32_t hidden = mlp_.num_layers() - 1;
+  const uint32_t hidden = towers_.on() ? 0 : mlp_.num_layers() - 1;
   x_.resize(size_t{rows} * input_width_);
   logits_.resize(rows);
   dlogit_.resize(rows);
@@ -168,6 +238,26 @@ void CtrModel::EnsureBuffers(uint32_t rows) {
   for (uint32_t l = 0; l < hidden; ++l) {
     acts_[l].resize(size_t{rows} * mlp_.out(l));
     grads_hidden_[l].resize(size_t{rows} * mlp_.out(l));
+  }
+  const uint32_t T = towers_.count();
+  tw_tin_.resize(T);
+  tw_dtin_.resize(T);
+  tw_injf_.resize(T);
+  tw_injl_.resize(T);
+  tw_acts_.resize(T);
+  tw_grads_.resize(T);
+  for (uint32_t t = 0; t < T; ++t) {
+    const Mlp& m = towers_.tower(t);
+    tw_tin_[t].resize(size_t{rows} * m.in(0));
+    tw_dtin_[t].resize(size_t{rows} * m.in(0));
+    tw_injf_[t].resize(size_t{rows} * towers_.first());
+    tw_injl_[t].resize(size_t{rows} * towers_.last());
+    tw_acts_[t].resize(m.num_layers());
+    tw_grads_[t].resize(m.num_layers());
+    for (uint32_t l = 0; l < m.num_layers(); ++l) {
+      tw_acts_[t][l].resize(size_t{rows} * m.out(l));
+      tw_grads_[t][l].resize(size_t{rows} * m.out(l));
+    }
   }
   if (!options_.HasInteractions()) return;
   dmi_.resize(size_t{rows} * (mlp_.in(0) - dmi_begin_));
@@ -227,6 +317,27 @@ void CtrModel::BottomBackward(uint32_t r0, uint32_t r1) {
   bottom_.BackwardFromTop(params_.data() + bottom_base_, acts.data(),
                           bottom_gz_.data() + size_t{r0} * dense_width_, static_cast<int>(r1 - r0),
                           grads.data());
+}
+
+TowerRows CtrModel::TowerBlock(uint32_t r0) {
+  TowerRows p;
+  p.base = MlpInput() + size_t{r0} * mlp_.in(0);
+  for (uint32_t t = 0; t < towers_.count(); ++t) {
+    const Mlp& m = towers_.tower(t);
+    p.tin.push_back(tw_tin_[t].data() + size_t{r0} * m.in(0));
+    p.dtin.push_back(tw_dtin_[t].data() + size_t{r0} * m.in(0));
+    p.inj_first.push_back(tw_injf_[t].data() + size_t{r0} * towers_.first());
+    p.inj_last.push_back(tw_injl_[t].data() + size_t{r0} * towers_.last());
+    p.acts.emplace_back();
+    p.grads.emplace_back();
+    for (uint32_t l = 0; l < m.num_layers(); ++l) {
+      p.acts.back().push_back(tw_acts_[t][l].data() + size_t{r0} * m.out(l));
+      p.grads.back().push_back(tw_grads_[t][l].data() + size_t{r0} * m.out(l));
+    }
+    p.cols.push_back(towers_.cols(t).data());
+    p.inv.push_back(towers_.inv(t).data());
+  }
+  return p;
 }
 
 const float* CtrModel::CrossInput(uint32_t l) const {
@@ -391,13 +502,18 @@ void CtrModel::BuildInputs(const Batch& pass, const WorkingSet& ws, const Miniba
 }
 
 void CtrModel::ForwardBlock(uint32_t r0, uint32_t r1) {
-  const uint32_t hidden = mlp_.num_layers() - 1;
+  const uint32_t hidden = towers_.on() ? 0 : mlp_.num_layers() - 1;
   std::vector<float*> acts(hidden);
   for (uint32_t l = 0; l < hidden; ++l) acts[l] = acts_[l].data() + size_t{r0} * mlp_.out(l);
   if (bottom_.num_layers() > 0) BottomForward(r0, r1);
   if (cross_.layers > 0 || options_.dot) InteractionsForward(r0, r1);
-  mlp_.Forward(params_.data(), MlpInput() + size_t{r0} * mlp_.in(0), static_cast<int>(r1 - r0),
-               acts.data(), logits_.data() + r0);
+  if (towers_.on()) {
+    HostExec e;  // this thread, as every row block's work
+    TowersForward(e, towers_, params_.data(), TowerBlock(r0), r1 - r0, logits_.data() + r0);
+  } else {
+    mlp_.Forward(params_.data(), MlpInput() + size_t{r0} * mlp_.in(0), static_cast<int>(r1 - r0),
+                 acts.data(), logits_.data() + r0);
+  }
   for (uint32_t r = r0; r < r1; ++r) logits_[r] += wide_sum_[r];
   if (options_.fm) {
     const uint32_t S = schema_.num_slots, dim = options_.embedding_dim;
@@ -438,7 +554,7 @@ double CtrModel::ForwardBackward(const Batch& pass, const WorkingSet& ws, const 
                                  uint32_t loss_rows) {
   const uint32_t B = mb.rows();
   EnsureBuffers(std::max(B, 1u));
-  const uint32_t hidden = mlp_.num_layers() - 1, D = schema_.num_dense;
+  const uint32_t hidden = towers_.on() ? 0 : mlp_.num_layers() - 1, D = schema_.num_dense;
   const size_t blocks = (B + kRowBlock - 1) / kRowBlock;
   std::vector<double> block_loss(blocks, 0.0);
 
@@ -456,6 +572,20 @@ double CtrModel::ForwardBackward(const Batch& pass, const WorkingSet& ws, const 
       dlogit_[r] = (p - y) / static_cast<float>(loss_rows);
     }
     block_loss[blk] = loss;
+    if (towers_.on()) {
+      // Into the embedding columns (dx_), or with interactions the MLP input's from dmi_begin_.
+      HostExec e;
+      const bool inter = options_.HasInteractions();
+      const uint32_t begin = inter ? dmi_begin_ : D;
+      float* dbase = inter ? dmi_.data() + size_t{r0} * (mlp_.in(0) - dmi_begin_)
+                           : dx_.data() + size_t{r0} * (input_width_ - D);
+      TowersBackward(e, towers_, params_.data(), TowerBlock(r0), r1 - r0, dlogit_.data() + r0,
+                     dbase, begin);
+      if (!inter) return;
+      InteractionsBackward(r0, r1);
+      if (bottom_.num_layers() > 0) BottomBackward(r0, r1);
+      return;
+    }
     std::vector<const float*> acts(hidden);
     std::vector<float*> grads(hidden);
     for (uint32_t l = 0; l < hidden; ++l) {
@@ -505,6 +635,25 @@ void CtrModel::DenseTileGrad(size_t t, uint32_t batch_rows) {
       mlp_.TileGrad(l, c0, c1, xin, g, B, grads_.data());
       return;
     }
+    case TileKind::kTower: {
+      const uint32_t t = tile.tower;
+      const float* xin = l == 0 ? tw_tin_[t].data() : tw_acts_[t][l - 1].data();
+      towers_.tower(t).TileGrad(l, c0, c1, xin, tw_grads_[t][l].data(), B,
+                                grads_.data() + towers_.base(t));
+      return;
+    }
+    case TileKind::kTowerOut: {  // dw_t = hL_t^T dlogit, db = the sum of dlogit in row order
+      const uint32_t last = towers_.last(), L = towers_.layers();
+      for (uint32_t t = 0; t < towers_.count(); ++t) {
+        blas::Sgemm(true, false, static_cast<int>(last), 1, B, 1.0f, tw_acts_[t][L - 1].data(),
+                    static_cast<int>(last), dlogit_.data(), 1, 0.0f,
+                    grads_.data() + towers_.out_w() + size_t{t} * last, 1);
+      }
+      float db = 0.0f;
+      for (uint32_t r = 0; r < batch_rows; ++r) db += dlogit_[r];
+      grads_[towers_.out_b()] = db;
+      return;
+    }
     case TileKind::kBottom: {
       const float* xin = l == 0 ? bottom_in_.data() : bottom_acts_[l - 1].data();
       bottom_.TileGrad(l, c0, c1, xin, bottom_grads_[l].data(), B, grads_.data() + bottom_base_);
@@ -546,6 +695,15 @@ void CtrModel::DenseTileUpdate(size_t t) {
     case TileKind::kBottom:
       UpdateTile(bottom_base_ + bottom_.w_offset(l), bottom_.in(l), bottom_.out(l),
                  bottom_base_ + bottom_.b_offset(l), c0, c1);
+      return;
+    case TileKind::kTower: {
+      const Mlp& m = towers_.tower(tile.tower);
+      const size_t base = towers_.base(tile.tower);
+      UpdateTile(base + m.w_offset(l), m.in(l), m.out(l), base + m.b_offset(l), c0, c1);
+      return;
+    }
+    case TileKind::kTowerOut:
+      UpdateTile(towers_.out_w(), towers_.count() * towers_.last(), 1, towers_.out_b(), 0, 1);
       return;
     case TileKind::kCross: {
       const uint32_t R = cross_.rank;

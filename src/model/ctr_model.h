@@ -32,6 +32,7 @@
 #include "model/interactions.h"
 #include "model/mlp.h"
 #include "model/optimizer.h"
+#include "model/towers.h"
 #include "table/accessor.h"
 #include "table/quant.h"
 #include "table/value.h"
@@ -64,7 +65,14 @@ struct ModelOptions {
   // group's slots key raw values with its first slot's seed, so an id in one slot and the same
   // id in another are one row (a recent-clicks sequence and the candidate ad, say).
   std::vector<std::vector<uint32_t>> shared_slots;
+  // model.towers: AIBox's joint-learning towers (model/towers.h): 2 or more MLP towers of
+  // model.mlp's widths in place of the single MLP (0 or 1: the single MLP). model.dense_groups:
+  // tower t's own dense features (indices into the dense features), one group per tower;
+  // dense features in no group feed every tower. Empty: every tower reads them all.
+  uint32_t towers = 0;
+  std::vector<std::vector<uint32_t>> dense_groups;
 
+  bool HasTowers() const { return towers >= 2; }
   bool HasInteractions() const { return fm || cross_layers > 0 || dot || !bottom_mlp.empty(); }
   // The readers' key map of shared_slots (io/text_format.h); empty when there are none.
   KeySlots KeySlotMap() const {
@@ -100,6 +108,10 @@ struct ModelOptions {
   }
 };
 
+// "" or what is wrong with model.towers and model.dense_groups given `num_dense` (0: not known
+// yet).
+std::string TowersError(const ModelOptions& m, uint32_t num_dense);
+
 struct StepStats {
   double loss_sum = 0;  // summed binary cross-entropy of the minibatch (before the update)
   uint32_t embeddings_created = 0;
@@ -112,7 +124,10 @@ class CtrModel {
 
   const Schema& schema() const { return schema_; }
   const ModelOptions& options() const { return options_; }
+  // The single MLP. With towers (model.towers) only its in(0), the base's width, is the model's:
+  // towers() holds the parameters in its place.
   const Mlp& mlp() const { return mlp_; }
+  const Towers& towers() const { return towers_; }
   // The cross layers' parameters (layers 0: none), after the MLP's in dense_params().
   const CrossLayout& cross() const { return cross_; }
   // The bottom MLP (no layers: none) and where its parameters start in dense_params() (after
@@ -141,8 +156,8 @@ class CtrModel {
   // (quant_seed ^ kStateSalt, Mix64(k) + t).
   static constexpr uint64_t kStateSalt = 0x57A7'E000'0000'0016ULL;
 
-  // Dense parameters (the Mlp's, then the cross layers') and their optimizer, for saving and
-  // loading.
+  // Dense parameters (the Mlp's or the towers', then the cross layers', then the bottom MLP's)
+  // and their optimizer, for saving and loading.
   std::vector<float>& dense_params() { return params_; }
   const std::vector<float>& dense_params() const { return params_; }
   DenseOptimizer& dense_optimizer() { return dense_opt_; }
@@ -228,6 +243,7 @@ class CtrModel {
   Mlp mlp_;
   uint32_t dense_width_;  // num_dense, or dim with a bottom MLP
   uint32_t input_width_;  // W0 = dense_width + num_slots * dim
+  Towers towers_;
   CrossLayout cross_;
   Mlp bottom_;
   size_t bottom_base_;
@@ -237,10 +253,13 @@ class CtrModel {
   uint64_t quant_seed_;  // stochastic rounding of updates
   // A weight-gradient tile: columns [c0, c1) of an MLP layer's weights and bias, of a cross
   // layer's W_l (full rank) or U_l (low rank) and b_l, or of a low-rank layer's V_l.
-  enum class TileKind : uint8_t { kMlp, kCross, kCrossV, kBottom };
+  // With towers: columns of tower `tower`'s layer, or (kTowerOut, one tile) the output unit's
+  // weights and bias.
+  enum class TileKind : uint8_t { kMlp, kCross, kCrossV, kBottom, kTower, kTowerOut };
   struct Tile {
     TileKind kind;
     uint32_t layer, c0, c1;
+    uint32_t tower = 0;
   };
   std::vector<Tile> tiles_;  // fixed weight-gradient tiles, largest first
 
@@ -262,6 +281,12 @@ class CtrModel {
   // layer, and the gradient at z (bottom_gz_).
   std::vector<float> bottom_in_, bottom_gz_;
   std::vector<std::vector<float>> bottom_acts_, bottom_grads_;
+  // Towers: per tower its input and the input's gradient, per layer its activations and
+  // pre-activation gradients, and the gradients later towers send to its first and last hidden
+  // layers (model/towers.h); TowerBlock points them (and the base) at rows from r0.
+  std::vector<std::vector<float>> tw_tin_, tw_dtin_, tw_injf_, tw_injl_;
+  std::vector<std::vector<std::vector<float>>> tw_acts_, tw_grads_;
+  TowerRows TowerBlock(uint32_t r0);
   // A row block's bottom MLP forward (into x_'s first dim columns) and backward.
   void BottomForward(uint32_t r0, uint32_t r1);
   void BottomBackward(uint32_t r0, uint32_t r1);

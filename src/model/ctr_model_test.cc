@@ -113,6 +113,22 @@ std::vector<std::pair<std::string, ModelOptions>> Shapes() {
   all.cross_layers = 1;
   all.mlp = {};  // no hidden layer: the interactions feed the output layer directly
   shapes.emplace_back("fm+dot+cross, no hidden layer", all);
+  ModelOptions towers = SmallModel();  // AIBox: a tower per dense group
+  towers.towers = 2;
+  towers.dense_groups = {{0}, {1}};
+  shapes.emplace_back("2 towers with dense groups", towers);
+  ModelOptions towers3 = SmallModel();  // one hidden layer: h1 = hL, tapped once
+  towers3.towers = 3;
+  towers3.mlp = {6};
+  towers3.fm = towers3.dot = true;
+  shapes.emplace_back("3 towers of one layer + fm + dot", towers3);
+  ModelOptions towers_cross = SmallModel();
+  towers_cross.towers = 2;
+  towers_cross.dense_groups = {{1}, {0}};
+  towers_cross.cross_layers = 1;
+  towers_cross.mlp = {5, 3, 4};
+  towers_cross.wide = false;
+  shapes.emplace_back("2 towers of three layers after a cross layer", towers_cross);
   return shapes;
 }
 
@@ -209,7 +225,9 @@ TEST(CtrModelTest, PredictionsMatchAPlainReferenceOfEveryShape) {
     const CrossLayout& cl = f.model.cross();
     const Mlp& mlp = f.model.mlp();
     const Mlp& bm = f.model.bottom();
-    ASSERT_EQ(params.size(), mlp.num_params() + cl.num_params() + bm.num_params());
+    const Towers& tw = f.model.towers();
+    ASSERT_EQ(params.size(), (shape.HasTowers() ? tw.num_params() : mlp.num_params()) +
+                                 cl.num_params() + bm.num_params());
     for (uint32_t r = 0; r < mb.rows(); ++r) {
       const size_t R = mb.row_begin + r;
       std::vector<double> x0(W0, 0.0);
@@ -274,7 +292,47 @@ TEST(CtrModelTest, PredictionsMatchAPlainReferenceOfEveryShape) {
         }
       }
       ASSERT_EQ(x.size(), mlp.in(0));
-      for (uint32_t l = 0; l < mlp.num_layers(); ++l) {
+      // A layer y = x W + b of `m` (ReLU unless `linear`) at parameter offset `at`.
+      auto layer = [&](const Mlp& m, size_t at, uint32_t l, const std::vector<double>& in,
+                       bool relu) {
+        std::vector<double> y(m.out(l));
+        for (uint32_t c = 0; c < m.out(l); ++c) {
+          double v = params[at + m.b_offset(l) + c];
+          for (uint32_t i = 0; i < m.in(l); ++i) {
+            v += in[i] * params[at + m.w_offset(l) + size_t{i} * m.out(l) + c];
+          }
+          y[c] = relu ? std::max(v, 0.0) : v;
+        }
+        return y;
+      };
+      if (shape.HasTowers()) {  // the towers, read from docs/model.md's description
+        std::vector<std::vector<double>> h1(shape.towers), hL(shape.towers);
+        double z = params[tw.out_b()];
+        for (uint32_t t = 0; t < shape.towers; ++t) {
+          std::vector<double> in;
+          for (uint32_t c = 0; c < x.size(); ++c) {
+            bool other = false;  // a dense feature of another tower's group
+            for (uint32_t g = 0; g < shape.dense_groups.size(); ++g) {
+              for (uint32_t d : shape.dense_groups[g]) other |= g != t && d == c;
+            }
+            if (!other) in.push_back(x[c]);
+          }
+          for (uint32_t s = 0; s < t; ++s) {
+            in.insert(in.end(), h1[s].begin(), h1[s].end());
+            if (shape.mlp.size() > 1) in.insert(in.end(), hL[s].begin(), hL[s].end());
+          }
+          const Mlp& m = tw.tower(t);
+          ASSERT_EQ(in.size(), m.in(0));
+          for (uint32_t l = 0; l < m.num_layers(); ++l) {
+            in = layer(m, tw.base(t), l, in, true);
+            if (l == 0) h1[t] = in;
+          }
+          hL[t] = in;
+          for (uint32_t j = 0; j < in.size(); ++j) z += in[j] * params[tw.out_w() + t * in.size() + j];
+        }
+        x = {z};
+      }
+      for (uint32_t l = 0; !shape.HasTowers() && l < mlp.num_layers(); ++l) {
         std::vector<double> y(mlp.out(l));
         for (uint32_t c = 0; c < mlp.out(l); ++c) {
           double v = params[mlp.b_offset(l) + c];

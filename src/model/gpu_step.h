@@ -32,6 +32,7 @@
 #include "model/gpu_options.h"
 #include "model/gpu_trainer.h"
 #include "model/interactions.h"
+#include "model/towers.h"
 #include "table/accessor.h"
 #include "table/value.h"
 #include "util/hd.h"
@@ -66,7 +67,7 @@ class GpuStep {
         slots_(std::max<uint32_t>(1, options.slots)),
         replicas_(gpus_) {
     const Mlp& mlp = model_->mlp();
-    for (uint32_t l = 0; l < mlp.num_layers(); ++l) {
+    for (uint32_t l = 0; !model_->towers().on() && l < mlp.num_layers(); ++l) {
       layers_.push_back(Layer{mlp.in(l), mlp.out(l), mlp.w_offset(l), mlp.b_offset(l)});
     }
     const Mlp& bottom = model_->bottom();
@@ -86,6 +87,14 @@ class GpuStep {
       if (!opt.v().empty()) e.Upload(&r.v, opt.v().data(), P);
       r.acts.resize(layers_.size());
       r.hgrads.resize(layers_.size());
+      const Towers& tw = model_->towers();
+      r.tw.resize(tw.count());
+      for (uint32_t t = 0; t < tw.count(); ++t) {
+        e.Upload(&r.tw[t].cols, tw.cols(t).data(), tw.cols(t).size());
+        e.Upload(&r.tw[t].inv, tw.inv(t).data(), tw.inv(t).size());
+        r.tw[t].acts.resize(tw.layers());
+        r.tw[t].grads.resize(tw.layers());
+      }
     }
   }
 
@@ -319,6 +328,11 @@ class GpuStep {
     std::vector<Feed> feeds;
     std::vector<typename Exec::Event> staged;
   };
+  struct TowerBuffers {  // one tower's, as TowerRows names them
+    Buf<float> tin, dtin, inj_first, inj_last;
+    std::vector<Buf<float>> acts, grads;
+    Buf<uint32_t> cols, inv;
+  };
   struct Replica {  // one GPU's dense parameters and minibatch buffers
     Buf<float> params, grads, m, v, sum;
     Buf<float> x, logits, dlogit, wide_sum, dx;
@@ -329,6 +343,7 @@ class GpuStep {
     std::vector<Buf<float>> cross_x, cross_u, cross_gu, cross_low, cross_glow;
     // The bottom MLP's input, the gradient at z, and per layer activations and gradients.
     Buf<float> bottom_in, bottom_gz;
+    std::vector<TowerBuffers> tw;  // per tower (model.towers)
     std::vector<Buf<float>> bottom_acts, bottom_grads;
   };
 
@@ -443,7 +458,7 @@ class GpuStep {
   void EnsureWork(Slot& s, const Batch& pass) {
     const HbmPlan& plan = s.plan;
     const uint32_t dim = model_->options().embedding_dim, S = pass.schema.num_slots;
-    const uint32_t in0 = layers_[0].in, W0 = model_->input_width();
+    const uint32_t in0 = model_->mlp_input_width(), W0 = model_->input_width();
     const uint32_t cross_layers = model_->cross().layers;
     uint32_t max_rows = 0, max_uniq = 0;
     std::vector<uint32_t> max_recv(gpus_, 0), max_touched(gpus_, 0);
@@ -504,6 +519,18 @@ class GpuStep {
       for (size_t l = 0; l + 1 < layers_.size(); ++l) {
         e.Reserve(&r.acts[l], B * layers_[l].out);
         e.Reserve(&r.hgrads[l], B * layers_[l].out);
+      }
+      const Towers& tw = model_->towers();
+      for (uint32_t t = 0; t < tw.count(); ++t) {
+        TowerBuffers& tb = r.tw[t];
+        e.Reserve(&tb.tin, B * tw.in(t));
+        e.Reserve(&tb.dtin, B * tw.in(t));
+        e.Reserve(&tb.inj_first, B * tw.first());
+        e.Reserve(&tb.inj_last, B * tw.last());
+        for (uint32_t l = 0; l < tw.layers(); ++l) {
+          e.Reserve(&tb.acts[l], B * tw.tower(t).out(l));
+          e.Reserve(&tb.grads[l], B * tw.tower(t).out(l));
+        }
       }
       e.Reserve(&r.sum, gpus_ > 1 ? NumParams() * gpus_ : 0);
       Feed& f = s.feeds[g];
@@ -603,7 +630,7 @@ class GpuStep {
     }
     const ModelOptions& mo = model_->options();
     const uint32_t D = pass.schema.num_dense, S = pass.schema.num_slots, dim = mo.embedding_dim;
-    const uint32_t in0 = layers_[0].in, fs = FetchStride(), row0 = sl.row_begin;
+    const uint32_t in0 = model_->mlp_input_width(), fs = FetchStride(), row0 = sl.row_begin;
     const uint32_t W0 = model_->input_width();
     const bool weighted = pass.has_weights(), log1p = mo.dense_log1p, wide_on = mo.wide;
     const float *dense = f.dense.data(), *weights = f.weights.data(), *fetch = f.fetch.data(),
@@ -658,27 +685,39 @@ class GpuStep {
     const float* params = rep.params.data();
     const bool interactions = mo.HasInteractions();
     const float* mlp_input = interactions ? InteractionsForward(rep, B, S, dim) : x;
-    // MLP forward.
+    // MLP forward (or the towers' into logits, with their own output unit).
     const float* input = mlp_input;
+    const Towers& tw = model_->towers();
     const uint32_t L = static_cast<uint32_t>(layers_.size());
+    TowerRows tr;
+    if (tw.on()) {
+      tr = TowerPointers(rep, mlp_input);
+      TowersForward(e, tw, params, tr, B, rep.logits.data());
+    }
     for (uint32_t l = 0; l + 1 < L; ++l) {
       ReluLayer(e, layers_[l], params, input, B, rep.acts[l].data());
       input = rep.acts[l].data();
     }
-    // The output layer: a dot product per row in the CPU model's order.
-    const Layer last = layers_[L - 1];
+    // The output layer: a dot product per row in the CPU model's order (the towers': their
+    // logit).
+    const Layer last = tw.on() ? Layer{} : layers_[L - 1];
     float *logits = rep.logits.data(), *dlogit = rep.dlogit.data();
     float* pred = f.predictions.data();
     const float* w_last = params + last.w;
     const float* bias_last = params + last.b;
     const uint32_t k_last = last.in;
     const float rows_f = static_cast<float>(batch_rows);
-    const bool fm = mo.fm;
+    const bool fm = mo.fm, towers_on = tw.on();
     e.ForEach(B, [=] CTRBOX_HD(size_t r) {
-      const float* xr = input + r * k_last;
-      float dot = 0.0f;
-      for (uint32_t j = 0; j < k_last; ++j) dot += xr[j] * w_last[j];
-      float z = (dot + *bias_last) + wide_sum[r];
+      float z;
+      if (towers_on) {
+        z = logits[r] + wide_sum[r];
+      } else {
+        const float* xr = input + r * k_last;
+        float dot = 0.0f;
+        for (uint32_t j = 0; j < k_last; ++j) dot += xr[j] * w_last[j];
+        z = (dot + *bias_last) + wide_sum[r];
+      }
       if (fm) z += FmTerm(x + r * W0 + Dx, S, dim);
       logits[r] = z;
       const float p = 1.0f / (1.0f + std::exp(-z));
@@ -691,7 +730,9 @@ class GpuStep {
     const uint32_t dmi_begin = model_->cross().layers > 0 || bottom_on ? 0 : D;
     const uint32_t from = interactions ? dmi_begin : D, emb_width = in0 - from;
     float* din = interactions ? rep.dmi.data() : dx;
-    if (L == 1) {
+    if (tw.on()) {
+      TowersBackward(e, tw, params, tr, B, dlogit, din, from);
+    } else if (L == 1) {
       const float* w = params + last.w;
       e.ForEach(size_t{B} * emb_width, [=] CTRBOX_HD(size_t i) {
         din[i] = dlogit[i / emb_width] * w[from + i % emb_width];
@@ -722,6 +763,7 @@ class GpuStep {
       LayerWeightGrads(e, layers_[l], l == 0 ? mlp_input : rep.acts[l - 1].data(),
                        l == L - 1 ? dlogit : rep.hgrads[l].data(), B, grads);
     }
+    if (tw.on()) TowerWeightGrads(rep, tr, B);
     CrossWeightGrads(rep, B);
     if (bottom_on) BottomWeightGrads(rep, B);
     // Per-key gradients, shows and clicks of the slice's distinct keys.
@@ -773,6 +815,48 @@ class GpuStep {
     }
   }
 
+  // The towers' buffers of a replica (model/towers.h), over its rows from 0.
+  TowerRows TowerPointers(Replica& rep, const float* base) {
+    TowerRows p;
+    p.base = base;
+    for (TowerBuffers& tb : rep.tw) {
+      p.tin.push_back(tb.tin.data());
+      p.dtin.push_back(tb.dtin.data());
+      p.inj_first.push_back(tb.inj_first.data());
+      p.inj_last.push_back(tb.inj_last.data());
+      p.acts.emplace_back();
+      p.grads.emplace_back();
+      for (size_t l = 0; l < tb.acts.size(); ++l) {
+        p.acts.back().push_back(tb.acts[l].data());
+        p.grads.back().push_back(tb.grads[l].data());
+      }
+      p.cols.push_back(tb.cols.data());
+      p.inv.push_back(tb.inv.data());
+    }
+    return p;
+  }
+
+  // The towers' weight gradients over the slice: each layer's as an MLP layer's, the output
+  // unit's dw_t = hL_t^T dlogit and db the column sum of dlogit (the CPU model's kTowerOut).
+  void TowerWeightGrads(Replica& rep, const TowerRows& p, uint32_t B) {
+    Exec& e = *compute_[&rep - replicas_.data()];
+    const Towers& tw = model_->towers();
+    float* grads = rep.grads.data();
+    const uint32_t L = tw.layers(), last = tw.last();
+    for (uint32_t t = 0; t < tw.count(); ++t) {
+      const Mlp& m = tw.tower(t);
+      const size_t at = tw.base(t);
+      for (uint32_t l = 0; l < L; ++l) {
+        LayerWeightGrads(e, Layer{m.in(l), m.out(l), at + m.w_offset(l), at + m.b_offset(l)},
+                         l == 0 ? p.tin[t] : p.acts[t][l - 1], p.grads[t][l], B, grads);
+      }
+      e.Gemm(true, false, static_cast<int>(last), 1, static_cast<int>(B), p.acts[t][L - 1],
+             static_cast<int>(last), rep.dlogit.data(), 1, grads + tw.out_w() + size_t{t} * last,
+             1);
+    }
+    ColumnSums(e, rep.dlogit.data(), B, 1, grads + tw.out_b());
+  }
+
   // The cross layers and the dot products (model/interactions.h) over the slice's B rows of
   // rep.x; returns the MLP's input.
   const float* InteractionsForward(Replica& rep, uint32_t B, uint32_t S, uint32_t dim) {
@@ -801,7 +885,7 @@ class GpuStep {
       xl = xn;
     }
     if (!model_->options().dot) return xl;
-    const uint32_t in0 = layers_[0].in;
+    const uint32_t in0 = model_->mlp_input_width();
     float* mi = rep.mlp_in.data();
     e.ForEach(size_t{B} * in0, [=] CTRBOX_HD(size_t i) {
       const size_t r = i / in0;
@@ -824,7 +908,7 @@ class GpuStep {
     const CrossLayout cl = model_->cross();
     const uint32_t shift = model_->bottom().num_layers() > 0 ? 1 : 0, nvec = S + shift;
     const uint32_t Dx = model_->dense_width(), vec0 = Dx - shift * dim;
-    const uint32_t W0 = cl.width, V = nvec * dim, in0 = layers_[0].in;
+    const uint32_t W0 = cl.width, V = nvec * dim, in0 = model_->mlp_input_width();
     const uint32_t dmi_begin = cl.layers > 0 || shift > 0 ? 0 : Dx, mw = in0 - dmi_begin;
     const float* params = rep.params.data();
     const float* x0 = rep.x.data();

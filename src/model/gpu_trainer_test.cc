@@ -168,6 +168,19 @@ std::vector<Case> Cases() {
   linear.shape.cross_layers = 1;
   linear.shape.mlp = {};
   out.push_back(linear);
+  // AIBox's joint-learning towers (model/towers.h): with dense groups, and one-layer towers
+  // composed with every interaction, weighted keys and lazy embeddings.
+  Case towers = adagrad;
+  towers.shape.towers = 2;
+  towers.shape.dense_groups = {{0, 2}, {1}};
+  out.push_back(towers);
+  Case towers_all = adam;
+  towers_all.shape.towers = 3;
+  towers_all.shape.mlp = {8};
+  towers_all.shape.fm = towers_all.shape.dot = true;
+  towers_all.shape.cross_layers = 1;
+  towers_all.shape.bottom_mlp = {8};
+  out.push_back(towers_all);
   return out;
 }
 
@@ -177,7 +190,7 @@ std::string CaseName(const Case& s) {
          (s.shape.dot ? " dot" : "") + " cross " + std::to_string(s.shape.cross_layers) + " rank " +
          std::to_string(s.shape.cross_rank) + " bottom layers " +
          std::to_string(s.shape.bottom_mlp.size()) + " hidden " +
-         std::to_string(s.shape.mlp.size());
+         std::to_string(s.shape.mlp.size()) + " towers " + std::to_string(s.shape.towers);
 }
 
 // The first field in which two runs' rows differ at all ("" if none).
