@@ -356,6 +356,42 @@ TEST_F(ModelDirTest, ModelsWithInteractionsSaveAndLoadTheirCrossLayers) {
   EXPECT_EQ(*ModelDigest(*table2, *model2, &pool), saved->digest);
 }
 
+// AIBox's towers: the spec keys written only when set, structural, checked; the towers'
+// parameters saved and loaded with the model.
+TEST_F(ModelDirTest, ModelsWithTowersSaveAndLoadThem) {
+  EXPECT_FALSE(spec_.ToJson()["model"].contains("towers"));
+  ModelSpec other = spec_;
+  other.model.towers = 2;
+  other.model.dense_groups = {{0}, {1}};
+  auto back = ModelSpec::FromJson(other.ToJson());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->model.towers, 2u);
+  EXPECT_EQ(back->model.dense_groups, other.model.dense_groups);
+  EXPECT_EQ(spec_.FirstIncompatibility(other), "model.dense_groups");
+  nlohmann::json j = other.ToJson();
+  j["model"]["dense_groups"] = {{0}, {spec_.schema.num_dense}};  // beyond the schema
+  EXPECT_FALSE(ModelSpec::FromJson(j).ok());
+  j["model"]["dense_groups"] = {{0}};  // one group for two towers
+  EXPECT_FALSE(ModelSpec::FromJson(j).ok());
+
+  spec_ = other;
+  auto model = NewModel();
+  EXPECT_EQ(model->dense_params().size(), model->towers().num_params());
+  model->dense_params().back() = 0.25f;  // the output unit's bias
+  auto table = NewTable(*model, 2000);
+  ThreadPool pool(2);
+  auto saved = SaveModel(Env::Posix(), dir_, spec_, *table, *model, 10, &pool);
+  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  auto m = ReadManifest(Env::Posix(), dir_);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->spec.FirstDifference(spec_), "");
+  auto model2 = NewModel();
+  auto table2 = NewTable(*model2, 0);
+  ASSERT_TRUE(LoadModel(Env::Posix(), dir_, *m, table2.get(), model2.get(), &pool).ok());
+  EXPECT_EQ(model2->dense_params(), model->dense_params());
+  EXPECT_EQ(*ModelDigest(*table2, *model2, &pool), saved->digest);
+}
+
 TEST(ModelDirFormatTest, AVersion1ModelDirectoryStillLoads) {
   // Written by the build before quantization (commit 604b907): sparse file version 1, a
   // MANIFEST without model.quant. It loads as a float32 model with the digest it was saved with.

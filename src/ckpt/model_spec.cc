@@ -80,6 +80,8 @@ nlohmann::json ModelSpec::ToJson() const {
   if (model.dot) j["model"]["dot"] = true;
   if (!model.bottom_mlp.empty()) j["model"]["bottom_mlp"] = model.bottom_mlp;
   if (!model.shared_slots.empty()) j["model"]["shared_slots"] = model.shared_slots;
+  if (model.HasTowers()) j["model"]["towers"] = model.towers;
+  if (!model.dense_groups.empty()) j["model"]["dense_groups"] = model.dense_groups;
   // Written only when set, so that the specs of lossless models read as before.
   if (model.hashing.enabled()) {
     j["model"]["hashing"] = {{"method", HashingMethodName(model.hashing.method)},
@@ -126,6 +128,11 @@ StatusOr<ModelSpec> ModelSpec::FromJson(const nlohmann::json& j) {
     s.model.shared_slots =
         m.value("shared_slots", std::vector<std::vector<uint32_t>>{});  // absent: none
     if (std::string e = s.model.SharedSlotsError(s.schema.num_slots); !e.empty()) {
+      return CorruptionError("model spec: " + e);
+    }
+    s.model.towers = m.value("towers", 0u);  // absent: the single MLP
+    s.model.dense_groups = m.value("dense_groups", std::vector<std::vector<uint32_t>>{});
+    if (std::string e = TowersError(s.model, s.schema.num_dense); !e.empty()) {
       return CorruptionError("model spec: " + e);
     }
     if (!s.model.bottom_mlp.empty() && s.model.bottom_mlp.back() != s.model.embedding_dim) {

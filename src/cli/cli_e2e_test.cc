@@ -600,5 +600,30 @@ TEST_F(CliTest, SharedSlotsShareRowsAndFollowTheModel) {
       << past.err;
 }
 
+// model.towers: AIBox's joint-learning towers train end to end, save, and evaluate from the
+// model directory to the AUC training reported; dense groups are checked against the data.
+TEST_F(CliTest, TowersTrainSaveAndEvaluate) {
+  ASSERT_EQ(Run(Ctrbox("gen --rows 60000 --seed 3 --out " + Path("tr.tsv"))).exit_code, 0);
+  ASSERT_EQ(Run(Ctrbox("gen --rows 10000 --seed 4 --out " + Path("te.tsv"))).exit_code, 0);
+  const std::string common = " --set model.mlp=32,16 --set model.towers=2 --fresh --data " +
+                             Path("tr.tsv") + " --eval-data " + Path("te.tsv");
+  Result t = Run(Ctrbox("train --model-dir " + Path("towers") + common +
+                        " --set model.dense_groups=0-6,7+8+9-12"));
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_NE(t.err.find("2 towers x MLP 32-16 (dense groups 0+1+2+3+4+5+6 | 7+8+9+10+11+12)"),
+            std::string::npos)
+      << t.err;
+  EXPECT_GT(t.last_json["test_auc"].get<double>(), 0.6);
+  Result ev = Run(Ctrbox("eval --model-dir " + Path("towers") + " --data " + Path("te.tsv")));
+  ASSERT_EQ(ev.exit_code, 0) << ev.err;
+  EXPECT_EQ(ev.last_json["auc"], t.last_json["test_auc"]);
+  Result past = Run(
+      Ctrbox("train --model-dir " + Path("past") + common + " --set model.dense_groups=0-6,7-13"));
+  EXPECT_EQ(past.exit_code, 1);
+  EXPECT_NE(past.err.find("names dense feature 13 but the data has 13 (0 to 12)"),
+            std::string::npos)
+      << past.err;
+}
+
 }  // namespace
 }  // namespace ctrbox

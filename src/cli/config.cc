@@ -206,6 +206,39 @@ Setter SlotGroups() {
   };
 }
 
+// model.dense_groups: groups of dense feature indices or ranges joined by '+', the groups by
+// ',': "0-5,6+8+9-12".
+Setter DenseGroups() {
+  return [](JobConfig* j, std::string_view v, std::string* expect) {
+    std::vector<std::vector<uint32_t>> groups;
+    *expect =
+        "groups of dense feature indices or ranges joined by '+', the groups by ',', e.g. "
+        "0-5,6+8+9-12";
+    if (!Trim(v).empty()) {
+      for (std::string_view g : Split(v, ',')) {
+        std::vector<uint32_t> group;
+        for (std::string_view p : Split(Trim(g), '+')) {
+          p = Trim(p);
+          const size_t dash = p.find('-');
+          uint64_t a, b;
+          if (dash == std::string_view::npos) {
+            if (!ParseUint64(p, &a)) return false;
+            b = a;
+          } else if (!ParseUint64(Trim(p.substr(0, dash)), &a) ||
+                     !ParseUint64(Trim(p.substr(dash + 1)), &b) || b < a) {
+            return false;
+          }
+          if (b > 100000) return false;
+          for (uint64_t d = a; d <= b; ++d) group.push_back(static_cast<uint32_t>(d));
+        }
+        groups.push_back(std::move(group));
+      }
+    }
+    j->spec.model.dense_groups = std::move(groups);
+    return true;
+  };
+}
+
 constexpr uint64_t kMaxU32 = std::numeric_limits<uint32_t>::max();
 
 const std::vector<Key>& Keys() {
@@ -278,6 +311,16 @@ const std::vector<Key>& Keys() {
        "groups of slots that share one embedding table (equal raw ids in them are one key): "
        "slot indices joined by '+', groups by ',', e.g. 0+5,3+7",
        SlotGroups()},
+      {"model.towers", "0",
+       "AIBox's joint learning: this many MLP towers of model.mlp's widths instead of one, each "
+       "reading the input plus the first and last hidden layers of the towers before it; one "
+       "output unit over their last hidden layers (0 or 1: the single MLP)",
+       UInt([](JobConfig* j, uint64_t v) { j->spec.model.towers = static_cast<uint32_t>(v); }, 0,
+            16)},
+      {"model.dense_groups", "",
+       "with model.towers: each tower's own dense features, one group per tower (the others "
+       "feed every tower): indices or ranges joined by '+', groups by ',', e.g. 0-5,6-12",
+       DenseGroups()},
       {"model.dot", "false",
        "append DLRM's pairwise dot products of the slots' embeddings to the MLP's input",
        Bool([](JobConfig* j, bool v) { j->spec.model.dot = v; })},

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "io/test_util.h"
 #include "table/tiered_table.h"
 
@@ -122,6 +124,50 @@ TEST(ConfigTest, InteractionKeysComposeAndAreValidated) {
     JobConfigBuilder b3;
     Status st = b3.ApplySet(std::string("model.shared_slots=") + bad_groups);
     EXPECT_NE(st.message().find("model.shared_slots"), std::string::npos) << bad_groups;
+  }
+  JobConfigBuilder towers;  // AIBox's towers with a dense group each
+  ASSERT_TRUE(towers.ApplySet("model.towers=3").ok());
+  ASSERT_TRUE(towers.ApplySet("model.dense_groups=0-2, 3+5, 4+6-7").ok());
+  auto with_towers = towers.Finish();
+  ASSERT_TRUE(with_towers.ok()) << with_towers.status().ToString();
+  EXPECT_EQ(with_towers->spec.model.dense_groups,
+            (std::vector<std::vector<uint32_t>>{{0, 1, 2}, {3, 5}, {4, 6, 7}}));
+  EXPECT_TRUE(with_towers->Validate().ok());
+  for (const char* bad_groups : {"a", "3-1", "1-", "0,,1"}) {
+    JobConfigBuilder b4;
+    Status st = b4.ApplySet(std::string("model.dense_groups=") + bad_groups);
+    EXPECT_NE(st.message().find("model.dense_groups"), std::string::npos) << bad_groups;
+  }
+  // Checked by the job: one group per tower, no feature twice, towers need hidden layers.
+  for (auto [set, want] : std::vector<std::pair<std::function<void(ModelOptions*)>, std::string>>{
+           {[](ModelOptions* m) {
+              m->dense_groups = {{0}, {1}};
+            },
+            "model.towers is not 2"},
+           {[](ModelOptions* m) {
+              m->towers = 2;
+              m->dense_groups = {{0}};
+            },
+            "one per tower"},
+           {[](ModelOptions* m) {
+              m->towers = 2;
+              m->dense_groups = {{0, 1}, {1}};
+            },
+            "dense feature 1 twice"},
+           {[](ModelOptions* m) {
+              m->towers = 2;
+              m->mlp = {};
+            },
+            "needs hidden layers"},
+           {[](ModelOptions* m) {
+              m->towers = 2;
+              m->dense_groups = {{0}, {1}};
+              m->bottom_mlp = {16};
+            },
+            "model.bottom_mlp"}}) {
+    JobConfig j = *plain;
+    set(&j.spec.model);
+    EXPECT_NE(j.Validate().message().find(want), std::string::npos) << j.Validate().message();
   }
   JobConfig orphan = *plain;  // a rank without cross layers would be ignored
   orphan.spec.model.cross_rank = 32;

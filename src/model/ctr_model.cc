@@ -70,8 +70,8 @@ std::string TowersError(const ModelOptions& m, uint32_t num_dense) {
     for (uint32_t d : group) {
       if (num_dense > 0 && d >= num_dense) {
         return fmt::format(
-            "model.dense_groups names dense feature {} but the data has {} (0 to {})", d,
-            num_dense, num_dense - 1);
+            "model.dense_groups names dense feature {} but the data has {} (0 to {})", d, num_dense,
+            num_dense - 1);
       }
       if (seen.size() <= d) seen.resize(d + 1);
       if (seen[d]) return fmt::format("model.dense_groups names dense feature {} twice", d);

@@ -328,7 +328,8 @@ TEST(CtrModelTest, PredictionsMatchAPlainReferenceOfEveryShape) {
             if (l == 0) h1[t] = in;
           }
           hL[t] = in;
-          for (uint32_t j = 0; j < in.size(); ++j) z += in[j] * params[tw.out_w() + t * in.size() + j];
+          for (uint32_t j = 0; j < in.size(); ++j)
+            z += in[j] * params[tw.out_w() + t * in.size() + j];
         }
         x = {z};
       }
@@ -363,6 +364,18 @@ TEST(CtrModelTest, DescribeNamesTheShape) {
   EXPECT_EQ(CtrModel(kSchema, m, o, o, 1).Describe(),
             "2 dense + 3 slots x 4 -> 2 cross layers (rank 3) -> MLP (linear) (+ 3 dots) + fm; "
             "214 dense parameters");
+}
+
+TEST(CtrModelTest, DescribeNamesTheTowers) {
+  OptimizerOptions o;
+  ModelOptions m = SmallModel();
+  m.towers = 2;
+  m.dense_groups = {{0}, {1}};
+  // Tower 0 reads 1 dense + 12 embedding columns; tower 1 also tower 0's h1 (8) and hL (4):
+  // (13*8+8 + 8*4+4) + (25*8+8 + 8*4+4) + 2*4 + 1.
+  EXPECT_EQ(CtrModel(kSchema, m, o, o, 1).Describe(),
+            "2 dense + 3 slots x 4 -> 2 towers x MLP 8-4 (dense groups 0 | 1) + wide; 401 dense "
+            "parameters");
 }
 
 TEST(CtrModelTest, BitIdenticalWhateverTheThreadCount) {

@@ -7,7 +7,8 @@
 
 namespace ctrbox {
 
-Towers::Towers(uint32_t count, uint32_t base_width, const std::vector<std::vector<uint32_t>>& groups,
+Towers::Towers(uint32_t count, uint32_t base_width,
+               const std::vector<std::vector<uint32_t>>& groups,
                const std::vector<uint32_t>& hidden, size_t param_base)
     : base_width_(base_width), param_base_(param_base) {
   const uint32_t taps = hidden.size() > 1 ? hidden.front() + hidden.back() : hidden.front();

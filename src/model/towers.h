@@ -76,8 +76,8 @@ class Towers {
 
 // One call's buffers over B rows (row-major, B rows each; per tower t and layer l).
 struct TowerRows {
-  const float* base = nullptr;  // [B x base_width], row stride base_width
-  std::vector<float*> tin, dtin;  // [B x in(t)]: the input and its gradient
+  const float* base = nullptr;                   // [B x base_width], row stride base_width
+  std::vector<float*> tin, dtin;                 // [B x in(t)]: the input and its gradient
   std::vector<std::vector<float*>> acts, grads;  // [B x out(l)]: post-ReLU, pre-activation grad
   // Gradients reaching h1_t and hL_t from later towers (hL_t's unused with one hidden layer).
   std::vector<float*> inj_first, inj_last;

@@ -119,6 +119,7 @@ Status JobConfig::Validate() const {
         "embeddings' dot products",
         spec.model.embedding_dim, b.back()));
   }
+  if (std::string e = TowersError(spec.model, 0); !e.empty()) return InvalidArgumentError(e);
   if (spec.model.cross_rank > 0 && spec.model.cross_layers == 0) {
     return InvalidArgumentError(
         "model.cross_rank is set but model.cross_layers is 0 (it would be ignored)");
