@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """The architectures of docs/model.md against their PyTorch twins (bench/torch_twins.py) on the
 1 M / 200 K benchmark files: for each of mlp (the default model), deepfm, dcn_v2, dcn_v2_lr
-(rank 64), dlrm and dlrm_bottom (with a 64-16 bottom MLP),
+(rank 64), dlrm, dlrm_bottom (with a 64-16 bottom MLP) and aibox (two joint-learning towers,
+dense features 0-6 to the first, 7-12 to the second),
 --reps runs of `ctrbox train` and of the twin, alternating, at --threads threads. Prints one
 JSON line per run, then per architecture a summary with the medians (examples/s and test AUC),
 ctrbox's speed over its twin's, and the AUC differences (to the twin, and to ctrbox's MLP).
 
-  bench/architectures.py [--archs mlp,deepfm,dcn_v2,dcn_v2_lr,dlrm,dlrm_bottom] [--reps 3]
+  bench/architectures.py [--archs mlp,deepfm,dcn_v2,dcn_v2_lr,dlrm,dlrm_bottom,aibox] [--reps 3]
                          [--cross-layers 2]
                          [--vary-seed] [--device gpu]
 
@@ -27,12 +28,13 @@ def ctrbox_sets(arch, cross_layers):
             "dcn_v2": ["model.cross_layers=%d" % cross_layers],
             "dcn_v2_lr": ["model.cross_layers=%d" % cross_layers, "model.cross_rank=64"],
             "dlrm": ["model.dot=true"],
-            "dlrm_bottom": ["model.dot=true", "model.bottom_mlp=64,16"]}[arch]
+            "dlrm_bottom": ["model.dot=true", "model.bottom_mlp=64,16"],
+            "aibox": ["model.towers=2", "model.dense_groups=0-6,7-12"]}[arch]
 
 
 def main():
     ap = arg_parser(__doc__, reps=3)
-    ap.add_argument("--archs", default="mlp,deepfm,dcn_v2,dcn_v2_lr,dlrm,dlrm_bottom")
+    ap.add_argument("--archs", default="mlp,deepfm,dcn_v2,dcn_v2_lr,dlrm,dlrm_bottom,aibox")
     ap.add_argument("--cross-layers", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu", choices=["cpu", "gpu"])

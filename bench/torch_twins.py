@@ -11,6 +11,9 @@ embedding rows, optimizers, timing and AUC) with the interaction ctrbox composes
   dlrm     the pairwise dot products of the 26 pooled embeddings appended to the MLP's input
   dlrm_bottom  DLRM with its bottom MLP (--bottom-mlp, ReLU layers, the last as wide as an
            embedding): its output z replaces the dense features and joins the dot products
+  aibox    AIBox's joint learning: --towers MLP towers of --mlp's widths; tower t reads the
+           input without the other towers' --dense-groups, plus the first and last hidden
+           layers of every earlier tower; one linear output over their last hidden layers
 
 Sparse rows (embeddings and wide weights) train with Adagrad, the dense layers with Adam, as
 in the baseline. Only the training loop is timed. Prints one JSON line.
@@ -29,7 +32,7 @@ from torch_ctr import DENSE, SLOTS, auc, read_tsv  # noqa: E402
 
 
 class Twin(nn.Module):
-    def __init__(self, arch, rows, dim, mlp, cross_layers, cross_rank, bottom_mlp):
+    def __init__(self, arch, rows, dim, mlp, cross_layers, cross_rank, bottom_mlp, towers=0, dense_groups=()):
         super().__init__()
         self.arch = arch
         self.emb = nn.Embedding(rows, dim, sparse=True)
@@ -66,6 +69,21 @@ class Twin(nn.Module):
             n = SLOTS + (1 if arch == "dlrm_bottom" else 0)
             self.pairs = torch.triu_indices(n, n, offset=1)
             width += self.pairs.shape[1]
+        self.towers = nn.ModuleList()
+        if arch == "aibox":
+            # Tower t's base columns: all but the dense features of the other towers' groups.
+            owner = {d: g for g, group in enumerate(dense_groups) for d in group}
+            self.tower_cols = [torch.tensor([c for c in range(w0) if owner.get(c, t) == t])
+                               for t in range(towers)]
+            taps = mlp[0] + (mlp[-1] if len(mlp) > 1 else 0)
+            for t in range(towers):
+                width, layers = len(self.tower_cols[t]) + t * taps, nn.ModuleList()
+                for h in mlp:
+                    layers.append(nn.Linear(width, h))
+                    width = h
+                self.towers.append(layers)
+            self.mlp = nn.Linear(towers * mlp[-1], 1)  # the output unit
+            return
         layers = []
         for h in mlp:
             layers += [nn.Linear(width, h), nn.ReLU()]
@@ -77,7 +95,8 @@ class Twin(nn.Module):
         return list(self.emb.parameters()) + (list(self.wide.parameters()) if self.wide is not None else [])
 
     def dense_parameters(self):
-        return list(self.mlp.parameters()) + list(self.cross.parameters()) + list(self.bottom.parameters())
+        return (list(self.mlp.parameters()) + list(self.cross.parameters()) + list(self.bottom.parameters()) +
+                list(self.towers.parameters()))
 
     def forward(self, dense, cats):
         e = self.emb(cats)  # [B, SLOTS, dim]
@@ -94,6 +113,17 @@ class Twin(nn.Module):
         if self.arch in ("dlrm", "dlrm_bottom"):
             dots = torch.bmm(vecs, vecs.transpose(1, 2))[:, self.pairs[0].to(e.device), self.pairs[1].to(e.device)]
             x = torch.cat([x, dots], dim=1)
+        if self.arch == "aibox":
+            taps, lasts = [], []
+            for t, layers in enumerate(self.towers):
+                h = torch.cat([x[:, self.tower_cols[t].to(x.device)]] + taps, dim=1)
+                for i, lin in enumerate(layers):
+                    h = torch.relu(lin(h))
+                    if i == 0:
+                        first = h
+                taps += [first, h] if len(layers) > 1 else [h]
+                lasts.append(h)
+            x = torch.cat(lasts, dim=1)
         logit = self.mlp(x).squeeze(1)
         if self.arch == "deepfm":
             s = e.sum(dim=1)
@@ -104,7 +134,10 @@ class Twin(nn.Module):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--arch", required=True,
-                    choices=["mlp", "deepfm", "dcn_v2", "dcn_v2_lr", "dlrm", "dlrm_bottom"])
+                    choices=["mlp", "deepfm", "dcn_v2", "dcn_v2_lr", "dlrm", "dlrm_bottom", "aibox"])
+    ap.add_argument("--towers", type=int, default=2)
+    ap.add_argument("--dense-groups", default="0-6,7-12",
+                    help="aibox: each tower's dense features, ranges joined by '+', groups by ','")
     ap.add_argument("--bottom-mlp", default="64,16")
     ap.add_argument("--train", required=True)
     ap.add_argument("--test", required=True)
@@ -127,8 +160,15 @@ def main():
     yte, dte, cte = read_tsv(a.test, vocab)
     mlp = [int(x) for x in a.mlp.split(",")] if a.mlp else []
     dev = torch.device(a.device)
+    groups = []
+    for g in a.dense_groups.split(",") if a.dense_groups else []:
+        group = []
+        for item in g.split("+"):
+            lo, _, hi = item.partition("-")
+            group += list(range(int(lo), int(hi or lo) + 1))
+        groups.append(group)
     model = Twin(a.arch, len(vocab), a.dim, mlp, a.cross_layers, a.cross_rank,
-                 [int(x) for x in a.bottom_mlp.split(",")]).to(dev)
+                 [int(x) for x in a.bottom_mlp.split(",")], a.towers, groups).to(dev)
     sparse_opt = torch.optim.Adagrad(model.sparse_parameters(), lr=a.sparse_lr)
     dense_opt = torch.optim.Adam(model.dense_parameters(), lr=a.dense_lr)
     loss_fn = nn.BCEWithLogitsLoss()
