@@ -303,6 +303,7 @@ TEST_F(ModelDirTest, SpecDifferencesAreNamed) {
        {+[](ModelSpec* s) { s->model.fm = false; }, +[](ModelSpec* s) { s->model.dot = false; },
         +[](ModelSpec* s) { s->model.cross_layers = 2; },
         +[](ModelSpec* s) { s->model.cross_rank = 0; },
+        +[](ModelSpec* s) { s->model.cross_experts = 2; },
         +[](ModelSpec* s) { s->model.bottom_mlp = {}; }}) {
     ModelSpec changed = other;
     change(&changed);
@@ -312,6 +313,11 @@ TEST_F(ModelDirTest, SpecDifferencesAreNamed) {
             "model.cross_layers = 3 there, 3 now");
   j = other.ToJson();
   j["model"]["cross_layers"] = 17;
+  EXPECT_FALSE(ModelSpec::FromJson(j).ok());
+  j = other.ToJson();
+  j["model"]["cross_experts"] = 2;
+  EXPECT_TRUE(ModelSpec::FromJson(j).ok());
+  j["model"].erase("cross_rank");  // experts are low rank
   EXPECT_FALSE(ModelSpec::FromJson(j).ok());
   j = other.ToJson();
   j["model"]["bottom_mlp"] = {64, 3};  // z must be as wide as an embedding
@@ -336,6 +342,30 @@ TEST_F(ModelDirTest, ModelsWithInteractionsSaveAndLoadTheirCrossLayers) {
   spec_.model.cross_layers = 2;
   spec_.model.cross_rank = 5;
   spec_.model.bottom_mlp = {12, spec_.model.embedding_dim};
+  {  // DCN-Mix's experts, after the bottom MLP's parameters
+    ModelSpec mixed = spec_;
+    mixed.model.cross_experts = 3;
+    auto m = std::make_unique<CtrModel>(mixed.schema, mixed.model, mixed.sparse_optimizer,
+                                        mixed.dense_optimizer, 1);
+    EXPECT_EQ(m->cross().num_params(), 0u);
+    EXPECT_EQ(m->dense_params().size(),
+              m->mlp().num_params() + m->bottom().num_params() + m->mix().num_params());
+    m->dense_params().back() = 0.75f;  // the last mixture layer's bias
+    auto table = NewTable(*m, 2000);
+    ThreadPool pool(2);
+    const std::string dir = dir_ + "-mix";
+    auto saved = SaveModel(Env::Posix(), dir, mixed, *table, *m, 10, &pool);
+    ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+    auto manifest = ReadManifest(Env::Posix(), dir);
+    ASSERT_TRUE(manifest.ok());
+    EXPECT_EQ(manifest->spec.model.cross_experts, 3u);
+    auto m2 = std::make_unique<CtrModel>(mixed.schema, mixed.model, mixed.sparse_optimizer,
+                                         mixed.dense_optimizer, 2);
+    auto table2 = NewTable(*m2, 0);
+    ASSERT_TRUE(LoadModel(Env::Posix(), dir, *manifest, table2.get(), m2.get(), &pool).ok());
+    EXPECT_EQ(m2->dense_params(), m->dense_params());
+    (void)std::system(("rm -rf " + dir).c_str());
+  }
   auto model = NewModel();
   const size_t mlp_params = model->mlp().num_params();
   ASSERT_EQ(model->dense_params().size(),

@@ -77,6 +77,7 @@ nlohmann::json ModelSpec::ToJson() const {
   if (model.fm) j["model"]["fm"] = true;
   if (model.cross_layers > 0) j["model"]["cross_layers"] = model.cross_layers;
   if (model.cross_rank > 0) j["model"]["cross_rank"] = model.cross_rank;
+  if (model.cross_experts > 0) j["model"]["cross_experts"] = model.cross_experts;
   if (model.dot) j["model"]["dot"] = true;
   if (!model.bottom_mlp.empty()) j["model"]["bottom_mlp"] = model.bottom_mlp;
   if (!model.shared_slots.empty()) j["model"]["shared_slots"] = model.shared_slots;
@@ -123,6 +124,13 @@ StatusOr<ModelSpec> ModelSpec::FromJson(const nlohmann::json& j) {
     s.model.fm = m.value("fm", false);  // absent in manifests from before the interactions
     s.model.cross_layers = m.value("cross_layers", 0u);
     s.model.cross_rank = m.value("cross_rank", 0u);
+    s.model.cross_experts = m.value("cross_experts", 0u);  // absent: one W_l per layer
+    if (s.model.cross_experts > 64 ||
+        (s.model.cross_experts > 0 && (s.model.cross_rank == 0 || s.model.cross_layers == 0))) {
+      return CorruptionError(
+          "model spec: model.cross_experts needs model.cross_rank and model.cross_layers, and "
+          "is at most 64");
+    }
     s.model.dot = m.value("dot", false);
     s.model.bottom_mlp = m.value("bottom_mlp", std::vector<uint32_t>{});
     s.model.shared_slots =

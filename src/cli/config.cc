@@ -303,6 +303,13 @@ const std::vector<Key>& Keys() {
        "rank r of the cross layers' W_l = U_l V_l^T (DCN-v2's low-rank form; 0: full W0 x W0)",
        UInt([](JobConfig* j, uint64_t v) { j->spec.model.cross_rank = static_cast<uint32_t>(v); },
             0, 4096)},
+      {"model.cross_experts", "0",
+       "DCN-v2's mixture of low-rank experts: this many experts per cross layer, each "
+       "x0 * (relu(relu(x_l V) C) U + b) of rank model.cross_rank, mixed by a softmax gate of x_l "
+       "(0: one W_l per layer)",
+       UInt(
+           [](JobConfig* j, uint64_t v) { j->spec.model.cross_experts = static_cast<uint32_t>(v); },
+           0, 64)},
       {"model.bottom_mlp", "",
        "DLRM's bottom MLP: ReLU layer widths turning the dense features into z, the last as wide "
        "as model.embedding_dim; z replaces them in the input and joins model.dot's products",

@@ -169,6 +169,13 @@ TEST(ConfigTest, InteractionKeysComposeAndAreValidated) {
     set(&j.spec.model);
     EXPECT_NE(j.Validate().message().find(want), std::string::npos) << j.Validate().message();
   }
+  JobConfig experts = *plain;  // DCN-Mix needs low-rank cross layers
+  experts.spec.model.cross_experts = 4;
+  experts.spec.model.cross_layers = 2;
+  EXPECT_NE(experts.Validate().message().find("model.cross_experts needs"), std::string::npos)
+      << experts.Validate().message();
+  experts.spec.model.cross_rank = 16;
+  EXPECT_TRUE(experts.Validate().ok()) << experts.Validate().message();
   JobConfig orphan = *plain;  // a rank without cross layers would be ignored
   orphan.spec.model.cross_rank = 32;
   EXPECT_NE(orphan.Validate().message().find("model.cross_layers is 0"), std::string::npos)

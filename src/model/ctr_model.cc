@@ -90,11 +90,14 @@ CtrModel::CtrModel(Schema schema, ModelOptions model, OptimizerOptions sparse,
       dense_width_(DenseWidth(schema, options_)),
       input_width_(InputWidth(schema, options_)),
       towers_(MakeTowers(schema, options_)),
-      cross_{input_width_, options_.cross_layers, options_.cross_rank,
+      cross_{input_width_, options_.cross_experts > 0 ? 0 : options_.cross_layers,
+             options_.cross_experts > 0 ? 0 : options_.cross_rank,
              towers_.on() ? towers_.num_params() : mlp_.num_params()},
       bottom_(schema.num_dense, options_.bottom_mlp, /*head=*/false),
       bottom_base_(cross_.base + cross_.num_params()),
-      params_(bottom_base_ + bottom_.num_params()),
+      mix_{input_width_, options_.cross_experts > 0 ? options_.cross_layers : 0,
+           options_.cross_experts, options_.cross_rank, bottom_base_ + bottom_.num_params()},
+      params_(mix_.base + mix_.num_params()),
       grads_(params_.size()),
       dense_opt_(dense, params_.size()),
       quant_(options_.quant.bits, options_.quant.range),
@@ -102,7 +105,7 @@ CtrModel::CtrModel(Schema schema, ModelOptions model, OptimizerOptions sparse,
   blas::UseSingleThreadedBlas();
   // With cross layers or a bottom MLP the gradient reaches every input column (the dense ones
   // feed the cross products, or z its MLP).
-  dmi_begin_ = cross_.layers > 0 || bottom_.num_layers() > 0 ? 0 : dense_width_;
+  dmi_begin_ = cross_.layers > 0 || mix_.layers > 0 || bottom_.num_layers() > 0 ? 0 : dense_width_;
   if (towers_.on()) {
     towers_.Init(params_.data(), seed);
   } else {
@@ -122,6 +125,25 @@ CtrModel::CtrModel(Schema schema, ModelOptions model, OptimizerOptions sparse,
       }
     }
   }
+  if (mix_.layers > 0) {
+    // V_k, C_k, U_k and the gates Glorot-uniform, b zero.
+    Random rng(Mix64(seed ^ 0xC2055'3E7ULL));
+    const uint32_t W = mix_.width, R = mix_.rank, K = mix_.experts;
+    auto glorot = [&](size_t at, uint32_t in, uint32_t out) {
+      const float bound = std::sqrt(6.0f / static_cast<float>(in + out));
+      for (size_t i = 0; i < size_t{in} * out; ++i) {
+        params_[at + i] = (2.0f * rng.UniformFloat() - 1.0f) * bound;
+      }
+    };
+    for (uint32_t l = 0; l < mix_.layers; ++l) {
+      for (uint32_t k = 0; k < K; ++k) {
+        glorot(mix_.v_offset(l, k), W, R);
+        glorot(mix_.c_offset(l, k), R, R);
+        glorot(mix_.u_offset(l, k), R, W);
+      }
+      glorot(mix_.g_offset(l), W, K);
+    }
+  }
   for (uint32_t l = 0; !towers_.on() && l < mlp_.num_layers(); ++l) {
     for (uint32_t c0 = 0; c0 < mlp_.out(l); c0 += kTileColumns) {
       tiles_.push_back(Tile{TileKind::kMlp, l, c0, std::min(mlp_.out(l), c0 + kTileColumns)});
@@ -136,6 +158,12 @@ CtrModel::CtrModel(Schema schema, ModelOptions model, OptimizerOptions sparse,
     }
   }
   if (towers_.on()) tiles_.push_back(Tile{TileKind::kTowerOut, 0, 0, 1});
+  for (uint32_t l = 0; l < mix_.layers; ++l) {
+    for (uint32_t k = 0; k < mix_.experts; ++k) {
+      tiles_.push_back(Tile{TileKind::kMixExpert, l, 0, 1, k});
+    }
+    tiles_.push_back(Tile{TileKind::kMixLayer, l, 0, 1});
+  }
   for (uint32_t l = 0; l < cross_.layers; ++l) {
     for (uint32_t c0 = 0; c0 < cross_.width; c0 += kTileColumns) {
       tiles_.push_back(Tile{TileKind::kCross, l, c0, std::min(cross_.width, c0 + kTileColumns)});
@@ -164,6 +192,10 @@ CtrModel::CtrModel(Schema schema, ModelOptions model, OptimizerOptions sparse,
         return towers_.tower(t.tower).in(t.layer);
       case TileKind::kTowerOut:
         return towers_.count() * towers_.last();
+      case TileKind::kMixExpert:
+        return static_cast<uint32_t>(mix_.expert_params());
+      case TileKind::kMixLayer:
+        return mix_.width * (mix_.experts + 1);
     }
     return 0u;
   };
@@ -184,6 +216,10 @@ std::string CtrModel::Describe() const {
   if (cross_.layers > 0) {
     s += fmt::format(" -> {} cross layer{}", cross_.layers, cross_.layers > 1 ? "s" : "");
     if (cross_.rank > 0) s += fmt::format(" (rank {})", cross_.rank);
+  }
+  if (mix_.layers > 0) {
+    s += fmt::format(" -> {} cross layer{} ({} experts of rank {})", mix_.layers,
+                     mix_.layers > 1 ? "s" : "", mix_.experts, mix_.rank);
   }
   s += towers_.on() ? fmt::format(" -> {} towers x MLP ", towers_.count()) : " -> MLP ";
   for (size_t i = 0; i < options_.mlp.size(); ++i) {
@@ -209,7 +245,7 @@ std::string CtrModel::Describe() const {
 double CtrModel::FlopsPerExample() const {
   // A cross layer's matrices: one GEMM forward, one backward to the input, one to the weights.
   return (towers_.on() ? towers_.FlopsPerExample() : mlp_.FlopsPerExample()) +
-         bottom_.FlopsPerExample() +
+         bottom_.FlopsPerExample() + mix_.FlopsPerExample() +
          2.0 * 3.0 * cross_.layers * static_cast<double>(cross_.matrix_params());
 }
 
@@ -277,7 +313,26 @@ void CtrModel::EnsureBuffers(uint32_t rows) {
       cross_glow_[l].resize(size_t{rows} * cross_.rank);
     }
   }
-  if (cross_.layers > 0) {
+  const uint32_t ML = mix_.layers, K = mix_.experts, R = mix_.rank;
+  for (auto* v : {&mix_x_, &mix_a_, &mix_c_, &mix_u_, &mix_gate_, &mix_du_, &mix_dc_, &mix_da_,
+                  &mix_dgate_, &mix_dub_}) {
+    v->resize(ML);
+  }
+  for (uint32_t l = 0; l < ML; ++l) {
+    mix_x_[l].resize(cells);
+    mix_dub_[l].resize(cells);
+    mix_u_[l].resize(K * cells);
+    mix_du_[l].resize(K * cells);
+    for (auto* v : {&mix_a_, &mix_c_, &mix_dc_, &mix_da_}) (*v)[l].resize(size_t{K} * rows * R);
+    mix_gate_[l].resize(size_t{rows} * K);
+    mix_dgate_[l].resize(size_t{rows} * K);
+  }
+  if (ML > 0) {
+    mix_g_.resize(cells);
+    mix_acc_.resize(cells);
+    mix_tmp_.resize(cells);
+  }
+  if (cross_.layers > 0 || ML > 0) {
     cross_g_.resize(cells);
     cross_t_.resize(cells);
     cross_acc_.resize(cells);
@@ -340,13 +395,46 @@ TowerRows CtrModel::TowerBlock(uint32_t r0) {
   return p;
 }
 
+MixRows CtrModel::MixBlock(uint32_t r0) {
+  const uint32_t W = mix_.width, R = mix_.rank, K = mix_.experts;
+  MixRows p;
+  p.x0 = x_.data() + size_t{r0} * W;
+  auto at = [](std::vector<std::vector<float>>& v, size_t off) {
+    std::vector<float*> out;
+    for (auto& b : v) out.push_back(b.data() + off);
+    return out;
+  };
+  const size_t ow = size_t{r0} * W, orr = size_t{r0} * R, ok = size_t{r0} * K;
+  p.x = at(mix_x_, ow);
+  p.a = at(mix_a_, orr);
+  p.c = at(mix_c_, orr);
+  p.u = at(mix_u_, ow);
+  p.gate = at(mix_gate_, ok);
+  p.du = at(mix_du_, ow);
+  p.dc = at(mix_dc_, orr);
+  p.da = at(mix_da_, orr);
+  p.dgate = at(mix_dgate_, ok);
+  p.dub = at(mix_dub_, ow);
+  p.g = mix_g_.data() + ow;
+  p.acc = mix_acc_.data() + ow;
+  p.tmp = mix_tmp_.data() + ow;
+  p.kstride_r = size_t{capacity_} * R;
+  p.kstride_w = size_t{capacity_} * W;
+  return p;
+}
+
+const float* CtrModel::CrossOutput() const {
+  if (mix_.layers > 0) return mix_x_[mix_.layers - 1].data();
+  return CrossInput(cross_.layers);
+}
+
 const float* CtrModel::CrossInput(uint32_t l) const {
   return l == 0 ? x_.data() : cross_x_[l - 1].data();
 }
 
 const float* CtrModel::MlpInput() const {
   if (options_.dot) return mlp_in_.data();
-  return CrossInput(cross_.layers);
+  return CrossOutput();
 }
 
 void CtrModel::InteractionsForward(uint32_t r0, uint32_t r1) {
@@ -374,9 +462,13 @@ void CtrModel::InteractionsForward(uint32_t r0, uint32_t r1) {
     const float* b = params_.data() + cross_.b_offset(l);
     for (size_t i = 0; i < cells; ++i) xn[i] = CrossForward(x0[i], xl[i], &u[i], b[i % W0]);
   }
+  if (mix_.layers > 0) {
+    HostExec e;  // this thread, as every row block's work
+    MixForward(e, mix_, params_.data(), MixBlock(r0), rows);
+  }
   if (!options_.dot) return;
   const uint32_t in = mlp_.in(0);
-  const float* xL = CrossInput(cross_.layers) + off;
+  const float* xL = CrossOutput() + off;
   for (uint32_t r = 0; r < rows; ++r) {
     float* m = mlp_in_.data() + (size_t{r0} + r) * in;
     std::memcpy(m, xL + size_t{r} * W0, W0 * sizeof(float));
@@ -428,6 +520,13 @@ void CtrModel::InteractionsBackward(uint32_t r0, uint32_t r1) {
       for (size_t i = 0; i < cells; ++i) g[i] += t[i];
     }
     for (size_t i = 0; i < cells; ++i) g[i] += acc[i];
+    base = g + vec0;
+    base_stride = W0;
+  }
+  if (mix_.layers > 0) {
+    HostExec e;
+    float* g = cross_g_.data() + off;
+    MixBackward(e, mix_, params_.data(), MixBlock(r0), rows, dmi, mw, g);
     base = g + vec0;
     base_stride = W0;
   }
@@ -506,7 +605,7 @@ void CtrModel::ForwardBlock(uint32_t r0, uint32_t r1) {
   std::vector<float*> acts(hidden);
   for (uint32_t l = 0; l < hidden; ++l) acts[l] = acts_[l].data() + size_t{r0} * mlp_.out(l);
   if (bottom_.num_layers() > 0) BottomForward(r0, r1);
-  if (cross_.layers > 0 || options_.dot) InteractionsForward(r0, r1);
+  if (cross_.layers > 0 || mix_.layers > 0 || options_.dot) InteractionsForward(r0, r1);
   if (towers_.on()) {
     HostExec e;  // this thread, as every row block's work
     TowersForward(e, towers_, params_.data(), TowerBlock(r0), r1 - r0, logits_.data() + r0);
@@ -654,6 +753,16 @@ void CtrModel::DenseTileGrad(size_t t, uint32_t batch_rows) {
       grads_[towers_.out_b()] = db;
       return;
     }
+    case TileKind::kMixExpert: {
+      HostExec e;
+      MixExpertGrads(e, mix_, MixBlock(0), batch_rows, l, tile.tower, grads_.data());
+      return;
+    }
+    case TileKind::kMixLayer: {
+      HostExec e;
+      MixLayerGrads(e, mix_, MixBlock(0), batch_rows, l, grads_.data());
+      return;
+    }
     case TileKind::kBottom: {
       const float* xin = l == 0 ? bottom_in_.data() : bottom_acts_[l - 1].data();
       bottom_.TileGrad(l, c0, c1, xin, bottom_grads_[l].data(), B, grads_.data() + bottom_base_);
@@ -704,6 +813,14 @@ void CtrModel::DenseTileUpdate(size_t t) {
     }
     case TileKind::kTowerOut:
       UpdateTile(towers_.out_w(), towers_.count() * towers_.last(), 1, towers_.out_b(), 0, 1);
+      return;
+    case TileKind::kMixExpert:
+      dense_opt_.Update(params_.data(), grads_.data(), mix_.v_offset(l, tile.tower),
+                        mix_.expert_params());
+      return;
+    case TileKind::kMixLayer:
+      dense_opt_.Update(params_.data(), grads_.data(), mix_.g_offset(l),
+                        size_t{mix_.width} * (mix_.experts + 1));
       return;
     case TileKind::kCross: {
       const uint32_t R = cross_.rank;

@@ -29,6 +29,7 @@
 #include "io/batch.h"
 #include "io/key_hashing.h"
 #include "io/text_format.h"
+#include "model/cross_mix.h"
 #include "model/interactions.h"
 #include "model/mlp.h"
 #include "model/optimizer.h"
@@ -57,7 +58,10 @@ struct ModelOptions {
   bool fm = false;            // model.fm: DeepFM's second-order term on the logit
   uint32_t cross_layers = 0;  // model.cross_layers: DCN-v2 cross layers before the MLP
   uint32_t cross_rank = 0;    // model.cross_rank: their W_l = U_l V_l^T of rank r (0: full)
-  bool dot = false;           // model.dot: DLRM's pairwise dot products into the MLP
+  // model.cross_experts: DCN-v2's mixture of this many low-rank experts per cross layer
+  // (model/cross_mix.h; needs cross_rank), 0: one W_l per layer.
+  uint32_t cross_experts = 0;
+  bool dot = false;  // model.dot: DLRM's pairwise dot products into the MLP
   // model.bottom_mlp: DLRM's bottom MLP (ReLU layers; the last as wide as an embedding) turns
   // the dense features into z, which takes their place in the input and joins the dots.
   std::vector<uint32_t> bottom_mlp;
@@ -130,6 +134,12 @@ class CtrModel {
   const Towers& towers() const { return towers_; }
   // The cross layers' parameters (layers 0: none), after the MLP's in dense_params().
   const CrossLayout& cross() const { return cross_; }
+  // The mixture-of-experts cross layers (model.cross_experts; layers 0: none, and then cross()
+  // has none), after the bottom MLP's parameters.
+  const MixLayout& mix() const { return mix_; }
+  // The first column of the MLP's input that receives a gradient (0 with cross layers or a
+  // bottom MLP, else the dense features' end).
+  uint32_t dmi_begin() const { return dmi_begin_; }
   // The bottom MLP (no layers: none) and where its parameters start in dense_params() (after
   // the cross layers').
   const Mlp& bottom() const { return bottom_; }
@@ -247,6 +257,7 @@ class CtrModel {
   CrossLayout cross_;
   Mlp bottom_;
   size_t bottom_base_;
+  MixLayout mix_;
   std::vector<float> params_, grads_;
   DenseOptimizer dense_opt_;
   Quantizer quant_;      // of the stored embeddings (disabled: float32)
@@ -255,7 +266,18 @@ class CtrModel {
   // layer's W_l (full rank) or U_l (low rank) and b_l, or of a low-rank layer's V_l.
   // With towers: columns of tower `tower`'s layer, or (kTowerOut, one tile) the output unit's
   // weights and bias.
-  enum class TileKind : uint8_t { kMlp, kCross, kCrossV, kBottom, kTower, kTowerOut };
+  // With a mixture of experts: expert `tower` of cross layer `layer` (kMixExpert), or the
+  // layer's gates and bias (kMixLayer); one tile each.
+  enum class TileKind : uint8_t {
+    kMlp,
+    kCross,
+    kCrossV,
+    kBottom,
+    kTower,
+    kTowerOut,
+    kMixExpert,
+    kMixLayer
+  };
   struct Tile {
     TileKind kind;
     uint32_t layer, c0, c1;
@@ -287,6 +309,13 @@ class CtrModel {
   std::vector<std::vector<float>> tw_tin_, tw_dtin_, tw_injf_, tw_injl_;
   std::vector<std::vector<std::vector<float>>> tw_acts_, tw_grads_;
   TowerRows TowerBlock(uint32_t r0);
+  // The mixture's buffers (model/cross_mix.h), per layer; MixBlock points them at rows from r0.
+  std::vector<std::vector<float>> mix_x_, mix_a_, mix_c_, mix_u_, mix_gate_, mix_du_, mix_dc_,
+      mix_da_, mix_dgate_, mix_dub_;
+  std::vector<float> mix_g_, mix_acc_, mix_tmp_;
+  MixRows MixBlock(uint32_t r0);
+  // x_L: the cross layers' (or the mixture's) output, x_ without either.
+  const float* CrossOutput() const;
   // A row block's bottom MLP forward (into x_'s first dim columns) and backward.
   void BottomForward(uint32_t r0, uint32_t r1);
   void BottomBackward(uint32_t r0, uint32_t r1);

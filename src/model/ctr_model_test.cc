@@ -113,6 +113,22 @@ std::vector<std::pair<std::string, ModelOptions>> Shapes() {
   all.cross_layers = 1;
   all.mlp = {};  // no hidden layer: the interactions feed the output layer directly
   shapes.emplace_back("fm+dot+cross, no hidden layer", all);
+  ModelOptions mix = SmallModel();  // DCN-Mix: 3 low-rank experts per cross layer
+  mix.cross_layers = 2;
+  mix.cross_rank = 2;
+  mix.cross_experts = 3;
+  mix.mlp = {};
+  shapes.emplace_back("2 mixture cross layers of 3 experts, no hidden layer", mix);
+  // With a bottom MLP, dots and FM; no hidden layer (a kink of one there moves the slope less
+  // than the one-sided differences can see beside the gates' curvature).
+  ModelOptions mix_all = SmallModel();
+  mix_all.cross_layers = 1;
+  mix_all.cross_rank = 3;
+  mix_all.cross_experts = 2;
+  mix_all.bottom_mlp = {4};
+  mix_all.dot = mix_all.fm = true;
+  mix_all.mlp = {};
+  shapes.emplace_back("a mixture cross layer + bottom MLP + dot + fm", mix_all);
   ModelOptions towers = SmallModel();  // AIBox: a tower per dense group
   towers.towers = 2;
   towers.dense_groups = {{0}, {1}};
@@ -226,8 +242,9 @@ TEST(CtrModelTest, PredictionsMatchAPlainReferenceOfEveryShape) {
     const Mlp& mlp = f.model.mlp();
     const Mlp& bm = f.model.bottom();
     const Towers& tw = f.model.towers();
+    const MixLayout& mx = f.model.mix();
     ASSERT_EQ(params.size(), (shape.HasTowers() ? tw.num_params() : mlp.num_params()) +
-                                 cl.num_params() + bm.num_params());
+                                 cl.num_params() + bm.num_params() + mx.num_params());
     for (uint32_t r = 0; r < mb.rows(); ++r) {
       const size_t R = mb.row_begin + r;
       std::vector<double> x0(W0, 0.0);
@@ -277,6 +294,31 @@ TEST(CtrModelTest, PredictionsMatchAPlainReferenceOfEveryShape) {
           double u = params[cl.b_offset(l) + c];
           for (uint32_t i = 0; i < W0; ++i) u += x[i] * W[size_t{i} * W0 + c];
           next[c] = x0[c] * u + x[c];
+        }
+        x = next;
+      }
+      // The mixture of experts, from its formula (model/cross_mix.h).
+      auto matmul = [&](const std::vector<double>& in, size_t at, uint32_t n_in, uint32_t n_out) {
+        std::vector<double> y(n_out, 0.0);
+        for (uint32_t c = 0; c < n_out; ++c) {
+          for (uint32_t i = 0; i < n_in; ++i) y[c] += in[i] * params[at + size_t{i} * n_out + c];
+        }
+        return y;
+      };
+      for (uint32_t l = 0; l < mx.layers; ++l) {
+        const uint32_t K = mx.experts, R = mx.rank;
+        std::vector<double> logits = matmul(x, mx.g_offset(l), W0, K), next = x;
+        double top = *std::max_element(logits.begin(), logits.end()), sum = 0;
+        for (double& z : logits) sum += (z = std::exp(z - top));
+        for (uint32_t k = 0; k < K; ++k) {
+          std::vector<double> a = matmul(x, mx.v_offset(l, k), W0, R);
+          for (double& v : a) v = std::max(v, 0.0);
+          std::vector<double> c = matmul(a, mx.c_offset(l, k), R, R);
+          for (double& v : c) v = std::max(v, 0.0);
+          std::vector<double> u = matmul(c, mx.u_offset(l, k), R, W0);
+          for (uint32_t i = 0; i < W0; ++i) {
+            next[i] += logits[k] / sum * x0[i] * (u[i] + params[mx.b_offset(l) + i]);
+          }
         }
         x = next;
       }
@@ -364,6 +406,18 @@ TEST(CtrModelTest, DescribeNamesTheShape) {
   EXPECT_EQ(CtrModel(kSchema, m, o, o, 1).Describe(),
             "2 dense + 3 slots x 4 -> 2 cross layers (rank 3) -> MLP (linear) (+ 3 dots) + fm; "
             "214 dense parameters");
+}
+
+TEST(CtrModelTest, DescribeNamesTheExperts) {
+  OptimizerOptions o;
+  ModelOptions m = SmallModel();
+  m.cross_layers = 2;
+  m.cross_rank = 3;
+  m.cross_experts = 4;
+  // MLP (14 + 1)*8 + (8 + 1)*4 + 5 = 161; a layer: 4 * (14*3 + 3*3 + 3*14) + 14*4 + 14 = 442.
+  EXPECT_EQ(CtrModel(kSchema, m, o, o, 1).Describe(),
+            "2 dense + 3 slots x 4 -> 2 cross layers (4 experts of rank 3) -> MLP 8-4 + wide; 1045 "
+            "dense parameters");
 }
 
 TEST(CtrModelTest, DescribeNamesTheTowers) {

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "io/batch.h"
+#include "model/cross_mix.h"
 #include "model/ctr_model.h"
 #include "model/gpu_options.h"
 #include "model/gpu_trainer.h"
@@ -328,6 +329,9 @@ class GpuStep {
     std::vector<Feed> feeds;
     std::vector<typename Exec::Event> staged;
   };
+  struct MixBuffers {  // one mixture layer's, as MixRows names them
+    Buf<float> x, a, c, u, gate, du, dc, da, dgate, dub;
+  };
   struct TowerBuffers {  // one tower's, as TowerRows names them
     Buf<float> tin, dtin, inj_first, inj_last;
     std::vector<Buf<float>> acts, grads;
@@ -344,6 +348,8 @@ class GpuStep {
     // The bottom MLP's input, the gradient at z, and per layer activations and gradients.
     Buf<float> bottom_in, bottom_gz;
     std::vector<TowerBuffers> tw;  // per tower (model.towers)
+    std::vector<MixBuffers> mix;   // per mixture layer (model.cross_experts)
+    Buf<float> mix_g, mix_acc, mix_tmp;
     std::vector<Buf<float>> bottom_acts, bottom_grads;
   };
 
@@ -494,6 +500,18 @@ class GpuStep {
           e.Reserve(&r.cross_gu[l], B * W0);
           e.Reserve(&r.cross_low[l], B * rank);
           e.Reserve(&r.cross_glow[l], B * rank);
+        }
+        const MixLayout& mx = model_->mix();
+        r.mix.resize(mx.layers);
+        for (MixBuffers& mb : r.mix) {
+          const size_t K = mx.experts, R = mx.rank;
+          for (auto* w : {&mb.x, &mb.dub}) e.Reserve(w, B * W0);
+          for (auto* w : {&mb.u, &mb.du}) e.Reserve(w, K * B * W0);
+          for (auto* w : {&mb.a, &mb.c, &mb.dc, &mb.da}) e.Reserve(w, K * B * R);
+          for (auto* w : {&mb.gate, &mb.dgate}) e.Reserve(w, B * K);
+        }
+        if (mx.layers > 0) {
+          for (auto* w : {&r.mix_g, &r.mix_acc, &r.mix_tmp, &r.cross_g}) e.Reserve(w, B * W0);
         }
         if (cross_layers > 0) {
           e.Reserve(&r.cross_g, B * W0);
@@ -727,7 +745,7 @@ class GpuStep {
     // Backward to the hidden layers and the inputs: the embedding columns (into dx), or with
     // interactions the MLP's input from column dmi_begin on (into dmi).
     float* dx = rep.dx.data();
-    const uint32_t dmi_begin = model_->cross().layers > 0 || bottom_on ? 0 : D;
+    const uint32_t dmi_begin = model_->dmi_begin();
     const uint32_t from = interactions ? dmi_begin : D, emb_width = in0 - from;
     float* din = interactions ? rep.dmi.data() : dx;
     if (tw.on()) {
@@ -765,6 +783,13 @@ class GpuStep {
     }
     if (tw.on()) TowerWeightGrads(rep, tr, B);
     CrossWeightGrads(rep, B);
+    if (const MixLayout& mx = model_->mix(); mx.layers > 0) {
+      const MixRows mr = MixPointers(rep, B);
+      for (uint32_t l = 0; l < mx.layers; ++l) {
+        for (uint32_t k = 0; k < mx.experts; ++k) MixExpertGrads(e, mx, mr, B, l, k, grads);
+        MixLayerGrads(e, mx, mr, B, l, grads);
+      }
+    }
     if (bottom_on) BottomWeightGrads(rep, B);
     // Per-key gradients, shows and clicks of the slice's distinct keys.
     const uint32_t uniq = sl.uniq(), gs = GradStride();
@@ -813,6 +838,30 @@ class GpuStep {
         AtomicAddFloat(grad + size_t{fetch_pos[p]} * gs + j, v);
       });
     }
+  }
+
+  // The mixture's buffers of a replica (model/cross_mix.h) for a slice of B rows.
+  MixRows MixPointers(Replica& rep, uint32_t B) {
+    MixRows p;
+    p.x0 = rep.x.data();
+    for (MixBuffers& mb : rep.mix) {
+      p.x.push_back(mb.x.data());
+      p.a.push_back(mb.a.data());
+      p.c.push_back(mb.c.data());
+      p.u.push_back(mb.u.data());
+      p.gate.push_back(mb.gate.data());
+      p.du.push_back(mb.du.data());
+      p.dc.push_back(mb.dc.data());
+      p.da.push_back(mb.da.data());
+      p.dgate.push_back(mb.dgate.data());
+      p.dub.push_back(mb.dub.data());
+    }
+    p.g = rep.mix_g.data();
+    p.acc = rep.mix_acc.data();
+    p.tmp = rep.mix_tmp.data();
+    p.kstride_r = size_t{B} * model_->mix().rank;
+    p.kstride_w = size_t{B} * model_->mix().width;
+    return p;
   }
 
   // The towers' buffers of a replica (model/towers.h), over its rows from 0.
@@ -884,6 +933,10 @@ class GpuStep {
                 [=] CTRBOX_HD(size_t i) { xn[i] = CrossForward(x0[i], xl[i], &u[i], b[i % W0]); });
       xl = xn;
     }
+    if (const MixLayout& mx = model_->mix(); mx.layers > 0) {
+      MixForward(e, mx, params, MixPointers(rep, B), B);
+      xl = rep.mix[mx.layers - 1].x.data();
+    }
     if (!model_->options().dot) return xl;
     const uint32_t in0 = model_->mlp_input_width();
     float* mi = rep.mlp_in.data();
@@ -909,7 +962,7 @@ class GpuStep {
     const uint32_t shift = model_->bottom().num_layers() > 0 ? 1 : 0, nvec = S + shift;
     const uint32_t Dx = model_->dense_width(), vec0 = Dx - shift * dim;
     const uint32_t W0 = cl.width, V = nvec * dim, in0 = model_->mlp_input_width();
-    const uint32_t dmi_begin = cl.layers > 0 || shift > 0 ? 0 : Dx, mw = in0 - dmi_begin;
+    const uint32_t dmi_begin = model_->dmi_begin(), mw = in0 - dmi_begin;
     const float* params = rep.params.data();
     const float* x0 = rep.x.data();
     const float* dmi = rep.dmi.data();
@@ -936,6 +989,12 @@ class GpuStep {
         e.ForEach(size_t{B} * W0, [=] CTRBOX_HD(size_t i) { g[i] += t[i]; });
       }
       e.ForEach(size_t{B} * W0, [=] CTRBOX_HD(size_t i) { g[i] += acc[i]; });
+      base = g + vec0;
+      base_stride = W0;
+    }
+    if (const MixLayout& mx = model_->mix(); mx.layers > 0) {
+      float* g = rep.cross_g.data();
+      MixBackward(e, mx, params, MixPointers(rep, B), B, dmi, mw, g);
       base = g + vec0;
       base_stride = W0;
     }

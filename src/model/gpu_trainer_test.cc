@@ -168,6 +168,11 @@ std::vector<Case> Cases() {
   linear.shape.cross_layers = 1;
   linear.shape.mlp = {};
   out.push_back(linear);
+  Case mix = dense_adagrad;  // DCN-Mix: low-rank experts mixed by a softmax gate
+  mix.shape.cross_layers = 2;
+  mix.shape.cross_rank = 4;
+  mix.shape.cross_experts = 3;
+  out.push_back(mix);
   // AIBox's joint-learning towers (model/towers.h): with dense groups, and one-layer towers
   // composed with every interaction, weighted keys and lazy embeddings.
   Case towers = adagrad;
@@ -179,6 +184,8 @@ std::vector<Case> Cases() {
   towers_all.shape.mlp = {8};
   towers_all.shape.fm = towers_all.shape.dot = true;
   towers_all.shape.cross_layers = 1;
+  towers_all.shape.cross_rank = 2;
+  towers_all.shape.cross_experts = 2;
   towers_all.shape.bottom_mlp = {8};
   out.push_back(towers_all);
   return out;
@@ -188,8 +195,8 @@ std::string CaseName(const Case& s) {
   return std::string(OptimizerKindName(s.sparse.kind)) + " quant " + std::to_string(s.quant.bits) +
          " state bits " + std::to_string(s.sparse.state_bits) + (s.shape.fm ? " fm" : "") +
          (s.shape.dot ? " dot" : "") + " cross " + std::to_string(s.shape.cross_layers) + " rank " +
-         std::to_string(s.shape.cross_rank) + " bottom layers " +
-         std::to_string(s.shape.bottom_mlp.size()) + " hidden " +
+         std::to_string(s.shape.cross_rank) + " experts " + std::to_string(s.shape.cross_experts) +
+         " bottom layers " + std::to_string(s.shape.bottom_mlp.size()) + " hidden " +
          std::to_string(s.shape.mlp.size()) + " towers " + std::to_string(s.shape.towers);
 }
 

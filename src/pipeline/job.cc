@@ -120,6 +120,12 @@ Status JobConfig::Validate() const {
         spec.model.embedding_dim, b.back()));
   }
   if (std::string e = TowersError(spec.model, 0); !e.empty()) return InvalidArgumentError(e);
+  if (spec.model.cross_experts > 0 &&
+      (spec.model.cross_layers == 0 || spec.model.cross_rank == 0)) {
+    return InvalidArgumentError(
+        "model.cross_experts needs model.cross_layers and model.cross_rank (each expert is of "
+        "rank model.cross_rank)");
+  }
   if (spec.model.cross_rank > 0 && spec.model.cross_layers == 0) {
     return InvalidArgumentError(
         "model.cross_rank is set but model.cross_layers is 0 (it would be ignored)");
