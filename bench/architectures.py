@@ -2,12 +2,14 @@
 """The architectures of docs/model.md against their PyTorch twins (bench/torch_twins.py) on the
 1 M / 200 K benchmark files: for each of mlp (the default model), deepfm, dcn_v2, dcn_v2_lr
 (rank 64), dlrm, dlrm_bottom (with a 64-16 bottom MLP) and aibox (two joint-learning towers,
-dense features 0-6 to the first, 7-12 to the second),
+dense features 0-6 to the first, 7-12 to the second) and dcn_mix (DCN-v2's mixture of 4
+low-rank experts of rank 32 per cross layer, DeepCTR's DCNMix defaults),
 --reps runs of `ctrbox train` and of the twin, alternating, at --threads threads. Prints one
 JSON line per run, then per architecture a summary with the medians (examples/s and test AUC),
 ctrbox's speed over its twin's, and the AUC differences (to the twin, and to ctrbox's MLP).
 
-  bench/architectures.py [--archs mlp,deepfm,dcn_v2,dcn_v2_lr,dlrm,dlrm_bottom,aibox] [--reps 3]
+  bench/architectures.py [--archs mlp,deepfm,dcn_v2,dcn_v2_lr,dlrm,dlrm_bottom,aibox,dcn_mix]
+                         [--reps 3]
                          [--cross-layers 2]
                          [--vary-seed] [--device gpu]
 
@@ -29,12 +31,14 @@ def ctrbox_sets(arch, cross_layers):
             "dcn_v2_lr": ["model.cross_layers=%d" % cross_layers, "model.cross_rank=64"],
             "dlrm": ["model.dot=true"],
             "dlrm_bottom": ["model.dot=true", "model.bottom_mlp=64,16"],
-            "aibox": ["model.towers=2", "model.dense_groups=0-6,7-12"]}[arch]
+            "aibox": ["model.towers=2", "model.dense_groups=0-6,7-12"],
+            "dcn_mix": ["model.cross_layers=%d" % cross_layers, "model.cross_rank=32",
+                        "model.cross_experts=4"]}[arch]
 
 
 def main():
     ap = arg_parser(__doc__, reps=3)
-    ap.add_argument("--archs", default="mlp,deepfm,dcn_v2,dcn_v2_lr,dlrm,dlrm_bottom,aibox")
+    ap.add_argument("--archs", default="mlp,deepfm,dcn_v2,dcn_v2_lr,dlrm,dlrm_bottom,aibox,dcn_mix")
     ap.add_argument("--cross-layers", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
@@ -64,7 +68,8 @@ def main():
             p = subprocess.run([PY, os.path.join(ROOT, "bench", "torch_twins.py"), "--arch", arch,
                                 "--train", train_tsv, "--test", test_tsv, "--threads", str(a.threads),
                                 "--cross-layers", str(a.cross_layers), "--seed", str(seed),
-                                "--device", "cuda" if a.device == "gpu" else "cpu"],
+                                "--device", "cuda" if a.device == "gpu" else "cpu"] +
+                               (["--cross-rank", "32", "--cross-experts", "4"] if arch == "dcn_mix" else []),
                                capture_output=True, text=True)
             if p.returncode != 0:
                 sys.exit("torch_twins.py failed:\n" + p.stderr[-3000:])

@@ -11,6 +11,9 @@ embedding rows, optimizers, timing and AUC) with the interaction ctrbox composes
   dlrm     the pairwise dot products of the 26 pooled embeddings appended to the MLP's input
   dlrm_bottom  DLRM with its bottom MLP (--bottom-mlp, ReLU layers, the last as wide as an
            embedding): its output z replaces the dense features and joins the dot products
+  dcn_mix  DCN-v2's mixture of --cross-experts low-rank experts per cross layer (rank
+           --cross-rank): x_{l+1} = sum_k softmax(x_l Wg)_k x0 * (relu(relu(x_l V_k) C_k) U_k + b)
+           + x_l (V, C, U, Wg Glorot-uniform, b zero)
   aibox    AIBox's joint learning: --towers MLP towers of --mlp's widths; tower t reads the
            input without the other towers' --dense-groups, plus the first and last hidden
            layers of every earlier tower; one linear output over their last hidden layers
@@ -32,7 +35,8 @@ from torch_ctr import DENSE, SLOTS, auc, read_tsv  # noqa: E402
 
 
 class Twin(nn.Module):
-    def __init__(self, arch, rows, dim, mlp, cross_layers, cross_rank, bottom_mlp, towers=0, dense_groups=()):
+    def __init__(self, arch, rows, dim, mlp, cross_layers, cross_rank, bottom_mlp, towers=0, dense_groups=(),
+                 cross_experts=4):
         super().__init__()
         self.arch = arch
         self.emb = nn.Embedding(rows, dim, sparse=True)
@@ -64,6 +68,21 @@ class Twin(nn.Module):
                 nn.init.xavier_uniform_(u.weight)
                 nn.init.zeros_(u.bias)
                 self.cross.append(nn.Sequential(v, u))
+        if arch == "dcn_mix":
+            def glorot(n_in, n_out, count=()):
+                t = torch.empty(*count, n_in, n_out)
+                bound = (6.0 / (n_in + n_out)) ** 0.5
+                return nn.Parameter(t.uniform_(-bound, bound))
+            self.mix = nn.ModuleList()
+            for _ in range(cross_layers):
+                layer = nn.Module()
+                layer.V = glorot(w0, cross_rank, (cross_experts,))
+                layer.C = glorot(cross_rank, cross_rank, (cross_experts,))
+                layer.U = glorot(cross_rank, w0, (cross_experts,))
+                layer.G = glorot(w0, cross_experts)
+                layer.b = nn.Parameter(torch.zeros(w0))
+                self.mix.append(layer)
+            self.cross = self.mix  # its parameters are dense parameters
         width = w0
         if arch in ("dlrm", "dlrm_bottom"):
             n = SLOTS + (1 if arch == "dlrm_bottom" else 0)
@@ -108,8 +127,16 @@ class Twin(nn.Module):
             x0 = torch.cat([dense, e.flatten(1)], dim=1)
             vecs = e
         x = x0
-        for lin in self.cross:
-            x = x0 * lin(x) + x
+        if self.arch == "dcn_mix":
+            for m in self.mix:
+                gates = torch.softmax(x @ m.G, dim=1)                     # [B, K]
+                a = torch.relu(torch.einsum("bw,kwr->kbr", x, m.V))
+                c = torch.relu(torch.bmm(a, m.C))                         # [K, B, r]
+                e = x0.unsqueeze(0) * (torch.bmm(c, m.U) + m.b)           # [K, B, W0]
+                x = torch.einsum("bk,kbw->bw", gates, e) + x
+        else:
+            for lin in self.cross:
+                x = x0 * lin(x) + x
         if self.arch in ("dlrm", "dlrm_bottom"):
             dots = torch.bmm(vecs, vecs.transpose(1, 2))[:, self.pairs[0].to(e.device), self.pairs[1].to(e.device)]
             x = torch.cat([x, dots], dim=1)
@@ -134,7 +161,8 @@ class Twin(nn.Module):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--arch", required=True,
-                    choices=["mlp", "deepfm", "dcn_v2", "dcn_v2_lr", "dlrm", "dlrm_bottom", "aibox"])
+                    choices=["mlp", "deepfm", "dcn_v2", "dcn_v2_lr", "dlrm", "dlrm_bottom", "aibox", "dcn_mix"])
+    ap.add_argument("--cross-experts", type=int, default=4)
     ap.add_argument("--towers", type=int, default=2)
     ap.add_argument("--dense-groups", default="0-6,7-12",
                     help="aibox: each tower's dense features, ranges joined by '+', groups by ','")
@@ -168,7 +196,7 @@ def main():
             group += list(range(int(lo), int(hi or lo) + 1))
         groups.append(group)
     model = Twin(a.arch, len(vocab), a.dim, mlp, a.cross_layers, a.cross_rank,
-                 [int(x) for x in a.bottom_mlp.split(",")], a.towers, groups).to(dev)
+                 [int(x) for x in a.bottom_mlp.split(",")], a.towers, groups, a.cross_experts).to(dev)
     sparse_opt = torch.optim.Adagrad(model.sparse_parameters(), lr=a.sparse_lr)
     dense_opt = torch.optim.Adam(model.dense_parameters(), lr=a.dense_lr)
     loss_fn = nn.BCEWithLogitsLoss()
