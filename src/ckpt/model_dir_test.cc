@@ -51,6 +51,23 @@ class ModelDirTest : public ::testing::Test {
     return table;
   }
 
+  // Saves `model` (of spec_) with a table into dir_, and loads it into a fresh model: the
+  // manifest holds spec_, the dense parameters come back and the digest matches.
+  void ExpectSavedAndLoaded(const CtrModel& model) {
+    auto table = NewTable(model, 2000);
+    ThreadPool pool(2);
+    auto saved = SaveModel(Env::Posix(), dir_, spec_, *table, model, 10, &pool);
+    ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+    auto m = ReadManifest(Env::Posix(), dir_);
+    ASSERT_TRUE(m.ok());
+    EXPECT_EQ(m->spec.FirstDifference(spec_), "");
+    auto model2 = NewModel();
+    auto table2 = NewTable(*model2, 0);
+    ASSERT_TRUE(LoadModel(Env::Posix(), dir_, *m, table2.get(), model2.get(), &pool).ok());
+    EXPECT_EQ(model2->dense_params(), model.dense_params());
+    EXPECT_EQ(*ModelDigest(*table2, *model2, &pool), saved->digest);
+  }
+
   std::string dir_;
   ModelSpec spec_;
 };
@@ -342,48 +359,26 @@ TEST_F(ModelDirTest, ModelsWithInteractionsSaveAndLoadTheirCrossLayers) {
   spec_.model.cross_layers = 2;
   spec_.model.cross_rank = 5;
   spec_.model.bottom_mlp = {12, spec_.model.embedding_dim};
-  {  // DCN-Mix's experts, after the bottom MLP's parameters
-    ModelSpec mixed = spec_;
-    mixed.model.cross_experts = 3;
-    auto m = std::make_unique<CtrModel>(mixed.schema, mixed.model, mixed.sparse_optimizer,
-                                        mixed.dense_optimizer, 1);
-    EXPECT_EQ(m->cross().num_params(), 0u);
-    EXPECT_EQ(m->dense_params().size(),
-              m->mlp().num_params() + m->bottom().num_params() + m->mix().num_params());
-    m->dense_params().back() = 0.75f;  // the last mixture layer's bias
-    auto table = NewTable(*m, 2000);
-    ThreadPool pool(2);
-    const std::string dir = dir_ + "-mix";
-    auto saved = SaveModel(Env::Posix(), dir, mixed, *table, *m, 10, &pool);
-    ASSERT_TRUE(saved.ok()) << saved.status().ToString();
-    auto manifest = ReadManifest(Env::Posix(), dir);
-    ASSERT_TRUE(manifest.ok());
-    EXPECT_EQ(manifest->spec.model.cross_experts, 3u);
-    auto m2 = std::make_unique<CtrModel>(mixed.schema, mixed.model, mixed.sparse_optimizer,
-                                         mixed.dense_optimizer, 2);
-    auto table2 = NewTable(*m2, 0);
-    ASSERT_TRUE(LoadModel(Env::Posix(), dir, *manifest, table2.get(), m2.get(), &pool).ok());
-    EXPECT_EQ(m2->dense_params(), m->dense_params());
-    (void)std::system(("rm -rf " + dir).c_str());
-  }
   auto model = NewModel();
   const size_t mlp_params = model->mlp().num_params();
   ASSERT_EQ(model->dense_params().size(),
             mlp_params + model->cross().num_params() + model->bottom().num_params());
   model->dense_params().back() = 0.25f;                     // the bottom MLP's last bias
   model->dense_params()[model->bottom_base() - 1] = -0.5f;  // the last cross layer's
-  auto table = NewTable(*model, 2000);
-  ThreadPool pool(2);
-  auto saved = SaveModel(Env::Posix(), dir_, spec_, *table, *model, 10, &pool);
-  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
-  auto m = ReadManifest(Env::Posix(), dir_);
-  ASSERT_TRUE(m.ok());
-  EXPECT_EQ(m->spec.FirstDifference(spec_), "");
-  auto model2 = NewModel();
-  auto table2 = NewTable(*model2, 0);
-  ASSERT_TRUE(LoadModel(Env::Posix(), dir_, *m, table2.get(), model2.get(), &pool).ok());
-  EXPECT_EQ(model2->dense_params(), model->dense_params());
-  EXPECT_EQ(*ModelDigest(*table2, *model2, &pool), saved->digest);
+  ExpectSavedAndLoaded(*model);
+}
+
+TEST_F(ModelDirTest, ModelsWithExpertsSaveAndLoadThem) {  // DCN-Mix
+  spec_.model.cross_layers = 2;
+  spec_.model.cross_rank = 5;
+  spec_.model.cross_experts = 3;
+  spec_.model.bottom_mlp = {12, spec_.model.embedding_dim};
+  auto model = NewModel();
+  EXPECT_EQ(model->cross().num_params(), 0u);  // the experts follow the bottom MLP
+  EXPECT_EQ(model->dense_params().size(),
+            model->mlp().num_params() + model->bottom().num_params() + model->mix().num_params());
+  model->dense_params().back() = 0.75f;  // the last mixture layer's bias
+  ExpectSavedAndLoaded(*model);
 }
 
 // AIBox's towers: the spec keys written only when set, structural, checked; the towers'
@@ -408,18 +403,7 @@ TEST_F(ModelDirTest, ModelsWithTowersSaveAndLoadThem) {
   auto model = NewModel();
   EXPECT_EQ(model->dense_params().size(), model->towers().num_params());
   model->dense_params().back() = 0.25f;  // the output unit's bias
-  auto table = NewTable(*model, 2000);
-  ThreadPool pool(2);
-  auto saved = SaveModel(Env::Posix(), dir_, spec_, *table, *model, 10, &pool);
-  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
-  auto m = ReadManifest(Env::Posix(), dir_);
-  ASSERT_TRUE(m.ok());
-  EXPECT_EQ(m->spec.FirstDifference(spec_), "");
-  auto model2 = NewModel();
-  auto table2 = NewTable(*model2, 0);
-  ASSERT_TRUE(LoadModel(Env::Posix(), dir_, *m, table2.get(), model2.get(), &pool).ok());
-  EXPECT_EQ(model2->dense_params(), model->dense_params());
-  EXPECT_EQ(*ModelDigest(*table2, *model2, &pool), saved->digest);
+  ExpectSavedAndLoaded(*model);
 }
 
 TEST(ModelDirFormatTest, AVersion1ModelDirectoryStillLoads) {
