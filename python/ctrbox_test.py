@@ -189,6 +189,28 @@ def test_an_interaction_model_trains_and_predicts_as_the_cli(data, tmp_path):
     np.testing.assert_allclose(model.predict(records=lines), expect, rtol=2e-6)
 
 
+def test_towers_and_experts_from_nested_lists_train_as_the_cli(data, tmp_path):
+    """AIBox towers with dense groups given as lists of lists, over DCN-Mix cross layers: the
+    CLI's model (groups written as text there), bit for bit."""
+    shape = {"model": {**SMALL["model"], "towers": 2, "dense_groups": [[0, 1, 2, 3, 4, 5, 6], ["7-12"]],
+                       "cross_layers": 1, "cross_rank": 4, "cross_experts": 2}}
+    report = ctrbox.Job({**SMALL, **shape}, data=data["train"], eval_data=data["test"],
+                        model_dir=tmp_path / "py", fresh=True).train()
+    cli_report = json.loads(cli(
+        "train", "--data", data["train"], "--eval-data", data["test"], "--model-dir", str(tmp_path / "cli"),
+        "--fresh", "--set", "model.mlp=32,16", "--set", "model.embedding_dim=8", "--set", "train.threads=2",
+        "--set", "train.batch_size=256", "--set", "pipeline.pass_examples=4000", "--set", "model.towers=2",
+        "--set", "model.dense_groups=0-6,7-12", "--set", "model.cross_layers=1", "--set", "model.cross_rank=4",
+        "--set", "model.cross_experts=2").strip().splitlines()[-1])
+    assert cli_report["digest"] == report["digest"]
+    assert cli_report["test_auc"] == report["test_auc"] > 0.55
+    assert "2 towers x MLP 32-16" in report["model_shape"]
+    assert ctrbox.Model(tmp_path / "py").manifest["spec"]["model"]["dense_groups"] == [list(range(7)),
+                                                                                      list(range(7, 13))]
+    with pytest.raises(ctrbox.Error, match="model.dense_groups: expected a list of values"):
+        ctrbox.Job({"model": {"dense_groups": [[0, [1]]]}})
+
+
 def test_predict_from_arrays_equals_predict_from_records(data, tmp_path):
     g = data["slots_gen"]
     slots, dense_n = g["num_slots"], g["num_dense"]

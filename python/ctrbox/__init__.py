@@ -51,10 +51,18 @@ def _text(value, key, origin):
     if isinstance(value, (bool, np.bool_)):
         return "true" if value else "false"
     if isinstance(value, (list, tuple)):
+        # Items joined by ','; an item that is a list of values (a group of
+        # model.shared_slots or model.dense_groups: [[0, 5], [3, 7]]) by '+'.
+        items = []
         for v in value:
-            if isinstance(v, (dict, list, tuple)) or v is None:
-                raise Error("{}: {}: expected a list of values".format(origin, key))
-        return ",".join(_text(v, key, origin) for v in value)
+            if isinstance(v, (list, tuple)) and v and all(
+                    not isinstance(m, (dict, list, tuple)) and m is not None for m in v):
+                items.append("+".join(_text(m, key, origin) for m in v))
+            elif isinstance(v, (dict, list, tuple)) or v is None:
+                raise Error("{}: {}: expected a list of values (or of groups of values)".format(origin, key))
+            else:
+                items.append(_text(v, key, origin))
+        return ",".join(items)
     if isinstance(value, os.PathLike):
         return os.fspath(value)
     if isinstance(value, (np.integer, np.floating)):

@@ -565,14 +565,26 @@ Status Flatten(const YAML::Node& node, const std::string& prefix, const std::str
       RETURN_IF_ERROR(Flatten(kv.second, full, path, out));
     }
   } else if (node.IsSequence()) {
+    // Items joined by ','; an item that is itself a list of values (a group of
+    // model.shared_slots or model.dense_groups: [[0, 5], [3, 7]]) by '+'.
     std::string joined;
     for (const auto& item : node) {
-      if (!item.IsScalar()) {
-        return InvalidArgumentError(
-            fmt::format("{}:{}: {}: expected a list of values", path, line, prefix));
+      std::string text;
+      if (item.IsSequence()) {
+        bool scalars = true;
+        for (const auto& member : item) scalars = scalars && member.IsScalar();
+        for (const auto& member : item) {
+          if (scalars) text += (text.empty() ? "" : "+") + member.as<std::string>();
+        }
+      } else if (item.IsScalar()) {
+        text = item.as<std::string>();
+      }
+      if (text.empty()) {
+        return InvalidArgumentError(fmt::format(
+            "{}:{}: {}: expected a list of values (or of groups of values)", path, line, prefix));
       }
       if (!joined.empty()) joined += ",";
-      joined += item.as<std::string>();
+      joined += text;
     }
     out->emplace_back(prefix, joined, line);
   } else if (node.IsScalar()) {

@@ -209,6 +209,27 @@ TEST(ConfigTest, YamlFileWithNestedKeysListsAndLineNumbers) {
   ASSERT_TRUE(WriteFileAtomic(Env::Posix(), path, "train: [unclosed\n").ok());
   JobConfigBuilder b3;
   EXPECT_EQ(b3.LoadYaml(path).code(), StatusCode::kInvalidArgument);
+
+  // Groups as YAML lists of lists (model.shared_slots, model.dense_groups), and mixed forms.
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), path,
+                              "model:\n  towers: 2\n  dense_groups: [[0, 1, 2], 3-5]\n"
+                              "  shared_slots:\n    - [0, 5]\n    - [3, 7, 9]\n")
+                  .ok());
+  JobConfigBuilder b4;
+  ASSERT_TRUE(b4.LoadYaml(path).ok());
+  auto grouped = b4.Finish();
+  ASSERT_TRUE(grouped.ok()) << grouped.status().ToString();
+  EXPECT_EQ(grouped->spec.model.dense_groups,
+            (std::vector<std::vector<uint32_t>>{{0, 1, 2}, {3, 4, 5}}));
+  EXPECT_EQ(grouped->spec.model.shared_slots,
+            (std::vector<std::vector<uint32_t>>{{0, 5}, {3, 7, 9}}));
+  ASSERT_TRUE(
+      WriteFileAtomic(Env::Posix(), path, "model:\n  dense_groups: [[0, [1]], [2]]\n").ok());
+  JobConfigBuilder b5;
+  s = b5.LoadYaml(path);
+  EXPECT_NE(s.message().find("job.yaml:2: model.dense_groups: expected a list of values"),
+            std::string::npos)
+      << s.message();
 }
 
 }  // namespace
