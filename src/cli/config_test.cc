@@ -169,6 +169,16 @@ TEST(ConfigTest, InteractionKeysComposeAndAreValidated) {
     set(&j.spec.model);
     EXPECT_NE(j.Validate().message().find(want), std::string::npos) << j.Validate().message();
   }
+  {  // Once the data is known: its dense features bound the groups (none: no groups at all).
+    ModelOptions m;
+    m.towers = 2;
+    m.dense_groups = {{0}, {1}};
+    EXPECT_EQ(TowersError(m, 2), "");
+    EXPECT_NE(TowersError(m, 1).find("names dense feature 1 but the data has 1 (0 to 0)"),
+              std::string::npos);
+    EXPECT_NE(TowersError(m, 0).find("the data has no dense features"), std::string::npos);
+    EXPECT_EQ(TowersError(m, kUnknownDense), "");
+  }
   JobConfig experts = *plain;  // DCN-Mix needs low-rank cross layers
   experts.spec.model.cross_experts = 4;
   experts.spec.model.cross_layers = 2;

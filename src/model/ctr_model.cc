@@ -47,7 +47,7 @@ Towers MakeTowers(const Schema& schema, const ModelOptions& m) {
 
 }  // namespace
 
-std::string TowersError(const ModelOptions& m, uint32_t num_dense) {
+std::string TowersError(const ModelOptions& m, int64_t num_dense) {
   if (m.towers > 16) return fmt::format("model.towers is at most 16, not {}", m.towers);
   if (m.HasTowers() && m.mlp.empty()) {
     return "model.towers needs hidden layers in model.mlp (every tower is an MLP of its widths)";
@@ -64,11 +64,14 @@ std::string TowersError(const ModelOptions& m, uint32_t num_dense) {
     return "model.dense_groups cannot be combined with model.bottom_mlp: the bottom MLP turns "
            "every dense feature into z, so no tower keeps dense columns of its own";
   }
+  if (num_dense == 0) {
+    return "model.dense_groups is set but the data has no dense features (the groups' columns)";
+  }
   std::vector<bool> seen;
   for (const auto& group : m.dense_groups) {
     if (group.empty()) return "a group of model.dense_groups is empty";
     for (uint32_t d : group) {
-      if (num_dense > 0 && d >= num_dense) {
+      if (num_dense != kUnknownDense && d >= num_dense) {
         return fmt::format(
             "model.dense_groups names dense feature {} but the data has {} (0 to {})", d, num_dense,
             num_dense - 1);

@@ -112,9 +112,10 @@ struct ModelOptions {
   }
 };
 
-// "" or what is wrong with model.towers and model.dense_groups given `num_dense` (0: not known
-// yet).
-std::string TowersError(const ModelOptions& m, uint32_t num_dense);
+// "" or what is wrong with model.towers and model.dense_groups given the data's `num_dense`
+// (kUnknownDense: not known yet).
+inline constexpr int64_t kUnknownDense = -1;
+std::string TowersError(const ModelOptions& m, int64_t num_dense);
 
 struct StepStats {
   double loss_sum = 0;  // summed binary cross-entropy of the minibatch (before the update)

@@ -119,7 +119,8 @@ Status JobConfig::Validate() const {
         "embeddings' dot products",
         spec.model.embedding_dim, b.back()));
   }
-  if (std::string e = TowersError(spec.model, 0); !e.empty()) return InvalidArgumentError(e);
+  if (std::string e = TowersError(spec.model, kUnknownDense); !e.empty())
+    return InvalidArgumentError(e);
   if (spec.model.cross_experts > 0 &&
       (spec.model.cross_layers == 0 || spec.model.cross_rank == 0)) {
     return InvalidArgumentError(
