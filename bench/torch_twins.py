@@ -36,7 +36,7 @@ from torch_ctr import DENSE, SLOTS, auc, read_tsv  # noqa: E402
 
 class Twin(nn.Module):
     def __init__(self, arch, rows, dim, mlp, cross_layers, cross_rank, bottom_mlp, towers=0, dense_groups=(),
-                 cross_experts=4):
+                 cross_experts=4, tower_mlp=None):
         super().__init__()
         self.arch = arch
         self.emb = nn.Embedding(rows, dim, sparse=True)
@@ -94,14 +94,16 @@ class Twin(nn.Module):
             owner = {d: g for g, group in enumerate(dense_groups) for d in group}
             self.tower_cols = [torch.tensor([c for c in range(w0) if owner.get(c, t) == t])
                                for t in range(towers)]
-            taps = mlp[0] + (mlp[-1] if len(mlp) > 1 else 0)
+            shapes = tower_mlp or [mlp] * towers
+            taps = 0  # earlier towers' h1 (and hL) columns
             for t in range(towers):
-                width, layers = len(self.tower_cols[t]) + t * taps, nn.ModuleList()
-                for h in mlp:
+                width, layers = len(self.tower_cols[t]) + taps, nn.ModuleList()
+                for h in shapes[t]:
                     layers.append(nn.Linear(width, h))
                     width = h
                 self.towers.append(layers)
-            self.mlp = nn.Linear(towers * mlp[-1], 1)  # the output unit
+                taps += shapes[t][0] + (shapes[t][-1] if len(shapes[t]) > 1 else 0)
+            self.mlp = nn.Linear(sum(s[-1] for s in shapes), 1)  # the output unit
             return
         layers = []
         for h in mlp:
@@ -164,6 +166,8 @@ def main():
                     choices=["mlp", "deepfm", "dcn_v2", "dcn_v2_lr", "dlrm", "dlrm_bottom", "aibox", "dcn_mix"])
     ap.add_argument("--cross-experts", type=int, default=4)
     ap.add_argument("--towers", type=int, default=2)
+    ap.add_argument("--tower-mlp", default="",
+                    help="aibox: each tower's own widths, '-' joined, towers by ',' (default: --mlp)")
     ap.add_argument("--dense-groups", default="0-6,7-12",
                     help="aibox: each tower's dense features, ranges joined by '+', groups by ','")
     ap.add_argument("--bottom-mlp", default="64,16")
@@ -196,7 +200,8 @@ def main():
             group += list(range(int(lo), int(hi or lo) + 1))
         groups.append(group)
     model = Twin(a.arch, len(vocab), a.dim, mlp, a.cross_layers, a.cross_rank,
-                 [int(x) for x in a.bottom_mlp.split(",")], a.towers, groups, a.cross_experts).to(dev)
+                 [int(x) for x in a.bottom_mlp.split(",")], a.towers, groups, a.cross_experts,
+                 [[int(w) for w in s.split("-")] for s in a.tower_mlp.split(",")] if a.tower_mlp else None).to(dev)
     sparse_opt = torch.optim.Adagrad(model.sparse_parameters(), lr=a.sparse_lr)
     dense_opt = torch.optim.Adam(model.dense_parameters(), lr=a.dense_lr)
     loss_fn = nn.BCEWithLogitsLoss()

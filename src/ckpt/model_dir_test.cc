@@ -388,15 +388,20 @@ TEST_F(ModelDirTest, ModelsWithTowersSaveAndLoadThem) {
   ModelSpec other = spec_;
   other.model.towers = 2;
   other.model.dense_groups = {{0}, {1}};
+  other.model.tower_mlp = {{16, 8}, {12}};
   auto back = ModelSpec::FromJson(other.ToJson());
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->model.towers, 2u);
   EXPECT_EQ(back->model.dense_groups, other.model.dense_groups);
+  EXPECT_EQ(back->model.tower_mlp, other.model.tower_mlp);
   EXPECT_EQ(spec_.FirstIncompatibility(other), "model.dense_groups");
   nlohmann::json j = other.ToJson();
   j["model"]["dense_groups"] = {{0}, {spec_.schema.num_dense}};  // beyond the schema
   EXPECT_FALSE(ModelSpec::FromJson(j).ok());
   j["model"]["dense_groups"] = {{0}};  // one group for two towers
+  EXPECT_FALSE(ModelSpec::FromJson(j).ok());
+  j = other.ToJson();
+  j["model"]["tower_mlp"] = {{16, 8}};  // one shape for two towers
   EXPECT_FALSE(ModelSpec::FromJson(j).ok());
 
   spec_ = other;

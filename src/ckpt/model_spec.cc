@@ -83,6 +83,7 @@ nlohmann::json ModelSpec::ToJson() const {
   if (!model.shared_slots.empty()) j["model"]["shared_slots"] = model.shared_slots;
   if (model.HasTowers()) j["model"]["towers"] = model.towers;
   if (!model.dense_groups.empty()) j["model"]["dense_groups"] = model.dense_groups;
+  if (!model.tower_mlp.empty()) j["model"]["tower_mlp"] = model.tower_mlp;
   // Written only when set, so that the specs of lossless models read as before.
   if (model.hashing.enabled()) {
     j["model"]["hashing"] = {{"method", HashingMethodName(model.hashing.method)},
@@ -140,6 +141,12 @@ StatusOr<ModelSpec> ModelSpec::FromJson(const nlohmann::json& j) {
     }
     s.model.towers = m.value("towers", 0u);  // absent: the single MLP
     s.model.dense_groups = m.value("dense_groups", std::vector<std::vector<uint32_t>>{});
+    s.model.tower_mlp = m.value("tower_mlp", std::vector<std::vector<uint32_t>>{});
+    for (const auto& shape : s.model.tower_mlp) {
+      for (uint32_t w : shape) {
+        if (w == 0 || w > 65536) return CorruptionError("model spec: a model.tower_mlp width");
+      }
+    }
     if (std::string e = TowersError(s.model, s.schema.num_dense); !e.empty()) {
       return CorruptionError("model spec: " + e);
     }

@@ -239,6 +239,31 @@ Setter DenseGroups() {
   };
 }
 
+// model.tower_mlp: widths joined by '-' or '+', the towers' shapes by ',': "512-256,256-128".
+Setter TowerShapes() {
+  return [](JobConfig* j, std::string_view v, std::string* expect) {
+    std::vector<std::vector<uint32_t>> shapes;
+    *expect =
+        "hidden widths in [1, 65536] joined by '-', one shape per tower, the shapes by ',', "
+        "e.g. 512-256-128,256-128";
+    if (!Trim(v).empty()) {
+      for (std::string_view g : Split(v, ',')) {
+        std::string widths(Trim(g));
+        std::replace(widths.begin(), widths.end(), '+', '-');
+        std::vector<uint32_t> shape;
+        for (std::string_view p : Split(widths, '-')) {
+          uint64_t w;
+          if (!ParseUint64(Trim(p), &w) || w == 0 || w > 65536) return false;
+          shape.push_back(static_cast<uint32_t>(w));
+        }
+        shapes.push_back(std::move(shape));
+      }
+    }
+    j->spec.model.tower_mlp = std::move(shapes);
+    return true;
+  };
+}
+
 constexpr uint64_t kMaxU32 = std::numeric_limits<uint32_t>::max();
 
 const std::vector<Key>& Keys() {
@@ -324,6 +349,10 @@ const std::vector<Key>& Keys() {
        "output unit over their last hidden layers (0 or 1: the single MLP)",
        UInt([](JobConfig* j, uint64_t v) { j->spec.model.towers = static_cast<uint32_t>(v); }, 0,
             16)},
+      {"model.tower_mlp", "",
+       "with model.towers: each tower's own hidden widths instead of model.mlp's, one shape per "
+       "tower: widths joined by '-' (or '+'), shapes by ',', e.g. 512-256-128,256-128",
+       TowerShapes()},
       {"model.dense_groups", "",
        "with model.towers: each tower's own dense features, one group per tower (the others "
        "feed every tower): indices or ranges joined by '+', groups by ',', e.g. 0-5,6-12",

@@ -133,6 +133,14 @@ TEST(ConfigTest, InteractionKeysComposeAndAreValidated) {
   EXPECT_EQ(with_towers->spec.model.dense_groups,
             (std::vector<std::vector<uint32_t>>{{0, 1, 2}, {3, 5}, {4, 6, 7}}));
   EXPECT_TRUE(with_towers->Validate().ok());
+  ASSERT_TRUE(towers.ApplySet("model.tower_mlp=64-32, 32+16+8, 16").ok());
+  EXPECT_EQ(towers.Finish()->spec.model.tower_mlp,
+            (std::vector<std::vector<uint32_t>>{{64, 32}, {32, 16, 8}, {16}}));
+  for (const char* bad_shapes : {"64-0", "a", "64,,32"}) {
+    JobConfigBuilder b5;
+    Status st = b5.ApplySet(std::string("model.tower_mlp=") + bad_shapes);
+    EXPECT_NE(st.message().find("model.tower_mlp"), std::string::npos) << bad_shapes;
+  }
   for (const char* bad_groups : {"a", "3-1", "1-", "0,,1"}) {
     JobConfigBuilder b4;
     Status st = b4.ApplySet(std::string("model.dense_groups=") + bad_groups);
@@ -159,6 +167,16 @@ TEST(ConfigTest, InteractionKeysComposeAndAreValidated) {
               m->mlp = {};
             },
             "needs hidden layers"},
+           {[](ModelOptions* m) {
+              m->towers = 2;
+              m->tower_mlp = {{8}, {4}, {2}};
+            },
+            "model.tower_mlp has 3 shapes but model.towers is 2"},
+           {[](ModelOptions* m) {
+              m->towers = 2;
+              m->tower_mlp = {{8}, {}};
+            },
+            "needs a hidden layer"},
            {[](ModelOptions* m) {
               m->towers = 2;
               m->dense_groups = {{0}, {1}};

@@ -42,14 +42,22 @@ uint32_t MlpInputWidth(const Schema& schema, const ModelOptions& m) {
 
 Towers MakeTowers(const Schema& schema, const ModelOptions& m) {
   if (!m.HasTowers()) return Towers();
-  return Towers(m.towers, MlpInputWidth(schema, m), m.dense_groups, m.mlp, 0);
+  return Towers(MlpInputWidth(schema, m), m.dense_groups, m.TowerWidths(), 0);
 }
 
 }  // namespace
 
 std::string TowersError(const ModelOptions& m, int64_t num_dense) {
   if (m.towers > 16) return fmt::format("model.towers is at most 16, not {}", m.towers);
-  if (m.HasTowers() && m.mlp.empty()) {
+  if (!m.tower_mlp.empty()) {
+    if (m.tower_mlp.size() != m.towers) {
+      return fmt::format("model.tower_mlp has {} shapes but model.towers is {}: one per tower",
+                         m.tower_mlp.size(), m.towers);
+    }
+    for (const auto& shape : m.tower_mlp) {
+      if (shape.empty()) return "every shape of model.tower_mlp needs a hidden layer";
+    }
+  } else if (m.HasTowers() && m.mlp.empty()) {
     return "model.towers needs hidden layers in model.mlp (every tower is an MLP of its widths)";
   }
   if (m.dense_groups.empty()) return "";
@@ -194,7 +202,7 @@ CtrModel::CtrModel(Schema schema, ModelOptions model, OptimizerOptions sparse,
       case TileKind::kTower:
         return towers_.tower(t.tower).in(t.layer);
       case TileKind::kTowerOut:
-        return towers_.count() * towers_.last();
+        return towers_.out_width();
       case TileKind::kMixExpert:
         return static_cast<uint32_t>(mix_.expert_params());
       case TileKind::kMixLayer:
@@ -225,10 +233,17 @@ std::string CtrModel::Describe() const {
                      mix_.layers > 1 ? "s" : "", mix_.experts, mix_.rank);
   }
   s += towers_.on() ? fmt::format(" -> {} towers x MLP ", towers_.count()) : " -> MLP ";
-  for (size_t i = 0; i < options_.mlp.size(); ++i) {
-    s += fmt::format("{}{}", i > 0 ? "-" : "", options_.mlp[i]);
+  // The towers' widths when each has its own (model.tower_mlp): "a-b | c-d".
+  const std::vector<std::vector<uint32_t>> shapes =
+      options_.tower_mlp.empty() ? std::vector<std::vector<uint32_t>>{options_.mlp}
+                                 : options_.tower_mlp;
+  for (size_t t = 0; t < shapes.size(); ++t) {
+    s += t > 0 ? " | " : "";
+    for (size_t i = 0; i < shapes[t].size(); ++i) {
+      s += fmt::format("{}{}", i > 0 ? "-" : "", shapes[t][i]);
+    }
+    if (shapes[t].empty()) s += "(linear)";
   }
-  if (options_.mlp.empty()) s += "(linear)";
   if (!options_.dense_groups.empty()) {
     s += " (dense groups ";
     for (size_t g = 0; g < options_.dense_groups.size(); ++g) {
@@ -289,8 +304,8 @@ void CtrModel::EnsureBuffers(uint32_t rows) {
     const Mlp& m = towers_.tower(t);
     tw_tin_[t].resize(size_t{rows} * m.in(0));
     tw_dtin_[t].resize(size_t{rows} * m.in(0));
-    tw_injf_[t].resize(size_t{rows} * towers_.first());
-    tw_injl_[t].resize(size_t{rows} * towers_.last());
+    tw_injf_[t].resize(size_t{rows} * towers_.first(t));
+    tw_injl_[t].resize(size_t{rows} * towers_.last(t));
     tw_acts_[t].resize(m.num_layers());
     tw_grads_[t].resize(m.num_layers());
     for (uint32_t l = 0; l < m.num_layers(); ++l) {
@@ -384,8 +399,8 @@ TowerRows CtrModel::TowerBlock(uint32_t r0) {
     const Mlp& m = towers_.tower(t);
     p.tin.push_back(tw_tin_[t].data() + size_t{r0} * m.in(0));
     p.dtin.push_back(tw_dtin_[t].data() + size_t{r0} * m.in(0));
-    p.inj_first.push_back(tw_injf_[t].data() + size_t{r0} * towers_.first());
-    p.inj_last.push_back(tw_injl_[t].data() + size_t{r0} * towers_.last());
+    p.inj_first.push_back(tw_injf_[t].data() + size_t{r0} * towers_.first(t));
+    p.inj_last.push_back(tw_injl_[t].data() + size_t{r0} * towers_.last(t));
     p.acts.emplace_back();
     p.grads.emplace_back();
     for (uint32_t l = 0; l < m.num_layers(); ++l) {
@@ -745,11 +760,12 @@ void CtrModel::DenseTileGrad(size_t t, uint32_t batch_rows) {
       return;
     }
     case TileKind::kTowerOut: {  // dw_t = hL_t^T dlogit, db = the sum of dlogit in row order
-      const uint32_t last = towers_.last(), L = towers_.layers();
       for (uint32_t t = 0; t < towers_.count(); ++t) {
-        blas::Sgemm(true, false, static_cast<int>(last), 1, B, 1.0f, tw_acts_[t][L - 1].data(),
-                    static_cast<int>(last), dlogit_.data(), 1, 0.0f,
-                    grads_.data() + towers_.out_w() + size_t{t} * last, 1);
+        const uint32_t last = towers_.last(t);
+        blas::Sgemm(true, false, static_cast<int>(last), 1, B, 1.0f,
+                    tw_acts_[t][towers_.layers(t) - 1].data(), static_cast<int>(last),
+                    dlogit_.data(), 1, 0.0f, grads_.data() + towers_.out_w() + towers_.out_begin(t),
+                    1);
       }
       float db = 0.0f;
       for (uint32_t r = 0; r < batch_rows; ++r) db += dlogit_[r];
@@ -815,7 +831,7 @@ void CtrModel::DenseTileUpdate(size_t t) {
       return;
     }
     case TileKind::kTowerOut:
-      UpdateTile(towers_.out_w(), towers_.count() * towers_.last(), 1, towers_.out_b(), 0, 1);
+      UpdateTile(towers_.out_w(), towers_.out_width(), 1, towers_.out_b(), 0, 1);
       return;
     case TileKind::kMixExpert:
       dense_opt_.Update(params_.data(), grads_.data(), mix_.v_offset(l, tile.tower),

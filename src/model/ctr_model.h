@@ -75,8 +75,14 @@ struct ModelOptions {
   // dense features in no group feed every tower. Empty: every tower reads them all.
   uint32_t towers = 0;
   std::vector<std::vector<uint32_t>> dense_groups;
+  // model.tower_mlp: each tower's own hidden widths, one list per tower (empty: model.mlp's).
+  std::vector<std::vector<uint32_t>> tower_mlp;
 
   bool HasTowers() const { return towers >= 2; }
+  // Every tower's hidden widths.
+  std::vector<std::vector<uint32_t>> TowerWidths() const {
+    return tower_mlp.empty() ? std::vector<std::vector<uint32_t>>(towers, mlp) : tower_mlp;
+  }
   bool HasInteractions() const { return fm || cross_layers > 0 || dot || !bottom_mlp.empty(); }
   // The readers' key map of shared_slots (io/text_format.h); empty when there are none.
   KeySlots KeySlotMap() const {

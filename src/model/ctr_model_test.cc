@@ -145,6 +145,11 @@ std::vector<std::pair<std::string, ModelOptions>> Shapes() {
   towers_cross.mlp = {5, 3, 4};
   towers_cross.wide = false;
   shapes.emplace_back("2 towers of three layers after a cross layer", towers_cross);
+  ModelOptions own_widths = SmallModel();  // model.tower_mlp: each tower its own widths
+  own_widths.towers = 3;
+  own_widths.tower_mlp = {{6, 4}, {5}, {3, 5, 2}};
+  own_widths.dot = true;
+  shapes.emplace_back("3 towers of their own widths + dot", own_widths);
   return shapes;
 }
 
@@ -361,7 +366,7 @@ TEST(CtrModelTest, PredictionsMatchAPlainReferenceOfEveryShape) {
           }
           for (uint32_t s = 0; s < t; ++s) {
             in.insert(in.end(), h1[s].begin(), h1[s].end());
-            if (shape.mlp.size() > 1) in.insert(in.end(), hL[s].begin(), hL[s].end());
+            if (shape.TowerWidths()[s].size() > 1) in.insert(in.end(), hL[s].begin(), hL[s].end());
           }
           const Mlp& m = tw.tower(t);
           ASSERT_EQ(in.size(), m.in(0));
@@ -370,8 +375,9 @@ TEST(CtrModelTest, PredictionsMatchAPlainReferenceOfEveryShape) {
             if (l == 0) h1[t] = in;
           }
           hL[t] = in;
-          for (uint32_t j = 0; j < in.size(); ++j)
-            z += in[j] * params[tw.out_w() + t * in.size() + j];
+          size_t w = tw.out_w();  // w_t follows the earlier towers' weights
+          for (uint32_t s = 0; s < t; ++s) w += hL[s].size();
+          for (uint32_t j = 0; j < in.size(); ++j) z += in[j] * params[w + j];
         }
         x = {z};
       }
@@ -430,6 +436,17 @@ TEST(CtrModelTest, DescribeNamesTheTowers) {
   EXPECT_EQ(CtrModel(kSchema, m, o, o, 1).Describe(),
             "2 dense + 3 slots x 4 -> 2 towers x MLP 8-4 (dense groups 0 | 1) + wide; 401 dense "
             "parameters");
+}
+
+TEST(CtrModelTest, DescribeNamesTheTowersOwnWidths) {
+  OptimizerOptions o;
+  ModelOptions m = SmallModel();
+  m.towers = 2;
+  m.tower_mlp = {{8, 4}, {6}};
+  // Tower 0: (14*8+8) + (8*4+4) = 156; tower 1 reads 14 + 8 + 4 = 26: 26*6+6 = 162; the
+  // output 4 + 6 weights and a bias.
+  EXPECT_EQ(CtrModel(kSchema, m, o, o, 1).Describe(),
+            "2 dense + 3 slots x 4 -> 2 towers x MLP 8-4 | 6 + wide; 329 dense parameters");
 }
 
 TEST(CtrModelTest, BitIdenticalWhateverTheThreadCount) {

@@ -93,8 +93,8 @@ class GpuStep {
       for (uint32_t t = 0; t < tw.count(); ++t) {
         e.Upload(&r.tw[t].cols, tw.cols(t).data(), tw.cols(t).size());
         e.Upload(&r.tw[t].inv, tw.inv(t).data(), tw.inv(t).size());
-        r.tw[t].acts.resize(tw.layers());
-        r.tw[t].grads.resize(tw.layers());
+        r.tw[t].acts.resize(tw.layers(t));
+        r.tw[t].grads.resize(tw.layers(t));
       }
     }
   }
@@ -543,9 +543,9 @@ class GpuStep {
         TowerBuffers& tb = r.tw[t];
         e.Reserve(&tb.tin, B * tw.in(t));
         e.Reserve(&tb.dtin, B * tw.in(t));
-        e.Reserve(&tb.inj_first, B * tw.first());
-        e.Reserve(&tb.inj_last, B * tw.last());
-        for (uint32_t l = 0; l < tw.layers(); ++l) {
+        e.Reserve(&tb.inj_first, B * tw.first(t));
+        e.Reserve(&tb.inj_last, B * tw.last(t));
+        for (uint32_t l = 0; l < tw.layers(t); ++l) {
           e.Reserve(&tb.acts[l], B * tw.tower(t).out(l));
           e.Reserve(&tb.grads[l], B * tw.tower(t).out(l));
         }
@@ -891,17 +891,16 @@ class GpuStep {
     Exec& e = *compute_[&rep - replicas_.data()];
     const Towers& tw = model_->towers();
     float* grads = rep.grads.data();
-    const uint32_t L = tw.layers(), last = tw.last();
     for (uint32_t t = 0; t < tw.count(); ++t) {
       const Mlp& m = tw.tower(t);
       const size_t at = tw.base(t);
+      const uint32_t L = tw.layers(t), last = tw.last(t);
       for (uint32_t l = 0; l < L; ++l) {
         LayerWeightGrads(e, Layer{m.in(l), m.out(l), at + m.w_offset(l), at + m.b_offset(l)},
                          l == 0 ? p.tin[t] : p.acts[t][l - 1], p.grads[t][l], B, grads);
       }
       e.Gemm(true, false, static_cast<int>(last), 1, static_cast<int>(B), p.acts[t][L - 1],
-             static_cast<int>(last), rep.dlogit.data(), 1, grads + tw.out_w() + size_t{t} * last,
-             1);
+             static_cast<int>(last), rep.dlogit.data(), 1, grads + tw.out_w() + tw.out_begin(t), 1);
     }
     ColumnSums(e, rep.dlogit.data(), B, 1, grads + tw.out_b());
   }

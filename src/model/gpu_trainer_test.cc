@@ -179,6 +179,11 @@ std::vector<Case> Cases() {
   towers.shape.towers = 2;
   towers.shape.dense_groups = {{0, 2}, {1}};
   out.push_back(towers);
+  Case own_widths = sgd;  // each tower its own widths (model.tower_mlp), 8-bit codes
+  own_widths.shape.towers = 3;
+  own_widths.shape.tower_mlp = {{8, 4}, {6}, {5, 7, 3}};
+  own_widths.shape.dense_groups = {{2}, {0}, {1}};
+  out.push_back(own_widths);
   Case towers_all = adam;
   towers_all.shape.towers = 3;
   towers_all.shape.mlp = {8};

@@ -1,6 +1,7 @@
 // Towers: AIBox's joint learning (AIBox §2.2; docs/model.md "Joint-learning towers").
 //
-// T MLP towers of the same hidden widths replace the single MLP. The model's MLP input (the
+// T MLP towers (of model.mlp's widths, or each its own: model.tower_mlp) replace the single
+// MLP. The model's MLP input (the
 // "base": f(dense) | pooled embeddings, after the cross layers, with the dot products) is
 // shared; its dense columns are split into groups (model.dense_groups), one per tower, and
 // tower t reads
@@ -13,7 +14,7 @@
 //   logit = sum over t of <hL_t, w_t> + b      (+ wide + fm, as in the single-MLP model)
 //
 // Parameters, from param_base: tower 0's layers (as an Mlp without a head lays them out), ...,
-// tower T-1's, then w [T x last] and b.
+// tower T-1's, then w (w_0 | ... | w_{T-1}, one weight per column of each hL_t) and b.
 //
 // TowersForward / TowersBackward are written once against an executor (model/host_exec.h's
 // contract: Gemm, ForEach, Fill): the CPU model runs them on a HostExec per row block and the
@@ -39,28 +40,32 @@ class Towers {
 
   Towers() = default;  // none (the single MLP)
   // base_width: columns of the base; its columns [0, num dense) are the dense features, which
-  // `groups` (one per tower, or none) name. hidden: every tower's widths (at least one).
-  Towers(uint32_t count, uint32_t base_width, const std::vector<std::vector<uint32_t>>& groups,
-         const std::vector<uint32_t>& hidden, size_t param_base);
+  // `groups` (one per tower, or none) name. hidden[t]: tower t's widths (at least one each).
+  Towers(uint32_t base_width, const std::vector<std::vector<uint32_t>>& groups,
+         const std::vector<std::vector<uint32_t>>& hidden, size_t param_base);
 
   bool on() const { return !towers_.empty(); }
   uint32_t count() const { return static_cast<uint32_t>(towers_.size()); }
   const Mlp& tower(uint32_t t) const { return towers_[t]; }
-  uint32_t layers() const { return towers_[0].num_layers(); }
+  uint32_t layers(uint32_t t) const { return towers_[t].num_layers(); }
   size_t base(uint32_t t) const { return bases_[t]; }  // tower t's first parameter
   uint32_t in(uint32_t t) const { return towers_[t].in(0); }
-  uint32_t first() const { return towers_[0].out(0); }
-  uint32_t last() const { return towers_[0].out(layers() - 1); }
-  // Columns every earlier tower adds to a tower's input: h1, and hL when it is another layer.
-  uint32_t taps() const { return layers() > 1 ? first() + last() : first(); }
+  uint32_t first(uint32_t t) const { return towers_[t].out(0); }
+  uint32_t last(uint32_t t) const { return towers_[t].out(layers(t) - 1); }
+  // Columns tower t adds to every later tower's input: h1, and hL when it is another layer.
+  uint32_t taps(uint32_t t) const { return layers(t) > 1 ? first(t) + last(t) : first(t); }
+  // Where tower s's taps start in a later tower t's input (after t's own columns).
+  uint32_t tap_col(uint32_t t, uint32_t s) const { return own(t) + tap_begin_[s]; }
   // Tower t's base columns: own(t) of them, in base order (cols(t)[j] feeds input column j);
   // inv(t)[c]: the input column base column c feeds, or kNone (another tower's dense group).
   uint32_t own(uint32_t t) const { return static_cast<uint32_t>(cols_[t].size()); }
   const std::vector<uint32_t>& cols(uint32_t t) const { return cols_[t]; }
   const std::vector<uint32_t>& inv(uint32_t t) const { return inv_[t]; }
   uint32_t base_width() const { return base_width_; }
-  size_t out_w() const { return out_w_; }  // w [count x last]
-  size_t out_b() const { return out_w_ + size_t{count()} * last(); }
+  size_t out_w() const { return out_w_; }                         // w: out_width() weights
+  uint32_t out_width() const { return out_begin_.back(); }        // the sum of the last widths
+  uint32_t out_begin(uint32_t t) const { return out_begin_[t]; }  // w_t's first weight in w
+  size_t out_b() const { return out_w_ + out_width(); }
   size_t num_params() const { return out_b() + 1 - param_base_; }  // from param_base
   double FlopsPerExample() const;
 
@@ -70,6 +75,7 @@ class Towers {
   std::vector<Mlp> towers_;
   std::vector<size_t> bases_;
   std::vector<std::vector<uint32_t>> cols_, inv_;
+  std::vector<uint32_t> tap_begin_, out_begin_;  // prefix sums of taps(t) and last(t)
   uint32_t base_width_ = 0;
   size_t param_base_ = 0, out_w_ = 0;
 };
@@ -88,10 +94,10 @@ struct TowerRows {
 template <class Exec>
 void TowersForward(Exec& e, const Towers& tw, const float* params, const TowerRows& p, uint32_t B,
                    float* z) {
-  const uint32_t T = tw.count(), L = tw.layers(), bw = tw.base_width(), taps = tw.taps();
-  const uint32_t first = tw.first(), last = tw.last();
+  const uint32_t T = tw.count(), bw = tw.base_width();
   for (uint32_t t = 0; t < T; ++t) {
     const Mlp& m = tw.tower(t);
+    const uint32_t L = tw.layers(t), last = tw.last(t);
     const uint32_t in = tw.in(t), own = tw.own(t);
     float* tin = p.tin[t];
     const float* base = p.base;
@@ -102,14 +108,13 @@ void TowersForward(Exec& e, const Towers& tw, const float* params, const TowerRo
     });
     for (uint32_t s = 0; s < t; ++s) {  // earlier towers' first and last hidden layers
       const float* h1 = p.acts[s][0];
-      const uint32_t c1 = own + s * taps;
-      e.ForEach(size_t{B} * first,
-                [=] CTRBOX_HD(size_t i) { tin[(i / first) * in + c1 + i % first] = h1[i]; });
-      if (L > 1) {
-        const float* hl = p.acts[s][L - 1];
-        const uint32_t cl = c1 + first;
-        e.ForEach(size_t{B} * last,
-                  [=] CTRBOX_HD(size_t i) { tin[(i / last) * in + cl + i % last] = hl[i]; });
+      const uint32_t c1 = tw.tap_col(t, s), f = tw.first(s);
+      e.ForEach(size_t{B} * f, [=] CTRBOX_HD(size_t i) { tin[(i / f) * in + c1 + i % f] = h1[i]; });
+      if (const uint32_t Ls = tw.layers(s); Ls > 1) {
+        const float* hl = p.acts[s][Ls - 1];
+        const uint32_t cl = c1 + f, n = tw.last(s);
+        e.ForEach(size_t{B} * n,
+                  [=] CTRBOX_HD(size_t i) { tin[(i / n) * in + cl + i % n] = hl[i]; });
       }
     }
     const float* input = tin;
@@ -128,7 +133,7 @@ void TowersForward(Exec& e, const Towers& tw, const float* params, const TowerRo
     }
     // The output unit's share of tower t, accumulated in tower order then column order.
     const float* h = p.acts[t][L - 1];
-    const float* w = params + tw.out_w() + size_t{t} * last;
+    const float* w = params + tw.out_w() + tw.out_begin(t);
     const bool start = t == 0;
     e.ForEach(B, [=] CTRBOX_HD(size_t r) {
       float s = start ? 0.0f : z[r];
@@ -147,20 +152,19 @@ void TowersForward(Exec& e, const Towers& tw, const float* params, const TowerRo
 template <class Exec>
 void TowersBackward(Exec& e, const Towers& tw, const float* params, const TowerRows& p, uint32_t B,
                     const float* dlogit, float* dbase, uint32_t dbase_begin) {
-  const uint32_t T = tw.count(), L = tw.layers(), taps = tw.taps();
-  const uint32_t first = tw.first(), last = tw.last();
+  const uint32_t T = tw.count();
   // The gradient reaching tower t's last hidden layer from later towers (its first, with one).
-  auto inj_top = [&](uint32_t t) { return L > 1 ? p.inj_last[t] : p.inj_first[t]; };
+  auto inj_top = [&](uint32_t t) { return tw.layers(t) > 1 ? p.inj_last[t] : p.inj_first[t]; };
   for (uint32_t t = 0; t + 1 < T; ++t) {
-    e.Fill(p.inj_first[t], 0.0f, size_t{B} * first);
-    if (L > 1) e.Fill(p.inj_last[t], 0.0f, size_t{B} * last);
+    e.Fill(p.inj_first[t], 0.0f, size_t{B} * tw.first(t));
+    if (tw.layers(t) > 1) e.Fill(p.inj_last[t], 0.0f, size_t{B} * tw.last(t));
   }
   for (uint32_t t = T; t-- > 0;) {
     const Mlp& m = tw.tower(t);
     const float* pt = params + tw.base(t);
-    const uint32_t in = tw.in(t), own = tw.own(t);
+    const uint32_t in = tw.in(t), L = tw.layers(t), first = tw.first(t), last = tw.last(t);
     {  // the last hidden layer: the output unit's share, then the later towers'
-      const float* w = params + tw.out_w() + size_t{t} * last;
+      const float* w = params + tw.out_w() + tw.out_begin(t);
       const float* inj = t + 1 < T ? inj_top(t) : nullptr;
       const float* a = p.acts[t][L - 1];
       float* g = p.grads[t][L - 1];
@@ -190,14 +194,14 @@ void TowersBackward(Exec& e, const Towers& tw, const float* params, const TowerR
            dtin, static_cast<int>(in));
     for (uint32_t s = 0; s < t; ++s) {  // to the earlier towers' first and last hidden layers
       float* f1 = p.inj_first[s];
-      const uint32_t c1 = own + s * taps;
-      e.ForEach(size_t{B} * first,
-                [=] CTRBOX_HD(size_t i) { f1[i] += dtin[(i / first) * in + c1 + i % first]; });
-      if (L > 1) {
+      const uint32_t c1 = tw.tap_col(t, s), f = tw.first(s);
+      e.ForEach(size_t{B} * f,
+                [=] CTRBOX_HD(size_t i) { f1[i] += dtin[(i / f) * in + c1 + i % f]; });
+      if (tw.layers(s) > 1) {
         float* fl = p.inj_last[s];
-        const uint32_t cl = c1 + first;
-        e.ForEach(size_t{B} * last,
-                  [=] CTRBOX_HD(size_t i) { fl[i] += dtin[(i / last) * in + cl + i % last]; });
+        const uint32_t cl = c1 + f, n = tw.last(s);
+        e.ForEach(size_t{B} * n,
+                  [=] CTRBOX_HD(size_t i) { fl[i] += dtin[(i / n) * in + cl + i % n]; });
       }
     }
   }
