@@ -179,22 +179,35 @@ Setter Widths(std::vector<uint32_t> ModelOptions::*field = &ModelOptions::mlp) {
   };
 }
 
+// Groups of numbers: `v`'s groups split by ',', a group's items by `sep`, each item through
+// `item` (which appends its numbers to the group). False when an item is malformed.
+bool ParseGroups(std::string_view v, char sep,
+                 bool (*item)(std::string_view, std::vector<uint32_t>*),
+                 std::vector<std::vector<uint32_t>>* groups) {
+  groups->clear();
+  if (Trim(v).empty()) return true;
+  for (std::string_view g : Split(v, ',')) {
+    std::vector<uint32_t> group;
+    for (std::string_view p : Split(Trim(g), sep)) {
+      if (!item(Trim(p), &group)) return false;
+    }
+    groups->push_back(std::move(group));
+  }
+  return true;
+}
+
 // model.shared_slots: groups of slot indices joined by '+', the groups by ',': "0+5,3+7".
 Setter SlotGroups() {
   return [](JobConfig* j, std::string_view v, std::string* expect) {
     std::vector<std::vector<uint32_t>> groups;
     *expect = "groups of slot indices joined by '+', the groups by ',', e.g. 0+5,3+7+9";
-    if (!Trim(v).empty()) {
-      for (std::string_view g : Split(v, ',')) {
-        std::vector<uint32_t> group;
-        for (std::string_view p : Split(Trim(g), '+')) {
-          uint64_t s;
-          if (!ParseUint64(Trim(p), &s) || s > 1000000) return false;
-          group.push_back(static_cast<uint32_t>(s));
-        }
-        groups.push_back(std::move(group));
-      }
-    }
+    auto slot = [](std::string_view p, std::vector<uint32_t>* group) {
+      uint64_t s;
+      if (!ParseUint64(p, &s) || s > 1000000) return false;
+      group->push_back(static_cast<uint32_t>(s));
+      return true;
+    };
+    if (!ParseGroups(v, '+', slot, &groups)) return false;
     ModelOptions m;
     m.shared_slots = groups;
     if (std::string e = m.SharedSlotsError(0); !e.empty()) {
@@ -210,55 +223,47 @@ Setter SlotGroups() {
 // ',': "0-5,6+8+9-12".
 Setter DenseGroups() {
   return [](JobConfig* j, std::string_view v, std::string* expect) {
-    std::vector<std::vector<uint32_t>> groups;
     *expect =
         "groups of dense feature indices or ranges joined by '+', the groups by ',', e.g. "
         "0-5,6+8+9-12";
-    if (!Trim(v).empty()) {
-      for (std::string_view g : Split(v, ',')) {
-        std::vector<uint32_t> group;
-        for (std::string_view p : Split(Trim(g), '+')) {
-          p = Trim(p);
-          const size_t dash = p.find('-');
-          uint64_t a, b;
-          if (dash == std::string_view::npos) {
-            if (!ParseUint64(p, &a)) return false;
-            b = a;
-          } else if (!ParseUint64(Trim(p.substr(0, dash)), &a) ||
-                     !ParseUint64(Trim(p.substr(dash + 1)), &b) || b < a) {
-            return false;
-          }
-          if (b > 100000) return false;
-          for (uint64_t d = a; d <= b; ++d) group.push_back(static_cast<uint32_t>(d));
-        }
-        groups.push_back(std::move(group));
+    auto range = [](std::string_view p, std::vector<uint32_t>* group) {
+      const size_t dash = p.find('-');
+      uint64_t a, b;
+      if (dash == std::string_view::npos) {
+        if (!ParseUint64(p, &a)) return false;
+        b = a;
+      } else if (!ParseUint64(Trim(p.substr(0, dash)), &a) ||
+                 !ParseUint64(Trim(p.substr(dash + 1)), &b) || b < a) {
+        return false;
       }
-    }
+      if (b > 100000) return false;
+      for (uint64_t d = a; d <= b; ++d) group->push_back(static_cast<uint32_t>(d));
+      return true;
+    };
+    std::vector<std::vector<uint32_t>> groups;
+    if (!ParseGroups(v, '+', range, &groups)) return false;
     j->spec.model.dense_groups = std::move(groups);
     return true;
   };
 }
 
-// model.tower_mlp: widths joined by '-' or '+', the towers' shapes by ',': "512-256,256-128".
+// model.tower_mlp: widths joined by '-' (or '+', as a YAML list of lists joins them), the
+// towers' shapes by ',': "512-256,256-128".
 Setter TowerShapes() {
   return [](JobConfig* j, std::string_view v, std::string* expect) {
-    std::vector<std::vector<uint32_t>> shapes;
     *expect =
         "hidden widths in [1, 65536] joined by '-', one shape per tower, the shapes by ',', "
         "e.g. 512-256-128,256-128";
-    if (!Trim(v).empty()) {
-      for (std::string_view g : Split(v, ',')) {
-        std::string widths(Trim(g));
-        std::replace(widths.begin(), widths.end(), '+', '-');
-        std::vector<uint32_t> shape;
-        for (std::string_view p : Split(widths, '-')) {
-          uint64_t w;
-          if (!ParseUint64(Trim(p), &w) || w == 0 || w > 65536) return false;
-          shape.push_back(static_cast<uint32_t>(w));
-        }
-        shapes.push_back(std::move(shape));
-      }
-    }
+    std::string text(v);
+    std::replace(text.begin(), text.end(), '+', '-');
+    auto width = [](std::string_view p, std::vector<uint32_t>* shape) {
+      uint64_t w;
+      if (!ParseUint64(p, &w) || w == 0 || w > 65536) return false;
+      shape->push_back(static_cast<uint32_t>(w));
+      return true;
+    };
+    std::vector<std::vector<uint32_t>> shapes;
+    if (!ParseGroups(text, '-', width, &shapes)) return false;
     j->spec.model.tower_mlp = std::move(shapes);
     return true;
   };

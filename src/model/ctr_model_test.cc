@@ -414,39 +414,34 @@ TEST(CtrModelTest, DescribeNamesTheShape) {
             "214 dense parameters");
 }
 
-TEST(CtrModelTest, DescribeNamesTheExperts) {
+// The experts and the towers in the shape line, with their parameter counts worked out.
+TEST(CtrModelTest, DescribeNamesTheExpertsAndTheTowers) {
   OptimizerOptions o;
-  ModelOptions m = SmallModel();
-  m.cross_layers = 2;
-  m.cross_rank = 3;
-  m.cross_experts = 4;
+  std::vector<std::pair<ModelOptions, std::string>> cases;
+  ModelOptions experts = SmallModel();
+  experts.cross_layers = 2;
+  experts.cross_rank = 3;
+  experts.cross_experts = 4;
   // MLP (14 + 1)*8 + (8 + 1)*4 + 5 = 161; a layer: 4 * (14*3 + 3*3 + 3*14) + 14*4 + 14 = 442.
-  EXPECT_EQ(CtrModel(kSchema, m, o, o, 1).Describe(),
-            "2 dense + 3 slots x 4 -> 2 cross layers (4 experts of rank 3) -> MLP 8-4 + wide; 1045 "
-            "dense parameters");
-}
-
-TEST(CtrModelTest, DescribeNamesTheTowers) {
-  OptimizerOptions o;
-  ModelOptions m = SmallModel();
-  m.towers = 2;
-  m.dense_groups = {{0}, {1}};
+  cases.emplace_back(experts,
+                     "2 dense + 3 slots x 4 -> 2 cross layers (4 experts of rank 3) -> MLP 8-4 + "
+                     "wide; 1045 dense parameters");
+  ModelOptions towers = SmallModel();
+  towers.towers = 2;
+  towers.dense_groups = {{0}, {1}};
   // Tower 0 reads 1 dense + 12 embedding columns; tower 1 also tower 0's h1 (8) and hL (4):
   // (13*8+8 + 8*4+4) + (25*8+8 + 8*4+4) + 2*4 + 1.
-  EXPECT_EQ(CtrModel(kSchema, m, o, o, 1).Describe(),
-            "2 dense + 3 slots x 4 -> 2 towers x MLP 8-4 (dense groups 0 | 1) + wide; 401 dense "
-            "parameters");
-}
-
-TEST(CtrModelTest, DescribeNamesTheTowersOwnWidths) {
-  OptimizerOptions o;
-  ModelOptions m = SmallModel();
-  m.towers = 2;
-  m.tower_mlp = {{8, 4}, {6}};
+  cases.emplace_back(towers,
+                     "2 dense + 3 slots x 4 -> 2 towers x MLP 8-4 (dense groups 0 | 1) + wide; "
+                     "401 dense parameters");
+  ModelOptions widths = SmallModel();
+  widths.towers = 2;
+  widths.tower_mlp = {{8, 4}, {6}};
   // Tower 0: (14*8+8) + (8*4+4) = 156; tower 1 reads 14 + 8 + 4 = 26: 26*6+6 = 162; the
   // output 4 + 6 weights and a bias.
-  EXPECT_EQ(CtrModel(kSchema, m, o, o, 1).Describe(),
-            "2 dense + 3 slots x 4 -> 2 towers x MLP 8-4 | 6 + wide; 329 dense parameters");
+  cases.emplace_back(
+      widths, "2 dense + 3 slots x 4 -> 2 towers x MLP 8-4 | 6 + wide; 329 dense parameters");
+  for (const auto& [m, want] : cases) EXPECT_EQ(CtrModel(kSchema, m, o, o, 1).Describe(), want);
 }
 
 TEST(CtrModelTest, BitIdenticalWhateverTheThreadCount) {
