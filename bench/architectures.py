@@ -90,6 +90,13 @@ def main():
         if "mlp" in summaries:
             summaries[arch]["auc_minus_mlp"] = auc["ctrbox"] - summaries["mlp"]["test_auc_median"]["ctrbox"]
         print(json.dumps(summaries[arch]), flush=True)
+    # Architectures run before the MLP get their difference to it here.
+    if "mlp" in summaries:
+        mlp_auc = summaries["mlp"]["test_auc_median"]["ctrbox"]
+        late = {k: v["test_auc_median"]["ctrbox"] - mlp_auc for k, v in summaries.items()
+                if "auc_minus_mlp" not in v}
+        if late:
+            print(json.dumps({"bench": "architectures_vs_mlp", "auc_minus_mlp": late}), flush=True)
 
 
 if __name__ == "__main__":
