@@ -6,11 +6,11 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <set>
 
 #include "feature/view_gen.h"
+#include "io/test_util.h"
 #include "util/mem_env.h"
 
 namespace ctrbox {
@@ -218,8 +218,8 @@ TEST_F(ExtractorTest, ASideViewCanComeFromACommand) {
   // The user table's rows from a shell command (its output read whole, as a file would be).
   std::string users;
   ASSERT_TRUE(ReadFileToString(&env_, "/views/users.csv", &users).ok());
-  char tmpl[] = "/tmp/ctrbox_side_XXXXXX";
-  const std::string dir = mkdtemp(tmpl);
+  testing::TempDir tmp;  // removed however the test ends
+  const std::string dir = tmp.path();
   ASSERT_TRUE(WriteFileAtomic(Env::Posix(), dir + "/users.csv", users).ok());
   std::string yaml;
   ASSERT_TRUE(ReadFileToString(&env_, "/views/job.yaml", &yaml).ok());
@@ -235,7 +235,6 @@ TEST_F(ExtractorTest, ASideViewCanComeFromACommand) {
   ASSERT_TRUE(command.status.ok()) << command.status.ToString();
   ExpectSameRows(file.all, command.all);
   EXPECT_EQ(extractor_->totals().side_rows, 1000u);
-  (void)std::system(("rm -rf " + dir).c_str());
 }
 
 }  // namespace
