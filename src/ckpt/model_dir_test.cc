@@ -41,8 +41,11 @@ class ModelDirTest : public ::testing::Test {
     RowBlock rows(model.value_layout());
     rows.Resize(keys);
     Random rng(1);
+    const uint32_t tables = model.value_layout().tables;
     for (size_t i = 0; i < keys; ++i) {
-      acc.InitRow(&rows, i, rng.Next());
+      uint64_t key = rng.Next();
+      if (tables > 1) key = TableKey(key, static_cast<uint32_t>(key % tables));  // slot_dims
+      acc.InitRow(&rows, i, key);
       rows.show(i) = static_cast<float>(rng.Below(100));
       rows.wide(i) = rng.UniformFloat();
       if (i % 7 == 0) rows.flags(i) = 0;
@@ -409,6 +412,37 @@ TEST_F(ModelDirTest, ModelsWithTowersSaveAndLoadThem) {
   EXPECT_EQ(model->dense_params().size(), model->towers().num_params());
   model->dense_params().back() = 0.25f;  // the output unit's bias
   ExpectSavedAndLoaded(*model);
+}
+
+// model.slot_dims: the spec key written only when set, structural, checked against the schema
+// and the interactions; every row saved at its own table's size and loaded back.
+TEST_F(ModelDirTest, ModelsWithSlotDimsSaveAndLoadThem) {
+  EXPECT_FALSE(spec_.ToJson()["model"].contains("slot_dims"));
+  ModelSpec other = spec_;
+  other.model.slot_dims = {{{0, 2}, 24}, {{3}, 4}};
+  auto back = ModelSpec::FromJson(other.ToJson());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->model.slot_dims, other.model.slot_dims);
+  EXPECT_EQ(spec_.FirstIncompatibility(other), "model.slot_dims");
+  nlohmann::json j = other.ToJson();
+  j["model"]["slot_dims"][1]["slots"] = {spec_.schema.num_slots};  // beyond the schema
+  EXPECT_FALSE(ModelSpec::FromJson(j).ok());
+  j = other.ToJson();
+  j["model"]["fm"] = true;  // FM needs one dimension
+  EXPECT_FALSE(ModelSpec::FromJson(j).ok());
+
+  spec_ = other;
+  auto model = NewModel();
+  EXPECT_EQ(model->input_width(), 3u + 24 + 8 + 24 + 4);
+  ExpectSavedAndLoaded(*model);
+  // Rows at their own sizes: the saved bytes are the table's, well under 24-wide rows'.
+  auto table = NewTable(*model, 3000);
+  ThreadPool pool(2);
+  auto saved = SaveModel(Env::Posix(), dir_, spec_, *table, *model, 10, &pool);
+  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  EXPECT_EQ(saved->bytes_live, table->Stats().value_bytes);
+  const ValueLayout l = model->value_layout();
+  EXPECT_LT(saved->bytes_live, 3000 * (l.EncodedBytes(true) - 8) * 3 / 4);
 }
 
 TEST(ModelDirFormatTest, AVersion1ModelDirectoryStillLoads) {

@@ -203,7 +203,9 @@ Status ReadSparseFile(Env* env, const std::string& path, const ValueLayout& layo
     SetRowCodes(GetFixed<uint32_t>(buf.data() + 24), &got);
     got.quant_range = GetFixed<float>(buf.data() + 28);
   }
-  if (!(got == layout)) {
+  // The header names the widest row (with model.slot_dims the spec gives the tables, and each
+  // row decodes at its own table's size).
+  if (!(got == layout.RowFormat())) {
     return CorruptionError(fmt::format(
         "{}: row layout (dim {}, emb_state {}, wide_state {}, quant_bits {}, quant_range {}, "
         "state_bits {}) differs from the spec's ({}, {}, {}, {}, {}, {})",

@@ -84,6 +84,11 @@ nlohmann::json ModelSpec::ToJson() const {
   if (model.HasTowers()) j["model"]["towers"] = model.towers;
   if (!model.dense_groups.empty()) j["model"]["dense_groups"] = model.dense_groups;
   if (!model.tower_mlp.empty()) j["model"]["tower_mlp"] = model.tower_mlp;
+  if (!model.slot_dims.empty()) {
+    nlohmann::json dims = nlohmann::json::array();
+    for (const SlotDims& g : model.slot_dims) dims.push_back({{"slots", g.slots}, {"dim", g.dim}});
+    j["model"]["slot_dims"] = dims;
+  }
   // Written only when set, so that the specs of lossless models read as before.
   if (model.hashing.enabled()) {
     j["model"]["hashing"] = {{"method", HashingMethodName(model.hashing.method)},
@@ -148,6 +153,15 @@ StatusOr<ModelSpec> ModelSpec::FromJson(const nlohmann::json& j) {
       }
     }
     if (std::string e = TowersError(s.model, s.schema.num_dense); !e.empty()) {
+      return CorruptionError("model spec: " + e);
+    }
+    if (m.contains("slot_dims")) {  // absent: every slot of model.embedding_dim
+      for (const auto& g : m.at("slot_dims")) {
+        s.model.slot_dims.push_back(
+            SlotDims{g.at("slots").get<std::vector<uint32_t>>(), g.at("dim").get<uint32_t>()});
+      }
+    }
+    if (std::string e = s.model.SlotDimsError(s.schema.num_slots); !e.empty()) {
       return CorruptionError("model spec: " + e);
     }
     if (!s.model.bottom_mlp.empty() && s.model.bottom_mlp.back() != s.model.embedding_dim) {

@@ -1,5 +1,6 @@
 // End-to-end tests of the ctrbox command line: the README quick start, and gen -> convert ->
 // train -> eval -> predict -> inspect on every input format, with the error paths.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -621,6 +622,50 @@ TEST_F(CliTest, TowersTrainSaveAndEvaluate) {
       Ctrbox("train --model-dir " + Path("past") + common + " --set model.dense_groups=0-6,7-13"));
   EXPECT_EQ(past.exit_code, 1);
   EXPECT_NE(past.err.find("names dense feature 13 but the data has 13 (0 to 12)"),
+            std::string::npos)
+      << past.err;
+}
+
+// model.slot_dims: slots of 24, 16 (model.embedding_dim) and 4 values train, the tiers stay
+// lossless at 10 % and 2 % of the in-memory table's bytes (each row stored at its own table's
+// size in the cache and the SSD files), the saved model evaluates to the job's test AUC, and
+// the refusals name the key.
+TEST_F(CliTest, SlotDimsTrainLosslesslyOverTiersSaveAndEvaluate) {
+  ASSERT_EQ(Run(Ctrbox("gen --rows 60000 --seed 3 --out " + Path("tr.tsv"))).exit_code, 0);
+  ASSERT_EQ(Run(Ctrbox("gen --rows 10000 --seed 4 --out " + Path("te.tsv"))).exit_code, 0);
+  const std::string common =
+      " --set model.mlp=32,16 --set model.slot_dims=0-9:24,10-19:4 --set train.batch_size=64 "
+      "--fresh --data " +
+      Path("tr.tsv") + " --eval-data " + Path("te.tsv");
+  Result mem = Run(Ctrbox("train --model-dir " + Path("mem") + common));
+  ASSERT_EQ(mem.exit_code, 0) << mem.err;
+  EXPECT_NE(mem.err.find("26 slots (0-9 x 24, 10-19 x 4, 20-25 x 16)"), std::string::npos)
+      << mem.err;
+  EXPECT_GT(mem.last_json["test_auc"].get<double>(), 0.6);
+  const uint64_t table_bytes = mem.last_json["table_memory_bytes"].get<uint64_t>();
+  for (uint64_t percent : {10, 2}) {
+    SCOPED_TRACE(percent);
+    Result tiered =
+        Run(Ctrbox(fmt::format("train --model-dir {} {} --set storage.ssd_dir={} --set "
+                               "storage.memory_budget={}",
+                               Path(fmt::format("tiered{}", percent)), common,
+                               Path(fmt::format("ssd{}", percent)), table_bytes * percent / 100)));
+    ASSERT_EQ(tiered.exit_code, 0) << tiered.err;
+    EXPECT_EQ(tiered.last_json["digest"], mem.last_json["digest"]);
+    EXPECT_EQ(tiered.last_json["bytes_live"], mem.last_json["bytes_live"]);
+    EXPECT_GT(tiered.last_json["storage"]["loaded_from_ssd"].get<uint64_t>(), 0u);
+  }
+  Result ev = Run(Ctrbox("eval --model-dir " + Path("mem") + " --data " + Path("te.tsv")));
+  ASSERT_EQ(ev.exit_code, 0) << ev.err;
+  EXPECT_EQ(ev.last_json["auc"], mem.last_json["test_auc"]);
+  Result fm = Run(Ctrbox("train --model-dir " + Path("fm") + common + " --set model.fm=true"));
+  EXPECT_EQ(fm.exit_code, 1);
+  EXPECT_NE(fm.err.find("model.fm needs one embedding dimension for every slot"), std::string::npos)
+      << fm.err;
+  Result past = Run(Ctrbox("train --model-dir " + Path("past") + common +
+                           " --set model.slot_dims=0-9:24,20-26:4"));
+  EXPECT_EQ(past.exit_code, 1);
+  EXPECT_NE(past.err.find("model.slot_dims names slot 26 but the data has 26 slots"),
             std::string::npos)
       << past.err;
 }

@@ -247,6 +247,54 @@ Setter DenseGroups() {
   };
 }
 
+// model.slot_dims: groups "slots:dim" separated by ',', a group's slots indices or ranges
+// joined by '+': "0-9:32,10+12-25:8".
+Setter SlotDimGroups() {
+  return [](JobConfig* j, std::string_view v, std::string* expect) {
+    *expect =
+        "groups of slots and their embedding dimension, slots:dim, separated by ','; slots are "
+        "indices or ranges joined by '+', e.g. 0-9:32,10+12-25:8";
+    std::vector<SlotDims> dims;
+    if (!Trim(v).empty()) {
+      for (std::string_view g : Split(v, ',')) {
+        g = Trim(g);
+        const size_t colon = g.rfind(':');
+        uint64_t dim;
+        if (colon == std::string_view::npos || !ParseUint64(Trim(g.substr(colon + 1)), &dim) ||
+            dim == 0 || dim > 4096) {
+          return false;
+        }
+        SlotDims d;
+        d.dim = static_cast<uint32_t>(dim);
+        for (std::string_view p : Split(Trim(g.substr(0, colon)), '+')) {
+          p = Trim(p);
+          const size_t dash = p.find('-');
+          uint64_t a, b;
+          if (dash == std::string_view::npos) {
+            if (!ParseUint64(p, &a)) return false;
+            b = a;
+          } else if (!ParseUint64(Trim(p.substr(0, dash)), &a) ||
+                     !ParseUint64(Trim(p.substr(dash + 1)), &b) || b < a) {
+            return false;
+          }
+          if (b > 1000000) return false;
+          for (uint64_t s = a; s <= b; ++s) d.slots.push_back(static_cast<uint32_t>(s));
+        }
+        dims.push_back(std::move(d));
+      }
+    }
+    ModelOptions m;
+    m.slot_dims = dims;
+    m.embedding_dim = j->spec.model.embedding_dim;
+    if (std::string e = m.SlotDimsError(0); !e.empty()) {
+      *expect = "slot dimensions (" + e + ")";
+      return false;
+    }
+    j->spec.model.slot_dims = std::move(dims);
+    return true;
+  };
+}
+
 // model.tower_mlp: widths joined by '-' (or '+', as a YAML list of lists joins them), the
 // towers' shapes by ',': "512-256,256-128".
 Setter TowerShapes() {
@@ -348,6 +396,11 @@ const std::vector<Key>& Keys() {
        "groups of slots that share one embedding table (equal raw ids in them are one key): "
        "slot indices joined by '+', groups by ',', e.g. 0+5,3+7",
        SlotGroups()},
+      {"model.slot_dims", "",
+       "per-slot embedding dimensions: slots:dim groups separated by ',' (slots as indices or "
+       "ranges joined by '+'), e.g. 0-9:32,10-25:8; other slots keep model.embedding_dim, and "
+       "the slots of one dimension form one table",
+       SlotDimGroups()},
       {"model.towers", "0",
        "AIBox's joint learning: this many MLP towers of model.mlp's widths instead of one, each "
        "reading the input plus the first and last hidden layers of the towers before it; one "

@@ -1,5 +1,6 @@
 #include "cli/config.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -208,6 +209,61 @@ TEST(ConfigTest, InteractionKeysComposeAndAreValidated) {
   orphan.spec.model.cross_rank = 32;
   EXPECT_NE(orphan.Validate().message().find("model.cross_layers is 0"), std::string::npos)
       << orphan.Validate().message();
+}
+
+// model.slot_dims: slots:dim groups (slots as indices or ranges joined by '+'), a table per
+// dimension (table 0: model.embedding_dim's), and the refusals naming the key.
+TEST(ConfigTest, SlotDimsParseIntoTablesAndAreValidated) {
+  JobConfigBuilder b;
+  ASSERT_TRUE(b.ApplySet("model.slot_dims=0-2+5:32, 3:8,7:32").ok());
+  auto job = b.Finish();
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  const ModelOptions& m = job->spec.model;
+  EXPECT_EQ(m.slot_dims, (std::vector<SlotDims>{{{0, 1, 2, 5}, 32}, {{3}, 8}, {{7}, 32}}));
+  EXPECT_EQ(m.TableDims(), (std::vector<uint32_t>{16, 32, 8}));
+  EXPECT_EQ(m.SlotTable(5), 1u);
+  EXPECT_EQ(m.SlotTable(3), 2u);
+  EXPECT_EQ(m.SlotTable(4), 0u);
+  EXPECT_EQ(m.SlotDim(4), 16u);
+  EXPECT_EQ(m.MaxDim(), 32u);
+  EXPECT_EQ(m.KeyTableMap().slot_table, (std::vector<uint32_t>{1, 1, 1, 2, 0, 1, 0, 1}));
+  EXPECT_TRUE(job->Validate().ok());
+  const ValueLayout l = CtrModel::LayoutFor(m, job->spec.sparse_optimizer);
+  EXPECT_EQ(l.tables, 3u);
+  EXPECT_EQ(l.dim, 32u);
+  EXPECT_EQ(l.table_dim[2], 8u);
+  JobConfigBuilder same;  // every dimension model.embedding_dim's: one table, today's model
+  ASSERT_TRUE(same.ApplySet("model.slot_dims=0-3:16").ok());
+  EXPECT_FALSE(same.Finish()->spec.model.MultiTable());
+  EXPECT_FALSE(same.Finish()->spec.model.KeyTableMap().enabled());
+  for (const char* bad : {"0-3", "0-3:0", "a:8", "3-1:8", "0:8,0:16", "0:8,1:9000"}) {
+    JobConfigBuilder b2;
+    Status st = b2.ApplySet(std::string("model.slot_dims=") + bad);
+    EXPECT_NE(st.message().find("model.slot_dims"), std::string::npos)
+        << bad << ": " << st.ToString();
+  }
+  struct Refusal {
+    const char* set;
+    const char* message;
+  };
+  for (const Refusal& r : {Refusal{"model.fm=true", "model.fm needs one embedding dimension"},
+                           Refusal{"model.dot=true", "model.dot needs one embedding dimension"},
+                           Refusal{"model.shared_slots=0+4",
+                                   "model.shared_slots groups slots 0 and 4, which share one "
+                                   "table, but model.slot_dims gives them dimensions 32 and 16"}}) {
+    JobConfigBuilder b3;
+    ASSERT_TRUE(b3.ApplySet("model.slot_dims=0-2:32").ok());
+    ASSERT_TRUE(b3.ApplySet(r.set).ok());
+    auto j3 = b3.Finish();
+    ASSERT_TRUE(j3.ok());
+    EXPECT_NE(j3->Validate().message().find(r.message), std::string::npos)
+        << j3->Validate().message();
+  }
+  JobConfigBuilder many;  // at most 16 tables
+  std::string dims;
+  for (int d = 1; d <= 17; ++d) dims += fmt::format("{}{}:{}", d > 1 ? "," : "", d, d);
+  EXPECT_NE(many.ApplySet("model.slot_dims=" + dims).message().find("at most 16"),
+            std::string::npos);
 }
 
 TEST(ConfigTest, YamlFileWithNestedKeysListsAndLineNumbers) {

@@ -26,9 +26,22 @@
 namespace ctrbox {
 namespace {
 
-// Bytes of one stored embedding (codes when quantized, else float32).
-uint64_t QuantizedEmbeddingBytes(const ModelOptions& m) {
-  return uint64_t{StoredElementBytes(m.quant.bits)} * m.embedding_dim;
+// Bytes of one stored embedding (codes when quantized, else float32): of model.embedding_dim,
+// or with model.slot_dims one per table ([{"dim", "embedding_bytes"}...]).
+nlohmann::json QuantizedEmbeddingBytes(const ModelOptions& m) {
+  if (!m.MultiTable()) return uint64_t{StoredElementBytes(m.quant.bits)} * m.embedding_dim;
+  nlohmann::json tables = nlohmann::json::array();
+  for (uint32_t dim : m.TableDims()) {
+    tables.push_back(
+        {{"dim", dim}, {"embedding_bytes", uint64_t{StoredElementBytes(m.quant.bits)} * dim}});
+  }
+  return tables;
+}
+
+// The dimension of each table of a multi-table layout (model.slot_dims), or [dim].
+std::vector<uint32_t> TableDims(const ValueLayout& l) {
+  if (!l.multi()) return {l.dim};
+  return std::vector<uint32_t>(l.table_dim, l.table_dim + l.tables);
 }
 
 // What `inspect --store` prints.
@@ -60,7 +73,8 @@ nlohmann::json StoreJson(const std::string& dir, const StoreSummary& s) {
             {"wide_state", layout.wide_state},
             {"quant_bits", layout.quant_bits},
             {"state_bits", layout.state_bits},
-            {"quant_range", layout.quant_range}}},
+            {"quant_range", layout.quant_range},
+            {"table_dims", TableDims(layout)}}},
           {"value_bytes_per_key",
            s.keys ? static_cast<double>(s.bytes_live) / static_cast<double>(s.keys) : 0.0}};
 }

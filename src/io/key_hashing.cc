@@ -70,4 +70,17 @@ void HashBatchKeys(const HashingOptions& options, Batch* b) {
   b->weights.clear();  // binary features
 }
 
+void TagTableKeys(const KeyTables& tables, Batch* b) {
+  const uint32_t S = b->schema.num_slots;
+  const size_t named = tables.slot_table.size();
+  for (size_t r = 0; r < b->rows(); ++r) {
+    for (uint32_t s = 0; s < S; ++s) {
+      const uint32_t t = s < named ? tables.slot_table[s] : 0;
+      for (uint32_t p = b->offsets[r * S + s]; p < b->offsets[r * S + s + 1]; ++p) {
+        b->keys[p] = TableKey(b->keys[p], t);
+      }
+    }
+  }
+}
+
 }  // namespace ctrbox

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "io/batch.h"
 
@@ -40,6 +41,25 @@ std::string_view HashingMethodName(HashingMethod m);
 // Keys of different slots share the hashed space, as one hashed table would.
 // REQUIRES: options.enabled() implies options.bins > 0.
 void HashBatchKeys(const HashingOptions& options, Batch* b);
+
+// model.slot_dims: the table of each slot of a multi-table model (docs/model.md), which its
+// keys carry (util/hash.h: TableKey). Slots past the list are table 0; empty: one table, the
+// keys as they are.
+struct KeyTables {
+  std::vector<uint32_t> slot_table;
+  bool enabled() const { return !slot_table.empty(); }
+  bool operator==(const KeyTables&) const = default;
+};
+
+// Puts every key's slot's table into its top bits.
+void TagTableKeys(const KeyTables& tables, Batch* b);
+
+// The keys a model reads, from the keys the readers made: hashed (features.hashing), then
+// tagged with their tables (model.slot_dims). Training, evaluation and prediction all apply it.
+inline void ModelKeys(const HashingOptions& hashing, const KeyTables& tables, Batch* b) {
+  if (hashing.enabled()) HashBatchKeys(hashing, b);
+  if (tables.enabled()) TagTableKeys(tables, b);
+}
 
 }  // namespace ctrbox
 

@@ -121,5 +121,40 @@ TEST(KeyHashingTest, MethodNames) {
   EXPECT_FALSE(ParseHashingMethod("osrp", &m));
 }
 
+// model.slot_dims: each key gets its slot's table in its top bits (slots past the map: table 0),
+// after the hashing when both are on; equal low bits in two tables stay two keys.
+TEST(KeyHashingTest, TableTagsFollowTheSlotAfterTheHashing) {
+  Batch batch;
+  batch.Reset(Schema{3, 0});
+  BatchBuilder builder(&batch);
+  for (uint64_t i = 0; i < 50; ++i) {
+    builder.BeginRow(0);
+    for (uint32_t s = 0; s < 3; ++s) builder.AddKey(s, Mix64(i * 3 + s));
+    builder.AddKey(1, Mix64(i));  // multi-hot
+    builder.EndRow();
+  }
+  const Batch in = batch;
+  const KeyTables tables{{2, 1}};  // slot 0 -> 2, slot 1 -> 1, slot 2 -> 0
+  ModelKeys({}, tables, &batch);
+  for (size_t r = 0; r < batch.rows(); ++r) {
+    for (uint32_t s = 0; s < 3; ++s) {
+      for (uint32_t p = batch.offsets[r * 3 + s]; p < batch.offsets[r * 3 + s + 1]; ++p) {
+        EXPECT_EQ(batch.keys[p] >> kTableShift, s == 0 ? 2u : s == 1 ? 1u : 0u);
+        EXPECT_EQ(batch.keys[p] & kTableKeyMask, in.keys[p] & kTableKeyMask);
+      }
+    }
+  }
+  Batch hashed = in, expect = in;
+  ModelKeys({HashingMethod::kModulo, 7}, tables, &hashed);
+  HashBatchKeys({HashingMethod::kModulo, 7}, &expect);
+  TagTableKeys(tables, &expect);
+  EXPECT_EQ(hashed.keys, expect.keys);
+  EXPECT_EQ(TableKey(5, 1), TableKey(TableKey(5, 3), 1));  // retagging is idempotent
+  EXPECT_NE(TableKey(5, 1), TableKey(5, 2));
+  Batch untouched = in;
+  ModelKeys({}, KeyTables{}, &untouched);  // one table: the keys as they are
+  EXPECT_EQ(untouched.keys, in.keys);
+}
+
 }  // namespace
 }  // namespace ctrbox

@@ -27,8 +27,16 @@ uint32_t DenseWidth(const Schema& schema, const ModelOptions& m) {
   return m.bottom_mlp.empty() ? schema.num_dense : m.bottom_mlp.back();
 }
 
+// The embedding columns: every slot's dimension (model.slot_dims) in slot order.
+uint32_t EmbWidth(const Schema& schema, const ModelOptions& m) {
+  if (!m.MultiTable()) return schema.num_slots * m.embedding_dim;
+  uint32_t w = 0;
+  for (uint32_t s = 0; s < schema.num_slots; ++s) w += m.SlotDim(s);
+  return w;
+}
+
 uint32_t InputWidth(const Schema& schema, const ModelOptions& m) {
-  return DenseWidth(schema, m) + schema.num_slots * m.embedding_dim;
+  return DenseWidth(schema, m) + EmbWidth(schema, m);
 }
 
 // The dot vectors: the slots' embeddings, after z with a bottom MLP.
@@ -46,6 +54,48 @@ Towers MakeTowers(const Schema& schema, const ModelOptions& m) {
 }
 
 }  // namespace
+
+std::string ModelOptions::SlotDimsError(uint32_t num_slots) const {
+  if (slot_dims.empty()) return "";
+  std::vector<bool> seen;
+  for (const SlotDims& g : slot_dims) {
+    if (g.dim == 0 || g.dim > 4096) {
+      return fmt::format("model.slot_dims: a dimension must be in [1, 4096], not {}", g.dim);
+    }
+    if (g.slots.empty()) return "model.slot_dims: a group names no slot";
+    for (uint32_t s : g.slots) {
+      if (num_slots > 0 && s >= num_slots) {
+        return fmt::format("model.slot_dims names slot {} but the data has {} slots (0 to {})", s,
+                           num_slots, num_slots - 1);
+      }
+      if (seen.size() <= s) seen.resize(s + 1);
+      if (seen[s]) return fmt::format("model.slot_dims names slot {} twice", s);
+      seen[s] = true;
+    }
+  }
+  const size_t tables = TableDims().size();
+  if (tables > kMaxTables) {
+    return fmt::format("model.slot_dims gives {} dimensions (with model.embedding_dim); at most {}",
+                       tables, kMaxTables);
+  }
+  if (tables > 1 && (fm || dot)) {
+    return fmt::format(
+        "{} needs one embedding dimension for every slot, but model.slot_dims "
+        "gives {}",
+        fm ? "model.fm" : "model.dot", tables);
+  }
+  for (const auto& group : shared_slots) {
+    for (uint32_t s : group) {
+      if (SlotTable(s) != SlotTable(group.front())) {
+        return fmt::format(
+            "model.shared_slots groups slots {} and {}, which share one table, "
+            "but model.slot_dims gives them dimensions {} and {}",
+            group.front(), s, SlotDim(group.front()), SlotDim(s));
+      }
+    }
+  }
+  return "";
+}
 
 std::string TowersError(const ModelOptions& m, int64_t num_dense) {
   if (m.towers > 16) return fmt::format("model.towers is at most 16, not {}", m.towers);
@@ -114,6 +164,14 @@ CtrModel::CtrModel(Schema schema, ModelOptions model, OptimizerOptions sparse,
       quant_(options_.quant.bits, options_.quant.range),
       quant_seed_(Mix64(seed ^ 0x51A7'0000'0000'0002ULL)) {
   blas::UseSingleThreadedBlas();
+  assert(options_.SlotDimsError(schema_.num_slots).empty());
+  emb_width_ = EmbWidth(schema_, options_);
+  row_dim_ = options_.MaxDim();
+  for (uint32_t s = 0, col = 0; s < schema_.num_slots; ++s) {
+    slot_col_.push_back(col);
+    slot_dim_.push_back(options_.SlotDim(s));
+    col += slot_dim_.back();
+  }
   // With cross layers or a bottom MLP the gradient reaches every input column (the dense ones
   // feed the cross products, or z its MLP).
   dmi_begin_ = cross_.layers > 0 || mix_.layers > 0 || bottom_.num_layers() > 0 ? 0 : dense_width_;
@@ -223,7 +281,19 @@ std::string CtrModel::Describe() const {
       s += fmt::format("{}{}", i > 0 ? "-" : "", options_.bottom_mlp[i]);
     }
   }
-  s += fmt::format(" + {} slots x {}", schema_.num_slots, options_.embedding_dim);
+  if (options_.MultiTable()) {  // "26 slots (0-9 x 32, 10-25 x 8)"
+    s += fmt::format(" + {} slots (", schema_.num_slots);
+    for (uint32_t a = 0; a < schema_.num_slots;) {
+      uint32_t b = a;
+      while (b + 1 < schema_.num_slots && slot_dim_[b + 1] == slot_dim_[a]) ++b;
+      s += fmt::format("{}{}{} x {}", a > 0 ? ", " : "", a, b > a ? fmt::format("-{}", b) : "",
+                       slot_dim_[a]);
+      a = b + 1;
+    }
+    s += ")";
+  } else {
+    s += fmt::format(" + {} slots x {}", schema_.num_slots, options_.embedding_dim);
+  }
   if (cross_.layers > 0) {
     s += fmt::format(" -> {} cross layer{}", cross_.layers, cross_.layers > 1 ? "s" : "");
     if (cross_.rank > 0) s += fmt::format(" (rank {})", cross_.rank);
@@ -269,9 +339,18 @@ double CtrModel::FlopsPerExample() const {
 
 ValueLayout CtrModel::LayoutFor(const ModelOptions& model, const OptimizerOptions& sparse) {
   const SparseOptimizer opt(sparse);
-  return ValueLayout{model.embedding_dim, opt.StateFloats(model.embedding_dim),
-                     opt.StateFloats(1),  model.quant.bits,
-                     model.quant.range,   sparse.state_bits};
+  ValueLayout l{model.MaxDim(),     opt.StateFloats(model.MaxDim()),
+                opt.StateFloats(1), model.quant.bits,
+                model.quant.range,  sparse.state_bits};
+  const std::vector<uint32_t> dims = model.TableDims();
+  if (dims.size() > 1) {
+    l.tables = static_cast<uint32_t>(dims.size());
+    for (size_t t = 0; t < dims.size(); ++t) {
+      l.table_dim[t] = dims[t];
+      l.table_state[t] = opt.StateFloats(dims[t]);
+    }
+  }
+  return l;
 }
 
 ValueLayout CtrModel::value_layout() const { return LayoutFor(options_, sparse_opt_.options()); }
@@ -284,7 +363,7 @@ void CtrModel::EnsureBuffers(uint32_t rows) {
   logits_.resize(rows);
   dlogit_.resize(rows);
   wide_sum_.resize(rows);
-  dx_.resize(size_t{rows} * schema_.num_slots * options_.embedding_dim);
+  dx_.resize(size_t{rows} * emb_width_);
   acts_.resize(hidden);
   grads_hidden_.resize(hidden);
   act_ptrs_.resize(hidden);
@@ -500,7 +579,7 @@ void CtrModel::InteractionsForward(uint32_t r0, uint32_t r1) {
 
 void CtrModel::InteractionsBackward(uint32_t r0, uint32_t r1) {
   const uint32_t W0 = input_width_, S = schema_.num_slots;
-  const uint32_t dim = options_.embedding_dim, E = S * dim, rows = r1 - r0;
+  const uint32_t dim = options_.embedding_dim, E = emb_width_, rows = r1 - r0;
   const uint32_t shift = bottom_.num_layers() > 0 ? 1 : 0, nvec = S + shift;
   const uint32_t vec0 = dense_width_ - shift * dim;
   const uint32_t mw = mlp_.in(0) - dmi_begin_;  // a row of dmi_
@@ -548,6 +627,17 @@ void CtrModel::InteractionsBackward(uint32_t r0, uint32_t r1) {
     base = g + vec0;
     base_stride = W0;
   }
+  if (!options_.fm && !options_.dot) {
+    // The gradient as it reached the input: z's (with a bottom MLP), then the embeddings'
+    // columns of every slot, of whatever dimension (model.slot_dims).
+    for (uint32_t r = 0; r < rows; ++r) {
+      const float* b = base + r * base_stride;
+      if (shift > 0)
+        std::memcpy(bottom_gz_.data() + (size_t{r0} + r) * dim, b, dim * sizeof(float));
+      std::memcpy(dx_.data() + (size_t{r0} + r) * E, b + shift * dim, E * sizeof(float));
+    }
+    return;
+  }
   // Per element this is EmbInputGrad (the GPU step's form), reorganised so that the inner
   // loops run over the embedding dimension: every element still adds the same terms in the
   // same order (the dot products' share from 0 over the other slots in slot order, then the
@@ -590,7 +680,7 @@ void CtrModel::InteractionsBackward(uint32_t r0, uint32_t r1) {
 
 void CtrModel::BuildInputs(const Batch& pass, const WorkingSet& ws, const Minibatch& mb,
                            const RowBlock& rows, uint32_t r0, uint32_t r1) {
-  const uint32_t D = schema_.num_dense, S = schema_.num_slots, dim = options_.embedding_dim;
+  const uint32_t D = schema_.num_dense, S = schema_.num_slots;
   const bool weighted = pass.has_weights();
   for (uint32_t r = r0; r < r1; ++r) {
     const size_t R = size_t{mb.row_begin} + r;
@@ -603,7 +693,8 @@ void CtrModel::BuildInputs(const Batch& pass, const WorkingSet& ws, const Miniba
     }
     float wide = 0.0f;
     for (uint32_t s = 0; s < S; ++s) {
-      float* dst = xr + dense_width_ + s * dim;
+      const uint32_t dim = slot_dim_[s];  // the slot's table's (model.slot_dims)
+      float* dst = xr + dense_width_ + slot_col_[s];
       std::memset(dst, 0, dim * sizeof(float));
       for (uint32_t p = pass.offsets[R * S + s]; p < pass.offsets[R * S + s + 1]; ++p) {
         const uint32_t l = ws.local[p];
@@ -865,42 +956,46 @@ void CtrModel::UpdateSparseChunk(const Batch& pass, const WorkingSet& ws, const 
 
 void CtrModel::SparseRecord(const Batch& pass, const WorkingSet& ws, const Minibatch& mb, size_t u,
                             float* record) const {
-  const uint32_t S = schema_.num_slots, dim = options_.embedding_dim;
+  const uint32_t S = schema_.num_slots, E = emb_width_, rd = row_dim_;
   const bool weighted = pass.has_weights();
   float* g = record;
-  std::fill(g, g + dim, 0.0f);
+  std::fill(g, g + rd, 0.0f);  // a smaller table's key leaves the rest zero
   float g_wide = 0.0f, clicks = 0.0f;
   for (uint32_t q = mb.occ_begin[u]; q < mb.occ_begin[u + 1]; ++q) {
     const uint32_t p = mb.key_begin + mb.occ[q];
-    const uint32_t cell = ws.cell[p], r = cell / S;
+    const uint32_t cell = ws.cell[p], r = cell / S, s = cell % S;
     const float w = weighted ? pass.weights[p] : 1.0f;
-    const float* gx = dx_.data() + size_t{cell} * dim;
+    const uint32_t dim = slot_dim_[s];
+    const float* gx = dx_.data() + size_t{r} * E + slot_col_[s];
     for (uint32_t d = 0; d < dim; ++d) g[d] += w * gx[d];
     g_wide += w * dlogit_[r];
     clicks += pass.labels[mb.row_begin + r];
   }
-  record[dim] = g_wide;
-  record[dim + 1] = static_cast<float>(mb.occ_begin[u + 1] - mb.occ_begin[u]);
-  record[dim + 2] = clicks;
+  record[rd] = g_wide;
+  record[rd + 1] = static_cast<float>(mb.occ_begin[u + 1] - mb.occ_begin[u]);
+  record[rd + 2] = clicks;
 }
 
 bool CtrModel::ApplyRecord(uint32_t l, const float* record, RowBlock* rows,
                            const CtrAccessor& accessor) {
-  const uint32_t dim = options_.embedding_dim;
-  rows->show(l) += record[dim + 1];
-  rows->click(l) += record[dim + 2];
+  const uint32_t rd = row_dim_;
+  rows->show(l) += record[rd + 1];
+  rows->click(l) += record[rd + 2];
   rows->unseen(l) = 0;
   if (rows->has_emb(l)) {
+    // The key's table's dimension and state (model.slot_dims; else every row's).
+    const uint64_t key = rows->key(l);
+    const uint32_t dim = rows->layout().DimOf(key);
     sparse_opt_.Update(rows->emb(l), rows->emb_state(l), record, dim);
     // x <- Q(x + update): u drawn from (seed, key, step), independent of the threads.
     quant_.Round(rows->emb(l), dim, options_.quant.rounding, quant_seed_,
-                 Mix64(rows->key(l)) + dense_opt_.step());
+                 Mix64(key) + dense_opt_.step());
     // The state likewise, on another stream (a no-op unless state_bits is 16).
-    sparse_opt_.RoundState(rows->emb_state(l), rows->layout().emb_state, quant_seed_ ^ kStateSalt,
-                           Mix64(rows->key(l)) + dense_opt_.step());
+    sparse_opt_.RoundState(rows->emb_state(l), rows->layout().StateOf(key),
+                           quant_seed_ ^ kStateSalt, Mix64(key) + dense_opt_.step());
   }
   if (options_.wide) {
-    float g_wide = record[dim];
+    float g_wide = record[rd];
     sparse_opt_.Update(&rows->wide(l), rows->wide_state(l), &g_wide, 1);
   }
   return accessor.MaybeCreateEmbedding(rows, l);

@@ -22,6 +22,7 @@
 #ifndef CTRBOX_MODEL_CTR_MODEL_H_
 #define CTRBOX_MODEL_CTR_MODEL_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -42,8 +43,16 @@
 
 namespace ctrbox {
 
+// model.slot_dims: the embedding dimension of a group of slots (docs/model.md, "Per-slot
+// embedding dimensions").
+struct SlotDims {
+  std::vector<uint32_t> slots;
+  uint32_t dim = 0;
+  bool operator==(const SlotDims&) const = default;
+};
+
 struct ModelOptions {
-  uint32_t embedding_dim = 16;
+  uint32_t embedding_dim = 16;  // of every slot model.slot_dims does not name
   std::vector<uint32_t> mlp = {512, 256, 128};
   bool wide = false;        // add the wide (LR) part to the logit
   bool dense_log1p = true;  // dense inputs as log(1 + max(x, 0)); else as they are
@@ -77,6 +86,53 @@ struct ModelOptions {
   std::vector<std::vector<uint32_t>> dense_groups;
   // model.tower_mlp: each tower's own hidden widths, one list per tower (empty: model.mlp's).
   std::vector<std::vector<uint32_t>> tower_mlp;
+
+  // model.slot_dims: slots whose embeddings have their own dimension. The slots of one
+  // dimension form a table: table 0 holds embedding_dim's (slots slot_dims names not, and any
+  // named with that dimension), tables 1, 2, ... the other dimensions in the order slot_dims
+  // first names them. With one table (no slot_dims, or every dimension embedding_dim) the model
+  // is the one-dimension model; with several, keys carry their table (value.h: TableKey).
+  std::vector<SlotDims> slot_dims;
+
+  // The tables' dimensions (TableDims()[t] of table t), and each slot's table and dimension.
+  std::vector<uint32_t> TableDims() const {
+    std::vector<uint32_t> dims = {embedding_dim};
+    for (const SlotDims& g : slot_dims) {
+      if (std::find(dims.begin(), dims.end(), g.dim) == dims.end()) dims.push_back(g.dim);
+    }
+    return dims;
+  }
+  uint32_t SlotTable(uint32_t slot) const {
+    const std::vector<uint32_t> dims = TableDims();
+    for (const SlotDims& g : slot_dims) {
+      if (std::find(g.slots.begin(), g.slots.end(), slot) != g.slots.end()) {
+        return static_cast<uint32_t>(std::find(dims.begin(), dims.end(), g.dim) - dims.begin());
+      }
+    }
+    return 0;
+  }
+  uint32_t SlotDim(uint32_t slot) const { return TableDims()[SlotTable(slot)]; }
+  bool MultiTable() const { return TableDims().size() > 1; }
+  // The readers' table of each slot named in slot_dims (io/key_hashing.h); empty with one table.
+  KeyTables KeyTableMap() const {
+    KeyTables k;
+    if (!MultiTable()) return k;
+    for (const SlotDims& g : slot_dims) {
+      for (uint32_t s : g.slots) {
+        if (k.slot_table.size() <= s) k.slot_table.resize(s + 1, 0);
+      }
+    }
+    for (uint32_t s = 0; s < k.slot_table.size(); ++s) k.slot_table[s] = SlotTable(s);
+    return k;
+  }
+  // The widest table's dimension: a RowBlock row's (value.h, ValueLayout::dim).
+  uint32_t MaxDim() const {
+    const std::vector<uint32_t> dims = TableDims();
+    return *std::max_element(dims.begin(), dims.end());
+  }
+  // "" or what is wrong with slot_dims given `num_slots` (0: not known yet) and the other
+  // options (FM and the dot products need one dimension; a shared_slots group one table).
+  std::string SlotDimsError(uint32_t num_slots) const;
 
   bool HasTowers() const { return towers >= 2; }
   // Every tower's hidden widths.
@@ -153,9 +209,14 @@ class CtrModel {
   size_t bottom_base() const { return bottom_base_; }
   // Columns of the input before the embeddings: num_dense, or dim with a bottom MLP (z).
   uint32_t dense_width() const { return dense_width_; }
-  // Input widths: W0 = dense_width + num_slots * dim, and the MLP's (W0 + the dot products).
+  // Input widths: W0 = dense_width + the slots' dimensions (num_slots x dim without
+  // model.slot_dims), and the MLP's (W0 + the dot products).
   uint32_t input_width() const { return input_width_; }
   uint32_t mlp_input_width() const { return mlp_.in(0); }
+  // Slot s's embedding columns: slot_dim(s) of them from dense_width() + slot_col(s).
+  uint32_t slot_col(uint32_t s) const { return slot_col_[s]; }
+  uint32_t slot_dim(uint32_t s) const { return slot_dim_[s]; }
+  uint32_t emb_width() const { return emb_width_; }
   // Multiply-adds x 2 of forward + backward per example (for throughput reports).
   double FlopsPerExample() const;
   // The model's shape in one line, for logs and reports: "13 dense + 26 slots x 16 -> 2 cross
@@ -193,7 +254,8 @@ class CtrModel {
   // whole minibatch gets TrainMinibatch's model, bit for bit.
   //
   // The gradient record of one key: [g_emb (dim) | g_wide | show | click].
-  uint32_t SparseRecordWidth() const { return options_.embedding_dim + 3; }
+  // (dim: the widest table's with model.slot_dims; a smaller table's key leaves the rest zero.)
+  uint32_t SparseRecordWidth() const { return row_dim_ + 3; }
   // Predictions (before any update) and gradients of minibatch mb, updating nothing: the dense
   // gradient into dense_grads(), each distinct key's record (mb.uniq order) into *records.
   // global_rows: the rows of the minibatch over all ranks (the loss is their mean); mb may have
@@ -259,7 +321,11 @@ class CtrModel {
   SparseOptimizer sparse_opt_;
   Mlp mlp_;
   uint32_t dense_width_;  // num_dense, or dim with a bottom MLP
-  uint32_t input_width_;  // W0 = dense_width + num_slots * dim
+  uint32_t input_width_;  // W0 = dense_width + emb_width
+  // The embedding columns: slot s's dimension slot_dim_[s] at slot_col_[s] from dense_width_
+  // (model.slot_dims), emb_width_ their sum; row_dim_ the widest table's dimension.
+  uint32_t emb_width_ = 0, row_dim_ = 0;
+  std::vector<uint32_t> slot_col_, slot_dim_;
   Towers towers_;
   CrossLayout cross_;
   Mlp bottom_;

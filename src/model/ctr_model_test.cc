@@ -53,6 +53,8 @@ struct Fixture {
         pass(MakePass(40, 9, weights)),
         accessor(model.value_layout(), AccessorOptions{0.1f, 1.0f, 0.0f, 0.5f, 3}),
         rows(model.value_layout()) {
+    // Keys as the readers hand them to the model (with model.slot_dims: tagged with tables).
+    ModelKeys(options.hashing, options.KeyTableMap(), &pass);
     BuildWorkingSet(pass, batch, nullptr, &ws);
     rows.Resize(ws.keys.size());
     for (size_t i = 0; i < ws.keys.size(); ++i) accessor.InitRow(&rows, i, ws.keys[i]);
@@ -150,6 +152,31 @@ std::vector<std::pair<std::string, ModelOptions>> Shapes() {
   own_widths.tower_mlp = {{6, 4}, {5}, {3, 5, 2}};
   own_widths.dot = true;
   shapes.emplace_back("3 towers of their own widths + dot", own_widths);
+  // model.slot_dims: slot 0 of 6 values, slot 1 of embedding_dim's 4, slot 2 of 2 (three
+  // tables; row blocks 6 wide).
+  ModelOptions dims = SmallModel();
+  dims.slot_dims = {{{0}, 6}, {{2}, 2}};
+  shapes.emplace_back("slot dims 6 | 4 | 2", dims);
+  ModelOptions dims_cross = SmallModel();  // z and a cross layer over mixed widths
+  dims_cross.slot_dims = {{{1}, 7}, {{0, 2}, 3}};
+  dims_cross.bottom_mlp = {4};
+  dims_cross.cross_layers = 1;
+  dims_cross.cross_rank = 2;
+  dims_cross.mlp = {};
+  shapes.emplace_back("slot dims 3 | 7 | 3 + bottom MLP + low-rank cross", dims_cross);
+  ModelOptions dims_towers = SmallModel();
+  dims_towers.slot_dims = {{{0, 1}, 2}};
+  dims_towers.towers = 2;
+  dims_towers.dense_groups = {{1}, {0}};
+  dims_towers.mlp = {7};
+  shapes.emplace_back("slot dims 2 | 2 | 4 + 2 towers", dims_towers);
+  ModelOptions dims_mix = SmallModel();
+  dims_mix.slot_dims = {{{2}, 5}};
+  dims_mix.cross_layers = 1;
+  dims_mix.cross_rank = 2;
+  dims_mix.cross_experts = 2;
+  dims_mix.mlp = {};
+  shapes.emplace_back("slot dims 4 | 4 | 5 + a mixture cross layer", dims_mix);
   return shapes;
 }
 
@@ -194,12 +221,15 @@ TEST(CtrModelTest, GradientsOfEmbeddingsWideAndDenseMatchFiniteDifferences) {
         EXPECT_NEAR(analytic, numeric, 1e-4 + 1e-2 * std::fabs(numeric))
             << what << " weights " << weights;
       };
-      // Sparse rows: with SGD at lr 1 the update is exactly minus the gradient.
+      // Sparse rows: with SGD at lr 1 the update is exactly minus the gradient. With
+      // model.slot_dims a row block's rows are the widest table's: a smaller table's key
+      // leaves the rest zero and untouched (gradient zero).
+      const uint32_t rd = ref.model.value_layout().dim;
       for (size_t l = 0; l < ref.ws.keys.size(); ++l) {
-        for (uint32_t d = 0; d <= 4; ++d) {  // d == 4: the wide weight
+        for (uint32_t d = 0; d <= rd; ++d) {  // d == rd: the wide weight
           RowBlock rows = ref.rows;
-          float* v = d < 4 ? &rows.emb(l)[d] : &rows.wide(l);
-          const float after = d < 4 ? train.rows.emb(l)[d] : train.rows.wide(l);
+          float* v = d < rd ? &rows.emb(l)[d] : &rows.wide(l);
+          const float after = d < rd ? train.rows.emb(l)[d] : train.rows.wide(l);
           check(
               v, [&] { return MeanLoss(ref, rows); }, double(*v) - after,
               "key " + std::to_string(l) + " element " + std::to_string(d));
@@ -241,7 +271,15 @@ TEST(CtrModelTest, PredictionsMatchAPlainReferenceOfEveryShape) {
     std::vector<float> p(mb.rows());
     f.model.Predict(f.pass, f.ws, mb, f.rows, nullptr, p.data());
     const uint32_t D = kSchema.num_dense, S = kSchema.num_slots, dim = 4;
-    const uint32_t Dx = f.model.dense_width(), W0 = Dx + S * dim;  // Dx: D, or z's dim
+    // Dx: D, or z's dim; then each slot's embedding of its own dimension (model.slot_dims).
+    std::vector<uint32_t> col(S), sdim(S);
+    uint32_t W0 = f.model.dense_width();
+    for (uint32_t s = 0; s < S; ++s) {
+      sdim[s] = shape.SlotDim(s);
+      col[s] = W0;
+      W0 += sdim[s];
+    }
+    const uint32_t Dx = f.model.dense_width();
     const std::vector<float>& params = f.model.dense_params();
     const CrossLayout& cl = f.model.cross();
     const Mlp& mlp = f.model.mlp();
@@ -275,7 +313,10 @@ TEST(CtrModelTest, PredictionsMatchAPlainReferenceOfEveryShape) {
           const double w = f.pass.weights[q];
           wide += w * f.rows.wide(l);
           if (!f.rows.has_emb(l)) continue;
-          for (uint32_t k = 0; k < dim; ++k) x0[Dx + s * dim + k] += w * f.rows.emb(l)[k];
+          for (uint32_t k = 0; k < sdim[s]; ++k) x0[col[s] + k] += w * f.rows.emb(l)[k];
+          for (uint32_t k = sdim[s]; k < f.rows.layout().dim; ++k) {
+            EXPECT_EQ(f.rows.emb(l)[k], 0.0f) << "a smaller table's row past its dimension";
+          }
         }
       }
       std::vector<double> x = x0;
@@ -442,6 +483,15 @@ TEST(CtrModelTest, DescribeNamesTheExpertsAndTheTowers) {
   cases.emplace_back(
       widths, "2 dense + 3 slots x 4 -> 2 towers x MLP 8-4 | 6 + wide; 329 dense parameters");
   for (const auto& [m, want] : cases) EXPECT_EQ(CtrModel(kSchema, m, o, o, 1).Describe(), want);
+}
+
+TEST(CtrModelTest, DescribeNamesTheSlotDimensions) {
+  OptimizerOptions o;
+  ModelOptions m = SmallModel();
+  m.slot_dims = {{{0, 1}, 6}};
+  // 2 + 6 + 6 + 4 = 18 inputs: 18*8+8 + 8*4+4 + 4+1.
+  EXPECT_EQ(CtrModel(kSchema, m, o, o, 1).Describe(),
+            "2 dense + 3 slots (0-1 x 6, 2 x 4) -> MLP 8-4 + wide; 193 dense parameters");
 }
 
 TEST(CtrModelTest, BitIdenticalWhateverTheThreadCount) {

@@ -96,6 +96,16 @@ class GpuStep {
         r.tw[t].acts.resize(tw.layers(t));
         r.tw[t].grads.resize(tw.layers(t));
       }
+      if (model_->options().MultiTable()) {  // the slots' columns (model.slot_dims)
+        const uint32_t S = model_->schema().num_slots;
+        std::vector<uint32_t> col_slot, slot_col(S);
+        for (uint32_t slot = 0; slot < S; ++slot) {
+          slot_col[slot] = model_->slot_col(slot);
+          col_slot.insert(col_slot.end(), model_->slot_dim(slot), slot);
+        }
+        e.Upload(&r.col_slot, col_slot.data(), col_slot.size());
+        e.Upload(&r.slot_col, slot_col.data(), slot_col.size());
+      }
     }
   }
 
@@ -351,6 +361,9 @@ class GpuStep {
     std::vector<MixBuffers> mix;   // per mixture layer (model.cross_experts)
     Buf<float> mix_g, mix_acc, mix_tmp;
     std::vector<Buf<float>> bottom_acts, bottom_grads;
+    // With model.slot_dims: the slot of every embedding column, and every slot's first column
+    // (from the dense width). Empty with one dimension (column / dim is the slot).
+    Buf<uint32_t> col_slot, slot_col;
   };
 
   // The dense parameters: the MLP's, then the cross layers', then the bottom MLP's.
@@ -390,8 +403,11 @@ class GpuStep {
 
   // Floats per row in the exchange: embedding, wide, has-embedding flag (rows to the asking
   // GPU), or embedding gradient, wide gradient, shows, clicks (gradients to the owner).
-  uint32_t FetchStride() const { return model_->options().embedding_dim + 2; }
-  uint32_t GradStride() const { return model_->options().embedding_dim + 3; }
+  // (embedding: the widest table's dimension, RowDim(); a smaller table's key leaves the rest
+  // zero.)
+  uint32_t RowDim() const { return model_->SparseRecordWidth() - 3; }
+  uint32_t FetchStride() const { return RowDim() + 2; }
+  uint32_t GradStride() const { return RowDim() + 3; }
 
   // Calls f(device field, host field) for every field of a row.
   template <class H, class F>
@@ -533,7 +549,7 @@ class GpuStep {
       e.Reserve(&r.logits, B);
       e.Reserve(&r.dlogit, B);
       e.Reserve(&r.wide_sum, B);
-      e.Reserve(&r.dx, B * S * dim);
+      e.Reserve(&r.dx, B * model_->emb_width());
       for (size_t l = 0; l + 1 < layers_.size(); ++l) {
         e.Reserve(&r.acts[l], B * layers_[l].out);
         e.Reserve(&r.hgrads[l], B * layers_[l].out);
@@ -616,7 +632,7 @@ class GpuStep {
     const uint32_t N = gpus_;
     const uint32_t first = part.recv_base[b * N], n = part.recv_base[(b + 1) * N] - first;
     const uint32_t* row_of = part.recv_rows.data() + first;
-    const uint32_t dim = model_->options().embedding_dim, stride = FetchStride();
+    const uint32_t dim = RowDim(), stride = FetchStride();
     const float *emb = part.rows.emb.data(), *wide = part.rows.wide.data();
     const uint16_t* flags = part.rows.flags.data();
     float* out = part.send.data();
@@ -649,6 +665,11 @@ class GpuStep {
     const ModelOptions& mo = model_->options();
     const uint32_t D = pass.schema.num_dense, S = pass.schema.num_slots, dim = mo.embedding_dim;
     const uint32_t in0 = model_->mlp_input_width(), fs = FetchStride(), row0 = sl.row_begin;
+    // A fetched row: its embedding (rd floats), wide weight, has-embedding flag. With
+    // model.slot_dims a slot's columns are found through col_slot / slot_col.
+    const uint32_t rd = RowDim(), E = model_->emb_width();
+    const uint32_t *col_slot = rep.col_slot.data(), *slot_col = rep.slot_col.data();
+    const bool multi = mo.MultiTable();
     const uint32_t W0 = model_->input_width();
     const bool weighted = pass.has_weights(), log1p = mo.dense_log1p, wide_on = mo.wide;
     const float *dense = f.dense.data(), *weights = f.weights.data(), *fetch = f.fetch.data(),
@@ -679,12 +700,18 @@ class GpuStep {
         x[i] = log1p ? std::log1p(v > 0.0f ? v : 0.0f) : v;
         return;
       }
-      const uint32_t slot = static_cast<uint32_t>((c - Dx) / dim),
-                     d = static_cast<uint32_t>((c - Dx) % dim);
+      uint32_t slot, d;
+      if (multi) {
+        slot = col_slot[c - Dx];
+        d = static_cast<uint32_t>(c - Dx) - slot_col[slot];
+      } else {
+        slot = static_cast<uint32_t>((c - Dx) / dim);
+        d = static_cast<uint32_t>((c - Dx) % dim);
+      }
       float sum = 0.0f;
       for (uint32_t p = offsets[R * S + slot]; p < offsets[R * S + slot + 1]; ++p) {
         const float* row = fetch + size_t{fetch_pos[p]} * fs;
-        if (row[dim + 1] == 0.0f) continue;  // no embedding yet
+        if (row[rd + 1] == 0.0f) continue;  // no embedding yet
         const float w = weighted ? weights[p] : 1.0f;
         sum += w * row[d];
       }
@@ -696,7 +723,7 @@ class GpuStep {
       float wide = 0.0f;
       for (uint32_t p = offsets[R * S]; p < offsets[R * S + S]; ++p) {
         const float w = weighted ? weights[p] : 1.0f;
-        wide += w * fetch[size_t{fetch_pos[p]} * fs + dim];
+        wide += w * fetch[size_t{fetch_pos[p]} * fs + rd];
       }
       wide_sum[r] = wide_on ? wide : 0.0f;
     });
@@ -805,12 +832,17 @@ class GpuStep {
           const uint32_t p = occ[q];
           const uint32_t cell = cells[p] - cell_shift;
           const float w = weighted ? weights[p] : 1.0f;
-          const uint32_t r = cell / S;
-          if (j < dim) {
-            acc += w * dx[size_t{cell} * dim + j];
-          } else if (j == dim) {
+          const uint32_t r = cell / S, slot = cell % S;
+          if (j < rd) {
+            // The slot's columns of dx (the key's table's dimension; beyond it zero).
+            const uint32_t sd =
+                multi ? (slot + 1 < S ? slot_col[slot + 1] : E) - slot_col[slot] : dim;
+            if (j < sd) {
+              acc += w * dx[size_t{r} * E + (multi ? slot_col[slot] : slot * dim) + j];
+            }
+          } else if (j == rd) {
             acc += w * dlogit[r];
-          } else if (j == dim + 1) {
+          } else if (j == rd + 1) {
             acc += 1.0f;
           } else {
             acc += labels[row0 + r];
@@ -823,14 +855,17 @@ class GpuStep {
       const uint32_t occ0 = sl.occ_begin, n_occ = sl.occ_end - sl.occ_begin;
       e.ForEach(size_t{n_occ} * gs, [=] CTRBOX_HD(size_t i) {
         const uint32_t p = occ0 + static_cast<uint32_t>(i / gs), j = static_cast<uint32_t>(i % gs);
-        const uint32_t cell = cells[p] - cell_shift, r = cell / S;
+        const uint32_t cell = cells[p] - cell_shift, r = cell / S, slot = cell % S;
         const float w = weighted ? weights[p] : 1.0f;
         float v;
-        if (j < dim) {
-          v = w * dx[size_t{cell} * dim + j];
-        } else if (j == dim) {
+        if (j < rd) {
+          const uint32_t sd =
+              multi ? (slot + 1 < S ? slot_col[slot + 1] : E) - slot_col[slot] : dim;
+          if (j >= sd) return;  // beyond the key's table's dimension: zero
+          v = w * dx[size_t{r} * E + (multi ? slot_col[slot] : slot * dim) + j];
+        } else if (j == rd) {
           v = w * dlogit[r];
-        } else if (j == dim + 1) {
+        } else if (j == rd + 1) {
           v = 1.0f;
         } else {
           v = labels[row0 + r];
@@ -960,7 +995,10 @@ class GpuStep {
     const CrossLayout cl = model_->cross();
     const uint32_t shift = model_->bottom().num_layers() > 0 ? 1 : 0, nvec = S + shift;
     const uint32_t Dx = model_->dense_width(), vec0 = Dx - shift * dim;
-    const uint32_t W0 = cl.width, V = nvec * dim, in0 = model_->mlp_input_width();
+    // V: the gradient's columns from vec0 (z's dim with a bottom MLP, then the slots' columns,
+    // of any dimensions; without FM and dots EmbInputGrad is the gradient that reached them).
+    const uint32_t E = model_->emb_width(), V = shift * dim + E;
+    const uint32_t W0 = cl.width, in0 = model_->mlp_input_width();
     const uint32_t dmi_begin = model_->dmi_begin(), mw = in0 - dmi_begin;
     const float* params = rep.params.data();
     const float* x0 = rep.x.data();
@@ -1015,7 +1053,7 @@ class GpuStep {
       if (v < shift) {
         gz[r * dim + k] = g;
       } else {
-        dx[r * (V - shift * dim) + (c - shift * dim)] = g;
+        dx[r * E + (c - shift * dim)] = g;
       }
     });
   }
@@ -1194,7 +1232,7 @@ class GpuStep {
     const Quantizer quant(model_->options().quant.bits, model_->options().quant.range);
     const uint64_t quant_seed = model_->quant_seed(), t = model_->dense_optimizer().step();
     const bool wide_on = model_->options().wide;
-    const uint32_t dim = model_->options().embedding_dim;
+    const uint32_t rd = RowDim();
     const ValueLayout L = accessor_.layout();
     const uint32_t es = L.emb_state, ws = L.wide_state;
     DeviceRows& R = part.rows;
@@ -1206,17 +1244,19 @@ class GpuStep {
     e.ForEach(nt, [=] CTRBOX_HD(size_t i) {
       const size_t r = touched[i];
       const float* g = acc + r * gs;
-      show[r] += g[dim + 1];
-      click[r] += g[dim + 2];
+      show[r] += g[rd + 1];
+      click[r] += g[rd + 2];
       unseen[r] = 0;
       if (flags[r] & kFlagHasEmb) {
-        opt.Update(emb + r * dim, emb_state + r * es, g, dim);
-        quant.Round(emb + r * dim, dim, rounding, quant_seed, Mix64(keys[r]) + t);
-        opt.RoundState(emb_state + r * es, es, quant_seed ^ CtrModel::kStateSalt,
+        // The key's table's dimension and state (model.slot_dims; else the row's).
+        const uint32_t dim = L.DimOf(keys[r]);
+        opt.Update(emb + r * rd, emb_state + r * es, g, dim);
+        quant.Round(emb + r * rd, dim, rounding, quant_seed, Mix64(keys[r]) + t);
+        opt.RoundState(emb_state + r * es, L.StateOf(keys[r]), quant_seed ^ CtrModel::kStateSalt,
                        Mix64(keys[r]) + t);
       }
-      if (wide_on) opt.Update(wide + r, wide_state + r * ws, g + dim, 1);
-      if (accessor.MaybeCreateEmbedding(keys[r], show[r], click[r], flags + r, emb + r * dim,
+      if (wide_on) opt.Update(wide + r, wide_state + r * ws, g + rd, 1);
+      if (accessor.MaybeCreateEmbedding(keys[r], show[r], click[r], flags + r, emb + r * rd,
                                         emb_state + r * es)) {
         AtomicAddU32(created, 1);
       }

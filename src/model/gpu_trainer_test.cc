@@ -53,6 +53,7 @@ struct Trained {
         accessor(model.value_layout(), AccessorOptions{0.1f, 1.0f, s.embedx_threshold, 0.05f, 9}),
         pass(testing::RandomBatch(kSchema, 700, 3, /*multi_hot=*/true, s.weights)),
         rows(model.value_layout()) {
+    ModelKeys(s.shape.hashing, s.shape.KeyTableMap(), &pass);  // model.slot_dims: tagged keys
     BuildWorkingSet(pass, 128, nullptr, &ws);
     rows.Resize(ws.keys.size());
     for (size_t i = 0; i < ws.keys.size(); ++i) accessor.InitRow(&rows, i, ws.keys[i]);
@@ -193,6 +194,20 @@ std::vector<Case> Cases() {
   towers_all.shape.cross_experts = 2;
   towers_all.shape.bottom_mlp = {8};
   out.push_back(towers_all);
+  // model.slot_dims: slots of 12, 8 and 3 values (three tables, rows 12 wide), with row-wise
+  // Adagrad (its state is per row: the mean over the key's own dimension), and with lazy
+  // sparse Adam, weighted keys, a bottom MLP, a low-rank cross layer and towers.
+  Case dims = rowwise;
+  dims.shape.slot_dims = {{{0}, 12}, {{2, 3}, 3}};
+  out.push_back(dims);
+  Case dims_all = adam;
+  dims_all.shape.slot_dims = {{{1, 3}, 4}};
+  dims_all.shape.bottom_mlp = {8};
+  dims_all.shape.cross_layers = 1;
+  dims_all.shape.cross_rank = 3;
+  dims_all.shape.towers = 2;
+  dims_all.shape.mlp = {8};
+  out.push_back(dims_all);
   return out;
 }
 
@@ -202,7 +217,8 @@ std::string CaseName(const Case& s) {
          (s.shape.dot ? " dot" : "") + " cross " + std::to_string(s.shape.cross_layers) + " rank " +
          std::to_string(s.shape.cross_rank) + " experts " + std::to_string(s.shape.cross_experts) +
          " bottom layers " + std::to_string(s.shape.bottom_mlp.size()) + " hidden " +
-         std::to_string(s.shape.mlp.size()) + " towers " + std::to_string(s.shape.towers);
+         std::to_string(s.shape.mlp.size()) + " towers " + std::to_string(s.shape.towers) +
+         " tables " + std::to_string(s.shape.TableDims().size());
 }
 
 // The first field in which two runs' rows differ at all ("" if none).

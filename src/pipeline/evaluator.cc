@@ -20,12 +20,15 @@ namespace ctrbox {
 Status PredictChunk(const Batch& input, SparseTable& table, CtrModel* model, uint32_t batch_size,
                     ThreadPool* pool, std::vector<float>* predictions) {
   // A model trained on hashed keys predicts from the same hashing.
+  // A multi-table model's keys carry their tables (model.slot_dims) likewise.
+  const KeyTables tables = model->options().KeyTableMap();
+  const bool rewrite = model->options().hashing.enabled() || tables.enabled();
   Batch hashed;
-  if (model->options().hashing.enabled()) {
+  if (rewrite) {
     hashed = input;
-    HashBatchKeys(model->options().hashing, &hashed);
+    ModelKeys(model->options().hashing, tables, &hashed);
   }
-  const Batch& chunk = model->options().hashing.enabled() ? hashed : input;
+  const Batch& chunk = rewrite ? hashed : input;
   WorkingSet ws;
   BuildWorkingSet(chunk, batch_size, pool, &ws);
   RowBlock rows(table.layout());

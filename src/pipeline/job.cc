@@ -33,6 +33,7 @@ PassReaderOptions JobConfig::PassOptions() const {
   o.pass_examples = pipeline.pass_examples;
   o.epochs = train.epochs;
   o.hashing = spec.model.hashing;
+  o.key_tables = spec.model.KeyTableMap();
   const TieredOptions table = StorageFor(CtrModel::LayoutFor(spec.model, spec.sparse_optimizer));
   const uint64_t row_budget = table.RowBudgetBytes();
   if (gpu_options.pass_memory > 0 && pipeline.size_by_memory) {
@@ -121,6 +122,7 @@ Status JobConfig::Validate() const {
   }
   if (std::string e = TowersError(spec.model, kUnknownDense); !e.empty())
     return InvalidArgumentError(e);
+  if (std::string e = spec.model.SlotDimsError(0); !e.empty()) return InvalidArgumentError(e);
   if (spec.model.cross_experts > 0 &&
       (spec.model.cross_layers == 0 || spec.model.cross_rank == 0)) {
     return InvalidArgumentError(

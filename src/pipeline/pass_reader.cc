@@ -55,7 +55,7 @@ StatusOr<PassReader::Fill> PassReader::FillTo(Batch* out, uint64_t limit) {
       fraction_.store(p.known() ? epoch_ / epochs : -1.0, std::memory_order_relaxed);
       return out->rows() > 0 ? Fill::kRowsThenEpochEnd : Fill::kEpochEnd;
     }
-    if (options_.hashing.enabled()) HashBatchKeys(options_.hashing, &block_);
+    ModelKeys(options_.hashing, options_.key_tables, &block_);
     rows_read_.fetch_add(block_.rows(), std::memory_order_relaxed);
     fraction_.store(p.known() ? (epoch_ + p.fraction()) / epochs : -1.0, std::memory_order_relaxed);
   }

@@ -46,6 +46,8 @@ struct PassReaderOptions {
   // features.hashing: every block read is hashed (io/key_hashing.h) before passes are cut,
   // so that passes are sized by the keys the table will see.
   HashingOptions hashing;
+  // model.slot_dims: ... then their keys tagged with their slots' tables.
+  KeyTables key_tables;
   // Pass sizing by keys (0: off): the distinct keys of window_passes consecutive passes stay
   // within window_keys, passes holding whole minibatches of batch_size examples. A pass of one
   // minibatch may exceed the window through the passes before it (its pull waits for their

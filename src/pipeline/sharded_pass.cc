@@ -141,7 +141,7 @@ StatusOr<MetricSummary> EvaluateSharded(Comm* comm, BatchReader* reader, SparseT
     uint64_t more = chunk.rows() > 0 ? 1 : 0;
     RETURN_IF_ERROR(AllReduceMax(comm, &more, 1));
     if (more == 0) break;
-    if (model->options().hashing.enabled()) HashBatchKeys(model->options().hashing, &chunk);
+    ModelKeys(model->options().hashing, model->options().KeyTableMap(), &chunk);
     WorkingSet ws;
     BuildWorkingSet(chunk, batch_size, pool, &ws);
     ShardedPass sp;  // its pins go with it

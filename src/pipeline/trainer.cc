@@ -540,6 +540,9 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   if (std::string e = TowersError(job.spec.model, job.spec.schema.num_dense); !e.empty()) {
     return InvalidArgumentError(e);
   }
+  if (std::string e = job.spec.model.SlotDimsError(job.spec.schema.num_slots); !e.empty()) {
+    return InvalidArgumentError(e);
+  }
   if (!job.spec.model.bottom_mlp.empty() && job.spec.schema.num_dense == 0) {
     return InvalidArgumentError(
         "model.bottom_mlp is set but the data has no dense features (the bottom MLP's input)");

@@ -45,11 +45,13 @@ class CtrAccessor {
                                       float* emb, float* state) const {
     if (*flags & kFlagHasEmb) return false;
     if (Score(show, click) < options_.embedx_threshold) return false;
-    for (uint32_t d = 0; d < layout_.dim; ++d) {
+    // A multi-table layout's row takes its own table's dimension (the rest stays zero).
+    const uint32_t dim = layout_.DimOf(key), states = layout_.StateOf(key);
+    for (uint32_t d = 0; d < dim; ++d) {
       emb[d] = HashUniform(options_.seed, key, d, options_.init_range);
     }
-    quant_.Round(emb, layout_.dim, QuantRounding::kStochastic, options_.seed ^ kInitQuantSalt, key);
-    for (uint32_t j = 0; j < layout_.emb_state; ++j) state[j] = 0.0f;
+    quant_.Round(emb, dim, QuantRounding::kStochastic, options_.seed ^ kInitQuantSalt, key);
+    for (uint32_t j = 0; j < states; ++j) state[j] = 0.0f;
     *flags |= kFlagHasEmb;
     return true;
   }

@@ -27,12 +27,13 @@ uint32_t AsWord(float f) {
 }  // namespace
 
 CacheSlot::CacheSlot(const ValueLayout& layout)
-    : layout_(layout),
-      quant_(layout.quantizer()),
-      emb_words_(static_cast<uint32_t>((layout.EmbBytes() + 3) / 4)),
-      state_words_(static_cast<uint32_t>((layout.StateBytes() + 3) / 4)),
-      headers_(kWideState + layout.wide_state),
-      embs_(emb_words_ + state_words_) {
+    : layout_(layout), quant_(layout.quantizer()), headers_(kWideState + layout.wide_state) {
+  for (uint32_t t = 0; t < layout.tables; ++t) {
+    const ValueLayout l = layout.Table(t);
+    emb_words_.push_back(static_cast<uint32_t>((l.EmbBytes() + 3) / 4));
+    state_words_.push_back(static_cast<uint32_t>((l.StateBytes() + 3) / 4));
+    embs_.emplace_back(emb_words_.back() + state_words_.back());
+  }
   Rehash(kMinIndexEntries);
 }
 
@@ -90,7 +91,7 @@ void CacheSlot::Erase(uint32_t node) {
   memory_only_ -= MemoryOnly(meta_[node].state);
   uint32_t* h = headers_.Get(node);
   const uint64_t k = key(node);
-  if (h[kEmbId] != kNoEmb) embs_.Free(h[kEmbId]);
+  if (h[kEmbId] != kNoEmb) embs_[layout_.TableOf(k)].Free(h[kEmbId]);
   headers_.Free(node);
   // Backward-shift deletion from the linear-probing index.
   const size_t mask = keys_.size() - 1;
@@ -136,13 +137,20 @@ void CacheSlot::ReadRow(uint32_t node, RowBlock* out, size_t r) const {
   out->wide(r) = AsFloat(h[kWide]);
   CopyBytes(out->wide_state(r), h + kWideState, 4 * layout_.wide_state);
   if (h[kEmbId] != kNoEmb) {
-    const uint32_t* e = embs_.Get(h[kEmbId]);
-    if (quant_.enabled()) {
-      quant_.Decode(reinterpret_cast<const char*>(e), layout_.dim, out->emb(r));
-    } else {
-      CopyBytes(out->emb(r), e, 4 * layout_.dim);
+    const uint64_t k = out->key(r);
+    const uint32_t t = layout_.TableOf(k), dim = layout_.DimOf(k);
+    const uint32_t* e = embs_[t].Get(h[kEmbId]);
+    if (layout_.multi()) {  // a smaller table's row leaves the rest zero
+      ZeroBytes(out->emb(r), 4 * layout_.dim);
+      ZeroBytes(out->emb_state(r), 4 * layout_.emb_state);
     }
-    LoadState(layout_, reinterpret_cast<const char*>(e + emb_words_), out->emb_state(r));
+    if (quant_.enabled()) {
+      quant_.Decode(reinterpret_cast<const char*>(e), dim, out->emb(r));
+    } else {
+      CopyBytes(out->emb(r), e, 4 * dim);
+    }
+    LoadState(layout_, reinterpret_cast<const char*>(e + emb_words_[t]), layout_.StateOf(k),
+              out->emb_state(r));
   } else {
     ZeroBytes(out->emb(r), 4 * layout_.dim);
     ZeroBytes(out->emb_state(r), 4 * layout_.emb_state);
@@ -156,25 +164,31 @@ void CacheSlot::WriteRow(uint32_t node, const RowBlock& in, size_t r) {
   h[kAge] = uint32_t{in.unseen(r)} | (uint32_t{in.flags(r)} << 16);
   h[kWide] = AsWord(in.wide(r));
   CopyBytes(h + kWideState, in.wide_state(r), 4 * layout_.wide_state);
+  const uint64_t k = key(node);
+  const uint32_t t = layout_.TableOf(k);
   if (in.has_emb(r)) {
-    if (h[kEmbId] == kNoEmb) h[kEmbId] = embs_.Allocate();
-    uint32_t* e = embs_.Get(h[kEmbId]);
+    if (h[kEmbId] == kNoEmb) h[kEmbId] = embs_[t].Allocate();
+    uint32_t* e = embs_[t].Get(h[kEmbId]);
+    const uint32_t dim = layout_.DimOf(k);
     if (quant_.enabled()) {
-      quant_.Encode(in.emb(r), layout_.dim, reinterpret_cast<char*>(e));
+      quant_.Encode(in.emb(r), dim, reinterpret_cast<char*>(e));
     } else {
-      CopyBytes(e, in.emb(r), 4 * layout_.dim);
+      CopyBytes(e, in.emb(r), 4 * dim);
     }
-    StoreState(layout_, in.emb_state(r), reinterpret_cast<char*>(e + emb_words_));
+    StoreState(layout_, in.emb_state(r), layout_.StateOf(k),
+               reinterpret_cast<char*>(e + emb_words_[t]));
   } else if (h[kEmbId] != kNoEmb) {
-    embs_.Free(h[kEmbId]);
+    embs_[t].Free(h[kEmbId]);
     h[kEmbId] = kNoEmb;
   }
 }
 
 CacheMemory CacheSlot::Memory() const {
   CacheMemory m;
-  m.rows = headers_.live() * 4 * (kWideState + layout_.wide_state) +
-           embs_.live() * 4 * (emb_words_ + state_words_);
+  m.rows = headers_.live() * 4 * (kWideState + layout_.wide_state);
+  for (size_t t = 0; t < embs_.size(); ++t) {
+    m.rows += embs_[t].live() * 4 * (emb_words_[t] + state_words_[t]);
+  }
   static_assert(kIndexEntryBytes == sizeof(uint64_t) + sizeof(uint32_t));
   m.index = keys_.capacity() * sizeof(uint64_t) + rows_.capacity() * sizeof(uint32_t);
   m.meta = meta_.capacity() * sizeof(NodeMeta);
@@ -183,7 +197,9 @@ CacheMemory CacheSlot::Memory() const {
 
 size_t CacheSlot::AllocatedBytes() const {
   const CacheMemory m = Memory();
-  return m.index + m.meta + headers_.MemoryBytes() + embs_.MemoryBytes();
+  size_t bytes = m.index + m.meta + headers_.MemoryBytes();
+  for (const SlabArena& a : embs_) bytes += a.MemoryBytes();
+  return bytes;
 }
 
 size_t CacheSlot::RowBytesFor(const ValueLayout& layout) {

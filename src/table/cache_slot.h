@@ -100,8 +100,8 @@ class CAPABILITY("mutex") CacheSlot {
   size_t AllocatedBytes() const REQUIRES(this);
   // Bytes a row with an embedding may cost, for budgets: its records, and its share of the
   // index and the metadata at their least load (the index doubles above a load of 0.7 and
-  // halves below 0.3; the metadata vector doubles). Depends on the layout only: no lock
-  // needed.
+  // halves below 0.3; the metadata vector doubles); of the largest table's rows in a
+  // multi-table layout. Depends on the layout only: no lock needed.
   size_t RowBytes() const { return RowBytesFor(layout_); }
   static size_t RowBytesFor(const ValueLayout& layout);
   // An index entry: a key and a node id.
@@ -126,15 +126,18 @@ class CAPABILITY("mutex") CacheSlot {
   // Immutable after construction.
   ValueLayout layout_;
   Quantizer quant_;
-  uint32_t emb_words_;    // 32-bit words of the stored embedding (codes are packed)
-  uint32_t state_words_;  // 32-bit words of the stored state (bfloat16 pairs are packed)
+  // Per table of the layout (one without tables): 32-bit words of the stored embedding (codes
+  // are packed) and of the stored state (bfloat16 pairs are packed), and the arena of their
+  // records (a row's embedding id indexes its table's arena).
+  std::vector<uint32_t> emb_words_, state_words_;
   // The index, the records and the metadata: guarded by the slot (mu_), which every public
   // method requires.
   std::vector<uint64_t> keys_;  // open addressing, linear probing
   std::vector<uint32_t> rows_;  // node per slot, kNoNode when free
   size_t size_ = 0;
   size_t memory_only_ = 0;  // nodes whose state has neither kFresh nor kOnDisk
-  SlabArena headers_, embs_;
+  SlabArena headers_;
+  std::vector<SlabArena> embs_;
   std::vector<NodeMeta> meta_;  // by node id
 };
 

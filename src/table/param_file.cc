@@ -108,16 +108,18 @@ Status RecordView::Parse(const ValueLayout& layout, uint32_t group_bits, const s
   offsets.clear();
   size_t off = kRecordHeaderBytes;
   const size_t end = kRecordHeaderBytes + h.payload_bytes;
-  const size_t fixed = layout.EncodedBytes(false), full = layout.EncodedBytes(true);
+  const size_t fixed = layout.EncodedBytes(false);
   for (uint32_t i = 0; i < h.rows; ++i) {
     if (end - off < fixed) return CorruptionError(fmt::format("{}: row {} is truncated", where, i));
     const uint64_t key = GetFixed<uint64_t>(p + off);
     const uint16_t flags = GetFixed<uint16_t>(p + off + 18);
     if (flags & ~kFlagHasEmb)
       return CorruptionError(fmt::format("{}: row {} has unknown flags", where, i));
-    const size_t size = (flags & kFlagHasEmb) ? full : fixed;
+    if (!layout.ValidKey(key))
+      return CorruptionError(fmt::format("{}: row {} names no table of the layout", where, i));
+    const size_t size = layout.EncodedBytesOf(key, (flags & kFlagHasEmb) != 0);
     if (end - off < size) return CorruptionError(fmt::format("{}: row {} is truncated", where, i));
-    if (Mix64(key) >> (64 - group_bits) != h.group) {
+    if (GroupOfKey(layout, group_bits, key) != h.group) {
       return CorruptionError(fmt::format("{}: row {} belongs to another group", where, i));
     }
     keys.push_back(key);

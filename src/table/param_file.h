@@ -11,8 +11,27 @@
 #include "table/bloom.h"
 #include "table/value.h"
 #include "util/env.h"
+#include "util/hash.h"
 
 namespace ctrbox {
+
+// The SSD group of a key (docs/storage.md): the top group_bits bits of Mix64(key). In a
+// multi-table layout the lowest TableGroupBits of them are the key's table instead, so that
+// every group holds the rows of one table (and its counts give the table's bytes).
+inline uint32_t TableGroupBits(const ValueLayout& l) {
+  uint32_t b = 0;
+  while ((1u << b) < l.tables) ++b;
+  return b;
+}
+inline uint32_t GroupOfKey(const ValueLayout& l, uint32_t group_bits, uint64_t key) {
+  const uint32_t tb = TableGroupBits(l);
+  if (tb == 0) return static_cast<uint32_t>(Mix64(key) >> (64 - group_bits));
+  return static_cast<uint32_t>((Mix64(key) >> (64 - group_bits + tb)) << tb) | l.TableOf(key);
+}
+// The table whose rows group g holds.
+inline uint32_t TableOfGroup(const ValueLayout& l, uint32_t g) {
+  return g & ((1u << TableGroupBits(l)) - 1);
+}
 
 constexpr size_t kParamFileHeaderBytes = 40;
 constexpr size_t kRecordHeaderBytes = 20;

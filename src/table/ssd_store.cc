@@ -13,9 +13,9 @@ namespace ctrbox {
 namespace {
 
 constexpr char kIndexMagic[8] = {'C', 'T', 'R', 'S', 'I', 'D', 'X', '1'};
-constexpr uint32_t kIndexVersion = 4;  // 2: the layout names the embedding quantization;
+constexpr uint32_t kIndexVersion = 5;  // 2: the layout names the embedding quantization;
                                        // 3: group entries carry the delta filter;
-                                       // 4: and the older delta
+                                       // 4: and the older delta; 5: the layout's tables
 constexpr const char* kIndexName = "INDEX";
 
 std::string FileNameOf(uint32_t id) { return fmt::format("params-{:06d}.dat", id); }
@@ -55,7 +55,8 @@ StatusOr<ParsedIndex> ParseIndex(Env* env, const std::string& path) {
   }
   const char* const begin = s.data();
   const char* p = begin + 8;
-  if (GetFixed<uint32_t>(p) != kIndexVersion) return bad("unknown version");
+  const uint32_t version = GetFixed<uint32_t>(p);
+  if (version != kIndexVersion && version != 4) return bad("unknown version");
   x.group_bits = GetFixed<uint32_t>(p + 4);
   if (x.group_bits < 1 || x.group_bits > 30) return bad("bad group_bits");
   x.layout = ValueLayout{GetFixed<uint32_t>(p + 8), GetFixed<uint32_t>(p + 12),
@@ -70,6 +71,20 @@ StatusOr<ParsedIndex> ParseIndex(Env* env, const std::string& path) {
   const uint32_t nfiles = GetFixed<uint32_t>(p + 32);
   p += 36;
   const char* end = begin + s.size() - 8;
+  if (version >= 5) {  // the tables: their count, then (dim, state floats) of each if several
+    if (end - p < 4) return bad("truncated table list");
+    x.layout.tables = GetFixed<uint32_t>(p);
+    p += 4;
+    if (x.layout.tables < 1 || x.layout.tables > kMaxTables) return bad("bad table count");
+    if (x.layout.tables > 1) {
+      if (end - p < 8 * static_cast<ptrdiff_t>(x.layout.tables)) return bad("truncated table list");
+      for (uint32_t t = 0; t < x.layout.tables; ++t) {
+        x.layout.table_dim[t] = GetFixed<uint32_t>(p);
+        x.layout.table_state[t] = GetFixed<uint32_t>(p + 4);
+        p += 8;
+      }
+    }
+  }
   for (uint32_t i = 0; i < nfiles; ++i) {
     if (end - p < 36) return bad("truncated file table");
     IndexFileEntry f;
@@ -317,10 +332,11 @@ void SsdStore::Replace(uint32_t g, const GroupEntry& e) {
   for (const RecordLoc* r : old.records()) {
     if (r->exists() && !holds(e, *r)) Count(*r, -1);
   }
-  unique_rows_ += e.unique_rows;
-  unique_rows_ -= old.unique_rows;
-  unique_emb_ += e.unique_emb;
-  unique_emb_ -= old.unique_emb;
+  const uint32_t t = TableOfGroup(layout_, g);
+  unique_rows_[t] += e.unique_rows;
+  unique_rows_[t] -= old.unique_rows;
+  unique_emb_[t] += e.unique_emb;
+  unique_emb_[t] -= old.unique_emb;
   index_[g] = e;
 }
 
@@ -353,13 +369,15 @@ DiskStats SsdStore::Stats() const {
     for (const auto& f : files_) s.files += f != nullptr;
     s.file_bytes = file_bytes_;
     s.live_bytes = live_bytes_;
-    s.rows = unique_rows_;
-    s.emb_rows = unique_emb_;
+    for (uint32_t t = 0; t < layout_.tables; ++t) {
+      s.rows += unique_rows_[t];
+      s.emb_rows += unique_emb_[t];
+      s.value_bytes += unique_rows_[t] * (layout_.TableEncodedBytes(t, false) - 8) +
+                       unique_emb_[t] * (layout_.TableEncodedBytes(t, true) -
+                                         layout_.TableEncodedBytes(t, false));
+    }
     s.bloom_bytes = bloom_bytes_;
   }
-  const uint64_t fixed = layout_.EncodedBytes(false) - 8;
-  s.value_bytes =
-      s.rows * fixed + s.emb_rows * (layout_.EncodedBytes(true) - layout_.EncodedBytes(false));
   s.index_bytes = index_.capacity() * sizeof(GroupEntry);
   s.records_read = records_read_.load();
   s.read_retries = read_retries_.load();
@@ -394,6 +412,12 @@ Status SsdStore::WriteIndex() {
   PutFixed<float>(&s, layout_.quant_range);
   PutFixed<uint32_t>(&s, next_file_id);
   std::vector<std::shared_ptr<ParamFile>> live;
+  std::string tables;
+  PutFixed<uint32_t>(&tables, layout_.tables);
+  for (uint32_t t = 0; layout_.multi() && t < layout_.tables; ++t) {
+    PutFixed<uint32_t>(&tables, layout_.table_dim[t]);
+    PutFixed<uint32_t>(&tables, layout_.table_state[t]);
+  }
   {
     ReaderLock lock(&files_mu_);
     for (const auto& f : files_) {
@@ -401,6 +425,7 @@ Status SsdStore::WriteIndex() {
     }
   }
   PutFixed<uint32_t>(&s, static_cast<uint32_t>(live.size()));
+  s += tables;
   for (const auto& f : live) {
     PutFixed<uint32_t>(&s, f->id);
     PutFixed<uint64_t>(&s, f->bytes);
@@ -431,7 +456,7 @@ StatusOr<StoreSummary> SsdStore::Inspect(Env* env, const std::string& dir) {
     bloom_bytes += f.bloom_words * 8;
   }
   const uint64_t groups = uint64_t{1} << x.group_bits;
-  uint64_t live = 0, records = 0, rows = 0, emb = 0, with_delta = 0;
+  uint64_t live = 0, records = 0, rows = 0, emb = 0, with_delta = 0, value = 0;
   for (uint64_t g = 0; g < groups; ++g) {
     const GroupEntry e = GroupAt(x, g);
     for (const RecordLoc* loc : e.records()) {
@@ -442,14 +467,16 @@ StatusOr<StoreSummary> SsdStore::Inspect(Env* env, const std::string& dir) {
     with_delta += e.delta.exists();
     rows += e.unique_rows;
     emb += e.unique_emb;
+    const uint32_t t = TableOfGroup(layout, static_cast<uint32_t>(g));
+    value +=
+        e.unique_rows * (layout.TableEncodedBytes(t, false) - 8) +
+        e.unique_emb * (layout.TableEncodedBytes(t, true) - layout.TableEncodedBytes(t, false));
   }
-  const uint64_t fixed = layout.EncodedBytes(false) - 8,
-                 extra = layout.EncodedBytes(true) - layout.EncodedBytes(false);
   StoreSummary r;
   r.layout = layout;
   r.keys = rows;
   r.keys_with_embedding = emb;
-  r.bytes_live = rows * fixed + emb * extra;
+  r.bytes_live = value;
   r.files = nfiles;
   r.file_bytes = file_bytes;
   r.live_record_bytes = live;
@@ -509,8 +536,12 @@ StatusOr<std::unique_ptr<SsdStore>> SsdStore::Reopen(Env* env, const SsdOptions&
       store->live_bytes_ += loc->length;
       store->live_records_ += 1;
     }
-    store->unique_rows_ += e.unique_rows;
-    store->unique_emb_ += e.unique_emb;
+  }
+  for (size_t g = 0; g < store->index_.size(); ++g) {
+    const GroupEntry& e = store->index_[g];
+    const uint32_t t = TableOfGroup(layout, static_cast<uint32_t>(g));
+    store->unique_rows_[t] += e.unique_rows;
+    store->unique_emb_[t] += e.unique_emb;
   }
   RETURN_IF_ERROR(env->DeleteFile(path));
   RETURN_IF_ERROR(env->SyncDir(o.dir));

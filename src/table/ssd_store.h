@@ -121,9 +121,7 @@ class SsdStore {
   static StatusOr<StoreSummary> Inspect(Env* env, const std::string& dir);
 
   uint32_t group_bits() const { return options_.group_bits; }
-  uint32_t GroupOf(uint64_t key) const {
-    return static_cast<uint32_t>(Mix64(key) >> (64 - options_.group_bits));
-  }
+  uint32_t GroupOf(uint64_t key) const { return GroupOfKey(layout_, options_.group_bits, key); }
 
   // The records of group g. REQUIRES: g's slot lock.
   const GroupEntry& entry(uint32_t g) const { return index_[g]; }
@@ -189,7 +187,10 @@ class SsdStore {
   std::vector<std::shared_ptr<ParamFile>> files_ GUARDED_BY(files_mu_);
   uint64_t file_bytes_ GUARDED_BY(files_mu_) = 0;  // sum over live files
   uint64_t live_bytes_ GUARDED_BY(files_mu_) = 0, live_records_ GUARDED_BY(files_mu_) = 0;
-  uint64_t unique_rows_ GUARDED_BY(files_mu_) = 0, unique_emb_ GUARDED_BY(files_mu_) = 0;
+  // Distinct rows on disk and those with an embedding, per table of the layout (one without
+  // tables): a group holds one table's rows (GroupOfKey).
+  uint64_t unique_rows_[kMaxTables] GUARDED_BY(files_mu_) = {};
+  uint64_t unique_emb_[kMaxTables] GUARDED_BY(files_mu_) = {};
   uint64_t bloom_bytes_ GUARDED_BY(files_mu_) = 0;
   const ParamFile* current_file_ GUARDED_BY(files_mu_) = nullptr;  // the file appends go to
 

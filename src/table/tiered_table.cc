@@ -123,8 +123,11 @@ Status TieredOptions::Validate() const {
   }
   if (memory_budget == 0)
     return InvalidArgumentError("storage.ssd_dir needs storage.memory_budget");
-  if (ssd.group_bits < shard_bits) {
-    return InvalidArgumentError("storage.group_bits must be >= table.shard_bits");
+  if (ssd.group_bits < shard_bits + TableGroupBits(layout)) {
+    return InvalidArgumentError(
+        layout.multi() ? "storage.group_bits must be >= table.shard_bits + the bits that number "
+                         "model.slot_dims' tables"
+                       : "storage.group_bits must be >= table.shard_bits");
   }
   if (!(bloom_share > 0 && bloom_share <= 0.5)) {
     return InvalidArgumentError("storage.bloom_share must be in (0, 0.5]");
@@ -439,10 +442,24 @@ Status TieredTable::InstallLoaded(size_t s, const uint64_t* keys, const CtrAcces
   return Status::OK();
 }
 
+Status TieredTable::CheckKeys(const uint64_t* keys, size_t n) const {
+  if (!options_.layout.multi()) return Status::OK();
+  for (size_t i = 0; i < n; ++i) {
+    if (!options_.layout.ValidKey(keys[i])) {
+      return InvalidArgumentError(
+          fmt::format("key {:#x} names table {} but the table has {} (model.slot_dims): keys of a "
+                      "multi-table model carry their table in their top bits (TableKey)",
+                      keys[i], keys[i] >> kTableShift, options_.layout.tables));
+    }
+  }
+  return Status::OK();
+}
+
 StatusOr<PinnedRows> TieredTable::Pull(const uint64_t* keys, size_t n, const CtrAccessor* accessor,
                                        RowBlock* out, ThreadPool* pool) {
   assert(out->layout() == options_.layout);
   RETURN_IF_ERROR(error());
+  RETURN_IF_ERROR(CheckKeys(keys, n));
   RETURN_IF_ERROR(WaitForBudget());
   epoch_.fetch_add(1, std::memory_order_relaxed);  // a pull is a pass: frequencies age
   const uint64_t used_before = used_.load(std::memory_order_relaxed);
@@ -545,9 +562,10 @@ void TieredTable::OnUnpinned() {
 
 Status TieredTable::Insert(const RowBlock& rows, ThreadPool* pool) {
   RETURN_IF_ERROR(error());
-  RETURN_IF_ERROR(WaitForBudget());
   std::vector<uint64_t> keys(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) keys[i] = rows.key(i);
+  RETURN_IF_ERROR(CheckKeys(keys.data(), keys.size()));
+  RETURN_IF_ERROR(WaitForBudget());
   std::vector<uint32_t> order, begin;
   GroupBySlot(keys.data(), keys.size(), &order, &begin);
   RunParallel(pool, slots_.size(), [&](size_t s, int) {
@@ -744,7 +762,7 @@ Status TieredTable::WriteGroups(CacheSlot& slot, std::vector<GroupRead>* reads) 
   uint64_t persisted = 0;
   for (const auto& [g, node] : dirty) {
     NodeMeta& m = slot.meta(node);
-    persisted += options_.layout.EncodedBytes(slot.has_emb(node));
+    persisted += options_.layout.EncodedBytesOf(slot.key(node), slot.has_emb(node));
     slot.set_state(
         node, (m.state & ~(kDirty | kDiskEmb)) | kOnDisk | (slot.has_emb(node) ? kDiskEmb : 0));
   }
@@ -1268,8 +1286,6 @@ TableStats TieredTable::Stats() const {
   // A row written back between counting its slot and counting the files would count twice.
   MutexLock writer(&writer_mu_);
   const ValueLayout& l = options_.layout;
-  const uint64_t fixed = l.EncodedBytes(false) - 8,
-                 extra = l.EncodedBytes(true) - l.EncodedBytes(false);
   TableStats st;
   int64_t value = 0, emb = 0, keys = 0;
   uint64_t allocated = 0;
@@ -1284,12 +1300,14 @@ TableStats TieredTable::Stats() const {
       if (state & kFresh) return;
       ++st.keys_in_memory;
       const bool has = slot.has_emb(node);
+      const uint64_t key = slot.key(node);
       // Count the row's memory version instead of its disk version (if any).
       keys += (state & kOnDisk) ? 0 : 1;
       emb += (has ? 1 : 0) - ((state & kDiskEmb) ? 1 : 0);
-      value +=
-          static_cast<int64_t>(fixed + (has ? extra : 0)) -
-          ((state & kOnDisk) ? static_cast<int64_t>(fixed + ((state & kDiskEmb) ? extra : 0)) : 0);
+      value += static_cast<int64_t>(l.EncodedBytesOf(key, has) - 8) -
+               ((state & kOnDisk)
+                    ? static_cast<int64_t>(l.EncodedBytesOf(key, (state & kDiskEmb) != 0) - 8)
+                    : 0);
     });
     // The slot's running count (CountKeys) agrees with the scan.
     assert(keys - keys_before == static_cast<int64_t>(slot.memory_only_rows()));

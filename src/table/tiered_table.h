@@ -102,6 +102,8 @@ class TieredTable final : public SparseTable {
   TieredTable(Env* env, TieredOptions options);
 
   size_t SlotOf(uint64_t key) const;
+  // OK, or InvalidArgument if a key names no table of a multi-table layout.
+  Status CheckKeys(const uint64_t* keys, size_t n) const;
   size_t SlotOfGroup(uint32_t g) const { return g >> (ssd_->group_bits() - options_.shard_bits); }
   void GroupBySlot(const uint64_t* keys, size_t n, std::vector<uint32_t>* order,
                    std::vector<uint32_t>* begin) const;

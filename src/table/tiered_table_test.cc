@@ -78,7 +78,7 @@ void ExpectSame(TieredTable& table, const Reference& ref) {
     ASSERT_NE(it, ref.end()) << k;
     ASSERT_EQ(it->second, v) << k;
     value_bytes += v.size() - 8;
-    with_emb += v.size() == table.layout().EncodedBytes(true);
+    with_emb += v.size() == table.layout().EncodedBytesOf(k, true);
   }
   TableStats st = table.Stats();
   EXPECT_EQ(st.keys, ref.size());
@@ -87,12 +87,14 @@ void ExpectSame(TieredTable& table, const Reference& ref) {
   EXPECT_EQ(st.keys_with_emb, with_emb);
 }
 
-// Distinct random keys from a small space, so they repeat across steps.
-std::vector<uint64_t> RandomKeys(Random* rng, size_t n, uint64_t space) {
+// Distinct random keys from a small space, so they repeat across steps; with several tables
+// (model.slot_dims) spread over them as the readers tag them.
+std::vector<uint64_t> RandomKeys(Random* rng, size_t n, uint64_t space, uint32_t tables = 1) {
   std::vector<uint64_t> keys;
   std::map<uint64_t, bool> seen;
   while (keys.size() < n) {
     uint64_t k = Mix64(rng->Below(space));
+    if (tables > 1) k = TableKey(k, static_cast<uint32_t>((k >> 7) % tables));
     if (!seen[k]) {
       seen[k] = true;
       keys.push_back(k);
@@ -133,7 +135,7 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
   for (int step = 0; step < 400; ++step) {
     const int op = static_cast<int>(rng.Below(20));
     if (op < 12) {  // pull for training, change, push
-      std::vector<uint64_t> keys = RandomKeys(&rng, rng.Below(120), 2000);
+      std::vector<uint64_t> keys = RandomKeys(&rng, rng.Below(120), 2000, layout.tables);
       RowBlock rows(layout);
       auto pins =
           table->Pull(keys.data(), keys.size(), &acc, &rows, rng.Below(2) ? &pool : nullptr);
@@ -155,12 +157,13 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
         rows.wide(i) += 0.5f;
         acc.MaybeCreateEmbedding(&rows, i);
         if (rows.has_emb(i)) {
-          rows.emb(i)[rng.Below(4)] += 1.0f;
-          if (rng.Below(2)) rows.emb(i)[rng.Below(4)] = static_cast<float>(rng.Uniform() - 0.5);
+          const uint32_t dim = layout.DimOf(keys[i]);  // the key's table's (model.slot_dims)
+          rows.emb(i)[rng.Below(dim)] += 1.0f;
+          if (rng.Below(2)) rows.emb(i)[rng.Below(dim)] = static_cast<float>(rng.Uniform() - 0.5);
           // As the trainer does after every update: back onto the grid.
-          quant.Round(rows.emb(i), layout.dim, QuantRounding::kStochastic, seed, rng.Next());
+          quant.Round(rows.emb(i), dim, QuantRounding::kStochastic, seed, rng.Next());
           if (layout.state_bits == 16) {  // bfloat16 state, rounded as the trainer does
-            float& s = rows.emb_state(i)[rng.Below(layout.emb_state)];
+            float& s = rows.emb_state(i)[rng.Below(layout.StateOf(keys[i]))];
             s = RoundBf16(s + static_cast<float>(rng.Uniform()), static_cast<uint32_t>(rng.Next()));
           }
         }
@@ -168,7 +171,7 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
       }
       ASSERT_TRUE(table->Push(&*pins, rows, rng.Below(2) ? &pool : nullptr).ok());
     } else if (op < 14) {  // lookups (eval): nothing changes, absent keys are not inserted
-      std::vector<uint64_t> keys = RandomKeys(&rng, rng.Below(60), 4000);
+      std::vector<uint64_t> keys = RandomKeys(&rng, rng.Below(60), 4000, layout.tables);
       RowBlock rows(layout);
       auto pins = table->Pull(keys.data(), keys.size(), nullptr, &rows, &pool);
       ASSERT_TRUE(pins.ok());
@@ -255,6 +258,64 @@ TEST(TieredTableTest, Bf16StateSurvivesEveryTier) {
     RunDifferential(false, 30 + bits, h);
     RunDifferential(true, 40 + bits, h);
   }
+}
+
+// model.slot_dims: three tables of 4, 6 and 2 values in one table, rows 6 wide in a RowBlock.
+ValueLayout MultiLayout() {
+  ValueLayout l{6, 6, 1};
+  l.tables = 3;
+  const uint32_t dims[] = {4, 6, 2};
+  for (uint32_t t = 0; t < 3; ++t) l.table_dim[t] = l.table_state[t] = dims[t];
+  return l;
+}
+
+TEST(TieredTableTest, TablesOfSeveralDimensionsSurviveEveryTier) {
+  // Each row at its own table's size in the cache slots, the group records (a group holds one
+  // table's rows), compaction and an INDEX reopen; the byte counts exact per table.
+  RunDifferential(false, 50, MultiLayout());
+  RunDifferential(true, 51, MultiLayout());
+  ValueLayout q = MultiLayout();  // with 8-bit codes and bfloat16 state
+  q.quant_bits = 8;
+  q.quant_range = 0.75f;
+  q.state_bits = 16;
+  RunDifferential(true, 52, q);
+}
+
+TEST(TieredTableTest, TablesStoreEachRowAtItsOwnSizeAndRefuseForeignKeys) {
+  const ValueLayout l = MultiLayout();
+  CtrAccessor acc(l, AccessorOptions{});
+  TieredOptions o = Options("", 0);
+  o.layout = l;
+  auto table = Open(o);
+  ASSERT_NE(table, nullptr);
+  std::vector<uint64_t> keys;
+  for (uint32_t t = 0; t < 3; ++t) {
+    for (uint64_t i = 0; i < 100; ++i) keys.push_back(TableKey(Mix64(i * 3 + t), t));
+  }
+  RowBlock rows(l);
+  auto pins = table->Pull(keys.data(), keys.size(), &acc, &rows, nullptr);
+  ASSERT_TRUE(pins.ok()) << pins.status().ToString();
+  const uint32_t want_dims[] = {4, 6, 2};
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const uint32_t dim = l.DimOf(keys[i]);
+    ASSERT_EQ(dim, want_dims[i / 100]);
+    for (uint32_t d = 0; d < 6; ++d) {  // its own values drawn, the rest zero
+      if (d < dim) {
+        EXPECT_NE(rows.emb(i)[d], 0.0f);
+      } else {
+        EXPECT_EQ(rows.emb(i)[d], 0.0f);
+      }
+    }
+  }
+  ASSERT_TRUE(table->Push(&*pins, rows, nullptr).ok());
+  // Value bytes: 16 + 4 (wide state) per row, and 2 x dim x 4 for embedding and state.
+  EXPECT_EQ(table->Stats().value_bytes, 300u * 20 + 100u * (32 + 48 + 16));
+  // A key naming a table the layout does not have is refused, naming the table.
+  const uint64_t foreign = TableKey(99, 5);
+  RowBlock one(l);
+  auto bad = table->Pull(&foreign, 1, &acc, &one, nullptr);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("names table 5"), std::string::npos);
 }
 
 TEST(TieredTableTest, ReopenKeepsTheDigestAndNeedsACleanShutdown) {

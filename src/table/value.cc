@@ -7,19 +7,19 @@
 
 namespace ctrbox {
 
-void StoreState(const ValueLayout& l, const float* state, char* out) {
+void StoreState(const ValueLayout& l, const float* state, uint32_t n, char* out) {
   if (l.state_bits == 16) {
-    PackBf16(state, l.emb_state, out);
+    PackBf16(state, n, out);
   } else {
-    CopyBytes(out, state, 4 * l.emb_state);
+    CopyBytes(out, state, 4 * size_t{n});
   }
 }
 
-void LoadState(const ValueLayout& l, const char* in, float* state) {
+void LoadState(const ValueLayout& l, const char* in, uint32_t n, float* state) {
   if (l.state_bits == 16) {
-    UnpackBf16(in, l.emb_state, state);
+    UnpackBf16(in, n, state);
   } else {
-    CopyBytes(state, in, 4 * l.emb_state);
+    CopyBytes(state, in, 4 * size_t{n});
   }
 }
 
@@ -79,16 +79,18 @@ void RowBlock::EncodeRow(size_t i, std::string* out) const {
   Append(out, wide_[i]);
   out->append(reinterpret_cast<const char*>(wide_state(i)), 4 * layout_.wide_state);
   if (has_emb(i)) {
+    // A row of a multi-table layout at its own table's size.
+    const uint32_t dim = layout_.DimOf(keys_[i]), states = layout_.StateOf(keys_[i]);
     if (quant_.enabled()) {
       const size_t at = out->size();
-      out->resize(at + quant_.StoredBytes(layout_.dim));
-      quant_.Encode(emb(i), layout_.dim, out->data() + at);
+      out->resize(at + quant_.StoredBytes(dim));
+      quant_.Encode(emb(i), dim, out->data() + at);
     } else {
-      out->append(reinterpret_cast<const char*>(emb(i)), 4 * layout_.dim);
+      out->append(reinterpret_cast<const char*>(emb(i)), 4 * dim);
     }
     const size_t at = out->size();
-    out->resize(at + layout_.StateBytes());
-    StoreState(layout_, emb_state(i), out->data() + at);
+    out->resize(at + size_t{states} * (layout_.state_bits == 16 ? 2 : 4));
+    StoreState(layout_, emb_state(i), states, out->data() + at);
   }
 }
 
@@ -102,21 +104,23 @@ size_t RowBlock::DecodeRow(const char* p, size_t n, size_t i) {
   std::memcpy(&flags_[i], p + 18, 2);
   std::memcpy(&wide_[i], p + 20, 4);
   CopyBytes(wide_state(i), p + 24, 4 * layout_.wide_state);
-  if (flags_[i] & ~kFlagHasEmb) return 0;  // unknown flags: not a row of this version
-  if (!has_emb(i)) {
+  if (flags_[i] & ~kFlagHasEmb) return 0;     // unknown flags: not a row of this version
+  if (!layout_.ValidKey(keys_[i])) return 0;  // a key of no table of this layout
+  if (!has_emb(i) || layout_.multi()) {       // a smaller table's row leaves the rest zero
     ZeroBytes(emb(i), 4 * layout_.dim);
     ZeroBytes(emb_state(i), 4 * layout_.emb_state);
-    return fixed;
   }
-  const size_t full = layout_.EncodedBytes(true);
+  if (!has_emb(i)) return fixed;
+  const size_t full = layout_.EncodedBytesOf(keys_[i], true);
   if (n < full) return 0;
-  const size_t emb_bytes = layout_.EmbBytes();
+  const uint32_t dim = layout_.DimOf(keys_[i]), states = layout_.StateOf(keys_[i]);
+  const size_t emb_bytes = quant_.StoredBytes(dim);
   if (quant_.enabled()) {
-    quant_.Decode(p + fixed, layout_.dim, emb(i));
+    quant_.Decode(p + fixed, dim, emb(i));
   } else {
     CopyBytes(emb(i), p + fixed, emb_bytes);
   }
-  LoadState(layout_, p + fixed + emb_bytes, emb_state(i));
+  LoadState(layout_, p + fixed + emb_bytes, states, emb_state(i));
   return full;
 }
 

@@ -9,8 +9,14 @@
 #include <vector>
 
 #include "table/quant.h"
+#include "util/hash.h"
+#include "util/hd.h"
 
 namespace ctrbox {
+
+// Embedding tables of several dimensions in one sparse table (model.slot_dims): the rows of
+// table t are the keys whose top kTableKeyBits bits are t (util/hash.h: TableKey).
+constexpr uint32_t kMaxTables = 1u << kTableKeyBits;
 
 struct ValueLayout {
   uint32_t dim = 16;         // embedding dimension
@@ -20,6 +26,46 @@ struct ValueLayout {
   float quant_range = 1.0f;  // w of the quantization range [-w, w] (when quant_bits > 0)
   uint32_t state_bits = 0;   // stored bits of an embedding's state element: 0 (float32) or 16
                              // (bfloat16; optimizer.sparse.state_bits)
+  // Tables of several dimensions (tables > 1): table t's rows hold table_dim[t] embedding
+  // values and table_state[t] state floats, and dim / emb_state are the largest of them: the
+  // width of a row in a RowBlock, whose row of table t uses the first table_dim[t] values
+  // (the rest stay zero) and the first table_state[t] state floats. Stored encodings (the
+  // cache, the SSD tier, model files) hold each row at its own table's size. tables 1: every
+  // key is its own, every row dim wide (the arrays are unused).
+  uint32_t tables = 1;
+  uint32_t table_dim[kMaxTables] = {};
+  uint32_t table_state[kMaxTables] = {};
+
+  bool multi() const { return tables > 1; }
+  CTRBOX_HD uint32_t TableOf(uint64_t key) const {
+    return tables > 1 ? static_cast<uint32_t>(key >> kTableShift) : 0;
+  }
+  // The embedding values and state floats of key's rows.
+  CTRBOX_HD uint32_t DimOf(uint64_t key) const {
+    return tables > 1 ? table_dim[key >> kTableShift] : dim;
+  }
+  CTRBOX_HD uint32_t StateOf(uint64_t key) const {
+    return tables > 1 ? table_state[key >> kTableShift] : emb_state;
+  }
+  // Whether key names a table of this layout (a key of a multi-table layout may not).
+  bool ValidKey(uint64_t key) const { return tables <= 1 || (key >> kTableShift) < tables; }
+  // Table t's own layout: a one-table layout of its dimension and state.
+  ValueLayout Table(uint32_t t) const {
+    if (tables <= 1) return *this;
+    ValueLayout l = *this;
+    l.dim = table_dim[t];
+    l.emb_state = table_state[t];
+    l.tables = 1;
+    for (uint32_t i = 0; i < kMaxTables; ++i) l.table_dim[i] = l.table_state[i] = 0;
+    return l;
+  }
+  // The fields a file header records (dim, state, codes), without the tables.
+  ValueLayout RowFormat() const {
+    ValueLayout l = *this;
+    l.tables = 1;
+    for (uint32_t i = 0; i < kMaxTables; ++i) l.table_dim[i] = l.table_state[i] = 0;
+    return l;
+  }
 
   Quantizer quantizer() const { return Quantizer(quant_bits, quant_range); }
   // Bytes of the stored embedding (codes or floats).
@@ -27,8 +73,20 @@ struct ValueLayout {
   // Bytes of the stored embedding state.
   size_t StateBytes() const { return size_t{emb_state} * (state_bits == 16 ? 2 : 4); }
   // Bytes of the canonical encoding of one row, key included.
+  // Bytes of the canonical encoding of one row, key included: the largest (tables > 1).
   size_t EncodedBytes(bool has_emb) const {
     return 8 + 4 * 4 + 4 * wide_state + (has_emb ? EmbBytes() + StateBytes() : 0);
+  }
+  // ... of a row of table t, and of key's row.
+  size_t TableEncodedBytes(uint32_t t, bool has_emb) const {
+    if (tables <= 1) return EncodedBytes(has_emb);
+    return 8 + 4 * 4 + 4 * wide_state +
+           (has_emb ? size_t{table_dim[t]} * StoredElementBytes(quant_bits) +
+                          size_t{table_state[t]} * (state_bits == 16 ? 2 : 4)
+                    : 0);
+  }
+  size_t EncodedBytesOf(uint64_t key, bool has_emb) const {
+    return TableEncodedBytes(TableOf(key), has_emb);
   }
   bool operator==(const ValueLayout&) const = default;
 };
@@ -41,10 +99,10 @@ inline void SetRowCodes(uint32_t word, ValueLayout* l) {
   l->state_bits = word >> 16;
 }
 
-// Writes the embedding state state[0..emb_state) in its stored form (StateBytes() bytes at
-// out: float32, or bfloat16 with state_bits 16), and reads it back.
-void StoreState(const ValueLayout& l, const float* state, char* out);
-void LoadState(const ValueLayout& l, const char* in, float* state);
+// Writes the embedding state state[0..n) in its stored form (n x 4 bytes at out, or n x 2 as
+// bfloat16 with state_bits 16), and reads it back. n: l.emb_state, or StateOf(key).
+void StoreState(const ValueLayout& l, const float* state, uint32_t n, char* out);
+void LoadState(const ValueLayout& l, const char* in, uint32_t n, float* state);
 
 constexpr uint16_t kFlagHasEmb = 1;
 

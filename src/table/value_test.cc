@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "table/accessor.h"
 #include "util/bf16.h"
 
@@ -42,6 +44,49 @@ TEST(ValueTest, EncodeDecodeRoundTrip) {
   std::string bad = enc;
   bad[18] = 0x06;
   EXPECT_EQ(b.DecodeRow(bad.data(), bad.size(), 0), 0u);
+}
+
+// model.slot_dims: a row of a multi-table layout encodes at its own table's size (key, counters,
+// wide part, then its table's embedding and state), decodes with the rest of the row zero, and
+// a key naming no table of the layout does not decode.
+TEST(ValueTest, RowsOfSeveralTablesEncodeAtTheirOwnSize) {
+  ValueLayout l{8, 8, 1};
+  l.tables = 2;
+  l.table_dim[0] = l.table_state[0] = 8;
+  l.table_dim[1] = l.table_state[1] = 3;
+  EXPECT_EQ(l.Table(1).EncodedBytes(true), l.TableEncodedBytes(1, true));
+  EXPECT_EQ(l.TableEncodedBytes(1, true), 8u + 16 + 4 + 3 * 4 * 2);
+  EXPECT_EQ(l.TableEncodedBytes(0, true), l.EncodedBytes(true));
+  CtrAccessor acc(l, AccessorOptions{});
+  RowBlock a(l), b(l);
+  a.Resize(2);
+  b.Resize(2);
+  const uint64_t small = TableKey(Mix64(1), 1), big = TableKey(Mix64(2), 0);
+  acc.InitRow(&a, 0, small);
+  acc.InitRow(&a, 1, big);
+  for (uint32_t d = 0; d < 8; ++d) {
+    EXPECT_EQ(a.emb(0)[d] != 0.0f, d < 3) << d;  // drawn for its 3 values only
+    EXPECT_NE(a.emb(1)[d], 0.0f) << d;
+  }
+  a.emb_state(0)[2] = 5;
+  std::string enc;
+  a.EncodeRow(0, &enc);
+  ASSERT_EQ(enc.size(), l.EncodedBytesOf(small, true));
+  a.EncodeRow(1, &enc);
+  ASSERT_EQ(enc.size(), l.EncodedBytesOf(small, true) + l.EncodedBytesOf(big, true));
+  for (uint32_t d = 0; d < 8; ++d) b.emb(0)[d] = b.emb_state(0)[d] = 7;  // stale values
+  const size_t used = b.DecodeRow(enc.data(), enc.size(), 0);
+  ASSERT_EQ(used, l.EncodedBytesOf(small, true));
+  ASSERT_EQ(b.DecodeRow(enc.data() + used, enc.size() - used, 1), l.EncodedBytesOf(big, true));
+  for (uint32_t d = 0; d < 8; ++d) {
+    EXPECT_EQ(b.emb(0)[d], a.emb(0)[d]) << d;
+    EXPECT_EQ(b.emb_state(0)[d], a.emb_state(0)[d]) << d;
+    EXPECT_EQ(b.emb(1)[d], a.emb(1)[d]) << d;
+  }
+  std::string foreign = enc.substr(0, used);
+  const uint64_t bad = TableKey(Mix64(1), 2);
+  std::memcpy(foreign.data(), &bad, 8);
+  EXPECT_EQ(b.DecodeRow(foreign.data(), foreign.size(), 0), 0u);
 }
 
 // bfloat16 state (optimizer.sparse.state_bits: 16): two bytes per state value in the encoding,

@@ -45,6 +45,16 @@ inline uint64_t FeatureKey(uint32_t slot, uint64_t raw) {
   return XXH3_64bits_withSeed(&raw, sizeof(raw), SlotSeed(slot));
 }
 
+// A key of a multi-table model (model.slot_dims; docs/model.md): the feature key with its
+// table t in the top kTableKeyBits bits, so that every layer below the readers tells the
+// tables apart by the key alone. Keys of one table stay distinct where their low 60 bits do.
+constexpr int kTableKeyBits = 4;
+constexpr int kTableShift = 64 - kTableKeyBits;
+constexpr uint64_t kTableKeyMask = (uint64_t{1} << kTableShift) - 1;
+constexpr uint64_t TableKey(uint64_t key, uint32_t table) {
+  return (key & kTableKeyMask) | (uint64_t{table} << kTableShift);
+}
+
 // Checksum of a byte range (XXH3-64), used by every ctrbox file format.
 inline uint64_t Checksum64(const void* data, size_t n) { return XXH3_64bits(data, n); }
 inline uint64_t Checksum64(std::string_view s) { return XXH3_64bits(s.data(), s.size()); }
