@@ -3,12 +3,13 @@
 1 M / 200 K benchmark files: for each of mlp (the default model), deepfm, dcn_v2, dcn_v2_lr
 (rank 64), dlrm, dlrm_bottom (with a 64-16 bottom MLP) and aibox (two joint-learning towers,
 dense features 0-6 to the first, 7-12 to the second) and dcn_mix (DCN-v2's mixture of 4
-low-rank experts of rank 32 per cross layer, DeepCTR's DCNMix defaults),
+low-rank experts of rank 32 per cross layer, DeepCTR's DCNMix defaults) and slot_dims (the
+default model with per-slot embedding dimensions by vocabulary: SLOT_DIMS below),
 --reps runs of `ctrbox train` and of the twin, alternating, at --threads threads. Prints one
 JSON line per run, then per architecture a summary with the medians (examples/s and test AUC),
 ctrbox's speed over its twin's, and the AUC differences (to the twin, and to ctrbox's MLP).
 
-  bench/architectures.py [--archs mlp,deepfm,dcn_v2,dcn_v2_lr,dlrm,dlrm_bottom,aibox,dcn_mix]
+  bench/architectures.py [--archs mlp,deepfm,dcn_v2,dcn_v2_lr,dlrm,dlrm_bottom,aibox,dcn_mix,slot_dims]
                          [--reps 3]
                          [--cross-layers 2]
                          [--vary-seed] [--device gpu]
@@ -23,6 +24,12 @@ from bench_data import ROOT, arg_parser, criteo_train_test, train
 PY = os.environ.get("CTRBOX_BENCH_PYTHON", "/usr/bin/python3")
 
 
+# slot_dims: the generator's five huge slots (0.8 M to 3 M ids: slots 2, 3, 11, 15, 20) at 8, the
+# seventeen of at most 14 K ids at 32, the three of 70 K to 140 K (9, 23, 25) at the default 16
+# (shared/baselines/gen_criteo.py, VOCAB).
+SLOT_DIMS = "2+3+11+15+20:8,0+1+4-8+10+12-14+16-19+21+22+24:32"
+
+
 def ctrbox_sets(arch, cross_layers):
     """The job keys that make `arch` (docs/model.md)."""
     return {"mlp": [],
@@ -33,12 +40,13 @@ def ctrbox_sets(arch, cross_layers):
             "dlrm_bottom": ["model.dot=true", "model.bottom_mlp=64,16"],
             "aibox": ["model.towers=2", "model.dense_groups=0-6,7-12"],
             "dcn_mix": ["model.cross_layers=%d" % cross_layers, "model.cross_rank=32",
-                        "model.cross_experts=4"]}[arch]
+                        "model.cross_experts=4"],
+            "slot_dims": ["model.slot_dims=" + SLOT_DIMS]}[arch]
 
 
 def main():
     ap = arg_parser(__doc__, reps=3)
-    ap.add_argument("--archs", default="mlp,deepfm,dcn_v2,dcn_v2_lr,dlrm,dlrm_bottom,aibox,dcn_mix")
+    ap.add_argument("--archs", default="mlp,deepfm,dcn_v2,dcn_v2_lr,dlrm,dlrm_bottom,aibox,dcn_mix,slot_dims")
     ap.add_argument("--cross-layers", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
@@ -64,12 +72,15 @@ def main():
             print(json.dumps({"bench": "architectures", "system": "ctrbox", "arch": arch, "rep": rep, "seed": seed,
                               "examples_per_s": r["examples_per_s"], "test_auc": r["test_auc"],
                               "seconds": r["seconds"], "train_busy_seconds": r["stages"]["train"]["busy_seconds"],
-                              "blas_core": r["blas_core"], "digest": r["digest"]}), flush=True)
+                              "blas_core": r["blas_core"], "digest": r["digest"],
+                              "keys": r["keys"], "bytes_live": r["bytes_live"],
+                              "value_bytes_per_key": r["value_bytes_per_key"]}), flush=True)
             p = subprocess.run([PY, os.path.join(ROOT, "bench", "torch_twins.py"), "--arch", arch,
                                 "--train", train_tsv, "--test", test_tsv, "--threads", str(a.threads),
                                 "--cross-layers", str(a.cross_layers), "--seed", str(seed),
                                 "--device", "cuda" if a.device == "gpu" else "cpu"] +
-                               (["--cross-rank", "32", "--cross-experts", "4"] if arch == "dcn_mix" else []),
+                               (["--cross-rank", "32", "--cross-experts", "4"] if arch == "dcn_mix" else []) +
+                               (["--slot-dims", SLOT_DIMS] if arch == "slot_dims" else []),
                                capture_output=True, text=True)
             if p.returncode != 0:
                 sys.exit("torch_twins.py failed:\n" + p.stderr[-3000:])
@@ -77,7 +88,8 @@ def main():
             runs["pytorch"].append((t["train_examples_per_s"], t["auc"]))
             print(json.dumps({"bench": "architectures", "system": t["system"], "arch": arch, "rep": rep, "seed": seed,
                               "examples_per_s": t["train_examples_per_s"], "test_auc": t["auc"],
-                              "train_seconds": t["train_seconds"], "threads": t["threads"]}), flush=True)
+                              "train_seconds": t["train_seconds"], "threads": t["threads"],
+                              "embedding_values": t.get("embedding_values")}), flush=True)
         med = {k: statistics.median(x[0] for x in v) for k, v in runs.items()}
         auc = {k: statistics.median(x[1] for x in v) for k, v in runs.items()}
         summaries[arch] = {"bench": "architectures_summary", "arch": arch, "reps": a.reps, "vary_seed": a.vary_seed,

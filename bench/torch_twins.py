@@ -17,6 +17,9 @@ embedding rows, optimizers, timing and AUC) with the interaction ctrbox composes
   aibox    AIBox's joint learning: --towers MLP towers of --mlp's widths; tower t reads the
            input without the other towers' --dense-groups, plus the first and last hidden
            layers of every earlier tower; one linear output over their last hidden layers
+  slot_dims  the reference model with per-slot embedding dimensions (--slot-dims, ctrbox's
+           model.slot_dims syntax; other slots --dim): one embedding table per dimension,
+           holding the rows of its slots, each slot pooled at its own width into the MLP
 
 Sparse rows (embeddings and wide weights) train with Adagrad, the dense layers with Adam, as
 in the baseline. Only the training loop is timed. Prints one JSON line.
@@ -36,11 +39,22 @@ from torch_ctr import DENSE, SLOTS, auc, read_tsv  # noqa: E402
 
 class Twin(nn.Module):
     def __init__(self, arch, rows, dim, mlp, cross_layers, cross_rank, bottom_mlp, towers=0, dense_groups=(),
-                 cross_experts=4, tower_mlp=None):
+                 cross_experts=4, tower_mlp=None, slot_tables=None):
         super().__init__()
         self.arch = arch
         self.emb = nn.Embedding(rows, dim, sparse=True)
         nn.init.uniform_(self.emb.weight, -0.01, 0.01)
+        # slot_dims: (per slot its table, per table (dim, rows), and the global id -> table row).
+        self.slot_tables = slot_tables
+        if slot_tables is not None:
+            slot_table, tables, remap = slot_tables
+            self.emb = nn.Embedding(1, 1, sparse=True)  # unused
+            self.tables = nn.ModuleList()
+            for d, n in tables:
+                t = nn.Embedding(n, d, sparse=True)
+                nn.init.uniform_(t.weight, -0.01, 0.01)
+                self.tables.append(t)
+            self.register_buffer("remap", remap, persistent=False)
         self.wide = None
         if arch == "deepfm":
             self.wide = nn.Embedding(rows, 1, sparse=True)
@@ -54,6 +68,8 @@ class Twin(nn.Module):
                 width = h
             assert width == dim, "the bottom MLP must end at the embedding dimension"
         w0 = (dim if arch == "dlrm_bottom" else DENSE) + SLOTS * dim
+        if slot_tables is not None:
+            w0 = DENSE + sum(slot_tables[1][t][0] for t in slot_tables[0])
         self.cross = nn.ModuleList()
         if arch == "dcn_v2":
             for _ in range(cross_layers):
@@ -113,6 +129,8 @@ class Twin(nn.Module):
         self.mlp = nn.Sequential(*layers)
 
     def sparse_parameters(self):
+        if self.slot_tables is not None:
+            return list(self.tables.parameters())
         return list(self.emb.parameters()) + (list(self.wide.parameters()) if self.wide is not None else [])
 
     def dense_parameters(self):
@@ -120,6 +138,10 @@ class Twin(nn.Module):
                 list(self.towers.parameters()))
 
     def forward(self, dense, cats):
+        if self.slot_tables is not None:  # each slot from its table, at its own width
+            rows = self.remap[cats]  # [B, SLOTS]: rows of the slots' tables
+            parts = [self.tables[t](rows[:, s]) for s, t in enumerate(self.slot_tables[0])]
+            return self.mlp(torch.cat([dense] + parts, dim=1)).squeeze(1)
         e = self.emb(cats)  # [B, SLOTS, dim]
         if self.arch == "dlrm_bottom":
             z = self.bottom(dense)
@@ -163,7 +185,11 @@ class Twin(nn.Module):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--arch", required=True,
-                    choices=["mlp", "deepfm", "dcn_v2", "dcn_v2_lr", "dlrm", "dlrm_bottom", "aibox", "dcn_mix"])
+                    choices=["mlp", "deepfm", "dcn_v2", "dcn_v2_lr", "dlrm", "dlrm_bottom", "aibox", "dcn_mix",
+                             "slot_dims"])
+    ap.add_argument("--slot-dims", default="",
+                    help="slot_dims: slots:dim groups by ',', slots as indices or ranges joined by '+' "
+                         "(ctrbox's model.slot_dims); other slots --dim")
     ap.add_argument("--cross-experts", type=int, default=4)
     ap.add_argument("--towers", type=int, default=2)
     ap.add_argument("--tower-mlp", default="",
@@ -199,9 +225,29 @@ def main():
             lo, _, hi = item.partition("-")
             group += list(range(int(lo), int(hi or lo) + 1))
         groups.append(group)
+    slot_tables = None
+    if a.arch == "slot_dims":
+        # Tables as ctrbox numbers them: table 0 of --dim, then each new dimension in order.
+        slot_dim = [a.dim] * SLOTS
+        for g in a.slot_dims.split(","):
+            slots, _, d = g.partition(":")
+            for item in slots.split("+"):
+                lo, _, hi = item.partition("-")
+                for s in range(int(lo), int(hi or lo) + 1):
+                    slot_dim[s] = int(d)
+        dims = [a.dim] + [d for i, d in enumerate(slot_dim) if d != a.dim and d not in slot_dim[:i]]
+        slot_table = [dims.index(d) for d in slot_dim]
+        remap = torch.empty(len(vocab), dtype=torch.int64)
+        counts = [0] * len(dims)
+        for (s, _), idx in vocab.items():
+            t = slot_table[s]
+            remap[idx] = counts[t]
+            counts[t] += 1
+        slot_tables = (slot_table, [(d, max(c, 1)) for d, c in zip(dims, counts)], remap)
     model = Twin(a.arch, len(vocab), a.dim, mlp, a.cross_layers, a.cross_rank,
                  [int(x) for x in a.bottom_mlp.split(",")], a.towers, groups, a.cross_experts,
-                 [[int(w) for w in s.split("-")] for s in a.tower_mlp.split(",")] if a.tower_mlp else None).to(dev)
+                 [[int(w) for w in s.split("-")] for s in a.tower_mlp.split(",")] if a.tower_mlp else None,
+                 slot_tables).to(dev)
     sparse_opt = torch.optim.Adagrad(model.sparse_parameters(), lr=a.sparse_lr)
     dense_opt = torch.optim.Adam(model.dense_parameters(), lr=a.dense_lr)
     loss_fn = nn.BCEWithLogitsLoss()
@@ -231,7 +277,8 @@ def main():
                       "auc": round(auc(y, scores), 5),
                       "logloss": round(float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p))), 5),
                       "dense_params": sum(t.numel() for t in model.dense_parameters()),
-                      "embedding_rows": len(vocab)}))
+                      "embedding_rows": len(vocab),
+                      "embedding_values": sum(t.numel() for t in model.sparse_parameters())}))
 
 
 if __name__ == "__main__":

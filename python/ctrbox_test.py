@@ -211,6 +211,34 @@ def test_towers_and_experts_from_nested_lists_train_as_the_cli(data, tmp_path):
         ctrbox.Job({"model": {"dense_groups": [[0, [1]]]}})
 
 
+def test_slot_dims_train_as_the_cli_and_lookup_reads_each_table(data, tmp_path):
+    """model.slot_dims from a list: the CLI's model bit for bit; Model.keys gives the keys of a
+    slot's table, whose rows lookup reads at the table's width (zero past it)."""
+    shape = {"model": {**SMALL["model"], "slot_dims": ["0-9:24", "10+12:4"]}}
+    report = ctrbox.Job({**SMALL, **shape}, data=data["train"], eval_data=data["test"],
+                        model_dir=tmp_path / "py", fresh=True).train()
+    cli_report = json.loads(cli(
+        "train", "--data", data["train"], "--eval-data", data["test"], "--model-dir", str(tmp_path / "cli"),
+        "--fresh", "--set", "model.mlp=32,16", "--set", "model.embedding_dim=8", "--set", "train.threads=2",
+        "--set", "train.batch_size=256", "--set", "pipeline.pass_examples=4000",
+        "--set", "model.slot_dims=0-9:24,10+12:4").strip().splitlines()[-1])
+    assert cli_report["digest"] == report["digest"]
+    assert cli_report["test_auc"] == report["test_auc"] > 0.55
+    assert "(0-9 x 24, 10 x 4, 11 x 8, 12 x 4, 13-25 x 8)" in report["model_shape"]
+    m = ctrbox.Model(tmp_path / "py")
+    assert m.embedding_dim == 24  # the widest table's
+    with open(data["train"]) as f:
+        fields = [l.rstrip("\n").split("\t") for l in f.read().splitlines()[:200]]
+    for slot, dim in ((0, 24), (10, 4), (11, 8)):
+        values = sorted({r[14 + slot] for r in fields if r[14 + slot]})[:20]
+        got = m.lookup(m.keys(slot, values))
+        assert got["has_embedding"].all(), slot
+        assert got["embedding"][:, :dim].any(axis=1).all(), slot
+        assert not got["embedding"][:, dim:].any(), slot
+    with pytest.raises(ctrbox.Error, match="slot 26 but the model has 26 slots"):
+        m.keys(26, ["x"])
+
+
 def test_predict_from_arrays_equals_predict_from_records(data, tmp_path):
     g = data["slots_gen"]
     slots, dense_n = g["num_slots"], g["num_dense"]

@@ -259,10 +259,18 @@ class Model:
             raise Error("predict: dense has shape {}; expected ({}, {})".format(dense.shape, rows, self.num_dense))
         return _call(self._model.predict_arrays, flat, offsets, dense.reshape(-1), rows, not hashed)
 
+    def keys(self, slot, values):
+        """The keys this model holds for raw values of `slot` (as feature_keys, through the
+        model's model.shared_slots groups and, with model.slot_dims, tagged with the slot's
+        table): what lookup takes. A uint64 numpy array."""
+        return _call(self._model.keys, int(slot), values)
+
     def lookup(self, keys):
-        """Each model key's row (keys from feature_keys): {"embedding": (n, dim) float32,
-        "show", "click", "has_embedding"}. A key the model does not hold has show 0 and no
-        embedding (zeros)."""
+        """Each model key's row (keys from Model.keys, or feature_keys for a model without
+        model.slot_dims): {"embedding": (n, dim) float32, "show", "click", "has_embedding"};
+        with model.slot_dims dim is the widest table's and a row of a smaller table is zero
+        past its own dimension. A key the model does not hold has show 0 and no embedding
+        (zeros)."""
         return _call(self._model.lookup, np.ascontiguousarray(keys, dtype=np.uint64).reshape(-1))
 
     def embeddings(self, keys):

@@ -479,7 +479,6 @@ class GpuStep {
   // Sizes the minibatch buffers for the slot's largest slice and exchange.
   void EnsureWork(Slot& s, const Batch& pass) {
     const HbmPlan& plan = s.plan;
-    const uint32_t dim = model_->options().embedding_dim, S = pass.schema.num_slots;
     const uint32_t in0 = model_->mlp_input_width(), W0 = model_->input_width();
     const uint32_t cross_layers = model_->cross().layers;
     uint32_t max_rows = 0, max_uniq = 0;

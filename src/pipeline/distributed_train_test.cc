@@ -128,7 +128,9 @@ Model Load(const std::string& dir) {
       EXPECT_TRUE(loaded->table->ExportShard(s, &rows).ok());
       for (size_t i = 0; i < rows.size(); ++i) {
         std::vector<float> v = {rows.show(i), rows.click(i), rows.wide(i)};
-        if (rows.has_emb(i)) v.insert(v.end(), rows.emb(i), rows.emb(i) + rows.layout().dim);
+        if (rows.has_emb(i)) {  // the key's own table's values (model.slot_dims)
+          v.insert(v.end(), rows.emb(i), rows.emb(i) + rows.layout().DimOf(rows.key(i)));
+        }
         EXPECT_TRUE(m.rows.emplace(rows.key(i), v).second) << "key twice";
       }
     }
@@ -235,14 +237,17 @@ struct Pair {
   std::string ranks, one;  // the model directories
   std::vector<std::string> digests;
 };
-Pair TrainBoth(const TempDir& dir, const Data& d, int n, bool sgd, const std::string& tag) {
+Pair TrainBoth(const TempDir& dir, const Data& d, int n, bool sgd, const std::string& tag,
+               const std::vector<SlotDims>& slot_dims = {}) {
   Pair p;
   JobConfig one = Job(dir.File(tag + "one" + std::to_string(n)), sgd);
+  one.spec.model.slot_dims = slot_dims;
   one.data.paths = {InterleavedFile(dir, d, n)};
   auto single = RunTrain(Env::Posix(), one, nullptr);
   EXPECT_TRUE(single.ok()) << single.status().ToString();
   p.one = one.model_dir;
   JobConfig job = Job(dir.File(tag + "n" + std::to_string(n)), sgd);
+  job.spec.model.slot_dims = slot_dims;
   job.data.paths = d.files;
   auto ranks = RunRanks(n, job);
   uint64_t examples = 0;  // the ranks' own, from rank 0's report
@@ -282,6 +287,17 @@ TEST(DistributedTrainTest, NRanksTrainTheOneRankModelUpToSummationOrder) {
     RecordProperty("distance_" + std::to_string(n), std::to_string(distance));
     EXPECT_LT(distance, 1e-6) << n << " ranks";
   }
+}
+
+// model.slot_dims: the tables' rows move between the ranks at their own sizes and the gradient
+// records are the widest table's; N ranks still train the one-rank model.
+TEST(DistributedTrainTest, NRanksWithSlotDimensionsTrainTheOneRankModel) {
+  TempDir dir;
+  Data d = WriteFiles(dir);
+  Pair p = TrainBoth(dir, d, 2, /*sgd=*/true, "dims", {{{0}, 12}, {{1}, 3}});
+  const Model want = Load(p.one), got = Load(p.ranks);
+  EXPECT_GT(want.rows.size(), 1000u);
+  EXPECT_LT(Distance(got, want), 1e-6);
 }
 
 // With the default optimizers (Adagrad, Adam) the models drift apart by the first steps'

@@ -146,6 +146,8 @@ std::pair<std::string, bool> Train(const JobConfig& job, py::object progress) {
 
 // A saved model, opened once: the rows under the job's storage settings (in memory, or a
 // budget over storage.ssd_dir), the dense part, and a thread pool. Calls are serialised.
+py::array_t<uint64_t> FeatureKeys(uint32_t slot, py::object values);
+
 class Model {
  public:
   explicit Model(const JobConfig& job) : job_(job), pool_(job.train.threads) {
@@ -158,6 +160,24 @@ class Model {
   uint32_t num_slots() const { return lm_.model->schema().num_slots; }
   uint32_t num_dense() const { return lm_.model->schema().num_dense; }
   uint32_t dim() const { return lm_.table->layout().dim; }
+
+  // The keys this model holds for raw values of `slot`: feature keys of the slot's shared_slots
+  // group, tagged with the slot's table (model.slot_dims).
+  py::array_t<uint64_t> Keys(uint32_t slot, py::object values) const {
+    const ModelOptions& m = lm_.model->options();
+    if (slot >= num_slots()) {
+      throw StatusError(InvalidArgumentError("keys: slot " + std::to_string(slot) +
+                                             " but the model has " + std::to_string(num_slots()) +
+                                             " slots"));
+    }
+    py::array_t<uint64_t> keys = FeatureKeys(KeySlotOf(m.KeySlotMap(), slot), values);
+    if (m.MultiTable()) {
+      uint64_t* k = keys.mutable_data();
+      const uint32_t table = m.SlotTable(slot);
+      for (py::ssize_t i = 0; i < keys.size(); ++i) k[i] = TableKey(k[i], table);
+    }
+    return keys;
+  }
 
   // The eval report on `paths` (format: data.format's names; "" keeps the job's).
   std::string Eval(const std::vector<std::string>& paths, const std::string& format) {
@@ -421,7 +441,8 @@ PYBIND11_MODULE(_ctrbox, m) {
       .def("predict_arrays", &Model::PredictArrays, py::arg("keys"), py::arg("offsets"),
            py::arg("dense"), py::arg("rows"), py::arg("raw"))
       .def("predict_text", &Model::PredictText, py::arg("lines"), py::arg("format"))
-      .def("lookup", &Model::Lookup, py::arg("keys"));
+      .def("lookup", &Model::Lookup, py::arg("keys"))
+      .def("keys", &Model::Keys, py::arg("slot"), py::arg("values"));
 
   py::class_<GenArgs>(m, "GenArgs")
       .def(py::init<>())
