@@ -53,4 +53,25 @@ std::string CoreName() {
   return name ? name : "unknown";
 }
 
+std::string SlowCoreWarning() {
+#if defined(__x86_64__)
+  const std::string core = CoreName();
+  // OpenBLAS's x86-64 kernel sets without AVX (its DYNAMIC_ARCH fallbacks).
+  static const char* const kPreAvx[] = {"Prescott",  "Core2", "Penryn",  "Dunnington",
+                                        "Nehalem",   "Atom",  "Opteron", "Opteron_SSE3",
+                                        "Barcelona", "Nano",  "Bobcat"};
+  bool old = false;
+  for (const char* k : kPreAvx) old |= core == k;
+  if (!old || !__builtin_cpu_supports("avx2")) return "";
+  const char* better = __builtin_cpu_supports("avx512f") ? "SkylakeX" : "Haswell";
+  return "OpenBLAS chose its " + core + " (SSE) kernels on a CPU with " +
+         (__builtin_cpu_supports("avx512f") ? "AVX-512" : "AVX2") +
+         " (it does not recognise the CPU model): the MLP's GEMMs run 2-4x slower than they "
+         "could; set OPENBLAS_CORETYPE=" +
+         better + " in the environment (docs/model.md, BLAS)";
+#else
+  return "";
+#endif
+}
+
 }  // namespace ctrbox::blas

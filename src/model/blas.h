@@ -31,6 +31,10 @@ void ResetGemmCounters();
 // The kernel set OpenBLAS chose ("Cooperlake", "Haswell", ...): it detects the CPU, unless
 // the environment variable OPENBLAS_CORETYPE forces one.
 std::string CoreName();
+// "" or, when OpenBLAS chose kernels older than the CPU (its detection falls back to SSE3
+// "Prescott" on CPUs it does not recognise, such as VMs that hide the CPU model), a warning
+// naming the OPENBLAS_CORETYPE that would use the CPU's AVX2 or AVX-512.
+std::string SlowCoreWarning();
 
 }  // namespace ctrbox::blas
 

@@ -6,6 +6,7 @@
 
 #include "ckpt/model_dir.h"
 #include "io/reader.h"
+#include "model/blas.h"
 #include "pipeline/data.h"
 #include "table/tiered_table.h"
 #include "util/logging.h"
@@ -226,6 +227,7 @@ StatusOr<TrainStart> StartTrain(Env* env, const JobConfig& job, PassReader* read
   }
 
   LOG_INFO("model: {}", start.model->Describe());
+  if (const std::string w = blas::SlowCoreWarning(); !w.empty()) LOG_WARNING("{}", w);
   if (!job.ckpt.dir.empty()) {
     ASSIGN_OR_RETURN(start.ckpt, CheckpointWriter::Open(env, job.ckpt, job.spec, settings,
                                                         start.model->value_layout(),
