@@ -196,6 +196,22 @@ bool ParseGroups(std::string_view v, char sep,
   return true;
 }
 
+// An index "7" or a range "3-9" (at most `max`), appended to *out; false when malformed.
+bool ParseRange(std::string_view p, uint64_t max, std::vector<uint32_t>* out) {
+  const size_t dash = p.find('-');
+  uint64_t a, b;
+  if (dash == std::string_view::npos) {
+    if (!ParseUint64(p, &a)) return false;
+    b = a;
+  } else if (!ParseUint64(Trim(p.substr(0, dash)), &a) ||
+             !ParseUint64(Trim(p.substr(dash + 1)), &b) || b < a) {
+    return false;
+  }
+  if (b > max) return false;
+  for (uint64_t i = a; i <= b; ++i) out->push_back(static_cast<uint32_t>(i));
+  return true;
+}
+
 // model.shared_slots: groups of slot indices joined by '+', the groups by ',': "0+5,3+7".
 Setter SlotGroups() {
   return [](JobConfig* j, std::string_view v, std::string* expect) {
@@ -227,18 +243,7 @@ Setter DenseGroups() {
         "groups of dense feature indices or ranges joined by '+', the groups by ',', e.g. "
         "0-5,6+8+9-12";
     auto range = [](std::string_view p, std::vector<uint32_t>* group) {
-      const size_t dash = p.find('-');
-      uint64_t a, b;
-      if (dash == std::string_view::npos) {
-        if (!ParseUint64(p, &a)) return false;
-        b = a;
-      } else if (!ParseUint64(Trim(p.substr(0, dash)), &a) ||
-                 !ParseUint64(Trim(p.substr(dash + 1)), &b) || b < a) {
-        return false;
-      }
-      if (b > 100000) return false;
-      for (uint64_t d = a; d <= b; ++d) group->push_back(static_cast<uint32_t>(d));
-      return true;
+      return ParseRange(p, 100000, group);
     };
     std::vector<std::vector<uint32_t>> groups;
     if (!ParseGroups(v, '+', range, &groups)) return false;
@@ -267,18 +272,7 @@ Setter SlotDimGroups() {
         SlotDims d;
         d.dim = static_cast<uint32_t>(dim);
         for (std::string_view p : Split(Trim(g.substr(0, colon)), '+')) {
-          p = Trim(p);
-          const size_t dash = p.find('-');
-          uint64_t a, b;
-          if (dash == std::string_view::npos) {
-            if (!ParseUint64(p, &a)) return false;
-            b = a;
-          } else if (!ParseUint64(Trim(p.substr(0, dash)), &a) ||
-                     !ParseUint64(Trim(p.substr(dash + 1)), &b) || b < a) {
-            return false;
-          }
-          if (b > 1000000) return false;
-          for (uint64_t s = a; s <= b; ++s) d.slots.push_back(static_cast<uint32_t>(s));
+          if (!ParseRange(Trim(p), 1000000, &d.slots)) return false;
         }
         dims.push_back(std::move(d));
       }
