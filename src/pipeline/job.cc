@@ -57,6 +57,17 @@ PassReaderOptions JobConfig::PassOptions() const {
       1, static_cast<uint64_t>(kPinnedShare * static_cast<double>(row_budget)) / row_bytes);
   o.batch_size = train.batch_size;
   o.max_keys = row_budget / row_bytes;
+  if (table.layout.multi()) {
+    // model.slot_dims: each key weighs its own table's resident row (max_keys and window_keys
+    // above stay the widest row's bound, for the report and the error's hint).
+    for (uint32_t t = 0; t < table.layout.tables; ++t) {
+      TieredOptions one = table;
+      one.layout = table.layout.Table(t);
+      o.table_row_bytes.push_back(one.ResidentRowBytes());
+    }
+    o.window_bytes = static_cast<uint64_t>(kPinnedShare * static_cast<double>(row_budget));
+    o.max_bytes = row_budget;
+  }
   o.pass_memory = pipeline.pass_memory > 0
                       ? pipeline.pass_memory
                       : std::max(PipelineOptions::kMinPassMemory, storage.memory_budget / 4);

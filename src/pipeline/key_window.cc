@@ -7,7 +7,14 @@
 
 namespace ctrbox {
 
-KeyWindow::KeyWindow(uint32_t passes) : passes_(passes), per_pass_(passes, 0) { Rebuild(1024); }
+KeyWindow::KeyWindow(uint32_t passes, std::vector<uint64_t> table_weights)
+    : passes_(passes),
+      per_pass_(passes, 0),
+      per_pass_weight_(passes, 0),
+      weights_(std::move(table_weights)) {
+  if (!weights_.empty()) weights_.resize(uint64_t{1} << kTableKeyBits, 0);  // foreign tables 0
+  Rebuild(1024);
+}
 
 size_t KeyWindow::Find(uint64_t key) const {
   const size_t mask = keys_.size() - 1;
@@ -45,7 +52,7 @@ KeyWindow::Counts KeyWindow::CountWith(const uint64_t* keys, size_t n) {
   }
   const size_t mask = scratch_keys_.size() - 1;
   Counts c;
-  uint64_t new_to_window = 0, new_to_pass = 0;
+  uint64_t new_to_window = 0, new_to_pass = 0, new_weight = 0;
   for (size_t k = 0; k < n; ++k) {
     const uint64_t key = keys[k];
     size_t i = Mix64(key) & mask;
@@ -54,11 +61,16 @@ KeyWindow::Counts KeyWindow::CountWith(const uint64_t* keys, size_t n) {
     scratch_mark_[i] = scratch_stamp_;
     scratch_keys_[i] = key;
     ++c.batch;
+    const uint64_t w = Weight(key);
+    c.batch_weight += w;
     const uint32_t last = last_[Find(key)];
     new_to_pass += last != pass_;
-    new_to_window += last == 0 || !InWindow(last);
+    const bool fresh = last == 0 || !InWindow(last);
+    new_to_window += fresh;
+    new_weight += fresh ? w : 0;
   }
   c.window = distinct_ + new_to_window;
+  c.window_weight = distinct_weight_ + new_weight;
   c.pass = current() + new_to_pass;
   return c;
 }
@@ -70,15 +82,19 @@ void KeyWindow::Add(const uint64_t* keys, size_t n) {
     const size_t slot = Find(keys[k]);
     const uint32_t last = last_[slot];
     if (last == pass_) continue;
+    const uint64_t w = Weight(keys[k]);
     if (last != 0 && InWindow(last)) {
       --per_pass_[last % passes_];  // its last use moves to this pass
+      per_pass_weight_[last % passes_] -= w;
     } else {
       ++distinct_;
+      distinct_weight_ += w;
       if (last == 0) ++used_;
     }
     keys_[slot] = keys[k];
     last_[slot] = pass_;
     ++per_pass_[cur];
+    per_pass_weight_[cur] += w;
   }
 }
 
@@ -88,6 +104,9 @@ void KeyWindow::NextPass() {
   uint64_t& leaving = per_pass_[pass_ % passes_];
   distinct_ -= leaving;
   leaving = 0;
+  uint64_t& leaving_weight = per_pass_weight_[pass_ % passes_];
+  distinct_weight_ -= leaving_weight;
+  leaving_weight = 0;
   // Drop the stale entries once they are half the map (amortised O(1) per key).
   if (2 * (used_ - distinct_) > used_ && used_ > 1024) {
     size_t cap = 1024;

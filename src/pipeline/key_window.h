@@ -8,6 +8,10 @@
 // the total and its keys are dropped from the map at the next rebuild, so the map stays the
 // size of the window, not of the model.
 //
+// With model.slot_dims the rows of the tables cost different bytes: given a weight per table
+// (the key's top bits, util/hash.h TableKey), the window also sums its keys' weights, which
+// the pass reader compares with the budget's bytes.
+//
 // Thread safety: not thread-safe.
 #ifndef CTRBOX_PIPELINE_KEY_WINDOW_H_
 #define CTRBOX_PIPELINE_KEY_WINDOW_H_
@@ -16,17 +20,21 @@
 #include <cstdint>
 #include <vector>
 
+#include "util/hash.h"
+
 namespace ctrbox {
 
 class KeyWindow {
  public:
-  // REQUIRES: passes >= 1.
-  explicit KeyWindow(uint32_t passes);
+  // REQUIRES: passes >= 1. table_weights: key k weighs table_weights[k >> 60] (empty: 1).
+  explicit KeyWindow(uint32_t passes, std::vector<uint64_t> table_weights = {});
 
   // What adding keys[0, n) to the current pass would make: the window's distinct keys, the
-  // current pass's distinct keys, and the distinct keys of keys[0, n) alone.
+  // current pass's distinct keys, and the distinct keys of keys[0, n) alone; and the summed
+  // weights of the window's and of keys[0, n)'s distinct keys.
   struct Counts {
     uint64_t window = 0, pass = 0, batch = 0;
+    uint64_t window_weight = 0, batch_weight = 0;
   };
   // Does not change the window.
   Counts CountWith(const uint64_t* keys, size_t n);
@@ -37,8 +45,9 @@ class KeyWindow {
   // Ends the current pass and begins the next; the oldest pass leaves the window.
   void NextPass();
 
-  // Distinct keys of the passes in the window.
+  // Distinct keys of the passes in the window, and their summed weight.
   uint64_t distinct() const { return distinct_; }
+  uint64_t distinct_weight() const { return distinct_weight_; }
   // Distinct keys of the current pass alone.
   uint64_t current() const;
 
@@ -47,6 +56,9 @@ class KeyWindow {
   size_t Find(uint64_t key) const;
   void Rebuild(size_t capacity);
   bool InWindow(uint32_t pass) const { return pass != 0 && pass + passes_ > pass_; }
+  uint64_t Weight(uint64_t key) const {
+    return weights_.empty() ? 1 : weights_[key >> kTableShift];
+  }
 
   const uint32_t passes_;
   uint32_t pass_ = 1;  // the current pass (0 marks an empty map slot)
@@ -54,7 +66,9 @@ class KeyWindow {
   std::vector<uint32_t> last_;      // per map slot: the last pass that used the key; 0: empty
   size_t used_ = 0;                 // map slots in use (window keys and stale ones)
   std::vector<uint64_t> per_pass_;  // ring of passes_: keys whose last use is that pass
-  uint64_t distinct_ = 0;
+  std::vector<uint64_t> per_pass_weight_;  // ... and their summed weight
+  uint64_t distinct_ = 0, distinct_weight_ = 0;
+  std::vector<uint64_t> weights_;       // per table (empty: every key 1)
   std::vector<uint64_t> scratch_keys_;  // DistinctWith's own dedup
   std::vector<uint32_t> scratch_mark_;
   uint32_t scratch_stamp_ = 0;

@@ -5,6 +5,7 @@
 #include <deque>
 #include <set>
 
+#include "util/hash.h"
 #include "util/random.h"
 
 namespace ctrbox {
@@ -67,6 +68,45 @@ TEST(KeyWindowTest, MatchesAReferenceOverManyPasses) {
       w.NextPass();
       ref.NextPass();
       ASSERT_EQ(w.distinct(), ref.distinct()) << "after pass " << pass;
+    }
+  }
+}
+
+// model.slot_dims: keys weighed by their table (top 4 bits); the window's weight is the sum of
+// its distinct keys' weights, through keys that move between passes and leave the window.
+TEST(KeyWindowTest, WeighsKeysByTheirTable) {
+  const std::vector<uint64_t> weights = {100, 340, 7};
+  auto weight = [&](uint64_t k) { return weights[k >> kTableShift]; };
+  for (uint32_t passes : {1u, 3u}) {
+    Random rng(10 + passes);
+    KeyWindow w(passes, weights);
+    std::deque<std::set<uint64_t>> ref(1);
+    auto ref_weight = [&](const std::vector<uint64_t>& more) {
+      std::set<uint64_t> all(more.begin(), more.end());
+      for (const auto& p : ref) all.insert(p.begin(), p.end());
+      uint64_t sum = 0;
+      for (uint64_t k : all) sum += weight(k);
+      return sum;
+    };
+    for (int pass = 0; pass < 40; ++pass) {
+      std::vector<uint64_t> keys(rng.Below(2000));
+      for (uint64_t& k : keys) {
+        k = TableKey(rng.Below(100) < 60 ? rng.Below(300) : rng.Next(),
+                     static_cast<uint32_t>(rng.Below(3)));
+      }
+      const KeyWindow::Counts got = w.CountWith(keys.data(), keys.size());
+      ASSERT_EQ(got.window_weight, ref_weight(keys)) << passes << " pass " << pass;
+      const std::set<uint64_t> own(keys.begin(), keys.end());
+      uint64_t own_weight = 0;
+      for (uint64_t k : own) own_weight += weight(k);
+      ASSERT_EQ(got.batch_weight, own_weight);
+      w.Add(keys.data(), keys.size());
+      ref.back().insert(keys.begin(), keys.end());
+      ASSERT_EQ(w.distinct_weight(), ref_weight({}));
+      w.NextPass();
+      ref.emplace_back();
+      if (ref.size() > passes) ref.pop_front();
+      ASSERT_EQ(w.distinct_weight(), ref_weight({})) << "after pass " << pass;
     }
   }
 }

@@ -25,7 +25,8 @@ Status PassReader::Open() {
   block_.Reset(schema_);
   pending_.Reset(schema_);
   if (options_.window_keys > 0 || options_.device_pass_bytes > 0) {
-    window_ = std::make_unique<KeyWindow>(std::max<uint32_t>(1, options_.window_passes));
+    window_ = std::make_unique<KeyWindow>(std::max<uint32_t>(1, options_.window_passes),
+                                          options_.table_row_bytes);
   }
   return Status::OK();
 }
@@ -72,6 +73,7 @@ void PassReader::ClosePass(const Batch& examples, bool by_keys, bool by_memory, 
   if (window_) {
     z.closed_by_keys += by_keys;
     z.max_window_keys = std::max(z.max_window_keys, window_->distinct());
+    z.max_window_row_bytes = std::max(z.max_window_row_bytes, window_->distinct_weight());
     z.max_pass_keys = std::max(z.max_pass_keys, window_->current());
     window_->NextPass();
   }
@@ -132,7 +134,11 @@ Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place) {
     const uint64_t* keys = pending_.keys.data();
     const size_t n = pending_.keys.size();
     const KeyWindow::Counts with = window_->CountWith(keys, n);
-    const bool over_keys = options_.window_keys > 0 && with.window > options_.window_keys;
+    // With tables of several row sizes the window's bytes, else its keys.
+    const bool weighted = !options_.table_row_bytes.empty();
+    const bool over_keys =
+        options_.window_keys > 0 && (weighted ? with.window_weight > options_.window_bytes
+                                              : with.window > options_.window_keys);
     PassShape shape = shape_;
     bool over_memory = false, over_device = false;
     if (sized_by_memory) {
@@ -172,7 +178,7 @@ Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place) {
       // The first minibatch of a pass: the older passes in the window may be pushed before
       // this one is pulled (the pull waits for them), but its own keys must fit the budget.
       const uint64_t own = with.batch;
-      if (own > options_.max_keys) {
+      if (weighted ? with.batch_weight > options_.max_bytes : own > options_.max_keys) {
         std::string hint = options_.key_limit_hint ? options_.key_limit_hint(own) : "";
         return ResourceExhaustedError(fmt::format(
             "a minibatch of {} examples holds {} distinct keys, more than the {} rows that "

@@ -56,6 +56,11 @@ struct PassReaderOptions {
   uint32_t window_passes = 1;
   uint32_t batch_size = 1;
   uint64_t max_keys = UINT64_MAX;
+  // model.slot_dims: rows of different sizes. Non-empty, each key weighs its table's resident
+  // bytes (table_row_bytes[key >> 60]) and the window's weight stays within window_bytes
+  // (a minibatch's alone within max_bytes) instead of its keys within window_keys.
+  std::vector<uint64_t> table_row_bytes;
+  uint64_t window_bytes = 0, max_bytes = UINT64_MAX;
   // Pass sizing by memory as well (0: off; only with the key window): the bytes that
   // memory_passes consecutive passes hold from read to push — their examples, working sets
   // and working tables with rows of row_bytes (RowBlock::BytesPerRow), bounded from above
@@ -86,17 +91,18 @@ struct PassPlace {
 struct PassSizingStats {
   uint64_t passes = 0;
   uint64_t min_examples = 0, max_examples = 0;
-  uint64_t closed_by_keys = 0;    // passes closed by the key window (the others by
-                                  // pass_examples or the end of an epoch)
-  uint64_t max_window_keys = 0;   // the most distinct keys the window held at a cut
-  uint64_t max_pass_keys = 0;     // the most distinct keys of one pass
-  uint64_t closed_by_memory = 0;  // passes closed by pass_memory
-  uint64_t closed_by_device = 0;  // passes closed by device_pass_bytes
-  uint64_t max_device_bytes = 0;  // the most GPU bytes (device_bytes) of one pass
-  uint64_t max_window_bytes = 0;  // the most bytes (PassBytes) of memory_passes passes
-  uint64_t max_pass_bytes = 0;    // the most bytes of one pass
-  uint64_t max_batch_bytes = 0;   // the most bytes of one minibatch as a pass: above
-                                  // pass_memory / memory_passes, passes of one may exceed it
+  uint64_t closed_by_keys = 0;        // passes closed by the key window (the others by
+                                      // pass_examples or the end of an epoch)
+  uint64_t max_window_keys = 0;       // the most distinct keys the window held at a cut
+  uint64_t max_window_row_bytes = 0;  // ... and their most weight (table_row_bytes) at a cut
+  uint64_t max_pass_keys = 0;         // the most distinct keys of one pass
+  uint64_t closed_by_memory = 0;      // passes closed by pass_memory
+  uint64_t closed_by_device = 0;      // passes closed by device_pass_bytes
+  uint64_t max_device_bytes = 0;      // the most GPU bytes (device_bytes) of one pass
+  uint64_t max_window_bytes = 0;      // the most bytes (PassBytes) of memory_passes passes
+  uint64_t max_pass_bytes = 0;        // the most bytes of one pass
+  uint64_t max_batch_bytes = 0;       // the most bytes of one minibatch as a pass: above
+                                      // pass_memory / memory_passes, passes of one may exceed it
 };
 
 // Opens the input anew (once per epoch).

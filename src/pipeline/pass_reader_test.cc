@@ -10,6 +10,7 @@
 
 #include "io/synth.h"
 #include "table/value.h"
+#include "util/hash.h"
 #include "working/working_set.h"
 #include "working/working_table.h"
 
@@ -165,6 +166,53 @@ TEST(PassReaderTest, KeySizedPassesKeepEveryWindowWithinItsKeys) {
       }
     }
   }
+}
+
+// model.slot_dims: keys tagged with their slots' tables (PassReaderOptions::key_tables) and
+// weighed by their tables' row bytes. Every window of more than one minibatch stays within
+// window_bytes by weight, and the passes hold more keys than the widest row's bound allows.
+TEST(PassReaderTest, PassesOfSeveralTablesKeepEveryWindowWithinItsBytes) {
+  PassReaderOptions o = SizedOptions();
+  o.key_tables.slot_table = {1, 1, 1, 2, 2};  // slots 5.. table 0
+  o.table_row_bytes = {120, 400, 60};
+  o.window_keys = 1;  // on (the weighted bound decides)
+  o.window_bytes = 2000000;
+  o.window_passes = 3;
+  int opens = 0;
+  PassReader r = Reader(7000, o, &opens);
+  ASSERT_TRUE(r.Open().ok());
+  const std::vector<Batch> passes = AllPasses(&r);
+  uint64_t rows = 0, most_keys = 0;
+  for (size_t p = 0; p < passes.size(); ++p) {
+    std::set<uint64_t> window_keys;
+    for (size_t q = p + 1 >= 3 ? p - 2 : 0; q <= p; ++q) {
+      window_keys.insert(passes[q].keys.begin(), passes[q].keys.end());
+    }
+    uint64_t bytes = 0;
+    for (uint64_t k : window_keys) {
+      ASSERT_LT(k >> kTableShift, 3u);
+      bytes += o.table_row_bytes[k >> kTableShift];
+    }
+    if (passes[p].rows() > 128) {  // a pass of one minibatch may exceed it (the others' rows)
+      EXPECT_LE(bytes, o.window_bytes) << "pass " << p;
+    }
+    most_keys = std::max<uint64_t>(most_keys, window_keys.size());
+    rows += passes[p].rows();
+  }
+  EXPECT_EQ(rows, 7000u);
+  EXPECT_GT(r.sizing().closed_by_keys, 0u);
+  EXPECT_GT(r.sizing().max_window_row_bytes, o.window_bytes / 2);  // reported
+  EXPECT_GT(most_keys, o.window_bytes / 400);  // more than the widest row's bound
+  // A minibatch whose own rows exceed max_bytes is refused.
+  PassReaderOptions tight = o;
+  tight.window_bytes = 1000;
+  tight.max_bytes = 1000;
+  PassReader small = Reader(7000, tight, &opens);
+  ASSERT_TRUE(small.Open().ok());
+  Batch b;
+  bool eof = false;
+  Status st = small.Next(&b, &eof);
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.ToString();
 }
 
 // A pass's shape counted plainly: distinct keys by std::set, minibatches of batch_size rows.

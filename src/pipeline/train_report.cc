@@ -253,6 +253,11 @@ nlohmann::json PassSizingJson(const PassReaderOptions& options, const PassSizing
     j["closed_by_keys"] = stats.closed_by_keys;
     j["max_window_keys_used"] = stats.max_window_keys;
     j["max_pass_keys"] = stats.max_pass_keys;
+    if (!options.table_row_bytes.empty()) {  // model.slot_dims: keys weighed by their rows
+      j["table_row_bytes"] = options.table_row_bytes;
+      j["window_row_bytes"] = options.window_bytes;
+      j["max_window_row_bytes_used"] = stats.max_window_row_bytes;
+    }
   }
   if (options.window_keys > 0 && options.pass_memory > 0) {
     j["pass_memory"] = options.pass_memory;
