@@ -6,16 +6,19 @@ each sparse optimizer state layout and embedding width, all in memory, same mach
   adagrad / float32 (the default: dim state floats per row), adagrad / 16-bit codes,
   rowwise_adagrad / float32 (one state float per row), rowwise_adagrad / 16-bit codes
   (stochastic and nearest rounding), and adagrad with its state stored as bfloat16
-  (optimizer.sparse.state_bits=16; "bf16-state"), alone and with 16-bit codes.
+  (optimizer.sparse.state_bits=16; "bf16-state"), alone and with 16-bit codes; and
+  per-slot dimensions (model.slot_dims, bench/architectures.py's SLOT_DIMS) with the default
+  row and with row-wise Adagrad and 16-bit codes.
 
 Prints one JSON line per run (value and table bytes per key, test AUC and its difference
 from the default layout, examples/s) and a summary with medians over --reps and the ratios
 of bytes per key to the default's float32 row.
 
-  bench/row_layouts.py [--data-dir DIR] [--reps 1]
+  bench/row_layouts.py [--data-dir DIR] [--reps 1] [--layouts NAME,...]
 """
 import json, os, statistics
 
+from architectures import SLOT_DIMS
 from bench_data import arg_parser, criteo_train_test, train
 
 LAYOUTS = [
@@ -29,18 +32,25 @@ LAYOUTS = [
     ("adagrad/float32/bf16-state", ["--set", "optimizer.sparse.state_bits=16"]),
     ("adagrad/StocQ-16/bf16-state", ["--set", "optimizer.sparse.state_bits=16",
                                      "--set", "storage.quant.bits=16"]),
+    ("slot_dims/adagrad/float32", ["--set", "model.slot_dims=" + SLOT_DIMS]),
+    ("slot_dims/rowwise_adagrad/StocQ-16", ["--set", "model.slot_dims=" + SLOT_DIMS,
+                                            "--set", "optimizer.sparse.type=rowwise_adagrad",
+                                            "--set", "storage.quant.bits=16"]),
 ]
 
 
 def main():
     ap = arg_parser(__doc__, reps=1)
+    ap.add_argument("--layouts", default="", help="these layouts only (the default is always run)")
     a = ap.parse_args()
+    chosen = [n for n in a.layouts.split(",") if n]
+    layouts = [(n, x) for n, x in LAYOUTS if not chosen or n in chosen or n == "adagrad/float32"]
     train_tsv, test_tsv = criteo_train_test(a.data_dir)
     common = ["--data", train_tsv, "--eval-data", test_tsv, "--fresh",
               "--model-dir", os.path.join(a.data_dir, "model-layouts")]
-    runs = {name: [] for name, _ in LAYOUTS}
+    runs = {name: [] for name, _ in layouts}
     for rep in range(a.reps):  # repetitions interleaved: drift hits every layout alike
-        for name, args in LAYOUTS:
+        for name, args in layouts:
             r = train(a.ctrbox, common + args)
             runs[name].append(r)
             print(json.dumps({"bench": "row_layouts", "run": name, "rep": rep,
