@@ -80,8 +80,9 @@ std::string ModelOptions::SlotDimsError(uint32_t num_slots) const {
   }
   if (tables > 1 && (fm || dot)) {
     return fmt::format(
-        "{} needs one embedding dimension for every slot, but model.slot_dims "
-        "gives {}",
+        "{} needs one embedding dimension for every slot, but model.slot_dims gives {} (with "
+        "model.embedding_dim's, which counts even when slot_dims names every slot: to give "
+        "every slot one width, set model.embedding_dim instead)",
         fm ? "model.fm" : "model.dot", tables);
   }
   for (const auto& group : shared_slots) {
@@ -963,7 +964,7 @@ void CtrModel::SparseRecord(const Batch& pass, const WorkingSet& ws, const Minib
   float g_wide = 0.0f, clicks = 0.0f;
   for (uint32_t q = mb.occ_begin[u]; q < mb.occ_begin[u + 1]; ++q) {
     const uint32_t p = mb.key_begin + mb.occ[q];
-    const uint32_t cell = ws.cell[p], r = cell / S, s = cell % S;
+    const uint32_t cell = ws.cell[p], r = cell / S, s = cell - r * S;
     const float w = weighted ? pass.weights[p] : 1.0f;
     const uint32_t dim = slot_dim_[s];
     const float* gx = dx_.data() + size_t{r} * E + slot_col_[s];

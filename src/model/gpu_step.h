@@ -98,13 +98,15 @@ class GpuStep {
       }
       if (model_->options().MultiTable()) {  // the slots' columns (model.slot_dims)
         const uint32_t S = model_->schema().num_slots;
-        std::vector<uint32_t> col_slot, slot_col(S);
+        std::vector<uint32_t> col_slot, slot_col(S), slot_dim(S);
         for (uint32_t slot = 0; slot < S; ++slot) {
           slot_col[slot] = model_->slot_col(slot);
-          col_slot.insert(col_slot.end(), model_->slot_dim(slot), slot);
+          slot_dim[slot] = model_->slot_dim(slot);
+          col_slot.insert(col_slot.end(), slot_dim[slot], slot);
         }
         e.Upload(&r.col_slot, col_slot.data(), col_slot.size());
         e.Upload(&r.slot_col, slot_col.data(), slot_col.size());
+        e.Upload(&r.slot_dim, slot_dim.data(), slot_dim.size());
       }
     }
   }
@@ -362,8 +364,8 @@ class GpuStep {
     Buf<float> mix_g, mix_acc, mix_tmp;
     std::vector<Buf<float>> bottom_acts, bottom_grads;
     // With model.slot_dims: the slot of every embedding column, and every slot's first column
-    // (from the dense width). Empty with one dimension (column / dim is the slot).
-    Buf<uint32_t> col_slot, slot_col;
+    // (from the dense width) and dimension. Empty with one dimension (column / dim is the slot).
+    Buf<uint32_t> col_slot, slot_col, slot_dim;
   };
 
   // The dense parameters: the MLP's, then the cross layers', then the bottom MLP's.
@@ -667,7 +669,8 @@ class GpuStep {
     // A fetched row: its embedding (rd floats), wide weight, has-embedding flag. With
     // model.slot_dims a slot's columns are found through col_slot / slot_col.
     const uint32_t rd = RowDim(), E = model_->emb_width();
-    const uint32_t *col_slot = rep.col_slot.data(), *slot_col = rep.slot_col.data();
+    const uint32_t *col_slot = rep.col_slot.data(), *slot_col = rep.slot_col.data(),
+                   *slot_dim = rep.slot_dim.data();
     const bool multi = mo.MultiTable();
     const uint32_t W0 = model_->input_width();
     const bool weighted = pass.has_weights(), log1p = mo.dense_log1p, wide_on = mo.wide;
@@ -834,8 +837,7 @@ class GpuStep {
           const uint32_t r = cell / S, slot = cell % S;
           if (j < rd) {
             // The slot's columns of dx (the key's table's dimension; beyond it zero).
-            const uint32_t sd =
-                multi ? (slot + 1 < S ? slot_col[slot + 1] : E) - slot_col[slot] : dim;
+            const uint32_t sd = multi ? slot_dim[slot] : dim;
             if (j < sd) {
               acc += w * dx[size_t{r} * E + (multi ? slot_col[slot] : slot * dim) + j];
             }
@@ -858,8 +860,7 @@ class GpuStep {
         const float w = weighted ? weights[p] : 1.0f;
         float v;
         if (j < rd) {
-          const uint32_t sd =
-              multi ? (slot + 1 < S ? slot_col[slot + 1] : E) - slot_col[slot] : dim;
+          const uint32_t sd = multi ? slot_dim[slot] : dim;
           if (j >= sd) return;  // beyond the key's table's dimension: zero
           v = w * dx[size_t{r} * E + (multi ? slot_col[slot] : slot * dim) + j];
         } else if (j == rd) {

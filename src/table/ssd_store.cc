@@ -536,10 +536,7 @@ StatusOr<std::unique_ptr<SsdStore>> SsdStore::Reopen(Env* env, const SsdOptions&
       store->live_bytes_ += loc->length;
       store->live_records_ += 1;
     }
-  }
-  for (size_t g = 0; g < store->index_.size(); ++g) {
-    const GroupEntry& e = store->index_[g];
-    const uint32_t t = TableOfGroup(layout, static_cast<uint32_t>(g));
+    const uint32_t t = TableOfGroup(layout, static_cast<uint32_t>(&e - store->index_.data()));
     store->unique_rows_[t] += e.unique_rows;
     store->unique_emb_[t] += e.unique_emb;
   }

@@ -49,21 +49,19 @@ struct ValueLayout {
   }
   // Whether key names a table of this layout (a key of a multi-table layout may not).
   bool ValidKey(uint64_t key) const { return tables <= 1 || (key >> kTableShift) < tables; }
-  // Table t's own layout: a one-table layout of its dimension and state.
-  ValueLayout Table(uint32_t t) const {
-    if (tables <= 1) return *this;
-    ValueLayout l = *this;
-    l.dim = table_dim[t];
-    l.emb_state = table_state[t];
-    l.tables = 1;
-    for (uint32_t i = 0; i < kMaxTables; ++i) l.table_dim[i] = l.table_state[i] = 0;
-    return l;
-  }
   // The fields a file header records (dim, state, codes), without the tables.
   ValueLayout RowFormat() const {
     ValueLayout l = *this;
     l.tables = 1;
     for (uint32_t i = 0; i < kMaxTables; ++i) l.table_dim[i] = l.table_state[i] = 0;
+    return l;
+  }
+  // Table t's own layout: a one-table layout of its dimension and state.
+  ValueLayout Table(uint32_t t) const {
+    if (tables <= 1) return *this;
+    ValueLayout l = RowFormat();
+    l.dim = table_dim[t];
+    l.emb_state = table_state[t];
     return l;
   }
 
@@ -72,7 +70,6 @@ struct ValueLayout {
   size_t EmbBytes() const { return size_t{dim} * StoredElementBytes(quant_bits); }
   // Bytes of the stored embedding state.
   size_t StateBytes() const { return size_t{emb_state} * (state_bits == 16 ? 2 : 4); }
-  // Bytes of the canonical encoding of one row, key included.
   // Bytes of the canonical encoding of one row, key included: the largest (tables > 1).
   size_t EncodedBytes(bool has_emb) const {
     return 8 + 4 * 4 + 4 * wide_state + (has_emb ? EmbBytes() + StateBytes() : 0);
