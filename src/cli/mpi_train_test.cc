@@ -9,6 +9,7 @@
 #include <chrono>
 #include <thread>
 
+#include "ckpt/ranks_checkpoint.h"
 #include "cli/cli_test_util.h"
 
 namespace ctrbox {
@@ -162,6 +163,33 @@ TEST_F(MpiTrainTest, ARankKilledMidRunEndsTheJobAndResumeEndsWithTheUninterrupte
   ASSERT_EQ(whole.exit_code, 0) << whole.err;
   EXPECT_EQ(resumed.last_json["digest"], whole.last_json["digest"]);
   EXPECT_EQ(resumed.last_json["job_examples"], 120000u);
+}
+
+// --resume on another number of ranks under mpirun (docs/distributed.md, "Resuming files on
+// another number of ranks"): 3 ranks take up what the 2 ranks had left of their files, the
+// planning exchanged over MPI, and every example is trained once (the exact check, on every
+// key's counts, is DistributedTrainTest's).
+TEST_F(MpiTrainTest, ResumeOnAnotherNumberOfRanksTakesUpTheFilesLeft) {
+  const std::string data = Files(3000);
+  const std::string job = " train" + data + kJob +
+                          " --set train.batch_size=768 --set pipeline.pass_examples=3072"
+                          " --set ckpt.keep=10 --set ckpt.dir=" +
+                          Path("ckpt");
+  Result two = Run(Mpirun(2) + job + " --model-dir " + Path("two"));
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  // As if the 2 ranks had stopped after pass 2 of 4: rank 0 72 rows into its second file.
+  ASSERT_TRUE(CommitRanksCheckpoint(Env::Posix(), Path("ckpt"), {2, 2}).ok());
+  Result three = Run(Mpirun(3) + job + " --resume --model-dir " + Path("three"));
+  ASSERT_EQ(three.exit_code, 0) << three.err;
+  EXPECT_NE(three.err.find("resuming ckpt-000002 of 2 ranks of files with 3"), std::string::npos)
+      << three.err;
+  EXPECT_EQ(three.last_json["ranks"], 3);
+  EXPECT_EQ(three.last_json["job_examples"], 12000u);
+  EXPECT_EQ(three.last_json["keys"], two.last_json["keys"]);
+  // Two files' tails were left for three ranks: split by byte ranges, each rank took some.
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_GT(three.last_json["per_rank"][r]["examples"].get<uint64_t>(), 0u) << "rank " << r;
+  }
 }
 
 // A rank that stops answering (SIGSTOP: alive, silent): the other rank's exchange gives up

@@ -584,12 +584,16 @@ class ByteRangeFile final : public SequentialFile {
   char last_ = 0;  // the last byte handed out (0: none yet)
 };
 
-// Part `share.index` of `share.count` equal byte ranges of a file of `size` bytes.
-std::pair<uint64_t, uint64_t> ByteRange(uint64_t size, ByteShare share) {
-  const auto at = [&](uint64_t i) {
-    return static_cast<uint64_t>(static_cast<unsigned __int128>(size) * i / share.count);
-  };
-  return {at(share.index), at(share.index + 1)};
+// Whether `file` starts with the magic of a compression (io/compressed_file.h).
+StatusOr<bool> LooksCompressed(RandomAccessFile* file) {
+  char head[6] = {};
+  size_t got = 0;
+  RETURN_IF_ERROR(file->Read(0, sizeof(head), head, &got));
+  const std::string_view h(head, got);
+  return h.starts_with("\x1f\x8b") || h.starts_with("\x28\xb5\x2f\xfd") || h.starts_with("BZh") ||
+         h.starts_with(
+             "\xfd"
+             "7zXZ");
 }
 
 // The part of `path` that `share` names (its first byte's offset in *begin_out), refused for a
@@ -597,13 +601,8 @@ std::pair<uint64_t, uint64_t> ByteRange(uint64_t size, ByteShare share) {
 StatusOr<std::unique_ptr<SequentialFile>> OpenByteRange(Env* env, const std::string& path,
                                                         ByteShare share, uint64_t* begin_out) {
   ASSIGN_OR_RETURN(auto file, env->NewRandomAccessFile(path));
-  char head[6] = {};
-  size_t got = 0;
-  RETURN_IF_ERROR(file->Read(0, sizeof(head), head, &got));
-  const std::string_view h(head, got);
-  if (h.starts_with("\x1f\x8b") || h.starts_with("\x28\xb5\x2f\xfd") || h.starts_with("BZh") ||
-      h.starts_with("\xfd"
-                    "7zXZ")) {
+  ASSIGN_OR_RETURN(bool compressed, LooksCompressed(file.get()));
+  if (compressed) {
     return InvalidArgumentError(fmt::format(
         "{}: compressed; with fewer files than ranks each rank reads a byte range of every "
         "file, which a compressed file cannot give: decompress it, or give each rank a file "
@@ -700,7 +699,131 @@ StatusOr<std::unique_ptr<BatchReader>> OpenTextReaderWith(Env* env, const DataOp
                                                               std::move(decoder.in_order)));
 }
 
+StatusOr<bool> SplitsByBytes(Env* env, const std::string& path, DataFormat format) {
+  if (format == DataFormat::kShards || path == "-") return false;
+  ASSIGN_OR_RETURN(auto file, env->NewRandomAccessFile(path));
+  ASSIGN_OR_RETURN(bool compressed, LooksCompressed(file.get()));
+  return !compressed;
+}
+
+std::pair<uint64_t, uint64_t> ByteRange(uint64_t size, ByteShare share) {
+  const auto at = [&](uint64_t i) {
+    return static_cast<uint64_t>(static_cast<unsigned __int128>(size) * i / share.count);
+  };
+  return {at(share.index), at(share.index + 1)};
+}
+
+namespace {
+
+// DataOptions::segments: each segment through its own reader (of the one file and part), the
+// first `skip` rows dropped, one after the other.
+class SegmentReader final : public BatchReader {
+ public:
+  SegmentReader(Env* env, DataOptions options, Schema schema, std::vector<uint64_t> sizes)
+      : env_(env), options_(std::move(options)), schema_(schema), sizes_(std::move(sizes)) {
+    for (uint64_t s : sizes_) total_ += s;
+  }
+
+  Schema schema() const override { return schema_; }
+
+  Status Next(Batch* batch, bool* eof) override {
+    *eof = false;
+    const std::vector<DataSegment>& segments = *options_.segments;
+    while (true) {
+      if (current_ == nullptr) {
+        if (next_ == segments.size()) {
+          *eof = true;
+          return Status::OK();
+        }
+        DataOptions one = options_;
+        one.segments.reset();
+        one.paths = {segments[next_].path};
+        one.byte_share = segments[next_].part;
+        ASSIGN_OR_RETURN(std::unique_ptr<BatchReader> r, OpenReader(env_, one));
+        to_skip_ = segments[next_].skip;
+        std::lock_guard<std::mutex> lock(mu_);
+        current_ = std::move(r);
+        ++next_;
+      }
+      bool end = false;
+      RETURN_IF_ERROR(current_->Next(batch, &end));
+      if (end) {
+        if (to_skip_ > 0) {
+          const DataSegment& s = segments[next_ - 1];
+          return FailedPreconditionError(fmt::format(
+              "{} (part {} of {}) ended {} rows short of the {} rows a checkpoint says were "
+              "trained from it: the data changed since",
+              s.path, s.part.index, s.part.count, to_skip_, s.skip));
+        }
+        std::lock_guard<std::mutex> lock(mu_);
+        done_counts_.Add(current_->counts());
+        done_bytes_ += sizes_[next_ - 1];
+        current_.reset();
+        continue;
+      }
+      if (to_skip_ >= batch->rows()) {
+        to_skip_ -= batch->rows();
+        continue;
+      }
+      if (to_skip_ > 0) {
+        Batch rest;
+        rest.Reset(batch->schema);
+        rest.AppendRows(*batch, to_skip_, batch->rows());
+        *batch = std::move(rest);
+        to_skip_ = 0;
+      }
+      return Status::OK();
+    }
+  }
+
+  RecordCounts counts() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    RecordCounts c = done_counts_;
+    if (current_ != nullptr) c.Add(current_->counts());
+    return c;
+  }
+
+  InputProgress progress() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    uint64_t done = done_bytes_;
+    if (current_ != nullptr) done += current_->progress().done;
+    return {done, total_};
+  }
+
+ private:
+  Env* const env_;
+  const DataOptions options_;
+  const Schema schema_;
+  const std::vector<uint64_t> sizes_;  // each segment's bytes
+  uint64_t total_ = 0;
+  size_t next_ = 0;        // the segment to open next
+  uint64_t to_skip_ = 0;   // rows of the current segment still to drop
+  mutable std::mutex mu_;  // guards current_ (replaced on Next's thread), done_*
+  std::unique_ptr<BatchReader> current_;
+  RecordCounts done_counts_;
+  uint64_t done_bytes_ = 0;
+};
+
+StatusOr<std::unique_ptr<BatchReader>> OpenSegments(Env* env, const DataOptions& o) {
+  if (!o.command.empty()) return InvalidArgumentError("data segments are parts of files");
+  ASSIGN_OR_RETURN(Schema schema, ResolveSchema(env, o));
+  std::vector<uint64_t> sizes;
+  for (const DataSegment& s : *o.segments) {
+    if (s.part.count < 1 || s.part.index >= s.part.count) {
+      return InvalidArgumentError(
+          fmt::format("{}: part {} of {} is no part", s.path, s.part.index, s.part.count));
+    }
+    ASSIGN_OR_RETURN(uint64_t size, env->GetFileSize(s.path));
+    const auto [begin, end] = ByteRange(size, s.part);
+    sizes.push_back(end - begin);
+  }
+  return std::unique_ptr<BatchReader>(new SegmentReader(env, o, schema, std::move(sizes)));
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<BatchReader>> OpenReader(Env* env, const DataOptions& o) {
+  if (o.segments) return OpenSegments(env, o);
   if (o.opener) return o.opener(env, o);
   if (o.threads < 1) return InvalidArgumentError("data.reader_threads must be >= 1");
   if (!o.command.empty()) {

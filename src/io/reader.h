@@ -11,7 +11,9 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "io/bad_input.h"
@@ -29,6 +31,23 @@ struct ByteShare {
   uint32_t index = 0, count = 1;
 };
 
+// Part `share.index` of `share.count` equal byte ranges of a file of `size` bytes: [first,
+// second). A line belongs to the part its first byte is in.
+std::pair<uint64_t, uint64_t> ByteRange(uint64_t size, ByteShare share);
+
+// Whether `path` can be read by byte ranges: a plain (uncompressed) text file.
+StatusOr<bool> SplitsByBytes(Env* env, const std::string& path, DataFormat format);
+
+// One piece of a rank's input when its input is an explicit list (a job of files resumed on
+// another number of ranks, docs/distributed.md "Resuming files on another number of ranks"):
+// the lines that start in part `part` of `path`, less the first `skip` rows they hold.
+struct DataSegment {
+  std::string path;
+  ByteShare part;
+  uint64_t skip = 0;
+  bool operator==(const DataSegment&) const = default;
+};
+
 struct DataOptions {
   std::vector<std::string> paths;  // files, or directories (read in name order)
   std::string command;             // text formats: read this shell command's stdout instead
@@ -42,7 +61,10 @@ struct DataOptions {
   int max_inflight = 4;  // chunks parsed ahead of the consumer
   BadInputOptions bad_input;
   ByteShare byte_share;  // text formats
-  KeySlots key_slots;    // model.shared_slots (text formats and generated rows)
+  // Set: read these segments in order (none: no rows) instead of `paths`, which still give
+  // the schema. Text formats (any part) and shards (part 0 of 1).
+  std::optional<std::vector<DataSegment>> segments;
+  KeySlots key_slots;  // model.shared_slots (text formats and generated rows)
   // Optional: once true, a read waiting on standard input or data.command gives up within
   // ~0.1 s with Cancelled (and the command is stopped), so that a stalled producer cannot hold
   // up a Ctrl-C. Regular files are never waited on.

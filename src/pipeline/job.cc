@@ -28,10 +28,45 @@ Status PipelineOptions::Validate() const {
   return Status::OK();
 }
 
+nlohmann::json StreamPlan::ToJson() const {
+  nlohmann::json list = nlohmann::json::array();
+  for (const DataSegment& s : segments) {
+    list.push_back({{"path", s.path}, {"part", {s.part.index, s.part.count}}, {"skip", s.skip}});
+  }
+  return {{"from_ranks", from_ranks},
+          {"passes", passes},
+          {"examples", examples},
+          {"segments", std::move(list)}};
+}
+
+StatusOr<StreamPlan> StreamPlan::FromJson(const nlohmann::json& j) {
+  StreamPlan p;
+  try {
+    p.from_ranks = j.at("from_ranks").get<uint32_t>();
+    p.passes = j.at("passes").get<uint64_t>();
+    p.examples = j.at("examples").get<uint64_t>();
+    for (const nlohmann::json& s : j.at("segments")) {
+      DataSegment d;
+      d.path = s.at("path").get<std::string>();
+      d.part.index = s.at("part").at(0).get<uint32_t>();
+      d.part.count = s.at("part").at(1).get<uint32_t>();
+      d.skip = s.at("skip").get<uint64_t>();
+      if (d.part.count < 1 || d.part.index >= d.part.count) {
+        return CorruptionError(
+            fmt::format("stream plan: {} has part {} of {}", d.path, d.part.index, d.part.count));
+      }
+      p.segments.push_back(std::move(d));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return CorruptionError(fmt::format("stream plan: {}", e.what()));
+  }
+  return p;
+}
+
 PassReaderOptions JobConfig::PassOptions() const {
   PassReaderOptions o;
   o.pass_examples = pipeline.pass_examples;
-  o.epochs = train.epochs;
+  o.epochs = stream_plan ? 1 : train.epochs;  // a plan's segments hold the epochs left
   o.hashing = spec.model.hashing;
   o.key_tables = spec.model.KeyTableMap();
   const TieredOptions table = StorageFor(CtrModel::LayoutFor(spec.model, spec.sparse_optimizer));

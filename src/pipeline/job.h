@@ -4,6 +4,7 @@
 #define CTRBOX_PIPELINE_JOB_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,20 @@ struct GeneratedData {
   RowShare share;
 };
 
+// A rank's input as an explicit list of file segments (data.segments): a job of files resumed
+// on another number of ranks (docs/distributed.md, "Resuming files on another number of
+// ranks"). The stream starts where the job stood at the checkpoint it was planned from.
+struct StreamPlan {
+  uint32_t from_ranks = 0;  // the ranks that committed that checkpoint
+  uint64_t passes = 0;      // the job's passes before the stream's first
+  uint64_t examples = 0;    // this rank's examples counted before the stream's first
+  std::vector<DataSegment> segments;
+
+  nlohmann::json ToJson() const;
+  // Corruption naming the field when `j` is no plan.
+  static StatusOr<StreamPlan> FromJson(const nlohmann::json& j);
+};
+
 struct JobConfig {
   DataOptions data;                     // training (or eval / predict) input
   std::vector<std::string> eval_paths;  // train: data to evaluate on after training
@@ -92,6 +107,8 @@ struct JobConfig {
   bool resume = false;     // train: continue from the newest checkpoint in ckpt.dir
   bool gpu = false;        // device: gpu — the train stage on GPUs (model/gpu_trainer.h)
   GpuOptions gpu_options;
+  // Set: data.segments is this plan's (one pass over them: the epochs are in the segments).
+  std::optional<StreamPlan> stream_plan;
   // The job YAML's feature graph (docs/features.md); null: the data is read as data.format.
   std::shared_ptr<const FeaturePlan> features;
   // Its extract stage once AttachFeatures opened it (the side views loaded); data.opener

@@ -42,6 +42,7 @@ StatusOr<nlohmann::json> ResultSettings(Env* env, const JobConfig& job) {
       list.push_back(std::move(entry));
     }
     data = {{"format", DataFormatName(job.data.format)}, {"files", list}};
+    if (job.stream_plan) data["plan"] = job.stream_plan->ToJson();
   }
   // A changed feature graph is changed data (the side views' contents are not compared).
   if (job.features != nullptr)
@@ -137,7 +138,17 @@ Status Resume(Env* env, const JobConfig& job, const nlohmann::json& settings, Pa
   start->position = r.manifest.position;
   LOG_INFO("resuming from {} in {}: {} passes, {} examples done", CheckpointName(r.manifest.id),
            job.ckpt.dir, start->position.passes, start->position.examples);
-  return reader->Skip(start->position.passes, start->position.examples, job.dist.ranks > 1);
+  // A plan's stream starts where the job stood when it was planned.
+  const StreamPlan from = job.stream_plan.value_or(StreamPlan());
+  if (start->position.passes < from.passes || start->position.examples < from.examples) {
+    return CorruptionError(fmt::format(
+        "{} in {}: its position ({} passes, {} examples) is before its input plan's start ({}, "
+        "{})",
+        CheckpointName(r.manifest.id), job.ckpt.dir, start->position.passes,
+        start->position.examples, from.passes, from.examples));
+  }
+  return reader->Skip(start->position.passes - from.passes,
+                      start->position.examples - from.examples, job.dist.ranks > 1);
 }
 
 // The model in model_dir, continued with this job's hyperparameters.

@@ -12,6 +12,7 @@
 #include "model/gpu_trainer.h"
 #include "pipeline/data.h"
 #include "pipeline/evaluator.h"
+#include "pipeline/file_reshard.h"
 #include "pipeline/pass_reader.h"
 #include "pipeline/sharded_pass.h"
 #include "pipeline/stage_runner.h"
@@ -369,12 +370,8 @@ StatusOr<std::optional<RanksCheckpoint>> PrepareRanksResume(Env* env, const Comm
   if (!c.ok() && c.status().code() != StatusCode::kNotFound) return c.status();
   if (c.ok() && c->ranks != static_cast<uint32_t>(comm.size())) {
     if (!job.resume) return std::optional<RanksCheckpoint>();
-    if (!IsGenerated(job.data)) {
-      return InvalidArgumentError(fmt::format(
-          "ckpt.dir {} holds the checkpoints of a job of {} ranks: resume it with {} ranks, or "
-          "continue its saved model (--model-dir) on any number of ranks (each rank's place in "
-          "its own files does not map onto another split of the files)",
-          ranks_dir, c->ranks, c->ranks));
+    if (!IsGenerated(job.data) && !job.stream_plan) {
+      return InternalError("a job of files resumed on another number of ranks without a plan");
     }
     // Re-sharded by ReshardFromRanks; this rank's chain of an older job of N ranks goes.
     RETURN_IF_ERROR(RemoveCheckpointsAfter(env, job.ckpt.dir, 0));
@@ -387,10 +384,10 @@ StatusOr<std::optional<RanksCheckpoint>> PrepareRanksResume(Env* env, const Comm
 
 // --resume by N ranks of the checkpoint that M != N ranks committed (docs/distributed.md,
 // "Checkpoints"): this rank loads the rows it owns from each of the M chains, so every row
-// goes to exactly one rank, and the dense state (the same in every chain); its reader skips
-// its share of the generated rows the M ranks trained. Generated data only: its rows are one
-// stream whatever the number of ranks (a rank's place in its own files does not map onto
-// another split of the files).
+// goes to exactly one rank, and the dense state (the same in every chain). On generated data
+// its reader skips its share of the rows the M ranks trained (they are one stream whatever
+// the number of ranks); on files its input is already the plan of what they had left
+// (PlanResumedStream), read from its start.
 Status ReshardFromRanks(Env* env, const JobConfig& job, const std::string& ranks_dir,
                         const RanksCheckpoint& c, const KeyFilter& owned, PassReader* reader,
                         ThreadPool* pool, TrainStart* start) {
@@ -414,13 +411,20 @@ Status ReshardFromRanks(Env* env, const JobConfig& job, const std::string& ranks
     }
     examples += mf.position.examples;
   }
+  start->resumed = first;
+  if (job.stream_plan) {
+    start->position = TrainPosition();
+    start->position.passes = job.stream_plan->passes;
+    start->position.examples = job.stream_plan->examples;
+    start->position.trained_examples = job.stream_plan->examples;
+    return Status::OK();
+  }
   // This rank's share of the first `examples` generated rows (the ones the M ranks trained).
   const RowShare& s = job.generated.share;
   uint64_t mine = 0;
   for (uint64_t b = s.index * s.unit; b < examples; b += uint64_t{s.count} * s.unit) {
     mine += std::min(s.unit, examples - b);
   }
-  start->resumed = first;
   start->position = TrainPosition();
   start->position.passes = first.position.passes;
   start->position.examples = mine;
@@ -430,9 +434,36 @@ Status ReshardFromRanks(Env* env, const JobConfig& job, const std::string& ranks
   return reader->Skip(first.position.passes, mine, /*may_end_early=*/true);
 }
 
+// A job of files that resumes the checkpoint of its ranks reads a plan instead of its split
+// of the files (docs/distributed.md, "Resuming files on another number of ranks"): planned now
+// when another number of ranks committed it, or read back from this rank's checkpoint when
+// ranks that ran such a plan did. `files`: the whole job's input files.
+Status PlanResumedStream(Env* env, Comm* comm, const std::vector<std::string>& files,
+                         const std::string& ranks_dir, JobConfig* job) {
+  StatusOr<RanksCheckpoint> c = ReadRanksCheckpoint(env, ranks_dir);
+  if (!c.ok()) return c.status().code() == StatusCode::kNotFound ? Status::OK() : c.status();
+  std::optional<StreamPlan> plan;
+  if (c->ranks != static_cast<uint32_t>(comm->size())) {
+    ASSIGN_OR_RETURN(plan, PlanFilesReshard(env, comm, *job, files, ranks_dir, *c));
+  } else {
+    ASSIGN_OR_RETURN(CheckpointManifest mf, ReadCheckpointManifest(env, job->ckpt.dir, c->id));
+    if (mf.settings.contains("data") && mf.settings["data"].contains("plan")) {
+      ASSIGN_OR_RETURN(plan, StreamPlan::FromJson(mf.settings["data"]["plan"]));
+    }
+  }
+  if (!plan) return Status::OK();
+  job->data.paths = files;  // the schema, and the files a later resume fingerprints
+  job->data.byte_share = {};
+  job->data.segments = plan->segments;
+  job->stream_plan = std::move(plan);
+  return Status::OK();
+}
+
 // One rank's share of a distributed job (docs/distributed.md): its files, its share of every
 // pass and minibatch; what is not built for several ranks yet is refused or turned off here.
-Status ShareJob(Env* env, const Comm& comm, JobConfig* job, std::string* ranks_ckpt_dir) {
+// *all_files: the whole job's input files (none for generated data).
+Status ShareJob(Env* env, const Comm& comm, JobConfig* job, std::string* ranks_ckpt_dir,
+                std::vector<std::string>* all_files) {
   const int n = comm.size(), me = comm.rank();
   job->dist.ranks = n;
   if (job->gpu) {
@@ -458,6 +489,7 @@ Status ShareJob(Env* env, const Comm& comm, JobConfig* job, std::string* ranks_c
   } else {
     ASSIGN_OR_RETURN(std::vector<std::string> files,
                      ExpandDataPaths(env, job->data.paths, job->data.format));
+    *all_files = files;
     if (files.size() >= static_cast<size_t>(n)) {
       // Whole files: rank r reads files i with i mod n = r.
       job->data.paths.clear();
@@ -519,7 +551,13 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   // Validate, and learn the schema from the data.
   RETURN_IF_ERROR(job.Validate());
   std::string ranks_ckpt_dir;
-  if (comm != nullptr) RETURN_IF_ERROR(ShareJob(env, *comm, &job, &ranks_ckpt_dir));
+  if (comm != nullptr) {
+    std::vector<std::string> files;
+    RETURN_IF_ERROR(ShareJob(env, *comm, &job, &ranks_ckpt_dir, &files));
+    if (job.resume && !ranks_ckpt_dir.empty() && !files.empty()) {
+      RETURN_IF_ERROR(PlanResumedStream(env, comm, files, ranks_ckpt_dir, &job));
+    }
+  }
   if (job.features != nullptr && job.data.paths.empty() && job.data.command.empty()) {
     return InvalidArgumentError(
         "features: the job has a feature graph but no main view: set data.paths (or "
@@ -592,7 +630,10 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
                                                     comm, ranks_ckpt_dir, &position));
 
   // A job that trained nothing has no model to save (an interrupted one stops as usual).
-  if (position.examples == 0 && !report["interrupted"].get<bool>()) {
+  // (A rank of several may have had none: the job's count decides, summed over the ranks.)
+  const uint64_t trained =
+      comm != nullptr ? report["job_examples"].get<uint64_t>() : position.examples;
+  if (trained == 0 && !report["interrupted"].get<bool>()) {
     return FailedPreconditionError(fmt::format(
         "no examples in the input ({} records malformed and skipped): nothing was trained and "
         "nothing is saved",
