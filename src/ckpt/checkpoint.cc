@@ -57,6 +57,8 @@ Status DeleteCheckpointDir(Env* env, const std::string& path) {
 TrainPosition PositionFromJson(const nlohmann::json& j) {
   TrainPosition p;
   p.passes = j.at("passes").get<uint64_t>();
+  // Before passes were sized by memory on several ranks: every pass of a rank was whole.
+  p.grid_passes = j.value("grid_passes", p.passes);
   p.examples = j.at("examples").get<uint64_t>();
   p.trained_examples = j.at("trained_examples").get<uint64_t>();
   p.embeddings_created = j.at("embeddings_created").get<uint64_t>();
@@ -90,6 +92,7 @@ Status VerifyFiles(Env* env, const std::string& path, const CheckpointManifest& 
 
 nlohmann::json TrainPosition::ToJson() const {
   return {{"passes", passes},
+          {"grid_passes", grid_passes},
           {"examples", examples},
           {"trained_examples", trained_examples},
           {"embeddings_created", embeddings_created},

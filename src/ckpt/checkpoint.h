@@ -36,6 +36,7 @@ struct CheckpointOptions {
 // Where a train job stands after a number of pushed passes, over all its runs.
 struct TrainPosition {
   uint64_t passes = 0;            // passes pushed
+  uint64_t grid_passes = 0;       // ... the passes of pipeline.pass_examples they make up
   uint64_t examples = 0;          // examples in those passes
   uint64_t trained_examples = 0;  // plus the examples of the model the job continued
   uint64_t embeddings_created = 0;

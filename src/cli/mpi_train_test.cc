@@ -88,6 +88,15 @@ TEST_F(MpiTrainTest, MpiRanksTrainTheModelTheThreadRanksTrainAndEvalReadsIt) {
   ASSERT_EQ(local.exit_code, 0) << local.err;
   EXPECT_EQ(local.last_json["digest"], mpi.last_json["digest"]);
 
+  // Shards over SSD files with a small budget: passes sized by memory, the cuts agreed over
+  // MPI, train the same model (docs/distributed.md, "Pass sizing").
+  Result tiered = Run(Mpirun(2) + " train" + data + kJob + " --model-dir " + Path("tiered") +
+                      " --set storage.ssd_dir=" + Path("ssd") + " --set storage.memory_budget=1MB");
+  ASSERT_EQ(tiered.exit_code, 0) << tiered.err;
+  EXPECT_EQ(tiered.last_json["digest"], mpi.last_json["digest"]);
+  EXPECT_GT(tiered.last_json["pass_sizing"]["closed_by_keys"].get<uint64_t>(), 0u)
+      << tiered.last_json["pass_sizing"].dump();
+
   Result test = Run(Ctrbox("gen --rows 2000 --seed 9 --out " + Path("test.tsv")));
   ASSERT_EQ(test.exit_code, 0) << test.err;
   Result eval = Run(Ctrbox("eval --model-dir " + Path("mpi") + " --data " + Path("test.tsv")));

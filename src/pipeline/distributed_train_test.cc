@@ -558,6 +558,118 @@ TEST(DistributedTrainTest, RanksWithATieredShardEqualTheInMemoryRanks) {
   EXPECT_GT(storage["loaded_from_ssd"].get<uint64_t>(), 0u) << storage.dump();
 }
 
+// Files of `rows[f]` rows each.
+std::vector<std::string> WriteFilesOf(const TempDir& dir, const std::vector<uint64_t>& rows) {
+  std::vector<std::string> files;
+  uint64_t at = 0;
+  for (size_t f = 0; f < rows.size(); ++f) {
+    std::string text;
+    for (const auto& l : Lines(at, at + rows[f])) text += l;
+    at += rows[f];
+    files.push_back(dir.File("rows-" + std::to_string(f) + ".tsv"));
+    EXPECT_TRUE(WriteFileAtomic(Env::Posix(), files.back(), text).ok());
+  }
+  return files;
+}
+
+// Tiered shards whose memory budget holds far fewer rows than a pass of pass_examples uses.
+void Tier(JobConfig* job, const std::string& ssd) {
+  job->storage.ssd.dir = ssd;
+  job->storage.ssd.group_bits = 6;
+  job->storage.memory_budget = 2 << 20;
+  job->storage.evict_start = 0.3;
+  job->storage.evict_stop = 0.2;
+}
+
+// Passes sized by memory on several ranks (docs/distributed.md, "Pass sizing"): the ranks
+// agree on every cut, so each cuts its share of a pass at the same minibatch and the global
+// minibatches stay those of passes of pass_examples. Ranks over shards with a small budget
+// train the in-memory ranks' model bit for bit, over two epochs of files of unequal lengths
+// (the ranks' epochs end mid pass at different rows; with 4 ranks and 3 files, in byte
+// ranges); no pass holds more keys than the budget's rows; a checkpoint taken mid run
+// resumes to the same digest.
+TEST(DistributedTrainTest, PassesSizedByMemoryAreCutAlikeOnEveryRankAndKeepTheModel) {
+  TempDir dir;
+  const std::vector<std::string> files = WriteFilesOf(dir, {2048, 1500, 1000});
+  for (int n : {2, 4}) {
+    const std::string tag = std::to_string(n) + "ranks";
+    JobConfig job = Job(dir.File("mem" + tag), /*sgd=*/false);
+    job.data.paths = files;
+    job.train.epochs = 2;
+    auto mem = RunRanks(n, job);
+    ASSERT_TRUE(mem[0].ok()) << tag << ": " << mem[0].status().ToString();
+
+    JobConfig tiered = job;
+    tiered.model_dir = dir.File("tiered" + tag);
+    Tier(&tiered, dir.File("ssd" + tag));
+    tiered.ckpt.dir = dir.File("ckpt" + tag);
+    tiered.ckpt.keep = 50;
+    auto ranks = RunRanks(n, tiered);
+    uint64_t cut = 0;
+    for (int r = 0; r < n; ++r) {
+      ASSERT_TRUE(ranks[r].ok()) << tag << " rank " << r << ": " << ranks[r].status().ToString();
+      const nlohmann::json& rep = *ranks[r];
+      EXPECT_EQ(rep["digest"], (*mem[r])["digest"]) << tag << " rank " << r;
+      EXPECT_EQ(rep["passes"], (*ranks[0])["passes"]) << tag << " rank " << r;
+      const nlohmann::json& sizing = rep["pass_sizing"];
+      EXPECT_EQ(sizing["by"], "memory") << sizing.dump();
+      EXPECT_LE(sizing["max_pass_keys"].get<uint64_t>(), sizing["max_keys"].get<uint64_t>());
+      cut += sizing["closed_by_keys"].get<uint64_t>() + sizing.value("closed_by_memory", 0u);
+    }
+    EXPECT_GT(cut, 0u) << tag << ": no pass was cut";
+    EXPECT_GT((*ranks[0])["passes"].get<uint64_t>(), (*mem[0])["passes"].get<uint64_t>()) << tag;
+
+    // Resume from a checkpoint in the middle.
+    const std::vector<uint64_t> ids = RankCheckpoints(tiered.ckpt.dir, n);
+    ASSERT_GE(ids.size(), 3u) << tag;
+    ASSERT_TRUE(CommitRanksCheckpoint(Env::Posix(), tiered.ckpt.dir,
+                                      {static_cast<uint32_t>(n), ids[ids.size() / 2]})
+                    .ok());
+    tiered.resume = true;
+    tiered.fresh = false;
+    tiered.model_dir = dir.File("resumed" + tag);
+    auto resumed = RunRanks(n, tiered);
+    ASSERT_TRUE(resumed[0].ok()) << tag << ": " << resumed[0].status().ToString();
+    EXPECT_EQ((*resumed[0])["digest"], (*ranks[0])["digest"]) << tag;
+  }
+}
+
+// ... and resumed on another number of ranks (generated data): the new ranks skip whole passes
+// of pass_examples, whatever pieces either number of ranks cut them into, and end with the
+// one-process model up to summation order.
+TEST(DistributedTrainTest, PassesSizedByMemoryResumeOnAnotherNumberOfRanks) {
+  TempDir dir;
+  JobConfig one = Job(dir.File("one"), /*sgd=*/true);
+  one.generated.rows = 8192;
+  one.generated.test_rows = 1000;
+  auto single = RunTrain(Env::Posix(), one, nullptr);
+  ASSERT_TRUE(single.ok()) << single.status().ToString();
+  const Model want = Load(one.model_dir);
+  JobConfig job = one;
+  job.model_dir = dir.File("first");
+  Tier(&job, dir.File("ssd"));
+  job.ckpt.dir = dir.File("ckpt");
+  job.ckpt.keep = 50;
+  auto first = RunRanks(2, job);
+  ASSERT_TRUE(first[0].ok()) << first[0].status().ToString();
+  EXPECT_GT((*first[0])["pass_sizing"]["closed_by_keys"].get<uint64_t>(), 0u);
+  // As if the job had stopped after grid pass 2 of 4 (the checkpoints come at their ends).
+  const std::vector<uint64_t> ids = RankCheckpoints(job.ckpt.dir, 2);
+  ASSERT_GE(ids.size(), 4u);
+  ASSERT_TRUE(CommitRanksCheckpoint(Env::Posix(), job.ckpt.dir, {2, ids[1]}).ok());
+  job.resume = true;
+  job.fresh = false;
+  job.model_dir = dir.File("resumed");
+  auto resumed = RunRanks(4, job);
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_TRUE(resumed[r].ok()) << "rank " << r << ": " << resumed[r].status().ToString();
+  }
+  EXPECT_EQ((*resumed[0])["job_examples"], 8192u);
+  const Model got = Load(job.model_dir);
+  EXPECT_EQ(got.rows.size(), want.rows.size());
+  EXPECT_LT(Distance(got, want), 1e-6);
+}
+
 // Generated data: rank r generates the blocks of b / N rows whose index mod N is r, so the
 // ranks train one process's minibatches with no file to interleave; the held-out rows are
 // evaluated by every rank (rows looked up from their owners) and reported over all of them.

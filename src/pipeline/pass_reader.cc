@@ -27,6 +27,13 @@ Status PassReader::Open() {
   if (options_.window_keys > 0 || options_.device_pass_bytes > 0) {
     window_ = std::make_unique<KeyWindow>(std::max<uint32_t>(1, options_.window_passes),
                                           options_.table_row_bytes);
+    if (options_.agree && options_.window_keys > 0) {
+      for (uint32_t o = 0; o < options_.owners; ++o) {
+        owner_windows_.push_back(std::make_unique<KeyWindow>(
+            std::max<uint32_t>(1, options_.window_passes), options_.table_row_bytes));
+      }
+      owner_keys_.resize(options_.owners);
+    }
   }
   return Status::OK();
 }
@@ -72,10 +79,14 @@ void PassReader::ClosePass(const Batch& examples, bool by_keys, bool by_memory, 
   ++z.passes;
   if (window_) {
     z.closed_by_keys += by_keys;
-    z.max_window_keys = std::max(z.max_window_keys, window_->distinct());
+    // (Agreed with owners' windows, NextAgreed counts theirs: this rank's keys pin rows of
+    // every owner.)
+    if (owner_windows_.empty())
+      z.max_window_keys = std::max(z.max_window_keys, window_->distinct());
     z.max_window_row_bytes = std::max(z.max_window_row_bytes, window_->distinct_weight());
     z.max_pass_keys = std::max(z.max_pass_keys, window_->current());
     window_->NextPass();
+    for (auto& w : owner_windows_) w->NextPass();
   }
   z.closed_by_device += by_device;
   if (SizedByBytes() && window_) {
@@ -93,6 +104,84 @@ void PassReader::ClosePass(const Batch& examples, bool by_keys, bool by_memory, 
       recent_bytes_.pop_front();
     }
   }
+}
+
+PassReader::Verdict PassReader::Judge() {
+  Verdict v;
+  const uint64_t* keys = pending_.keys.data();
+  const size_t n = pending_.keys.size();
+  v.with = window_->CountWith(keys, n);
+  const KeyWindow::Counts& with = v.with;
+  // With tables of several row sizes the window's bytes, else its keys.
+  const bool weighted = !options_.table_row_bytes.empty();
+  v.keys = options_.window_keys > 0 && (weighted ? with.window_weight > options_.window_bytes
+                                                 : with.window > options_.window_keys);
+  if (!owner_windows_.empty()) {  // the owners' windows decide, once added up over the ranks
+    v.keys = false;
+    for (auto& k : owner_keys_) k.clear();
+    for (size_t i = 0; i < n; ++i) owner_keys_[options_.owner_of(keys[i])].push_back(keys[i]);
+    v.owner_with.resize(owner_windows_.size());
+    for (size_t o = 0; o < owner_windows_.size(); ++o) {
+      const KeyWindow::Counts c =
+          owner_windows_[o]->CountWith(owner_keys_[o].data(), owner_keys_[o].size());
+      v.owner_with[o] = weighted ? c.window_weight : c.window;
+    }
+  }
+  v.shape = shape_;
+  if (SizedByBytes()) {
+    // The minibatch alone, and the pass with it.
+    const PassShape alone{pending_.ContentBytes() - sizeof(uint32_t),
+                          n,
+                          with.batch,
+                          1,
+                          with.batch,
+                          pending_.rows(),
+                          with.batch};
+    sizing_.max_batch_bytes =
+        std::max(sizing_.max_batch_bytes, PassBytes(alone, options_.row_bytes));
+    PassShape& shape = v.shape;
+    shape.content_bytes += alone.content_bytes;
+    shape.key_uses += n;
+    shape.keys = with.pass;
+    shape.batches += 1;
+    shape.batch_keys += with.batch;
+    shape.rows += alone.rows;
+    shape.max_batch_keys = std::max(shape.max_batch_keys, with.batch);
+    // Each pass gets an equal share of pass_memory. (Letting a pass take what the passes
+    // before it left made a full-size pass followed by passes of one minibatch until it
+    // left the window, each of them over the limit.)
+    v.memory = options_.pass_memory > 0 &&
+               PassBytes(shape, options_.row_bytes) >
+                   options_.pass_memory / std::max<uint32_t>(1, options_.memory_passes);
+    v.device =
+        options_.device_pass_bytes > 0 && options_.device_bytes(shape) > options_.device_pass_bytes;
+  }
+  return v;
+}
+
+Status PassReader::Take(const Verdict& v, Batch* examples) {
+  if (v.keys) {
+    // The first minibatch of a pass: the older passes in the window may be pushed before
+    // this one is pulled (the pull waits for them), but its own keys must fit the budget.
+    const bool weighted = !options_.table_row_bytes.empty();
+    const uint64_t own = v.with.batch;
+    if (weighted ? v.with.batch_weight > options_.max_bytes : own > options_.max_keys) {
+      std::string hint = options_.key_limit_hint ? options_.key_limit_hint(own) : "";
+      return ResourceExhaustedError(fmt::format(
+          "a minibatch of {} examples holds {} distinct keys, more than the {} rows that "
+          "storage.memory_budget holds{}",
+          pending_.rows(), own, options_.max_keys, hint.empty() ? "" : "; " + hint));
+    }
+  }
+  window_->Add(pending_.keys.data(), pending_.keys.size());
+  for (size_t o = 0; o < owner_windows_.size(); ++o) {  // owner_keys_: Judge's of this minibatch
+    owner_windows_[o]->Add(owner_keys_[o].data(), owner_keys_[o].size());
+  }
+  shape_ = v.shape;
+  examples->AppendRows(pending_, 0, pending_.rows());
+  grid_pos_ += pending_.rows();
+  pending_.Reset(schema_);
+  return Status::OK();
 }
 
 Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place) {
@@ -113,6 +202,7 @@ Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place) {
     if (place != nullptr) *place = here;
     return Status::OK();
   }
+  if (options_.agree) return NextAgreed(examples, eof, place);
   here.first = grid_pos_ == 0;
 
   // Key-sized: the passes above, each cut further between minibatches (counted from the
@@ -131,66 +221,14 @@ Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place) {
       }
       pending_ends_epoch_ = f == Fill::kRowsThenEpochEnd;
     }
-    const uint64_t* keys = pending_.keys.data();
-    const size_t n = pending_.keys.size();
-    const KeyWindow::Counts with = window_->CountWith(keys, n);
-    // With tables of several row sizes the window's bytes, else its keys.
-    const bool weighted = !options_.table_row_bytes.empty();
-    const bool over_keys =
-        options_.window_keys > 0 && (weighted ? with.window_weight > options_.window_bytes
-                                              : with.window > options_.window_keys);
-    PassShape shape = shape_;
-    bool over_memory = false, over_device = false;
-    if (sized_by_memory) {
-      // The minibatch alone, and the pass with it.
-      const PassShape alone{pending_.ContentBytes() - sizeof(uint32_t),
-                            n,
-                            with.batch,
-                            1,
-                            with.batch,
-                            pending_.rows(),
-                            with.batch};
-      sizing_.max_batch_bytes =
-          std::max(sizing_.max_batch_bytes, PassBytes(alone, options_.row_bytes));
-      shape.content_bytes += alone.content_bytes;
-      shape.key_uses += n;
-      shape.keys = with.pass;
-      shape.batches += 1;
-      shape.batch_keys += with.batch;
-      shape.rows += alone.rows;
-      shape.max_batch_keys = std::max(shape.max_batch_keys, with.batch);
-      // Each pass gets an equal share of pass_memory. (Letting a pass take what the passes
-      // before it left made a full-size pass followed by passes of one minibatch until it
-      // left the window, each of them over the limit.)
-      over_memory = options_.pass_memory > 0 &&
-                    PassBytes(shape, options_.row_bytes) >
-                        options_.pass_memory / std::max<uint32_t>(1, options_.memory_passes);
-      over_device = options_.device_pass_bytes > 0 &&
-                    options_.device_bytes(shape) > options_.device_pass_bytes;
-    }
-    if ((over_keys || over_memory || over_device) && examples->rows() > 0) {
-      by_keys = over_keys;  // the minibatch starts the next pass
-      by_memory = over_memory;
-      by_device = over_device;
+    const Verdict v = Judge();
+    if (v.any() && examples->rows() > 0) {
+      by_keys = v.keys;  // the minibatch starts the next pass
+      by_memory = v.memory;
+      by_device = v.device;
       break;
     }
-    if (over_keys) {
-      // The first minibatch of a pass: the older passes in the window may be pushed before
-      // this one is pulled (the pull waits for them), but its own keys must fit the budget.
-      const uint64_t own = with.batch;
-      if (weighted ? with.batch_weight > options_.max_bytes : own > options_.max_keys) {
-        std::string hint = options_.key_limit_hint ? options_.key_limit_hint(own) : "";
-        return ResourceExhaustedError(fmt::format(
-            "a minibatch of {} examples holds {} distinct keys, more than the {} rows that "
-            "storage.memory_budget holds{}",
-            pending_.rows(), own, options_.max_keys, hint.empty() ? "" : "; " + hint));
-      }
-    }
-    window_->Add(keys, n);
-    shape_ = shape;
-    examples->AppendRows(pending_, 0, pending_.rows());
-    grid_pos_ += pending_.rows();
-    pending_.Reset(schema_);
+    RETURN_IF_ERROR(Take(v, examples));
     if (pending_ends_epoch_ || grid_pos_ == want) {  // the grid pass ends (or the epoch)
       pending_ends_epoch_ = false;
       grid_pos_ = 0;
@@ -208,6 +246,106 @@ Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place) {
     ++grid_count_;
   }
   if (place != nullptr) *place = here;
+  return Status::OK();
+}
+
+Status PassReader::NextAgreed(Batch* examples, bool* eof, PassPlace* place) {
+  const uint64_t want = options_.pass_examples;
+  PassPlace here;
+  here.grid_index = grid_count_;
+  here.first = !grid_open_;
+  bool by_keys = false, by_memory = false, by_device = false;
+  bool cut = false, taken = false;  // as every rank sees them
+  while (true) {
+    // This rank's next minibatch of its grid pass, unless that ended.
+    while (!grid_ended_ && pending_.rows() == 0) {
+      const uint64_t room = std::min<uint64_t>(options_.batch_size, want - grid_pos_);
+      ASSIGN_OR_RETURN(Fill f, FillTo(&pending_, room));
+      if (f == Fill::kEnd) {
+        grid_ended_ = true;
+      } else if (f == Fill::kEpochEnd) {
+        // At the start of its grid pass the next epoch begins in it; else the epoch's end
+        // ended the grid pass.
+        if (grid_pos_ > 0 || epoch_ >= options_.epochs) grid_ended_ = true;
+      } else {
+        pending_ends_epoch_ = f == Fill::kRowsThenEpochEnd;
+      }
+    }
+    Verdict v;
+    if (!grid_ended_) v = Judge();
+    // Over a limit of its own; has a minibatch; each owner's window (with the minibatch).
+    const bool weighted = !options_.table_row_bytes.empty();
+    votes_.assign(2 + owner_windows_.size(), 0);
+    votes_[0] = !grid_ended_ && v.any();
+    votes_[1] = !grid_ended_;
+    for (size_t o = 0; o < owner_windows_.size(); ++o) {
+      votes_[2 + o] = grid_ended_ ? (weighted ? owner_windows_[o]->distinct_weight()
+                                              : owner_windows_[o]->distinct())
+                                  : v.owner_with[o];
+    }
+    RETURN_IF_ERROR(options_.agree(votes_.data(), votes_.size()));
+    // The owners' rows pinned, at most: their windows added up.
+    uint64_t owner_max = 0;
+    for (size_t o = 0; o < owner_windows_.size(); ++o)
+      owner_max = std::max(owner_max, votes_[2 + o]);
+    const bool owner_over = !owner_windows_.empty() &&
+                            owner_max > (weighted ? options_.window_bytes : options_.window_keys);
+    if (votes_[1] == 0) break;  // every rank's grid pass ended
+    if ((votes_[0] != 0 || owner_over) && taken) {  // some pass is full: every rank's ends here
+      by_keys = v.keys || owner_over;
+      by_memory = v.memory;
+      by_device = v.device;
+      cut = true;
+      break;
+    }
+    if (!owner_windows_.empty() && !weighted) {
+      sizing_.max_window_keys = std::max(sizing_.max_window_keys, owner_max);
+    }
+    taken = true;
+    if (!grid_ended_) {
+      RETURN_IF_ERROR(Take(v, examples));
+      if (pending_ends_epoch_ || grid_pos_ == want) {
+        pending_ends_epoch_ = false;
+        grid_ended_ = true;
+      }
+    }
+  }
+  if (SizedByBytes()) examples->ShrinkToFit();  // what PassBytes counts
+  ClosePass(*examples, by_keys, by_memory, by_device);
+  // No rank had a minibatch at a grid pass's start: every rank's input ended.
+  *eof = !taken;
+  here.last = !cut;
+  if (here.last) {
+    grid_count_ += taken;
+    grid_pos_ = 0;
+    grid_ended_ = false;
+  }
+  grid_open_ = !here.last;
+  if (place != nullptr) *place = here;
+  return Status::OK();
+}
+
+Status PassReader::SkipGridPasses(uint64_t grid_passes, uint64_t examples, bool may_end_early) {
+  Batch scratch;
+  uint64_t seen = 0;
+  while (grid_count_ < grid_passes) {
+    bool eof = false;
+    RETURN_IF_ERROR(Next(&scratch, &eof));
+    if (eof && may_end_early && seen == examples) return Status::OK();
+    if (eof) {
+      return FailedPreconditionError(fmt::format(
+          "the input ended after {} grid passes, but the checkpoint was cut after {}: the data "
+          "changed since",
+          grid_count_, grid_passes));
+    }
+    seen += scratch.rows();
+  }
+  if (seen != examples) {
+    return FailedPreconditionError(fmt::format(
+        "the first {} grid passes of the input hold {} examples, the checkpoint says {}: the "
+        "data changed since",
+        grid_passes, seen, examples));
+  }
   return Status::OK();
 }
 

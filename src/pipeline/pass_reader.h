@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "io/key_hashing.h"
 #include "io/reader.h"
@@ -74,6 +75,18 @@ struct PassReaderOptions {
   // with or without the key window (window_keys 0: passes are cut by this alone).
   uint64_t device_pass_bytes = 0;
   std::function<uint64_t(const PassShape&)> device_bytes;
+  // A rank of a distributed job with passes sized as above (docs/distributed.md, "Pass
+  // sizing"): the ranks cut their shares of every pass at the same minibatch, so the global
+  // minibatches stay those of passes of pass_examples. Called on every rank at each step of a
+  // cut with `n` values it replaces with their sums over the ranks (AllReduceSum on the read
+  // stage's channel). Null: one process.
+  std::function<Status(uint64_t* values, size_t n)> agree;
+  // With agree: the ranks (owners) and a key's owner. The key window is then the owners':
+  // the rows an owner pins for the passes in flight are the keys it owns of every rank's
+  // passes, so each rank keeps a window per owner and the ranks add them up (an upper bound:
+  // a key two ranks use counts twice) to keep every owner's within window_keys.
+  uint32_t owners = 0;
+  std::function<uint32_t(uint64_t key)> owner_of;
   // Optional: what to add to the error when one minibatch alone holds more than window_keys
   // distinct keys (`keys` of them): the budget it would need.
   std::function<std::string(uint64_t keys)> key_limit_hint;
@@ -136,6 +149,10 @@ class PassReader {
   // may_end_early: a rank of a distributed job, whose passes after its input ended were empty
   // (the input may end before `passes` passes, having held `examples` examples).
   Status Skip(uint64_t passes, uint64_t examples, bool may_end_early = false);
+  // Reads past the first `grid_passes` passes of pass_examples (the pieces the window cut
+  // them into, whatever they were), which must hold `examples` examples: the data a job of
+  // another number of ranks trained, its checkpoint at the end of a grid pass.
+  Status SkipGridPasses(uint64_t grid_passes, uint64_t examples, bool may_end_early = false);
 
  private:
   ReaderFactory open_;
@@ -146,6 +163,24 @@ class PassReader {
   // epoch's last), or the input ends.
   StatusOr<Fill> FillTo(Batch* out, uint64_t limit);
   void ClosePass(const Batch& examples, bool by_keys, bool by_memory, bool by_device);
+  // The pending minibatch against the limits, with the pass so far.
+  struct Verdict {
+    bool keys = false, memory = false, device = false;
+    KeyWindow::Counts with;
+    std::vector<uint64_t> owner_with;  // agreed: each owner's window with the minibatch
+    PassShape shape;                   // the pass with the minibatch
+    bool any() const { return keys || memory || device; }
+  };
+  Verdict Judge();
+  // The pending minibatch into the pass (ResourceExhausted when over the keys alone).
+  Status Take(const Verdict& v, Batch* examples);
+  // Next with options_.agree: every step agreed with the other ranks. Each votes to take its
+  // next minibatch, or to close the pass before it (over a limit), or that its grid pass
+  // ended. Any close closes every rank's pass (once a step took something: a pass holds at
+  // least one); else the ranks with a minibatch take it; when none has one the grid pass ends
+  // on every rank. A rank whose grid pass ended first takes empty steps until then, as one
+  // whose grid pass was short trains empty minibatches.
+  Status NextAgreed(Batch* examples, bool* eof, PassPlace* place);
   bool SizedByBytes() const { return options_.pass_memory > 0 || options_.device_pass_bytes > 0; }
 
   Schema schema_;
@@ -156,8 +191,13 @@ class PassReader {
   uint64_t grid_count_ = 0;          // grid passes ended
   Batch pending_;                    // key-sized: the next minibatch, read but not yet in a pass
   bool pending_ends_epoch_ = false;  // ... and it is its epoch's last rows
+  bool grid_ended_ = false;          // agreed: this rank's grid pass ended (the others' not)
+  bool grid_open_ = false;           // agreed: the last pass ended mid grid pass
+  std::vector<uint64_t> votes_;      // agreed: a step's votes
   std::unique_ptr<KeyWindow> window_;
-  PassShape shape_;                    // memory-sized: the current pass
+  std::vector<std::unique_ptr<KeyWindow>> owner_windows_;  // agreed: per owner
+  std::vector<std::vector<uint64_t>> owner_keys_;          // ... the pending keys by owner
+  PassShape shape_;                                        // memory-sized: the current pass
   std::deque<uint64_t> recent_bytes_;  // ... and the bytes of the passes before it
   uint64_t recent_sum_ = 0;            // (memory_passes - 1 of them), added up: the report's
                                        // max_window_bytes

@@ -6,6 +6,7 @@
 #include "ckpt/ranks_checkpoint.h"
 #include "dist/collectives.h"
 #include "io/key_hashing.h"
+#include "pipeline/key_window.h"
 #include "util/cleanup.h"
 #include "util/sys.h"
 
@@ -118,7 +119,7 @@ Status PushSharded(SparseTable* shard, ShardedPass* sp, ThreadPool* pool) {
 
 StatusOr<MetricSummary> EvaluateSharded(Comm* comm, BatchReader* reader, SparseTable* shard,
                                         CtrModel* model, uint32_t batch_size, uint64_t chunk_rows,
-                                        ThreadPool* pool) {
+                                        uint64_t chunk_keys, ThreadPool* pool) {
   MetricAccumulator metrics;
   std::vector<float> predictions(batch_size);
   Batch block;
@@ -128,13 +129,22 @@ StatusOr<MetricSummary> EvaluateSharded(Comm* comm, BatchReader* reader, SparseT
     // The next chunk of this rank's rows (maybe none), while any rank has rows.
     Batch chunk;
     chunk.Reset(reader->schema());
+    KeyWindow keys(1);  // the chunk's distinct keys, when they are limited
+    const size_t slots = reader->schema().num_slots;
     while (!eof && chunk.rows() < chunk_rows) {
       if (at == block.rows()) {
         RETURN_IF_ERROR(reader->Next(&block, &eof));
         at = 0;
         if (eof) break;
       }
-      const size_t end = std::min<size_t>(block.rows(), at + (chunk_rows - chunk.rows()));
+      size_t end = std::min<size_t>(block.rows(), at + (chunk_rows - chunk.rows()));
+      if (chunk_keys > 0) {  // a minibatch at a time, while the chunk's keys fit
+        end = std::min<size_t>(end, at + batch_size);
+        const uint64_t* k = block.keys.data() + block.offsets[at * slots];
+        const size_t n = block.offsets[end * slots] - block.offsets[at * slots];
+        if (chunk.rows() > 0 && keys.DistinctWith(k, n) > chunk_keys) break;
+        keys.Add(k, n);
+      }
       chunk.AppendRows(block, at, end);
       at = end;
     }

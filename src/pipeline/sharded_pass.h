@@ -92,11 +92,13 @@ StatusOr<MetricSummary> MergeMetricsOnRank0(Comm* comm, const MetricAccumulator&
 
 // Held-out evaluation by the ranks: each predicts its share of the rows `reader` gives, in
 // chunks of about chunk_rows rows whose keys' rows come from their owners (lookups: an absent
-// key has an empty row and is not inserted; keys hashed first as the model was trained).
+// key has an empty row and is not inserted; keys hashed first as the model was trained). With
+// chunk_keys > 0 a chunk holds whole minibatches of at most that many distinct keys (or one
+// minibatch), so that every owner's pinned rows stay within ranks x chunk_keys.
 // Returns the metrics over every rank's rows on rank 0, this rank's own elsewhere.
 StatusOr<MetricSummary> EvaluateSharded(Comm* comm, BatchReader* reader, SparseTable* shard,
                                         CtrModel* model, uint32_t batch_size, uint64_t chunk_rows,
-                                        ThreadPool* pool);
+                                        uint64_t chunk_keys, ThreadPool* pool);
 
 // The second phase of a checkpoint of the ranks (ckpt/ranks_checkpoint.h): every rank has
 // committed checkpoint `id` in its own chain; rank 0 commits ranks_dir/RANKS naming it.

@@ -24,6 +24,7 @@ void PassStages::Start() {
 TrainPosition PassStages::Position() const {
   TrainPosition p = ctx_.start;
   p.passes += passes_;
+  p.grid_passes += grid_passes_;
   p.examples += examples_;
   p.trained_examples += examples_;
   p.embeddings_created += created_;
@@ -236,6 +237,7 @@ Status PassStages::Push(Pass* pass, ThreadPool* pool) {
     RETURN_IF_ERROR(ctx_.table->Push(&pass->pins, pass->table->rows(), pool));
   }
   ++passes_;
+  grid_passes_ += pass->place.last;
   if (ctx_.ckpt != nullptr) {  // the rows this rank's table took: a rank's served rows
     RETURN_IF_ERROR(ctx_.ckpt->OnPush(pass->sharded != nullptr ? pass->sharded->served->rows()
                                                                : pass->table->rows()));

@@ -135,6 +135,7 @@ class PassStages {
   Stopwatch progress_clock_;             // train stage
 
   uint64_t examples_ = 0, passes_ = 0, shrunk_ = 0, created_ = 0, patched_rows_ = 0;  // push
+  uint64_t grid_passes_ = 0;                                                          // push
   uint64_t exchange_sent_ = 0, exchange_received_ = 0;                                // push
   double exchange_seconds_ = 0;                                                       // push
   uint64_t global_examples_ = 0;   // push: a distributed job's examples over every rank

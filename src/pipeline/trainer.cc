@@ -311,7 +311,9 @@ Status EvaluateHeldOut(Env* env, const JobConfig& job, Comm* comm, TrainStart* s
   if (comm != nullptr) {
     ASSIGN_OR_RETURN(
         t, EvaluateSharded(comm, eval_reader.get(), start->table.get(), start->model.get(),
-                           job.train.batch_size, job.pipeline.pass_examples, pool));
+                           job.train.batch_size, job.pipeline.pass_examples,
+                           // each rank's share: an owner pins the keys it owns of every chunk
+                           job.EvalChunkKeys() / static_cast<uint64_t>(comm->size()), pool));
   } else {
     ASSIGN_OR_RETURN(
         t, Evaluate(eval_reader.get(), *start->table, start->model.get(), job.train.batch_size,
@@ -415,6 +417,7 @@ Status ReshardFromRanks(Env* env, const JobConfig& job, const std::string& ranks
   if (job.stream_plan) {
     start->position = TrainPosition();
     start->position.passes = job.stream_plan->passes;
+    start->position.grid_passes = first.position.grid_passes;
     start->position.examples = job.stream_plan->examples;
     start->position.trained_examples = job.stream_plan->examples;
     return Status::OK();
@@ -427,10 +430,16 @@ Status ReshardFromRanks(Env* env, const JobConfig& job, const std::string& ranks
   }
   start->position = TrainPosition();
   start->position.passes = first.position.passes;
+  start->position.grid_passes = first.position.grid_passes;
   start->position.examples = mine;
   start->position.trained_examples = mine;
   LOG_INFO("resuming {} of {} ranks with {}: {} passes, {} examples done ({} in this rank's share)",
            CheckpointName(c.id), c.ranks, job.dist.ranks, first.position.passes, examples, mine);
+  // Passes sized by memory cut other pieces on another number of ranks: skip whole grid
+  // passes (a checkpoint is taken at the end of one).
+  if (reader->options().agree) {
+    return reader->SkipGridPasses(first.position.grid_passes, mine, /*may_end_early=*/true);
+  }
   return reader->Skip(first.position.passes, mine, /*may_end_early=*/true);
 }
 
@@ -521,7 +530,6 @@ Status ShareJob(Env* env, const Comm& comm, JobConfig* job, std::string* ranks_c
   job->train.batch_size = b / n;
   const uint64_t pass = job->pipeline.pass_examples / n;
   job->pipeline.pass_examples = std::max<uint64_t>(job->train.batch_size, pass);
-  job->pipeline.size_by_memory = false;  // passes must line up across the ranks
   // Each rank's checkpoint chain in its own directory; the ranks commit together in ckpt.dir
   // (ckpt/ranks_checkpoint.h). The chain a crash may leave one checkpoint ahead keeps the one
   // before.
@@ -568,8 +576,19 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   RETURN_IF_ERROR(AttachFeatures(env, &job));  // the extract stage: side views loaded
   if (job.gpu) RETURN_IF_ERROR(ResolveGpuPassMemory(&job.gpu_options));
   job.data.cancel = stop;  // a stalled data.command or standard input gives way to Ctrl-C
+  PassReaderOptions pass_options = job.PassOptions();
+  if (comm != nullptr && pass_options.window_keys + pass_options.device_pass_bytes > 0) {
+    // Passes sized by memory: the ranks agree on every cut (docs/distributed.md, "Pass sizing").
+    pass_options.agree = [read = comm->channel(kReadChannel)](uint64_t* v, size_t n) {
+      return AllReduceSum(read, v, n);
+    };
+    pass_options.owners = static_cast<uint32_t>(comm->size());
+    pass_options.owner_of = [n = comm->size()](uint64_t key) {
+      return static_cast<uint32_t>(OwnerOf(key, n));
+    };
+  }
   PassReader reader([&] { return OpenData(env, job.data, job.generated, false); },
-                    job.PassOptions());
+                    std::move(pass_options));
   RETURN_IF_ERROR(reader.Open());
   job.spec.schema = reader.schema();
   if (std::string e = job.spec.model.SharedSlotsError(job.spec.schema.num_slots); !e.empty()) {
