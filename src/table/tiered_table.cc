@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <unordered_map>
 #include <unordered_set>
@@ -565,7 +566,25 @@ Status TieredTable::Insert(const RowBlock& rows, ThreadPool* pool) {
   std::vector<uint64_t> keys(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) keys[i] = rows.key(i);
   RETURN_IF_ERROR(CheckKeys(keys.data(), keys.size()));
-  RETURN_IF_ERROR(WaitForBudget());
+  // A key whose row is on disk but not in memory (written back since an earlier Insert: a
+  // checkpoint's delta over its base) must come in as the newer version of that row, or the
+  // counts (Stats, CountKeys, its group's unique rows) would take it for a second key. So the
+  // keys are looked up first, as a pull without an accessor does, and stay pinned until they
+  // are written. Loading is not training: the lookups stay out of the cache's counters.
+  PinnedRows pins;
+  if (ssd_) {
+    Counters& c = *counters_;
+    std::atomic<uint64_t>* looked[] = {
+        &c.pulled,        &c.hits,      &c.loaded,       &c.new_keys,
+        &c.lookup_misses, &c.no_record, &c.bloom_prunes, &c.bloom_false_positives};
+    uint64_t before[std::size(looked)];
+    for (size_t k = 0; k < std::size(looked); ++k) before[k] = looked[k]->load();
+    RowBlock found(options_.layout);
+    ASSIGN_OR_RETURN(pins, Pull(keys.data(), keys.size(), /*accessor=*/nullptr, &found, pool));
+    for (size_t k = 0; k < std::size(looked); ++k) looked[k]->store(before[k]);
+  } else {
+    RETURN_IF_ERROR(WaitForBudget());
+  }
   std::vector<uint32_t> order, begin;
   GroupBySlot(keys.data(), keys.size(), &order, &begin);
   RunParallel(pool, slots_.size(), [&](size_t s, int) {
@@ -573,14 +592,25 @@ Status TieredTable::Insert(const RowBlock& rows, ThreadPool* pool) {
     CacheSlot::Lock lock(slot);
     for (uint32_t k = begin[s]; k < begin[s + 1]; ++k) {
       const uint32_t i = order[k];
-      uint32_t node = slot.Find(keys[i]);
-      if (node == kNoNode) node = slot.Insert(keys[i]);
+      uint32_t node = kNoNode;
+      if (ssd_ && pins.nodes_[i].first != kNotPinned) {  // in memory, or read from disk
+        node = pins.nodes_[i].second;
+        --slot.meta(node).pins;
+      } else {
+        node = slot.Find(keys[i]);
+        if (node == kNoNode) node = slot.Insert(keys[i]);  // a new key
+      }
       slot.WriteRow(node, rows, i);
       NodeMeta& m = slot.meta(node);
       slot.set_state(node, (m.state | kDirty) & ~kFresh);
     }
     Account(slot, s);
   });
+  if (ssd_) {
+    pins.nodes_.clear();
+    pins.table_ = nullptr;
+    OnUnpinned();
+  }
   return WaitForBudget();
 }
 
