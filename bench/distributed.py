@@ -10,7 +10,14 @@ On one 2-core machine the ranks share the cores (each gets train.threads = cores
 examples/s measures the exchange's overhead, not a speedup; the bytes are what a network
 would carry (docs/distributed.md, "Scaling model").
 
-    bench/distributed.py [--data-dir /tmp/ctrbox-bench] [--reps 1]
+With --tiered SHARE, each run of ranks is repeated with tiered shards: every rank's
+storage.memory_budget is SHARE of its in-memory shard (the run's bytes_live / ranks), its SSD
+files under the data dir, passes sized by memory with the cuts agreed by the ranks
+(docs/distributed.md, "Pass sizing across ranks"); the line adds the hit rate, peak RSS and
+whether the digest is the in-memory run's. --ranks and --transports pick runs.
+
+    bench/distributed.py [--data-dir /tmp/ctrbox-bench] [--reps 1] [--tiered 0.1]
+                         [--ranks 2,4] [--transports process,threads,mpi]
 """
 import json, os, shutil, statistics, subprocess, sys
 
@@ -43,7 +50,12 @@ def run(cmd, env=None):
 
 def main():
     ap = bench_data.arg_parser(__doc__, 1)
+    ap.add_argument("--tiered", type=float, default=0.0)
+    ap.add_argument("--ranks", default="2,4")
+    ap.add_argument("--transports", default="process,threads,mpi")
     a = ap.parse_args()
+    ranks = [int(x) for x in a.ranks.split(",")]
+    transports = a.transports.split(",")
     train, test = bench_data.criteo_train_test(a.data_dir)
     parts = split(train, os.path.join(a.data_dir, "parts4"), 4)
     cores = os.cpu_count() or 1
@@ -55,11 +67,22 @@ def main():
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     if shutil.which("mpirun"):
         runs += [("mpi", 2, True), ("mpi", 4, True), ("mpi", 2, False)]
-    for transport, n, pipelined in runs:
+    runs = [r for r in runs if r[0] in transports and (r[1] == 1 or r[1] in ranks)]
+    if a.tiered > 0:  # each pipelined run of ranks again over tiered shards, after it
+        runs = [x for r in runs
+                for x in ([r, (*r, "tiered")] if r[1] > 1 and r[2] else [r])]
+    in_memory = {}  # (transport, ranks) -> the in-memory run's report
+    for transport, n, pipelined, *tier in runs:
         threads = max(1, cores // n)
         common = ["train", *data, "--model-dir", model_dir, "--fresh",
                   "--set", f"train.threads={threads}", "--set", "train.progress_seconds=1e9",
                   "--set", f"pipeline.enabled={'true' if pipelined else 'false'}"]
+        if tier:
+            mem = in_memory[(transport, n)]
+            budget = int(a.tiered * mem["bytes_live"] / n)
+            ssd = os.path.join(a.data_dir, "dist-ssd")
+            shutil.rmtree(ssd, ignore_errors=True)
+            common += ["--set", f"storage.ssd_dir={ssd}", "--set", f"storage.memory_budget={budget}"]
         reports = []
         for _ in range(a.reps):
             if transport == "process":
@@ -84,7 +107,18 @@ def main():
             "exchange_s": statistics.mean(x["exchange_seconds"] for x in per_rank) if per_rank else 0.0,
             "seconds": r["seconds"],
             "stages_busy_s": {k: round(v["busy_seconds"], 3) for k, v in r["stages"].items()},
+            "peak_rss_bytes": r.get("peak_rss_bytes"),
         }
+        if tier:
+            mem = in_memory[(transport, n)]
+            line.update({"tiered": True, "budget_share": a.tiered,
+                         "memory_budget_per_rank": budget,
+                         "hit_rate": r["storage"].get("hit_rate"),
+                         "vs_in_memory": line["examples_per_s"] / mem["examples_per_s_median"],
+                         "same_digest_as_in_memory": r["digest"] == mem["digest"],
+                         "pass_sizing": r.get("pass_sizing")})
+        elif pipelined:
+            in_memory[(transport, n)] = dict(r, examples_per_s_median=line["examples_per_s"])
         print(json.dumps(line), flush=True)
 
 
