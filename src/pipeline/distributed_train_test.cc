@@ -380,18 +380,27 @@ TEST(DistributedTrainTest, ResumeWhereOneRanksInputEndedFirst) {
   }
 }
 
+// One process on 8 192 generated rows with SGD, and its model in *want: what a job resumed on
+// another number of ranks must end with, up to summation order.
+JobConfig OneProcessOnGeneratedRows(const TempDir& dir, Model* want) {
+  JobConfig one = Job(dir.File("one"), /*sgd=*/true);
+  one.generated.rows = 8192;
+  one.generated.test_rows = 1000;
+  auto single = RunTrain(Env::Posix(), one, nullptr);
+  EXPECT_TRUE(single.ok()) << single.status().ToString();
+  if (single.ok()) *want = Load(one.model_dir);
+  return one;
+}
+
 // --resume with another number of ranks (generated data): the checkpoint that 2 ranks
 // committed after half the passes is taken up by 4 ranks (and one 4 ranks committed by 2),
 // each loading the rows it owns from every chain; the job ends with the one-process model up
 // to summation order, so every row was loaded exactly once and every example trained once.
 TEST(DistributedTrainTest, ResumeWithAnotherNumberOfRanksReshardsTheCheckpoint) {
   TempDir dir;
-  JobConfig one = Job(dir.File("one"), /*sgd=*/true);
-  one.generated.rows = 8192;
-  one.generated.test_rows = 1000;
-  auto single = RunTrain(Env::Posix(), one, nullptr);
-  ASSERT_TRUE(single.ok()) << single.status().ToString();
-  const Model want = Load(one.model_dir);
+  Model want;
+  const JobConfig one = OneProcessOnGeneratedRows(dir, &want);
+  ASSERT_FALSE(want.rows.empty());
   for (auto [from, to] : {std::pair{2, 4}, std::pair{4, 2}}) {
     const std::string tag = std::to_string(from) + "to" + std::to_string(to);
     JobConfig job = one;
@@ -639,12 +648,9 @@ TEST(DistributedTrainTest, PassesSizedByMemoryAreCutAlikeOnEveryRankAndKeepTheMo
 // one-process model up to summation order.
 TEST(DistributedTrainTest, PassesSizedByMemoryResumeOnAnotherNumberOfRanks) {
   TempDir dir;
-  JobConfig one = Job(dir.File("one"), /*sgd=*/true);
-  one.generated.rows = 8192;
-  one.generated.test_rows = 1000;
-  auto single = RunTrain(Env::Posix(), one, nullptr);
-  ASSERT_TRUE(single.ok()) << single.status().ToString();
-  const Model want = Load(one.model_dir);
+  Model want;
+  const JobConfig one = OneProcessOnGeneratedRows(dir, &want);
+  ASSERT_FALSE(want.rows.empty());
   JobConfig job = one;
   job.model_dir = dir.File("first");
   Tier(&job, dir.File("ssd"));

@@ -290,7 +290,7 @@ Status PassReader::NextAgreed(Batch* examples, bool* eof, PassPlace* place) {
       owner_max = std::max(owner_max, votes_[2 + o]);
     const bool owner_over = !owner_windows_.empty() &&
                             owner_max > (weighted ? options_.window_bytes : options_.window_keys);
-    if (votes_[1] == 0) break;  // every rank's grid pass ended
+    if (votes_[1] == 0) break;                      // every rank's grid pass ended
     if ((votes_[0] != 0 || owner_over) && taken) {  // some pass is full: every rank's ends here
       by_keys = v.keys || owner_over;
       by_memory = v.memory;
@@ -325,52 +325,48 @@ Status PassReader::NextAgreed(Batch* examples, bool* eof, PassPlace* place) {
   return Status::OK();
 }
 
-Status PassReader::SkipGridPasses(uint64_t grid_passes, uint64_t examples, bool may_end_early) {
+namespace {
+
+// Reads past the passes of a resumed job's trained data until `count(passes read)` reaches
+// `want`; they must hold `examples` examples. `what` names what is counted, for the messages.
+template <typename Count>
+Status SkipTo(PassReader* reader, uint64_t want, Count count, std::string_view what,
+              uint64_t examples, bool may_end_early) {
   Batch scratch;
-  uint64_t seen = 0;
-  while (grid_count_ < grid_passes) {
+  uint64_t seen = 0, read = 0;
+  while (count(read) < want) {
     bool eof = false;
-    RETURN_IF_ERROR(Next(&scratch, &eof));
+    RETURN_IF_ERROR(reader->Next(&scratch, &eof));
     if (eof && may_end_early && seen == examples) return Status::OK();
     if (eof) {
       return FailedPreconditionError(fmt::format(
-          "the input ended after {} grid passes, but the checkpoint was cut after {}: the data "
-          "changed since",
-          grid_count_, grid_passes));
+          "the input ended after {} {}, but the checkpoint was cut after {}: the data changed "
+          "since",
+          count(read), what, want));
     }
     seen += scratch.rows();
+    ++read;
   }
   if (seen != examples) {
     return FailedPreconditionError(fmt::format(
-        "the first {} grid passes of the input hold {} examples, the checkpoint says {}: the "
-        "data changed since",
-        grid_passes, seen, examples));
+        "the first {} {} of the input hold {} examples, the checkpoint says {}: the data "
+        "changed since",
+        want, what, seen, examples));
   }
   return Status::OK();
 }
 
+}  // namespace
+
+Status PassReader::SkipGridPasses(uint64_t grid_passes, uint64_t examples, bool may_end_early) {
+  return SkipTo(
+      this, grid_passes, [this](uint64_t) { return grid_count_; }, "grid passes", examples,
+      may_end_early);
+}
+
 Status PassReader::Skip(uint64_t passes, uint64_t examples, bool may_end_early) {
-  Batch scratch;
-  uint64_t seen = 0;
-  for (uint64_t p = 0; p < passes; ++p) {
-    bool eof = false;
-    RETURN_IF_ERROR(Next(&scratch, &eof));
-    if (eof && may_end_early && seen == examples) return Status::OK();
-    if (eof) {
-      return FailedPreconditionError(fmt::format(
-          "the input ended after {} passes, but the checkpoint was cut after {}: the data "
-          "changed since",
-          p, passes));
-    }
-    seen += scratch.rows();
-  }
-  if (seen != examples) {
-    return FailedPreconditionError(fmt::format(
-        "the first {} passes of the input hold {} examples, the checkpoint says {}: the data "
-        "changed since",
-        passes, seen, examples));
-  }
-  return Status::OK();
+  return SkipTo(
+      this, passes, [](uint64_t read) { return read; }, "passes", examples, may_end_early);
 }
 
 }  // namespace ctrbox
