@@ -121,6 +121,42 @@ TEST(TrainerTest, AJobResumedTwiceWithOtherThreadCountsEqualsOneRun) {
 // stop, resume on the CPU, stop, resume on the GPU. With this job's GEMM shapes (256-row
 // minibatches, layers <= 128 wide) one emulated GPU computes what the CPU model does bit for
 // bit, so every mix of devices must end with the digest of one CPU run.
+// --resume over an SSD tier whose budget is far below the rows takes the newest checkpoint, a
+// delta several deep, and ends with the uninterrupted run's digest. Loading the chain evicts
+// base rows that the deltas then update: Insert must count them once, or the delta's key check
+// fails and the resume quietly goes back to the chain's base (docs/storage.md, Insert).
+TEST(TrainerTest, AResumeOverATieredTableTakesTheNewestDeltaCheckpoint) {
+  TempDir dir;
+  JobConfig job = SmallJob(dir.File("whole"));
+  job.generated.rows = 30000;
+  job.generated.test_rows = 1000;
+  job.spec.model.mlp = {32};
+  job.pipeline.pass_examples = 2048;
+  job.storage.ssd.dir = dir.File("ssd");
+  job.storage.ssd.group_bits = 8;
+  job.storage.memory_budget = 2 << 20;
+  job.storage.evict_start = 0.3;
+  job.storage.evict_stop = 0.2;
+  job.ckpt.dir = dir.File("ckpt");
+  job.ckpt.keep = 50;
+  job.ckpt.base_every = 8;
+  job.fresh = true;
+  auto whole = RunTrain(Env::Posix(), job, nullptr);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  // Back to checkpoint 7: a delta 6 deep on the base ckpt-000001.
+  ASSERT_TRUE(RemoveCheckpointsAfter(Env::Posix(), job.ckpt.dir, 7).ok());
+  job.fresh = false;
+  job.resume = true;
+  job.model_dir = dir.File("resumed");
+  auto resumed = RunTrain(Env::Posix(), job, nullptr);
+  ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
+  EXPECT_EQ((*resumed)["resumed_from"], CheckpointName(7))
+      << (*resumed).value("resume_warnings", nlohmann::json()).dump();
+  EXPECT_FALSE(resumed->contains("resume_warnings") && !(*resumed)["resume_warnings"].empty())
+      << (*resumed)["resume_warnings"].dump();
+  EXPECT_EQ((*resumed)["digest"], (*whole)["digest"]);
+}
+
 TEST(TrainerTest, AJobMovedBetweenCpuAndEmulatedGpuByResumesEqualsOneCpuRun) {
   TempDir dir;
   const std::string data = WriteCriteo(dir, "train.tsv", 0, 16000, 7);
