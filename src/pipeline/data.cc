@@ -1,5 +1,7 @@
 #include "pipeline/data.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <vector>
 
@@ -19,6 +21,16 @@ SynthOptions SynthFor(const GeneratedData& gen, bool test) {
 }
 
 }  // namespace
+
+StatusOr<nlohmann::json> DataFileRecord(Env* env, const std::string& path) {
+  nlohmann::json entry = {{"path", path}, {"bytes", nullptr}};  // "-": nothing to compare
+  if (path == "-") return entry;
+  ASSIGN_OR_RETURN(uint64_t size, env->GetFileSize(path));
+  ASSIGN_OR_RETURN(uint64_t fingerprint, DataFileFingerprint(env, path));
+  entry["bytes"] = size;
+  entry["fingerprint"] = fmt::format("{:016x}", fingerprint);
+  return entry;
+}
 
 StatusOr<std::unique_ptr<BatchReader>> OpenData(Env* env, const DataOptions& data,
                                                 const GeneratedData& gen, bool test) {

@@ -5,6 +5,8 @@
 #define CTRBOX_PIPELINE_DATA_H_
 
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
 
 #include "io/reader.h"
 #include "pipeline/job.h"
@@ -15,6 +17,10 @@ namespace ctrbox {
 inline bool IsGenerated(const DataOptions& data) {
   return data.paths.empty() && data.command.empty();
 }
+
+// What a checkpoint records of an input file, for a resume to tell the same input from another:
+// {path, bytes, fingerprint} (DataFileFingerprint); standard input ("-") has bytes null.
+StatusOr<nlohmann::json> DataFileRecord(Env* env, const std::string& path);
 
 // A reader of `data`, or of the generated rows (`test`: the held-out rows, seed + 1).
 StatusOr<std::unique_ptr<BatchReader>> OpenData(Env* env, const DataOptions& data,

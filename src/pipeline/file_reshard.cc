@@ -7,6 +7,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "io/reader.h"
+#include "pipeline/data.h"
 #include "util/logging.h"
 
 namespace ctrbox {
@@ -119,6 +120,27 @@ nlohmann::json OldRankJson(uint32_t m, const OldRank& o) {
   return {{"rank", m}, {"passes", o.passes}, {"examples", o.examples}, {"rest", rest}};
 }
 
+// The old ranks' rests as the ranks sent them (OldRankJson), into (*old)[m]. Throws
+// nlohmann::json::exception on a malformed message.
+Status DecodeOldRanks(const nlohmann::json& list, uint32_t ranks, std::vector<OldRank>* old,
+                      std::vector<bool>* seen) {
+  for (const nlohmann::json& j : list) {
+    const auto m = j.at("rank").get<uint32_t>();
+    if (m >= ranks || (*seen)[m]) return InternalError("resume: an old rank planned twice");
+    (*seen)[m] = true;
+    OldRank& o = (*old)[m];
+    o.passes = j.at("passes").get<uint64_t>();
+    o.examples = j.at("examples").get<uint64_t>();
+    for (const nlohmann::json& s : j.at("rest")) {
+      o.rest.push_back({{s.at(0).get<std::string>(),
+                         {s.at(1).get<uint32_t>(), s.at(2).get<uint32_t>()},
+                         s.at(3).get<uint64_t>()},
+                        s.at(4).get<uint64_t>()});
+    }
+  }
+  return Status::OK();
+}
+
 // Checks that what old rank `m` recorded of its input (its checkpoint's settings) is the input
 // now: the same format and epochs, and each file it read of the same size and content.
 Status CheckOldInput(Env* env, const JobConfig& job, const std::string& name,
@@ -148,10 +170,7 @@ Status CheckOldInput(Env* env, const JobConfig& job, const std::string& name,
           name, path));
     }
     if (it->second.is_null()) {
-      ASSIGN_OR_RETURN(uint64_t size, env->GetFileSize(path));
-      ASSIGN_OR_RETURN(uint64_t fingerprint, DataFileFingerprint(env, path));
-      it->second = {
-          {"path", path}, {"bytes", size}, {"fingerprint", fmt::format("{:016x}", fingerprint)}};
+      ASSIGN_OR_RETURN(it->second, DataFileRecord(env, path));
     }
     nlohmann::json was = then;
     if (!was.contains("fingerprint")) was["fingerprint"] = it->second["fingerprint"];
@@ -240,19 +259,10 @@ StatusOr<StreamPlan> PlanFilesReshard(Env* env, Comm* comm, const JobConfig& job
   for (const std::string& text : all) {
     const nlohmann::json list = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (!list.is_array()) return InternalError("resume: a rank's plan did not parse");
-    for (const nlohmann::json& j : list) {
-      const auto m = j.at("rank").get<uint32_t>();
-      if (m >= c.ranks || seen[m]) return InternalError("resume: an old rank planned twice");
-      seen[m] = true;
-      OldRank& o = old[m];
-      o.passes = j.at("passes").get<uint64_t>();
-      o.examples = j.at("examples").get<uint64_t>();
-      for (const nlohmann::json& s : j.at("rest")) {
-        o.rest.push_back({{s.at(0).get<std::string>(),
-                           {s.at(1).get<uint32_t>(), s.at(2).get<uint32_t>()},
-                           s.at(3).get<uint64_t>()},
-                          s.at(4).get<uint64_t>()});
-      }
+    try {
+      RETURN_IF_ERROR(DecodeOldRanks(list, c.ranks, &old, &seen));
+    } catch (const nlohmann::json::exception& e) {
+      return InternalError(fmt::format("resume: a rank's plan: {}", e.what()));
     }
   }
   StreamPlan plan;

@@ -44,6 +44,15 @@ PassReaderOptions SizedOptions() {
   return o;
 }
 
+// The distinct keys of passes[p] and the `window` - 1 passes before it.
+std::set<uint64_t> WindowKeys(const std::vector<Batch>& passes, size_t p, size_t window) {
+  std::set<uint64_t> keys;
+  for (size_t q = p + 1 >= window ? p + 1 - window : 0; q <= p; ++q) {
+    keys.insert(passes[q].keys.begin(), passes[q].keys.end());
+  }
+  return keys;
+}
+
 std::vector<Batch> AllPasses(PassReader* r) {
   std::vector<Batch> passes;
   while (true) {
@@ -137,10 +146,8 @@ TEST(PassReaderTest, KeySizedPassesKeepEveryWindowWithinItsKeys) {
         EXPECT_EQ((at % 5000) % 128, 0u) << "pass " << p << " starts within a minibatch";
         EXPECT_EQ(at / 5000, (at + b.rows() - 1) / 5000) << "pass " << p << " spans two";
         EXPECT_LE(at + b.rows(), 7000u) << "pass " << p << " spans two epochs";
-        std::set<uint64_t> window_keys, own(b.keys.begin(), b.keys.end());
-        for (size_t q = p + 1 >= window ? p + 1 - window : 0; q <= p; ++q) {
-          window_keys.insert(passes[q].keys.begin(), passes[q].keys.end());
-        }
+        const std::set<uint64_t> window_keys = WindowKeys(passes, p, window),
+                                 own(b.keys.begin(), b.keys.end());
         if (b.rows() > 128) {  // a pass of one minibatch may exceed the window
           EXPECT_LE(own.size(), keys) << "pass " << p;
           EXPECT_LE(window_keys.size(), keys) << "pass " << p;
@@ -184,10 +191,7 @@ TEST(PassReaderTest, PassesOfSeveralTablesKeepEveryWindowWithinItsBytes) {
   const std::vector<Batch> passes = AllPasses(&r);
   uint64_t rows = 0, most_keys = 0;
   for (size_t p = 0; p < passes.size(); ++p) {
-    std::set<uint64_t> window_keys;
-    for (size_t q = p + 1 >= 3 ? p - 2 : 0; q <= p; ++q) {
-      window_keys.insert(passes[q].keys.begin(), passes[q].keys.end());
-    }
+    const std::set<uint64_t> window_keys = WindowKeys(passes, p, o.window_passes);
     uint64_t bytes = 0;
     for (uint64_t k : window_keys) {
       ASSERT_LT(k >> kTableShift, 3u);

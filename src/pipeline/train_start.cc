@@ -32,13 +32,7 @@ StatusOr<nlohmann::json> ResultSettings(Env* env, const JobConfig& job) {
     ASSIGN_OR_RETURN(auto files, ExpandDataPaths(env, job.data.paths, job.data.format));
     nlohmann::json list = nlohmann::json::array();
     for (const std::string& f : files) {
-      nlohmann::json entry = {{"path", f}, {"bytes", nullptr}};  // "-": nothing to compare
-      if (f != "-") {
-        ASSIGN_OR_RETURN(uint64_t size, env->GetFileSize(f));
-        ASSIGN_OR_RETURN(uint64_t fingerprint, DataFileFingerprint(env, f));
-        entry["bytes"] = size;
-        entry["fingerprint"] = fmt::format("{:016x}", fingerprint);
-      }
+      ASSIGN_OR_RETURN(nlohmann::json entry, DataFileRecord(env, f));
       list.push_back(std::move(entry));
     }
     data = {{"format", DataFormatName(job.data.format)}, {"files", list}};
