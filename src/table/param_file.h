@@ -87,7 +87,7 @@ class RecordBuilder {
   uint32_t emb_rows_ = 0;
 };
 
-// One parameter file. Its counters are guarded by the owning store's file mutex; the reader
+// One parameter file. Its counters are guarded by the owning store's counter mutex; the reader
 // and the Bloom filter may be used concurrently. A file marked obsolete is unlinked when the
 // last reference to it goes.
 struct ParamFile {

@@ -198,23 +198,12 @@ Status SsdStore::ReadRecord(const ParamFile& file, const RecordLoc& loc, uint32_
 }
 
 uint64_t SsdStore::FileBytes(const ParamFile& file) const {
-  ReaderLock lock(&files_mu_);
+  MutexLock lock(&counts_mu_);
   return file.bytes;
 }
 
 Status SsdStore::Roll() {
-  if (current_) {
-    RETURN_IF_ERROR(writer_->Close());
-    WriterLock lock(&files_mu_);
-    if (current_->live_records == 0 && current_->pending_records == 0) {  // nothing refers to it
-      current_->obsolete = true;
-      file_bytes_ -= current_->bytes;
-      bloom_bytes_ -= current_->bloom->MemoryBytes();
-      files_[current_->id] = nullptr;
-    }
-  }
-  current_.reset();
-  writer_.reset();
+  if (current_) RETURN_IF_ERROR(writer_->Close());
   const uint32_t id = next_file_id_++;
   const std::string path = JoinPath(options_.dir, FileNameOf(id));
   ASSIGN_OR_RETURN(auto writer, env_->NewWritableFile(path));
@@ -225,9 +214,8 @@ Status SsdStore::Roll() {
       std::max<size_t>(1024, options_.file_bytes * 3 / 2 / layout_.EncodedBytes(true));
   int bits = options_.bloom_bits_per_key;
   if (options_.bloom_budget > 0) {
-    ReaderLock lock(&files_mu_);
-    const uint64_t left =
-        options_.bloom_budget > bloom_bytes_ ? options_.bloom_budget - bloom_bytes_ : 0;
+    const uint64_t used = bloom_bytes_.load(std::memory_order_relaxed);
+    const uint64_t left = options_.bloom_budget > used ? options_.bloom_budget - used : 0;
     while (bits > 0 && BloomFilter::BytesFor(expected_rows, bits) > left) --bits;
     if (bits < 2) bits = 0;  // one bit per key would rule out too few keys to pay
   }
@@ -235,26 +223,45 @@ Status SsdStore::Roll() {
                                           std::make_unique<BloomFilter>(expected_rows, bits));
   ASSIGN_OR_RETURN(file->reader, env_->NewRandomAccessFile(path));
   file->bytes = header.size();
+  // The new file is published and becomes the current one in one step, so that a Replace in
+  // between cannot leave the old current file empty but kept.
+  std::vector<uint32_t> dropped;
   {
-    WriterLock lock(&files_mu_);
+    WriterLock table(&files_mu_);
     if (files_.size() <= id) files_.resize(id + 1);
     files_[id] = file;
-    file_bytes_ += header.size();
-    bloom_bytes_ += file->bloom->MemoryBytes();
   }
   {
-    WriterLock lock(&files_mu_);
+    MutexLock lock(&counts_mu_);
+    if (counted_.size() <= id) counted_.resize(id + 1, nullptr);
+    counted_[id] = file.get();
+    file_bytes_ += header.size();
+    bloom_bytes_.fetch_add(file->bloom->MemoryBytes(), std::memory_order_relaxed);
+    if (current_ && current_->live_records == 0 && current_->pending_records == 0) {
+      current_->obsolete = true;  // nothing refers to it
+      file_bytes_ -= current_->bytes;
+      bloom_bytes_.fetch_sub(current_->bloom->MemoryBytes(), std::memory_order_relaxed);
+      counted_[current_->id] = nullptr;
+      dropped.push_back(current_->id);
+    }
     current_file_ = file.get();
   }
+  DropFiles(dropped);
   current_ = std::move(file);
   writer_ = std::move(writer);
   bytes_written_.fetch_add(header.size(), std::memory_order_relaxed);
   return Status::OK();
 }
 
+void SsdStore::DropFiles(const std::vector<uint32_t>& dropped) {
+  if (dropped.empty()) return;
+  WriterLock table(&files_mu_);
+  for (uint32_t id : dropped) files_[id] = nullptr;
+}
+
 Status SsdStore::ReserveSpace(uint64_t bytes) {
   if (options_.disk_budget == 0) return Status::OK();
-  ReaderLock lock(&files_mu_);
+  MutexLock lock(&counts_mu_);
   if (file_bytes_ + bytes > options_.disk_budget) {
     return ResourceExhaustedError(fmt::format(
         "SSD parameter files would exceed storage.disk_budget ({} in files, {} live, {} more "
@@ -277,7 +284,7 @@ Status SsdStore::Append(uint32_t g, std::string_view record, const std::vector<u
   *loc = RecordLoc{current_->id, static_cast<uint32_t>(current_->bytes),
                    static_cast<uint32_t>(record.size())};
   {
-    WriterLock lock(&files_mu_);
+    MutexLock lock(&counts_mu_);
     current_->bytes += record.size();
     current_->pending_records += 1;
     file_bytes_ += record.size();
@@ -292,8 +299,8 @@ Status SsdStore::FlushAppends() {
   return writer_ ? writer_->Flush() : Status::OK();
 }
 
-void SsdStore::Count(const RecordLoc& loc, int sign) {
-  ParamFile* f = files_[loc.file].get();
+void SsdStore::Count(const RecordLoc& loc, int sign, std::vector<uint32_t>* dropped) {
+  ParamFile* f = counted_[loc.file];
   if (sign > 0) {
     if (f->pending_records > 0) f->pending_records -= 1;  // a new record: now in the index
     f->live_bytes += loc.length;
@@ -309,44 +316,50 @@ void SsdStore::Count(const RecordLoc& loc, int sign) {
   if (f->live_records == 0 && f->pending_records == 0 && f != current_file_) {
     f->obsolete = true;  // unlinked when the last reader lets go
     file_bytes_ -= f->bytes;
-    bloom_bytes_ -= f->bloom->MemoryBytes();
-    files_[loc.file] = nullptr;
+    bloom_bytes_.fetch_sub(f->bloom->MemoryBytes(), std::memory_order_relaxed);
+    counted_[loc.file] = nullptr;
+    dropped->push_back(loc.file);
   }
 }
 
 void SsdStore::Replace(uint32_t g, const GroupEntry& e) {
   const GroupEntry old = index_[g];
-  WriterLock lock(&files_mu_);
-  // A record may move between the entry's places (a delta becomes the older delta): only
-  // records that come or go count. The new ones first: a file holding both an old and a new
-  // record must not be deleted in between.
-  auto holds = [](const GroupEntry& x, const RecordLoc& loc) {
-    for (const RecordLoc* r : x.records()) {
-      if (*r == loc) return true;
+  std::vector<uint32_t> dropped;
+  {
+    MutexLock lock(&counts_mu_);
+    // A record may move between the entry's places (a delta becomes the older delta): only
+    // records that come or go count. The new ones first: a file holding both an old and a new
+    // record must not be deleted in between.
+    auto holds = [](const GroupEntry& x, const RecordLoc& loc) {
+      for (const RecordLoc* r : x.records()) {
+        if (*r == loc) return true;
+      }
+      return false;
+    };
+    for (const RecordLoc* r : e.records()) {
+      if (r->exists() && !holds(old, *r)) Count(*r, +1, &dropped);
     }
-    return false;
-  };
-  for (const RecordLoc* r : e.records()) {
-    if (r->exists() && !holds(old, *r)) Count(*r, +1);
+    for (const RecordLoc* r : old.records()) {
+      if (r->exists() && !holds(e, *r)) Count(*r, -1, &dropped);
+    }
+    const uint32_t t = TableOfGroup(layout_, g);
+    unique_rows_[t] += e.unique_rows;
+    unique_rows_[t] -= old.unique_rows;
+    unique_emb_[t] += e.unique_emb;
+    unique_emb_[t] -= old.unique_emb;
+    index_[g] = e;
   }
-  for (const RecordLoc* r : old.records()) {
-    if (r->exists() && !holds(e, *r)) Count(*r, -1);
-  }
-  const uint32_t t = TableOfGroup(layout_, g);
-  unique_rows_[t] += e.unique_rows;
-  unique_rows_[t] -= old.unique_rows;
-  unique_emb_[t] += e.unique_emb;
-  unique_emb_[t] -= old.unique_emb;
-  index_[g] = e;
+  DropFiles(dropped);  // no longer counted nor named by the index: nothing looks them up
 }
 
 std::vector<std::shared_ptr<ParamFile>> SsdStore::CompactionCandidates(
     double stale_fraction) const {
   std::vector<std::pair<double, std::shared_ptr<ParamFile>>> found;
   {
-    ReaderLock lock(&files_mu_);
+    MutexLock counts(&counts_mu_);
+    ReaderLock table(&files_mu_);
     for (const auto& f : files_) {
-      if (!f || f.get() == current_file_) continue;
+      if (!f || f.get() == current_file_ || counted_[f->id] == nullptr) continue;
       const double records = static_cast<double>(f->bytes - kParamFileHeaderBytes);
       const double stale = records - static_cast<double>(f->live_bytes);
       if (records <= 0) continue;
@@ -365,8 +378,8 @@ std::vector<std::shared_ptr<ParamFile>> SsdStore::CompactionCandidates(
 DiskStats SsdStore::Stats() const {
   DiskStats s;
   {
-    ReaderLock lock(&files_mu_);
-    for (const auto& f : files_) s.files += f != nullptr;
+    MutexLock lock(&counts_mu_);
+    for (const ParamFile* f : counted_) s.files += f != nullptr;
     s.file_bytes = file_bytes_;
     s.live_bytes = live_bytes_;
     for (uint32_t t = 0; t < layout_.tables; ++t) {
@@ -376,8 +389,8 @@ DiskStats SsdStore::Stats() const {
                        unique_emb_[t] * (layout_.TableEncodedBytes(t, true) -
                                          layout_.TableEncodedBytes(t, false));
     }
-    s.bloom_bytes = bloom_bytes_;
   }
+  s.bloom_bytes = bloom_bytes_.load(std::memory_order_relaxed);
   s.index_bytes = index_.capacity() * sizeof(GroupEntry);
   s.records_read = records_read_.load();
   s.read_retries = read_retries_.load();
@@ -388,8 +401,7 @@ DiskStats SsdStore::Stats() const {
 }
 
 uint64_t SsdStore::MemoryBytes() const {
-  ReaderLock lock(&files_mu_);
-  return index_.capacity() * sizeof(GroupEntry) + bloom_bytes_;
+  return index_.capacity() * sizeof(GroupEntry) + bloom_bytes_.load(std::memory_order_relaxed);
 }
 
 // ---- INDEX ----
@@ -503,6 +515,7 @@ StatusOr<std::unique_ptr<SsdStore>> SsdStore::Reopen(Env* env, const SsdOptions&
   std::unique_ptr<SsdStore> store(new SsdStore(env, o, layout));
   // Not shared yet: the locks are taken only to satisfy the analysis.
   MutexLock append(&store->append_mu_);
+  MutexLock counts(&store->counts_mu_);
   WriterLock files(&store->files_mu_);
   store->next_file_id_ = x.next_file_id;
   for (const IndexFileEntry& e : x.files) {
@@ -522,8 +535,10 @@ StatusOr<std::unique_ptr<SsdStore>> SsdStore::Reopen(Env* env, const SsdOptions&
     f->live_records = e.live_records;
     if (store->files_.size() <= e.id) store->files_.resize(e.id + 1);
     store->files_[e.id] = f;
+    if (store->counted_.size() <= e.id) store->counted_.resize(e.id + 1, nullptr);
+    store->counted_[e.id] = f.get();
     store->file_bytes_ += e.bytes;
-    store->bloom_bytes_ += f->bloom->MemoryBytes();
+    store->bloom_bytes_.fetch_add(f->bloom->MemoryBytes(), std::memory_order_relaxed);
   }
   std::memcpy(store->index_.data(), x.data.data() + x.groups_offset,
               store->index_.size() * sizeof(GroupEntry));

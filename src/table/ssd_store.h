@@ -165,34 +165,47 @@ class SsdStore {
 
  private:
   SsdStore(Env* env, SsdOptions options, ValueLayout layout);
-  Status Roll() REQUIRES(append_mu_) EXCLUDES(files_mu_);
-  Status ReserveSpace(uint64_t bytes) EXCLUDES(files_mu_);
-  // File counters of a record becoming live (+1) or stale (-1).
-  void Count(const RecordLoc& loc, int sign) REQUIRES(files_mu_);
+  Status Roll() REQUIRES(append_mu_) EXCLUDES(counts_mu_, files_mu_);
+  Status ReserveSpace(uint64_t bytes) EXCLUDES(counts_mu_);
+  // File counters of a record becoming live (+1) or stale (-1). A file left with no record is
+  // marked obsolete and its id added to *dropped, for DropFiles.
+  void Count(const RecordLoc& loc, int sign, std::vector<uint32_t>* dropped)
+      REQUIRES(counts_mu_);
+  // Removes the dropped files from the file table.
+  void DropFiles(const std::vector<uint32_t>& dropped) EXCLUDES(files_mu_);
 
   Env* const env_;
   const SsdOptions options_;
   const ValueLayout layout_;
   std::vector<GroupEntry> index_;  // by group; each entry guarded by its slot's lock
 
-  // Appends take append_mu_, then files_mu_ to publish what they wrote.
-  Mutex append_mu_ ACQUIRED_BEFORE(files_mu_);
+  // Appends take append_mu_, then counts_mu_ to publish what they wrote. The file table has
+  // its own lock, taken for writing only when a file is added or dropped (a few times per
+  // file), so that the readers' lookups (File, several per group read) never wait behind the
+  // counters of every append and index change.
+  Mutex append_mu_ ACQUIRED_BEFORE(counts_mu_);
   std::shared_ptr<ParamFile> current_ GUARDED_BY(append_mu_);
   std::unique_ptr<WritableFile> writer_ GUARDED_BY(append_mu_);
   uint32_t next_file_id_ GUARDED_BY(append_mu_) = 1;
 
-  // The files and their counters (ParamFile's counters too: param_file.h).
-  mutable SharedMutex files_mu_;
-  // By id; null once deleted.
-  std::vector<std::shared_ptr<ParamFile>> files_ GUARDED_BY(files_mu_);
-  uint64_t file_bytes_ GUARDED_BY(files_mu_) = 0;  // sum over live files
-  uint64_t live_bytes_ GUARDED_BY(files_mu_) = 0, live_records_ GUARDED_BY(files_mu_) = 0;
+  // The counters: the store's, and ParamFile's (param_file.h).
+  mutable Mutex counts_mu_ ACQUIRED_BEFORE(files_mu_);
+  uint64_t file_bytes_ GUARDED_BY(counts_mu_) = 0;  // sum over live files
+  uint64_t live_bytes_ GUARDED_BY(counts_mu_) = 0, live_records_ GUARDED_BY(counts_mu_) = 0;
   // Distinct rows on disk and those with an embedding, per table of the layout (one without
   // tables): a group holds one table's rows (GroupOfKey).
-  uint64_t unique_rows_[kMaxTables] GUARDED_BY(files_mu_) = {};
-  uint64_t unique_emb_[kMaxTables] GUARDED_BY(files_mu_) = {};
-  uint64_t bloom_bytes_ GUARDED_BY(files_mu_) = 0;
-  const ParamFile* current_file_ GUARDED_BY(files_mu_) = nullptr;  // the file appends go to
+  uint64_t unique_rows_[kMaxTables] GUARDED_BY(counts_mu_) = {};
+  uint64_t unique_emb_[kMaxTables] GUARDED_BY(counts_mu_) = {};
+  const ParamFile* current_file_ GUARDED_BY(counts_mu_) = nullptr;  // the file appends go to
+  // The files the counters know, by id (owned by files_); null once dropped.
+  std::vector<ParamFile*> counted_ GUARDED_BY(counts_mu_);
+  // Bytes of the live files' Bloom filters; written under counts_mu_, read without a lock by
+  // MemoryBytes (the memory budget's check).
+  std::atomic<uint64_t> bloom_bytes_{0};
+
+  // The file table, by id; null once dropped.
+  mutable SharedMutex files_mu_;
+  std::vector<std::shared_ptr<ParamFile>> files_ GUARDED_BY(files_mu_);
 
   mutable std::atomic<uint64_t> records_read_{0}, bytes_read_{0}, read_retries_{0};
   std::atomic<uint64_t> records_written_{0}, bytes_written_{0};
