@@ -85,21 +85,21 @@ std::string_view RecordBuilder::Finish() {
   return bytes_;
 }
 
-StatusOr<RecordHeader> CheckRecord(const char* p, size_t n, const std::string& where) {
+StatusOr<RecordHeader> CheckRecord(const char* p, size_t n) {
   if (n < kRecordHeaderBytes || std::memcmp(p, kRecordMagic, 4) != 0) {
-    return CorruptionError(where + ": not a group record");
+    return CorruptionError("not a group record");
   }
   RecordHeader h{GetFixed<uint32_t>(p + 4), GetFixed<uint32_t>(p + 8), GetFixed<uint32_t>(p + 12)};
   if (kRecordHeaderBytes + uint64_t{h.payload_bytes} > n) {
-    return CorruptionError(where + ": record extends past its end");
+    return CorruptionError("record extends past its end");
   }
   uint32_t crc = Crc32c(p, 16);
   crc = Crc32cExtend(crc, p + kRecordHeaderBytes, h.payload_bytes);
-  if (crc != GetFixed<uint32_t>(p + 16)) return CorruptionError(where + ": record CRC mismatch");
+  if (crc != GetFixed<uint32_t>(p + 16)) return CorruptionError("record CRC mismatch");
   return h;
 }
 
-Status RecordView::Parse(const ValueLayout& layout, uint32_t group_bits, const std::string& where) {
+Status RecordView::Parse(const ValueLayout& layout, uint32_t group_bits) {
   const char* p = bytes.data();
   const RecordHeader h{GetFixed<uint32_t>(p + 4), GetFixed<uint32_t>(p + 8),
                        GetFixed<uint32_t>(p + 12)};
@@ -110,23 +110,22 @@ Status RecordView::Parse(const ValueLayout& layout, uint32_t group_bits, const s
   const size_t end = kRecordHeaderBytes + h.payload_bytes;
   const size_t fixed = layout.EncodedBytes(false);
   for (uint32_t i = 0; i < h.rows; ++i) {
-    if (end - off < fixed) return CorruptionError(fmt::format("{}: row {} is truncated", where, i));
+    if (end - off < fixed) return CorruptionError(fmt::format("row {} is truncated", i));
     const uint64_t key = GetFixed<uint64_t>(p + off);
     const uint16_t flags = GetFixed<uint16_t>(p + off + 18);
-    if (flags & ~kFlagHasEmb)
-      return CorruptionError(fmt::format("{}: row {} has unknown flags", where, i));
+    if (flags & ~kFlagHasEmb) return CorruptionError(fmt::format("row {} has unknown flags", i));
     if (!layout.ValidKey(key))
-      return CorruptionError(fmt::format("{}: row {} names no table of the layout", where, i));
+      return CorruptionError(fmt::format("row {} names no table of the layout", i));
     const size_t size = layout.EncodedBytesOf(key, (flags & kFlagHasEmb) != 0);
-    if (end - off < size) return CorruptionError(fmt::format("{}: row {} is truncated", where, i));
+    if (end - off < size) return CorruptionError(fmt::format("row {} is truncated", i));
     if (GroupOfKey(layout, group_bits, key) != h.group) {
-      return CorruptionError(fmt::format("{}: row {} belongs to another group", where, i));
+      return CorruptionError(fmt::format("row {} belongs to another group", i));
     }
     keys.push_back(key);
     offsets.push_back(static_cast<uint32_t>(off));
     off += size;
   }
-  if (off != end) return CorruptionError(where + ": record size does not match its rows");
+  if (off != end) return CorruptionError("record size does not match its rows");
   offsets.push_back(static_cast<uint32_t>(off));
   return Status::OK();
 }

@@ -46,8 +46,9 @@ struct RecordHeader {
   uint32_t group = 0, rows = 0, payload_bytes = 0;
 };
 
-// Parses and verifies the record in [p, p + n) (header and CRC); `where` names it in errors.
-StatusOr<RecordHeader> CheckRecord(const char* p, size_t n, const std::string& where);
+// Parses and verifies the record in [p, p + n) (header and CRC). Errors do not say where the
+// record is: the caller prefixes that.
+StatusOr<RecordHeader> CheckRecord(const char* p, size_t n);
 
 // A verified group record in memory, its rows still encoded (the canonical row encoding).
 // Merging records copies rows byte for byte; only the rows a pull wants are decoded.
@@ -62,8 +63,8 @@ struct RecordView {
     return std::string_view(bytes).substr(offsets[i], offsets[i + 1] - offsets[i]);
   }
   // Parses a verified record held in `bytes`, checking that every row has the layout and
-  // belongs to the group; `where` names it in errors.
-  Status Parse(const ValueLayout& layout, uint32_t group_bits, const std::string& where);
+  // belongs to the group. Errors do not say where the record is: the caller prefixes that.
+  Status Parse(const ValueLayout& layout, uint32_t group_bits);
   // Decodes row i into row r of out.
   Status DecodeRow(size_t i, RowBlock* out, size_t r) const;
 };

@@ -169,8 +169,7 @@ class SsdStore {
   Status ReserveSpace(uint64_t bytes) EXCLUDES(counts_mu_);
   // File counters of a record becoming live (+1) or stale (-1). A file left with no record is
   // marked obsolete and its id added to *dropped, for DropFiles.
-  void Count(const RecordLoc& loc, int sign, std::vector<uint32_t>* dropped)
-      REQUIRES(counts_mu_);
+  void Count(const RecordLoc& loc, int sign, std::vector<uint32_t>* dropped) REQUIRES(counts_mu_);
   // Removes the dropped files from the file table.
   void DropFiles(const std::vector<uint32_t>& dropped) EXCLUDES(files_mu_);
 

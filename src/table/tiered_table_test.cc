@@ -640,6 +640,9 @@ TEST(TieredTableTest, FirstTimeKeysCostNoReadAndCorruptionIsReported) {
   ASSERT_FALSE(failed.ok());
   EXPECT_EQ(failed.code(), StatusCode::kCorruption) << failed.ToString();
   EXPECT_NE(failed.message().find("params-"), std::string::npos) << failed.ToString();
+  EXPECT_NE(failed.message().find(": record at offset "), std::string::npos) << failed.ToString();
+  EXPECT_NE(failed.message().find("): record CRC mismatch"), std::string::npos)
+      << failed.ToString();
 }
 
 // Insert (loading a model or a checkpoint chain) of keys whose rows were written to disk since
