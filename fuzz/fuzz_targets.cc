@@ -342,11 +342,11 @@ int FuzzGroupRecord(const uint8_t* data, size_t size) {
   PutFixed<uint32_t>(&rec, crc);
   rec += payload;
   accepted = false;
-  auto h = CheckRecord(rec.data(), rec.size(), "fuzz");
+  auto h = CheckRecord(rec.data(), rec.size());
   if (!h.ok()) return 0;
   RecordView view;
   view.bytes = rec;
-  if (!view.Parse(layout, group_bits, "fuzz").ok()) return 0;
+  if (!view.Parse(layout, group_bits).ok()) return 0;
   accepted = true;
   RowBlock out(layout);
   out.Resize(view.rows());

@@ -48,8 +48,18 @@ void ThreadPool::WorkerLoop(int thread) {
     }
     seen = g;
     if (stop_.load(std::memory_order_acquire)) return;
+    // Join loop g, unless its caller has closed it (it ran the tasks itself meanwhile: this
+    // worker was not scheduled in time) or has gone on to another loop.
+    uint64_t s = state_.load(std::memory_order_acquire);
+    bool joined = false;
+    while (!joined && (s >> 32) == (g & 0xFFFFFFFFu) && (s & kClosed) == 0) {
+      joined = state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel,
+                                            std::memory_order_acquire);
+    }
+    if (!joined) continue;
     RunTasks(thread);
-    if (busy_workers_.fetch_sub(1, std::memory_order_acq_rel) == 1) busy_workers_.notify_one();
+    const uint64_t left = state_.fetch_sub(1, std::memory_order_acq_rel) - 1;
+    if ((left & kClosed) != 0 && (left & kJoinedMask) == 0) state_.notify_one();
   }
 }
 
@@ -63,19 +73,23 @@ void ThreadPool::ParallelFor(size_t num_tasks, const TaskFn& fn) {
   fn_ = &fn;
   num_tasks_ = num_tasks;
   next_task_.store(0, std::memory_order_relaxed);
-  busy_workers_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_acq_rel);
+  const uint64_t g = generation_.load(std::memory_order_relaxed) + 1;
+  state_.store((g & 0xFFFFFFFFu) << 32, std::memory_order_release);  // open, nobody joined
+  generation_.store(g, std::memory_order_release);
   generation_.notify_all();
   RunTasks(0);
-  // Every worker checks in, so none touches fn_ after we return.
-  int busy = busy_workers_.load(std::memory_order_acquire);
-  for (int i = 0; i < kSpinIterations && busy != 0; ++i) {
+  // Close the loop: a worker that has not joined yet will not (so it never touches fn_ after
+  // we return), and those that joined are waited for. Waiting for every worker to check in,
+  // as before, held a loop up for a worker the OS had not scheduled (the tiers' threads share
+  // the cores), after the caller had run all the tasks.
+  uint64_t s = state_.fetch_or(kClosed, std::memory_order_acq_rel) | kClosed;
+  for (int i = 0; i < kSpinIterations && (s & kJoinedMask) != 0; ++i) {
     CTRBOX_PAUSE();
-    busy = busy_workers_.load(std::memory_order_acquire);
+    s = state_.load(std::memory_order_acquire);
   }
-  while (busy != 0) {
-    busy_workers_.wait(busy, std::memory_order_acquire);
-    busy = busy_workers_.load(std::memory_order_acquire);
+  while ((s & kJoinedMask) != 0) {
+    state_.wait(s, std::memory_order_acquire);
+    s = state_.load(std::memory_order_acquire);
   }
   fn_ = nullptr;
 }

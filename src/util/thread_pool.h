@@ -46,12 +46,16 @@ class ThreadPool {
   // Held by the caller of a loop with workers, for the whole loop: one loop at a time.
   Mutex caller_mu_;
   // The current loop: written by the caller (holding caller_mu_) before generation_ is bumped,
-  // read by the workers after they see the new generation and before they check in.
+  // read by the workers that joined it (state_), until they leave it.
   const TaskFn* fn_ = nullptr;
   size_t num_tasks_ = 0;
   std::atomic<size_t> next_task_{0};
-  std::atomic<int> busy_workers_{0};
-  std::atomic<uint64_t> generation_{0};
+  std::atomic<uint64_t> generation_{0};  // bumped to start a loop (and to stop): workers wait on it
+  // The loop's state: its generation's low 32 bits (bits 32-63), kClosed once the caller has
+  // run out of tasks, and the workers that joined it and have not left (kJoinedMask).
+  static constexpr uint64_t kClosed = uint64_t{1} << 31;
+  static constexpr uint64_t kJoinedMask = kClosed - 1;
+  std::atomic<uint64_t> state_{0};
   std::atomic<bool> stop_{false};
 };
 
