@@ -682,20 +682,42 @@ TieredTable::GroupRead TieredTable::GroupReadFor(uint32_t g, uint32_t dirty_rows
   return r;
 }
 
-Status TieredTable::WriteGroups(CacheSlot& slot, std::vector<GroupRead>* reads) {
-  std::sort(reads->begin(), reads->end(),
-            [](const GroupRead& a, const GroupRead& b) { return a.group < b.group; });
-  // The rows to write: resident, not fresh, dirty or not on disk yet; by group.
-  std::vector<std::pair<uint32_t, uint32_t>> dirty;  // (group, node)
+namespace {
+
+// Whether a write-back writes a row in this state: resident, not fresh, dirty or not on disk.
+bool WritesBack(uint8_t st) { return !(st & kFresh) && ((st & kDirty) || !(st & kOnDisk)); }
+
+}  // namespace
+
+TieredTable::GroupKeys TieredTable::RowsToWrite(const CacheSlot& slot,
+                                                const std::vector<GroupRead>& reads) const {
+  GroupKeys rows;
   slot.ForEachNode([&](uint32_t node) {
     slot.AssertLocked();
-    const uint8_t st = slot.meta(node).state;
-    if ((st & kFresh) || !((st & kDirty) || !(st & kOnDisk))) return;
-    const uint32_t g = ssd_->GroupOf(slot.key(node));
-    auto it = std::lower_bound(reads->begin(), reads->end(), g,
+    if (!WritesBack(slot.meta(node).state)) return;
+    const uint64_t key = slot.key(node);
+    const uint32_t g = ssd_->GroupOf(key);
+    auto it = std::lower_bound(reads.begin(), reads.end(), g,
                                [](const GroupRead& r, uint32_t x) { return r.group < x; });
-    if (it != reads->end() && it->group == g) dirty.emplace_back(g, node);
+    if (it != reads.end() && it->group == g) rows.emplace_back(g, key);
   });
+  std::sort(rows.begin(), rows.end());
+  return rows;
+}
+
+Status TieredTable::WriteGroups(CacheSlot& slot, std::vector<GroupRead>* reads,
+                                const GroupKeys& rows) {
+  std::sort(reads->begin(), reads->end(),
+            [](const GroupRead& a, const GroupRead& b) { return a.group < b.group; });
+  // The rows to write, by group: the candidates of these groups that still qualify.
+  std::vector<std::pair<uint32_t, uint32_t>> dirty;  // (group, node)
+  for (const GroupRead& r : *reads) {
+    auto it = std::lower_bound(rows.begin(), rows.end(), std::make_pair(r.group, uint64_t{0}));
+    for (; it != rows.end() && it->first == r.group; ++it) {
+      const uint32_t node = slot.Find(it->second);
+      if (node != kNoNode && WritesBack(slot.meta(node).state)) dirty.emplace_back(r.group, node);
+    }
+  }
   std::sort(dirty.begin(), dirty.end());
   RecordBuilder builder;
   RowBlock row(options_.layout);
@@ -807,6 +829,7 @@ Status TieredTable::WriteGroups(CacheSlot& slot, std::vector<GroupRead>* reads) 
 StatusOr<uint64_t> TieredTable::EvictSlot(size_t s, uint64_t share, bool all) {
   CacheSlot& slot = *slots_[s];
   std::vector<GroupRead> reads;
+  GroupKeys rows;                 // the rows their write-back may write
   std::vector<uint64_t> victims;  // dirty rows to drop once their groups are written
   uint64_t dropped = 0;
   {
@@ -866,12 +889,13 @@ StatusOr<uint64_t> TieredTable::EvictSlot(size_t s, uint64_t share, bool all) {
     for (const auto& [g, n] : dirty_groups) {
       reads.push_back(GroupReadFor(g, n));
     }
+    std::sort(reads.begin(), reads.end(),
+              [](const GroupRead& a, const GroupRead& b) { return a.group < b.group; });
+    if (!reads.empty()) rows = RowsToWrite(slot, reads);
     Account(slot, s);
   }
   if (reads.empty()) return dropped;
   // Write back in batches of groups, so the old records held in memory stay bounded.
-  std::sort(reads.begin(), reads.end(),
-            [](const GroupRead& a, const GroupRead& b) { return a.group < b.group; });
   std::sort(victims.begin(), victims.end(),
             [&](uint64_t a, uint64_t b) { return ssd_->GroupOf(a) < ssd_->GroupOf(b); });
   size_t v = 0;
@@ -882,7 +906,7 @@ StatusOr<uint64_t> TieredTable::EvictSlot(size_t s, uint64_t share, bool all) {
     const uint32_t last_group = batch.back().group;
     RETURN_IF_ERROR(ReadGroups(slot, &batch));
     CacheSlot::Lock lock(slot);
-    RETURN_IF_ERROR(WriteGroups(slot, &batch));
+    RETURN_IF_ERROR(WriteGroups(slot, &batch, rows));
     for (; v < victims.size() && ssd_->GroupOf(victims[v]) <= last_group; ++v) {
       const uint32_t node = slot.Find(victims[v]);
       if (node == kNoNode || slot.meta(node).pins > 0) continue;  // pinned again meanwhile
@@ -902,20 +926,22 @@ Status TieredTable::FlushSlot(size_t s) {
   slot.ForEachNode([&](uint32_t node) {
     slot.AssertLocked();
     const uint8_t st = slot.meta(node).state;
-    if (!(st & kFresh) && ((st & kDirty) || !(st & kOnDisk)))
-      ++dirty[ssd_->GroupOf(slot.key(node))];
+    if (WritesBack(st)) ++dirty[ssd_->GroupOf(slot.key(node))];
   });
   if (dirty.empty()) return Status::OK();
   std::vector<GroupRead> reads;
   for (const auto& [g, n] : dirty) {
     reads.push_back(GroupReadFor(g, n));
   }
+  std::sort(reads.begin(), reads.end(),
+            [](const GroupRead& a, const GroupRead& b) { return a.group < b.group; });
+  const GroupKeys rows = RowsToWrite(slot, reads);
   for (size_t b = 0, end; b < reads.size(); b = end) {
     end = BatchEnd(reads, b);
     std::vector<GroupRead> batch(std::make_move_iterator(reads.begin() + b),
                                  std::make_move_iterator(reads.begin() + end));
     RETURN_IF_ERROR(ReadGroupsLocked(slot, &batch));
-    RETURN_IF_ERROR(WriteGroups(slot, &batch));
+    RETURN_IF_ERROR(WriteGroups(slot, &batch, rows));
   }
   Account(slot, s);
   return Status::OK();

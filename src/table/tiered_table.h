@@ -149,8 +149,17 @@ class TieredTable final : public SparseTable {
   // records"): a new delta (the old delta's rows that were not rewritten, plus the dirty
   // rows); once that would pass delta_share of the base, the old delta becomes the older one
   // and the new delta holds the dirty rows alone; if there is an older delta already, all
-  // merge into a new base. The rows written become clean.
-  Status WriteGroups(CacheSlot& slot, std::vector<GroupRead>* reads) REQUIRES(writer_mu_, slot);
+  // merge into a new base. The rows written become clean. `rows` are the candidates
+  // (RowsToWrite, taken once for all batches of a round: a scan of the slot per batch cost
+  // more than the write itself); each is looked up again and written if it still qualifies.
+  // A row that qualifies only since stays dirty for a later write-back.
+  using GroupKeys = std::vector<std::pair<uint32_t, uint64_t>>;
+  Status WriteGroups(CacheSlot& slot, std::vector<GroupRead>* reads, const GroupKeys& rows)
+      REQUIRES(writer_mu_, slot);
+  // The rows a write-back of these groups (`reads` sorted by group) would write: resident, not
+  // fresh, and dirty or not on disk yet; as (group, key), sorted.
+  GroupKeys RowsToWrite(const CacheSlot& slot, const std::vector<GroupRead>& reads) const
+      REQUIRES(slot);
   // Evicts unpinned rows of slot s until it is at most `share` bytes (all of them if
   // share is 0 and `all`). Returns the rows dropped.
   StatusOr<uint64_t> EvictSlot(size_t s, uint64_t share, bool all) REQUIRES(writer_mu_);
