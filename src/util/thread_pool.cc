@@ -14,7 +14,8 @@ namespace {
 constexpr int kSpinIterations = 4000;  // about 10-40 us of spinning before sleeping
 }
 
-ThreadPool::ThreadPool(int num_threads) {
+ThreadPool::ThreadPool(int num_threads, std::function<void(int thread)> before_join)
+    : before_join_(std::move(before_join)) {
   assert(num_threads >= 1);
   for (int t = 1; t < num_threads; ++t) workers_.emplace_back([this, t] { WorkerLoop(t); });
 }
@@ -48,6 +49,7 @@ void ThreadPool::WorkerLoop(int thread) {
     }
     seen = g;
     if (stop_.load(std::memory_order_acquire)) return;
+    if (before_join_) before_join_(thread);
     // Join loop g, unless its caller has closed it (it ran the tasks itself meanwhile: this
     // worker was not scheduled in time) or has gone on to another loop.
     uint64_t s = state_.load(std::memory_order_acquire);

@@ -27,7 +27,9 @@ namespace ctrbox {
 class ThreadPool {
  public:
   // REQUIRES: num_threads >= 1. Starts num_threads - 1 workers; the caller is thread 0.
-  explicit ThreadPool(int num_threads);
+  // before_join (tests only) is called by a worker that has seen a new loop, before it tries
+  // to join it: a test holds a worker there to play one the OS has not scheduled.
+  explicit ThreadPool(int num_threads, std::function<void(int thread)> before_join = {});
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -42,6 +44,7 @@ class ThreadPool {
   void WorkerLoop(int thread);
   void RunTasks(int thread);
 
+  const std::function<void(int thread)> before_join_;
   std::vector<std::thread> workers_;  // immutable after construction
   // Held by the caller of a loop with workers, for the whole loop: one loop at a time.
   Mutex caller_mu_;

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <numeric>
 #include <thread>
 #include <vector>
@@ -33,6 +36,44 @@ TEST(ThreadPoolTest, ManyBackToBackLoopsSeeEarlierWrites) {
     pool.ParallelFor(data.size(), [&](size_t i, int) { data[i] += static_cast<int64_t>(i); });
   }
   for (size_t i = 0; i < data.size(); ++i) EXPECT_EQ(data[i], 2000 * static_cast<int64_t>(i));
+}
+
+// A worker held before it joins a loop plays one the OS has not scheduled: the caller runs
+// every task itself and returns (it used to wait for every worker to check in, which here
+// would never end). Released, the worker must stay out of the loop it missed and serve later
+// ones.
+TEST(ThreadPoolTest, ALoopDoesNotWaitForAWorkerThatHasNotJoinedIt) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  std::atomic<int> seen{0};
+  ThreadPool pool(2, [&](int) {
+    if (seen.fetch_add(1) != 0) return;  // hold only its first loop
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return release; });
+  });
+  std::vector<int> thread_of(4, -1);
+  pool.ParallelFor(thread_of.size(), [&](size_t task, int thread) { thread_of[task] = thread; });
+  for (int t : thread_of) EXPECT_EQ(t, 0);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  // Later loops: every task once; the worker takes part (tasks long enough that it wakes).
+  std::atomic<int> by_worker{0};
+  for (int round = 0; round < 200 && by_worker.load() == 0; ++round) {
+    std::vector<std::atomic<int>> hits(64);
+    pool.ParallelFor(hits.size(), [&](size_t task, int thread) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+      hits[task].fetch_add(1);
+      if (thread == 1) by_worker.fetch_add(1);
+    });
+    for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+  }
+  EXPECT_GT(by_worker.load(), 0);
 }
 
 // Pools that outnumber the cores: workers are often not scheduled in time for a loop, so its
