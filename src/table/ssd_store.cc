@@ -206,7 +206,12 @@ uint64_t SsdStore::FileBytes(const ParamFile& file) const {
 }
 
 Status SsdStore::Roll() {
-  if (current_) RETURN_IF_ERROR(writer_->Close());
+  // The closed writer goes at once: if the new file cannot be made, the next append tries
+  // again. current_ stays until the new file replaces it (its drop is decided below).
+  if (writer_) {
+    RETURN_IF_ERROR(writer_->Close());
+    writer_.reset();
+  }
   const uint32_t id = next_file_id_++;
   const std::string path = JoinPath(options_.dir, FileNameOf(id));
   ASSIGN_OR_RETURN(auto writer, env_->NewWritableFile(path));
@@ -277,8 +282,8 @@ Status SsdStore::ReserveSpace(uint64_t bytes) {
 Status SsdStore::Append(uint32_t g, std::string_view record, const std::vector<uint64_t>& keys,
                         RecordLoc* loc) {
   MutexLock append(&append_mu_);
-  if (!current_ || (current_->bytes + record.size() > options_.file_bytes &&
-                    current_->bytes > kParamFileHeaderBytes)) {
+  if (!writer_ || (current_->bytes + record.size() > options_.file_bytes &&
+                   current_->bytes > kParamFileHeaderBytes)) {
     RETURN_IF_ERROR(Roll());
   }
   RETURN_IF_ERROR(ReserveSpace(record.size()));

@@ -4,7 +4,9 @@
 //
 // Thread safety: the group index entry of group g is guarded by the lock of the cache slot
 // that holds g (the caller's). Everything else may be called concurrently: appends go through
-// an internal mutex, file counters through the file mutex. WriteIndex needs quiescence.
+// an internal mutex, the counters through their own mutex, file lookups through the file
+// table's shared lock (taken for writing only when a file comes or goes). WriteIndex needs
+// quiescence.
 #ifndef CTRBOX_TABLE_SSD_STORE_H_
 #define CTRBOX_TABLE_SSD_STORE_H_
 

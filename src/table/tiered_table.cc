@@ -57,6 +57,16 @@ size_t BatchEnd(const std::vector<Read>& reads, size_t b) {
   return e;
 }
 
+// Orders write-back reads by group (RowsToWrite and WriteGroups take them so).
+template <typename Read>
+bool GroupBefore(const Read& a, const Read& b) {
+  return a.group < b.group;
+}
+template <typename Read>
+void SortByGroup(std::vector<Read>* reads) {
+  std::sort(reads->begin(), reads->end(), GroupBefore<Read>);
+}
+
 // Makes *batch the reads [b, end): what to read of each group. The elements already there are
 // reused, so the record buffers a batch read into keep their capacity for the next one (a
 // fresh batch allocated and freed ~8 KB per record read). Whether a base was read is set by
@@ -738,8 +748,7 @@ TieredTable::GroupKeys TieredTable::RowsToWrite(const CacheSlot& slot,
 
 Status TieredTable::WriteGroups(CacheSlot& slot, std::vector<GroupRead>* reads,
                                 const GroupKeys& rows) {
-  std::sort(reads->begin(), reads->end(),
-            [](const GroupRead& a, const GroupRead& b) { return a.group < b.group; });
+  assert(std::is_sorted(reads->begin(), reads->end(), GroupBefore<GroupRead>));
   // The rows to write, by group: the candidates of these groups that still qualify.
   std::vector<std::pair<uint32_t, uint32_t>> dirty;  // (group, node)
   for (const GroupRead& r : *reads) {
@@ -920,8 +929,7 @@ StatusOr<uint64_t> TieredTable::EvictSlot(size_t s, uint64_t share, bool all) {
     for (const auto& [g, n] : dirty_groups) {
       reads.push_back(GroupReadFor(g, n));
     }
-    std::sort(reads.begin(), reads.end(),
-              [](const GroupRead& a, const GroupRead& b) { return a.group < b.group; });
+    SortByGroup(&reads);
     if (!reads.empty()) rows = RowsToWrite(slot, reads);
     Account(slot, s);
   }
@@ -964,8 +972,7 @@ Status TieredTable::FlushSlot(size_t s) {
   for (const auto& [g, n] : dirty) {
     reads.push_back(GroupReadFor(g, n));
   }
-  std::sort(reads.begin(), reads.end(),
-            [](const GroupRead& a, const GroupRead& b) { return a.group < b.group; });
+  SortByGroup(&reads);
   const GroupKeys rows = RowsToWrite(slot, reads);
   std::vector<GroupRead> batch;
   for (size_t b = 0, end; b < reads.size(); b = end) {

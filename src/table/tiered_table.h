@@ -145,9 +145,9 @@ class TieredTable final : public SparseTable {
   // The same, for a caller that holds the slot's lock.
   Status ReadGroupsLocked(const CacheSlot& slot, std::vector<GroupRead>* reads) REQUIRES(slot);
   Status ReadGroupRecords(const GroupFiles& files, GroupRead* read) const;
-  // Writes back the dirty resident rows of each group (docs/storage.md, "Base and delta
-  // records"): a new delta (the old delta's rows that were not rewritten, plus the dirty
-  // rows); once that would pass delta_share of the base, the old delta becomes the older one
+  // Writes back the dirty resident rows of each group of `reads` (sorted by group; docs/storage.md,
+  // "Base and delta records"): a new delta (the old delta's rows that were not rewritten, plus the
+  // dirty rows); once that would pass delta_share of the base, the old delta becomes the older one
   // and the new delta holds the dirty rows alone; if there is an older delta already, all
   // merge into a new base. The rows written become clean. `rows` are the candidates
   // (RowsToWrite, taken once for all batches of a round: a scan of the slot per batch cost

@@ -572,6 +572,32 @@ TEST(SsdStoreTest, AWriteBackThatRollsOverKeepsTheFileHoldingItsFirstRecords) {
   EXPECT_EQ(store->Stats().files, 2u);
 }
 
+TEST(SsdStoreTest, AnAppendAfterAFailedRollOverTriesTheNewFileAgain) {
+  // Rolling over closes the full file, then creates the next one. When the creation fails,
+  // the append fails; the next append must make the new file, not write to the closed one.
+  MemEnv env;
+  SsdOptions o;
+  o.dir = "/s";
+  o.group_bits = 2;
+  o.file_bytes = 4096;  // one 3000-byte record per file
+  auto created = SsdStore::Create(&env, o, kLayout);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  auto store = std::move(*created);
+  const std::string record(3000, 'r');
+  RecordLoc a, b;
+  ASSERT_TRUE(store->Append(0, record, {1}, &a).ok());
+  env.InjectFault(FaultOp::kOpen, 1, MemEnv::Eio("injected"));
+  const Status failed = store->Append(1, record, {2}, &b);
+  EXPECT_EQ(failed.code(), StatusCode::kIOError) << failed.ToString();
+  const Status again = store->Append(1, record, {2}, &b);
+  ASSERT_TRUE(again.ok()) << again.ToString();
+  EXPECT_NE(b.file, a.file);
+  ASSERT_TRUE(store->FlushAppends().ok());
+  store->Replace(0, BaseOnly(a));
+  store->Replace(1, BaseOnly(b));
+  EXPECT_EQ(store->Stats().live_bytes, 6000u);
+}
+
 TEST(TieredTableTest, DeltaFilterHoldsEveryKeyOfTheDeltaAndRulesOutMostOthers) {
   Random rng(17);
   int false_positives = 0, others = 0;
