@@ -109,6 +109,9 @@ struct ParamFile {
   // has neither live nor pending records: a write-back that rolls over to a new file must not
   // lose the file holding its first records.
   uint32_t pending_records = 0;
+  // Keys added to the Bloom filter (those of dead records included): what sizes the next
+  // file's filter (SsdStore::Roll).
+  uint64_t filter_keys = 0;
   bool obsolete = false;
 };
 

@@ -82,8 +82,10 @@ struct SsdOptions {
   uint64_t file_bytes = 64ull << 20;
   uint64_t disk_budget = 0;  // 0: unlimited
   int bloom_bits_per_key = 8;
-  // Bytes all files' Bloom filters may take (0: no limit). A new file's filter gets fewer
-  // bits per key, or none (below 2), to stay within; compaction frees the old files' bytes.
+  // Bytes all files' Bloom filters may take (0: no limit). A new file's filter gets the bits
+  // per key that the budget gives every key in the files (dead ones included), at most
+  // bloom_bits_per_key and none below 2; older files keep theirs until compaction frees them,
+  // so the filters may pass the budget by up to a quarter meanwhile (docs/storage.md).
   uint64_t bloom_budget = 0;
 };
 
@@ -188,10 +190,12 @@ class SsdStore {
   std::shared_ptr<ParamFile> current_ GUARDED_BY(append_mu_);
   std::unique_ptr<WritableFile> writer_ GUARDED_BY(append_mu_);
   uint32_t next_file_id_ GUARDED_BY(append_mu_) = 1;
+  uint64_t last_file_keys_ GUARDED_BY(append_mu_) = 0;  // filter keys of the last full file
 
   // The counters: the store's, and ParamFile's (param_file.h).
   mutable Mutex counts_mu_ ACQUIRED_BEFORE(files_mu_);
-  uint64_t file_bytes_ GUARDED_BY(counts_mu_) = 0;  // sum over live files
+  uint64_t file_bytes_ GUARDED_BY(counts_mu_) = 0;   // sum over live files
+  uint64_t filter_keys_ GUARDED_BY(counts_mu_) = 0;  // ParamFile::filter_keys over live files
   uint64_t live_bytes_ GUARDED_BY(counts_mu_) = 0, live_records_ GUARDED_BY(counts_mu_) = 0;
   // Distinct rows on disk and those with an embedding, per table of the layout (one without
   // tables): a group holds one table's rows (GroupOfKey).
