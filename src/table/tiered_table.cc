@@ -25,8 +25,8 @@ struct TieredTable::Load {
   // The files of its records, taken under the slot lock: kept alive.
   std::shared_ptr<ParamFile> base_file, delta_file, older_file;
   std::vector<uint32_t> idx;  // positions in the pull of the keys wanted from this group
-  RowBlock rows;              // row w: the newest disk version of key idx[w], if found[w]
-  std::vector<bool> found;
+  // Row first + w of the pull's LoadedRows: the newest disk version of key idx[w], if found.
+  uint32_t first = 0;
   Status status;
 };
 
@@ -356,7 +356,6 @@ void TieredTable::PullResident(size_t s, const uint64_t* keys, const uint32_t* i
           l.base_file = file_of(e.base);
           l.delta_file = file_of(e.delta);
           l.older_file = file_of(e.older);
-          l.rows = RowBlock(options_.layout);
         }
         (*loads)[it->second].idx.push_back(i);
         continue;
@@ -381,9 +380,8 @@ Status ReadWanted(const SsdStore& ssd, const uint64_t* keys, RecordView* view, c
                   const std::shared_ptr<ParamFile>& base_file,
                   const std::shared_ptr<ParamFile>& delta_file,
                   const std::shared_ptr<ParamFile>& older_file, uint32_t group,
-                  const std::vector<uint32_t>& idx, RowBlock* rows, std::vector<bool>* found) {
-  rows->Resize(idx.size());
-  found->assign(idx.size(), false);
+                  const std::vector<uint32_t>& idx, RowBlock* rows, size_t first, uint8_t* found) {
+  std::fill(found, found + idx.size(), 0);
   for (const RecordLoc* loc : e.records()) {
     if (!loc->exists()) continue;
     const std::shared_ptr<ParamFile>& file = loc == &e.delta   ? delta_file
@@ -397,16 +395,16 @@ Status ReadWanted(const SsdStore& ssd, const uint64_t* keys, RecordView* view, c
       const bool filter = loc == &e.delta   ? e.DeltaMayHold(key)
                           : loc == &e.older ? e.OlderMayHold(key)
                                             : true;
-      wanted = !(*found)[w] && filter && SsdStore::MayHold(file.get(), key);
+      wanted = !found[w] && filter && SsdStore::MayHold(file.get(), key);
     }
     if (!wanted) continue;
     RETURN_IF_ERROR(ssd.ReadRecord(*file, *loc, group, view));
     for (size_t w = 0; w < idx.size(); ++w) {
-      if ((*found)[w]) continue;
+      if (found[w]) continue;
       for (size_t j = 0; j < view->rows(); ++j) {
         if (view->keys[j] != keys[idx[w]]) continue;
-        RETURN_IF_ERROR(view->DecodeRow(j, rows, w));
-        (*found)[w] = true;
+        RETURN_IF_ERROR(view->DecodeRow(j, rows, first + w));
+        found[w] = 1;
         break;
       }
     }
@@ -416,13 +414,20 @@ Status ReadWanted(const SsdStore& ssd, const uint64_t* keys, RecordView* view, c
 
 }  // namespace
 
-Status TieredTable::ReadLoads(const uint64_t* keys, std::vector<Load*>* loads) {
+Status TieredTable::ReadLoads(const uint64_t* keys, std::vector<Load*>* loads, LoadedRows* loaded) {
+  size_t rows = 0;
+  for (Load* l : *loads) {
+    l->first = static_cast<uint32_t>(rows);
+    rows += l->idx.size();
+  }
+  loaded->rows.Resize(rows);
+  loaded->found.resize(rows);
   const int threads = io_pool_ ? io_pool_->num_threads() : 1;
   std::vector<RecordView> views(threads);  // one read buffer per I/O thread
   auto read = [&](size_t j, int t) {
     Load& l = *(*loads)[j];
     l.status = ReadWanted(*ssd_, keys, &views[t], l.entry, l.base_file, l.delta_file, l.older_file,
-                          l.group, l.idx, &l.rows, &l.found);
+                          l.group, l.idx, &loaded->rows, l.first, loaded->found.data() + l.first);
   };
   if (io_pool_ && loads->size() > 1) {
     io_pool_->ParallelFor(loads->size(), read);
@@ -434,7 +439,8 @@ Status TieredTable::ReadLoads(const uint64_t* keys, std::vector<Load*>* loads) {
 }
 
 Status TieredTable::InstallLoaded(size_t s, const uint64_t* keys, const CtrAccessor* accessor,
-                                  RowBlock* out, PinnedRows* pins, std::vector<Load>* loads) {
+                                  RowBlock* out, PinnedRows* pins, std::vector<Load>* loads,
+                                  LoadedRows* disk) {
   CacheSlot& slot = *slots_[s];
   const uint16_t epoch = epoch_.load(std::memory_order_relaxed);
   uint64_t loaded = 0, false_positives = 0, hits = 0;
@@ -449,10 +455,12 @@ Status TieredTable::InstallLoaded(size_t s, const uint64_t* keys, const CtrAcces
       l.delta_file = ssd_->File(l.entry.delta.file);
       l.older_file = ssd_->File(l.entry.older.file);
       RETURN_IF_ERROR(ReadWanted(*ssd_, keys, &view, l.entry, l.base_file, l.delta_file,
-                                 l.older_file, l.group, l.idx, &l.rows, &l.found));
+                                 l.older_file, l.group, l.idx, &disk->rows, l.first,
+                                 disk->found.data() + l.first));
     }
     for (size_t w = 0; w < l.idx.size(); ++w) {
       const uint32_t i = l.idx[w];
+      const size_t r = l.first + w;  // its row in *disk
       const uint64_t key = keys[i];
       uint32_t node = slot.Find(key);
       if (node != kNoNode) {  // made resident meanwhile by a concurrent pull
@@ -462,17 +470,17 @@ Status TieredTable::InstallLoaded(size_t s, const uint64_t* keys, const CtrAcces
         ++hits;
         continue;
       }
-      if (!l.found[w]) {  // a Bloom filter false positive
+      if (!disk->found[r]) {  // a Bloom filter false positive
         ++false_positives;
         NewRow(slot, s, i, key, accessor, out, pins);
         continue;
       }
       node = slot.Insert(key);
-      slot.WriteRow(node, l.rows, w);
+      slot.WriteRow(node, disk->rows, r);
       NodeMeta& m = slot.meta(node);
-      slot.set_state(node, kOnDisk | (l.rows.has_emb(w) ? kDiskEmb : 0));
+      slot.set_state(node, kOnDisk | (disk->rows.has_emb(r) ? kDiskEmb : 0));
       Pin(m, epoch);
-      out->CopyRow(l.rows, w, i);
+      out->CopyRow(disk->rows, r, i);
       pins->nodes_[i] = {static_cast<uint32_t>(s), node};
       ++loaded;
     }
@@ -530,12 +538,15 @@ StatusOr<PinnedRows> TieredTable::Pull(const uint64_t* keys, size_t n, const Ctr
     for (auto& v : loads) {
       for (Load& l : v) all.push_back(&l);
     }
-    RETURN_IF_ERROR(ReadLoads(keys, &all));  // pins releases what was pinned
+    LoadedRows loaded{RowBlock(options_.layout), {}};
+    RETURN_IF_ERROR(ReadLoads(keys, &all, &loaded));  // pins releases what was pinned
     std::vector<Status> status(S);
     RunParallel(pool, S, [&](size_t s, int) {
       if (loads[s].empty()) return;
       status[s] = WaitForBudget(/*own_pulls=*/1);  // as above, for the rows read from disk
-      if (status[s].ok()) status[s] = InstallLoaded(s, keys, accessor, out, &pins, &loads[s]);
+      if (status[s].ok()) {
+        status[s] = InstallLoaded(s, keys, accessor, out, &pins, &loads[s], &loaded);
+      }
     });
     for (const Status& st : status) RETURN_IF_ERROR(st);
   }

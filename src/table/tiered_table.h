@@ -115,12 +115,19 @@ class TieredTable final : public SparseTable {
   void PullResident(size_t s, const uint64_t* keys, const uint32_t* idx, size_t n,
                     const CtrAccessor* accessor, RowBlock* out, PinnedRows* pins,
                     std::vector<Load>* loads);
+  // The rows read for the loads of one pull: rows [first, first + idx.size()) of `rows` are a
+  // load's (one block for the pull: a block per load cost a dozen allocations per group read).
+  struct LoadedRows {
+    RowBlock rows;
+    std::vector<uint8_t> found;  // bytes, not bits: loads are read on several threads
+  };
   Status InstallLoaded(size_t s, const uint64_t* keys, const CtrAccessor* accessor, RowBlock* out,
-                       PinnedRows* pins, std::vector<Load>* loads);
+                       PinnedRows* pins, std::vector<Load>* loads, LoadedRows* disk);
   // A row for a key no tier holds: a default row (accessor set) or a cleared, unpinned one.
   void NewRow(CacheSlot& slot, size_t s, size_t i, uint64_t key, const CtrAccessor* accessor,
               RowBlock* out, PinnedRows* pins) REQUIRES(slot);
-  Status ReadLoads(const uint64_t* keys, std::vector<Load*>* loads);
+  // Reads the loads' rows into *loaded (sized here; each load's `first` set).
+  Status ReadLoads(const uint64_t* keys, std::vector<Load*>* loads, LoadedRows* loaded);
 
   // A group being written back: its delta and, for a merge, its base and older delta.
   struct GroupRead {
