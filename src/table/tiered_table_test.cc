@@ -598,6 +598,51 @@ TEST(SsdStoreTest, AnAppendAfterAFailedRollOverTriesTheNewFileAgain) {
   EXPECT_EQ(store->Stats().live_bytes, 6000u);
 }
 
+// A store of 20 files' worth of groups (16 records of 64 keys per file) whose Bloom filters
+// get 5 bits for each of their keys, for the filter-budget tests.
+struct BloomBudgetStore {
+  static constexpr uint32_t kGroups = 320;
+  MemEnv env;
+  SsdOptions o = [] {
+    SsdOptions o;
+    o.dir = "/s";
+    o.group_bits = 10;
+    o.file_bytes = 64 << 10;             // 16 records of 4000 bytes per file
+    o.bloom_budget = 20 * 1024 * 5 / 8;  // 5 bits for each key of 20 files of 1024 keys
+    return o;
+  }();
+  const std::string record = std::string(4000, 'r');
+  std::vector<uint64_t> keys = std::vector<uint64_t>(64);
+  uint64_t next_key = 1;
+
+  // Writes group g's record of 64 new keys as its base (its old record becomes stale); the
+  // filters stay within a quarter over their budget.
+  void Append(SsdStore* store, uint32_t g) {
+    for (uint64_t& k : keys) k = next_key++;
+    RecordLoc loc;
+    ASSERT_TRUE(store->Append(g, record, keys, &loc).ok());
+    ASSERT_TRUE(store->FlushAppends().ok());
+    GroupEntry e;
+    e.base = loc;
+    e.base_rows = e.unique_rows = static_cast<uint32_t>(keys.size());
+    store->Replace(g, e);
+    EXPECT_LE(store->Stats().bloom_bytes, o.bloom_budget + o.bloom_budget / 4) << g;
+  }
+  // Every file holding a live record rules out most keys never written.
+  void ExpectEveryFileFiltered(const SsdStore& store) const {
+    std::set<uint32_t> files;
+    for (uint32_t g = 0; g < kGroups; ++g) files.insert(store.entry(g).base.file);
+    EXPECT_GE(files.size(), 20u);
+    for (uint32_t id : files) {
+      const std::shared_ptr<ParamFile> f = store.File(id);
+      ASSERT_NE(f, nullptr);
+      int maybe = 0;
+      for (uint64_t k = next_key; k < next_key + 1000; ++k) maybe += SsdStore::MayHold(f.get(), k);
+      EXPECT_LT(maybe, 200) << "file " << id << " (" << f->bloom->num_bits() << " filter bits)";
+    }
+  }
+};
+
 TEST(SsdStoreTest, EveryFileGetsAFilterWithinTheBloomBudget) {
   // The filters share storage.bloom_share of the budget. Granting each new file its full bits
   // while the budget lasted left the files opened after that with no filter once the store
@@ -608,37 +653,11 @@ TEST(SsdStoreTest, EveryFileGetsAFilterWithinTheBloomBudget) {
   // records are rewritten; after that, as here after the store's records were rewritten
   // twice, every file rules out most absent keys and the filters stay within a quarter over
   // the budget.
-  MemEnv env;
-  SsdOptions o;
-  o.dir = "/s";
-  o.group_bits = 10;
-  o.file_bytes = 64 << 10;             // 16 records of 4000 bytes per file
-  constexpr uint32_t kGroups = 320;    // 20 files of live records
-  o.bloom_budget = 20 * 1024 * 5 / 8;  // 5 bits for each key of 20 files of 1024 keys
-  auto created = SsdStore::Create(&env, o, kLayout);
+  BloomBudgetStore t;
+  auto created = SsdStore::Create(&t.env, t.o, kLayout);
   ASSERT_TRUE(created.ok()) << created.status().ToString();
-  auto store = std::move(*created);
-  const std::string record(4000, 'r');
-  std::vector<uint64_t> keys(64);
-  uint64_t next_key = 1;
-  for (uint32_t i = 0; i < 3 * kGroups; ++i) {
-    for (uint64_t& k : keys) k = next_key++;
-    RecordLoc loc;
-    ASSERT_TRUE(store->Append(i % kGroups, record, keys, &loc).ok());
-    ASSERT_TRUE(store->FlushAppends().ok());
-    store->Replace(i % kGroups, BaseOnly(loc));  // the group's old record becomes stale
-    EXPECT_LE(store->Stats().bloom_bytes, o.bloom_budget + o.bloom_budget / 4) << i;
-  }
-  std::set<uint32_t> files;
-  for (uint32_t g = 0; g < kGroups; ++g) files.insert(store->entry(g).base.file);
-  EXPECT_GE(files.size(), 20u);
-  for (uint32_t id : files) {
-    const std::shared_ptr<ParamFile> f = store->File(id);
-    ASSERT_NE(f, nullptr);
-    int maybe = 0;
-    for (uint64_t k = next_key; k < next_key + 1000; ++k) maybe += SsdStore::MayHold(f.get(), k);
-    EXPECT_LT(maybe, 200) << "file " << id << " (" << f->bloom->num_bits() << " filter bits)";
-  }
+  for (uint32_t i = 0; i < 3 * t.kGroups; ++i) t.Append(created->get(), i % t.kGroups);
+  t.ExpectEveryFileFiltered(**created);
 }
 
 TEST(SsdStoreTest, AReopenedStoreKeepsSharingTheBloomBudget) {
@@ -646,46 +665,17 @@ TEST(SsdStoreTest, AReopenedStoreKeepsSharingTheBloomBudget) {
   // estimates it from the live records' rows. As in EveryFileGetsAFilterWithinTheBloomBudget,
   // once the records are rewritten every file has a filter and the filters stay within a
   // quarter over the budget, across the reopen.
-  MemEnv env;
-  SsdOptions o;
-  o.dir = "/s";
-  o.group_bits = 10;
-  o.file_bytes = 64 << 10;  // 16 records of 4000 bytes per file
-  constexpr uint32_t kGroups = 320;
-  o.bloom_budget = 20 * 1024 * 5 / 8;
-  const std::string record(4000, 'r');
-  std::vector<uint64_t> keys(64);
-  uint64_t next_key = 1;
-  auto append = [&](SsdStore* store, uint32_t g) {
-    for (uint64_t& k : keys) k = next_key++;
-    RecordLoc loc;
-    ASSERT_TRUE(store->Append(g, record, keys, &loc).ok());
-    ASSERT_TRUE(store->FlushAppends().ok());
-    GroupEntry e;
-    e.base = loc;
-    e.base_rows = e.unique_rows = static_cast<uint32_t>(keys.size());
-    store->Replace(g, e);
-    EXPECT_LE(store->Stats().bloom_bytes, o.bloom_budget + o.bloom_budget / 4) << g;
-  };
+  BloomBudgetStore t;
   {
-    auto created = SsdStore::Create(&env, o, kLayout);
+    auto created = SsdStore::Create(&t.env, t.o, kLayout);
     ASSERT_TRUE(created.ok()) << created.status().ToString();
-    for (uint32_t g = 0; g < kGroups; ++g) append(created->get(), g);
+    for (uint32_t g = 0; g < t.kGroups; ++g) t.Append(created->get(), g);
     ASSERT_TRUE((*created)->WriteIndex().ok());
   }
-  auto reopened = SsdStore::Reopen(&env, o, kLayout);
+  auto reopened = SsdStore::Reopen(&t.env, t.o, kLayout);
   ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
-  SsdStore* store = reopened->get();
-  for (uint32_t i = 0; i < 2 * kGroups; ++i) append(store, i % kGroups);
-  std::set<uint32_t> files;
-  for (uint32_t g = 0; g < kGroups; ++g) files.insert(store->entry(g).base.file);
-  for (uint32_t id : files) {
-    const std::shared_ptr<ParamFile> f = store->File(id);
-    ASSERT_NE(f, nullptr);
-    int maybe = 0;
-    for (uint64_t k = next_key; k < next_key + 1000; ++k) maybe += SsdStore::MayHold(f.get(), k);
-    EXPECT_LT(maybe, 200) << "file " << id << " (" << f->bloom->num_bits() << " filter bits)";
-  }
+  for (uint32_t i = 0; i < 2 * t.kGroups; ++i) t.Append(reopened->get(), i % t.kGroups);
+  t.ExpectEveryFileFiltered(**reopened);
 }
 
 TEST(TieredTableTest, DeltaFilterHoldsEveryKeyOfTheDeltaAndRulesOutMostOthers) {
