@@ -539,19 +539,25 @@ GroupEntry BaseOnly(const RecordLoc& base) {
   return e;
 }
 
+// A store in env whose files take one 3000-byte record each (four groups).
+std::unique_ptr<SsdStore> OneRecordPerFileStore(MemEnv* env) {
+  SsdOptions o;
+  o.dir = "/s";
+  o.group_bits = 2;
+  o.file_bytes = 4096;
+  auto created = SsdStore::Create(env, o, kLayout);
+  EXPECT_TRUE(created.ok()) << created.status().ToString();
+  return created.ok() ? std::move(*created) : nullptr;
+}
+
 TEST(SsdStoreTest, AWriteBackThatRollsOverKeepsTheFileHoldingItsFirstRecords) {
   // A write-back appends its groups' records, then sets their entries. When an append rolls
   // over to a new file, the file it leaves may hold only records not yet in the index: it must
   // not be dropped as empty (it was, and setting the entry then used a deleted file; seen as a
   // rare crash in the I/O-error training test).
   MemEnv env;
-  SsdOptions o;
-  o.dir = "/s";
-  o.group_bits = 2;
-  o.file_bytes = 4096;  // one 3000-byte record per file
-  auto created = SsdStore::Create(&env, o, kLayout);
-  ASSERT_TRUE(created.ok()) << created.status().ToString();
-  auto store = std::move(*created);
+  auto store = OneRecordPerFileStore(&env);
+  ASSERT_NE(store, nullptr);
   const std::string record(3000, 'r');  // Append stores bytes; nothing reads them here
   RecordLoc a, b, c;
   ASSERT_TRUE(store->Append(0, record, {1}, &a).ok());
@@ -576,13 +582,8 @@ TEST(SsdStoreTest, AnAppendAfterAFailedRollOverTriesTheNewFileAgain) {
   // Rolling over closes the full file, then creates the next one. When the creation fails,
   // the append fails; the next append must make the new file, not write to the closed one.
   MemEnv env;
-  SsdOptions o;
-  o.dir = "/s";
-  o.group_bits = 2;
-  o.file_bytes = 4096;  // one 3000-byte record per file
-  auto created = SsdStore::Create(&env, o, kLayout);
-  ASSERT_TRUE(created.ok()) << created.status().ToString();
-  auto store = std::move(*created);
+  auto store = OneRecordPerFileStore(&env);
+  ASSERT_NE(store, nullptr);
   const std::string record(3000, 'r');
   RecordLoc a, b;
   ASSERT_TRUE(store->Append(0, record, {1}, &a).ok());
