@@ -16,8 +16,13 @@ files under the data dir, passes sized by memory with the cuts agreed by the ran
 (docs/distributed.md, "Pass sizing across ranks"); the line adds the hit rate, peak RSS and
 whether the digest is the in-memory run's. --ranks and --transports pick runs.
 
+--sparse-updates owner,replicated runs every in-memory run of ranks with each
+dist.sparse_updates mode (docs/distributed.md, "Owner updates"); the lines name the mode, and
+give the bytes each rank received per example too.
+
     bench/distributed.py [--data-dir /tmp/ctrbox-bench] [--reps 1] [--tiered 0.1]
                          [--ranks 2,4] [--transports process,threads,mpi]
+                         [--sparse-updates owner]
 """
 import json, os, shutil, statistics, subprocess, sys
 
@@ -53,7 +58,9 @@ def main():
     ap.add_argument("--tiered", type=float, default=0.0)
     ap.add_argument("--ranks", default="2,4")
     ap.add_argument("--transports", default="process,threads,mpi")
+    ap.add_argument("--sparse-updates", default="owner")
     a = ap.parse_args()
+    modes = a.sparse_updates.split(",")
     ranks = [int(x) for x in a.ranks.split(",")]
     transports = a.transports.split(",")
     train, test = bench_data.criteo_train_test(a.data_dir)
@@ -68,15 +75,18 @@ def main():
     if shutil.which("mpirun"):
         runs += [("mpi", 2, True), ("mpi", 4, True), ("mpi", 2, False)]
     runs = [r for r in runs if r[0] in transports and (r[1] == 1 or r[1] in ranks)]
+    # Each run of ranks once per sparse-update mode (the first mode's is the reference).
+    runs = [(*r, m) for r in runs for m in (modes if r[1] > 1 else modes[:1])]
     if a.tiered > 0:  # each pipelined run of ranks again over tiered shards, after it
         runs = [x for r in runs
-                for x in ([r, (*r, "tiered")] if r[1] > 1 and r[2] else [r])]
+                for x in ([r, (*r, "tiered")] if r[1] > 1 and r[2] and r[3] == modes[0] else [r])]
     in_memory = {}  # (transport, ranks) -> the in-memory run's report
-    for transport, n, pipelined, *tier in runs:
+    for transport, n, pipelined, mode, *tier in runs:
         threads = max(1, cores // n)
         common = ["train", *data, "--model-dir", model_dir, "--fresh",
                   "--set", f"train.threads={threads}", "--set", "train.progress_seconds=1e9",
-                  "--set", f"pipeline.enabled={'true' if pipelined else 'false'}"]
+                  "--set", f"pipeline.enabled={'true' if pipelined else 'false'}",
+                  "--set", f"dist.sparse_updates={mode}"]
         if tier:
             mem = in_memory[(transport, n)]
             budget = int(a.tiered * mem["bytes_live"] / n)
@@ -96,13 +106,16 @@ def main():
         ev = run([a.ctrbox, "eval", "--model-dir", model_dir, "--data", test])
         per_rank = r.get("per_rank", [])
         sent = [x["exchange_bytes_sent"] / max(1, x["examples"]) for x in per_rank]
+        received = [x["exchange_bytes_received"] / max(1, x["examples"]) for x in per_rank]
         line = {
             "bench": "distributed", "transport": transport, "ranks": n, "pipelined": pipelined,
+            "sparse_updates": mode,
             "threads_per_rank": threads, "cores": cores, "blas_core": r["blas_core"],
             "examples": r["examples"],
             "examples_per_s": statistics.median(x["examples_per_s"] for x in reports),
             "reps": a.reps, "test_auc": ev["auc"], "digest": r["digest"],
             "bytes_sent_per_example_per_rank": statistics.mean(sent) if sent else 0.0,
+            "bytes_received_per_example_per_rank": statistics.mean(received) if received else 0.0,
             # Time in the exchanges (waiting for the slowest rank included), mean over ranks.
             "exchange_s": statistics.mean(x["exchange_seconds"] for x in per_rank) if per_rank else 0.0,
             "seconds": r["seconds"],
@@ -117,8 +130,10 @@ def main():
                          "vs_in_memory": line["examples_per_s"] / mem["examples_per_s_median"],
                          "same_digest_as_in_memory": r["digest"] == mem["digest"],
                          "pass_sizing": r.get("pass_sizing")})
-        elif pipelined:
+        elif pipelined and mode == modes[0]:
             in_memory[(transport, n)] = dict(r, examples_per_s_median=line["examples_per_s"])
+        elif pipelined and (transport, n) in in_memory:
+            line["same_digest_as_" + modes[0]] = r["digest"] == in_memory[(transport, n)]["digest"]
         print(json.dumps(line), flush=True)
 
 

@@ -151,6 +151,17 @@ Setter Scatter() {
   };
 }
 
+Setter SparseUpdates() {
+  return [](JobConfig* j, std::string_view v, std::string* expect) {
+    if (v != "owner" && v != "replicated") {
+      *expect = "owner or replicated";
+      return false;
+    }
+    j->dist.owner_updates = v == "owner";
+    return true;
+  };
+}
+
 Setter Rounding() {
   return [](JobConfig* j, std::string_view v, std::string* expect) {
     if (!ParseQuantRounding(v, &j->spec.model.quant.rounding)) {
@@ -606,6 +617,12 @@ const std::vector<Key>& Keys() {
        "a job of several ranks: an exchange waiting this long for the other ranks stops the "
        "job, naming the wait (docs/distributed.md)",
        Float([](JobConfig* j, float v) { j->dist.timeout_seconds = v; }, 0.1, 1e7)},
+      {"dist.sparse_updates", "owner",
+       "a job of several ranks: owner (a key's owner applies its updates and sends each rank "
+       "the changed rows its next minibatch uses) | replicated (every rank holding a key "
+       "applies every update of it); the same model, owner sends fewer bytes as ranks grow "
+       "(docs/distributed.md, \"Owner updates\")",
+       SparseUpdates()},
       {"pipeline.enabled", "true",
        "overlap read, pull, train and push on consecutive passes (false: one after the other; "
        "docs/pipeline.md)",

@@ -35,6 +35,52 @@ Status Malformed(const char* what, int from) {
                        " sent a message of the wrong size");
 }
 
+// Adds requester r's `count` entries (position, record of width floats) at p to the owner's
+// sums in out->served / served_records (a key's first record starts its sum).
+Status SumAtOwner(const char* p, size_t count, int r, uint32_t width, KeyRoutes* routes,
+                  ReducedRecords* out) {
+  const size_t rec_bytes = size_t{width} * sizeof(float);
+  for (size_t e = 0; e < count; ++e, p += sizeof(uint32_t) + rec_bytes) {
+    const auto pos = Read<uint32_t>(p);
+    if (pos >= routes->asked[r].size()) return Malformed("gradients", r);
+    const uint32_t s = routes->asked[r][pos];
+    const char* rec = p + sizeof(uint32_t);
+    int32_t& slot = routes->slot_of[s];
+    if (slot < 0) {
+      slot = static_cast<int32_t>(out->served.size());
+      out->served.push_back(s);
+      out->served_records.resize(out->served_records.size() + width);
+      std::memcpy(out->served_records.data() + size_t(slot) * width, rec, rec_bytes);
+      continue;
+    }
+    float* acc = out->served_records.data() + size_t(slot) * width;
+    for (uint32_t d = 0; d < width; ++d) acc[d] += Read<float>(rec + d * sizeof(float));
+  }
+  return Status::OK();
+}
+
+// The requester's side of an owner's (position, record) messages: each record decoded into the
+// key at that position of what this rank sent the owner; `what` names them in errors.
+Status DecodePositioned(const std::vector<std::string>& recv, const KeyRoutes& routes,
+                        const std::function<size_t(uint32_t key, const char* p, size_t n)>& decode,
+                        const char* what) {
+  for (int o = 0; o < static_cast<int>(recv.size()); ++o) {
+    const char* p = recv[o].data();
+    size_t left = recv[o].size();
+    while (left > 0) {
+      if (left < sizeof(uint32_t)) return Malformed(what, o);
+      const auto pos = Read<uint32_t>(p);
+      if (pos >= routes.sent[o].size()) return Malformed(what, o);
+      const size_t used =
+          decode(routes.sent[o][pos], p + sizeof(uint32_t), left - sizeof(uint32_t));
+      if (used == 0) return Malformed(what, o);
+      p += sizeof(uint32_t) + used;
+      left -= sizeof(uint32_t) + used;
+    }
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 StatusOr<KeyRoutes> RouteKeys(Comm* comm, const uint64_t* keys, size_t n, const KeyOrder& before) {
@@ -131,21 +177,7 @@ Status SendSomeToHolders(
   }
   RETURN_IF_ERROR(comm->AllToAll(send, &recv));
   Count(*comm, send, recv, routes);
-  for (int o = 0; o < N; ++o) {
-    const char* p = recv[o].data();
-    size_t left = recv[o].size();
-    while (left > 0) {
-      if (left < sizeof(uint32_t)) return Malformed("rows of the pass", o);
-      const auto pos = Read<uint32_t>(p);
-      if (pos >= routes->sent[o].size()) return Malformed("rows of the pass", o);
-      const size_t used =
-          decode(routes->sent[o][pos], p + sizeof(uint32_t), left - sizeof(uint32_t));
-      if (used == 0) return Malformed("rows of the pass", o);
-      p += sizeof(uint32_t) + used;
-      left -= sizeof(uint32_t) + used;
-    }
-  }
-  return Status::OK();
+  return DecodePositioned(recv, *routes, decode, "rows of the pass");
 }
 
 Status ReduceToHolders(Comm* comm, KeyRoutes* routes, const uint32_t* touched, const float* records,
@@ -166,22 +198,7 @@ Status ReduceToHolders(Comm* comm, KeyRoutes* routes, const uint32_t* touched, c
   out->served_records.clear();
   for (int r = 0; r < N; ++r) {
     if (recv[r].size() % entry != 0) return Malformed("gradients", r);
-    for (size_t p = 0; p < recv[r].size(); p += entry) {
-      const auto pos = Read<uint32_t>(recv[r].data() + p);
-      if (pos >= routes->asked[r].size()) return Malformed("gradients", r);
-      const uint32_t s = routes->asked[r][pos];
-      const char* rec = recv[r].data() + p + sizeof(uint32_t);
-      int32_t& slot = routes->slot_of[s];
-      if (slot < 0) {
-        slot = static_cast<int32_t>(out->served.size());
-        out->served.push_back(s);
-        out->served_records.resize(out->served_records.size() + width);
-        std::memcpy(out->served_records.data() + size_t(slot) * width, rec, rec_bytes);
-        continue;
-      }
-      float* acc = out->served_records.data() + size_t(slot) * width;
-      for (uint32_t d = 0; d < width; ++d) acc[d] += Read<float>(rec + d * sizeof(float));
-    }
+    RETURN_IF_ERROR(SumAtOwner(recv[r].data(), recv[r].size() / entry, r, width, routes, out));
   }
   // The sums to every holder.
   std::vector<std::string> back(N);
@@ -211,6 +228,84 @@ Status ReduceToHolders(Comm* comm, KeyRoutes* routes, const uint32_t* touched, c
     }
   }
   return Status::OK();
+}
+
+Status ReduceToOwners(Comm* comm, KeyRoutes* routes, const uint32_t* touched, const float* records,
+                      size_t m, uint32_t width, const uint32_t* next, size_t n_next,
+                      ReducedRecords* out) {
+  const int N = comm->size();
+  const size_t rec_bytes = size_t{width} * sizeof(float), entry = sizeof(uint32_t) + rec_bytes;
+  // To each owner: [touched count][(position, record) ...][position of a next key ...].
+  std::vector<std::string> send(N), recv;
+  std::vector<uint32_t> count(N, 0);
+  for (size_t t = 0; t < m; ++t) ++count[routes->where[touched[t]].owner];
+  for (int o = 0; o < N; ++o) Append(&send[o], count[o]);
+  for (size_t t = 0; t < m; ++t) {
+    const KeyRoutes::Where w = routes->where[touched[t]];
+    Append(&send[w.owner], w.pos);
+    send[w.owner].append(reinterpret_cast<const char*>(records + t * width), rec_bytes);
+  }
+  for (size_t t = 0; t < n_next; ++t) {
+    const KeyRoutes::Where w = routes->where[next[t]];
+    Append(&send[w.owner], w.pos);
+  }
+  RETURN_IF_ERROR(comm->AllToAll(send, &recv));
+  Count(*comm, send, recv, routes);
+
+  if (routes->changed_at.size() != routes->served.size()) {
+    routes->changed_at.assign(routes->served.size(), 0);
+    routes->synced.resize(N);
+    for (int r = 0; r < N; ++r) routes->synced[r].assign(routes->asked[r].size(), 0);
+  }
+  ++routes->version;
+  out->keys.clear();
+  out->records.clear();
+  out->served.clear();
+  out->served_records.clear();
+  out->next.resize(N);
+  for (int r = 0; r < N; ++r) {
+    const char* p = recv[r].data();
+    const size_t size = recv[r].size();
+    if (size < sizeof(uint32_t)) return Malformed("gradients", r);
+    const auto touched_count = Read<uint32_t>(p);
+    const size_t sums = touched_count * entry;
+    if (size < sizeof(uint32_t) + sums ||
+        (size - sizeof(uint32_t) - sums) % sizeof(uint32_t) != 0) {
+      return Malformed("gradients", r);
+    }
+    RETURN_IF_ERROR(SumAtOwner(p + sizeof(uint32_t), touched_count, r, width, routes, out));
+    out->next[r].clear();
+    for (size_t at = sizeof(uint32_t) + sums; at < size; at += sizeof(uint32_t)) {
+      const auto pos = Read<uint32_t>(p + at);
+      if (pos >= routes->asked[r].size()) return Malformed("gradients", r);
+      out->next[r].push_back(pos);
+    }
+  }
+  for (uint32_t s : out->served) {
+    routes->slot_of[s] = -1;
+    routes->changed_at[s] = routes->version;
+  }
+  return Status::OK();
+}
+
+Status RefreshHolders(Comm* comm, KeyRoutes* routes, const std::vector<std::vector<uint32_t>>& next,
+                      const std::function<void(uint32_t served, std::string* out)>& encode,
+                      const std::function<size_t(uint32_t key, const char* p, size_t n)>& decode) {
+  const int N = comm->size();
+  std::vector<std::string> send(N), recv;
+  for (int r = 0; r < N && r < static_cast<int>(next.size()); ++r) {
+    for (uint32_t pos : next[r]) {
+      const uint32_t s = routes->asked[r][pos];
+      uint32_t& have = routes->synced[r][pos];
+      if (routes->changed_at[s] <= have) continue;  // r holds the current row
+      have = routes->version;
+      Append(&send[r], pos);
+      encode(s, &send[r]);
+    }
+  }
+  RETURN_IF_ERROR(comm->AllToAll(send, &recv));
+  Count(*comm, send, recv, routes);
+  return DecodePositioned(recv, *routes, decode, "refreshed rows");
 }
 
 }  // namespace ctrbox

@@ -46,6 +46,13 @@ struct KeyRoutes {
 
   // Scratch of ReduceToHolders: per served key its slot in the sums, or -1.
   std::vector<int32_t> slot_of;
+
+  // Owner updates (ReduceToOwners, RefreshHolders). version counts the minibatches reduced;
+  // changed_at[s]: the version whose sum served key s last took (0: as pulled); synced[r][p]:
+  // the version of the row requester r holds for its key asked[r][p] (0: as pulled).
+  uint32_t version = 0;
+  std::vector<uint32_t> changed_at;
+  std::vector<std::vector<uint32_t>> synced;
 };
 
 // Routes n distinct keys. `before` orders the served keys (a strict weak order on keys; the
@@ -78,12 +85,34 @@ struct ReducedRecords {
   // Owner side: (index into served, summed record) for every served key any rank touched.
   std::vector<uint32_t> served;
   std::vector<float> served_records;
+  // Owner side, ReduceToOwners only: per requester r, the positions in asked[r] of the keys r
+  // uses in its next minibatch.
+  std::vector<std::vector<uint32_t>> next;
 };
 
 // Per minibatch. touched[0..m): indices of keys given to RouteKeys (distinct); records: m x
 // width floats. REQUIRES: every rank passes the same width.
 Status ReduceToHolders(Comm* comm, KeyRoutes* routes, const uint32_t* touched, const float* records,
                        size_t m, uint32_t width, ReducedRecords* out);
+
+// Owner updates (docs/distributed.md, "Owner updates"): only the owner's served copy of a row
+// takes the updates, and a holder's copy is refreshed just before the holder uses it. Per
+// minibatch, ReduceToOwners sends the owners the records of the keys this rank touched, as
+// ReduceToHolders does, with next[0..n_next): the keys (indices given to RouteKeys, distinct)
+// this rank uses in its next minibatch. An owner gets the sums (out->served, served_records:
+// each key's records summed in rank order, as ReduceToHolders sums them) and, per requester,
+// the keys it uses next (out->next); the requester side of *out is left empty. The served keys
+// summed are marked changed in this minibatch.
+Status ReduceToOwners(Comm* comm, KeyRoutes* routes, const uint32_t* touched, const float* records,
+                      size_t m, uint32_t width, const uint32_t* next, size_t n_next,
+                      ReducedRecords* out);
+
+// After the owner applied the sums to its served rows: each requester gets the current row
+// (encode) of every key it uses next (next, from ReduceToOwners) whose served row changed since
+// the requester last had it, decoded into its key i (decode: as SendToHolders). Collective.
+Status RefreshHolders(Comm* comm, KeyRoutes* routes, const std::vector<std::vector<uint32_t>>& next,
+                      const std::function<void(uint32_t served, std::string* out)>& encode,
+                      const std::function<size_t(uint32_t key, const char* p, size_t n)>& decode);
 
 }  // namespace ctrbox
 

@@ -162,5 +162,92 @@ TEST(KeyRoutesTest, ReduceToHoldersSumsInRankOrderForEveryHolder) {
   }
 }
 
+// Owner updates over several minibatches: ReduceToOwners sums each key's records in rank order
+// as ReduceToHolders does, and RefreshHolders sends each rank exactly the rows of the keys it
+// uses next that changed since it last had them; then every key a rank uses next holds the
+// owner's current row. (A row here: how many minibatches touched the key, as 8 bytes.)
+TEST(KeyRoutesTest, RefreshHoldersSendsExactlyTheChangedRowsEachRankUsesNext) {
+  constexpr uint32_t kWidth = 3;
+  constexpr int kRounds = 6;
+  for (int n : {1, 2, 3, 4}) {
+    auto keys = RankKeys(n, 200, 300 + n);
+    // Per round and rank: the keys touched and the keys used next (indices into keys[r]).
+    std::vector<std::vector<std::vector<uint32_t>>> touched(kRounds), next(kRounds);
+    std::mt19937 rng(n);
+    for (int t = 0; t < kRounds; ++t) {
+      touched[t].resize(n);
+      next[t].resize(n);
+      for (int r = 0; r < n; ++r) {
+        for (uint32_t i = 0; i < keys[r].size(); ++i) {
+          if (rng() % 4 == 0) touched[t][r].push_back(i);
+          if (rng() % 3 == 0) next[t][r].push_back(i);
+        }
+      }
+    }
+    auto status = RunRanks(n, [&](Comm* comm) -> Status {
+      const int me = comm->rank();
+      ASSIGN_OR_RETURN(KeyRoutes routes, RouteKeys(comm, keys[me].data(), keys[me].size()));
+      std::vector<uint64_t> served_value(routes.served.size(), 0);  // the owner's rows
+      std::vector<uint64_t> mine(keys[me].size(), 0);               // this rank's copies
+      std::map<uint64_t, uint64_t> truth;                           // key -> rounds touched
+      for (int t = 0; t < kRounds; ++t) {
+        // Record of key k in round t from rank r: (k % 7 + r, 1, t): its sum is known.
+        std::vector<float> records;
+        for (uint32_t i : touched[t][me]) {
+          records.insert(records.end(), {float(keys[me][i] % 7 + me), 1.0f, float(t)});
+        }
+        ReducedRecords out;
+        RETURN_IF_ERROR(ReduceToOwners(comm, &routes, touched[t][me].data(), records.data(),
+                                       touched[t][me].size(), kWidth, next[t][me].data(),
+                                       next[t][me].size(), &out));
+        std::map<uint64_t, std::vector<float>> sums;  // key -> rank-order sum
+        for (int r = 0; r < n; ++r) {
+          for (uint32_t i : touched[t][r]) {
+            const uint64_t k = keys[r][i];
+            const std::vector<float> rec = {float(k % 7 + r), 1.0f, float(t)};
+            auto [it, fresh] = sums.emplace(k, rec);
+            if (!fresh) {
+              for (uint32_t d = 0; d < kWidth; ++d) it->second[d] += rec[d];
+            }
+          }
+        }
+        for (const auto& [k, sum] : sums) ++truth[k];
+        size_t served = 0;
+        for (const auto& [k, sum] : sums) served += OwnerOf(k, n) == me;
+        EXPECT_EQ(out.served.size(), served);
+        EXPECT_TRUE(out.keys.empty());
+        for (size_t i = 0; i < out.served.size(); ++i) {
+          const auto& sum = sums.at(routes.served[out.served[i]]);
+          EXPECT_EQ(0, std::memcmp(out.served_records.data() + i * kWidth, sum.data(),
+                                   kWidth * sizeof(float)));
+          ++served_value[out.served[i]];  // the owner applies the sum
+        }
+        const std::vector<uint64_t> before = mine;
+        std::set<uint32_t> refreshed;
+        RETURN_IF_ERROR(RefreshHolders(
+            comm, &routes, out.next,
+            [&](uint32_t s, std::string* bytes) {
+              bytes->append(reinterpret_cast<const char*>(&served_value[s]), 8);
+            },
+            [&](uint32_t i, const char* p, size_t left) -> size_t {
+              if (left < 8 || !refreshed.insert(i).second) return 0;
+              std::memcpy(&mine[i], p, 8);
+              return 8;
+            }));
+        // Exactly the keys used next whose row changed since this rank had it came.
+        std::set<uint32_t> want;
+        for (uint32_t i : next[t][me]) {
+          const uint64_t now = truth.count(keys[me][i]) ? truth[keys[me][i]] : 0;
+          if (before[i] != now) want.insert(i);
+          EXPECT_EQ(mine[i], now) << "key " << keys[me][i] << " round " << t;
+        }
+        EXPECT_EQ(refreshed, want) << "round " << t;
+      }
+      return Status::OK();
+    });
+    for (const Status& s : status) EXPECT_TRUE(s.ok()) << s.ToString();
+  }
+}
+
 }  // namespace
 }  // namespace ctrbox

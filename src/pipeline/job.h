@@ -40,6 +40,11 @@ struct DistOptions {
   // (a rank hangs, or its machine stopped answering). Above the longest a rank may work
   // between two exchanges: a pass's read or pull, a checkpoint, the final save.
   double timeout_seconds = 600;
+  // dist.sparse_updates: "owner" (true) — only a key's owner applies its sparse updates and
+  // each rank gets the rows its next minibatch uses that changed — or "replicated" (false):
+  // every rank holding a key applies every update of it. The same model bit for bit; owner
+  // updates send fewer bytes as the ranks grow (docs/distributed.md, "Owner updates").
+  bool owner_updates = true;
   // The job's ranks (1: one process). Not a key: a distributed job sets it.
   int ranks = 1;
 };

@@ -100,6 +100,29 @@ StatusOr<StepStats> TrainShardedMinibatch(Comm* comm, CtrModel* model, const Bat
   Stopwatch exchange;
   RETURN_IF_ERROR(AllReduceSum(comm, dense.data(), dense.size()));
   // mb.uniq holds local ids: indices into ws.keys, as given to RouteKeys.
+  if (sp->owner_updates) {
+    const Minibatch* next = m + 1 < ws.batches.size() ? &ws.batches[m + 1] : nullptr;
+    RETURN_IF_ERROR(ReduceToOwners(comm, &sp->routes, mb.uniq.data(), sp->records.data(),
+                                   mb.uniq.size(), model->SparseRecordWidth(),
+                                   next ? next->uniq.data() : nullptr, next ? next->uniq.size() : 0,
+                                   &sp->reduced));
+    sp->exchange_seconds += exchange.Seconds();
+    model->ApplyDense(pool);
+    const ReducedRecords& r = sp->reduced;
+    RowBlock& served = sp->served->rows();
+    stats.embeddings_created = model->ApplySparse(r.served.data(), r.served_records.data(),
+                                                  r.served.size(), &served, accessor, pool);
+    exchange.Reset();
+    RETURN_IF_ERROR(RefreshHolders(
+        comm, &sp->routes, r.next,
+        [&](uint32_t s, std::string* bytes) { served.EncodeValues(s, bytes); },
+        [rows, &ws](uint32_t i, const char* p, size_t n) -> size_t {
+          const size_t used = rows->DecodeValues(p, n, i);
+          return used > 0 && rows->key(i) == ws.keys[i] ? used : 0;
+        }));
+    sp->exchange_seconds += exchange.Seconds();
+    return stats;
+  }
   RETURN_IF_ERROR(ReduceToHolders(comm, &sp->routes, mb.uniq.data(), sp->records.data(),
                                   mb.uniq.size(), model->SparseRecordWidth(), &sp->reduced));
   sp->exchange_seconds += exchange.Seconds();

@@ -7,10 +7,12 @@
 //          every rank the rows it asked for, into the pass's working rows.
 //   train  TrainShardedMinibatch, per global minibatch: gradients of this rank's rows; the
 //          dense gradient summed over the ranks (rank order); each key's gradient records
-//          sent to its owner, summed in rank order and sent to every rank holding the key;
-//          then every copy of a row — the holders' and the owner's served one — takes the
-//          same update. So the ranks train one model with the global minibatch, as one rank
-//          would (up to the order of the sums).
+//          sent to its owner and summed in rank order; the owner's served copy takes the
+//          update, and sends each rank the rows it uses in its next minibatch that changed
+//          since it last had them (owner updates, the default). With replicated updates the
+//          sums go to every rank holding the key and every copy takes the same update
+//          instead. Either way the ranks train one model with the global minibatch, as one
+//          rank would (up to the order of the sums), and the two are the same bit for bit.
 //   push   PushSharded: the owner writes its served rows back into its shard; the holders'
 //          copies are dropped.
 //
@@ -52,6 +54,10 @@ struct ShardedPass {
   // has fewer minibatches trains empty ones).
   std::vector<uint32_t> global_rows;
   uint64_t global_examples = 0;  // the pass's rows over all ranks
+  // dist.sparse_updates: only the owner's served copy takes the sparse updates and a holder's
+  // copy is refreshed before the holder's next minibatch uses it (true, "owner"), or every
+  // copy takes every update of its key ("replicated"). The same model bit for bit.
+  bool owner_updates = true;
   // Seconds in the exchanges (pull and every minibatch's), waiting for the slowest rank
   // included: the part of the pull and train stages the network would carry.
   double exchange_seconds = 0;

@@ -83,6 +83,7 @@ Status PassStages::Pull(Pass* pass, ThreadPool* pool) {
     // working table of the pass (docs/distributed.md, "Overlap").
     pass->sharded = std::make_unique<ShardedPass>();
     ShardedPass* sp = pass->sharded.get();
+    sp->owner_updates = ctx_.job->dist.owner_updates;
     InFlight::Tables ahead;
     RETURN_IF_ERROR(PullSharded(ctx_.comm->channel(kPullChannel), ctx_.table, ctx_.accessor,
                                 pass->ws, &pass->table->rows(), sp, pool,

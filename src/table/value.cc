@@ -70,13 +70,17 @@ void Append(std::string* out, const T& v) {
 }
 }  // namespace
 
-void RowBlock::EncodeRow(size_t i, std::string* out) const {
+void RowBlock::EncodeHead(size_t i, std::string* out) const {
   Append(out, keys_[i]);
   Append(out, show_[i]);
   Append(out, click_[i]);
   Append(out, unseen_[i]);
   Append(out, flags_[i]);
   Append(out, wide_[i]);
+}
+
+void RowBlock::EncodeRow(size_t i, std::string* out) const {
+  EncodeHead(i, out);
   out->append(reinterpret_cast<const char*>(wide_state(i)), 4 * layout_.wide_state);
   if (has_emb(i)) {
     // A row of a multi-table layout at its own table's size.
@@ -122,6 +126,48 @@ size_t RowBlock::DecodeRow(const char* p, size_t n, size_t i) {
   }
   LoadState(layout_, p + fixed + emb_bytes, states, emb_state(i));
   return full;
+}
+
+void RowBlock::EncodeValues(size_t i, std::string* out) const {
+  EncodeHead(i, out);
+  if (!has_emb(i)) return;
+  const uint32_t dim = layout_.DimOf(keys_[i]);
+  if (quant_.enabled()) {  // the values are on the grid: the codes hold them exactly
+    const size_t at = out->size();
+    out->resize(at + quant_.StoredBytes(dim));
+    quant_.Encode(emb(i), dim, out->data() + at);
+  } else {
+    out->append(reinterpret_cast<const char*>(emb(i)), 4 * dim);
+  }
+}
+
+size_t RowBlock::DecodeValues(const char* p, size_t n, size_t i) {
+  constexpr size_t kFixed = 8 + 4 + 4 + 2 + 2 + 4;
+  if (n < kFixed) return 0;
+  uint64_t key;
+  uint16_t flags;
+  std::memcpy(&key, p, 8);
+  std::memcpy(&flags, p + 18, 2);
+  if (flags & ~kFlagHasEmb) return 0;
+  if (!layout_.ValidKey(key)) return 0;
+  const uint32_t dim = layout_.DimOf(key);
+  const size_t emb_bytes = (flags & kFlagHasEmb) ? quant_.StoredBytes(dim) : 0;
+  if (n < kFixed + emb_bytes) return 0;
+  keys_[i] = key;
+  flags_[i] = flags;
+  std::memcpy(&show_[i], p + 8, 4);
+  std::memcpy(&click_[i], p + 12, 4);
+  std::memcpy(&unseen_[i], p + 16, 2);
+  std::memcpy(&wide_[i], p + 20, 4);
+  if (!has_emb(i) || layout_.multi()) ZeroBytes(emb(i), 4 * layout_.dim);
+  if (has_emb(i)) {
+    if (quant_.enabled()) {
+      quant_.Decode(p + kFixed, dim, emb(i));
+    } else {
+      CopyBytes(emb(i), p + kFixed, emb_bytes);
+    }
+  }
+  return kFixed + emb_bytes;
 }
 
 size_t RowBlock::MemoryBytes() const {

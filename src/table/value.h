@@ -147,6 +147,12 @@ class RowBlock {
   // Decodes one row from [p, p + n) into row i; returns the bytes consumed, or 0 if the
   // bytes do not hold a complete row.
   size_t DecodeRow(const char* p, size_t n, size_t i);
+  // The row without its optimizer state (wide and embedding state): what a row's holder
+  // trains with when only the owner updates it (docs/distributed.md, "Owner updates").
+  // DecodeValues leaves row i's state as it was; it returns the bytes consumed, or 0 as
+  // DecodeRow does.
+  void EncodeValues(size_t i, std::string* out) const;
+  size_t DecodeValues(const char* p, size_t n, size_t i);
 
   size_t MemoryBytes() const;
   // Bytes one row of `layout` takes: MemoryBytes() of n rows just resized is n times this.
@@ -155,6 +161,9 @@ class RowBlock {
   }
 
  private:
+  // Key, show, click, unseen, flags and wide weight: the start of both encodings.
+  void EncodeHead(size_t i, std::string* out) const;
+
   ValueLayout layout_;
   Quantizer quant_;
   std::vector<uint64_t> keys_;

@@ -46,6 +46,55 @@ TEST(ValueTest, EncodeDecodeRoundTrip) {
   EXPECT_EQ(b.DecodeRow(bad.data(), bad.size(), 0), 0u);
 }
 
+// A row's values without its optimizer state (what a holder trains with under owner updates):
+// they round trip exactly, float32 and quantized codes alike, the holder's state stays as it
+// was, and a short or malformed buffer is rejected.
+TEST(ValueTest, ValuesWithoutStateRoundTripAndLeaveTheStateAlone) {
+  for (uint32_t bits : {0u, 8u}) {
+    SCOPED_TRACE(bits);
+    ValueLayout l{4, 4, 1};
+    l.quant_bits = bits;
+    RowBlock a(l), b(l);
+    a.Resize(2);
+    b.Resize(2);
+    CtrAccessor acc(l, AccessorOptions{});
+    acc.InitRow(&a, 0, 77);  // on the grid with codes
+    a.show(0) = 3;
+    a.click(0) = 1;
+    a.unseen(0) = 2;
+    a.wide(0) = -0.5f;
+    a.wide_state(0)[0] = 0.25f;
+    a.ClearRow(1, 78);  // no embedding
+    b.ClearRow(0, 5);
+    b.ClearRow(1, 6);
+    b.wide_state(0)[0] = 7;
+    b.emb_state(0)[1] = 8;
+    std::string enc;
+    a.EncodeValues(0, &enc);
+    const size_t first = enc.size();
+    EXPECT_EQ(first, 24 + 4 * (bits == 0 ? 4u : 1u));
+    a.EncodeValues(1, &enc);
+    EXPECT_EQ(enc.size() - first, 24u);
+    ASSERT_EQ(b.DecodeValues(enc.data(), enc.size(), 0), first);
+    ASSERT_EQ(b.DecodeValues(enc.data() + first, enc.size() - first, 1), 24u);
+    for (size_t i : {0, 1}) {
+      EXPECT_EQ(b.key(i), a.key(i));
+      EXPECT_EQ(b.show(i), a.show(i));
+      EXPECT_EQ(b.click(i), a.click(i));
+      EXPECT_EQ(b.unseen(i), a.unseen(i));
+      EXPECT_EQ(b.flags(i), a.flags(i));
+      EXPECT_EQ(b.wide(i), a.wide(i));
+      EXPECT_EQ(0, std::memcmp(b.emb(i), a.emb(i), 4 * l.dim));
+    }
+    EXPECT_EQ(b.wide_state(0)[0], 7.0f);
+    EXPECT_EQ(b.emb_state(0)[1], 8.0f);
+    EXPECT_EQ(b.DecodeValues(enc.data(), first - 1, 0), 0u);
+    std::string bad = enc;
+    bad[18] = 0x06;
+    EXPECT_EQ(b.DecodeValues(bad.data(), bad.size(), 0), 0u);
+  }
+}
+
 // model.slot_dims: a row of a multi-table layout encodes at its own table's size (key, counters,
 // wide part, then its table's embedding and state), decodes with the rest of the row zero, and
 // a key naming no table of the layout does not decode.
