@@ -157,6 +157,41 @@ void CacheSlot::ReadRow(uint32_t node, RowBlock* out, size_t r) const {
   }
 }
 
+bool CacheSlot::EncodeRow(uint32_t node, std::string* out) const {
+  const uint32_t* h = headers_.Get(node);
+  const uint16_t flags = static_cast<uint16_t>(h[kAge] >> 16);
+  const uint16_t unseen = static_cast<uint16_t>(h[kAge] & 0xFFFF);
+  const bool emb = flags & kFlagHasEmb;
+  const uint64_t k = key(node);
+  const uint32_t t = layout_.TableOf(k), dim = layout_.DimOf(k), states = layout_.StateOf(k);
+  const size_t emb_bytes = quant_.StoredBytes(dim);
+  const size_t state_bytes = size_t{states} * (layout_.state_bits == 16 ? 2 : 4);
+  const size_t at = out->size();
+  out->resize(at + 24 + 4 * size_t{layout_.wide_state} + (emb ? emb_bytes + state_bytes : 0));
+  char* p = out->data() + at;
+  std::memcpy(p, h + kKey, 8);
+  std::memcpy(p + 8, h + kShow, 4);
+  std::memcpy(p + 12, h + kClick, 4);
+  std::memcpy(p + 16, &unseen, 2);
+  std::memcpy(p + 18, &flags, 2);
+  std::memcpy(p + 20, h + kWide, 4);
+  std::memcpy(p + 24, h + kWideState, 4 * size_t{layout_.wide_state});
+  if (!emb) return false;
+  p += 24 + 4 * size_t{layout_.wide_state};
+  if (h[kEmbId] == kNoEmb) {  // as ReadRow: an embedding flagged and not stored reads as zeros
+    std::memset(p, 0, emb_bytes + state_bytes);
+    if (quant_.enabled()) {
+      const std::vector<float> zeros(dim, 0.0f);
+      quant_.Encode(zeros.data(), dim, p);
+    }
+    return true;
+  }
+  const uint32_t* e = embs_[t].Get(h[kEmbId]);
+  std::memcpy(p, e, emb_bytes);
+  std::memcpy(p + emb_bytes, e + emb_words_[t], state_bytes);
+  return true;
+}
+
 void CacheSlot::WriteRow(uint32_t node, const RowBlock& in, size_t r) {
   uint32_t* h = headers_.Get(node);
   h[kShow] = AsWord(in.show(r));

@@ -88,6 +88,10 @@ class CAPABILITY("mutex") CacheSlot {
 
   // Copies the row of node into row r of out (key included).
   void ReadRow(uint32_t node, RowBlock* out, size_t r) const REQUIRES(this);
+  // Appends the row of node in the canonical row encoding (value.h): the bytes ReadRow and
+  // RowBlock::EncodeRow would give, copied from the slab's stored form (codes and state as
+  // stored) without decoding it. Returns whether the row has an embedding.
+  bool EncodeRow(uint32_t node, std::string* out) const REQUIRES(this);
   // Stores row r of `in` as the node's values (the key is not changed).
   void WriteRow(uint32_t node, const RowBlock& in, size_t r) REQUIRES(this);
 

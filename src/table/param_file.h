@@ -75,6 +75,13 @@ class RecordBuilder {
   void Reset(uint32_t group);
   void AddEncoded(std::string_view row, uint64_t key);
   void AddRow(const RowBlock& rows, size_t i);
+  // Adds a row the caller encodes: encode(&bytes) appends the row's canonical encoding and
+  // returns whether it has an embedding (CacheSlot::EncodeRow).
+  template <typename Encode>
+  void AddEncodedBy(uint64_t key, Encode encode) {
+    keys_.push_back(key);
+    emb_rows_ += encode(&bytes_) ? 1 : 0;
+  }
   size_t rows() const { return keys_.size(); }
   // Rows added with an embedding.
   uint32_t emb_rows() const { return emb_rows_; }

@@ -771,8 +771,6 @@ Status TieredTable::WriteGroups(CacheSlot& slot, std::vector<GroupRead>* reads,
   }
   std::sort(dirty.begin(), dirty.end());
   RecordBuilder builder;
-  RowBlock row(options_.layout);
-  row.Resize(1);
   std::vector<std::pair<uint32_t, GroupEntry>> updates;
   std::vector<uint64_t> dirty_keys, newer_keys;
   uint64_t new_deltas = 0, merges = 0;
@@ -826,8 +824,10 @@ Status TieredTable::WriteGroups(CacheSlot& slot, std::vector<GroupRead>* reads,
     GroupEntry next = e;
     for (auto it = first; it != last; ++it) {
       const uint32_t node = it->second;
-      slot.ReadRow(node, &row, 0);
-      builder.AddRow(row, 0);
+      builder.AddEncodedBy(slot.key(node), [&](std::string* out) {
+        slot.AssertLocked();
+        return slot.EncodeRow(node, out);
+      });
       const uint8_t st = slot.meta(node).state;
       const uint32_t emb = slot.has_emb(node) ? 1 : 0;
       if (st & kOnDisk) {  // a newer version of a key the group holds

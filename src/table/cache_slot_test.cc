@@ -1,0 +1,80 @@
+#include "table/cache_slot.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "table/accessor.h"
+#include "util/hash.h"
+
+namespace ctrbox {
+namespace {
+
+// The layouts rows are stored in: float32, 8- and 16-bit codes, bfloat16 state, several
+// tables of their own dimensions (model.slot_dims), row-wise state (one float per embedding).
+std::vector<ValueLayout> Layouts() {
+  std::vector<ValueLayout> out;
+  ValueLayout plain{16, 16, 1};
+  out.push_back(plain);
+  ValueLayout q8 = plain;
+  q8.quant_bits = 8;
+  out.push_back(q8);
+  ValueLayout q16 = plain;
+  q16.quant_bits = 16;
+  q16.state_bits = 16;
+  out.push_back(q16);
+  ValueLayout rowwise{5, 1, 1};
+  rowwise.quant_bits = 8;  // 5 codes: the state starts past a padded word
+  out.push_back(rowwise);
+  ValueLayout tables{8, 8, 1};
+  tables.tables = 2;
+  tables.table_dim[0] = tables.table_state[0] = 8;
+  tables.table_dim[1] = tables.table_state[1] = 3;
+  out.push_back(tables);
+  return out;
+}
+
+// CacheSlot::EncodeRow copies the slab's stored form into the canonical encoding; the simple
+// reference decodes the row (ReadRow) and encodes it again (RowBlock::EncodeRow). The bytes
+// are the same for rows with and without an embedding, in every layout.
+TEST(CacheSlotTest, EncodeRowGivesTheBytesOfReadRowThenEncodeRow) {
+  for (const ValueLayout& l : Layouts()) {
+    SCOPED_TRACE(::testing::Message() << "dim " << l.dim << " quant " << l.quant_bits
+                                      << " state_bits " << l.state_bits << " tables " << l.tables);
+    CacheSlot slot(l);
+    CacheSlot::Lock lock(slot);
+    CtrAccessor acc(l, AccessorOptions{});
+    RowBlock rows(l), back(l);
+    back.Resize(1);
+    std::vector<uint32_t> nodes;
+    for (uint64_t i = 0; i < 64; ++i) {
+      const uint64_t key = l.multi() ? TableKey(Mix64(i), i % 2) : Mix64(i);
+      rows.Resize(i + 1);
+      acc.InitRow(&rows, i, key);             // embeddings on the grid of a quantized layout
+      if (i % 5 == 0) rows.ClearRow(i, key);  // no embedding
+      rows.show(i) = float(i) * 0.5f;
+      rows.click(i) = float(i % 3);
+      rows.unseen(i) = static_cast<uint16_t>(i % 7);
+      rows.wide(i) = -0.25f * float(i);
+      for (uint32_t s = 0; s < l.wide_state; ++s) rows.wide_state(i)[s] = float(i + s);
+      for (uint32_t s = 0; s < l.StateOf(key) && rows.has_emb(i); ++s) {
+        rows.emb_state(i)[s] = 0.5f * float(s + 1);  // exact in bfloat16 too
+      }
+      const uint32_t node = slot.Insert(key);
+      slot.WriteRow(node, rows, i);
+      nodes.push_back(node);
+    }
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      std::string got, want;
+      const bool emb = slot.EncodeRow(nodes[i], &got);
+      slot.ReadRow(nodes[i], &back, 0);
+      back.EncodeRow(0, &want);
+      EXPECT_EQ(emb, back.has_emb(0)) << i;
+      EXPECT_EQ(got, want) << "row " << i;
+      EXPECT_EQ(got.size(), l.EncodedBytesOf(rows.key(i), rows.has_emb(i)));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ctrbox
