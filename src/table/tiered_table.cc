@@ -744,16 +744,31 @@ bool WritesBack(uint8_t st) { return !(st & kFresh) && ((st & kDirty) || !(st & 
 TieredTable::GroupKeys TieredTable::RowsToWrite(const CacheSlot& slot,
                                                 const std::vector<GroupRead>& reads) const {
   GroupKeys rows;
+  if (reads.empty()) return rows;
+  // The slot's groups are [base, base + 2^shift): a bit per group marks those written, and the
+  // rows are put in group order by counting (a binary search per row and a sort of the pairs
+  // were 5 % of store_bench's CPU).
+  const uint32_t shift = ssd_->group_bits() - options_.shard_bits;
+  const uint32_t base = reads.front().group >> shift << shift;
+  std::vector<uint64_t> written((size_t{1} << shift) / 64 + 1, 0);
+  for (const GroupRead& r : reads) {
+    assert(r.group - base < (uint32_t{1} << shift));
+    written[(r.group - base) / 64] |= uint64_t{1} << ((r.group - base) % 64);
+  }
+  std::vector<uint32_t> count((size_t{1} << shift) + 1, 0);
+  GroupKeys found;
   slot.ForEachNode([&](uint32_t node) {
     slot.AssertLocked();
     if (!WritesBack(slot.meta(node).state)) return;
     const uint64_t key = slot.key(node);
-    const uint32_t g = ssd_->GroupOf(key);
-    auto it = std::lower_bound(reads.begin(), reads.end(), g,
-                               [](const GroupRead& r, uint32_t x) { return r.group < x; });
-    if (it != reads.end() && it->group == g) rows.emplace_back(g, key);
+    const uint32_t i = ssd_->GroupOf(key) - base;
+    if (!(written[i / 64] >> (i % 64) & 1)) return;
+    found.emplace_back(i, key);
+    ++count[i + 1];
   });
-  std::sort(rows.begin(), rows.end());
+  for (size_t i = 1; i < count.size(); ++i) count[i] += count[i - 1];
+  rows.resize(found.size());
+  for (const auto& [i, key] : found) rows[count[i]++] = {base + i, key};
   return rows;
 }
 
@@ -763,6 +778,7 @@ Status TieredTable::WriteGroups(CacheSlot& slot, std::vector<GroupRead>* reads,
   // The rows to write, by group: the candidates of these groups that still qualify.
   std::vector<std::pair<uint32_t, uint32_t>> dirty;  // (group, node)
   for (const GroupRead& r : *reads) {
+    // rows are in group order: (group, 0) is below every row of the group
     auto it = std::lower_bound(rows.begin(), rows.end(), std::make_pair(r.group, uint64_t{0}));
     for (; it != rows.end() && it->first == r.group; ++it) {
       const uint32_t node = slot.Find(it->second);

@@ -164,7 +164,7 @@ class TieredTable final : public SparseTable {
   Status WriteGroups(CacheSlot& slot, std::vector<GroupRead>* reads, const GroupKeys& rows)
       REQUIRES(writer_mu_, slot);
   // The rows a write-back of these groups (`reads` sorted by group) would write: resident, not
-  // fresh, and dirty or not on disk yet; as (group, key), sorted.
+  // fresh, and dirty or not on disk yet; as (group, key), in group order.
   GroupKeys RowsToWrite(const CacheSlot& slot, const std::vector<GroupRead>& reads) const
       REQUIRES(slot);
   // Evicts unpinned rows of slot s until it is at most `share` bytes (all of them if
