@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <functional>
+#include <sstream>
 
 #include "io/test_util.h"
 #include "table/tiered_table.h"
@@ -314,6 +316,24 @@ TEST(ConfigTest, YamlFileWithNestedKeysListsAndLineNumbers) {
   EXPECT_NE(s.message().find("job.yaml:2: model.dense_groups: expected a list of values"),
             std::string::npos)
       << s.message();
+}
+
+// docs/config.md lists every key as `ctrbox config` prints it: the same table rows, in the
+// same order (a key added or reworded in config.cc and not in the page fails here).
+TEST(ConfigTest, TheConfigPageHoldsTheReferenceTable) {
+  auto rows = [](std::istream& in) {
+    std::vector<std::string> out;
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("| `", 0) == 0) out.push_back(line);
+    }
+    return out;
+  };
+  std::ifstream page(std::string(CTRBOX_SOURCE_DIR) + "/docs/config.md");
+  ASSERT_TRUE(page.good()) << "docs/config.md";
+  std::istringstream printed(ConfigReference());
+  const std::vector<std::string> want = rows(printed), got = rows(page);
+  EXPECT_GT(want.size(), 50u);
+  EXPECT_EQ(got, want);
 }
 
 }  // namespace
