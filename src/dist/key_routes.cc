@@ -132,6 +132,9 @@ StatusOr<KeyRoutes> RouteKeys(Comm* comm, const uint64_t* keys, size_t n, const 
     }
   }
   routes.slot_of.assign(routes.served.size(), -1);
+  routes.changed_at.assign(routes.served.size(), 0);
+  routes.synced.resize(N);
+  for (int r = 0; r < N; ++r) routes.synced[r].assign(routes.asked[r].size(), 0);
   return routes;
 }
 
@@ -252,11 +255,6 @@ Status ReduceToOwners(Comm* comm, KeyRoutes* routes, const uint32_t* touched, co
   RETURN_IF_ERROR(comm->AllToAll(send, &recv));
   Count(*comm, send, recv, routes);
 
-  if (routes->changed_at.size() != routes->served.size()) {
-    routes->changed_at.assign(routes->served.size(), 0);
-    routes->synced.resize(N);
-    for (int r = 0; r < N; ++r) routes->synced[r].assign(routes->asked[r].size(), 0);
-  }
   ++routes->version;
   out->keys.clear();
   out->records.clear();

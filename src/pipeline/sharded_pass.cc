@@ -37,12 +37,13 @@ Status AgreeOnMinibatches(Comm* comm, const WorkingSet& ws, ShardedPass* out) {
   return Status::OK();
 }
 
-// Decodes an owner's row into row i of the holder's rows; a row of another key than ws.keys[i]
-// is malformed (0).
-std::function<size_t(uint32_t, const char*, size_t)> DecodeInto(RowBlock* rows,
-                                                                const WorkingSet& ws) {
-  return [rows, &ws](uint32_t i, const char* p, size_t n) -> size_t {
-    const size_t used = rows->DecodeRow(p, n, i);
+// Decodes an owner's row (whole, or its values alone: RowBlock::DecodeValues) into row i of
+// the holder's rows; a row of another key than ws.keys[i] is malformed (0).
+std::function<size_t(uint32_t, const char*, size_t)> DecodeInto(
+    RowBlock* rows, const WorkingSet& ws,
+    size_t (RowBlock::*decode)(const char*, size_t, size_t) = &RowBlock::DecodeRow) {
+  return [rows, &ws, decode](uint32_t i, const char* p, size_t n) -> size_t {
+    const size_t used = (rows->*decode)(p, n, i);
     return used > 0 && rows->key(i) == ws.keys[i] ? used : 0;
   };
 }
@@ -116,10 +117,7 @@ StatusOr<StepStats> TrainShardedMinibatch(Comm* comm, CtrModel* model, const Bat
     RETURN_IF_ERROR(RefreshHolders(
         comm, &sp->routes, r.next,
         [&](uint32_t s, std::string* bytes) { served.EncodeValues(s, bytes); },
-        [rows, &ws](uint32_t i, const char* p, size_t n) -> size_t {
-          const size_t used = rows->DecodeValues(p, n, i);
-          return used > 0 && rows->key(i) == ws.keys[i] ? used : 0;
-        }));
+        DecodeInto(rows, ws, &RowBlock::DecodeValues)));
     sp->exchange_seconds += exchange.Seconds();
     return stats;
   }

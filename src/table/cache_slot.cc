@@ -1,5 +1,6 @@
 #include "table/cache_slot.h"
 
+#include <cassert>
 #include <cstring>
 
 #include "util/coding.h"
@@ -178,14 +179,8 @@ bool CacheSlot::EncodeRow(uint32_t node, std::string* out) const {
   std::memcpy(p + 24, h + kWideState, 4 * size_t{layout_.wide_state});
   if (!emb) return false;
   p += 24 + 4 * size_t{layout_.wide_state};
-  if (h[kEmbId] == kNoEmb) {  // as ReadRow: an embedding flagged and not stored reads as zeros
-    std::memset(p, 0, emb_bytes + state_bytes);
-    if (quant_.enabled()) {
-      const std::vector<float> zeros(dim, 0.0f);
-      quant_.Encode(zeros.data(), dim, p);
-    }
-    return true;
-  }
+  // WriteRow stores an embedding exactly when the row's flags say it has one.
+  assert(h[kEmbId] != kNoEmb);
   const uint32_t* e = embs_[t].Get(h[kEmbId]);
   std::memcpy(p, e, emb_bytes);
   std::memcpy(p + emb_bytes, e + emb_words_[t], state_bytes);

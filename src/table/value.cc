@@ -79,19 +79,31 @@ void RowBlock::EncodeHead(size_t i, std::string* out) const {
   Append(out, wide_[i]);
 }
 
+void RowBlock::EncodeEmb(size_t i, uint32_t dim, std::string* out) const {
+  if (quant_.enabled()) {  // the values are on the grid: the codes hold them exactly
+    const size_t at = out->size();
+    out->resize(at + quant_.StoredBytes(dim));
+    quant_.Encode(emb(i), dim, out->data() + at);
+  } else {
+    out->append(reinterpret_cast<const char*>(emb(i)), 4 * dim);
+  }
+}
+
+void RowBlock::DecodeEmb(const char* p, uint32_t dim, size_t i) {
+  if (quant_.enabled()) {
+    quant_.Decode(p, dim, emb(i));
+  } else {
+    CopyBytes(emb(i), p, quant_.StoredBytes(dim));
+  }
+}
+
 void RowBlock::EncodeRow(size_t i, std::string* out) const {
   EncodeHead(i, out);
   out->append(reinterpret_cast<const char*>(wide_state(i)), 4 * layout_.wide_state);
   if (has_emb(i)) {
     // A row of a multi-table layout at its own table's size.
     const uint32_t dim = layout_.DimOf(keys_[i]), states = layout_.StateOf(keys_[i]);
-    if (quant_.enabled()) {
-      const size_t at = out->size();
-      out->resize(at + quant_.StoredBytes(dim));
-      quant_.Encode(emb(i), dim, out->data() + at);
-    } else {
-      out->append(reinterpret_cast<const char*>(emb(i)), 4 * dim);
-    }
+    EncodeEmb(i, dim, out);
     const size_t at = out->size();
     out->resize(at + size_t{states} * (layout_.state_bits == 16 ? 2 : 4));
     StoreState(layout_, emb_state(i), states, out->data() + at);
@@ -119,26 +131,14 @@ size_t RowBlock::DecodeRow(const char* p, size_t n, size_t i) {
   if (n < full) return 0;
   const uint32_t dim = layout_.DimOf(keys_[i]), states = layout_.StateOf(keys_[i]);
   const size_t emb_bytes = quant_.StoredBytes(dim);
-  if (quant_.enabled()) {
-    quant_.Decode(p + fixed, dim, emb(i));
-  } else {
-    CopyBytes(emb(i), p + fixed, emb_bytes);
-  }
+  DecodeEmb(p + fixed, dim, i);
   LoadState(layout_, p + fixed + emb_bytes, states, emb_state(i));
   return full;
 }
 
 void RowBlock::EncodeValues(size_t i, std::string* out) const {
   EncodeHead(i, out);
-  if (!has_emb(i)) return;
-  const uint32_t dim = layout_.DimOf(keys_[i]);
-  if (quant_.enabled()) {  // the values are on the grid: the codes hold them exactly
-    const size_t at = out->size();
-    out->resize(at + quant_.StoredBytes(dim));
-    quant_.Encode(emb(i), dim, out->data() + at);
-  } else {
-    out->append(reinterpret_cast<const char*>(emb(i)), 4 * dim);
-  }
+  if (has_emb(i)) EncodeEmb(i, layout_.DimOf(keys_[i]), out);
 }
 
 size_t RowBlock::DecodeValues(const char* p, size_t n, size_t i) {
@@ -160,13 +160,7 @@ size_t RowBlock::DecodeValues(const char* p, size_t n, size_t i) {
   std::memcpy(&unseen_[i], p + 16, 2);
   std::memcpy(&wide_[i], p + 20, 4);
   if (!has_emb(i) || layout_.multi()) ZeroBytes(emb(i), 4 * layout_.dim);
-  if (has_emb(i)) {
-    if (quant_.enabled()) {
-      quant_.Decode(p + kFixed, dim, emb(i));
-    } else {
-      CopyBytes(emb(i), p + kFixed, emb_bytes);
-    }
-  }
+  if (has_emb(i)) DecodeEmb(p + kFixed, dim, i);
   return kFixed + emb_bytes;
 }
 

@@ -163,6 +163,9 @@ class RowBlock {
  private:
   // Key, show, click, unseen, flags and wide weight: the start of both encodings.
   void EncodeHead(size_t i, std::string* out) const;
+  // Row i's first `dim` embedding values in their stored form (codes or floats), and back.
+  void EncodeEmb(size_t i, uint32_t dim, std::string* out) const;
+  void DecodeEmb(const char* p, uint32_t dim, size_t i);
 
   ValueLayout layout_;
   Quantizer quant_;
