@@ -20,9 +20,12 @@ whether the digest is the in-memory run's. --ranks and --transports pick runs.
 dist.sparse_updates mode (docs/distributed.md, "Owner updates"); the lines name the mode, and
 give the bytes each rank received per example too.
 
+--device gpu trains every run on the GPUs (a GPU machine: each rank's GPUs, the ranks' sums
+over MPI; docs/distributed.md, "GPUs across ranks"); the lines name the device.
+
     bench/distributed.py [--data-dir /tmp/ctrbox-bench] [--reps 1] [--tiered 0.1]
                          [--ranks 2,4] [--transports process,threads,mpi]
-                         [--sparse-updates owner]
+                         [--sparse-updates owner] [--device cpu]
 """
 import json, os, shutil, statistics, subprocess, sys
 
@@ -59,6 +62,7 @@ def main():
     ap.add_argument("--ranks", default="2,4")
     ap.add_argument("--transports", default="process,threads,mpi")
     ap.add_argument("--sparse-updates", default="owner")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
     a = ap.parse_args()
     modes = a.sparse_updates.split(",")
     ranks = [int(x) for x in a.ranks.split(",")]
@@ -86,7 +90,7 @@ def main():
         common = ["train", *data, "--model-dir", model_dir, "--fresh",
                   "--set", f"train.threads={threads}", "--set", "train.progress_seconds=1e9",
                   "--set", f"pipeline.enabled={'true' if pipelined else 'false'}",
-                  "--set", f"dist.sparse_updates={mode}"]
+                  "--set", f"dist.sparse_updates={mode}", "--set", f"device={a.device}"]
         if tier:
             mem = in_memory[(transport, n)]
             budget = int(a.tiered * mem["bytes_live"] / n)
@@ -109,7 +113,7 @@ def main():
         received = [x["exchange_bytes_received"] / max(1, x["examples"]) for x in per_rank]
         line = {
             "bench": "distributed", "transport": transport, "ranks": n, "pipelined": pipelined,
-            "sparse_updates": mode,
+            "sparse_updates": mode, "device": r["device"],
             "threads_per_rank": threads, "cores": cores, "blas_core": r["blas_core"],
             "examples": r["examples"],
             "examples_per_s": statistics.median(x["examples_per_s"] for x in reports),

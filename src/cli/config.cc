@@ -620,8 +620,8 @@ const std::vector<Key>& Keys() {
       {"dist.sparse_updates", "owner",
        "a job of several ranks: owner (a key's owner applies its updates and sends each rank "
        "the changed rows its next minibatch uses) | replicated (every rank holding a key "
-       "applies every update of it); the same model, owner sends fewer bytes as ranks grow "
-       "(docs/distributed.md, \"Owner updates\")",
+       "applies every update of it; not with device: gpu); the same model, owner sends fewer "
+       "bytes as ranks grow (docs/distributed.md, \"Owner updates\")",
        SparseUpdates()},
       {"pipeline.enabled", "true",
        "overlap read, pull, train and push on consecutive passes (false: one after the other; "

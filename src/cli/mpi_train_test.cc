@@ -97,6 +97,16 @@ TEST_F(MpiTrainTest, MpiRanksTrainTheModelTheThreadRanksTrainAndEvalReadsIt) {
   EXPECT_GT(tiered.last_json["pass_sizing"]["closed_by_keys"].get<uint64_t>(), 0u)
       << tiered.last_json["pass_sizing"].dump();
 
+  // The GPU step on every rank (its host emulation) with the exchange over MPI: one GPU per
+  // rank sums as the CPU does, so the CPU ranks' model bit for bit (docs/distributed.md,
+  // "GPUs across ranks").
+  Result gpu = Run(Mpirun(2) + " train" + data + kJob + " --model-dir " + Path("gpu") +
+                   " --set device=gpu --set gpu.emulate=true");
+  ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
+  EXPECT_EQ(gpu.last_json["digest"], mpi.last_json["digest"]);
+  EXPECT_NE(gpu.last_json["device"].get<std::string>().find("emulation"), std::string::npos)
+      << gpu.last_json["device"];
+
   Result test = Run(Ctrbox("gen --rows 2000 --seed 9 --out " + Path("test.tsv")));
   ASSERT_EQ(test.exit_code, 0) << test.err;
   Result eval = Run(Ctrbox("eval --model-dir " + Path("mpi") + " --data " + Path("test.tsv")));

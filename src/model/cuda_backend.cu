@@ -254,7 +254,7 @@ class CudaGpuTrainer : public GpuStepTrainer<CudaExec> {
   Status Init(CtrModel* model, const CtrAccessor& accessor) {
     const uint32_t n = options_.gpus;
     for (uint32_t g = 0; g < n; ++g) {
-      const int device = static_cast<int>(g % devices_);
+      const int device = DeviceOf(g);
       CTRBOX_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
       // Keep freed memory in the pool: passes reallocate similar sizes.
       cudaMemPool_t pool;
@@ -267,8 +267,9 @@ class CudaGpuTrainer : public GpuStepTrainer<CudaExec> {
     }
     // Peer access between distinct devices, where the hardware allows it (copies work
     // without it, through the host).
-    for (int a = 0; a < std::min<int>(devices_, n); ++a) {
-      for (int b = 0; b < std::min<int>(devices_, n); ++b) {
+    for (uint32_t ga = 0; ga < std::min<uint32_t>(devices_, n); ++ga) {
+      for (uint32_t gb = 0; gb < std::min<uint32_t>(devices_, n); ++gb) {
+        const int a = DeviceOf(ga), b = DeviceOf(gb);
         int can = 0;
         if (a != b && cudaDeviceCanAccessPeer(&can, a, b) == cudaSuccess && can) {
           cudaSetDevice(a);
@@ -284,7 +285,7 @@ class CudaGpuTrainer : public GpuStepTrainer<CudaExec> {
     if (n > 1 && static_cast<int>(n) <= devices_) {
       comms_.resize(n);
       std::vector<int> list(n);
-      for (uint32_t g = 0; g < n; ++g) list[g] = static_cast<int>(g);
+      for (uint32_t g = 0; g < n; ++g) list[g] = DeviceOf(g);
       CTRBOX_CUDA_RETURN_IF_ERROR(ncclCommInitAll(comms_.data(), static_cast<int>(n), list.data()));
     }
     RETURN_IF_ERROR(status_->Get());
@@ -306,7 +307,8 @@ class CudaGpuTrainer : public GpuStepTrainer<CudaExec> {
 
   std::string Describe() const override {
     std::string out;
-    for (int d = 0; d < std::min<int>(devices_, options_.gpus); ++d) {
+    for (uint32_t g = 0; g < std::min<uint32_t>(devices_, options_.gpus); ++g) {
+      const int d = DeviceOf(g);
       cudaDeviceProp prop;
       if (cudaGetDeviceProperties(&prop, d) != cudaSuccess) continue;
       if (!out.empty()) out += ", ";
@@ -335,6 +337,10 @@ class CudaGpuTrainer : public GpuStepTrainer<CudaExec> {
 
  private:
   GpuOptions options_;
+  // The device of logical GPU g.
+  int DeviceOf(uint32_t g) const {
+    return static_cast<int>((options_.first_device + g) % devices_);
+  }
   int devices_;
   std::shared_ptr<FirstError> status_ = std::make_shared<FirstError>();
   std::vector<std::unique_ptr<CudaExec>> compute_, copy_;

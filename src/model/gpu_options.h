@@ -29,6 +29,10 @@ struct GpuOptions {
   // debugging on machines without one).
   bool emulate = false;
   uint32_t slots = 3;  // passes staged at once (the pipeline's queue depth + 2)
+  // Logical GPU g runs on device (first_device + g) mod the devices: a job of several ranks
+  // on one machine sets it to the rank's place on the machine times gpus, so that the ranks
+  // take different devices while there are enough.
+  uint32_t first_device = 0;
   // Bytes of GPU memory the staged passes may take together (gpu.pass_memory): the read
   // stage closes a pass before it would take more than pass_memory / slots (docs/gpu.md,
   // "Pass sizing"). 0 at load: half of GPU 0's memory on a GPU, no limit with emulate

@@ -66,7 +66,9 @@ class GpuStep {
         all_reduce_(all_reduce),
         all_reduce_ctx_(all_reduce_ctx),
         slots_(std::max<uint32_t>(1, options.slots)),
-        replicas_(gpus_) {
+        replicas_(gpus_),
+        patch_rows_(gpus_),
+        patch_at_(gpus_) {
     const Mlp& mlp = model_->mlp();
     for (uint32_t l = 0; !model_->towers().on() && l < mlp.num_layers(); ++l) {
       layers_.push_back(Layer{mlp.in(l), mlp.out(l), mlp.w_offset(l), mlp.b_offset(l)});
@@ -204,9 +206,17 @@ class GpuStep {
   // changed since Stage (rows taken from passes in flight). On return `rows` holds the
   // trained rows, predictions[r] the prediction of row r before its minibatch's update, and
   // *created the embeddings created.
+  //
+  // With `ranks` (a distributed job; docs/distributed.md, "GPUs across ranks") the step runs
+  // every global minibatch of the pass (empty ones past this rank's share), sums the dense
+  // gradient over the ranks too, and the rows are not updated on the GPUs: each minibatch's
+  // per-key gradient sums go to the host and through ranks->ReduceSparse, which has the
+  // owners update their rows and brings back the changed rows this rank uses next, re-uploaded
+  // before the next minibatch. `rows` then holds this rank's copies as refreshed (the owners'
+  // served rows are the trained ones), and *created the embeddings its served rows created.
   Status Train(uint64_t pass_index, const Batch& pass, const WorkingSet& ws,
                const std::vector<uint32_t>& patched, RowBlock* rows, float* predictions,
-               uint64_t* created) {
+               uint64_t* created, RankExchange* ranks = nullptr) {
     Slot& s = slots_[pass_index % slots_.size()];
     if (s.pass_index != pass_index) {
       return InternalError("GPU backend: pass " + std::to_string(pass_index) + " was not staged");
@@ -227,11 +237,20 @@ class GpuStep {
     }
     if (!patched.empty()) Patch(s, *rows, patched);
     EnsureWork(s, pass);
-    for (size_t b = 0; b < plan.minibatches(); ++b) TrainMinibatch(s, pass, b);
+    uint64_t total_created = 0;
+    if (ranks != nullptr) {
+      if (ranks->minibatches() < plan.minibatches()) {
+        return InternalError("GPU backend: the ranks agree on fewer minibatches than the pass has");
+      }
+      for (uint32_t b = 0; b < ranks->minibatches(); ++b) {
+        RETURN_IF_ERROR(TrainRankMinibatch(s, pass, b, ranks, rows, &total_created));
+      }
+    } else {
+      for (size_t b = 0; b < plan.minibatches(); ++b) TrainMinibatch(s, pass, b);
+    }
     // Rows, predictions and counters back to the host.
     const ValueLayout& L = rows->layout();
-    uint64_t total_created = 0;
-    for (uint32_t o = 0; o < gpus_; ++o) {
+    for (uint32_t o = 0; o < gpus_ && ranks == nullptr; ++o) {
       Exec& e = *compute_[o];
       HostRows host(L, s.parts[o].n);
       DownloadRows(e, s.parts[o].rows, &host);
@@ -327,6 +346,7 @@ class GpuStep {
     std::vector<uint32_t> recv_base;  // [slice] offsets into recv_keys / recv_rows
     // Per minibatch: rows gathered for each asking GPU, and their gradients coming back.
     Buf<float> send, recv_grad, acc;
+    Buf<float> sums;  // with ranks: the touched rows' summed records, to the host
   };
   struct Feed {  // one GPU's copy of the pass's examples
     Buf<float> labels, dense, weights, predictions;
@@ -379,8 +399,9 @@ class GpuStep {
     auto add = [&b](const auto& buf) { b += buf.size() * sizeof(*buf.data()); };
     for (const Slot& s : slots_) {
       for (const Part& p : s.parts) {
-        for (const auto* f : {&p.rows.show, &p.rows.click, &p.rows.wide, &p.rows.wide_state,
-                              &p.rows.emb, &p.rows.emb_state, &p.send, &p.recv_grad, &p.acc}) {
+        for (const auto* f :
+             {&p.rows.show, &p.rows.click, &p.rows.wide, &p.rows.wide_state, &p.rows.emb,
+              &p.rows.emb_state, &p.send, &p.recv_grad, &p.acc, &p.sums}) {
           add(*f);
         }
         add(p.rows.unseen);
@@ -452,15 +473,15 @@ class GpuStep {
       Exec& e = *compute_[o];
       HostRows h(L, by_owner[o].size());
       h.Gather(rows, by_owner[o]);
-      UploadRows(e, h, &patch_rows_);
-      e.Upload(&patch_at_, at[o].data(), at[o].size());
+      DeviceRows& src = patch_rows_[o];
+      UploadRows(e, h, &src);
+      e.Upload(&patch_at_[o], at[o].data(), at[o].size());
       DeviceRows& dst = s.parts[o].rows;
-      const uint32_t* where = patch_at_.data();
+      const uint32_t* where = patch_at_[o].data();
       const uint32_t dim = L.dim, es = L.emb_state, ws = L.wide_state;
-      const float *show = patch_rows_.show.data(), *click = patch_rows_.click.data(),
-                  *wide = patch_rows_.wide.data(), *wst = patch_rows_.wide_state.data(),
-                  *emb = patch_rows_.emb.data(), *est = patch_rows_.emb_state.data();
-      const uint16_t *unseen = patch_rows_.unseen.data(), *flags = patch_rows_.flags.data();
+      const float *show = src.show.data(), *click = src.click.data(), *wide = src.wide.data(),
+                  *wst = src.wide_state.data(), *emb = src.emb.data(), *est = src.emb_state.data();
+      const uint16_t *unseen = src.unseen.data(), *flags = src.flags.data();
       float *d_show = dst.show.data(), *d_click = dst.click.data(), *d_wide = dst.wide.data(),
             *d_wst = dst.wide_state.data(), *d_emb = dst.emb.data(), *d_est = dst.emb_state.data();
       uint16_t *d_unseen = dst.unseen.data(), *d_flags = dst.flags.data();
@@ -582,6 +603,95 @@ class GpuStep {
     const HbmPlan& plan = s.plan;
     const uint32_t N = gpus_;
     // 1. Owners gather the rows each GPU asked for; the exchange copies them over.
+    ExchangeRows(s, b);
+    // 2. Each GPU: inputs, MLP forward / backward, per-key gradients.
+    model_->dense_optimizer().BeginStep();
+    const DenseStep step = model_->dense_optimizer().CurrentStep();
+    const uint32_t batch_rows = plan.slice(b, N - 1).row_end - plan.slice(b, 0).row_begin;
+    for (uint32_t g = 0; g < N; ++g) Forward(s, pass, b, g, batch_rows);
+    // 3. Dense gradients summed over the GPUs; every replica takes the same step.
+    AllReduceDense();
+    for (uint32_t g = 0; g < N; ++g) DenseUpdate(g, step);
+    // 4. Gradients to the owners; each owner updates its rows.
+    const auto reduced = RecordAll();
+    for (uint32_t o = 0; o < N; ++o) {
+      SumGradients(s, b, o, reduced);
+      UpdateRows(s, b, o);
+    }
+  }
+
+  // Minibatch b of a distributed job's pass (Train with ranks): TrainMinibatch with the dense
+  // gradient summed over the ranks as well, and the rows updated by their owning ranks on the
+  // host instead of on the GPUs. b at or past the plan's minibatches is an empty one of this
+  // rank: no rows, a zero gradient, the collectives all the same.
+  Status TrainRankMinibatch(Slot& s, const Batch& pass, uint32_t b, RankExchange* ranks,
+                            RowBlock* rows, uint64_t* created) {
+    const HbmPlan& plan = s.plan;
+    const uint32_t N = gpus_;
+    const bool mine = b < plan.minibatches();
+    // Every download below waits for its queue, so the staging blocks are free again.
+    for (uint32_t g = 0; g < N; ++g) compute_[g]->Recycle();
+    if (mine) ExchangeRows(s, b);
+    model_->dense_optimizer().BeginStep();
+    const DenseStep step = model_->dense_optimizer().CurrentStep();
+    const size_t P = NumParams();
+    for (uint32_t g = 0; g < N; ++g) {
+      if (mine) {
+        Forward(s, pass, b, g, ranks->global_rows(b));
+      } else {
+        float* gr = replicas_[g].grads.data();
+        compute_[g]->ForEach(P, [=] CTRBOX_HD(size_t i) { gr[i] = 0.0f; });
+      }
+    }
+    AllReduceDense();
+    rank_dense_.resize(P);
+    compute_[0]->Download(rank_dense_.data(), replicas_[0].grads.data(), P);
+    RETURN_IF_ERROR(compute_[0]->status());
+    RETURN_IF_ERROR(ranks->AllReduceDense(rank_dense_.data(), P));
+    for (uint32_t g = 0; g < N; ++g) {
+      compute_[g]->Upload(&replicas_[g].grads, rank_dense_.data(), P);
+      DenseUpdate(g, step);
+    }
+    // This rank's sum of each touched key's gradient, at the key's owning GPU, to the host.
+    const uint32_t gs = GradStride();
+    rank_locals_.clear();
+    rank_records_.clear();
+    const auto reduced = RecordAll();
+    for (uint32_t o = 0; mine && o < N; ++o) {
+      SumGradients(s, b, o, reduced);
+      const uint32_t t0 = plan.touched_begin[o][b], nt = plan.touched_begin[o][b + 1] - t0;
+      if (nt == 0) continue;
+      Exec& e = *compute_[o];
+      Part& part = s.parts[o];
+      const uint32_t* touched = part.touched.data() + t0;
+      const float* acc = part.acc.data();
+      e.Reserve(&part.sums, size_t{nt} * gs);
+      float* out = part.sums.data();
+      e.ForEach(size_t{nt} * gs,
+                [=] CTRBOX_HD(size_t i) { out[i] = acc[size_t{touched[i / gs]} * gs + i % gs]; });
+      const size_t at = rank_records_.size();
+      rank_records_.resize(at + size_t{nt} * gs);
+      e.Download(rank_records_.data() + at, out, size_t{nt} * gs);
+      RETURN_IF_ERROR(e.status());
+      for (uint32_t i = 0; i < nt; ++i) {
+        rank_locals_.push_back(plan.locals[o][plan.touched[o][t0 + i]]);
+      }
+    }
+    std::vector<uint32_t> refreshed;
+    uint64_t c = 0;
+    RETURN_IF_ERROR(ranks->ReduceSparse(b, rank_locals_.data(), rank_records_.data(),
+                                        rank_locals_.size(), rows, &refreshed, &c));
+    *created += c;
+    if (!refreshed.empty()) Patch(s, *rows, refreshed);
+    for (uint32_t g = 0; g < N; ++g) RETURN_IF_ERROR(compute_[g]->status());
+    return Status::OK();
+  }
+
+  // Step 1 of minibatch b: owners gather the rows each GPU asked for; the exchange copies
+  // them over.
+  void ExchangeRows(Slot& s, size_t b) {
+    const HbmPlan& plan = s.plan;
+    const uint32_t N = gpus_;
     for (uint32_t o = 0; o < N; ++o) GatherRows(s, b, o);
     std::vector<typename Exec::Event> gathered(N);
     for (uint32_t o = 0; o < N; ++o) gathered[o] = compute_[o]->Record();
@@ -599,31 +709,6 @@ class GpuStep {
         e.Copy(s.feeds[g].fetch.data() + size_t{sl.seg[o]} * FetchStride(),
                part.send.data() + from * FetchStride(), size_t{n} * FetchStride());
       }
-    }
-    // 2. Each GPU: inputs, MLP forward / backward, per-key gradients.
-    model_->dense_optimizer().BeginStep();
-    const DenseStep step = model_->dense_optimizer().CurrentStep();
-    const uint32_t batch_rows = plan.slice(b, N - 1).row_end - plan.slice(b, 0).row_begin;
-    for (uint32_t g = 0; g < N; ++g) Forward(s, pass, b, g, batch_rows);
-    // 3. Dense gradients summed over the GPUs; every replica takes the same step.
-    AllReduceDense();
-    for (uint32_t g = 0; g < N; ++g) DenseUpdate(g, step);
-    // 4. Gradients to the owners; each owner updates its rows.
-    std::vector<typename Exec::Event> reduced(N);
-    for (uint32_t g = 0; g < N; ++g) reduced[g] = compute_[g]->Record();
-    for (uint32_t o = 0; o < N; ++o) {
-      Exec& e = *compute_[o];
-      Part& part = s.parts[o];
-      for (uint32_t g = 0; g < N; ++g) {
-        if (g != o) e.Wait(reduced[g]);
-        const HbmSlice& sl = plan.slice(b, g);
-        const uint32_t n = sl.seg[o + 1] - sl.seg[o];
-        if (n == 0) continue;
-        const size_t to = part.recv_base[b * N + g] - part.recv_base[b * N];
-        e.Copy(part.recv_grad.data() + to * GradStride(),
-               s.feeds[g].grad.data() + size_t{sl.seg[o]} * GradStride(), size_t{n} * GradStride());
-      }
-      UpdateRows(s, b, o);
     }
   }
 
@@ -1196,13 +1281,33 @@ class GpuStep {
     });
   }
 
-  // Owner o: the gradients the GPUs sent, summed per row in GPU order (or with atomics), then
-  // one update per row the minibatch touched: counters, optimizer, quantization, creation.
-  void UpdateRows(Slot& s, size_t b, uint32_t o) {
+  // An event on every GPU's compute queue, recorded now.
+  std::vector<typename Exec::Event> RecordAll() {
+    std::vector<typename Exec::Event> events(gpus_);
+    for (uint32_t g = 0; g < gpus_; ++g) events[g] = compute_[g]->Record();
+    return events;
+  }
+
+  // Owner o, step 4 of minibatch b: the GPUs' gradients copied over (the reverse exchange,
+  // after each GPU's `reduced` event, recorded past its backward), then summed per touched
+  // row into acc in GPU order (or with atomics).
+  void SumGradients(Slot& s, size_t b, uint32_t o,
+                    const std::vector<typename Exec::Event>& reduced) {
+    const HbmPlan& plan = s.plan;
+    const uint32_t N = gpus_;
     Exec& e = *compute_[o];
     Part& part = s.parts[o];
-    const uint32_t N = gpus_, gs = GradStride();
-    const uint32_t t0 = s.plan.touched_begin[o][b], nt = s.plan.touched_begin[o][b + 1] - t0;
+    for (uint32_t g = 0; g < N; ++g) {
+      if (g != o) e.Wait(reduced[g]);
+      const HbmSlice& sl = plan.slice(b, g);
+      const uint32_t n = sl.seg[o + 1] - sl.seg[o];
+      if (n == 0) continue;
+      const size_t to = part.recv_base[b * N + g] - part.recv_base[b * N];
+      e.Copy(part.recv_grad.data() + to * GradStride(),
+             s.feeds[g].grad.data() + size_t{sl.seg[o]} * GradStride(), size_t{n} * GradStride());
+    }
+    const uint32_t gs = GradStride();
+    const uint32_t t0 = plan.touched_begin[o][b], nt = plan.touched_begin[o][b + 1] - t0;
     if (nt == 0) return;
     const uint32_t* touched = part.touched.data() + t0;
     float* acc = part.acc.data();
@@ -1226,6 +1331,18 @@ class GpuStep {
       e.ForEach(
           n, [=] CTRBOX_HD(size_t k) { idx.Accumulate(keys[base + k], in + k * gs, gs, acc, gs); });
     }
+  }
+
+  // Owner o, after SumGradients: one update per row minibatch b touched: counters, optimizer,
+  // quantization, creation.
+  void UpdateRows(Slot& s, size_t b, uint32_t o) {
+    Exec& e = *compute_[o];
+    Part& part = s.parts[o];
+    const uint32_t gs = GradStride();
+    const uint32_t t0 = s.plan.touched_begin[o][b], nt = s.plan.touched_begin[o][b + 1] - t0;
+    if (nt == 0) return;
+    const uint32_t* touched = part.touched.data() + t0;
+    const float* acc = part.acc.data();
     const SparseOptimizer opt = model_->sparse_optimizer();
     const CtrAccessor accessor = accessor_;
     const QuantRounding rounding = model_->options().quant.rounding;
@@ -1274,8 +1391,14 @@ class GpuStep {
   std::vector<Layer> bottom_layers_;  // offsets into the whole dense parameter vector
   std::vector<Slot> slots_;
   std::vector<Replica> replicas_;
-  DeviceRows patch_rows_;  // train stage
-  Buf<uint32_t> patch_at_;
+  // Train stage: per owner GPU, the rows Patch re-uploads and where they go (one pair per
+  // owner, so that no owner's upload replaces a buffer another owner's queue still reads).
+  std::vector<DeviceRows> patch_rows_;
+  std::vector<Buf<uint32_t>> patch_at_;
+  // Train stage, with ranks: the dense gradient on the host, and the touched keys' records.
+  std::vector<float> rank_dense_;
+  std::vector<uint32_t> rank_locals_;
+  std::vector<float> rank_records_;
 };
 
 // A GpuTrainer running a GpuStep on Exec; the backend constructs step_ over its executors.
@@ -1288,8 +1411,8 @@ class GpuStepTrainer : public GpuTrainer {
   }
   Status Train(uint64_t pass_index, const Batch& pass, const WorkingSet& ws,
                const std::vector<uint32_t>& patched, RowBlock* rows, float* predictions,
-               uint64_t* created) override {
-    return step_->Train(pass_index, pass, ws, patched, rows, predictions, created);
+               uint64_t* created, RankExchange* ranks) override {
+    return step_->Train(pass_index, pass, ws, patched, rows, predictions, created, ranks);
   }
   uint64_t StagedBytes() const override { return step_->StagedBytes(); }
 

@@ -114,9 +114,10 @@ uint64_t GpuPassBytesBound(const GpuPassShape& p, const ValueLayout& L, uint32_t
                         4 * (p.batch_keys + p.batches * gpus) + p.max_batch_keys * (fetch + grad);
   // Owners together: each key's row, key, hash slots (fewer than 4 per key, at least 16 per
   // GPU) and gradient accumulator; each asked key its key, row and touched entry, and the
-  // per-minibatch send and gradient buffers.
+  // per-minibatch send and gradient buffers (and, in a job of several ranks, the touched
+  // rows' summed records going to the host).
   const uint64_t own = p.keys * (row + 8 + 4 * 12 + grad) + gpus * 16 * 12 +
-                       p.batch_keys * (8 + 4 + 4) + gpus * p.max_batch_keys * (fetch + grad);
+                       p.batch_keys * (8 + 4 + 4) + gpus * p.max_batch_keys * (fetch + 2 * grad);
   return gpus * feed + own + gpus * 4 * 4;  // + special, status, created
 }
 

@@ -29,6 +29,31 @@
 
 namespace ctrbox {
 
+// The other ranks of a distributed job, as the GPU step meets them (docs/distributed.md,
+// "GPUs across ranks"). Per global minibatch of the pass, after this rank's GPUs summed their
+// dense gradient and each key's gradient records: the dense gradient is summed over the
+// ranks, and the records go to the keys' owners, which update their rows on the host and send
+// back the changed rows of the keys this rank uses in its next minibatch. Implemented by the
+// pipeline (pipeline/sharded_pass.h) over the ranks' transport.
+class RankExchange {
+ public:
+  virtual ~RankExchange() = default;
+  // The pass's global minibatches: at least this rank's (a rank whose share ran out trains
+  // empty ones), and the rows of minibatch m over all ranks (the loss is their mean).
+  virtual uint32_t minibatches() const = 0;
+  virtual uint32_t global_rows(uint32_t m) const = 0;
+  // Sums n floats over the ranks in place, in rank order (collective).
+  virtual Status AllReduceDense(float* grads, size_t n) = 0;
+  // After the dense step of minibatch m: records[i * width ..] is this rank's summed gradient
+  // record (CtrModel::SparseRecordWidth) of local id locals[i] (distinct; n may be 0). The
+  // owners apply the sums; the rows this rank uses in minibatch m + 1 that changed are
+  // written into *rows and their local ids appended to *refreshed; *created gets the
+  // embeddings this rank's served rows created. Collective.
+  virtual Status ReduceSparse(uint32_t m, const uint32_t* locals, const float* records, size_t n,
+                              RowBlock* rows, std::vector<uint32_t>* refreshed,
+                              uint64_t* created) = 0;
+};
+
 class GpuTrainer {
  public:
   // The CUDA backend, or the host emulation when options.emulate (pool: its threads, may be
@@ -40,10 +65,11 @@ class GpuTrainer {
   // Uploads pass `pass_index` (its rows as pulled) to the GPUs.
   virtual Status Stage(uint64_t pass_index, const Batch& pass, const WorkingSet& ws,
                        const RowBlock& rows) = 0;
-  // Trains the staged pass; see GpuStep::Train.
+  // Trains the staged pass; see GpuStep::Train. ranks: the other ranks of a distributed job
+  // (null on one box).
   virtual Status Train(uint64_t pass_index, const Batch& pass, const WorkingSet& ws,
                        const std::vector<uint32_t>& patched, RowBlock* rows, float* predictions,
-                       uint64_t* created) = 0;
+                       uint64_t* created, RankExchange* ranks) = 0;
   // Bytes of GPU memory the staged passes' buffers reached (their high-water mark, over all
   // GPUs); call between passes.
   virtual uint64_t StagedBytes() const = 0;

@@ -80,7 +80,7 @@ struct Trained {
     for (int e = 0; e < epochs; ++e) {
       RETURN_IF_ERROR(gpu->Stage(e, pass, ws, rows));
       uint64_t c = 0;
-      RETURN_IF_ERROR(gpu->Train(e, pass, ws, {}, &rows, predictions.data(), &c));
+      RETURN_IF_ERROR(gpu->Train(e, pass, ws, {}, &rows, predictions.data(), &c, nullptr));
       if (created != nullptr) *created += c;
     }
     if (staged != nullptr) *staged = gpu->StagedBytes();
@@ -360,12 +360,13 @@ TEST(GpuEmulationTest, RowsChangedAfterStagingAreTrainedFromTheirNewValues) {
   cpu.TrainOnCpu(1);
   uint64_t created = 0;
   ASSERT_TRUE((*trainer)
-                  ->Train(0, gpu.pass, gpu.ws, patched, &gpu.rows, gpu.predictions.data(), &created)
+                  ->Train(0, gpu.pass, gpu.ws, patched, &gpu.rows, gpu.predictions.data(), &created,
+                          nullptr)
                   .ok());
   ExpectClose(cpu, gpu, 2e-4, "patched rows");
   // Training a pass that was not staged is an error, not a crash.
-  Status st =
-      (*trainer)->Train(7, gpu.pass, gpu.ws, {}, &gpu.rows, gpu.predictions.data(), &created);
+  Status st = (*trainer)->Train(7, gpu.pass, gpu.ws, {}, &gpu.rows, gpu.predictions.data(),
+                                &created, nullptr);
   EXPECT_FALSE(st.ok());
 }
 

@@ -398,6 +398,123 @@ TEST(DistributedTrainTest, OwnerUpdatesEqualReplicatedUpdatesBitForBit) {
   }
 }
 
+// device: gpu on every rank, in the host emulation (gpu.emulate runs the GPU step's kernels on
+// CPU threads: docs/gpu.md). Each rank's GPUs train its share of every global minibatch; the
+// dense gradient is summed over the GPUs and then the ranks, and each key's summed record goes
+// to its owning rank, which updates the row on the host and refreshes the holders' GPU copies
+// before their next minibatch (docs/distributed.md, "GPUs across ranks").
+//   - One GPU per rank with segment sums is the CPU model's step bit for bit (docs/gpu.md), so
+//     the GPU ranks give the CPU ranks' digest: on 2 and 4 ranks, pipelined (rows come from
+//     passes in flight and are patched on the GPUs), with lazy embeddings, 8-bit codes and two
+//     slot dimensions. Dropping the refreshed rows' re-upload, or the ranks' dense sum, changes
+//     it.
+//   - --resume from the ranks' checkpoint continues bit for bit.
+//   - Two GPUs per rank sum in another order: with SGD the model stays within the float
+//     tolerance of NRanksTrainTheOneRankModelUpToSummationOrder of the CPU ranks', and a
+//     second run repeats it bit for bit.
+TEST(DistributedTrainTest, GpuRanksTrainTheCpuRanksModel) {
+  TempDir dir;
+  Data d = WriteFiles(dir);
+  struct Case {
+    int ranks;
+    uint32_t quant_bits;
+    std::vector<SlotDims> dims;
+  };
+  for (const Case& c : {Case{2, 0, {}}, Case{4, 0, {}}, Case{2, 8, {{{0}, 12}, {{1}, 3}}}}) {
+    SCOPED_TRACE(::testing::Message() << c.ranks << " ranks, quant " << c.quant_bits);
+    JobConfig job = Job(dir.File("x"), /*sgd=*/false);
+    job.data.paths = d.files;
+    job.pipeline.pass_examples = 1024;       // rows come from passes in flight
+    job.spec.table.embedx_threshold = 1.5f;  // embeddings created on a later sight
+    job.spec.model.quant.bits = c.quant_bits;
+    job.spec.model.slot_dims = c.dims;
+    const std::string tag = std::to_string(c.ranks) + "q" + std::to_string(c.quant_bits);
+    job.model_dir = dir.File("cpu" + tag);
+    auto cpu = RunRanks(c.ranks, job);
+    job.gpu = true;
+    job.gpu_options.emulate = true;
+    job.model_dir = dir.File("gpu" + tag);
+    auto gpu = RunRanks(c.ranks, job);
+    for (int r = 0; r < c.ranks; ++r) {
+      ASSERT_TRUE(cpu[r].ok()) << cpu[r].status().ToString();
+      ASSERT_TRUE(gpu[r].ok()) << gpu[r].status().ToString();
+      EXPECT_EQ((*gpu[r])["digest"], (*cpu[r])["digest"]) << "rank " << r;
+    }
+    EXPECT_NE((*gpu[0])["device"].dump().find("emulation"), std::string::npos)
+        << (*gpu[0])["device"];
+    EXPECT_GT((*gpu[0])["rows_from_passes_in_flight"].get<uint64_t>(), 0u);
+    EXPECT_EQ((*gpu[0])["embeddings_created"], (*cpu[0])["embeddings_created"]);
+    EXPECT_GT((*gpu[0])["embeddings_created"].get<uint64_t>(), 0u);
+  }
+  {  // rank 1's input ends first: it trains empty minibatches, in step with rank 0's
+    TempDir short_dir;
+    Data uneven = WriteFiles(short_dir);
+    std::string text;
+    for (size_t i = 0; i < 700; ++i) text += uneven.rows[3][i];
+    ASSERT_TRUE(WriteFileAtomic(Env::Posix(), uneven.files[3], text).ok());
+    JobConfig job = Job(short_dir.File("cpu"), /*sgd=*/false);
+    job.data.paths = uneven.files;
+    auto cpu = RunRanks(2, job);
+    job.gpu = true;
+    job.gpu_options.emulate = true;
+    job.model_dir = short_dir.File("gpu");
+    auto gpu = RunRanks(2, job);
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_TRUE(cpu[r].ok()) << cpu[r].status().ToString();
+      ASSERT_TRUE(gpu[r].ok()) << gpu[r].status().ToString();
+      EXPECT_EQ((*gpu[r])["digest"], (*cpu[r])["digest"]) << "uneven, rank " << r;
+    }
+    EXPECT_EQ((*gpu[0])["examples"], 3 * kRowsPerFile + 700);
+  }
+  {  // --resume from the ranks' checkpoint after pass 2 of 4 ends with the uninterrupted model
+    JobConfig job = Job(dir.File("gpufull"), /*sgd=*/false);
+    job.data.paths = d.files;
+    job.gpu = true;
+    job.gpu_options.emulate = true;
+    job.ckpt.dir = dir.File("gpuckpt");
+    job.ckpt.every_passes = 1;
+    job.ckpt.keep = 10;
+    auto full = RunRanks(2, job);
+    ASSERT_TRUE(full[0].ok()) << full[0].status().ToString();
+    ASSERT_TRUE(CommitRanksCheckpoint(Env::Posix(), job.ckpt.dir, {2, 2}).ok());
+    job.resume = true;
+    job.fresh = false;
+    job.model_dir = dir.File("gpuresumed");
+    auto resumed = RunRanks(2, job);
+    for (int r = 0; r < 2; ++r) ASSERT_TRUE(resumed[r].ok()) << resumed[r].status().ToString();
+    EXPECT_EQ((*resumed[0])["examples"], 2 * kPass);  // this run: passes 3 and 4
+    EXPECT_EQ((*resumed[0])["digest"], (*full[0])["digest"]);
+  }
+  // Two GPUs per rank.
+  JobConfig job = Job(dir.File("cpu2x2"), /*sgd=*/true);
+  job.data.paths = d.files;
+  auto cpu = RunRanks(2, job);
+  job.gpu = true;
+  job.gpu_options.emulate = true;
+  job.gpu_options.gpus = 2;
+  std::vector<std::string> digests;
+  for (const std::string& name : {"gpu2x2", "gpu2x2again"}) {
+    job.model_dir = dir.File(name);
+    auto gpu = RunRanks(2, job);
+    for (int r = 0; r < 2; ++r) ASSERT_TRUE(gpu[r].ok()) << gpu[r].status().ToString();
+    digests.push_back((*gpu[0])["digest"]);
+  }
+  ASSERT_TRUE(cpu[0].ok()) << cpu[0].status().ToString();
+  EXPECT_EQ(digests[0], digests[1]);
+  const Model want = Load(dir.File("cpu2x2")), got = Load(dir.File("gpu2x2"));
+  EXPECT_GT(want.rows.size(), 1000u);
+  const double distance = Distance(got, want);
+  RecordProperty("distance_2x2_gpus", std::to_string(distance));
+  EXPECT_LT(distance, 1e-6);
+  // Replicated updates are not built on GPUs: refused, naming the key.
+  job.dist.owner_updates = false;
+  job.model_dir = dir.File("replicated");
+  auto refused = RunRanks(2, job);
+  ASSERT_FALSE(refused[0].ok());
+  EXPECT_NE(refused[0].status().ToString().find("dist.sparse_updates"), std::string::npos)
+      << refused[0].status().ToString();
+}
+
 // A rank whose input ends first trains empty passes; its checkpoints count them. --resume
 // (here of the finished job, from its final checkpoint) skips its input to the end without
 // taking that for changed data, and ends with the same model.

@@ -48,7 +48,84 @@ std::function<size_t(uint32_t, const char*, size_t)> DecodeInto(
   };
 }
 
+// decode, which also appends the local id of every row it decoded to *ids (when not null).
+std::function<size_t(uint32_t, const char*, size_t)> Noting(
+    std::function<size_t(uint32_t, const char*, size_t)> decode, std::vector<uint32_t>* ids) {
+  if (ids == nullptr) return decode;
+  return [decode = std::move(decode), ids](uint32_t i, const char* p, size_t n) -> size_t {
+    const size_t used = decode(i, p, n);
+    if (used > 0) ids->push_back(i);
+    return used;
+  };
+}
+
+// Owner updates with this rank's records of minibatch m: its touched[0..n) (indices into
+// ws.keys) with records (n x the model's record width) go to their owners, this rank applies
+// the sums of the keys it serves, and the changed rows of minibatch m + 1's keys come back into
+// *rows (decode). Returns the embeddings the served rows created.
+StatusOr<uint32_t> UpdateAtOwners(
+    Comm* comm, CtrModel* model, const WorkingSet& ws, uint32_t m, const uint32_t* touched,
+    const float* records, size_t n, ShardedPass* sp, const CtrAccessor& accessor, ThreadPool* pool,
+    const std::function<size_t(uint32_t, const char*, size_t)>& decode) {
+  const Minibatch* next = m + 1 < ws.batches.size() ? &ws.batches[m + 1] : nullptr;
+  Stopwatch exchange;
+  RETURN_IF_ERROR(ReduceToOwners(comm, &sp->routes, touched, records, n, model->SparseRecordWidth(),
+                                 next ? next->uniq.data() : nullptr, next ? next->uniq.size() : 0,
+                                 &sp->reduced));
+  sp->exchange_seconds += exchange.Seconds();
+  const ReducedRecords& r = sp->reduced;
+  RowBlock& served = sp->served->rows();
+  const uint32_t created = model->ApplySparse(r.served.data(), r.served_records.data(),
+                                              r.served.size(), &served, accessor, pool);
+  exchange.Reset();
+  RETURN_IF_ERROR(RefreshHolders(
+      comm, &sp->routes, r.next,
+      [&](uint32_t s, std::string* bytes) { served.EncodeValues(s, bytes); }, decode));
+  sp->exchange_seconds += exchange.Seconds();
+  return created;
+}
+
+class ShardedRanks : public RankExchange {
+ public:
+  ShardedRanks(Comm* comm, CtrModel* model, const WorkingSet& ws, ShardedPass* sp,
+               const CtrAccessor& accessor, ThreadPool* pool)
+      : comm_(comm), model_(model), ws_(ws), sp_(sp), accessor_(accessor), pool_(pool) {}
+
+  uint32_t minibatches() const override { return static_cast<uint32_t>(sp_->global_rows.size()); }
+  uint32_t global_rows(uint32_t m) const override { return sp_->global_rows[m]; }
+  Status AllReduceDense(float* grads, size_t n) override {
+    Stopwatch exchange;
+    Status s = AllReduceSum(comm_, grads, n);
+    sp_->exchange_seconds += exchange.Seconds();
+    return s;
+  }
+  Status ReduceSparse(uint32_t m, const uint32_t* locals, const float* records, size_t n,
+                      RowBlock* rows, std::vector<uint32_t>* refreshed,
+                      uint64_t* created) override {
+    ASSIGN_OR_RETURN(
+        uint32_t c,
+        UpdateAtOwners(comm_, model_, ws_, m, locals, records, n, sp_, accessor_, pool_,
+                       Noting(DecodeInto(rows, ws_, &RowBlock::DecodeValues), refreshed)));
+    *created = c;
+    return Status::OK();
+  }
+
+ private:
+  Comm* const comm_;
+  CtrModel* const model_;
+  const WorkingSet& ws_;
+  ShardedPass* const sp_;
+  const CtrAccessor& accessor_;
+  ThreadPool* const pool_;
+};
+
 }  // namespace
+
+std::unique_ptr<RankExchange> ShardedRankExchange(Comm* comm, CtrModel* model, const WorkingSet& ws,
+                                                  ShardedPass* sp, const CtrAccessor& accessor,
+                                                  ThreadPool* pool) {
+  return std::make_unique<ShardedRanks>(comm, model, ws, sp, accessor, pool);
+}
 
 Status PullSharded(Comm* comm, SparseTable* shard, const CtrAccessor* accessor,
                    const WorkingSet& ws, RowBlock* rows, ShardedPass* out, ThreadPool* pool,
@@ -78,14 +155,15 @@ Status PullSharded(Comm* comm, SparseTable* shard, const CtrAccessor* accessor,
 }
 
 Status PatchHolders(Comm* comm, ShardedPass* sp, std::vector<uint32_t> patched, RowBlock* rows,
-                    const WorkingSet& ws) {
+                    const WorkingSet& ws, std::vector<uint32_t>* received) {
   std::sort(patched.begin(), patched.end());
   patched.erase(std::unique(patched.begin(), patched.end()), patched.end());
   Stopwatch exchange;
   const RowBlock& served = sp->served->rows();
   Status s = SendSomeToHolders(
       comm, &sp->routes, patched,
-      [&](uint32_t i, std::string* bytes) { served.EncodeRow(i, bytes); }, DecodeInto(rows, ws));
+      [&](uint32_t i, std::string* bytes) { served.EncodeRow(i, bytes); },
+      Noting(DecodeInto(rows, ws), received));
   sp->exchange_seconds += exchange.Seconds();
   return s;
 }
@@ -102,23 +180,12 @@ StatusOr<StepStats> TrainShardedMinibatch(Comm* comm, CtrModel* model, const Bat
   RETURN_IF_ERROR(AllReduceSum(comm, dense.data(), dense.size()));
   // mb.uniq holds local ids: indices into ws.keys, as given to RouteKeys.
   if (sp->owner_updates) {
-    const Minibatch* next = m + 1 < ws.batches.size() ? &ws.batches[m + 1] : nullptr;
-    RETURN_IF_ERROR(ReduceToOwners(comm, &sp->routes, mb.uniq.data(), sp->records.data(),
-                                   mb.uniq.size(), model->SparseRecordWidth(),
-                                   next ? next->uniq.data() : nullptr, next ? next->uniq.size() : 0,
-                                   &sp->reduced));
     sp->exchange_seconds += exchange.Seconds();
     model->ApplyDense(pool);
-    const ReducedRecords& r = sp->reduced;
-    RowBlock& served = sp->served->rows();
-    stats.embeddings_created = model->ApplySparse(r.served.data(), r.served_records.data(),
-                                                  r.served.size(), &served, accessor, pool);
-    exchange.Reset();
-    RETURN_IF_ERROR(RefreshHolders(
-        comm, &sp->routes, r.next,
-        [&](uint32_t s, std::string* bytes) { served.EncodeValues(s, bytes); },
-        DecodeInto(rows, ws, &RowBlock::DecodeValues)));
-    sp->exchange_seconds += exchange.Seconds();
+    ASSIGN_OR_RETURN(
+        stats.embeddings_created,
+        UpdateAtOwners(comm, model, ws, m, mb.uniq.data(), sp->records.data(), mb.uniq.size(), sp,
+                       accessor, pool, DecodeInto(rows, ws, &RowBlock::DecodeValues)));
     return stats;
   }
   RETURN_IF_ERROR(ReduceToHolders(comm, &sp->routes, mb.uniq.data(), sp->records.data(),

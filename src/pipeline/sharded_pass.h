@@ -36,6 +36,7 @@
 #include "io/reader.h"
 #include "metrics/metrics.h"
 #include "model/ctr_model.h"
+#include "model/gpu_trainer.h"
 #include "table/sparse_table.h"
 #include "util/env.h"
 #include "working/working_set.h"
@@ -78,8 +79,18 @@ Status PullSharded(Comm* comm, SparseTable* shard, const CtrAccessor* accessor,
 // Train start, after the owner copied into its served rows the newer values of the keys it
 // shares with its passes in flight (`patched`: their served local ids): every holder takes
 // those rows too (collective; with nothing patched anywhere it only exchanges empty messages).
+// received (may be null) gets the local ids of this rank's rows the call rewrote.
 Status PatchHolders(Comm* comm, ShardedPass* sp, std::vector<uint32_t> patched, RowBlock* rows,
-                    const WorkingSet& ws);
+                    const WorkingSet& ws, std::vector<uint32_t>* received = nullptr);
+
+// The ranks as the GPU step meets them (device: gpu; model/gpu_trainer.h RankExchange): the
+// owner-update half of TrainShardedMinibatch — dense gradients summed over the ranks, each
+// key's records reduced to its owner and applied to its served row, the changed rows of this
+// rank's next minibatch refreshed into `rows` — for the pass `ws` whose pull filled *sp.
+// REQUIRES: sp->owner_updates. The arguments outlive the exchange.
+std::unique_ptr<RankExchange> ShardedRankExchange(Comm* comm, CtrModel* model, const WorkingSet& ws,
+                                                  ShardedPass* sp, const CtrAccessor& accessor,
+                                                  ThreadPool* pool);
 
 // Trains global minibatch `m` of the pass: mb is this rank's share (empty past its last
 // minibatch). predictions [mb.rows()] get p before the update.

@@ -96,6 +96,9 @@ Status PassStages::Pull(Pass* pass, ThreadPool* pool) {
     in_flight_.Add(pass->index, sp->served);
     pass->registry = &in_flight_;
     pass->Gauge();
+    if (ctx_.gpu != nullptr) {  // this rank's copies of the pass's rows, as on one box
+      RETURN_IF_ERROR(ctx_.gpu->Stage(pass->index, pass->examples, pass->ws, pass->table->rows()));
+    }
     pass->clock[StageId::kPull].busy = clock.Seconds();
     return Status::OK();
   }
@@ -136,11 +139,21 @@ Status PassStages::Train(Pass* pass, const std::atomic<bool>* failed) {
   pass->ahead.clear();
   MetricAccumulator pass_metrics;
   if (ctx_.comm != nullptr) {
+    // The holders' copies the owners patched (on the GPUs: re-uploaded before training).
+    std::vector<uint32_t> received;
     RETURN_IF_ERROR(PatchHolders(ctx_.comm->channel(kTrainChannel), pass->sharded.get(),
-                                 std::move(patched), &pass->table->rows(), pass->ws));
-    RETURN_IF_ERROR(TrainSharded(pass, &pass_metrics));
+                                 std::move(patched), &pass->table->rows(), pass->ws,
+                                 ctx_.gpu != nullptr ? &received : nullptr));
+    if (ctx_.gpu != nullptr) {
+      std::unique_ptr<RankExchange> ranks =
+          ShardedRankExchange(ctx_.comm->channel(kTrainChannel), ctx_.model, pass->ws,
+                              pass->sharded.get(), *ctx_.accessor, ctx_.train_pool);
+      RETURN_IF_ERROR(TrainOnGpu(pass, received, &pass_metrics, ranks.get()));
+    } else {
+      RETURN_IF_ERROR(TrainSharded(pass, &pass_metrics));
+    }
   } else if (ctx_.gpu != nullptr) {
-    RETURN_IF_ERROR(TrainOnGpu(pass, patched, &pass_metrics));
+    RETURN_IF_ERROR(TrainOnGpu(pass, patched, &pass_metrics, nullptr));
   } else {
     RETURN_IF_ERROR(TrainOnCpu(pass, failed, &pass_metrics));
   }
@@ -194,12 +207,12 @@ void PassStages::AddMetrics(const Pass& pass, const Minibatch& mb, MetricAccumul
 }
 
 Status PassStages::TrainOnGpu(Pass* pass, const std::vector<uint32_t>& patched,
-                              MetricAccumulator* metrics) {
+                              MetricAccumulator* metrics, RankExchange* ranks) {
   const Batch& ex = pass->examples;
   pass_predictions_.resize(ex.rows());
   uint64_t created = 0;
   RETURN_IF_ERROR(ctx_.gpu->Train(pass->index, ex, pass->ws, patched, &pass->table->rows(),
-                                  pass_predictions_.data(), &created));
+                                  pass_predictions_.data(), &created, ranks));
   pass->embeddings_created += created;
   for (size_t r = 0; r < ex.rows(); ++r) {
     metrics->Add(ex.labels[r], pass_predictions_[r]);

@@ -113,7 +113,9 @@ class PassStages {
   Status TrainSharded(Pass* pass, MetricAccumulator* metrics);
   // The predictions of a trained minibatch into the pass's and the run's metrics.
   void AddMetrics(const Pass& pass, const Minibatch& mb, MetricAccumulator* metrics);
-  Status TrainOnGpu(Pass* pass, const std::vector<uint32_t>& patched, MetricAccumulator* metrics);
+  // The pass on the GPUs (ranks: the other ranks of a distributed job, or null).
+  Status TrainOnGpu(Pass* pass, const std::vector<uint32_t>& patched, MetricAccumulator* metrics,
+                    RankExchange* ranks);
   void ReportProgress();  // train stage
   // Commits a checkpoint after pass `pass` (push stage); returns its line for the metrics.
   bool CheckpointDue(const Pass& pass) const;

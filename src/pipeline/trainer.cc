@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <memory>
 #include <optional>
 
@@ -93,6 +94,15 @@ Status GlobalReport(Comm* comm, const JobConfig& job, const PassStages& stages,
   return Status::OK();
 }
 
+// This rank's place among the ranks on its machine: Open MPI's local rank under mpirun, else
+// the rank (the thread ranks of the tests share one process).
+uint32_t LocalRank(const Comm& comm) {
+  if (const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK")) {
+    return static_cast<uint32_t>(std::strtoul(v, nullptr, 10));
+  }
+  return static_cast<uint32_t>(comm.rank());
+}
+
 // Runs every pass from `start` (on the GPUs with device: gpu) and returns the run's report.
 StatusOr<nlohmann::json> RunPasses(Env* env, const JobConfig& job, PassReader* reader,
                                    TrainStart* start, ProgressSink* sink,
@@ -104,6 +114,7 @@ StatusOr<nlohmann::json> RunPasses(Env* env, const JobConfig& job, PassReader* r
   if (job.gpu) {
     GpuOptions go = job.gpu_options;
     go.slots = job.pipeline.queue_depth + 2;  // passes between the pull and the train stage
+    if (comm != nullptr) go.first_device = LocalRank(*comm) * go.gpus;
     ASSIGN_OR_RETURN(gpu, GpuTrainer::Create(start->model.get(), accessor, go, pool));
     LOG_INFO("train stage on the GPU: {}", gpu->Describe());
   }
@@ -475,10 +486,10 @@ Status ShareJob(Env* env, const Comm& comm, JobConfig* job, std::string* ranks_c
                 std::vector<std::string>* all_files) {
   const int n = comm.size(), me = comm.rank();
   job->dist.ranks = n;
-  if (job->gpu) {
+  if (job->gpu && !job->dist.owner_updates) {
     return InvalidArgumentError(
-        "device: gpu is not built for several ranks yet (MPI jobs train "
-        "on the CPU)");
+        "dist.sparse_updates: replicated is not built with device: gpu (the ranks' GPUs use "
+        "owner updates: docs/distributed.md, \"GPUs across ranks\")");
   }
   if (!job->data.command.empty()) {
     return InvalidArgumentError(
