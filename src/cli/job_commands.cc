@@ -60,12 +60,6 @@ void LogTestAuc(const nlohmann::json& report) {
                : "");
 }
 
-// A rank's error, with the rank named.
-Status OnRank(const Comm& comm, const Status& s) {
-  if (s.ok() || comm.size() == 1) return s;
-  return Status(s.code(), fmt::format("rank {} of {}: {}", comm.rank(), comm.size(), s.message()));
-}
-
 // One rank of an mpirun job. Rank 0 prints the report; an error on any rank ends every rank
 // (MPI_Abort: mpirun names the rank that stopped the job and exits non-zero).
 Status RunMpiTrain(const JobConfig& job) {
@@ -74,8 +68,7 @@ Status RunMpiTrain(const JobConfig& job) {
   StatusOr<nlohmann::json> report = RunTrain(Env::Posix(), job, nullptr, nullptr, comm.get());
   if (!report.ok()) {
     const Status s = OnRank(*comm, report.status());
-    std::fprintf(stderr, "ctrbox: error: %s\n", s.ToString().c_str());
-    comm->Abort(s);  // does not return under MPI
+    comm->Abort(s);  // prints it, and does not return under MPI
     return s;
   }
   if (comm->rank() == 0) {
@@ -96,7 +89,7 @@ Status RunLocalRanks(const JobConfig& job, int n) {
       Comm* comm = group.rank(r);
       reports[r] = RunTrain(Env::Posix(), job, nullptr, nullptr, comm);
       // A rank that failed names itself; the others fail with its error (the group's abort).
-      if (!reports[r].ok() && reports[r].status().message().rfind("rank ", 0) != 0) {
+      if (!reports[r].ok()) {
         reports[r] = OnRank(*comm, reports[r].status());
         comm->Abort(reports[r].status());
       }

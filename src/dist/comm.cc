@@ -14,6 +14,11 @@ Status NoAnswer(double timeout_seconds, int missing) {
       missing < 0 ? std::string("some") : std::to_string(missing), timeout_seconds));
 }
 
+Status OnRank(const Comm& comm, const Status& s) {
+  if (s.ok() || comm.size() == 1 || s.message().rfind("rank ", 0) == 0) return s;
+  return Status(s.code(), fmt::format("rank {} of {}: {}", comm.rank(), comm.size(), s.message()));
+}
+
 class LocalGroup::Endpoint final : public Comm {
  public:
   Endpoint(LocalGroup* group, int rank, int channel)
@@ -85,6 +90,11 @@ Status LocalGroup::Barrier(Hub* hub) {
   }
   Abort(result);  // every channel of every rank stops
   return result;
+}
+
+Status LocalGroup::aborted() const {
+  MutexLock lock(&hubs_[0]->mu);  // Abort sets every hub, the first one first
+  return hubs_[0]->aborted;
 }
 
 void LocalGroup::Abort(const Status& why) {

@@ -29,6 +29,11 @@ namespace ctrbox {
 // number: -1).
 Status NoAnswer(double timeout_seconds, int missing);
 
+// A rank's error as the job reports it: "rank R of N: ..." (unchanged on one rank, and for an
+// error that already names a rank: another rank's abort).
+class Comm;
+Status OnRank(const Comm& comm, const Status& s);
+
 class Comm {
  public:
   static constexpr int kChannels = 5;
@@ -66,6 +71,9 @@ class LocalGroup {
 
   Comm* rank(int r);
   int size() const { return n_; }
+  // Why the group stopped: the first abort (a rank's, or an exchange's timeout: NoAnswer),
+  // or OK while none happened.
+  Status aborted() const;
 
  private:
   class Endpoint;
@@ -73,7 +81,7 @@ class LocalGroup {
   // The meeting point of one channel's exchanges.
   struct Hub {
     explicit Hub(int n) : outbox(n) {}
-    Mutex mu;
+    mutable Mutex mu;
     CondVar cv{&mu};
     uint64_t generation GUARDED_BY(mu) = 0;
     int arrived GUARDED_BY(mu) = 0;

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -118,7 +119,12 @@ class MpiComm final : public Comm {
     return Status::OK();
   }
 
-  void Abort(const Status& why) override { MPI_Abort(MPI_COMM_WORLD, 1); }
+  // The rank's error goes to its stderr first: MPI_Abort ends the process.
+  void Abort(const Status& why) override {
+    std::fprintf(stderr, "ctrbox: error: %s\n", why.ToString().c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
 
  private:
   // Polls a non-blocking collective until it completes, or fails with NoAnswer once

@@ -18,6 +18,7 @@
 #include "pipeline/evaluator.h"
 #include "pipeline/trainer.h"
 #include "pipeline/trainer_test_util.h"
+#include "util/mem_env.h"
 
 namespace ctrbox {
 namespace {
@@ -96,18 +97,23 @@ JobConfig Job(const std::string& model_dir, bool sgd) {
   return job;
 }
 
-// Runs the job on n thread-ranks, which save one model in job.model_dir.
-std::vector<StatusOr<nlohmann::json>> RunRanks(int n, const JobConfig& job) {
-  LocalGroup group(n);
+// Runs the job on n thread-ranks, which save one model in job.model_dir (in `env`: the
+// machines' shared file system).
+// *stopped_by (may be null) gets why the group stopped (LocalGroup::aborted); an exchange
+// waiting `timeout` seconds stops it.
+std::vector<StatusOr<nlohmann::json>> RunRanks(int n, const JobConfig& job, Env* env = Env::Posix(),
+                                               Status* stopped_by = nullptr, double timeout = 600) {
+  LocalGroup group(n, timeout);
   std::vector<StatusOr<nlohmann::json>> reports(n, InternalError("not run"));
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
-      reports[r] = RunTrain(Env::Posix(), job, nullptr, nullptr, group.rank(r));
+      reports[r] = RunTrain(env, job, nullptr, nullptr, group.rank(r));
       if (!reports[r].ok()) group.rank(r)->Abort(reports[r].status());
     });
   }
   for (auto& t : threads) t.join();
+  if (stopped_by != nullptr) *stopped_by = group.aborted();
   return reports;
 }
 
@@ -513,6 +519,77 @@ TEST(DistributedTrainTest, GpuRanksTrainTheCpuRanksModel) {
   ASSERT_FALSE(refused[0].ok());
   EXPECT_NE(refused[0].status().ToString().find("dist.sparse_updates"), std::string::npos)
       << refused[0].status().ToString();
+}
+
+// A full disk (ENOSPC) or an I/O error at any point of a run of 2 ranks with tiered shards and
+// checkpoints: every rank stops (none hangs), one of them with the injected error, and
+// --resume from the ranks' last checkpoint ends with the uninterrupted run's digest. The
+// ranks share one MemEnv (a shared file system) whose n-th I/O call fails from then on, so
+// the fault lands in SSD write-backs and reads, checkpoints and the final save alike.
+TEST(DistributedTrainTest, AFullDiskOnARankStopsEveryRankAndResumeEndsWithTheUninterruptedModel) {
+  JobConfig job = testing::SmallSsdJobInMemEnv("/m");
+  job.data.paths.clear();
+  job.train.batch_size = kBatch;
+  job.pipeline.pass_examples = kPass;
+  job.storage.memory_budget = 1 << 20;  // rows go to the SSD files and come back
+  job.ckpt.dir = "/c";
+  job.ckpt.every_passes = 1;
+  job.resume = true;
+  auto fresh = [&]() {
+    auto env = std::make_unique<MemEnv>();
+    EXPECT_TRUE(env->CreateDirs("/d").ok());
+    for (int f = 0; f < kFiles; ++f) {
+      std::string text;
+      for (const auto& l : Lines(f * 1024, (f + 1) * 1024)) text += l;
+      const std::string path = "/d/part-" + std::to_string(f) + ".tsv";
+      EXPECT_TRUE(WriteFileAtomic(env.get(), path, text).ok());
+    }
+    return env;
+  };
+  for (int f = 0; f < kFiles; ++f)
+    job.data.paths.push_back("/d/part-" + std::to_string(f) + ".tsv");
+  std::string digest;
+  uint64_t calls = 0;
+  {
+    auto env = fresh();
+    const uint64_t before = env->Calls(FaultOp::kAny);
+    auto r = RunRanks(2, job, env.get());
+    for (int k = 0; k < 2; ++k) ASSERT_TRUE(r[k].ok()) << r[k].status().ToString();
+    digest = (*r[0])["digest"];
+    calls = env->Calls(FaultOp::kAny) - before;
+    ASSERT_GT((*r[0])["storage"]["loaded_from_ssd"].get<uint64_t>(), 0u);
+  }
+  RecordProperty("io_calls_per_run", std::to_string(calls));
+  int failed = 0;
+  int i = 0;
+  for (uint64_t n = 1; n <= calls; n += 1 + calls / 12, ++i) {
+    SCOPED_TRACE(::testing::Message() << "fault at I/O call " << n << " of " << calls);
+    auto env = fresh();
+    env->InjectFault(FaultOp::kAny, n,
+                     i % 2 ? MemEnv::NoSpace("injected") : MemEnv::Eio("injected"),
+                     /*sticky=*/true);
+    Status stopped_by;
+    auto r = RunRanks(2, job, env.get(), &stopped_by, /*timeout=*/60);
+    env->ClearFaults();
+    if (!r[0].ok() || !r[1].ok()) {
+      ++failed;
+      // Every rank stopped with an error: the injected one, or the group's abort.
+      const std::string both = r[0].status().ToString() + " | " + r[1].status().ToString();
+      EXPECT_FALSE(r[0].ok()) << both;
+      EXPECT_FALSE(r[1].ok()) << both;
+      EXPECT_NE(both.find("injected"), std::string::npos) << both;
+      // The group was stopped by the failed rank's abort, at its first error, not by an
+      // exchange's timeout (dist.timeout_seconds): no stage of either rank waited for an
+      // exchange that a stopped stage would never join. (Before the stage runner aborted the
+      // ranks at once, 2 runs in 21 waited the whole timeout here.)
+      EXPECT_NE(stopped_by.message().find("injected"), std::string::npos) << stopped_by.ToString();
+    }
+    auto again = RunRanks(2, job, env.get());
+    for (int k = 0; k < 2; ++k) ASSERT_TRUE(again[k].ok()) << again[k].status().ToString();
+    EXPECT_EQ((*again[0])["digest"], digest);
+    EXPECT_EQ((*again[0])["job_examples"], kFiles * 1024u);
+  }
+  EXPECT_GT(failed, 6);
 }
 
 // A rank whose input ends first trains empty passes; its checkpoints count them. --resume

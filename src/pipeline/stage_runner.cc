@@ -67,12 +67,19 @@ class PipelinedRun {
   BoundedQueue<PassPtr>& QueueAfter(StageId stage) { return *queues_[static_cast<int>(stage)]; }
 
   // The first error of any stage: closes every queue, discards the passes in them (their
-  // pins are released) and cancels the shrink barrier, so every stage returns promptly.
+  // pins are released) and cancels the shrink barrier, so every stage returns promptly. In a
+  // job of several ranks it aborts the others at once: a stage of this rank or of another may
+  // be waiting in an exchange that a stopped stage will never join (MPI: the job ends here).
   void Fail(const Status& s) {
+    bool first = false;
     {
       MutexLock l(&error_mu_);
-      if (first_error_.ok()) first_error_ = s;
+      if (first_error_.ok()) {
+        first_error_ = s;
+        first = true;
+      }
     }
+    if (first) stages_->AbortRanks(s);
     failed_.store(true);
     for (auto& q : queues_) q->Close();
     stages_->CancelBarrier();

@@ -85,6 +85,12 @@ class PassStages {
   Status Push(Pass* pass, ThreadPool* pool);
   // Cancels the shrink barrier: a pull waiting at it returns Cancelled.
   void CancelBarrier() { in_flight_.Cancel(); }
+  // A job of several ranks: tells the other ranks this one failed with `why` (Comm::Abort,
+  // the rank named), so that neither their stages nor this rank's wait in an exchange the
+  // failed stage will not join. No-op on one rank.
+  void AbortRanks(const Status& why) {
+    if (ctx_.comm != nullptr) ctx_.comm->Abort(OnRank(*ctx_.comm, why));
+  }
 
   ThreadPool* train_pool() const { return ctx_.train_pool; }
 
