@@ -18,6 +18,7 @@
 #include "pipeline/evaluator.h"
 #include "pipeline/trainer.h"
 #include "pipeline/trainer_test_util.h"
+#include "util/logging.h"
 #include "util/mem_env.h"
 
 namespace ctrbox {
@@ -104,6 +105,9 @@ JobConfig Job(const std::string& model_dir, bool sgd) {
 std::vector<StatusOr<nlohmann::json>> RunRanks(int n, const JobConfig& job, Env* env = Env::Posix(),
                                                Status* stopped_by = nullptr, double timeout = 600) {
   LocalGroup group(n, timeout);
+  // spdlog's default logger is made on its first use; made here, before the ranks' threads
+  // log at once (TSan cannot see the uninstrumented library's guard of that first use).
+  LOG_INFO("{} ranks as threads", n);
   std::vector<StatusOr<nlohmann::json>> reports(n, InternalError("not run"));
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
