@@ -361,6 +361,28 @@ TEST(DistributedTrainTest, PipelinedRanksEqualSequentialRanksBitForBit) {
   EXPECT_GT((*pipe[0])["rows_from_passes_in_flight"].get<uint64_t>(), 0u);
 }
 
+// The ranks and row layouts two ways of training are compared on: float32, 4 ranks, and 8-bit
+// codes with two slot dimensions.
+struct LayoutCase {
+  int ranks;
+  uint32_t quant_bits;
+  std::vector<SlotDims> dims;
+};
+std::vector<LayoutCase> LayoutCases() {
+  return {{2, 0, {}}, {4, 0, {}}, {2, 8, {{{0}, 12}, {{1}, 3}}}};
+}
+// The default optimizers on d's files in small passes (rows come from passes in flight), with
+// embeddings created on a later sight and c's layout.
+JobConfig LayoutJob(const TempDir& dir, const Data& d, const LayoutCase& c) {
+  JobConfig job = Job(dir.File("x"), /*sgd=*/false);
+  job.data.paths = d.files;
+  job.pipeline.pass_examples = 1024;
+  job.spec.table.embedx_threshold = 1.5f;
+  job.spec.model.quant.bits = c.quant_bits;
+  job.spec.model.slot_dims = c.dims;
+  return job;
+}
+
 // Owner updates (the default) and replicated updates train the same model bit for bit: a
 // holder's copy of a row is refreshed from the owner's before the holder's next minibatch uses
 // it. Checked with lazy embeddings, quantized codes, per-table dimensions and the overlapped
@@ -369,19 +391,9 @@ TEST(DistributedTrainTest, PipelinedRanksEqualSequentialRanksBitForBit) {
 TEST(DistributedTrainTest, OwnerUpdatesEqualReplicatedUpdatesBitForBit) {
   TempDir dir;
   Data d = WriteFiles(dir);
-  struct Case {
-    int ranks;
-    uint32_t quant_bits;
-    std::vector<SlotDims> dims;
-  };
-  for (const Case& c : {Case{2, 0, {}}, Case{4, 0, {}}, Case{2, 8, {{{0}, 12}, {{1}, 3}}}}) {
+  for (const LayoutCase& c : LayoutCases()) {
     SCOPED_TRACE(::testing::Message() << c.ranks << " ranks, quant " << c.quant_bits);
-    JobConfig job = Job(dir.File("x"), /*sgd=*/false);
-    job.data.paths = d.files;
-    job.pipeline.pass_examples = 1024;       // rows come from passes in flight
-    job.spec.table.embedx_threshold = 1.5f;  // embeddings created on a later sight
-    job.spec.model.quant.bits = c.quant_bits;
-    job.spec.model.slot_dims = c.dims;
+    JobConfig job = LayoutJob(dir, d, c);
     std::map<bool, std::vector<StatusOr<nlohmann::json>>> runs;
     for (bool owner : {false, true}) {
       job.dist.owner_updates = owner;
@@ -425,19 +437,9 @@ TEST(DistributedTrainTest, OwnerUpdatesEqualReplicatedUpdatesBitForBit) {
 TEST(DistributedTrainTest, GpuRanksTrainTheCpuRanksModel) {
   TempDir dir;
   Data d = WriteFiles(dir);
-  struct Case {
-    int ranks;
-    uint32_t quant_bits;
-    std::vector<SlotDims> dims;
-  };
-  for (const Case& c : {Case{2, 0, {}}, Case{4, 0, {}}, Case{2, 8, {{{0}, 12}, {{1}, 3}}}}) {
+  for (const LayoutCase& c : LayoutCases()) {
     SCOPED_TRACE(::testing::Message() << c.ranks << " ranks, quant " << c.quant_bits);
-    JobConfig job = Job(dir.File("x"), /*sgd=*/false);
-    job.data.paths = d.files;
-    job.pipeline.pass_examples = 1024;       // rows come from passes in flight
-    job.spec.table.embedx_threshold = 1.5f;  // embeddings created on a later sight
-    job.spec.model.quant.bits = c.quant_bits;
-    job.spec.model.slot_dims = c.dims;
+    JobConfig job = LayoutJob(dir, d, c);
     const std::string tag = std::to_string(c.ranks) + "q" + std::to_string(c.quant_bits);
     job.model_dir = dir.File("cpu" + tag);
     auto cpu = RunRanks(c.ranks, job);
