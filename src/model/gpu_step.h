@@ -629,7 +629,8 @@ class GpuStep {
     const HbmPlan& plan = s.plan;
     const uint32_t N = gpus_;
     const bool mine = b < plan.minibatches();
-    // Every download below waits for its queue, so the staging blocks are free again.
+    // Recycle waits for each queue, so the upload staging of the minibatch before (its dense
+    // gradient and refreshed rows) is free again: a pass's staging stays one minibatch's.
     for (uint32_t g = 0; g < N; ++g) compute_[g]->Recycle();
     if (mine) ExchangeRows(s, b);
     model_->dense_optimizer().BeginStep();
