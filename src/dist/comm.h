@@ -29,11 +29,6 @@ namespace ctrbox {
 // number: -1).
 Status NoAnswer(double timeout_seconds, int missing);
 
-// A rank's error as the job reports it: "rank R of N: ..." (unchanged on one rank, and for an
-// error that already names a rank: another rank's abort).
-class Comm;
-Status OnRank(const Comm& comm, const Status& s);
-
 class Comm {
  public:
   static constexpr int kChannels = 5;
@@ -57,6 +52,10 @@ class Comm {
   // with it (MPI: MPI_Abort ends the job). Never blocks.
   virtual void Abort(const Status& why) = 0;
 };
+
+// A rank's error as the job reports it: "rank R of N: ..." (unchanged on one rank, and for an
+// error that already names a rank: another rank's abort).
+Status OnRank(const Comm& comm, const Status& s);
 
 // N ranks as N threads of one process: rank r's endpoint is rank(r), to be driven by one
 // thread (per channel). For tests and for a job that simulates ranks on one machine.
