@@ -505,7 +505,7 @@ TEST(DistributedTrainTest, GpuRanksTrainTheCpuRanksModel) {
   job.gpu_options.emulate = true;
   job.gpu_options.gpus = 2;
   std::vector<std::string> digests;
-  for (const std::string& name : {"gpu2x2", "gpu2x2again"}) {
+  for (const char* name : {"gpu2x2", "gpu2x2again"}) {
     job.model_dir = dir.File(name);
     auto gpu = RunRanks(2, job);
     for (int r = 0; r < 2; ++r) ASSERT_TRUE(gpu[r].ok()) << gpu[r].status().ToString();
