@@ -678,12 +678,12 @@ class GpuStep {
         rank_locals_.push_back(plan.locals[o][plan.touched[o][t0 + i]]);
       }
     }
-    std::vector<uint32_t> refreshed;
+    rank_refreshed_.clear();
     uint64_t c = 0;
     RETURN_IF_ERROR(ranks->ReduceSparse(b, rank_locals_.data(), rank_records_.data(),
-                                        rank_locals_.size(), rows, &refreshed, &c));
+                                        rank_locals_.size(), rows, &rank_refreshed_, &c));
     *created += c;
-    if (!refreshed.empty()) Patch(s, *rows, refreshed);
+    if (!rank_refreshed_.empty()) Patch(s, *rows, rank_refreshed_);
     for (uint32_t g = 0; g < N; ++g) RETURN_IF_ERROR(compute_[g]->status());
     return Status::OK();
   }
@@ -1396,10 +1396,12 @@ class GpuStep {
   // owner, so that no owner's upload replaces a buffer another owner's queue still reads).
   std::vector<DeviceRows> patch_rows_;
   std::vector<Buf<uint32_t>> patch_at_;
-  // Train stage, with ranks: the dense gradient on the host, and the touched keys' records.
+  // Train stage, with ranks: the dense gradient on the host, the touched keys' records, and
+  // the local ids of the rows the owners refreshed (reused from minibatch to minibatch).
   std::vector<float> rank_dense_;
   std::vector<uint32_t> rank_locals_;
   std::vector<float> rank_records_;
+  std::vector<uint32_t> rank_refreshed_;
 };
 
 // A GpuTrainer running a GpuStep on Exec; the backend constructs step_ over its executors.
