@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "model/blas.h"
+#include "util/blas.h"
 #include "util/sys.h"
 
 namespace ctrbox::bench {

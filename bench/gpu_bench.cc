@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "model/gpu_trainer.h"
+#include "gpu/trainer.h"
 #include "util/parse.h"
 
 #if defined(CTRBOX_WITH_CUDA)
-#include "model/cuda_backend.h"
+#include "gpu/cuda_backend.h"
 #endif
 
 int main(int argc, char** argv) {

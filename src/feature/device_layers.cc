@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "feature/device_layers_impl.h"
+#include "gpu/exec.h"
 
 namespace ctrbox {
 
@@ -80,45 +81,9 @@ FixedOp MakeFixedOp(const FeaturePlan& plan, const OpNode& op, int op_id,
   return f;
 }
 
-namespace {
-
-// One GPU emulated in host memory: buffers are vectors, a launch runs on the calling thread.
-class EmulatedExec {
- public:
-  template <class T>
-  class Buffer {
-   public:
-    T* data() { return v_.data(); }
-
-   private:
-    friend class EmulatedExec;
-    std::vector<T> v_;
-  };
-  template <class T>
-  void Reserve(Buffer<T>* b, size_t n) {
-    if (b->v_.size() < n) b->v_.resize(n);
-  }
-  template <class T>
-  void Upload(Buffer<T>* b, const T* src, size_t n) {
-    Reserve(b, n);
-    if (n > 0) std::memcpy(static_cast<void*>(b->v_.data()), src, n * sizeof(T));
-  }
-  template <class T>
-  void Download(T* dst, const T* src, size_t n) {
-    if (n > 0) std::memcpy(static_cast<void*>(dst), src, n * sizeof(T));
-  }
-  template <class F>
-  void ForEach(size_t n, F f) {
-    for (size_t i = 0; i < n; ++i) f(i);
-  }
-  Status status() const { return Status::OK(); }
-};
-
-}  // namespace
-
 std::unique_ptr<DeviceLayers> NewEmulatedDeviceLayers(bool fused) {
-  return std::make_unique<ExecDeviceLayers<EmulatedExec>>(std::make_unique<EmulatedExec>(), fused,
-                                                          "emulated GPU");
+  return std::make_unique<ExecDeviceLayers<HostExec>>(std::make_unique<HostExec>(), fused,
+                                                      "emulated GPU");
 }
 
 #ifndef CTRBOX_WITH_CUDA

@@ -1,12 +1,5 @@
-// DeviceLayers written once against an executor (internal to src/feature; included by
-// device_layers.cc for the host emulation and by cuda_layers.cu for CUDA). An executor has:
-//
-//   Buffer<T>              device memory: data()
-//   Reserve(&buf, n)       buf holds >= n elements
-//   Upload(&buf, src, n)   Reserve, then copy n host elements in
-//   Download(dst, src, n)  copy n elements out; returns when they are there
-//   ForEach(n, f)          f(i) for every i in [0, n), concurrently (one kernel launch)
-//   status()               the first error of any call
+// DeviceLayers written once against an executor (gpu/exec.h: HostExec for the host emulation
+// in device_layers.cc, CudaExec in cuda_layers.cu). Internal to src/feature.
 #ifndef CTRBOX_FEATURE_DEVICE_LAYERS_IMPL_H_
 #define CTRBOX_FEATURE_DEVICE_LAYERS_IMPL_H_
 
@@ -14,12 +7,7 @@
 #include <vector>
 
 #include "feature/device_layers.h"
-
-#ifdef __CUDACC__
-#define CTRBOX_FEATURE_KERNEL __device__
-#else
-#define CTRBOX_FEATURE_KERNEL
-#endif
+#include "util/hd.h"
 
 namespace ctrbox {
 
@@ -42,6 +30,7 @@ class ExecDeviceLayers final : public DeviceLayers {
   Status RunLayer(const FeaturePlan& plan, const std::vector<int>& ops,
                   ColumnTable* table) override {
     if (ops.empty() || rows_ == 0) return exec_->status();
+    exec_->Recycle();  // the last layer's uploads are done: their staging is free
     if (cols_.size() < plan.columns.size()) cols_.resize(plan.columns.size());
     // The layer's operators flattened, their constants, and their columns on the device.
     std::vector<FixedOp> flat;
@@ -83,7 +72,7 @@ class ExecDeviceLayers final : public DeviceLayers {
     const uint32_t n_ops = static_cast<uint32_t>(flat.size());
     if (fused_) {
       // The meta-kernel: each row runs every operator of the layer.
-      exec_->ForEach(rows_, [=] CTRBOX_FEATURE_KERNEL(size_t i) {
+      exec_->ForEach(rows_, [=] CTRBOX_HD(size_t i) {
         const uint32_t r = static_cast<uint32_t>(i);
         for (uint32_t k = 0; k < n_ops; ++k) {
           const FixedOp& op = o[k];
@@ -93,7 +82,7 @@ class ExecDeviceLayers final : public DeviceLayers {
       ++launches_;
     } else {
       for (uint32_t k = 0; k < n_ops; ++k) {
-        exec_->ForEach(rows_, [=] CTRBOX_FEATURE_KERNEL(size_t i) {
+        exec_->ForEach(rows_, [=] CTRBOX_HD(size_t i) {
           const FixedOp& op = o[k];
           FixedRow(op, v[op.in], cl[op.in], v[op.out], cl[op.out], err, c,
                    static_cast<uint32_t>(i));
@@ -109,7 +98,9 @@ class ExecDeviceLayers final : public DeviceLayers {
       exec_->Download(static_cast<int64_t*>(table->cols[out].cells), d.cells.data(), rows_);
     }
     exec_->Download(table->errors.data(), errors_.data(), rows_);
-    return exec_->status();
+    const Status s = exec_->status();
+    if (!s.ok()) return Status(s.code(), "features on the GPU: " + s.message());
+    return s;
   }
 
   uint64_t launches() const override { return launches_; }

@@ -7,8 +7,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "model/blas.h"
-#include "model/host_exec.h"
+#include "gpu/exec.h"
+#include "util/blas.h"
 #include "util/hash.h"
 #include "util/random.h"
 

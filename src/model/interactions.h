@@ -1,7 +1,7 @@
 // The feature interactions a CTR model composes with its MLP and wide part (docs/model.md,
 // "Architectures"): DeepFM's second-order term, DCN-v2's cross layers and DLRM's pairwise dot
 // products. Written once as CTRBOX_HD functions over one row (or one element), so that the CPU
-// model (model/ctr_model.cc) and the GPU step (model/gpu_step.h) run the same arithmetic in
+// model (model/ctr_model.cc) and the GPU step (gpu/step.h) run the same arithmetic in
 // the same order: the GPU emulation is bit-identical to the CPU model.
 //
 // With S slots of pooled embeddings e_s (dim d each) at columns [D, D + S*d) of the input

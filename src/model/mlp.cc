@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "model/blas.h"
+#include "util/blas.h"
 #include "util/random.h"
 
 namespace ctrbox {

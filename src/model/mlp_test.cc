@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "model/blas.h"
+#include "util/blas.h"
 #include "util/random.h"
 
 namespace ctrbox {

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "gpu/trainer.h"
 #include "model/ctr_model.h"
-#include "model/gpu_trainer.h"
 #include "table/cache_slot.h"
 #include "util/parse.h"
 

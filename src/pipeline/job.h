@@ -12,9 +12,9 @@
 #include "ckpt/model_spec.h"
 #include "feature/extractor.h"
 #include "feature/graph.h"
+#include "gpu/options.h"
 #include "io/reader.h"
 #include "io/synth.h"
-#include "model/gpu_options.h"
 #include "pipeline/pass_reader.h"
 #include "table/tiered_table.h"
 
@@ -110,7 +110,7 @@ struct JobConfig {
   bool fresh = false;      // train: ignore a model already in model_dir (and old checkpoints)
   CheckpointOptions ckpt;  // checkpoints of the train job (ckpt.dir empty: none)
   bool resume = false;     // train: continue from the newest checkpoint in ckpt.dir
-  bool gpu = false;        // device: gpu — the train stage on GPUs (model/gpu_trainer.h)
+  bool gpu = false;        // device: gpu — the train stage on GPUs (gpu/trainer.h)
   GpuOptions gpu_options;
   // Set: data.segments is this plan's (one pass over them: the epochs are in the segments).
   std::optional<StreamPlan> stream_plan;

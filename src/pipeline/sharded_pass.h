@@ -33,10 +33,10 @@
 
 #include "dist/comm.h"
 #include "dist/key_routes.h"
+#include "gpu/trainer.h"
 #include "io/reader.h"
 #include "metrics/metrics.h"
 #include "model/ctr_model.h"
-#include "model/gpu_trainer.h"
 #include "table/sparse_table.h"
 #include "util/env.h"
 #include "working/working_set.h"
@@ -83,7 +83,7 @@ Status PullSharded(Comm* comm, SparseTable* shard, const CtrAccessor* accessor,
 Status PatchHolders(Comm* comm, ShardedPass* sp, std::vector<uint32_t> patched, RowBlock* rows,
                     const WorkingSet& ws, std::vector<uint32_t>* received = nullptr);
 
-// The ranks as the GPU step meets them (device: gpu; model/gpu_trainer.h RankExchange): the
+// The ranks as the GPU step meets them (device: gpu; gpu/trainer.h RankExchange): the
 // owner-update half of TrainShardedMinibatch — dense gradients summed over the ranks, each
 // key's records reduced to its owner and applied to its served row, the changed rows of this
 // rank's next minibatch refreshed into `rows` — for the pass `ws` whose pull filled *sp.

@@ -97,7 +97,8 @@ Status PassStages::Pull(Pass* pass, ThreadPool* pool) {
     pass->registry = &in_flight_;
     pass->Gauge();
     if (ctx_.gpu != nullptr) {  // this rank's copies of the pass's rows, as on one box
-      RETURN_IF_ERROR(ctx_.gpu->Stage(pass->index, pass->examples, pass->ws, pass->table->rows()));
+      RETURN_IF_ERROR(
+          ctx_.gpu->Stage(pass->index, pass->examples, pass->ws, pass->table->rows(), pool));
     }
     pass->clock[StageId::kPull].busy = clock.Seconds();
     return Status::OK();
@@ -115,7 +116,8 @@ Status PassStages::Pull(Pass* pass, ThreadPool* pool) {
   pass->Gauge();  // with its rows
   // The rows as pulled go to the GPUs now (copy streams), while an earlier pass trains.
   if (ctx_.gpu != nullptr) {
-    RETURN_IF_ERROR(ctx_.gpu->Stage(pass->index, pass->examples, pass->ws, pass->table->rows()));
+    RETURN_IF_ERROR(
+        ctx_.gpu->Stage(pass->index, pass->examples, pass->ws, pass->table->rows(), pool));
   }
   pass->clock[StageId::kPull].busy = clock.Seconds();
   return Status::OK();
@@ -212,7 +214,7 @@ Status PassStages::TrainOnGpu(Pass* pass, const std::vector<uint32_t>& patched,
   pass_predictions_.resize(ex.rows());
   uint64_t created = 0;
   RETURN_IF_ERROR(ctx_.gpu->Train(pass->index, ex, pass->ws, patched, &pass->table->rows(),
-                                  pass_predictions_.data(), &created, ranks));
+                                  pass_predictions_.data(), &created, ranks, ctx_.train_pool));
   pass->embeddings_created += created;
   for (size_t r = 0; r < ex.rows(); ++r) {
     metrics->Add(ex.labels[r], pass_predictions_[r]);

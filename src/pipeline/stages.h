@@ -17,9 +17,9 @@
 
 #include "ckpt/checkpoint.h"
 #include "dist/comm.h"
+#include "gpu/trainer.h"
 #include "metrics/metrics.h"
 #include "model/ctr_model.h"
-#include "model/gpu_trainer.h"
 #include "pipeline/in_flight.h"
 #include "pipeline/job.h"
 #include "pipeline/pass.h"

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 
-#include "model/blas.h"
 #include "pipeline/data.h"
+#include "util/blas.h"
 #include "util/logging.h"
 
 namespace ctrbox {

@@ -6,9 +6,9 @@
 
 #include "ckpt/model_dir.h"
 #include "io/reader.h"
-#include "model/blas.h"
 #include "pipeline/data.h"
 #include "table/tiered_table.h"
+#include "util/blas.h"
 #include "util/logging.h"
 
 namespace ctrbox {

@@ -10,7 +10,7 @@
 #include "ckpt/model_files.h"
 #include "ckpt/ranks_checkpoint.h"
 #include "dist/collectives.h"
-#include "model/gpu_trainer.h"
+#include "gpu/trainer.h"
 #include "pipeline/data.h"
 #include "pipeline/evaluator.h"
 #include "pipeline/file_reshard.h"
@@ -113,7 +113,7 @@ StatusOr<nlohmann::json> RunPasses(Env* env, const JobConfig& job, PassReader* r
   std::unique_ptr<GpuTrainer> gpu;
   if (job.gpu) {
     GpuOptions go = job.gpu_options;
-    go.slots = job.pipeline.queue_depth + 2;  // passes between the pull and the train stage
+    go.staged_passes = job.pipeline.queue_depth + 2;  // passes between the pull and the train stage
     if (comm != nullptr) go.first_device = LocalRank(*comm) * go.gpus;
     ASSIGN_OR_RETURN(gpu, GpuTrainer::Create(start->model.get(), accessor, go, pool));
     LOG_INFO("train stage on the GPU: {}", gpu->Describe());

@@ -12,9 +12,11 @@
 #ifndef CTRBOX_UTIL_THREAD_POOL_H_
 #define CTRBOX_UTIL_THREAD_POOL_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -69,6 +71,34 @@ inline void RunParallel(ThreadPool* pool, size_t num_tasks, const ThreadPool::Ta
   } else {
     for (size_t t = 0; t < num_tasks; ++t) fn(t, 0);
   }
+}
+
+// Runs f(i) for every i in [0, n) on `pool` (null: the calling thread), in chunks of `chunk`
+// indices: a loop over many small items. f must not depend on which thread runs it.
+template <class F>
+void RunParallelRange(ThreadPool* pool, size_t n, F&& f, size_t chunk = 4096) {
+  if (pool == nullptr || pool->num_threads() == 1 || n <= chunk) {
+    for (size_t i = 0; i < n; ++i) f(i);
+    return;
+  }
+  pool->ParallelFor((n + chunk - 1) / chunk, [&](size_t c, int) {
+    const size_t end = std::min(n, (c + 1) * chunk);
+    for (size_t i = c * chunk; i < end; ++i) f(i);
+  });
+}
+
+// memcpy of `bytes` on `pool` (null: the calling thread), in chunks of 1 MiB.
+inline void ParallelCopy(ThreadPool* pool, void* dst, const void* src, size_t bytes) {
+  constexpr size_t kChunk = size_t{1} << 20;
+  if (pool == nullptr || pool->num_threads() == 1 || bytes <= 2 * kChunk) {
+    if (bytes > 0) std::memcpy(dst, src, bytes);
+    return;
+  }
+  pool->ParallelFor((bytes + kChunk - 1) / kChunk, [&](size_t c, int) {
+    const size_t at = c * kChunk;
+    std::memcpy(static_cast<char*>(dst) + at, static_cast<const char*>(src) + at,
+                std::min(kChunk, bytes - at));
+  });
 }
 
 }  // namespace ctrbox

@@ -2,16 +2,16 @@
 // feature key to the key's row in a GPU's part of the pass's working parameters, with the
 // insert / get / accumulate operations its kernels run (docs/gpu.md).
 //
-// Layout: `capacity` (a power of two, at most half full) slots of a 64-bit key and a 32-bit
-// row; linear probing from Mix64(key). Slot keys start as kEmptyKey; an insert claims a slot
-// with one compare-and-swap, so any number of threads insert concurrently. A real key equal
+// Layout: `capacity` (a power of two, at most half full) buckets of a 64-bit key and a 32-bit
+// row; linear probing from Mix64(key). Bucket keys start as kEmptyKey; an insert claims a
+// bucket with one compare-and-swap, so any number of threads insert concurrently. A real key equal
 // to kEmptyKey is not dropped: its row lives in a separate cell (`special`). Keys are
 // partitioned across GPUs by key mod #GPU (HPS Algorithm 2): OwnerOf.
 //
 // The functions are CTRBOX_HD: the CUDA backend runs them in kernels, the host emulation
 // (and the tests) on CPU threads with the same atomics (util/hd.h).
-#ifndef CTRBOX_WORKING_HBM_TABLE_H_
-#define CTRBOX_WORKING_HBM_TABLE_H_
+#ifndef CTRBOX_GPU_HBM_INDEX_H_
+#define CTRBOX_GPU_HBM_INDEX_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -29,7 +29,7 @@ CTRBOX_HD inline uint32_t OwnerOf(uint64_t key, uint32_t n) {
   return static_cast<uint32_t>(key % n);
 }
 
-// Slots for n keys: a power of two holding them at load factor <= 1/2 (at least 16).
+// Buckets for n keys: a power of two holding them at load factor <= 1/2 (at least 16).
 inline size_t HbmCapacity(size_t n) {
   size_t cap = 16;
   while (cap < 2 * n) cap <<= 1;
@@ -38,8 +38,8 @@ inline size_t HbmCapacity(size_t n) {
 
 // A view of one table's arrays (device or host memory); copied into kernels by value.
 struct HbmIndex {
-  uint64_t* keys = nullptr;     // capacity slots, kEmptyKey when free
-  uint32_t* rows = nullptr;     // capacity slots
+  uint64_t* keys = nullptr;     // capacity buckets, kEmptyKey when free
+  uint32_t* rows = nullptr;     // capacity buckets
   uint32_t* special = nullptr;  // the row of the key kEmptyKey, kNoRow if absent
   uint64_t mask = 0;            // capacity - 1
 
@@ -90,4 +90,4 @@ struct HbmIndex {
 
 }  // namespace ctrbox
 
-#endif  // CTRBOX_WORKING_HBM_TABLE_H_
+#endif  // CTRBOX_GPU_HBM_INDEX_H_

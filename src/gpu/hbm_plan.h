@@ -15,13 +15,14 @@
 //     each row it owns once per minibatch.
 // With N = 1 every sum runs in the order of the CPU model's, so lookups, pooling and the
 // sparse gradients are bit-identical to it (given the same dense gradients).
-#ifndef CTRBOX_WORKING_HBM_PLAN_H_
-#define CTRBOX_WORKING_HBM_PLAN_H_
+#ifndef CTRBOX_GPU_HBM_PLAN_H_
+#define CTRBOX_GPU_HBM_PLAN_H_
 
 #include <cstdint>
 #include <vector>
 
 #include "io/batch.h"
+#include "util/thread_pool.h"
 #include "working/working_set.h"
 
 namespace ctrbox {
@@ -63,9 +64,12 @@ struct HbmPlan {
   size_t minibatches() const { return gpus == 0 ? 0 : slices.size() / gpus; }
 };
 
-// Plans `pass` (its working set ws) over `gpus` GPUs. REQUIRES: gpus >= 1.
-void BuildHbmPlan(const Batch& pass, const WorkingSet& ws, uint32_t gpus, HbmPlan* out);
+// Plans `pass` (its working set ws) over `gpus` GPUs, on `pool` (may be null): minibatches
+// are planned in parallel, each alone, so the plan is the same whatever the thread count.
+// REQUIRES: gpus >= 1.
+void BuildHbmPlan(const Batch& pass, const WorkingSet& ws, uint32_t gpus, ThreadPool* pool,
+                  HbmPlan* out);
 
 }  // namespace ctrbox
 
-#endif  // CTRBOX_WORKING_HBM_PLAN_H_
+#endif  // CTRBOX_GPU_HBM_PLAN_H_

@@ -1,6 +1,6 @@
 // Options of the GPU backend (`device: gpu`, gpu.* in docs/config.md).
-#ifndef CTRBOX_MODEL_GPU_OPTIONS_H_
-#define CTRBOX_MODEL_GPU_OPTIONS_H_
+#ifndef CTRBOX_GPU_OPTIONS_H_
+#define CTRBOX_GPU_OPTIONS_H_
 
 #include <cstdint>
 #include <string_view>
@@ -28,7 +28,7 @@ struct GpuOptions {
   // Run the GPU backend's step on host threads instead (no GPU needed; slow; for tests and
   // debugging on machines without one).
   bool emulate = false;
-  uint32_t slots = 3;  // passes staged at once (the pipeline's queue depth + 2)
+  uint32_t staged_passes = 3;  // passes staged at once (the pipeline's queue depth + 2)
   // Logical GPU g runs on device (first_device + g) mod the devices: a job of several ranks
   // on one machine sets it to the rank's place on the machine times gpus, so that the ranks
   // take different devices while there are enough.
@@ -42,4 +42,4 @@ struct GpuOptions {
 
 }  // namespace ctrbox
 
-#endif  // CTRBOX_MODEL_GPU_OPTIONS_H_
+#endif  // CTRBOX_GPU_OPTIONS_H_

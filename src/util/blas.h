@@ -2,8 +2,8 @@
 //
 // ctrbox parallelises across GEMM calls on fixed tiles (so results do not depend on the
 // thread count) and runs each call single-threaded.
-#ifndef CTRBOX_MODEL_BLAS_H_
-#define CTRBOX_MODEL_BLAS_H_
+#ifndef CTRBOX_UTIL_BLAS_H_
+#define CTRBOX_UTIL_BLAS_H_
 
 #include <string>
 
@@ -38,4 +38,4 @@ std::string SlowCoreWarning();
 
 }  // namespace ctrbox::blas
 
-#endif  // CTRBOX_MODEL_BLAS_H_
+#endif  // CTRBOX_UTIL_BLAS_H_

@@ -1,4 +1,4 @@
-#include "model/blas.h"
+#include "util/blas.h"
 
 #include <cblas.h>
 

@@ -1,13 +1,13 @@
-// The CUDA backend behind GpuTrainer (model/gpu_trainer.h); only built with CTRBOX_CUDA.
-#ifndef CTRBOX_MODEL_CUDA_BACKEND_H_
-#define CTRBOX_MODEL_CUDA_BACKEND_H_
+// The CUDA backend behind GpuTrainer (gpu/trainer.h); only built with CTRBOX_CUDA.
+#ifndef CTRBOX_GPU_CUDA_BACKEND_H_
+#define CTRBOX_GPU_CUDA_BACKEND_H_
 
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "model/gpu_trainer.h"
+#include "gpu/trainer.h"
 
 namespace ctrbox {
 
@@ -19,7 +19,7 @@ int CudaDevices(std::string* why);
 // totalGlobalMem of `device` (0 with the reason in *why).
 uint64_t CudaTotalMemory(int device, std::string* why);
 
-// The device hash index (working/hbm_table.h) on GPU 0, for tests: inserts keys[i] with row i
+// The device hash index (gpu/hbm_index.h) on GPU 0, for tests: inserts keys[i] with row i
 // from concurrent threads, then for every probe finds its row (kNoRow if absent) and
 // accumulates 1 into that row of a one-float-per-row accumulator.
 Status CudaIndexCheck(const std::vector<uint64_t>& keys, const std::vector<uint64_t>& probes,
@@ -41,4 +41,4 @@ StatusOr<IndexBench> CudaIndexBenchmark(size_t keys, size_t probes, uint32_t dim
 
 }  // namespace ctrbox
 
-#endif  // CTRBOX_MODEL_CUDA_BACKEND_H_
+#endif  // CTRBOX_GPU_CUDA_BACKEND_H_

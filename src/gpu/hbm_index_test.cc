@@ -1,7 +1,7 @@
 // The HBM working table's index and pass plan against host references. The index functions
 // run here on CPU threads with the same atomics the kernels use; the CUDA backend's own test
-// (model/gpu_trainer_test.cc) compares the device table against these on a GPU.
-#include "working/hbm_table.h"
+// (gpu/trainer_test.cc) compares the device table against these on a GPU.
+#include "gpu/hbm_index.h"
 
 #include <gtest/gtest.h>
 
@@ -10,10 +10,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "gpu/hbm_plan.h"
 #include "io/test_util.h"
 #include "util/random.h"
 #include "util/thread_pool.h"
-#include "working/hbm_plan.h"
 
 namespace ctrbox {
 namespace {
@@ -77,12 +77,50 @@ TEST(HbmIndexTest, ConcurrentInsertsThenGetAndAccumulateMatchAMap) {
 }
 
 TEST(HbmIndexTest, FillsToCapacityWithoutLosingKeys) {
-  HostIndex t(8);  // 16 slots
+  HostIndex t(8);  // 16 buckets
   HbmIndex idx = t.view();
   for (uint64_t k = 0; k < 16; ++k) ASSERT_TRUE(idx.Insert(k * 16, static_cast<uint32_t>(k)));
   EXPECT_FALSE(idx.Insert(999, 16));  // full: refused, not looping
   for (uint64_t k = 0; k < 16; ++k) EXPECT_EQ(idx.Find(k * 16), k);
   EXPECT_EQ(idx.Find(999), kNoRow);
+}
+
+bool SamePlan(const HbmPlan& a, const HbmPlan& b) {
+  if (a.slices.size() != b.slices.size()) return false;
+  for (size_t i = 0; i < a.slices.size(); ++i) {
+    const HbmSlice &x = a.slices[i], &y = b.slices[i];
+    if (x.row_begin != y.row_begin || x.row_end != y.row_end || x.occ_begin != y.occ_begin ||
+        x.occ_end != y.occ_end || x.uniq_begin != y.uniq_begin || x.seg != y.seg) {
+      return false;
+    }
+  }
+  return a.gpus == b.gpus && a.row_of == b.row_of && a.locals == b.locals &&
+         a.fetch_pos == b.fetch_pos && a.uniq_local == b.uniq_local &&
+         a.uniq_occ_begin == b.uniq_occ_begin && a.uniq_occ == b.uniq_occ &&
+         a.touched == b.touched && a.touched_begin == b.touched_begin;
+}
+
+// The plan built on a pool (minibatches planned apart, then joined) equals the one-thread
+// plan, for every thread count; and building into a used plan leaves nothing of the old one.
+TEST(HbmPlanTest, APlanBuiltOnAPoolEqualsTheOneThreadPlan) {
+  Batch pass = testing::RandomBatch(Schema{5, 2}, 3000, 9, /*multi_hot=*/true, /*weights=*/false);
+  WorkingSet ws;
+  BuildWorkingSet(pass, 100, nullptr, &ws);
+  Batch small = testing::RandomBatch(Schema{5, 2}, 300, 10, /*multi_hot=*/true, false);
+  WorkingSet small_ws;
+  BuildWorkingSet(small, 64, nullptr, &small_ws);
+  for (uint32_t gpus : {1u, 2u, 3u}) {
+    HbmPlan serial;
+    BuildHbmPlan(pass, ws, gpus, nullptr, &serial);
+    for (int threads : {1, 2, 3, 5}) {
+      SCOPED_TRACE(::testing::Message() << gpus << " GPUs, " << threads << " threads");
+      ThreadPool pool(threads);
+      HbmPlan plan;
+      BuildHbmPlan(small, small_ws, gpus, &pool, &plan);  // then reused
+      BuildHbmPlan(pass, ws, gpus, &pool, &plan);
+      EXPECT_TRUE(SamePlan(serial, plan));
+    }
+  }
 }
 
 TEST(HbmPlanTest, PartitionsSlicesAndExchangeListsMatchAReference) {
@@ -92,7 +130,7 @@ TEST(HbmPlanTest, PartitionsSlicesAndExchangeListsMatchAReference) {
   for (uint32_t gpus : {1u, 2u, 3u, 8u}) {
     SCOPED_TRACE(gpus);
     HbmPlan plan;
-    BuildHbmPlan(pass, ws, gpus, &plan);
+    BuildHbmPlan(pass, ws, gpus, nullptr, &plan);
     // Rows: each key on its owner, owners' rows in ascending local id.
     ASSERT_EQ(plan.locals.size(), gpus);
     size_t total = 0;

@@ -3,24 +3,25 @@
 // the MLP runs on cuBLAS with dense parameters replicated per GPU, and the CPU tiers feed it
 // through the pipeline: Stage in the pull stage, Train in the train stage.
 //
-// Two implementations of one step (model/gpu_step.h): CUDA (built when nvcc is found), and
+// Two implementations of one step (gpu/step.h): CUDA (built when nvcc is found), and
 // a host emulation that runs the same kernel bodies on CPU threads (gpu.emulate), which the
 // tests use on machines without a GPU. The host CtrModel stays the source of truth between
 // passes: Train writes the trained dense state back into it, so checkpoints, export and
 // evaluation are unchanged.
 //
 // Thread safety: Stage and Train may run concurrently on two threads for different passes.
-#ifndef CTRBOX_MODEL_GPU_TRAINER_H_
-#define CTRBOX_MODEL_GPU_TRAINER_H_
+#ifndef CTRBOX_GPU_TRAINER_H_
+#define CTRBOX_GPU_TRAINER_H_
 
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "gpu/exec.h"
+#include "gpu/options.h"
 #include "io/batch.h"
 #include "model/ctr_model.h"
-#include "model/gpu_options.h"
 #include "table/accessor.h"
 #include "table/value.h"
 #include "util/status.h"
@@ -54,6 +55,24 @@ class RankExchange {
                               uint64_t* created) = 0;
 };
 
+// What the train stage's side of a GpuTrainer did (cumulative; GpuTrainer::Stats).
+struct GpuStepStats {
+  uint64_t passes = 0, minibatches = 0;
+  // The compute queues' calls (gpu/exec.h: kernel launches, copies, host synchronizations),
+  // constructor and Train together, as the executor counts them (the host emulation counts
+  // the same calls a GPU would see).
+  ExecCounters train;
+  // GPU 0's queue time per phase of a minibatch, from timing marks on its queue (CUDA events;
+  // in the emulation, host time): rows gathered and exchanged; inputs, MLP forward and loss;
+  // backward and weight gradients; dense all-reduce and optimizer step; per-key gradients,
+  // their reduction at the owners and the row updates.
+  double exchange_seconds = 0, forward_seconds = 0, backward_seconds = 0, dense_seconds = 0,
+         sparse_seconds = 0;
+  double gpu_seconds() const {
+    return exchange_seconds + forward_seconds + backward_seconds + dense_seconds + sparse_seconds;
+  }
+};
+
 class GpuTrainer {
  public:
   // The CUDA backend, or the host emulation when options.emulate (pool: its threads, may be
@@ -62,14 +81,17 @@ class GpuTrainer {
                                                       const GpuOptions& options, ThreadPool* pool);
   virtual ~GpuTrainer() = default;
 
-  // Uploads pass `pass_index` (its rows as pulled) to the GPUs.
+  // Uploads pass `pass_index` (its rows as pulled) to the GPUs; the host's share of the work
+  // (the plan, row gathers, staging copies) on `pool` (may be null).
   virtual Status Stage(uint64_t pass_index, const Batch& pass, const WorkingSet& ws,
-                       const RowBlock& rows) = 0;
+                       const RowBlock& rows, ThreadPool* pool) = 0;
   // Trains the staged pass; see GpuStep::Train. ranks: the other ranks of a distributed job
-  // (null on one box).
+  // (null on one box). Host work (row patches, the rows back) on `pool` (may be null).
   virtual Status Train(uint64_t pass_index, const Batch& pass, const WorkingSet& ws,
                        const std::vector<uint32_t>& patched, RowBlock* rows, float* predictions,
-                       uint64_t* created, RankExchange* ranks) = 0;
+                       uint64_t* created, RankExchange* ranks, ThreadPool* pool) = 0;
+  // What the train stage's side did so far; on the train stage's thread, or between runs.
+  virtual GpuStepStats Stats() const = 0;
   // Bytes of GPU memory the staged passes' buffers reached (their high-water mark, over all
   // GPUs); call between passes.
   virtual uint64_t StagedBytes() const = 0;
@@ -101,4 +123,4 @@ Status ResolveGpuPassMemory(GpuOptions* options);
 
 }  // namespace ctrbox
 
-#endif  // CTRBOX_MODEL_GPU_TRAINER_H_
+#endif  // CTRBOX_GPU_TRAINER_H_

@@ -3,7 +3,7 @@
 // model bit for bit with one GPU, and stay within a float tolerance with several GPUs or
 // atomic scatter. On a machine with a GPU: the CUDA backend against the CPU model and the
 // device hash index against a host map; without one these tests skip, saying why.
-#include "model/gpu_trainer.h"
+#include "gpu/trainer.h"
 
 #include <gtest/gtest.h>
 
@@ -12,12 +12,12 @@
 #include <string>
 #include <unordered_map>
 
+#include "gpu/hbm_index.h"
 #include "io/test_util.h"
 #include "util/random.h"
-#include "working/hbm_table.h"
 
 #if defined(CTRBOX_WITH_CUDA)
-#include "model/cuda_backend.h"
+#include "gpu/cuda_backend.h"
 #endif
 
 namespace ctrbox {
@@ -74,13 +74,13 @@ struct Trained {
 
   Status TrainOnGpu(const GpuOptions& o, int epochs, uint64_t* created = nullptr,
                     uint64_t* staged = nullptr) {
-    ThreadPool pool(3);
+    ThreadPool pool(3), stage_pool(2);  // the train and pull stages' pools
     ASSIGN_OR_RETURN(std::unique_ptr<GpuTrainer> gpu,
                      GpuTrainer::Create(&model, accessor, o, &pool));
     for (int e = 0; e < epochs; ++e) {
-      RETURN_IF_ERROR(gpu->Stage(e, pass, ws, rows));
+      RETURN_IF_ERROR(gpu->Stage(e, pass, ws, rows, &stage_pool));
       uint64_t c = 0;
-      RETURN_IF_ERROR(gpu->Train(e, pass, ws, {}, &rows, predictions.data(), &c, nullptr));
+      RETURN_IF_ERROR(gpu->Train(e, pass, ws, {}, &rows, predictions.data(), &c, nullptr, &pool));
       if (created != nullptr) *created += c;
     }
     if (staged != nullptr) *staged = gpu->StagedBytes();
@@ -344,7 +344,7 @@ TEST(GpuEmulationTest, RowsChangedAfterStagingAreTrainedFromTheirNewValues) {
   ThreadPool pool(2);
   auto trainer = GpuTrainer::Create(&gpu.model, gpu.accessor, o, &pool);
   ASSERT_TRUE(trainer.ok());
-  ASSERT_TRUE((*trainer)->Stage(0, gpu.pass, gpu.ws, gpu.rows).ok());
+  ASSERT_TRUE((*trainer)->Stage(0, gpu.pass, gpu.ws, gpu.rows, nullptr).ok());
   // After staging, a pass in flight hands over newer values of some rows (the pipeline's
   // patch): the GPU must train from those.
   std::vector<uint32_t> patched;
@@ -361,12 +361,12 @@ TEST(GpuEmulationTest, RowsChangedAfterStagingAreTrainedFromTheirNewValues) {
   uint64_t created = 0;
   ASSERT_TRUE((*trainer)
                   ->Train(0, gpu.pass, gpu.ws, patched, &gpu.rows, gpu.predictions.data(), &created,
-                          nullptr)
+                          nullptr, &pool)
                   .ok());
   ExpectClose(cpu, gpu, 2e-4, "patched rows");
   // Training a pass that was not staged is an error, not a crash.
   Status st = (*trainer)->Train(7, gpu.pass, gpu.ws, {}, &gpu.rows, gpu.predictions.data(),
-                                &created, nullptr);
+                                &created, nullptr, nullptr);
   EXPECT_FALSE(st.ok());
 }
 

@@ -1,0 +1,174 @@
+// The GPU step's buffers (gpu/step.h): what a staged pass holds on each GPU, and each GPU's
+// replica of the dense model with its minibatch buffers. Device buffers are Exec's
+// (gpu/exec.h); every one is sized by Reserve before use and only grows.
+#ifndef CTRBOX_GPU_STEP_BUFFERS_H_
+#define CTRBOX_GPU_STEP_BUFFERS_H_
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "gpu/hbm_index.h"
+#include "gpu/hbm_plan.h"
+#include "table/value.h"
+#include "util/thread_pool.h"
+
+namespace ctrbox {
+
+// An MLP layer's place in the dense parameters.
+struct GpuLayer {
+  uint32_t in = 0, out = 0;
+  size_t w = 0, b = 0;  // offsets of the weights [in x out] and the bias [out]
+};
+
+// A pass's rows of one owner, field by field (RowBlock's structure of arrays), on its GPU.
+template <class Exec>
+struct GpuDeviceRows {
+  template <class T>
+  using Buf = typename Exec::template Buffer<T>;
+  Buf<float> show, click, wide, wide_state, emb, emb_state;
+  Buf<uint16_t> unseen, flags;
+};
+
+// The same rows on the host: gathered from a RowBlock for an upload, or downloaded and
+// scattered back.
+struct HostRows {
+  HostRows(const ValueLayout& L, size_t n)
+      : layout(L),
+        n(n),
+        show(n),
+        click(n),
+        wide(n),
+        wide_state(n * L.wide_state),
+        emb(n * L.dim),
+        emb_state(n * L.emb_state),
+        unseen(n),
+        flags(n) {}
+  // Row i from local id locals[i] of r, on `pool` (may be null).
+  void Gather(const RowBlock& r, const std::vector<uint32_t>& locals, ThreadPool* pool) {
+    RunParallelRange(pool, locals.size(), [&](size_t i) { Get(r, locals[i], i); });
+  }
+  void Get(const RowBlock& r, uint32_t l, size_t i) {
+    show[i] = r.show(l);
+    click[i] = r.click(l);
+    wide[i] = r.wide(l);
+    unseen[i] = r.unseen(l);
+    flags[i] = r.flags(l);
+    std::copy_n(r.wide_state(l), layout.wide_state, wide_state.data() + i * layout.wide_state);
+    std::copy_n(r.emb(l), layout.dim, emb.data() + i * layout.dim);
+    std::copy_n(r.emb_state(l), layout.emb_state, emb_state.data() + i * layout.emb_state);
+  }
+  // Row i to local id locals[i] of r, on `pool` (may be null).
+  void Scatter(const std::vector<uint32_t>& locals, RowBlock* r, ThreadPool* pool) const {
+    RunParallelRange(pool, locals.size(), [&](size_t i) {
+      const uint32_t l = locals[i];
+      r->show(l) = show[i];
+      r->click(l) = click[i];
+      r->wide(l) = wide[i];
+      r->unseen(l) = unseen[i];
+      r->flags(l) = flags[i];
+      std::copy_n(wide_state.data() + i * layout.wide_state, layout.wide_state, r->wide_state(l));
+      std::copy_n(emb.data() + i * layout.dim, layout.dim, r->emb(l));
+      std::copy_n(emb_state.data() + i * layout.emb_state, layout.emb_state, r->emb_state(l));
+    });
+  }
+  // Calls f(device field, host field) for every field of a row.
+  template <class D, class H, class F>
+  static void EachField(D& d, H& h, F f) {
+    f(d.show, h.show);
+    f(d.click, h.click);
+    f(d.wide, h.wide);
+    f(d.wide_state, h.wide_state);
+    f(d.emb, h.emb);
+    f(d.emb_state, h.emb_state);
+    f(d.unseen, h.unseen);
+    f(d.flags, h.flags);
+  }
+
+  ValueLayout layout;
+  size_t n;
+  std::vector<float> show, click, wide, wide_state, emb, emb_state;
+  std::vector<uint16_t> unseen, flags;
+};
+
+// What one owner GPU holds of a staged pass.
+template <class Exec>
+struct GpuOwnerPart {
+  template <class T>
+  using Buf = typename Exec::template Buffer<T>;
+  size_t n = 0;  // rows
+  GpuDeviceRows<Exec> rows;
+  Buf<uint64_t> keys, bucket_keys, recv_keys;
+  Buf<uint32_t> bucket_rows, special, recv_rows, touched, status, created;
+  HbmIndex index;
+  std::vector<uint32_t> recv_base;  // [slice] offsets into recv_keys / recv_rows
+  // Per minibatch: rows gathered for each asking GPU, and their gradients coming back.
+  Buf<float> send, recv_grad, acc;
+  Buf<float> sums;  // with ranks: the touched rows' summed records, to the host
+};
+
+// One GPU's copy of a staged pass's examples and of its slices' plan.
+template <class Exec>
+struct GpuFeed {
+  template <class T>
+  using Buf = typename Exec::template Buffer<T>;
+  Buf<float> labels, dense, weights, predictions;
+  Buf<uint32_t> offsets, fetch_pos, cell, uniq_occ_begin, uniq_occ;
+  // Per minibatch: the rows this GPU asked for (embedding, wide, flag) and its gradients.
+  Buf<float> fetch, grad;
+};
+
+// A pass between Stage and the end of its Train.
+template <class Exec>
+struct GpuStagedPass {
+  uint64_t pass_index = ~uint64_t{0};
+  HbmPlan plan;
+  std::vector<GpuOwnerPart<Exec>> parts;  // [owner]
+  std::vector<GpuFeed<Exec>> feeds;       // [GPU]
+  std::vector<typename Exec::Event> staged;
+};
+
+template <class Exec>
+struct GpuMixBuffers {  // one mixture layer's, as MixRows names them
+  typename Exec::template Buffer<float> x, a, c, u, gate, du, dc, da, dgate, dub;
+};
+
+template <class Exec>
+struct GpuTowerBuffers {  // one tower's, as TowerRows names them
+  template <class T>
+  using Buf = typename Exec::template Buffer<T>;
+  Buf<float> tin, dtin, inj_first, inj_last;
+  std::vector<Buf<float>> acts, grads;
+  Buf<uint32_t> cols, inv;
+};
+
+// One GPU's dense parameters and minibatch buffers.
+template <class Exec>
+struct GpuReplica {
+  template <class T>
+  using Buf = typename Exec::template Buffer<T>;
+  Buf<float> params, grads, m, v, sum;
+  Buf<float> x, logits, dlogit, wide_sum, dx;
+  std::vector<Buf<float>> acts, hgrads;
+  // Per key occurrence of the slice, in its keys' occurrence-list order: its gradient record
+  // (before the per-key sums).
+  Buf<float> occ_grads;
+  // The interactions' (as CtrModel's): the MLP's input with dots and its gradient, each
+  // cross layer's output, sum and sum gradient, the backward's running buffers.
+  Buf<float> mlp_in, dmi, cross_g, cross_t, cross_acc;
+  std::vector<Buf<float>> cross_x, cross_u, cross_gu, cross_low, cross_glow;
+  // The bottom MLP's input, the gradient at z, and per layer activations and gradients.
+  Buf<float> bottom_in, bottom_gz;
+  std::vector<GpuTowerBuffers<Exec>> tw;  // per tower (model.towers)
+  std::vector<GpuMixBuffers<Exec>> mix;   // per mixture layer (model.cross_experts)
+  Buf<float> mix_g, mix_acc, mix_tmp;
+  std::vector<Buf<float>> bottom_acts, bottom_grads;
+  // With model.slot_dims: the slot of every embedding column, and every slot's first column
+  // (from the dense width) and dimension. Empty with one dimension (column / dim is the slot).
+  Buf<uint32_t> col_slot, slot_col, slot_dim;
+};
+
+}  // namespace ctrbox
+
+#endif  // CTRBOX_GPU_STEP_BUFFERS_H_
