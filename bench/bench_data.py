@@ -3,7 +3,26 @@
 import argparse, json, os, subprocess, sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = os.path.join(os.path.dirname(ROOT), "shared", "baselines")
+# The baselines (gen_criteo.py, torch_ctr.py): ../shared/baselines beside the checkout, or
+# where CTRBOX_BASELINES says (a GPU machine gets a copy carried with the build).
+SHARED = os.environ.get("CTRBOX_BASELINES") or os.path.join(os.path.dirname(ROOT), "shared", "baselines")
+
+
+def clean_env():
+    """The environment for a baseline: without LD_LIBRARY_PATH (a packed ctrbox build puts its
+    own libraries there, which PyTorch must not load)."""
+    env = dict(os.environ)
+    env.pop("LD_LIBRARY_PATH", None)
+    return env
+
+
+def baseline_python(module="numpy"):
+    """A Python that can run the baselines (with clean_env()): this one if it imports `module`
+    (on a bare CUDA machine the python3 on PATH is the one with PyTorch), else Debian's
+    /usr/bin/python3."""
+    ok = subprocess.run([sys.executable, "-c", f"import {module}"], env=clean_env(),
+                        capture_output=True).returncode == 0
+    return sys.executable if ok else "/usr/bin/python3"
 
 
 def criteo_file(path, rows, seed):
@@ -11,8 +30,9 @@ def criteo_file(path, rows, seed):
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     if not os.path.exists(path):
         tmp = path + ".tmp"
-        subprocess.run(["/usr/bin/python3", os.path.join(SHARED, "gen_criteo.py"), "--rows", str(rows),
-                        "--seed", str(seed), "--out", tmp], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([baseline_python(), os.path.join(SHARED, "gen_criteo.py"), "--rows", str(rows),
+                        "--seed", str(seed), "--out", tmp], check=True, stdout=subprocess.DEVNULL,
+                       env=clean_env())
         os.rename(tmp, path)
     return path
 

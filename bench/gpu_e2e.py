@@ -2,34 +2,54 @@
 """GPU end-to-end benchmark (docs/gpu.md): ctrbox with `device: gpu` against the PyTorch
 reference with --device cuda, on the same GPU, files and model (embedding 16, MLP
 512-256-128, batch 2048, sparse Adagrad 0.05, dense Adam 1e-3), --reps times each,
-interleaved. Prints one JSON line per run (ctrbox's with its pipeline stage table) and a
+interleaved; then ctrbox under a 10 % memory budget (the SSD tier) against its in-memory run.
+Prints one JSON line per run (ctrbox's with its stage table and the GPU's phase split) and a
 summary with medians and ratios. Without a GPU it prints one line saying so and exits 0.
 
-  bench/gpu_e2e.py [--data-dir DIR] [--reps 3] [--gemm fp32,tf32] [--threads N]
+  bench/gpu_e2e.py [--data-dir DIR] [--reps 3] [--gemm fp32,tf32] [--budget 0.1]
 
+Runs on a bare CUDA machine: the baselines come from CTRBOX_BASELINES (or ../shared/baselines),
+PyTorch from the python3 running this script (or Debian's), the data from `ctrbox gen`.
 torch_ctr.py's examples/s times its training loop only (parsing, id mapping and the copy to
 the GPU happen before its clock starts); ctrbox's is the whole pipelined train job: reading
 the shards, pulling rows from the CPU table, training on the GPU and pushing back.
 """
 import argparse, json, os, statistics, subprocess, sys
 
-from bench_data import ROOT, SHARED, criteo_train_test, train
-
-PY = "/usr/bin/python3"
+from bench_data import ROOT, SHARED, baseline_python, clean_env, train
 
 
 def emit(obj):
     print(json.dumps(obj), flush=True)
 
 
+def gen(ctrbox, path, rows, seed):
+    if not os.path.exists(path):
+        subprocess.run([ctrbox, "gen", "--format", "criteo", "--rows", str(rows), "--seed", str(seed),
+                        "--out", path + ".tmp"], check=True, capture_output=True)
+        os.rename(path + ".tmp", path)
+    return path
+
+
+def shards(ctrbox, tsv, out):
+    if not os.path.isdir(out):
+        subprocess.run([ctrbox, "convert", "--data", tsv, "--out", out], check=True, capture_output=True)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data-dir", default="/tmp/ctrbox-bench")
+    ap.add_argument("--data-dir", default="/tmp/ctrbox-bench-gpu")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--test-rows", type=int, default=200_000)
     ap.add_argument("--gemm", default="fp32,tf32")
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--budget", type=float, default=0.1, help="memory budget as a share of the model (0: skip)")
+    ap.add_argument("--budget-reps", type=int, default=2)
+    ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--ctrbox", default=os.path.join(ROOT, "build", "ctrbox"))
     a = ap.parse_args()
+    os.makedirs(a.data_dir, exist_ok=True)
 
     probe = subprocess.run([a.ctrbox, "train", "--set", "device=gpu", "--set", "data.gen.rows=2000",
                             "--set", "data.gen.test_rows=1000", "--model-dir",
@@ -37,43 +57,73 @@ def main():
     if probe.returncode != 0:
         emit({"bench": "gpu_e2e", "skipped": probe.stderr.strip().splitlines()[-1]})
         return
-    train_tsv, test_tsv = criteo_train_test(a.data_dir)
-    shards = {}
-    for src, name in [(train_tsv, "train_shards"), (test_tsv, "test_shards")]:
-        shards[name] = os.path.join(a.data_dir, name)
-        if not os.path.isdir(shards[name]):
-            subprocess.run([a.ctrbox, "convert", "--data", src, "--out", shards[name]], check=True,
-                           capture_output=True)
+    train_tsv = gen(a.ctrbox, os.path.join(a.data_dir, "train.tsv"), a.rows, 11)
+    test_tsv = gen(a.ctrbox, os.path.join(a.data_dir, "test.tsv"), a.test_rows, 12)
+    train_sh = shards(a.ctrbox, train_tsv, os.path.join(a.data_dir, "train_shards"))
+    test_sh = shards(a.ctrbox, test_tsv, os.path.join(a.data_dir, "test_shards"))
     gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
                          capture_output=True, text=True).stdout.strip()
-    results = {"pytorch-cuda": []}
+    py = baseline_python("torch")
+    common = ["--format", "shards", "--data", train_sh, "--eval-data", test_sh, "--fresh", "--set", "device=gpu"]
+    results, runs = {}, {}
     for rep in range(a.reps):
-        p = subprocess.run([PY, os.path.join(SHARED, "torch_ctr.py"), "--train", train_tsv, "--test",
-                            test_tsv, "--device", "cuda"], capture_output=True, text=True)
-        if p.returncode != 0:
-            sys.exit(f"torch_ctr.py failed:\n{p.stderr[-3000:]}")
-        r = json.loads(p.stdout.strip().splitlines()[-1])
-        results["pytorch-cuda"].append((r["train_examples_per_s"], r["auc"]))
-        emit({"bench": "gpu_e2e", "system": "pytorch-cuda", "rep": rep, "examples_per_s": r["train_examples_per_s"],
-              "test_auc": r["auc"], "train_seconds": r["train_seconds"]})
+        if not a.no_torch:
+            p = subprocess.run([py, os.path.join(SHARED, "torch_ctr.py"), "--train", train_tsv, "--test",
+                                test_tsv, "--device", "cuda"], capture_output=True, text=True,
+                               env=clean_env())
+            if p.returncode != 0:
+                sys.exit(f"torch_ctr.py failed:\n{p.stderr[-3000:]}")
+            r = json.loads(p.stdout.strip().splitlines()[-1])
+            results.setdefault("pytorch-cuda", []).append((r["train_examples_per_s"], r["auc"]))
+            emit({"bench": "gpu_e2e", "system": "pytorch-cuda", "rep": rep, "python": py,
+                  "examples_per_s": r["train_examples_per_s"], "test_auc": r["auc"],
+                  "train_seconds": r["train_seconds"]})
         for gemm in a.gemm.split(","):
             name = f"ctrbox-gpu-{gemm}"
-            r = train(a.ctrbox, ["--format", "shards", "--data", shards["train_shards"], "--eval-data",
-                                 shards["test_shards"], "--model-dir", os.path.join(a.data_dir, "model-" + name),
-                                 "--fresh", "--set", "device=gpu", "--set", f"gpu.gemm={gemm}",
-                                 "--set", f"train.threads={a.threads}",
-                                 "--set", f"data.reader_threads={a.threads}",
-                                 "--set", f"pipeline.pull_threads={a.threads}"])
+            r = train(a.ctrbox, common + ["--model-dir", os.path.join(a.data_dir, "model-" + name),
+                                          "--set", f"gpu.gemm={gemm}"])
             results.setdefault(name, []).append((r["examples_per_s"], r["test_auc"]))
+            runs.setdefault(name, []).append(r)
             emit({"bench": "gpu_e2e", "system": name, "rep": rep, "device": r["device"],
                   "examples_per_s": r["examples_per_s"], "test_auc": r["test_auc"], "seconds": r["seconds"],
-                  "stages": r["stages"], "peak_rss_bytes": r["peak_rss_bytes"], "digest": r["digest"]})
+                  "stages": r["stages"], "stage_split": r.get("stage_split"), "gpu": r.get("gpu"),
+                  "peak_rss_bytes": r["peak_rss_bytes"],
+                  "digest": r["digest"], "blas_core": r["blas_core"]})
+    summary = {"bench": "gpu_e2e_summary", "gpu": gpu, "reps": a.reps}
     med = {k: statistics.median(x[0] for x in v) for k, v in results.items()}
     auc = {k: statistics.median(x[1] for x in v) for k, v in results.items()}
-    emit({"bench": "gpu_e2e_summary", "gpu": gpu, "reps": a.reps, "examples_per_s_median": med,
-          "test_auc_median": auc,
-          "ratio_over_torch": {k: v / med["pytorch-cuda"] for k, v in med.items() if k != "pytorch-cuda"},
-          "auc_delta": {k: v - auc["pytorch-cuda"] for k, v in auc.items() if k != "pytorch-cuda"}})
+    summary["examples_per_s_median"] = med
+    summary["test_auc_median"] = auc
+    if "pytorch-cuda" in med:
+        summary["ratio_over_torch"] = {k: v / med["pytorch-cuda"] for k, v in med.items() if k != "pytorch-cuda"}
+        summary["auc_delta"] = {k: v - auc["pytorch-cuda"] for k, v in auc.items() if k != "pytorch-cuda"}
+    summary["train_stage_examples_per_gpu_s_median"] = {
+        k: statistics.median(r["gpu"]["examples_per_gpu_second"] for r in v) for k, v in runs.items()}
+    summary["train_stage_busy_share_median"] = {
+        k: statistics.median(r["stages"]["train"]["busy_seconds"] / r["seconds"] for r in v)
+        for k, v in runs.items()}
+    summary["gpu_busy_share_median"] = {
+        k: statistics.median(r["gpu"]["gpu_busy_share"] for r in v) for k, v in runs.items()}
+    if a.budget > 0 and "ctrbox-gpu-fp32" in runs:
+        mem = runs["ctrbox-gpu-fp32"]
+        budget = int(a.budget * mem[0]["table_memory_bytes"])
+        got = []
+        for rep in range(a.budget_reps):
+            ssd = os.path.join(a.data_dir, "ssd")
+            r = train(a.ctrbox, common + ["--model-dir", os.path.join(a.data_dir, "model-budget"),
+                                          "--set", "gpu.gemm=fp32", "--set", f"storage.ssd_dir={ssd}",
+                                          "--set", f"storage.memory_budget={budget}"])
+            got.append(r)
+            emit({"bench": "gpu_e2e", "system": "ctrbox-gpu-fp32-budget", "rep": rep, "budget_bytes": budget,
+                  "examples_per_s": r["examples_per_s"], "test_auc": r["test_auc"], "passes": r["passes"],
+                  "hit_rate": r["storage"]["hit_rate"], "stages": r["stages"],
+                  "stage_split": r.get("stage_split"), "gpu": r.get("gpu"),
+                  "digest": r["digest"]})
+        b = statistics.median(r["examples_per_s"] for r in got)
+        summary["budget"] = {"share": a.budget, "bytes": budget, "examples_per_s_median": b,
+                             "ratio_over_in_memory": b / med["ctrbox-gpu-fp32"],
+                             "same_digest": all(r["digest"] == mem[0]["digest"] for r in got)}
+    emit(summary)
 
 
 if __name__ == "__main__":

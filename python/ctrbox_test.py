@@ -9,10 +9,9 @@ import subprocess
 import sys
 import threading
 
+import ctrbox  # before numpy: ctrbox chooses OpenBLAS's kernels before it is loaded
 import numpy as np
 import pytest
-
-import ctrbox
 
 CTRBOX = os.environ.get("CTRBOX_BIN", os.path.join(os.path.dirname(__file__), "..", "build", "ctrbox"))
 SMALL = {"model": {"mlp": [32, 16], "embedding_dim": 8}, "train": {"threads": 2, "batch_size": 256},

@@ -15,10 +15,55 @@ model saved) and raises ctrbox.Interrupted, which carries the report.
 """
 import json
 import os
+import subprocess
+import sys
 
-import numpy as np
+# OpenBLAS falls back to its SSE kernels on CPUs it does not recognise (VMs that hide the
+# model). The command line restarts itself with the fitting kernels then (util/blas.h,
+# SelectFittingCores); a Python process cannot, so the package asks OpenBLAS in a child
+# process what it would choose and sets OPENBLAS_CORETYPE before OpenBLAS is loaded (numpy loads
+# it too: import ctrbox first), the same choice: the same model bit for bit as `ctrbox train`.
+# Once OpenBLAS is loaded its choice stands, and the module warns if it is the slow one.
+_PRE_AVX = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Atom", "Opteron",
+            "Opteron_SSE3", "Barcelona", "Nano", "Bobcat"}
 
-from . import _ctrbox
+
+def _choose_blas_kernels():
+    if "OPENBLAS_CORETYPE" in os.environ or not sys.platform.startswith("linux"):
+        return
+    try:
+        with open("/proc/self/maps") as f:
+            if "libopenblas" in f.read():
+                return  # already loaded (numpy was imported first): too late to choose
+        flags = set()
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+        if {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= flags:
+            fitting = "SkylakeX"
+        elif {"avx2", "fma"} <= flags:
+            fitting = "Haswell"
+        else:
+            return
+        probe = ("import ctypes; l = ctypes.CDLL('libopenblas.so.0'); "
+                 "l.openblas_get_corename.restype = ctypes.c_char_p; "
+                 "print(l.openblas_get_corename().decode())")
+        core = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                              timeout=60).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return
+    if core in _PRE_AVX:
+        os.environ["OPENBLAS_CORETYPE"] = fitting
+        os.environ["CTRBOX_BLAS_RESTARTED"] = core  # the module logs the choice
+
+
+_choose_blas_kernels()
+
+import numpy as np  # noqa: E402  (after the kernel choice)
+
+from . import _ctrbox  # noqa: E402
 
 __all__ = ["Error", "Interrupted", "Job", "Model", "feature_keys", "gen", "set_log_level", "config_reference"]
 

@@ -194,6 +194,28 @@ TEST_F(CliTest, OldBlasKernelsOnANewerCpuAreWarnedAbout) {
   EXPECT_EQ(fit.err.find("OPENBLAS_CORETYPE"), std::string::npos) << fit.err;
 }
 
+// ... and left to itself (no OPENBLAS_CORETYPE), ctrbox restarts with the fitting kernels
+// where OpenBLAS would fall back to them, and says so in the log and the report.
+TEST_F(CliTest, KernelsWithoutAvxAreReplacedByTheFittingOnes) {
+  if (!__builtin_cpu_supports("avx2")) GTEST_SKIP() << "no AVX2: SSE kernels are the right ones";
+  ASSERT_EQ(Run(Ctrbox("gen --rows 3000 --seed 1 --out " + Path("g.tsv"))).exit_code, 0);
+  Result r =
+      Run("env -u OPENBLAS_CORETYPE " + Ctrbox(" train --fresh --data " + Path("g.tsv") +
+                                               " --model-dir " + Path("m") + " --set model.mlp=8"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string core = r.last_json["blas_core"];
+  for (const char* old : {"Prescott", "Core2", "Penryn", "Nehalem", "Atom", "Barcelona"}) {
+    EXPECT_NE(core, old) << r.err;
+  }
+  EXPECT_EQ(r.err.find("set OPENBLAS_CORETYPE="), std::string::npos) << r.err;  // no warning
+  if (r.last_json["blas_core_chosen_by"] == "ctrbox") {  // OpenBLAS did not know this CPU
+    EXPECT_NE(r.err.find("ctrbox restarted with OPENBLAS_CORETYPE=" + core), std::string::npos)
+        << r.err;
+  } else {
+    EXPECT_EQ(r.last_json["blas_core_chosen_by"], "openblas");
+  }
+}
+
 TEST_F(CliTest, DeviceGpuRunsTheGpuStepAndEqualsTheCpuWhereTheMathAllows) {
   // The GPU train step in its host emulation (gpu.emulate) through the whole job: pipelined,
   // with passes in flight handing rows over. With one GPU and GEMM shapes that OpenBLAS blocks

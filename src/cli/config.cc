@@ -348,7 +348,8 @@ const std::vector<Key>& Keys() {
        Bytes([](JobConfig* j, uint64_t v) { j->data.max_line_bytes = v; }, 64)},
       {"data.chunk_bytes", "4MB", "text is read and parsed in chunks of this size",
        Bytes([](JobConfig* j, uint64_t v) { j->data.chunk_bytes = v; }, 4096)},
-      {"data.reader_threads", "1", "threads parsing (or decoding, or generating) input",
+      {"data.reader_threads", "number of CPUs",
+       "threads parsing (or decoding, or generating) input",
        UInt([](JobConfig* j, uint64_t v) { j->data.threads = static_cast<int>(v); }, 1, 256)},
       {"data.gen.rows", "500000", "generated training rows (when no data paths are given)",
        UInt([](JobConfig* j, uint64_t v) { j->generated.rows = v; }, 1, uint64_t{1} << 40)},
@@ -580,6 +581,10 @@ const std::vector<Key>& Keys() {
        Text([](JobConfig* j, std::string v) { j->train.metrics_path = std::move(v); })},
       {"train.progress_seconds", "2", "seconds between progress updates",
        Float([](JobConfig* j, float v) { j->train.progress_seconds = v; }, 0, 1e9)},
+      {"train.dry_run", "false",
+       "run every stage as training would but compute nothing (no gradients, no model saved): "
+       "examples_per_s is the input pipeline's feed rate",
+       Bool([](JobConfig* j, bool v) { j->train.dry_run = v; })},
       // device
       {"device", "cpu", "where the train stage runs: cpu | gpu (docs/gpu.md)", Device()},
       {"gpu.count", "1",
@@ -630,10 +635,14 @@ const std::vector<Key>& Keys() {
       {"pipeline.queue_depth", "1", "passes each queue between two stages holds",
        UInt([](JobConfig* j, uint64_t v) { j->pipeline.queue_depth = static_cast<uint32_t>(v); }, 1,
             64)},
-      {"pipeline.pull_threads", "2", "threads of the pull stage",
+      {"pipeline.read_threads", "number of CPUs",
+       "threads of the read stage (working sets and the pass table; data.reader_threads decode)",
+       UInt([](JobConfig* j, uint64_t v) { j->pipeline.read_threads = static_cast<int>(v); }, 1,
+            256)},
+      {"pipeline.pull_threads", "number of CPUs", "threads of the pull stage",
        UInt([](JobConfig* j, uint64_t v) { j->pipeline.pull_threads = static_cast<int>(v); }, 1,
             256)},
-      {"pipeline.push_threads", "1", "threads of the push stage",
+      {"pipeline.push_threads", "number of CPUs", "threads of the push stage",
        UInt([](JobConfig* j, uint64_t v) { j->pipeline.push_threads = static_cast<int>(v); }, 1,
             256)},
   };
@@ -696,7 +705,13 @@ Status Flatten(const YAML::Node& node, const std::string& prefix, const std::str
 }  // namespace
 
 JobConfigBuilder::JobConfigBuilder() {
+  // Threads follow the machine: every stage's pool gets the CPUs (with device: gpu the host's
+  // cores belong to the stages that feed it).
   job_.train.threads = NumCpus();
+  job_.data.threads = NumCpus();
+  job_.pipeline.read_threads = NumCpus();
+  job_.pipeline.pull_threads = NumCpus();
+  job_.pipeline.push_threads = NumCpus();
   job_.spec.dense_optimizer.kind = OptimizerKind::kAdam;
   job_.spec.dense_optimizer.lr = 1e-3f;
 }

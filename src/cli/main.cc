@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "cli/config.h"
+#include "util/blas.h"
 #include "util/logging.h"
 #include "util/parse.h"
 
@@ -56,6 +57,7 @@ int Report(const ctrbox::Status& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ctrbox::blas::SelectFittingCores(argv);  // may restart the program with fitting BLAS kernels
   ctrbox::InitLogging(ctrbox::LogLevel::kInfo);
   ctrbox::ConfigureAllocator();
 

@@ -7,13 +7,17 @@
 #ifndef CTRBOX_GPU_CUDA_EXEC_CUH_
 #define CTRBOX_GPU_CUDA_EXEC_CUH_
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "gpu/cuda_check.h"
@@ -140,6 +144,9 @@ class CudaExec {
     for (auto& e : events_) cudaEventDestroy(e);
     for (auto& e : marks_) cudaEventDestroy(e);
     for (auto& b : staging_) cudaFreeHost(b.p);
+    for (auto& [key, plan] : lt_plans_) plan.Destroy();
+    if (lt_workspace_ != nullptr) cudaFree(lt_workspace_);
+    if (lt_ != nullptr) cublasLtDestroy(lt_);
     if (blas_ != nullptr) cublasDestroy(blas_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
@@ -203,6 +210,7 @@ class CudaExec {
   template <class F>
   void ForEach(size_t n, F f) {
     if (n == 0 || !ok()) return;
+    const HostClock clock(&counters_.launch_host_seconds);
     Use();
     ++counters_.launches;
     const size_t blocks = std::min<size_t>((n + kThreads - 1) / kThreads, max_blocks_);
@@ -211,6 +219,7 @@ class CudaExec {
   }
   void ColumnSums(const float* g, uint32_t rows, uint32_t n, float* out) {
     if (n == 0 || !ok()) return;
+    const HostClock clock(&counters_.launch_host_seconds);
     Use();
     ++counters_.launches;
     ColumnSumsKernel<float><<<(n + 31) / 32, dim3(32, 32), 0, stream_>>>(g, rows, n, out);
@@ -219,6 +228,7 @@ class CudaExec {
   void SegmentSums(const float* vals, size_t n, const uint32_t* offsets, uint32_t base,
                    uint32_t segments, uint32_t width, float* out) {
     if (segments == 0 || width == 0 || !ok()) return;
+    const HostClock clock(&counters_.launch_host_seconds);
     Use();
     ++counters_.launches;
     const size_t blocks = std::min<size_t>((size_t{segments} + 7) / 8, max_blocks_);
@@ -227,17 +237,33 @@ class CudaExec {
     CTRBOX_EXEC_CHECK(cudaGetLastError());
   }
   void UseHostPool(ThreadPool* pool) { host_pool_ = pool; }
-  // Row-major C = op(A) op(B) as column-major C^T = op(B)^T op(A)^T.
+  // Row-major C = op(A) op(B) as column-major C^T = op(B)^T op(A)^T: cuBLASLt with the
+  // algorithm its heuristic chose for the shape (and the operands' alignment) the first time,
+  // kept (cublasGemmEx asked the heuristic again on every call: ~38 us of host time a GEMM on
+  // an H200 machine, more than the GEMMs of a minibatch took on the GPU); cublasGemmEx where
+  // the heuristic offers none.
   void Gemm(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
             float* c, int ldc) {
     if (m == 0 || n == 0 || !ok()) return;
+    const HostClock clock(&counters_.gemm_host_seconds);
     Use();
+    if (const LtPlan* plan = LtPlanFor(ta, tb, m, n, k, lda, ldb, ldc, a, b, c)) {
+      ++counters_.launches;
+      ++counters_.gemm_calls;
+      const float one = 1.0f, zero = 0.0f;
+      CTRBOX_EXEC_CHECK(cublasLtMatmul(lt_, plan->desc, &one, b, plan->a, a, plan->b, &zero, c,
+                                       plan->c, c, plan->c, &plan->algo, lt_workspace_,
+                                       kLtWorkspace, stream_));
+      return;
+    }
+    if (!ok()) return;
     if (blas_ == nullptr) {  // made on first use: the feature layers' executors never need one
       CTRBOX_EXEC_CHECK(cublasCreate(&blas_));
       CTRBOX_EXEC_CHECK(cublasSetStream(blas_, stream_));
       if (!ok()) return;
     }
     ++counters_.launches;
+    ++counters_.gemm_calls;
     const float one = 1.0f, zero = 0.0f;
     const cublasComputeType_t compute =
         precision_ == GemmPrecision::kTf32   ? CUBLAS_COMPUTE_32F_FAST_TF32
@@ -289,12 +315,95 @@ class CudaExec {
 
  private:
   static constexpr int kThreads = 256;
+  // Adds the host time of its scope to *sum.
+  struct HostClock {
+    explicit HostClock(double* sum) : sum_(sum), start_(std::chrono::steady_clock::now()) {}
+    ~HostClock() {
+      *sum_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    }
+    double* sum_;
+    std::chrono::steady_clock::time_point start_;
+  };
   static constexpr size_t kEvents = 1024;
   static constexpr size_t kStagingBlock = size_t{64} << 20;
   struct Pinned {
     char* p = nullptr;
     size_t size = 0, used = 0;
   };
+
+  // A cuBLASLt matmul of one shape: its descriptors and the heuristic's algorithm.
+  struct LtPlan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    bool ok = false;  // false: no algorithm (cublasGemmEx does the shape)
+    void Destroy() {
+      if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
+      if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
+      if (c != nullptr) cublasLtMatrixLayoutDestroy(c);
+      if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+    }
+  };
+  static constexpr size_t kLtWorkspace = size_t{32} << 20;
+  // The alignment in bytes (4, 8 or 16) a pointer offers.
+  static uint32_t AlignmentOf(const void* p) {
+    const auto v = reinterpret_cast<uintptr_t>(p);
+    return v % 16 == 0 ? 16 : v % 8 == 0 ? 8 : 4;
+  }
+  // The plan of a GEMM (see Gemm), made the first time its shape and alignment come; null
+  // when cuBLASLt has no algorithm for it (or failed: the error is kept).
+  const LtPlan* LtPlanFor(bool ta, bool tb, int m, int n, int k, int lda, int ldb, int ldc,
+                          const float* a, const float* b, const float* c) {
+    const uint32_t al_a = AlignmentOf(b), al_b = AlignmentOf(a), al_c = AlignmentOf(c);
+    const auto key = std::make_tuple(ta, tb, m, n, k, lda, ldb, ldc, al_a * 256 + al_b * 16 + al_c);
+    auto it = lt_plans_.find(key);
+    if (it != lt_plans_.end()) return it->second.ok ? &it->second : nullptr;
+    LtPlan& p = lt_plans_[key];
+    if (lt_ == nullptr) {
+      CTRBOX_EXEC_CHECK(cublasLtCreate(&lt_));
+      CTRBOX_EXEC_CHECK(cudaMalloc(&lt_workspace_, kLtWorkspace));
+      if (!ok()) return nullptr;
+    }
+    const cublasComputeType_t compute =
+        precision_ == GemmPrecision::kTf32   ? CUBLAS_COMPUTE_32F_FAST_TF32
+        : precision_ == GemmPrecision::kBf16 ? CUBLAS_COMPUTE_32F_FAST_16BF
+                                             : CUBLAS_COMPUTE_32F;
+    // Column-major: C' [n x m] = op(B') [n x k] op(A') [k x m], B' and A' the row-major
+    // operands as stored.
+    const cublasOperation_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CTRBOX_EXEC_CHECK(cublasLtMatmulDescCreate(&p.desc, compute, CUDA_R_32F));
+    CTRBOX_EXEC_CHECK(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+    CTRBOX_EXEC_CHECK(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+    CTRBOX_EXEC_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, tb ? k : n, tb ? n : k, ldb));
+    CTRBOX_EXEC_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, ta ? m : k, ta ? k : m, lda));
+    CTRBOX_EXEC_CHECK(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, n, m, ldc));
+    cublasLtMatmulPreference_t pref = nullptr;
+    CTRBOX_EXEC_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    if (!ok()) return nullptr;
+    const uint64_t workspace = kLtWorkspace;
+    const uint32_t align[4] = {al_a, al_b, al_c, al_c};
+    CTRBOX_EXEC_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)));
+    const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; ++i) {
+      CTRBOX_EXEC_CHECK(
+          cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof(align[i])));
+    }
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(lt_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    p.ok = ok() && st == CUBLAS_STATUS_SUCCESS && found > 0 &&
+           result.state == CUBLAS_STATUS_SUCCESS && result.workspaceSize <= kLtWorkspace;
+    if (p.ok) p.algo = result.algo;
+    return p.ok ? &p : nullptr;
+  }
 
   template <class Code>
   void Check(Code code, const char* what, const char* file, int line) {
@@ -332,6 +441,9 @@ class CudaExec {
   const GemmPrecision precision_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  void* lt_workspace_ = nullptr;
+  std::map<std::tuple<bool, bool, int, int, int, int, int, int, uint32_t>, LtPlan> lt_plans_;
   std::vector<cudaEvent_t> events_;
   size_t next_event_ = 0;
   std::vector<cudaEvent_t> marks_;

@@ -63,12 +63,19 @@ namespace ctrbox {
 // What an executor did, counted as a GPU would see it. launches: kernels and GEMMs (ForEach,
 // Fill, Gemm, ColumnSums); copies: host <-> device and device <-> device copies; syncs: the
 // calls that block the host until the queue has run (Download, Recycle, Synchronize).
+// gemm_calls: the launches that were GEMMs. On CUDA also the host's time inside the kernel
+// launches and inside the GEMM calls (cuBLAS's own host work included): where a step whose
+// queue runs dry spends its time.
 struct ExecCounters {
-  uint64_t launches = 0, copies = 0, syncs = 0;
+  uint64_t launches = 0, copies = 0, syncs = 0, gemm_calls = 0;
+  double launch_host_seconds = 0, gemm_host_seconds = 0;
   void Add(const ExecCounters& o) {
     launches += o.launches;
     copies += o.copies;
     syncs += o.syncs;
+    gemm_calls += o.gemm_calls;
+    launch_host_seconds += o.launch_host_seconds;
+    gemm_host_seconds += o.gemm_host_seconds;
   }
 };
 
@@ -146,6 +153,7 @@ class HostExec {
             float* c, int ldc) {
     if (m == 0 || n == 0) return;
     ++counters_.launches;
+    ++counters_.gemm_calls;
     blas::Sgemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
   }
   // In row order (the CPU model's bias gradients).

@@ -90,6 +90,9 @@ class GpuStep {
                const std::vector<uint32_t>& patched, RowBlock* rows, float* predictions,
                uint64_t* created, RankExchange* ranks, ThreadPool* pool);
 
+  // Forgets the staged pass `pass_index` once its uploads are done (train.dry_run).
+  Status Drop(uint64_t pass_index);
+
   // Bytes of the GPU buffers that hold staged passes (every staged pass's rows, keys,
   // indexes, examples and exchange buffers): their high-water mark, since buffers only grow.
   // Not while a Stage runs.
@@ -214,6 +217,7 @@ class GpuStepTrainer : public GpuTrainer {
     return step_->Train(pass_index, pass, ws, patched, rows, predictions, created, ranks, pool);
   }
   uint64_t StagedBytes() const override { return step_->StagedBytes(); }
+  Status Drop(uint64_t pass_index) override { return step_->Drop(pass_index); }
   GpuStepStats Stats() const override { return step_->Stats(); }
 
  protected:

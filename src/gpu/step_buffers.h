@@ -32,7 +32,9 @@ struct GpuDeviceRows {
 };
 
 // The same rows on the host: gathered from a RowBlock for an upload, or downloaded and
-// scattered back.
+// scattered back. Gather and Scatter are defined in step_buffers.cc, not inline: this header is
+// compiled by nvcc and by the C++ compiler, and an inline function holding a lambda, emitted by
+// both, can be merged by the linker with the other compiler's closure layout (it crashed so).
 struct HostRows {
   HostRows(const ValueLayout& L, size_t n)
       : layout(L),
@@ -46,33 +48,9 @@ struct HostRows {
         unseen(n),
         flags(n) {}
   // Row i from local id locals[i] of r, on `pool` (may be null).
-  void Gather(const RowBlock& r, const std::vector<uint32_t>& locals, ThreadPool* pool) {
-    RunParallelRange(pool, locals.size(), [&](size_t i) { Get(r, locals[i], i); });
-  }
-  void Get(const RowBlock& r, uint32_t l, size_t i) {
-    show[i] = r.show(l);
-    click[i] = r.click(l);
-    wide[i] = r.wide(l);
-    unseen[i] = r.unseen(l);
-    flags[i] = r.flags(l);
-    std::copy_n(r.wide_state(l), layout.wide_state, wide_state.data() + i * layout.wide_state);
-    std::copy_n(r.emb(l), layout.dim, emb.data() + i * layout.dim);
-    std::copy_n(r.emb_state(l), layout.emb_state, emb_state.data() + i * layout.emb_state);
-  }
+  void Gather(const RowBlock& r, const std::vector<uint32_t>& locals, ThreadPool* pool);
   // Row i to local id locals[i] of r, on `pool` (may be null).
-  void Scatter(const std::vector<uint32_t>& locals, RowBlock* r, ThreadPool* pool) const {
-    RunParallelRange(pool, locals.size(), [&](size_t i) {
-      const uint32_t l = locals[i];
-      r->show(l) = show[i];
-      r->click(l) = click[i];
-      r->wide(l) = wide[i];
-      r->unseen(l) = unseen[i];
-      r->flags(l) = flags[i];
-      std::copy_n(wide_state.data() + i * layout.wide_state, layout.wide_state, r->wide_state(l));
-      std::copy_n(emb.data() + i * layout.dim, layout.dim, r->emb(l));
-      std::copy_n(emb_state.data() + i * layout.emb_state, layout.emb_state, r->emb_state(l));
-    });
-  }
+  void Scatter(const std::vector<uint32_t>& locals, RowBlock* r, ThreadPool* pool) const;
   // Calls f(device field, host field) for every field of a row.
   template <class D, class H, class F>
   static void EachField(D& d, H& h, F f) {

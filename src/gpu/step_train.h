@@ -61,6 +61,22 @@ Status GpuStep<Exec>::Train(uint64_t pass_index, const Batch& pass, const Workin
   return Status::OK();
 }
 
+template <class Exec>
+Status GpuStep<Exec>::Drop(uint64_t pass_index) {
+  Staged& s = staged_[pass_index % staged_.size()];
+  if (s.pass_index != pass_index) {
+    return InternalError("GPU backend: pass " + std::to_string(pass_index) + " was not staged");
+  }
+  for (uint32_t g = 0; g < gpus_; ++g) {
+    compute_[g]->Wait(s.staged[g]);
+    compute_[g]->Synchronize();
+    RETURN_IF_ERROR(compute_[g]->status());
+  }
+  s.pass_index = ~uint64_t{0};
+  ++stats_.passes;
+  return Status::OK();
+}
+
 // One minibatch on one box: exchange, forward, backward, dense step, sparse step; each phase
 // on every GPU before the next, and GPU 0's queue marked between them.
 template <class Exec>

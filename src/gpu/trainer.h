@@ -90,6 +90,8 @@ class GpuTrainer {
   virtual Status Train(uint64_t pass_index, const Batch& pass, const WorkingSet& ws,
                        const std::vector<uint32_t>& patched, RowBlock* rows, float* predictions,
                        uint64_t* created, RankExchange* ranks, ThreadPool* pool) = 0;
+  // Drops the staged pass `pass_index` untrained (train.dry_run) once its uploads are done.
+  virtual Status Drop(uint64_t pass_index) = 0;
   // What the train stage's side did so far; on the train stage's thread, or between runs.
   virtual GpuStepStats Stats() const = 0;
   // Bytes of GPU memory the staged passes' buffers reached (their high-water mark, over all

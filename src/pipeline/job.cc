@@ -20,10 +20,11 @@ Status TrainOptions::Validate() const {
 }
 
 Status PipelineOptions::Validate() const {
-  if (queue_depth < 1 || pull_threads < 1 || push_threads < 1 || pass_examples < 1) {
+  if (queue_depth < 1 || read_threads < 1 || pull_threads < 1 || push_threads < 1 ||
+      pass_examples < 1) {
     return InvalidArgumentError(
-        "pipeline.queue_depth, pipeline.pull_threads, pipeline.push_threads and "
-        "pipeline.pass_examples must be >= 1");
+        "pipeline.queue_depth, pipeline.read_threads, pipeline.pull_threads, "
+        "pipeline.push_threads and pipeline.pass_examples must be >= 1");
   }
   return Status::OK();
 }
@@ -185,6 +186,10 @@ Status JobConfig::Validate() const {
   }
   if (resume && ckpt.dir.empty()) {
     return InvalidArgumentError("--resume needs ckpt.dir (--set ckpt.dir=DIR)");
+  }
+  if (train.dry_run && (!ckpt.dir.empty() || resume)) {
+    return InvalidArgumentError(
+        "train.dry_run trains nothing and commits nothing: it takes no ckpt.dir or --resume");
   }
   if (gpu && train.deterministic && gpu_options.scatter == ScatterMode::kAtomic) {
     return InvalidArgumentError(

@@ -29,6 +29,11 @@ struct TrainOptions {
   uint32_t shrink_every_passes = 0;  // 0: never shrink
   std::string metrics_path;          // "" means <model_dir>/metrics.jsonl
   double progress_seconds = 2.0;
+  // Runs every stage on every pass exactly as training would (read, decode, working sets,
+  // pulls, with device: gpu the plan and the staging, pushes) but computes nothing: no
+  // gradients, no metrics, no model saved, no checkpoint; the report's examples_per_s is the
+  // input pipeline's feed rate (docs/pipeline.md, "Dry runs").
+  bool dry_run = false;
 
   // OK, or InvalidArgument naming the first bad key (train.threads, train.batch_size, ...).
   Status Validate() const;
@@ -61,8 +66,11 @@ struct PipelineOptions {
   uint64_t pass_memory = 0;
   static constexpr uint64_t kMinPassMemory = uint64_t{64} << 20;
   uint32_t queue_depth = 1;  // passes each queue between two stages holds
-  int pull_threads = 2;      // the pull stage's pool
-  int push_threads = 1;      // the push stage's pool
+  // The stages' pools (the job file's defaults: the number of CPUs). The read stage's builds
+  // the working sets; the reader's own decode threads are data.reader_threads.
+  int read_threads = 1;
+  int pull_threads = 2;
+  int push_threads = 1;
 
   // OK, or InvalidArgument naming the bad pipeline.* keys.
   Status Validate() const;

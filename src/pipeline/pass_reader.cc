@@ -159,6 +159,27 @@ PassReader::Verdict PassReader::Judge() {
   return v;
 }
 
+void PassReader::CountUncounted(const Batch& examples) {
+  for (const Uncounted& u : uncounted_) {
+    const uint64_t* keys = examples.keys.data() + u.key_begin;
+    const size_t n = u.key_end - u.key_begin;
+    const KeyWindow::Counts with = window_->CountWith(keys, n);
+    const PassShape alone{u.content_bytes, n, with.batch, 1, with.batch, u.rows, with.batch};
+    sizing_.max_batch_bytes =
+        std::max(sizing_.max_batch_bytes, PassBytes(alone, options_.row_bytes));
+    shape_.content_bytes += alone.content_bytes;
+    shape_.key_uses += n;
+    shape_.keys = with.pass;
+    shape_.batches += 1;
+    shape_.batch_keys += with.batch;
+    shape_.rows += alone.rows;
+    shape_.max_batch_keys = std::max(shape_.max_batch_keys, with.batch);
+    window_->Add(keys, n);
+  }
+  uncounted_.clear();
+  counting_ = true;
+}
+
 Status PassReader::Take(const Verdict& v, Batch* examples) {
   if (v.keys) {
     // The first minibatch of a pass: the older passes in the window may be pushed before
@@ -208,7 +229,9 @@ Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place) {
   // Key-sized: the passes above, each cut further between minibatches (counted from the
   // start of the pass above, as the trainer cuts them) while the window's keys fit.
   bool by_keys = false, by_memory = false, by_device = false;
-  const bool sized_by_memory = SizedByBytes();
+  uncounted_.clear();
+  bound_ = PassShape{};
+  counting_ = !DeviceOnly();
   while (true) {
     if (pending_.rows() == 0) {
       const uint64_t room = std::min<uint64_t>(options_.batch_size, want - grid_pos_);
@@ -220,6 +243,32 @@ Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place) {
         continue;
       }
       pending_ends_epoch_ = f == Fill::kRowsThenEpochEnd;
+    }
+    if (!counting_) {
+      const uint64_t n = pending_.keys.size(), content = pending_.ContentBytes() - sizeof(uint32_t);
+      PassShape b = bound_;
+      b.content_bytes += content;
+      b.key_uses += n;
+      b.keys += n;
+      b.batches += 1;
+      b.batch_keys += n;
+      b.rows += pending_.rows();
+      b.max_batch_keys = std::max(b.max_batch_keys, n);
+      if (options_.device_bytes(b) <= options_.device_pass_bytes) {
+        bound_ = b;
+        uncounted_.push_back(
+            {examples->keys.size(), examples->keys.size() + n, content, pending_.rows()});
+        examples->AppendRows(pending_, 0, pending_.rows());
+        grid_pos_ += pending_.rows();
+        pending_.Reset(schema_);
+        if (pending_ends_epoch_ || grid_pos_ == want) {
+          pending_ends_epoch_ = false;
+          grid_pos_ = 0;
+          break;
+        }
+        continue;
+      }
+      CountUncounted(*examples);  // the bound no longer fits: count from here on
     }
     const Verdict v = Judge();
     if (v.any() && examples->rows() > 0) {
@@ -235,7 +284,8 @@ Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place) {
       break;
     }
   }
-  if (sized_by_memory) examples->ShrinkToFit();  // what PassBytes counts
+  if (options_.pass_memory > 0) examples->ShrinkToFit();  // what PassBytes counts
+  if (!counting_) shape_ = bound_;  // a pass never counted: its bound stands for its shape
   ClosePass(*examples, by_keys, by_memory, by_device);
   *eof = examples->rows() == 0;
   // The last piece of its grid pass unless the key window or a memory limit cut it (the

@@ -198,6 +198,25 @@ class PassReader {
   std::vector<std::unique_ptr<KeyWindow>> owner_windows_;  // agreed: per owner
   std::vector<std::vector<uint64_t>> owner_keys_;          // ... the pending keys by owner
   PassShape shape_;                                        // memory-sized: the current pass
+  // Passes sized by GPU memory alone (no key window, no host memory share, one process): a
+  // minibatch is taken without counting its keys while the pass's bound with every key use
+  // a distinct key (bound_) fits device_pass_bytes, for then the exact count could not cut
+  // it either; once the bound does not fit, the minibatches taken so far (their key ranges in
+  // the pass and content bytes: uncounted_) are counted and the pass goes on counted. Counting
+  // keys was most of the read stage's work with device: gpu.
+  bool DeviceOnly() const {
+    return options_.device_pass_bytes > 0 && options_.window_keys == 0 &&
+           options_.pass_memory == 0 && !options_.agree && owner_windows_.empty();
+  }
+  struct Uncounted {
+    size_t key_begin, key_end;
+    uint64_t content_bytes, rows;
+  };
+  std::vector<Uncounted> uncounted_;
+  PassShape bound_;
+  bool counting_ = true;  // the current pass is counted key by key
+  // Counts the uncounted minibatches into the window and shape_ (as Judge and Take would have).
+  void CountUncounted(const Batch& examples);
   std::deque<uint64_t> recent_bytes_;  // ... and the bytes of the passes before it
   uint64_t recent_sum_ = 0;            // (memory_passes - 1 of them), added up: the report's
                                        // max_window_bytes

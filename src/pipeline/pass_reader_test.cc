@@ -339,6 +339,39 @@ TEST(PassReaderTest, GpuSizedPassesStayWithinTheirShareWithoutAKeyWindow) {
   }
 }
 
+// Passes sized by GPU memory alone take minibatches uncounted while the pass's bound with
+// every key use distinct fits (PassReader::DeviceOnly): the passes are those the counted cut
+// makes (forced here by a key window too large to cut anything), for shares that cut often,
+// now and then, and never.
+TEST(PassReaderTest, UncountedGpuSizedPassesAreTheCountedOnes) {
+  const uint64_t row_bytes = RowBlock::BytesPerRow(ValueLayout{});
+  for (uint64_t share :
+       {uint64_t{120} << 10, uint64_t{400} << 10, uint64_t{1} << 20, uint64_t{1} << 30}) {
+    SCOPED_TRACE(::testing::Message() << "share " << share);
+    std::vector<std::vector<Batch>> runs;
+    std::vector<uint64_t> closed;
+    for (bool counted : {false, true}) {
+      PassReaderOptions o = SizedOptions();
+      o.device_pass_bytes = share;
+      o.device_bytes = [row_bytes](const PassShape& s) { return PassBytes(s, row_bytes) + s.rows; };
+      o.row_bytes = row_bytes;
+      o.window_passes = 3;
+      if (counted) o.window_keys = uint64_t{1} << 40;  // counts every minibatch, cuts nothing
+      int opens = 0;
+      PassReader r = Reader(7000, o, &opens);
+      ASSERT_TRUE(r.Open().ok());
+      runs.push_back(AllPasses(&r));
+      closed.push_back(r.sizing().closed_by_device);
+    }
+    ASSERT_EQ(runs[0].size(), runs[1].size());
+    for (size_t p = 0; p < runs[0].size(); ++p) {
+      EXPECT_EQ(runs[0][p].rows(), runs[1][p].rows()) << "pass " << p;
+      EXPECT_EQ(runs[0][p].keys, runs[1][p].keys) << "pass " << p;
+    }
+    EXPECT_EQ(closed[0], closed[1]);
+  }
+}
+
 // PassBytes bounds what a pass holds as Pass::Gauge counts it (examples, working set,
 // working table and its rows, built the way the read stage builds them), and not loosely.
 TEST(PassReaderTest, PassBytesBoundsWhatAPassHolds) {

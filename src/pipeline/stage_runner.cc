@@ -27,7 +27,7 @@ Status RunSequential(PassStages* stages, const std::atomic<bool>* stop, StageRun
       result->interrupted = true;
       return Status::OK();
     }
-    StatusOr<PassPtr> read = stages->Read();
+    StatusOr<PassPtr> read = stages->Read(stages->train_pool());
     if (ReadWasInterrupted(read.status(), stop)) {
       result->interrupted = true;
       return Status::OK();
@@ -117,12 +117,13 @@ class PipelinedRun {
   }
 
   void ReadLoop() {
+    ThreadPool pool(options_.read_threads);
     while (!failed_.load()) {
       if (Stopping(stop_)) {
         interrupted_.store(true);
         break;
       }
-      StatusOr<PassPtr> pass = stages_->Read();
+      StatusOr<PassPtr> pass = stages_->Read(&pool);
       if (ReadWasInterrupted(pass.status(), stop_)) {
         interrupted_.store(true);
         break;

@@ -34,11 +34,23 @@ TrainPosition PassStages::Position() const {
 
 // ---- read ------------------------------------------------------------------------------------
 
-StatusOr<PassPtr> PassStages::Read() {
+StatusOr<PassPtr> PassStages::Read(ThreadPool* pool) {
   Stopwatch clock;
   auto pass = std::make_unique<Pass>(ctx_.model->value_layout());
+  if (!local_eof_) {  // the buffers of a pushed pass, if some are parked (Next resets them)
+    MutexLock l(&spare_mu_);
+    if (spare_ != nullptr) {
+      pass->examples = std::move(spare_->examples);
+      pass->ws = std::move(spare_->ws);
+      spare_.reset();
+      passes_gauge_.Add(-spare_bytes_);
+      spare_bytes_ = 0;
+    }
+  }
   bool eof = local_eof_;
+  Stopwatch input;
   if (!eof) RETURN_IF_ERROR(ctx_.reader->Next(&pass->examples, &eof, &pass->place));
+  split_.read_input += input.Seconds();
   if (ctx_.comm != nullptr) {
     // A pass while any rank has rows; a rank whose share ran out takes part with none.
     local_eof_ = eof;
@@ -55,10 +67,14 @@ StatusOr<PassPtr> PassStages::Read() {
     pass->extract_busy = busy - extract_busy_;
     extract_busy_ = busy;
   }
-  BuildWorkingSet(pass->examples, ctx_.job->train.batch_size, nullptr, &pass->ws);
+  Stopwatch ws;
+  BuildWorkingSet(pass->examples, ctx_.job->train.batch_size, pool, &pass->ws, &ws_scratch_);
+  split_.read_working_set += ws.Seconds();
   // A distributed pass needs only the rows (the pull sizes them); its in-flight table is the
   // owner's served one.
-  if (ctx_.comm == nullptr) pass->table->Build(pass->ws.keys, nullptr);
+  Stopwatch table;
+  if (ctx_.comm == nullptr) pass->table->Build(pass->ws.keys, pool);
+  split_.read_pass_table += table.Seconds();
   pass->gauge = &passes_gauge_;
   pass->Gauge();
   pass->clock[StageId::kRead].busy = clock.Seconds();
@@ -104,20 +120,26 @@ Status PassStages::Pull(Pass* pass, ThreadPool* pool) {
     return Status::OK();
   }
   InFlight::Tables ahead = in_flight_.Snapshot();  // before the table is read
+  Stopwatch pull;
   ASSIGN_OR_RETURN(pass->pins, ctx_.table->Pull(pass->ws.keys.data(), pass->ws.keys.size(),
                                                 ctx_.accessor, &pass->table->rows(), pool));
+  split_.pull_table += pull.Seconds();
+  Stopwatch shared_clock;
   for (auto& [index, t] : ahead) {
     SharedRows shared;
     pass->table->FindShared(*t, &shared, pool);
     if (!shared.empty()) pass->ahead.emplace_back(std::move(t), std::move(shared));
   }
+  split_.pull_shared += shared_clock.Seconds();
   in_flight_.Add(pass->index, pass->table);
   pass->registry = &in_flight_;
   pass->Gauge();  // with its rows
   // The rows as pulled go to the GPUs now (copy streams), while an earlier pass trains.
   if (ctx_.gpu != nullptr) {
+    Stopwatch stage;
     RETURN_IF_ERROR(
         ctx_.gpu->Stage(pass->index, pass->examples, pass->ws, pass->table->rows(), pool));
+    split_.pull_gpu_stage += stage.Seconds();
   }
   pass->clock[StageId::kPull].busy = clock.Seconds();
   return Status::OK();
@@ -140,6 +162,12 @@ Status PassStages::Train(Pass* pass, const std::atomic<bool>* failed) {
   }
   pass->ahead.clear();
   MetricAccumulator pass_metrics;
+  if (ctx_.job->train.dry_run) {  // the pass's rows were read, pulled and staged: no more
+    if (ctx_.gpu != nullptr) RETURN_IF_ERROR(ctx_.gpu->Drop(pass->index));
+    trained_examples_ += pass->examples.rows();
+    pass->clock[StageId::kTrain].busy = clock.Seconds();
+    return Status::OK();
+  }
   if (ctx_.comm != nullptr) {
     // The holders' copies the owners patched (on the GPUs: re-uploaded before training).
     std::vector<uint32_t> received;
@@ -298,13 +326,26 @@ Status PassStages::Push(Pass* pass, ThreadPool* pool) {
     MutexLock l(&sink_mu_);
     sink_->OnPass(record);
   }
+  ParkBuffers(pass);
   return Status::OK();
+}
+
+void PassStages::ParkBuffers(Pass* pass) {
+  MutexLock l(&spare_mu_);
+  if (spare_ != nullptr) return;
+  spare_ = std::make_unique<SpareBuffers>();
+  spare_->examples = std::move(pass->examples);
+  spare_->ws = std::move(pass->ws);
+  spare_bytes_ = static_cast<int64_t>(spare_->examples.MemoryBytes() + spare_->ws.MemoryBytes());
+  passes_gauge_.Add(spare_bytes_);
+  pass->Gauge();  // the pass's own count, without them
 }
 
 // Checkpoints, like shrinking, follow grid passes: after the last pass of every
 // ckpt.every_passes-th one.
 bool PassStages::CheckpointDue(const Pass& pass) const {
-  return ctx_.ckpt != nullptr && pass.place.last && ctx_.ckpt->Due(pass.place.grid_index + 1);
+  return ctx_.ckpt != nullptr && !ctx_.job->train.dry_run && pass.place.last &&
+         ctx_.ckpt->Due(pass.place.grid_index + 1);
 }
 
 StatusOr<nlohmann::json> PassStages::Checkpoint(const Pass& pass, ThreadPool* pool) {

@@ -70,8 +70,9 @@ class PassStages {
   // Seconds since Start.
   double Seconds() const { return run_clock_.Seconds(); }
 
-  // Read: the next pass with its working set and working-table index; nullptr at the end.
-  StatusOr<PassPtr> Read();
+  // Read: the next pass with its working set and working-table index, built on `pool` (may
+  // be null); nullptr at the end.
+  StatusOr<PassPtr> Read(ThreadPool* pool);
   // Pull: the pass's rows resident, pinned and copied into its working table; the keys it
   // shares with the passes in flight found; with device: gpu, the rows staged to the GPUs.
   // After a shrink, first waits until every earlier pass is pushed (Cancelled if the job
@@ -103,6 +104,14 @@ class PassStages {
   // The most bytes the passes in flight held at once (examples, working sets, rows).
   int64_t passes_peak_bytes() const { return passes_gauge_.peak(); }
   double checkpoint_seconds() const { return checkpoint_seconds_; }
+  // Where the read and pull stages' busy time went (read after the run): the input (the
+  // reader's rows, decoded by its own threads), the working sets, the pass tables; the
+  // table's pull, the keys shared with passes in flight, the GPU staging (plan and uploads).
+  struct StageSplit {
+    double read_input = 0, read_working_set = 0, read_pass_table = 0;
+    double pull_table = 0, pull_shared = 0, pull_gpu_stage = 0;
+  };
+  const StageSplit& split() const { return split_; }
   // Progressive (test-then-train) metrics over the passes trained.
   MetricSummary summary() const { return total_.Summary(); }
   const MetricAccumulator& metrics() const { return total_; }
@@ -123,6 +132,8 @@ class PassStages {
   Status TrainOnGpu(Pass* pass, const std::vector<uint32_t>& patched, MetricAccumulator* metrics,
                     RankExchange* ranks);
   void ReportProgress();  // train stage
+  // Keeps a pushed pass's buffers for the next Read (push stage).
+  void ParkBuffers(Pass* pass) EXCLUDES(spare_mu_);
   // Commits a checkpoint after pass `pass` (push stage); returns its line for the metrics.
   bool CheckpointDue(const Pass& pass) const;
   StatusOr<nlohmann::json> Checkpoint(const Pass& pass, ThreadPool* pool);
@@ -132,9 +143,11 @@ class PassStages {
   MemoryGauge passes_gauge_;
   Stopwatch run_clock_;  // reset by Start; read by every stage
 
-  uint64_t next_index_;      // read stage
-  double extract_busy_ = 0;  // read stage: the extractor's busy seconds at the last pass
-  bool local_eof_ = false;   // read stage: this rank's share of the input is read
+  uint64_t next_index_;           // read stage
+  double extract_busy_ = 0;       // read stage: the extractor's busy seconds at the last pass
+  bool local_eof_ = false;        // read stage: this rank's share of the input is read
+  WorkingSetScratch ws_scratch_;  // read stage: the working sets' temporary buffers
+  StageSplit split_;              // its read_* fields: read stage; pull_*: pull stage
 
   std::vector<float> predictions_;       // train stage
   std::vector<float> pass_predictions_;  // train stage
@@ -150,6 +163,17 @@ class PassStages {
   double last_push_ = 0;           // push
   double checkpoint_seconds_ = 0;  // push
   StorageStats storage_before_;    // push
+
+  // A pushed pass's examples and working set, kept for the next pass the read stage makes
+  // (its buffers reused: no reallocation as a pass grows, no fresh pages to fault in);
+  // counted in passes_gauge_ while parked.
+  struct SpareBuffers {
+    Batch examples;
+    WorkingSet ws;
+  };
+  Mutex spare_mu_;
+  std::unique_ptr<SpareBuffers> spare_ GUARDED_BY(spare_mu_);
+  int64_t spare_bytes_ GUARDED_BY(spare_mu_) = 0;
 
   // The train stage reports progress and the push stage passes: one call at a time.
   Mutex sink_mu_;

@@ -92,6 +92,43 @@ nlohmann::json StorageDeltaJson(const StorageStats& before, const StorageStats& 
   return j;
 }
 
+nlohmann::json GpuJson(const GpuStepStats& s, double seconds, uint64_t examples) {
+  const double mb = static_cast<double>(std::max<uint64_t>(s.minibatches, 1));
+  return {{"passes", s.passes},
+          {"minibatches", s.minibatches},
+          {"launches", s.train.launches},
+          {"copies", s.train.copies},
+          {"host_syncs", s.train.syncs},
+          {"launches_per_minibatch", s.train.launches / mb},
+          {"gemms_per_minibatch", s.train.gemm_calls / mb},
+          // the train thread's time inside the launches and the GEMM calls (on CUDA)
+          {"host_launch_us_per_minibatch", 1e6 * s.train.launch_host_seconds / mb},
+          {"host_gemm_us_per_minibatch", 1e6 * s.train.gemm_host_seconds / mb},
+          {"host_syncs_per_minibatch", s.train.syncs / mb},
+          {"phase_seconds",
+           {{"exchange", s.exchange_seconds},
+            {"forward", s.forward_seconds},
+            {"backward", s.backward_seconds},
+            {"dense", s.dense_seconds},
+            {"sparse", s.sparse_seconds}}},
+          {"gpu_seconds", s.gpu_seconds()},
+          {"gpu_busy_share", s.gpu_seconds() / std::max(seconds, 1e-9)},
+          // the train stage's own speed: the examples over GPU 0's busy time
+          {"examples_per_gpu_second", s.gpu_seconds() > 0 ? examples / s.gpu_seconds() : 0.0}};
+}
+
+void LogGpuPhases(const GpuStepStats& s, double seconds) {
+  if (s.minibatches == 0) return;
+  const double mb = static_cast<double>(s.minibatches);
+  LOG_INFO(
+      "GPU 0 per minibatch ({} minibatches, {:.1f} launches, {:.2f} host syncs): exchange "
+      "{:.0f} us, forward {:.0f} us, backward {:.0f} us, dense {:.0f} us, sparse {:.0f} us; "
+      "busy {:.1f}% of the run",
+      s.minibatches, s.train.launches / mb, s.train.syncs / mb, 1e6 * s.exchange_seconds / mb,
+      1e6 * s.forward_seconds / mb, 1e6 * s.backward_seconds / mb, 1e6 * s.dense_seconds / mb,
+      1e6 * s.sparse_seconds / mb, 100.0 * s.gpu_seconds() / std::max(seconds, 1e-9));
+}
+
 nlohmann::json StagesJson(const StageClocks& clocks) {
   nlohmann::json j;
   for (StageId s : kStages) {
@@ -173,6 +210,7 @@ nlohmann::json TrainReport(const TrainRunFacts& f) {
       {"model_shape", f.model->Describe()},
       {"input", generated ? "generated" : (job.data.command.empty() ? "files" : "command")},
       {"blas_core", blas::CoreName()},
+      {"blas_core_chosen_by", blas::CoreChosenBy()},
       {"deterministic", job.train.deterministic},
       {"pipelined", job.pipeline.enabled},
       {"rows_from_passes_in_flight", stages.patched_rows()},
@@ -180,6 +218,13 @@ nlohmann::json TrainReport(const TrainRunFacts& f) {
       {"interrupted", run.interrupted},
       {"stages", StagesJson(run.totals)},
       {"checkpoint_seconds", stages.checkpoint_seconds()},
+      {"stage_split",
+       {{"read_input_seconds", stages.split().read_input},
+        {"read_working_set_seconds", stages.split().read_working_set},
+        {"read_pass_table_seconds", stages.split().read_pass_table},
+        {"pull_table_seconds", stages.split().pull_table},
+        {"pull_shared_seconds", stages.split().pull_shared},
+        {"pull_gpu_stage_seconds", stages.split().pull_gpu_stage}}},
       {"job_passes", f.position.passes},
       {"job_examples", f.position.examples},
   };

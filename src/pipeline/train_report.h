@@ -9,6 +9,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "feature/extractor.h"
+#include "gpu/trainer.h"
 #include "io/bad_input.h"
 #include "model/ctr_model.h"
 #include "pipeline/job.h"
@@ -58,6 +59,13 @@ nlohmann::json TrainReport(const TrainRunFacts& facts);
 // key window, its limit and the bytes per row it assumes), and the passes' sizes.
 nlohmann::json PassSizingJson(const PassReaderOptions& options, const PassSizingStats& stats,
                               uint64_t row_bytes);
+
+// The GPU train stage's work ("gpu" in the train JSON): passes, minibatches, the compute
+// queues' kernel launches, copies and host synchronizations per minibatch, and GPU 0's time per
+// phase of a minibatch with its share of the run's wall time (`examples` trained in `seconds`).
+nlohmann::json GpuJson(const GpuStepStats& s, double seconds, uint64_t examples);
+// Logs that phase split beside the stage table.
+void LogGpuPhases(const GpuStepStats& s, double seconds);
 
 // Logs each stage's busy time as a share of the pass time (AIBox Table 1).
 void LogStageTable(const StageClocks& clocks, double seconds, uint64_t passes, bool pipelined);

@@ -233,13 +233,14 @@ StatusOr<TrainStart> StartTrain(Env* env, const JobConfig& job, PassReader* read
 
   LOG_INFO("model: {}", start.model->Describe());
   if (const std::string w = blas::SlowCoreWarning(); !w.empty()) LOG_WARNING("{}", w);
+  if (const std::string n = blas::CoreChoiceNote(); !n.empty()) LOG_INFO("{}", n);
   if (!job.ckpt.dir.empty()) {
     ASSIGN_OR_RETURN(start.ckpt, CheckpointWriter::Open(env, job.ckpt, job.spec, settings,
                                                         start.model->value_layout(),
                                                         start.resumed ? &*start.resumed : nullptr));
   }
   std::string metrics_path = job.train.metrics_path;
-  if (metrics_path.empty() && !job.model_dir.empty())
+  if (metrics_path.empty() && !job.model_dir.empty() && !job.train.dry_run)
     metrics_path = JoinPath(job.model_dir, "metrics.jsonl");
   ASSIGN_OR_RETURN(start.metrics_log, MetricsLog::Open(env, metrics_path));
   if (start.resumed) {

@@ -170,7 +170,12 @@ StatusOr<nlohmann::json> RunPasses(Env* env, const JobConfig& job, PassReader* r
         {"busy_seconds", x.parse_seconds + x.graph_seconds + x.assemble_seconds}};
   }
   // The staged passes' GPU buffers at their high-water mark (gpu.pass_memory bounds them).
-  if (gpu) report["gpu_staged_bytes"] = gpu->StagedBytes();
+  if (gpu) {
+    report["gpu_staged_bytes"] = gpu->StagedBytes();
+    const GpuStepStats gs = gpu->Stats();
+    report["gpu"] = GpuJson(gs, run.seconds, stages.examples());
+    LogGpuPhases(gs, run.seconds);
+  }
   if (reader->options().window_keys > 0) {
     const PassSizingStats& z = reader->sizing();
     LOG_INFO(
@@ -569,6 +574,9 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   Stopwatch total_clock;
   // Validate, and learn the schema from the data.
   RETURN_IF_ERROR(job.Validate());
+  if (comm != nullptr && job.train.dry_run) {
+    return InvalidArgumentError("train.dry_run runs on one process (its ranks would not exchange)");
+  }
   std::string ranks_ckpt_dir;
   if (comm != nullptr) {
     std::vector<std::string> files;
@@ -674,7 +682,8 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   // anything, it commits nothing: the model and the checkpoints are as they were (no empty
   // model where there was none).
   const bool interrupted = report["interrupted"].get<bool>();
-  report["saved"] = !(interrupted && report["examples"].get<uint64_t>() == 0);
+  report["saved"] = !(interrupted && report["examples"].get<uint64_t>() == 0) && !job.train.dry_run;
+  if (job.train.dry_run) report["dry_run"] = true;  // nothing trained, saved or evaluated
   if (report["saved"].get<bool>()) {
     if (comm != nullptr) {
       RETURN_IF_ERROR(CommitShardedModelOfRanks(env, comm, job, ranks_ckpt_dir, &start, position,

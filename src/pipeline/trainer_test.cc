@@ -45,6 +45,57 @@ TEST(TrainerTest, LearnsThePlantedModelOnGeneratedData) {
   EXPECT_TRUE(ModelExists(Env::Posix(), dir.File("model")));
 }
 
+// train.dry_run (docs/pipeline.md, "Dry runs"): every pass is read, pulled (and with
+// device: gpu planned and staged) and pushed, nothing is trained, saved or committed; a real
+// run into the same model directory afterwards gives the digest of a real run alone.
+TEST(TrainerTest, ADryRunReadsEverythingAndTrainsNothing) {
+  TempDir dir;
+  const std::string data = WriteCriteo(dir, "train.tsv", 0, 6000, 2);
+  JobConfig job = SmallJob(dir.File("model"));
+  job.data.paths = {data};
+  job.pipeline.pass_examples = 2000;
+  job.train.batch_size = 256;
+  auto real = RunTrain(Env::Posix(), job, nullptr);
+  ASSERT_TRUE(real.ok()) << real.status().ToString();
+  for (bool gpu : {false, true}) {
+    SCOPED_TRACE(gpu ? "device: gpu (emulated)" : "device: cpu");
+    JobConfig dry = job;
+    dry.model_dir = dir.File(gpu ? "dry-gpu" : "dry-cpu");
+    dry.train.dry_run = true;
+    dry.gpu = gpu;
+    dry.gpu_options.emulate = true;
+    auto r = RunTrain(Env::Posix(), dry, nullptr);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE((*r)["dry_run"].get<bool>());
+    EXPECT_FALSE((*r)["saved"].get<bool>());
+    EXPECT_EQ((*r)["examples"], 6000u);  // every row read
+    EXPECT_EQ((*r)["passes"], 3u);
+    EXPECT_EQ((*r)["keys"], (*real)["keys"]);  // every key pulled and pushed
+    EXPECT_FALSE(r->contains("digest"));
+    EXPECT_FALSE(r->contains("test_auc"));
+    EXPECT_GT((*r)["stages"]["read"]["busy_seconds"].get<double>(), 0.0);
+    if (gpu) {  // staged, then dropped untrained
+      EXPECT_EQ((*r)["gpu"]["passes"], 3u);
+      EXPECT_EQ((*r)["gpu"]["minibatches"], 0u);
+    }
+    EXPECT_FALSE(ModelExists(Env::Posix(), dry.model_dir));  // nothing committed, no log
+    EXPECT_FALSE(Env::Posix()->FileExists(JoinPath(dry.model_dir, "metrics.jsonl")));
+    // Then a real run into that directory: the digest of the real run alone.
+    JobConfig after = job;
+    after.model_dir = dry.model_dir;
+    auto a = RunTrain(Env::Posix(), after, nullptr);
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    EXPECT_EQ((*a)["digest"], (*real)["digest"]);
+  }
+  // Nothing to commit: checkpoints and --resume are refused.
+  JobConfig ckpt = job;
+  ckpt.train.dry_run = true;
+  ckpt.ckpt.dir = dir.File("ckpt");
+  auto refused = RunTrain(Env::Posix(), ckpt, nullptr);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("train.dry_run"), std::string::npos);
+}
+
 TEST(TrainerTest, DeterministicAcrossRunsAndThreadCounts) {
   TempDir dir;
   std::string data = WriteCriteo(dir, "train.tsv", 0, 20000, 1);

@@ -28,6 +28,7 @@
 #include "pipeline/data.h"
 #include "pipeline/evaluator.h"
 #include "pipeline/trainer.h"
+#include "util/blas.h"
 #include "util/hash.h"
 #include "util/logging.h"
 
@@ -406,6 +407,7 @@ PYBIND11_MODULE(_ctrbox, m) {
   using namespace ctrbox;
   m.doc() = "ctrbox's compiled core; use the ctrbox package (python/ctrbox/__init__.py)";
   ConfigureAllocator();
+  blas::TakeCoreChoiceNote();  // the package chose the kernels before loading this module
   InitLogging(LogLevel::kInfo);
   py::register_exception<StatusError>(m, "StatusError", PyExc_RuntimeError);
 

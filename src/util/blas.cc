@@ -1,9 +1,11 @@
 #include "util/blas.h"
 
 #include <cblas.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <mutex>
 
 namespace ctrbox::blas {
@@ -53,7 +55,7 @@ std::string CoreName() {
   return name ? name : "unknown";
 }
 
-std::string SlowCoreWarning() {
+std::string FittingCoreType() {
 #if defined(__x86_64__)
   const std::string core = CoreName();
   // OpenBLAS's x86-64 kernel sets without AVX (its DYNAMIC_ARCH fallbacks).
@@ -62,16 +64,75 @@ std::string SlowCoreWarning() {
                                         "Barcelona", "Nano",  "Bobcat"};
   bool old = false;
   for (const char* k : kPreAvx) old |= core == k;
-  if (!old || !__builtin_cpu_supports("avx2")) return "";
-  const char* better = __builtin_cpu_supports("avx512f") ? "SkylakeX" : "Haswell";
-  return "OpenBLAS chose its " + core + " (SSE) kernels on a CPU with " +
-         (__builtin_cpu_supports("avx512f") ? "AVX-512" : "AVX2") +
-         " (it does not recognise the CPU model): the MLP's GEMMs run 2-4x slower than they "
-         "could; set OPENBLAS_CORETYPE=" +
-         better + " in the environment (docs/model.md, BLAS)";
-#else
-  return "";
+  if (!old) return "";
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")) {
+    return "SkylakeX";
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
 #endif
+  return "";
+}
+
+namespace {
+constexpr const char* kRestartedVar = "CTRBOX_BLAS_RESTARTED";  // the core OpenBLAS had chosen
+std::string& RestartedFrom() {
+  static std::string from;
+  return from;
+}
+}  // namespace
+
+void TakeCoreChoiceNote() {
+  if (const char* from = std::getenv(kRestartedVar)) {
+    const char* chosen = std::getenv("OPENBLAS_CORETYPE");
+    if (chosen != nullptr && CoreName() == chosen) RestartedFrom() = from;  // it took effect
+    ::unsetenv(kRestartedVar);  // not for the processes this one starts
+  }
+}
+
+void SelectFittingCores(char** argv) {
+  if (std::getenv(kRestartedVar) != nullptr) {
+    TakeCoreChoiceNote();
+    return;
+  }
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;  // the user's choice
+  const std::string better = FittingCoreType();
+  if (better.empty()) return;
+  ::setenv(kRestartedVar, CoreName().c_str(), 1);
+  ::setenv("OPENBLAS_CORETYPE", better.c_str(), 1);
+  ::execv("/proc/self/exe", argv);
+  ::unsetenv(kRestartedVar);  // the exec failed: go on with the slow kernels (the log warns)
+  ::unsetenv("OPENBLAS_CORETYPE");
+}
+
+std::string CoreChosenBy() {
+  if (!RestartedFrom().empty()) return "ctrbox";
+  return std::getenv("OPENBLAS_CORETYPE") != nullptr ? "OPENBLAS_CORETYPE" : "openblas";
+}
+
+std::string CoreChoiceNote() {
+  if (RestartedFrom().empty()) return "";
+  return "OpenBLAS chose its " + RestartedFrom() +
+         " (SSE) kernels on this CPU (it does not recognise its model): ctrbox restarted with "
+         "OPENBLAS_CORETYPE=" +
+         CoreName() + " (set OPENBLAS_CORETYPE to choose otherwise)";
+}
+
+std::string SlowCoreWarning() {
+  const std::string better = FittingCoreType();
+  if (better.empty()) return "";
+  const char* set = std::getenv("OPENBLAS_CORETYPE");
+  const std::string advice =
+      set != nullptr && better == set
+          ? "OPENBLAS_CORETYPE was set after OpenBLAS was loaded (in Python: import ctrbox before "
+            "numpy, or export OPENBLAS_CORETYPE=" +
+                better + " before starting it)"
+          : "set OPENBLAS_CORETYPE=" + better + " in the environment";
+  return "OpenBLAS chose its " + CoreName() + " (SSE) kernels on a CPU with " +
+         (better == "SkylakeX" ? "AVX-512" : "AVX2") +
+         " (it does not recognise the CPU model): the MLP's GEMMs run 2-4x slower than they "
+         "could; " +
+         advice + " (docs/model.md, BLAS)";
 }
 
 }  // namespace ctrbox::blas

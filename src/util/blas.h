@@ -31,6 +31,26 @@ void ResetGemmCounters();
 // The kernel set OpenBLAS chose ("Cooperlake", "Haswell", ...): it detects the CPU, unless
 // the environment variable OPENBLAS_CORETYPE forces one.
 std::string CoreName();
+// "" or, when OpenBLAS chose kernels without AVX on a CPU with AVX2 or AVX-512, the
+// OPENBLAS_CORETYPE that fits the CPU: SkylakeX (AVX-512 F/BW/DQ/VL) or Haswell (AVX2, FMA).
+std::string FittingCoreType();
+// Who chose the kernels: "ctrbox" (SelectFittingCores), "OPENBLAS_CORETYPE" (the user's
+// environment) or "openblas" (its own detection).
+std::string CoreChosenBy();
+// The process's kernel choice when ctrbox made it (SelectFittingCores): "" if OpenBLAS's own
+// choice stands, else a sentence for the log naming both.
+std::string CoreChoiceNote();
+// OpenBLAS picks its kernels when it is loaded, before main: where it would run kernels
+// without AVX on a CPU with AVX2 / AVX-512 and the user has not set OPENBLAS_CORETYPE, sets it
+// to FittingCoreType() and re-executes the program (execv of /proc/self/exe with argv); returns
+// only when nothing is to be done (or the exec failed). Call first thing in main, before any
+// thread starts or input is read.
+void SelectFittingCores(char** argv);
+// The part of SelectFittingCores for a process that cannot re-execute (the Python module,
+// whose package sets OPENBLAS_CORETYPE before loading it): takes the note of the kernels
+// OpenBLAS had chosen from the environment (CTRBOX_BLAS_RESTARTED), for CoreChoiceNote.
+void TakeCoreChoiceNote();
+
 // "" or, when OpenBLAS chose kernels older than the CPU (its detection falls back to SSE3
 // "Prescott" on CPUs it does not recognise, such as VMs that hide the CPU model), a warning
 // naming the OPENBLAS_CORETYPE that would use the CPU's AVX2 or AVX-512.

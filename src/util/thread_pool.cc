@@ -1,6 +1,8 @@
 #include "util/thread_pool.h"
 
+#include <algorithm>
 #include <cassert>
+#include <cstring>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -94,6 +96,19 @@ void ThreadPool::ParallelFor(size_t num_tasks, const TaskFn& fn) {
     s = state_.load(std::memory_order_acquire);
   }
   fn_ = nullptr;
+}
+
+void ParallelCopy(ThreadPool* pool, void* dst, const void* src, size_t bytes) {
+  constexpr size_t kChunk = size_t{1} << 20;
+  if (pool == nullptr || pool->num_threads() == 1 || bytes <= 2 * kChunk) {
+    if (bytes > 0) std::memcpy(dst, src, bytes);
+    return;
+  }
+  pool->ParallelFor((bytes + kChunk - 1) / kChunk, [&](size_t c, int) {
+    const size_t at = c * kChunk;
+    std::memcpy(static_cast<char*>(dst) + at, static_cast<const char*>(src) + at,
+                std::min(kChunk, bytes - at));
+  });
 }
 
 }  // namespace ctrbox

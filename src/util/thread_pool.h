@@ -87,19 +87,10 @@ void RunParallelRange(ThreadPool* pool, size_t n, F&& f, size_t chunk = 4096) {
   });
 }
 
-// memcpy of `bytes` on `pool` (null: the calling thread), in chunks of 1 MiB.
-inline void ParallelCopy(ThreadPool* pool, void* dst, const void* src, size_t bytes) {
-  constexpr size_t kChunk = size_t{1} << 20;
-  if (pool == nullptr || pool->num_threads() == 1 || bytes <= 2 * kChunk) {
-    if (bytes > 0) std::memcpy(dst, src, bytes);
-    return;
-  }
-  pool->ParallelFor((bytes + kChunk - 1) / kChunk, [&](size_t c, int) {
-    const size_t at = c * kChunk;
-    std::memcpy(static_cast<char*>(dst) + at, static_cast<const char*>(src) + at,
-                std::min(kChunk, bytes - at));
-  });
-}
+// memcpy of `bytes` on `pool` (null: the calling thread), in chunks of 1 MiB. Not inline: CUDA
+// sources call it too (an inline function holding a lambda, emitted by nvcc and by the C++
+// compiler, may be merged with the other compiler's closure layout).
+void ParallelCopy(ThreadPool* pool, void* dst, const void* src, size_t bytes);
 
 }  // namespace ctrbox
 

@@ -48,9 +48,23 @@ struct WorkingSet {
   }
 };
 
+// BuildWorkingSet's temporary buffers, kept by a caller that builds one working set after
+// another (the read stage) so that each build reuses the memory of the last.
+struct WorkingSetScratch {
+  std::vector<uint8_t> part_of;
+  std::vector<uint32_t> counts;
+  std::vector<uint64_t> grouped_key;
+  std::vector<uint32_t> grouped_pos;
+  std::vector<std::vector<uint64_t>> seen;
+  std::vector<std::vector<uint32_t>> u_of;
+  size_t MemoryBytes() const;
+};
+
 // Builds the working set of `pass` cut into minibatches of batch_size rows (the last may be
-// smaller). pool may be null. REQUIRES: batch_size > 0.
-void BuildWorkingSet(const Batch& pass, size_t batch_size, ThreadPool* pool, WorkingSet* out);
+// smaller), on `pool` (may be null): the same working set whatever the thread count. scratch
+// may be null (the build allocates its own). REQUIRES: batch_size > 0.
+void BuildWorkingSet(const Batch& pass, size_t batch_size, ThreadPool* pool, WorkingSet* out,
+                     WorkingSetScratch* scratch = nullptr);
 
 }  // namespace ctrbox
 
