@@ -33,9 +33,11 @@ def gen_shards(ctrbox, data_dir, rows):
     return out
 
 
-def threads_args(t):
-    return [x for k in ["train.threads", "data.reader_threads", "pipeline.read_threads",
-                        "pipeline.pull_threads", "pipeline.push_threads"] for x in ("--set", f"{k}={t}")]
+def threads_args(t, read_pool=True):
+    keys = ["train.threads", "data.reader_threads", "pipeline.pull_threads", "pipeline.push_threads"]
+    if read_pool:  # (binaries before the read stage had a pool do not know the key)
+        keys.append("pipeline.read_threads")
+    return [x for k in keys for x in ("--set", f"{k}={t}")]
 
 
 def main():
@@ -53,7 +55,7 @@ def main():
     threads = [int(t) for t in a.threads.split(",")]
     feed, busy, baseline = {}, {}, []
     for rep in range(a.reps):
-        b = train(a.baseline_ctrbox or a.ctrbox, base + threads_args(1))
+        b = train(a.baseline_ctrbox or a.ctrbox, base + threads_args(1, read_pool=not a.baseline_ctrbox))
         host = sum(b["stages"][s]["busy_seconds"] for s in ("read", "pull", "push"))
         baseline.append(b["examples"] / host)
         print(json.dumps({"bench": "feed_rate", "run": "baseline_train_1_thread", "rep": rep,

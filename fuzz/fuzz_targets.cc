@@ -62,7 +62,7 @@ const ModelTemplate& Model() {
     CtrModel model(spec.schema, spec.model, spec.sparse_optimizer, spec.dense_optimizer, 1);
     TieredOptions o;
     o.layout = model.value_layout();
-    o.shard_bits = 1;
+    o.stripe_bits = 1;
     auto table = std::move(TieredTable::Open(&env, o).value());
     CtrAccessor acc(o.layout, spec.table);
     RowBlock rows(o.layout);
@@ -407,7 +407,7 @@ std::vector<std::string> BuiltInSeeds(const std::string& target) {
     MemEnv env;
     TieredOptions o;
     o.layout = ValueLayout{4, 4, 1};
-    o.shard_bits = 1;
+    o.stripe_bits = 1;
     o.memory_budget = 1 << 20;
     o.ssd.dir = "/store";
     o.ssd.group_bits = 2;

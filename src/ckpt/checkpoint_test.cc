@@ -34,7 +34,7 @@ class CheckpointTest : public ::testing::Test {
   std::unique_ptr<SparseTable> NewTable() const {
     TieredOptions o;
     o.layout = NewModel()->value_layout();
-    o.shard_bits = 3;
+    o.stripe_bits = 3;
     return std::move(TieredTable::Open(Env::Posix(), o).value());
   }
   TableFactory Factory() const {

@@ -130,7 +130,7 @@ StatusOr<ModelManifest> SaveModel(Env* env, const std::string& dir, const ModelS
   m.spec = spec;
   m.trained_examples = trained_examples;
 
-  // Sparse rows, shard by shard.
+  // Sparse rows, stripe by stripe.
   const std::string sparse_name = FileName("sparse", m.generation);
   const std::string dense_name = FileName("dense", m.generation);
   // A save that fails before its MANIFEST names the new files deletes them: after a full disk
@@ -212,7 +212,7 @@ StatusOr<ModelManifest> VerifyModel(Env* env, const std::string& dir) {
   return m;
 }
 
-std::string ModelShard::Encode() const {
+std::string RankModelPart::Encode() const {
   return nlohmann::json({{"generation", generation},
                          {"name", file.name},
                          {"bytes", file.bytes},
@@ -224,10 +224,10 @@ std::string ModelShard::Encode() const {
       .dump();
 }
 
-StatusOr<ModelShard> ModelShard::Decode(std::string_view bytes) {
+StatusOr<RankModelPart> RankModelPart::Decode(std::string_view bytes) {
   try {
     const nlohmann::json j = nlohmann::json::parse(bytes);
-    ModelShard s;
+    RankModelPart s;
     s.generation = j.at("generation").get<uint64_t>();
     s.file.name = j.at("name").get<std::string>();
     s.file.bytes = j.at("bytes").get<uint64_t>();
@@ -238,7 +238,7 @@ StatusOr<ModelShard> ModelShard::Decode(std::string_view bytes) {
     s.counts.sum = j.at("sum").get<uint64_t>();
     return s;
   } catch (const std::exception& e) {
-    return CorruptionError(std::string("a rank's model shard record: ") + e.what());
+    return CorruptionError(std::string("a rank's part of the model record: ") + e.what());
   }
 }
 
@@ -248,28 +248,28 @@ StatusOr<uint64_t> NextGeneration(Env* env, const std::string& dir) {
   return old.generation + 1;
 }
 
-StatusOr<ModelShard> SaveModelShard(Env* env, const std::string& dir, uint64_t generation, int rank,
-                                    SparseTable& table) {
+StatusOr<RankModelPart> SaveRankModelPart(Env* env, const std::string& dir, uint64_t generation,
+                                          int rank, SparseTable& table) {
   RETURN_IF_ERROR(env->CreateDirs(dir));
-  ModelShard s;
+  RankModelPart s;
   s.generation = generation;
   const std::string name = fmt::format("sparse-{:06d}-r{:04d}.bin", generation, rank);
   RETURN_IF_ERROR(WriteTableSparseFile(env, dir, name, table, &s.file, &s.counts));
   return s;
 }
 
-StatusOr<ModelManifest> CommitShardedModel(Env* env, const std::string& dir, const ModelSpec& spec,
-                                           const CtrModel& model, uint64_t trained_examples,
-                                           const std::vector<ModelShard>& shards) {
+StatusOr<ModelManifest> CommitRanksModel(Env* env, const std::string& dir, const ModelSpec& spec,
+                                         const CtrModel& model, uint64_t trained_examples,
+                                         const std::vector<RankModelPart>& parts) {
   ModelManifest m;
-  m.generation = shards.at(0).generation;
+  m.generation = parts.at(0).generation;
   m.spec = spec;
   m.trained_examples = trained_examples;
   SparseCounts c;
-  for (const ModelShard& s : shards) {
+  for (const RankModelPart& s : parts) {
     if (s.generation != m.generation) {
       return InternalError(
-          fmt::format("model shards of generations {} and {}", m.generation, s.generation));
+          fmt::format("model parts of generations {} and {}", m.generation, s.generation));
     }
     m.files.push_back(s.file);
     c.rows += s.counts.rows;

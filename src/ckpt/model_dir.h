@@ -49,28 +49,28 @@ StatusOr<ModelManifest> SaveModel(Env* env, const std::string& dir, const ModelS
 
 // ---- A model saved by the ranks of a distributed job (docs/distributed.md): one directory
 // whose MANIFEST (version 2) names one sparse file per rank, then the dense file. Every rank
-// writes its shard's file (SaveModelShard), the ranks exchange what they wrote (the caller's
-// transport: ModelShard::Encode / Decode), and rank 0 writes the dense file and commits the
-// MANIFEST (CommitShardedModel). Readers load every sparse file; the digest is the one a
+// writes its part's file (SaveRankModelPart), the ranks exchange what they wrote (the caller's
+// transport: RankModelPart::Encode / Decode), and rank 0 writes the dense file and commits the
+// MANIFEST (CommitRanksModel). Readers load every sparse file; the digest is the one a
 // single process computes over the same rows.
-struct ModelShard {
-  uint64_t generation = 0;  // the generation the shard belongs to
+struct RankModelPart {
+  uint64_t generation = 0;  // the generation the part belongs to
   ModelFileInfo file;
   SparseCounts counts;
 
   std::string Encode() const;
-  static StatusOr<ModelShard> Decode(std::string_view bytes);
+  static StatusOr<RankModelPart> Decode(std::string_view bytes);
 };
 // The generation the next save of `dir` writes (1 + the committed one, or 1).
 StatusOr<uint64_t> NextGeneration(Env* env, const std::string& dir);
 // Writes rank `rank`'s file of generation `generation` (sparse-G-rRRRR.bin) and fsyncs it.
-StatusOr<ModelShard> SaveModelShard(Env* env, const std::string& dir, uint64_t generation, int rank,
-                                    SparseTable& table);
-// Writes the dense file and commits the MANIFEST naming `shards` (in rank order); then deletes
-// the files of older generations. REQUIRES: every shard of the same generation.
-StatusOr<ModelManifest> CommitShardedModel(Env* env, const std::string& dir, const ModelSpec& spec,
-                                           const CtrModel& model, uint64_t trained_examples,
-                                           const std::vector<ModelShard>& shards);
+StatusOr<RankModelPart> SaveRankModelPart(Env* env, const std::string& dir, uint64_t generation,
+                                          int rank, SparseTable& table);
+// Writes the dense file and commits the MANIFEST naming `parts` (in rank order); then deletes
+// the files of older generations. REQUIRES: every part of the same generation.
+StatusOr<ModelManifest> CommitRanksModel(Env* env, const std::string& dir, const ModelSpec& spec,
+                                         const CtrModel& model, uint64_t trained_examples,
+                                         const std::vector<RankModelPart>& parts);
 
 // Loads the model named by `manifest` into `table` and `model`, which must have been built
 // from manifest.spec (empty table): the rows `keep` keeps. Verifies checksums, counts and the

@@ -32,10 +32,10 @@ class ModelDirTest : public ::testing::Test {
   }
   // A table with random rows, some without embeddings.
   std::unique_ptr<SparseTable> NewTable(const CtrModel& model, size_t keys,
-                                        uint32_t shard_bits = 3) {
+                                        uint32_t stripe_bits = 3) {
     TieredOptions o;
     o.layout = model.value_layout();
-    o.shard_bits = shard_bits;
+    o.stripe_bits = stripe_bits;
     auto table = std::move(TieredTable::Open(Env::Posix(), o).value());
     CtrAccessor acc(model.value_layout(), spec_.table);
     RowBlock rows(model.value_layout());

@@ -167,8 +167,8 @@ Status WriteTableSparseFile(Env* env, const std::string& dir, const std::string&
                             SparseTable& table, ModelFileInfo* info, SparseCounts* counts) {
   ASSIGN_OR_RETURN(auto w, SparseFileWriter::Create(env, JoinPath(dir, name), table.layout()));
   RowBlock rows(table.layout());
-  for (size_t s = 0; s < table.num_shards(); ++s) {
-    RETURN_IF_ERROR(table.ExportShard(s, &rows));
+  for (size_t s = 0; s < table.num_stripes(); ++s) {
+    RETURN_IF_ERROR(table.ExportStripe(s, &rows));
     RETURN_IF_ERROR(w->Add(rows));
   }
   RETURN_IF_ERROR(w->Finish());

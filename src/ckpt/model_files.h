@@ -73,7 +73,7 @@ class SparseFileWriter {
 Status InsertKept(SparseTable* table, const RowBlock& rows, const KeyFilter& keep,
                   RowBlock* scratch, ThreadPool* pool);
 
-// Writes every row of `table` (all tiers, shard by shard) as the sparse file `dir`/`name`,
+// Writes every row of `table` (all tiers, stripe by stripe) as the sparse file `dir`/`name`,
 // fsynced; *info and *counts describe it.
 Status WriteTableSparseFile(Env* env, const std::string& dir, const std::string& name,
                             SparseTable& table, ModelFileInfo* info, SparseCounts* counts);

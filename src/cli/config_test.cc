@@ -77,6 +77,27 @@ TEST(ConfigTest, UnknownKeysAndBadValuesNameTheKey) {
   EXPECT_FALSE(s.ok());
 }
 
+// A key renamed by the glossary (docs/architecture.md, "Words") still sets its new key, from
+// --set and from a job file alike; `ctrbox config` lists the new name only.
+TEST(ConfigTest, RenamedKeysStillSetTheirNewKeys) {
+  for (const char* old_name : {"gpu.pass_memory", "table.shard_bits"}) {
+    SCOPED_TRACE(old_name);
+    JobConfigBuilder b;
+    const std::string value = std::string(old_name) == "gpu.pass_memory" ? "6MB" : "5";
+    ASSERT_TRUE(b.ApplySet(std::string(old_name) + "=" + value).ok());
+    auto job = b.Finish();
+    ASSERT_TRUE(job.ok()) << job.status().ToString();
+    if (std::string(old_name) == "gpu.pass_memory") {
+      EXPECT_EQ(job->gpu_options.staged_memory, uint64_t{6} << 20);
+      EXPECT_TRUE(b.was_set("gpu.staged_memory"));
+    } else {
+      EXPECT_EQ(job->storage.stripe_bits, 5u);
+      EXPECT_TRUE(b.was_set("table.stripe_bits"));
+    }
+    EXPECT_EQ(ConfigReference().find(std::string("`") + old_name + "`"), std::string::npos);
+  }
+}
+
 TEST(ConfigTest, InteractionKeysComposeAndAreValidated) {
   testing::TempDir dir;
   std::string path = dir.File("dcn.yaml");

@@ -1,6 +1,6 @@
 // Collectives over a Comm with a fixed summation order, so that a job with a fixed number of
 // ranks is bit-identical run after run (MPI_Allreduce leaves its order to the library), and
-// the key -> owner map of the sharded sparse table (docs/distributed.md).
+// the key -> owner map of the sparse table partitioned over the ranks (docs/distributed.md).
 #ifndef CTRBOX_DIST_COLLECTIVES_H_
 #define CTRBOX_DIST_COLLECTIVES_H_
 

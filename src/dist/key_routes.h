@@ -1,4 +1,5 @@
-// The per-pass exchanges of a sharded sparse table (HPS §3-4, Algorithms 1-2; docs/distributed.md):
+// The per-pass exchanges of a sparse table partitioned by key over the ranks (HPS §3-4, Algorithms
+// 1-2; docs/distributed.md):
 //
 //   RouteKeys      each rank sends the distinct keys of its pass to their owners (OwnerOf);
 //                  an owner serves the union of the keys it was sent.

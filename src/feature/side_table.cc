@@ -127,7 +127,7 @@ StatusOr<std::unique_ptr<SideTable>> SideTable::Load(Env* env, const SideView& v
   t->rows_ = static_cast<uint32_t>(total);
   // The key index: the first row of each key; later ones are duplicate_key bad rows.
   const uint64_t size = std::bit_ceil(std::max<uint64_t>(16, total * 2));
-  t->slots_.assign(size, 0);
+  t->buckets_.assign(size, 0);
   t->mask_ = size - 1;
   std::vector<const Column*> key_cols;
   for (int k : view.key) key_cols.push_back(&t->cols_[k]);
@@ -147,9 +147,9 @@ StatusOr<std::unique_ptr<SideTable>> SideTable::Load(Env* env, const SideView& v
     }
     const uint64_t h = t->HashRow(key_cols.data(), r);
     for (uint64_t i = h & t->mask_;; i = (i + 1) & t->mask_) {
-      const uint32_t s = t->slots_[i];
+      const uint32_t s = t->buckets_[i];
       if (s == 0) {
-        t->slots_[i] = r + 1;
+        t->buckets_[i] = r + 1;
         break;
       }
       bool equal = true;
@@ -185,7 +185,7 @@ int64_t SideTable::Find(const ColumnTable& t, const std::vector<int>& cols, uint
   const uint64_t h = HashKeyOf(t, cols, r, &null);
   if (null || rows_ == 0) return -1;
   for (uint64_t i = h & mask_;; i = (i + 1) & mask_) {
-    const uint32_t s = slots_[i];
+    const uint32_t s = buckets_[i];
     if (s == 0) return -1;
     bool equal = true;
     for (size_t k = 0; k < cols.size() && equal; ++k) {
@@ -197,7 +197,7 @@ int64_t SideTable::Find(const ColumnTable& t, const std::vector<int>& cols, uint
 }
 
 size_t SideTable::MemoryBytes() const {
-  size_t b = arena_->capacity() + slots_.size() * sizeof(uint32_t);
+  size_t b = arena_->capacity() + buckets_.size() * sizeof(uint32_t);
   for (const auto& t : texts_) b += t->capacity();
   return b;
 }

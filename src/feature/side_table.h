@@ -49,7 +49,7 @@ class SideTable {
   std::vector<std::unique_ptr<std::string>> texts_;  // the chunks the string cells point into
   std::unique_ptr<Arena> arena_;
   std::vector<Column> cols_;
-  std::vector<uint32_t> slots_;  // open addressing: row + 1 (0: empty)
+  std::vector<uint32_t> buckets_;  // open addressing: row + 1 (0: empty)
   uint64_t mask_ = 0;
 };
 

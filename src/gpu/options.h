@@ -33,11 +33,11 @@ struct GpuOptions {
   // on one machine sets it to the rank's place on the machine times gpus, so that the ranks
   // take different devices while there are enough.
   uint32_t first_device = 0;
-  // Bytes of GPU memory the staged passes may take together (gpu.pass_memory): the read
-  // stage closes a pass before it would take more than pass_memory / slots (docs/gpu.md,
+  // Bytes of GPU memory the staged passes may take together (gpu.staged_memory): the read
+  // stage closes a pass before it would take more than staged_memory / staged_passes (docs/gpu.md,
   // "Pass sizing"). 0 at load: half of GPU 0's memory on a GPU, no limit with emulate
-  // (ResolveGpuPassMemory). A value set cuts the passes of a CPU run too.
-  uint64_t pass_memory = 0;
+  // (ResolveGpuStagedMemory). A value set cuts the passes of a CPU run too.
+  uint64_t staged_memory = 0;
 };
 
 }  // namespace ctrbox

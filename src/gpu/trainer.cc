@@ -91,13 +91,13 @@ uint64_t CudaDeviceMemory(int device, std::string* why) {
 #endif
 }
 
-Status ResolveGpuPassMemory(GpuOptions* options) {
-  if (options->emulate || options->pass_memory != 0) return Status::OK();
+Status ResolveGpuStagedMemory(GpuOptions* options) {
+  if (options->emulate || options->staged_memory != 0) return Status::OK();
   std::string why;
   if (CudaDeviceCount(&why) == 0) return FailedPreconditionError("device: gpu: " + why);
   const uint64_t total = CudaDeviceMemory(0, &why);
   if (total == 0) return FailedPreconditionError("device: gpu: " + why);
-  options->pass_memory = total / 2;
+  options->staged_memory = total / 2;
   return Status::OK();
 }
 

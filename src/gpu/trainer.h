@@ -35,7 +35,7 @@ namespace ctrbox {
 // dense gradient and each key's gradient records: the dense gradient is summed over the
 // ranks, and the records go to the keys' owners, which update their rows on the host and send
 // back the changed rows of the keys this rank uses in its next minibatch. Implemented by the
-// pipeline (pipeline/sharded_pass.h) over the ranks' transport.
+// pipeline (pipeline/rank_pass.h) over the ranks' transport.
 class RankExchange {
  public:
   virtual ~RankExchange() = default;
@@ -118,10 +118,10 @@ uint64_t GpuPassBytesBound(const GpuPassShape& pass, const ValueLayout& layout, 
 int CudaDeviceCount(std::string* why);
 // The memory of GPU `device` in bytes (0 with the reason in *why when it cannot be had).
 uint64_t CudaDeviceMemory(int device, std::string* why);
-// gpu.pass_memory's default: with a GPU and options->pass_memory 0, half of GPU 0's memory
+// gpu.staged_memory's default: with a GPU and options->staged_memory 0, half of GPU 0's memory
 // (the rest holds the dense model, activations and the libraries' workspaces); unchanged
 // with emulate or a set value. Fails when no GPU can be asked.
-Status ResolveGpuPassMemory(GpuOptions* options);
+Status ResolveGpuStagedMemory(GpuOptions* options);
 
 }  // namespace ctrbox
 

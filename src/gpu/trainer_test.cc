@@ -292,7 +292,7 @@ TEST(GpuEmulationTest, OneGpuIsBitIdenticalToTheCpuModel) {
   }
 }
 
-// gpu.pass_memory sizes passes by GpuPassBytesBound: it must bound what a staged pass's GPU
+// gpu.staged_memory sizes passes by GpuPassBytesBound: it must bound what a staged pass's GPU
 // buffers take (one pass in one slot: StagedBytes), on one GPU and several, and not loosely.
 TEST(GpuEmulationTest, GpuPassBytesBoundBoundsWhatAStagedPassTakes) {
   for (const Case& s : Cases()) {

@@ -1,4 +1,4 @@
-// Accounting of malformed input records (DESIGN.md invariant 5: bad input is never silent).
+// Accounting of malformed input records: bad input is never silent (docs/architecture.md).
 //
 // Every reader classifies a malformed record by kind, skips it, and reports where it was.
 // BadInputTracker sums the counts over a whole job, logs the first few records of each kind

@@ -1,4 +1,4 @@
-// CtrModel: the wide & deep CTR model of DESIGN.md §1 on the CPU.
+// CtrModel: the wide & deep CTR model (docs/model.md) on the CPU.
 //
 //   input  = [ f(dense_1..D) | sum-pool(embeddings of slot 1) | ... | sum-pool(slot S) ]
 //   logit  = MLP(input) (+ sum of the wide weights of the example's keys, if model.wide)

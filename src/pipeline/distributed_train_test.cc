@@ -135,9 +135,9 @@ Model Load(const std::string& dir) {
     EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
     if (!loaded.ok()) return m;
     m.dense = loaded->model->dense_params();
-    for (size_t s = 0; s < loaded->table->num_shards(); ++s) {
+    for (size_t s = 0; s < loaded->table->num_stripes(); ++s) {
       RowBlock rows(loaded->table->layout());
-      EXPECT_TRUE(loaded->table->ExportShard(s, &rows).ok());
+      EXPECT_TRUE(loaded->table->ExportStripe(s, &rows).ok());
       for (size_t i = 0; i < rows.size(); ++i) {
         std::vector<float> v = {rows.show(i), rows.click(i), rows.wide(i)};
         if (rows.has_emb(i)) {  // the key's own table's values (model.slot_dims)
@@ -788,7 +788,7 @@ TEST(DistributedTrainTest, ResumeOfFilesOnOtherRanksRefusesAnEditedFile) {
   EXPECT_TRUE(Env::Posix()->FileExists(dir.File("ckpt/RANKS")));
 }
 
-// Ranks with tiers: each rank's shard over an SSD tier with a memory budget far below its
+// Ranks with tiers: each rank's part over an SSD tier with a memory budget far below its
 // rows (so most rows go through the files) trains the in-memory ranks' model bit for bit.
 TEST(DistributedTrainTest, RanksWithATieredShardEqualTheInMemoryRanks) {
   TempDir dir;

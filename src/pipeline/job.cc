@@ -7,7 +7,7 @@
 
 #include "gpu/trainer.h"
 #include "model/ctr_model.h"
-#include "table/cache_slot.h"
+#include "table/cache_stripe.h"
 #include "util/parse.h"
 
 namespace ctrbox {
@@ -72,11 +72,11 @@ PassReaderOptions JobConfig::PassOptions() const {
   o.key_tables = spec.model.KeyTableMap();
   const TieredOptions table = StorageFor(CtrModel::LayoutFor(spec.model, spec.sparse_optimizer));
   const uint64_t row_budget = table.RowBudgetBytes();
-  if (gpu_options.pass_memory > 0 && pipeline.size_by_memory) {
-    // The staged passes share the GPU memory (ResolveGpuPassMemory sets the default with
+  if (gpu_options.staged_memory > 0 && pipeline.size_by_memory) {
+    // The staged passes share the GPU memory (ResolveGpuStagedMemory sets the default with
     // device: gpu). Set explicitly, it cuts a CPU run's passes alike, so that a job can move
     // between the GPU and the CPU by resume.
-    o.device_pass_bytes = gpu_options.pass_memory / (pipeline.queue_depth + 2);
+    o.device_pass_bytes = gpu_options.staged_memory / (pipeline.queue_depth + 2);
     o.device_bytes = [layout = table.layout, gpus = gpu_options.gpus](const PassShape& s) {
       return GpuPassBytesBound({s.rows, s.content_bytes + sizeof(uint32_t), s.key_uses, s.keys,
                                 s.batches, s.batch_keys, s.max_batch_keys},
@@ -110,7 +110,7 @@ PassReaderOptions JobConfig::PassOptions() const {
   o.memory_passes = 3 * pipeline.queue_depth + 4;
   o.row_bytes = RowBlock::BytesPerRow(table.layout);
   const uint64_t index_bytes = (uint64_t{1} << table.ssd.group_bits) * sizeof(GroupEntry) +
-                               (uint64_t{1} << table.shard_bits) * CacheSlot::MinIndexBytes();
+                               (uint64_t{1} << table.stripe_bits) * CacheStripe::MinIndexBytes();
   o.key_limit_hint = [index_bytes, row_bytes, share = table.bloom_share,
                       batch = train.batch_size](uint64_t keys) {
     // The Bloom filters' share comes on top: need = fixed + share x need.

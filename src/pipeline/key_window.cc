@@ -79,8 +79,8 @@ void KeyWindow::Add(const uint64_t* keys, size_t n) {
   const size_t cur = pass_ % passes_;
   for (size_t k = 0; k < n; ++k) {
     if (2 * (used_ + 1) > keys_.size()) Rebuild(2 * keys_.size());
-    const size_t slot = Find(keys[k]);
-    const uint32_t last = last_[slot];
+    const size_t bucket = Find(keys[k]);
+    const uint32_t last = last_[bucket];
     if (last == pass_) continue;
     const uint64_t w = Weight(keys[k]);
     if (last != 0 && InWindow(last)) {
@@ -91,8 +91,8 @@ void KeyWindow::Add(const uint64_t* keys, size_t n) {
       distinct_weight_ += w;
       if (last == 0) ++used_;
     }
-    keys_[slot] = keys[k];
-    last_[slot] = pass_;
+    keys_[bucket] = keys[k];
+    last_[bucket] = pass_;
     ++per_pass_[cur];
     per_pass_weight_[cur] += w;
   }

@@ -52,7 +52,7 @@ class KeyWindow {
   uint64_t current() const;
 
  private:
-  // Slot of `key` in the map: its entry, or the empty slot where it would go.
+  // Bucket of `key` in the map: its entry, or the empty bucket where it would go.
   size_t Find(uint64_t key) const;
   void Rebuild(size_t capacity);
   bool InWindow(uint32_t pass) const { return pass != 0 && pass + passes_ > pass_; }
@@ -61,10 +61,10 @@ class KeyWindow {
   }
 
   const uint32_t passes_;
-  uint32_t pass_ = 1;  // the current pass (0 marks an empty map slot)
+  uint32_t pass_ = 1;  // the current pass (0 marks an empty map bucket)
   std::vector<uint64_t> keys_;
-  std::vector<uint32_t> last_;      // per map slot: the last pass that used the key; 0: empty
-  size_t used_ = 0;                 // map slots in use (window keys and stale ones)
+  std::vector<uint32_t> last_;      // per map bucket: the last pass that used the key; 0: empty
+  size_t used_ = 0;                 // map buckets in use (window keys and stale ones)
   std::vector<uint64_t> per_pass_;  // ring of passes_: keys whose last use is that pass
   std::vector<uint64_t> per_pass_weight_;  // ... and their summed weight
   uint64_t distinct_ = 0, distinct_weight_ = 0;

@@ -15,7 +15,7 @@
 #include "metrics/metrics.h"
 #include "pipeline/in_flight.h"
 #include "pipeline/pass_reader.h"
-#include "pipeline/sharded_pass.h"
+#include "pipeline/rank_pass.h"
 #include "table/sparse_table.h"
 #include "util/memory_gauge.h"
 #include "working/working_set.h"
@@ -86,7 +86,7 @@ struct Pass {
   std::shared_ptr<WorkingTable> table;
   PinnedRows pins;
   // A distributed job's pass: its routes and the rows this rank serves (else null).
-  std::unique_ptr<ShardedPass> sharded;
+  std::unique_ptr<RankPass> ranked;
   InFlight* registry = nullptr;  // set while registered as in flight
   // Rows to take from passes ahead of this one before training, ascending.
   std::vector<std::pair<std::shared_ptr<const WorkingTable>, SharedRows>> ahead;

@@ -54,7 +54,7 @@ void UseTiers(JobConfig* job, const TempDir& dir, uint64_t budget) {
   job->storage.memory_budget = budget;
   job->storage.ssd.group_bits = 9;  // 512 groups: a 36 KiB index (72 B each)
   job->storage.ssd.file_bytes = 1 << 20;
-  job->storage.shard_bits = 4;
+  job->storage.stripe_bits = 4;
 }
 
 void ExpectStagesAddUp(const nlohmann::json& r) {
@@ -157,7 +157,7 @@ TEST(PipelineTest, PassesSizedByMemoryTrainTheInMemoryModelAtEveryBudget) {
                               (uint64_t{1} << 6) * sizeof(GroupEntry);  // + the group index
       UseTiers(&job, dir, budget);
       job.storage.ssd.group_bits = 6;  // small fixed costs: 2 % of this model is ~50 KB
-      job.storage.shard_bits = 3;
+      job.storage.stripe_bits = 3;
       auto r = RunTrain(Env::Posix(), job, nullptr);
       ASSERT_TRUE(r.ok()) << r.status().ToString();
       // The cache overshoots the budget by at most the slots' share of one pull that the pull
@@ -212,7 +212,7 @@ TEST(PipelineTest, PassesSizedByMemoryTrainTheInMemoryModelAtEveryBudget) {
     job.pipeline.enabled = pipelined;
     UseTiers(&job, dir, 4 * model_bytes);
     job.storage.ssd.group_bits = 6;
-    job.storage.shard_bits = 3;
+    job.storage.stripe_bits = 3;
     job.pipeline.pass_memory = 4 << 20;
     auto r = RunTrain(Env::Posix(), job, nullptr);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -299,7 +299,7 @@ TEST(PipelineTest, APullErrorStopsEveryStage) {
   JobConfig job = Job(dir.File("model"), data);
   job.storage.ssd.dir = dir.File("ssd");
   job.storage.memory_budget = 16 << 10;
-  job.storage.shard_bits = 2;
+  job.storage.stripe_bits = 2;
   job.storage.ssd.group_bits = 6;
   auto r = RunTrain(Env::Posix(), job, nullptr);
   ASSERT_FALSE(r.ok());

@@ -97,13 +97,13 @@ Status PassStages::Pull(Pass* pass, ThreadPool* pool) {
   if (ctx_.comm != nullptr) {
     // The owner's side of the rule for passes in flight: its served rows are this rank's
     // working table of the pass (docs/distributed.md, "Overlap").
-    pass->sharded = std::make_unique<ShardedPass>();
-    ShardedPass* sp = pass->sharded.get();
+    pass->ranked = std::make_unique<RankPass>();
+    RankPass* sp = pass->ranked.get();
     sp->owner_updates = ctx_.job->dist.owner_updates;
     InFlight::Tables ahead;
-    RETURN_IF_ERROR(PullSharded(ctx_.comm->channel(kPullChannel), ctx_.table, ctx_.accessor,
-                                pass->ws, &pass->table->rows(), sp, pool,
-                                [&] { ahead = in_flight_.Snapshot(); }));
+    RETURN_IF_ERROR(PullRankPass(ctx_.comm->channel(kPullChannel), ctx_.table, ctx_.accessor,
+                                 pass->ws, &pass->table->rows(), sp, pool,
+                                 [&] { ahead = in_flight_.Snapshot(); }));
     for (auto& [index, t] : ahead) {
       SharedRows shared;
       sp->served->FindShared(*t, &shared, pool);
@@ -152,11 +152,11 @@ Status PassStages::Train(Pass* pass, const std::atomic<bool>* failed) {
   // The newer rows of the keys shared with the passes ahead, in ascending pass order.
   // (A distributed job: into the served rows, whose holders then take them.)
   std::vector<uint32_t> patched;
-  WorkingTable* to = pass->sharded ? pass->sharded->served.get() : pass->table.get();
+  WorkingTable* to = pass->ranked ? pass->ranked->served.get() : pass->table.get();
   for (const auto& [from, shared] : pass->ahead) {
     to->CopyRows(*from, shared, ctx_.train_pool);
     pass->patched_rows += shared.size();
-    if (ctx_.gpu != nullptr || pass->sharded) {
+    if (ctx_.gpu != nullptr || pass->ranked) {
       for (const auto& pair : shared) patched.push_back(pair.first);
     }
   }
@@ -171,16 +171,16 @@ Status PassStages::Train(Pass* pass, const std::atomic<bool>* failed) {
   if (ctx_.comm != nullptr) {
     // The holders' copies the owners patched (on the GPUs: re-uploaded before training).
     std::vector<uint32_t> received;
-    RETURN_IF_ERROR(PatchHolders(ctx_.comm->channel(kTrainChannel), pass->sharded.get(),
+    RETURN_IF_ERROR(PatchHolders(ctx_.comm->channel(kTrainChannel), pass->ranked.get(),
                                  std::move(patched), &pass->table->rows(), pass->ws,
                                  ctx_.gpu != nullptr ? &received : nullptr));
     if (ctx_.gpu != nullptr) {
       std::unique_ptr<RankExchange> ranks =
-          ShardedRankExchange(ctx_.comm->channel(kTrainChannel), ctx_.model, pass->ws,
-                              pass->sharded.get(), *ctx_.accessor, ctx_.train_pool);
+          RankPassExchange(ctx_.comm->channel(kTrainChannel), ctx_.model, pass->ws,
+                           pass->ranked.get(), *ctx_.accessor, ctx_.train_pool);
       RETURN_IF_ERROR(TrainOnGpu(pass, received, &pass_metrics, ranks.get()));
     } else {
-      RETURN_IF_ERROR(TrainSharded(pass, &pass_metrics));
+      RETURN_IF_ERROR(TrainOnRanks(pass, &pass_metrics));
     }
   } else if (ctx_.gpu != nullptr) {
     RETURN_IF_ERROR(TrainOnGpu(pass, patched, &pass_metrics, nullptr));
@@ -211,15 +211,15 @@ Status PassStages::TrainOnCpu(Pass* pass, const std::atomic<bool>* failed,
   return Status::OK();
 }
 
-Status PassStages::TrainSharded(Pass* pass, MetricAccumulator* metrics) {
-  ShardedPass* sp = pass->sharded.get();
+Status PassStages::TrainOnRanks(Pass* pass, MetricAccumulator* metrics) {
+  RankPass* sp = pass->ranked.get();
   const Minibatch none;  // past this rank's last minibatch of the pass
   for (uint32_t m = 0; m < sp->global_rows.size(); ++m) {
     const Minibatch& mb = m < pass->ws.batches.size() ? pass->ws.batches[m] : none;
-    ASSIGN_OR_RETURN(StepStats st, TrainShardedMinibatch(
-                                       ctx_.comm->channel(kTrainChannel), ctx_.model,
-                                       pass->examples, pass->ws, mb, m, &pass->table->rows(), sp,
-                                       *ctx_.accessor, ctx_.train_pool, predictions_.data()));
+    ASSIGN_OR_RETURN(StepStats st,
+                     TrainRankMinibatch(ctx_.comm->channel(kTrainChannel), ctx_.model,
+                                        pass->examples, pass->ws, mb, m, &pass->table->rows(), sp,
+                                        *ctx_.accessor, ctx_.train_pool, predictions_.data()));
     pass->embeddings_created += st.embeddings_created;
     AddMetrics(*pass, mb, metrics);
   }
@@ -275,16 +275,16 @@ void PassStages::ReportProgress() {
 
 Status PassStages::Push(Pass* pass, ThreadPool* pool) {
   Stopwatch clock;
-  if (pass->sharded != nullptr) {
-    RETURN_IF_ERROR(PushSharded(ctx_.table, pass->sharded.get(), pool));
+  if (pass->ranked != nullptr) {
+    RETURN_IF_ERROR(PushRankPass(ctx_.table, pass->ranked.get(), pool));
   } else {
     RETURN_IF_ERROR(ctx_.table->Push(&pass->pins, pass->table->rows(), pool));
   }
   ++passes_;
   grid_passes_ += pass->place.last;
   if (ctx_.ckpt != nullptr) {  // the rows this rank's table took: a rank's served rows
-    RETURN_IF_ERROR(ctx_.ckpt->OnPush(pass->sharded != nullptr ? pass->sharded->served->rows()
-                                                               : pass->table->rows()));
+    RETURN_IF_ERROR(ctx_.ckpt->OnPush(pass->ranked != nullptr ? pass->ranked->served->rows()
+                                                              : pass->table->rows()));
   }
   const uint32_t every = ctx_.job->train.shrink_every_passes;
   if (every > 0 && pass->place.last && (pass->place.grid_index + 1) % every == 0) {
@@ -307,17 +307,17 @@ Status PassStages::Push(Pass* pass, ThreadPool* pool) {
   const StorageStats storage_now = ctx_.table->Storage();
   nlohmann::json record = PassRecord(*pass, examples_, ctx_.table->CountKeys(), pass_seconds,
                                      checkpoint, StorageDeltaJson(storage_before_, storage_now));
-  if (pass->sharded != nullptr) {
-    const KeyRoutes& routes = pass->sharded->routes;
+  if (pass->ranked != nullptr) {
+    const KeyRoutes& routes = pass->ranked->routes;
     exchange_sent_ += routes.bytes_sent;
     exchange_received_ += routes.bytes_received;
-    exchange_seconds_ += pass->sharded->exchange_seconds;
-    global_examples_ += pass->sharded->global_examples;
-    record["global_examples"] = pass->sharded->global_examples;
+    exchange_seconds_ += pass->ranked->exchange_seconds;
+    global_examples_ += pass->ranked->global_examples;
+    record["global_examples"] = pass->ranked->global_examples;
     record["examples"] = global_examples_;  // the job's so far
     record["exchange"] = {{"bytes_sent", routes.bytes_sent},
                           {"bytes_received", routes.bytes_received},
-                          {"seconds", pass->sharded->exchange_seconds},
+                          {"seconds", pass->ranked->exchange_seconds},
                           {"served_keys", routes.served.size()}};
   }
   storage_before_ = storage_now;

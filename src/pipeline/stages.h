@@ -47,8 +47,8 @@ struct StageContext {
   CheckpointWriter* ckpt = nullptr;  // may be null: no checkpoints
   GpuTrainer* gpu = nullptr;         // may be null: the train stage runs on the CPU
   // May be null: one rank. Else the job's ranks (docs/distributed.md): `table` is this rank's
-  // shard, passes are this rank's share of the global passes, and the stages exchange keys,
-  // rows and gradients (pipeline/sharded_pass.h), each stage on its own channel (below); the
+  // part, passes are this rank's share of the global passes, and the stages exchange keys,
+  // rows and gradients (pipeline/rank_pass.h), each stage on its own channel (below); the
   // caller uses channel 0 (this comm) before and after the run.
   Comm* comm = nullptr;
   std::string ranks_ckpt_dir;  // with comm and ckpt: where the ranks' checkpoints commit
@@ -125,7 +125,7 @@ class PassStages {
 
  private:
   Status TrainOnCpu(Pass* pass, const std::atomic<bool>* failed, MetricAccumulator* metrics);
-  Status TrainSharded(Pass* pass, MetricAccumulator* metrics);
+  Status TrainOnRanks(Pass* pass, MetricAccumulator* metrics);
   // The predictions of a trained minibatch into the pass's and the run's metrics.
   void AddMetrics(const Pass& pass, const Minibatch& mb, MetricAccumulator* metrics);
   // The pass on the GPUs (ranks: the other ranks of a distributed job, or null).

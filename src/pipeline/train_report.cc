@@ -313,7 +313,7 @@ nlohmann::json PassSizingJson(const PassReaderOptions& options, const PassSizing
     j["max_minibatch_bytes"] = stats.max_batch_bytes;
   }
   if (options.device_pass_bytes > 0) {
-    j["gpu_pass_bytes"] = options.device_pass_bytes;  // each pass's share of gpu.pass_memory
+    j["gpu_pass_bytes"] = options.device_pass_bytes;  // each pass's share of gpu.staged_memory
     j["closed_by_gpu_memory"] = stats.closed_by_device;
     j["max_pass_gpu_bytes"] = stats.max_device_bytes;
   }

@@ -200,11 +200,11 @@ TEST(TrainerTest, AJobMovedBetweenCpuAndEmulatedGpuByResumesEqualsOneCpuRun) {
   EXPECT_EQ((*r3)["job_passes"], 8u);
   EXPECT_EQ((*r3)["digest"], (*one)["digest"]);
 
-  // Passes cut by gpu.pass_memory (a few minibatches each) train the same model; a value
+  // Passes cut by gpu.staged_memory (a few minibatches each) train the same model; a value
   // set cuts the CPU run's passes alike, so the job moves between devices by resume.
   JobConfig small = job_for(dir.File("small"));
   small.gpu = true;
-  small.gpu_options.pass_memory = 6 << 20;
+  small.gpu_options.staged_memory = 6 << 20;
   auto r5 = RunTrain(Env::Posix(), small, nullptr);
   ASSERT_TRUE(r5.ok()) << r5.status().ToString();
   EXPECT_EQ((*r5)["digest"], (*one)["digest"]);
@@ -214,7 +214,7 @@ TEST(TrainerTest, AJobMovedBetweenCpuAndEmulatedGpuByResumesEqualsOneCpuRun) {
   EXPECT_GT(z["closed_by_gpu_memory"].get<uint64_t>(), 5u);
   EXPECT_LE(z["max_pass_gpu_bytes"].get<uint64_t>(), z["gpu_pass_bytes"].get<uint64_t>());
   EXPECT_GT(z["passes"].get<uint64_t>(), (*one)["pass_sizing"]["passes"].get<uint64_t>());
-  // What the (emulated) GPU buffers of the staged passes reached: within gpu.pass_memory, and
+  // What the (emulated) GPU buffers of the staged passes reached: within gpu.staged_memory, and
   // the same run without it stages far more.
   const uint64_t staged = (*r5)["gpu_staged_bytes"];
   EXPECT_GT(staged, 0u);

@@ -49,6 +49,7 @@ StatusOr<nlohmann::json> ResultSettings(Env* env, const JobConfig& job) {
   // Passes sized by memory are cut where the key window fills: another budget cuts others.
   const PassReaderOptions passes = job.PassOptions();
   if (passes.device_pass_bytes > 0) {
+    // (The key's name before gpu.staged_memory: checkpoints written with it must still match.)
     settings["pass sizing (gpu.pass_memory)"] = {{"gpu_pass_bytes", passes.device_pass_bytes}};
   }
   if (passes.window_keys > 0) {

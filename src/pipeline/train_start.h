@@ -36,7 +36,7 @@ struct TrainStart {
 // settings) than this job sets, or when ckpt.dir holds another job's checkpoints and neither
 // --resume nor --fresh is given; with the loaders' errors otherwise.
 // A model continued from model_dir keeps the rows `owned` keeps (a rank of a distributed
-// job: its shard; empty: all).
+// job: its part; empty: all).
 // REQUIRES: job.Validate() passed; job.spec.schema is the reader's.
 StatusOr<TrainStart> StartTrain(Env* env, const JobConfig& job, PassReader* reader,
                                 ThreadPool* pool, const KeyFilter& owned = nullptr);

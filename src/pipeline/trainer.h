@@ -25,7 +25,7 @@ namespace ctrbox {
 // model and reports "interrupted": true (docs/pipeline.md). sink and stop may be null.
 //
 // comm (may be null: one rank, as always) makes this process one rank of a distributed job
-// (docs/distributed.md): it reads its share of the input files, holds its shard of the sparse
+// (docs/distributed.md): it reads its share of the input files, holds its part of the sparse
 // table, and trains one model with the other ranks. Every rank must call RunTrain with the
 // same job.
 StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,

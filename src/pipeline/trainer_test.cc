@@ -136,7 +136,7 @@ TEST(TrainerTest, TieredStorageIsLosslessWithAFivePercentBudget) {
   tiered.storage.memory_budget = model_bytes / 20;
   tiered.storage.ssd.group_bits = 10;
   tiered.storage.ssd.file_bytes = 1 << 20;
-  tiered.storage.shard_bits = 4;
+  tiered.storage.stripe_bits = 4;
   tiered.pipeline.pass_examples = 256;  // small passes: a working set must fit the budget
   auto r2 = RunTrain(Env::Posix(), tiered, nullptr);
   ASSERT_TRUE(r2.ok()) << r2.status().ToString();

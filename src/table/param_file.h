@@ -76,7 +76,7 @@ class RecordBuilder {
   void AddEncoded(std::string_view row, uint64_t key);
   void AddRow(const RowBlock& rows, size_t i);
   // Adds a row the caller encodes: encode(&bytes) appends the row's canonical encoding and
-  // returns whether it has an embedding (CacheSlot::EncodeRow).
+  // returns whether it has an embedding (CacheStripe::EncodeRow).
   template <typename Encode>
   void AddEncodedBy(uint64_t key, Encode encode) {
     keys_.push_back(key);

@@ -1,4 +1,4 @@
-// SparseTable: the sparse parameter store seen by the trainer (DESIGN.md §3 `table`).
+// SparseTable: the sparse parameter store seen by the trainer (docs/sparse_table.md).
 //
 // Pull makes a pass's rows available and pins them; Push writes the trained rows back and
 // releases the pins (AIBox §4.3). The implementation is TieredTable (tiered_table.h): a
@@ -40,7 +40,7 @@ class PinnedRows {
  private:
   friend class TieredTable;
   SparseTable* table_ = nullptr;
-  // Per pulled key, in pull order: (slot, node), or (kNotPinned, _) for a key that was not
+  // Per pulled key, in pull order: (stripe, node), or (kNotPinned, _) for a key that was not
   // inserted (a lookup of an absent key).
   std::vector<std::pair<uint32_t, uint32_t>> nodes_;
 };
@@ -109,7 +109,7 @@ class SparseTable {
   virtual ~SparseTable() = default;
 
   virtual const ValueLayout& layout() const = 0;
-  virtual size_t num_shards() const = 0;
+  virtual size_t num_stripes() const = 0;
 
   // Sets out to the n rows of keys[0..n) (distinct keys) and pins them. An absent key gets
   // accessor->InitRow and is inserted (train), or, with a null accessor, a cleared row that
@@ -124,12 +124,12 @@ class SparseTable {
   virtual Status Insert(const RowBlock& rows, ThreadPool* pool) = 0;
   // Applies accessor.ShrinkRow to every row in every tier, deleting those it rejects.
   virtual StatusOr<uint64_t> Shrink(const CtrAccessor& accessor, ThreadPool* pool) = 0;
-  // Every row of shard s (all tiers), in no particular order.
-  virtual Status ExportShard(size_t s, RowBlock* out) = 0;
+  // Every row of stripe s (all tiers), in no particular order.
+  virtual Status ExportStripe(size_t s, RowBlock* out) = 0;
   // Counts over all tiers, each row counted once in its newest version. O(rows in memory).
   virtual TableStats Stats() const = 0;
   // Stats().keys without scanning the rows in memory or stopping the disk tier's maintenance
-  // (O(shards + SSD groups)): the per-pass lines use it.
+  // (O(stripes + SSD groups)): the per-pass lines use it.
   virtual uint64_t CountKeys() const = 0;
   // Storage counters (cache hits, SSD I/O, compactions...) for reports.
   virtual StorageStats Storage() const = 0;

@@ -7,7 +7,7 @@
 // stale.
 //
 // Thread safety: all methods may be called concurrently (see SparseTable). Lock order:
-// writer_mu_ -> a slot (CacheSlot::Lock) -> the SSD store's file mutex; budget_mu_ ->
+// writer_mu_ -> a stripe (CacheStripe::Lock) -> the SSD store's file mutex; budget_mu_ ->
 // error_mu_; worker_mu_ is never held while taking another lock. The annotations below are
 // checked by the clang build (scripts/thread_safety).
 #ifndef CTRBOX_TABLE_TIERED_TABLE_H_
@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "table/cache_slot.h"
+#include "table/cache_stripe.h"
 #include "table/sparse_table.h"
 #include "table/ssd_store.h"
 #include "util/mutex.h"
@@ -28,13 +28,13 @@ namespace ctrbox {
 
 struct TieredOptions {
   ValueLayout layout;
-  uint32_t shard_bits = 6;     // 2^shard_bits cache slots
+  uint32_t stripe_bits = 6;    // 2^stripe_bits cache stripes
   uint64_t memory_budget = 0;  // bytes; 0: unlimited (required without a disk tier)
   SsdOptions ssd;              // ssd.dir empty: no disk tier
   bool reopen = false;         // reopen the store a clean shutdown left in ssd.dir
   bool keep_store = false;     // train: close the store cleanly at the end instead of deleting it
   int io_threads = 4;          // parallel record reads per pull
-  int evict_threads = 2;       // slots evicted in parallel by the background worker
+  int evict_threads = 2;       // stripes evicted in parallel by the background worker
   double evict_start = 0.90;   // the worker starts evicting above this share of the budget
   double evict_stop = 0.80;    // ... and stops below this one
   double compact_stale = 0.5;  // only sealed files whose stale share exceeds this are compacted
@@ -47,14 +47,14 @@ struct TieredOptions {
   // The share of memory_budget the SSD tier's Bloom filters may take (SsdOptions::bloom_budget).
   double bloom_share = 0.10;
 
-  // OK, or InvalidArgument naming the bad key (table.shard_bits, storage.*). Open calls it.
+  // OK, or InvalidArgument naming the bad key (table.stripe_bits, storage.*). Open calls it.
   Status Validate() const;
 
   // Budget planning (pass sizing, docs/storage.md). The bytes one resident row with an
   // embedding costs against the budget (its record, metadata and index entry):
   uint64_t ResidentRowBytes() const;
   // The budget's bytes that rows can use: the budget less the SSD tier's group index, which
-  // is allocated when the table opens, the Bloom filters' share and the slots' least index.
+  // is allocated when the table opens, the Bloom filters' share and the stripes' least index.
   // 0 without a budget.
   uint64_t RowBudgetBytes() const;
   // The Bloom filters' bytes at most (bloom_share of the budget; 0: no limit).
@@ -67,13 +67,13 @@ class TieredTable final : public SparseTable {
   ~TieredTable() override;
 
   const ValueLayout& layout() const override { return options_.layout; }
-  size_t num_shards() const override { return slots_.size(); }
+  size_t num_stripes() const override { return stripes_.size(); }
   StatusOr<PinnedRows> Pull(const uint64_t* keys, size_t n, const CtrAccessor* accessor,
                             RowBlock* out, ThreadPool* pool) override;
   Status Push(PinnedRows* pins, const RowBlock& rows, ThreadPool* pool) override;
   Status Insert(const RowBlock& rows, ThreadPool* pool) override;
   StatusOr<uint64_t> Shrink(const CtrAccessor& accessor, ThreadPool* pool) override;
-  Status ExportShard(size_t s, RowBlock* out) override;
+  Status ExportStripe(size_t s, RowBlock* out) override;
   TableStats Stats() const override;
   uint64_t CountKeys() const override;
   StorageStats Storage() const override;
@@ -83,7 +83,7 @@ class TieredTable final : public SparseTable {
   bool has_disk() const { return ssd_ != nullptr; }
   // Memory counted against the budget now.
   uint64_t UsedBytes() const;
-  // The cache's part of UsedBytes by owner (takes every slot's lock in turn).
+  // The cache's part of UsedBytes by owner (takes every stripe's lock in turn).
   CacheMemory CacheBreakdown() const;
 
   // Maintenance on demand (tests and benchmarks; the worker does the same on its own):
@@ -101,17 +101,19 @@ class TieredTable final : public SparseTable {
   struct Counters;
   TieredTable(Env* env, TieredOptions options);
 
-  size_t SlotOf(uint64_t key) const;
+  size_t StripeOf(uint64_t key) const;
   // OK, or InvalidArgument if a key names no table of a multi-table layout.
   Status CheckKeys(const uint64_t* keys, size_t n) const;
-  size_t SlotOfGroup(uint32_t g) const { return g >> (ssd_->group_bits() - options_.shard_bits); }
-  void GroupBySlot(const uint64_t* keys, size_t n, std::vector<uint32_t>* order,
-                   std::vector<uint32_t>* begin) const;
-  // Brings the use of slot s (`slot`) into the budget accounting.
-  void Account(const CacheSlot& slot, size_t s) REQUIRES(slot);
+  size_t StripeOfGroup(uint32_t g) const {
+    return g >> (ssd_->group_bits() - options_.stripe_bits);
+  }
+  void GroupByStripe(const uint64_t* keys, size_t n, std::vector<uint32_t>* order,
+                     std::vector<uint32_t>* begin) const;
+  // Brings the use of stripe s (`stripe`) into the budget accounting.
+  void Account(const CacheStripe& stripe, size_t s) REQUIRES(stripe);
 
   // Pull phases: the resident rows (and the loads the rest need), the loads read, the loaded
-  // rows installed. Each takes the slot's lock itself.
+  // rows installed. Each takes the stripe's lock itself.
   void PullResident(size_t s, const uint64_t* keys, const uint32_t* idx, size_t n,
                     const CtrAccessor* accessor, RowBlock* out, PinnedRows* pins,
                     std::vector<Load>* loads);
@@ -124,8 +126,8 @@ class TieredTable final : public SparseTable {
   Status InstallLoaded(size_t s, const uint64_t* keys, const CtrAccessor* accessor, RowBlock* out,
                        PinnedRows* pins, std::vector<Load>* loads, LoadedRows* disk);
   // A row for a key no tier holds: a default row (accessor set) or a cleared, unpinned one.
-  void NewRow(CacheSlot& slot, size_t s, size_t i, uint64_t key, const CtrAccessor* accessor,
-              RowBlock* out, PinnedRows* pins) REQUIRES(slot);
+  void NewRow(CacheStripe& stripe, size_t s, size_t i, uint64_t key, const CtrAccessor* accessor,
+              RowBlock* out, PinnedRows* pins) REQUIRES(stripe);
   // Reads the loads' rows into *loaded (sized here; each load's `first` set).
   Status ReadLoads(const uint64_t* keys, std::vector<Load*>* loads, LoadedRows* loaded);
 
@@ -137,43 +139,44 @@ class TieredTable final : public SparseTable {
     bool have_base = false;  // base and older read
     RecordView delta, older, base;
   };
-  // A group's entry and the files of its records (kept alive while they are read). The slot's
+  // A group's entry and the files of its records (kept alive while they are read). The stripe's
   // lock guards its groups' entries.
   struct GroupFiles {
     GroupEntry entry;
     std::shared_ptr<ParamFile> base_file, delta_file, older_file;
   };
-  GroupFiles FilesOf(const CacheSlot& slot, uint32_t group) const REQUIRES(slot);
+  GroupFiles FilesOf(const CacheStripe& stripe, uint32_t group) const REQUIRES(stripe);
   // The read that writing `dirty_rows` rows of group g back needs: its delta, and its base and
-  // older delta when the write is expected to merge them. REQUIRES: g's slot lock.
+  // older delta when the write is expected to merge them. REQUIRES: g's stripe lock.
   GroupRead GroupReadFor(uint32_t g, uint32_t dirty_rows) const;
-  // Reads the records each GroupRead asks for, taking the slot's lock for each entry.
-  Status ReadGroups(const CacheSlot& slot, std::vector<GroupRead>* reads) EXCLUDES(slot);
-  // The same, for a caller that holds the slot's lock.
-  Status ReadGroupsLocked(const CacheSlot& slot, std::vector<GroupRead>* reads) REQUIRES(slot);
+  // Reads the records each GroupRead asks for, taking the stripe's lock for each entry.
+  Status ReadGroups(const CacheStripe& stripe, std::vector<GroupRead>* reads) EXCLUDES(stripe);
+  // The same, for a caller that holds the stripe's lock.
+  Status ReadGroupsLocked(const CacheStripe& stripe, std::vector<GroupRead>* reads)
+      REQUIRES(stripe);
   Status ReadGroupRecords(const GroupFiles& files, GroupRead* read) const;
   // Writes back the dirty resident rows of each group of `reads` (sorted by group; docs/storage.md,
   // "Base and delta records"): a new delta (the old delta's rows that were not rewritten, plus the
   // dirty rows); once that would pass delta_share of the base, the old delta becomes the older one
   // and the new delta holds the dirty rows alone; if there is an older delta already, all
   // merge into a new base. The rows written become clean. `rows` are the candidates
-  // (RowsToWrite, taken once for all batches of a round: a scan of the slot per batch cost
+  // (RowsToWrite, taken once for all batches of a round: a scan of the stripe per batch cost
   // more than the write itself); each is looked up again and written if it still qualifies.
   // A row that qualifies only since stays dirty for a later write-back.
   using GroupKeys = std::vector<std::pair<uint32_t, uint64_t>>;
-  Status WriteGroups(CacheSlot& slot, std::vector<GroupRead>* reads, const GroupKeys& rows)
-      REQUIRES(writer_mu_, slot);
+  Status WriteGroups(CacheStripe& stripe, std::vector<GroupRead>* reads, const GroupKeys& rows)
+      REQUIRES(writer_mu_, stripe);
   // The rows a write-back of these groups (`reads` sorted by group) would write: resident, not
   // fresh, and dirty or not on disk yet; as (group, key), in group order.
-  GroupKeys RowsToWrite(const CacheSlot& slot, const std::vector<GroupRead>& reads) const
-      REQUIRES(slot);
-  // Evicts unpinned rows of slot s until it is at most `share` bytes (all of them if
+  GroupKeys RowsToWrite(const CacheStripe& stripe, const std::vector<GroupRead>& reads) const
+      REQUIRES(stripe);
+  // Evicts unpinned rows of stripe s until it is at most `share` bytes (all of them if
   // share is 0 and `all`). Returns the rows dropped.
-  StatusOr<uint64_t> EvictSlot(size_t s, uint64_t share, bool all) REQUIRES(writer_mu_);
+  StatusOr<uint64_t> EvictStripe(size_t s, uint64_t share, bool all) REQUIRES(writer_mu_);
   // Moves the live records of a sealed file to the current one.
   Status CompactFile(const std::shared_ptr<ParamFile>& file) REQUIRES(writer_mu_);
-  // Writes every dirty row of slot s and keeps it resident.
-  Status FlushSlot(size_t s) REQUIRES(writer_mu_);
+  // Writes every dirty row of stripe s and keeps it resident.
+  Status FlushStripe(size_t s) REQUIRES(writer_mu_);
 
   // The background worker.
   void WorkerLoop() EXCLUDES(worker_mu_);
@@ -200,13 +203,13 @@ class TieredTable final : public SparseTable {
 
   Env* const env_;
   const TieredOptions options_;
-  std::vector<std::unique_ptr<CacheSlot>> slots_;  // the vector is immutable after Open
-  std::vector<size_t> accounted_;  // bytes of each slot last added to used_ (its slot's lock)
+  std::vector<std::unique_ptr<CacheStripe>> stripes_;  // the vector is immutable after Open
+  std::vector<size_t> accounted_;  // bytes of each stripe last added to used_ (its stripe's lock)
   std::unique_ptr<SsdStore> ssd_;
   std::unique_ptr<ThreadPool> io_pool_;     // its callers take turns (ThreadPool::ParallelFor)
   std::unique_ptr<ThreadPool> evict_pool_;  // used by the worker only
 
-  std::atomic<uint64_t> used_{0};  // cache bytes over all slots
+  std::atomic<uint64_t> used_{0};  // cache bytes over all stripes
   // Bytes the last pull added to the cache: the worker keeps that much room free, so the next
   // pass's rows go in while the current one trains instead of waiting for evictions.
   std::atomic<uint64_t> headroom_{0};
@@ -215,10 +218,10 @@ class TieredTable final : public SparseTable {
   std::unique_ptr<Counters> counters_;
 
   // Held by the worker for a maintenance round, and by Shrink, Close, FlushAll, EvictAll and
-  // Compact: they exclude each other. Slots are written back in parallel within a round.
+  // Compact: they exclude each other. Stripes are written back in parallel within a round.
   // Stats holds it too, so that no row moves between the tiers while they are counted.
   mutable Mutex writer_mu_;
-  size_t next_evict_slot_ GUARDED_BY(writer_mu_) = 0;
+  size_t next_evict_stripe_ GUARDED_BY(writer_mu_) = 0;
 
   Mutex worker_mu_;
   CondVar worker_cv_{&worker_mu_};

@@ -37,7 +37,7 @@ TieredOptions Options(const std::string& dir, uint64_t budget, uint32_t group_bi
                       uint64_t file_bytes = 64 << 10) {
   TieredOptions o;
   o.layout = kLayout;
-  o.shard_bits = 3;
+  o.stripe_bits = 3;
   o.memory_budget = budget;
   o.ssd.dir = dir;
   o.ssd.group_bits = group_bits;
@@ -65,8 +65,8 @@ using Reference = std::unordered_map<uint64_t, std::string>;
 void ExpectSame(TieredTable& table, const Reference& ref) {
   std::map<uint64_t, std::string> got;
   RowBlock rows(table.layout());
-  for (size_t s = 0; s < table.num_shards(); ++s) {
-    ASSERT_TRUE(table.ExportShard(s, &rows).ok());
+  for (size_t s = 0; s < table.num_stripes(); ++s) {
+    ASSERT_TRUE(table.ExportStripe(s, &rows).ok());
     for (size_t i = 0; i < rows.size(); ++i) {
       ASSERT_TRUE(got.emplace(rows.key(i), Encode(rows, i)).second)
           << "duplicate key " << rows.key(i);
@@ -115,7 +115,7 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
   CtrAccessor acc(layout, ao);
   const Quantizer quant = layout.quantizer();
   // 48 KiB: about a quarter of the ~2 000 rows (the rest of the budget is the group index,
-  // the Bloom filters and the slots' fixed structures).
+  // the Bloom filters and the stripes' fixed structures).
   TieredOptions o = Options(disk ? dir.path() : "", disk ? 48 << 10 : 0);
   o.layout = layout;
   auto table = Open(o);
@@ -236,7 +236,7 @@ TEST(TieredTableTest, DifferentialOverSsdFiles) {
   for (uint64_t seed : {2, 3, 4}) RunDifferential(true, seed);
 }
 TEST(TieredTableTest, QuantizedCodesSurviveEveryTier) {
-  // Rows through the cache slots, group records in the SSD files, compaction and an INDEX
+  // Rows through the cache stripes, group records in the SSD files, compaction and an INDEX
   // reopen: the reference compares canonical encodings, so the integer codes must be exact.
   for (uint32_t bits : {8u, 16u}) {
     ValueLayout q = kLayout;
@@ -248,7 +248,7 @@ TEST(TieredTableTest, QuantizedCodesSurviveEveryTier) {
 }
 
 TEST(TieredTableTest, Bf16StateSurvivesEveryTier) {
-  // optimizer.sparse.state_bits: 16 stores the state in two bytes: the cache slots, the group
+  // optimizer.sparse.state_bits: 16 stores the state in two bytes: the cache stripes, the group
   // records, compaction and reopen must give back the same bfloat16 values (with 8-bit codes
   // too: the two packings side by side in a record).
   for (uint32_t bits : {0u, 8u}) {
@@ -271,7 +271,7 @@ ValueLayout MultiLayout() {
 }
 
 TEST(TieredTableTest, TablesOfSeveralDimensionsSurviveEveryTier) {
-  // Each row at its own table's size in the cache slots, the group records (a group holds one
+  // Each row at its own table's size in the cache stripes, the group records (a group holds one
   // table's rows), compaction and an INDEX reopen; the byte counts exact per table.
   RunDifferential(false, 50, MultiLayout());
   RunDifferential(true, 51, MultiLayout());
@@ -810,7 +810,7 @@ TEST(TieredTableTest, QuantizedRowsCostTheBudgetLess) {
     CtrAccessor acc(layout, AccessorOptions{});
     TieredOptions o = Options("", 0);
     o.layout = layout;
-    o.shard_bits = 4;
+    o.stripe_bits = 4;
     auto table = Open(o);
     std::vector<uint64_t> keys;
     for (int i = 0; i < 50000; ++i) keys.push_back(Mix64(i));
@@ -833,7 +833,7 @@ TEST(TieredTableTest, MemoryStaysWithinTheBudgetWhileTheFilesGrowTenfold) {
   CtrAccessor acc(layout, AccessorOptions{});
   TieredOptions o = Options(dir.path(), 4 << 20, /*group_bits=*/12, /*file_bytes=*/4 << 20);
   o.layout = layout;
-  o.shard_bits = 6;
+  o.stripe_bits = 6;
   auto table = Open(o);
   Random rng(7);
   uint64_t max_used = 0;
@@ -869,7 +869,7 @@ TEST(TieredTableTest, ResidentMemoryStaysWithinBudgetPlusMarginAsTheModelGrows) 
   CtrAccessor acc(layout, AccessorOptions{});
   TieredOptions o = Options(dir.path(), 16 << 20, /*group_bits=*/14, /*file_bytes=*/8 << 20);
   o.layout = layout;
-  o.shard_bits = 6;
+  o.stripe_bits = 6;
   const uint64_t rss0 = CurrentRssBytes();
   auto table = Open(o);
   Random rng(12);
@@ -1014,8 +1014,8 @@ TEST(TieredTableTest, ConcurrentPullsPushesFlushingAndCompaction) {
   // Every pull of a thread's key added 1 to its show.
   double total = 0;
   RowBlock rows(kLayout);
-  for (size_t s = 0; s < table->num_shards(); ++s) {
-    ASSERT_TRUE(table->ExportShard(s, &rows).ok());
+  for (size_t s = 0; s < table->num_stripes(); ++s) {
+    ASSERT_TRUE(table->ExportStripe(s, &rows).ok());
     for (size_t i = 0; i < rows.size(); ++i) total += rows.show(i);
   }
   const StorageStats rep = table->Storage();

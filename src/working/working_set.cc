@@ -15,51 +15,51 @@ inline uint64_t ProbeBits(uint64_t key) {
   return Mix64(key) & ((uint64_t{1} << (64 - kPartitionBits)) - 1);
 }
 
-// A key partition's table from key to partition-local id: open addressing over slots that
+// A key partition's table from key to partition-local id: open addressing over buckets that
 // hold a key and its id together (a probe touches one cache line), doubled when half full (so
 // it stays about the size of the partition's distinct keys).
 class PartitionIds {
  public:
-  PartitionIds() : slots_(kInitial), mask_(kInitial - 1) {}
+  PartitionIds() : buckets_(kInitial), mask_(kInitial - 1) {}
   // The key's id (h: ProbeBits(key)), numbering new keys in the order they come.
   uint32_t IdOf(uint64_t key, uint64_t h) {
     size_t s = h & mask_;
-    while (slots_[s].id != kNone && slots_[s].key != key) s = (s + 1) & mask_;
-    if (slots_[s].id != kNone) return slots_[s].id;
-    if (2 * (keys_.size() + 1) > slots_.size()) {
+    while (buckets_[s].id != kNone && buckets_[s].key != key) s = (s + 1) & mask_;
+    if (buckets_[s].id != kNone) return buckets_[s].id;
+    if (2 * (keys_.size() + 1) > buckets_.size()) {
       Grow();
       s = h & mask_;
-      while (slots_[s].id != kNone) s = (s + 1) & mask_;
+      while (buckets_[s].id != kNone) s = (s + 1) & mask_;
     }
-    slots_[s] = Slot{key, static_cast<uint32_t>(keys_.size())};
+    buckets_[s] = Bucket{key, static_cast<uint32_t>(keys_.size())};
     keys_.push_back(key);
-    return slots_[s].id;
+    return buckets_[s].id;
   }
   const std::vector<uint64_t>& keys() const { return keys_; }
 
  private:
   static constexpr size_t kInitial = 256;
-  struct Slot {
+  struct Bucket {
     uint64_t key = 0;
     uint32_t id = kNone;
   };
   void Grow() {
-    slots_.assign(slots_.size() * 2, Slot{});
-    mask_ = slots_.size() - 1;
+    buckets_.assign(buckets_.size() * 2, Bucket{});
+    mask_ = buckets_.size() - 1;
     for (uint32_t id = 0; id < keys_.size(); ++id) {
       size_t t = ProbeBits(keys_[id]) & mask_;
-      while (slots_[t].id != kNone) t = (t + 1) & mask_;
-      slots_[t] = Slot{keys_[id], id};
+      while (buckets_[t].id != kNone) t = (t + 1) & mask_;
+      buckets_[t] = Bucket{keys_[id], id};
     }
   }
-  std::vector<Slot> slots_;
+  std::vector<Bucket> buckets_;
   size_t mask_;
   std::vector<uint64_t> keys_;  // id -> key
 };
 
 // Minibatch b: its rows, key range, cells, and the per-key occurrence lists. seen: the
-// calling thread's scratch over local ids, (b + 1) << 32 | uniq slot where met in this
-// minibatch; u_of: scratch for each occurrence's uniq slot.
+// calling thread's scratch over local ids, (b + 1) << 32 | uniq place where met in this
+// minibatch; u_of: scratch for each occurrence's uniq place.
 void BuildMinibatch(const Batch& pass, size_t batch_size, size_t b, std::vector<uint64_t>* seen,
                     std::vector<uint32_t>* u_of, WorkingSet* out) {
   const uint32_t S = pass.schema.num_slots;

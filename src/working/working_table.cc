@@ -21,21 +21,21 @@ void WorkingTable::Build(const std::vector<uint64_t>& keys, ThreadPool* pool) {
   std::fill(part_begin_.begin(), part_begin_.end(), 0);
   for (uint64_t k : keys_) ++part_begin_[PartitionOf(k) + 1];
   for (size_t p = 0; p < kPartitions; ++p) part_begin_[p + 1] += part_begin_[p];
-  size_t slots = 0;
+  size_t buckets = 0;
   for (size_t p = 0; p < kPartitions; ++p) {
     const size_t n = part_begin_[p + 1] - part_begin_[p];
     size_t cap = 4;
     while (cap < n * 2) cap <<= 1;  // load factor <= 1/2
     parts_[p].mask = cap - 1;
-    parts_[p].first = slots;
-    slots += cap;
+    parts_[p].first = buckets;
+    buckets += cap;
   }
-  slot_key_.resize(slots);
-  slot_id_.assign(slots, kNotFound);
+  bucket_key_.resize(buckets);
+  bucket_id_.assign(buckets, kNotFound);
   RunParallel(pool, kPartitions, [&](size_t p, int) {
     const Partition& part = parts_[p];
-    uint64_t* skey = slot_key_.data() + part.first;
-    uint32_t* sid = slot_id_.data() + part.first;
+    uint64_t* skey = bucket_key_.data() + part.first;
+    uint32_t* sid = bucket_id_.data() + part.first;
     for (uint32_t i = part_begin_[p]; i < part_begin_[p + 1]; ++i) {
       const uint64_t k = keys_[i];
       assert(PartitionOf(k) == p);
@@ -53,8 +53,8 @@ void WorkingTable::Build(const std::vector<uint64_t>& keys, ThreadPool* pool) {
 uint32_t WorkingTable::Find(uint64_t key) const {
   if (keys_.empty()) return kNotFound;
   const Partition& part = parts_[PartitionOf(key)];
-  const uint64_t* skey = slot_key_.data() + part.first;
-  const uint32_t* sid = slot_id_.data() + part.first;
+  const uint64_t* skey = bucket_key_.data() + part.first;
+  const uint32_t* sid = bucket_id_.data() + part.first;
   for (uint64_t s = ProbeStart(key) & part.mask;; s = (s + 1) & part.mask) {
     if (sid[s] == kNotFound) return kNotFound;
     if (skey[s] == key) return sid[s];
@@ -95,7 +95,7 @@ void WorkingTable::CopyRows(const WorkingTable& from, const SharedRows& pairs, T
 }
 
 size_t WorkingTable::MemoryBytes() const {
-  return keys_.capacity() * 8 + slot_key_.capacity() * 8 + slot_id_.capacity() * 4;
+  return keys_.capacity() * 8 + bucket_key_.capacity() * 8 + bucket_id_.capacity() * 4;
 }
 
 }  // namespace ctrbox

@@ -57,7 +57,7 @@ class WorkingTable {
   size_t MemoryBytes() const;
   // At least MemoryBytes() + rows().MemoryBytes() of a table built on `keys` distinct keys
   // with rows of `row_bytes` (RowBlock::BytesPerRow): each partition's index has fewer than
-  // 4 slots per key, and at least 4.
+  // 4 buckets per key, and at least 4.
   static size_t BytesBound(size_t keys, size_t row_bytes) {
     return keys * (8 + row_bytes) + (4 * keys + 4 * kPartitions) * (8 + 4);
   }
@@ -65,14 +65,14 @@ class WorkingTable {
  private:
   struct Partition {
     uint64_t mask = 0;  // capacity - 1 (a power of two)
-    size_t first = 0;   // its first slot in slot_key_ / slot_id_
+    size_t first = 0;   // its first bucket in bucket_key_ / bucket_id_
   };
 
   std::vector<uint64_t> keys_;
   std::vector<uint32_t> part_begin_ = std::vector<uint32_t>(kPartitions + 1, 0);
   std::vector<Partition> parts_ = std::vector<Partition>(kPartitions);
-  std::vector<uint64_t> slot_key_;
-  std::vector<uint32_t> slot_id_;  // kNotFound: empty
+  std::vector<uint64_t> bucket_key_;
+  std::vector<uint32_t> bucket_id_;  // kNotFound: empty
   RowBlock rows_;
 };
 

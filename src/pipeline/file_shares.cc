@@ -1,4 +1,4 @@
-#include "pipeline/file_reshard.h"
+#include "pipeline/file_shares.h"
 
 #include <fmt/format.h>
 
@@ -233,7 +233,7 @@ StatusOr<OldRank> ReadOldRank(Env* env, const JobConfig& job, const std::vector<
 
 }  // namespace
 
-StatusOr<StreamPlan> PlanFilesReshard(Env* env, Comm* comm, const JobConfig& job,
+StatusOr<StreamPlan> PlanFileShares(Env* env, Comm* comm, const JobConfig& job,
                                       const std::vector<std::string>& files,
                                       const std::string& ranks_dir, const RanksCheckpoint& c) {
   if (job.features != nullptr) {

@@ -1,12 +1,12 @@
-// CacheSlot: one level-1 slot of the MEM-PS cache (docs/storage.md): an open-addressing index
+// CacheStripe: one level-1 stripe of the MEM-PS cache (docs/storage.md): an open-addressing index
 // key -> row node (level 2), the rows in slab arenas, and per-row cache metadata.
 //
-// Thread safety: a slot is its own lock (a clang capability, util/thread_annotations.h).
-// Every method but the constructor and RowBytes REQUIRES it, held through a CacheSlot::Lock;
+// Thread safety: a stripe is its own lock (a clang capability, util/thread_annotations.h).
+// Every method but the constructor and RowBytes REQUIRES it, held through a CacheStripe::Lock;
 // the clang build checks each call (scripts/thread_safety). Inside a ForEachNode callback,
 // which the analysis sees as another function, AssertLocked() states that the lock is held.
-#ifndef CTRBOX_TABLE_CACHE_SLOT_H_
-#define CTRBOX_TABLE_CACHE_SLOT_H_
+#ifndef CTRBOX_TABLE_CACHE_STRIPE_H_
+#define CTRBOX_TABLE_CACHE_STRIPE_H_
 
 #include <cstdint>
 #include <vector>
@@ -31,10 +31,10 @@ enum NodeState : uint8_t {
 struct NodeMeta {
   uint16_t pins = 0;   // Pulls holding the row (the AIBox LRU chain: rows in use)
   uint16_t epoch = 0;  // the table's pull epoch (pass) of the row's last pull (wraps)
-  uint8_t state = 0;   // NodeState bits: written through CacheSlot::set_state only
+  uint8_t state = 0;   // NodeState bits: written through CacheStripe::set_state only
 };
 
-// A slot's bytes by owner (CacheSlot::Memory; MemoryBytes is their sum).
+// A stripe's bytes by owner (CacheStripe::Memory; MemoryBytes is their sum).
 struct CacheMemory {
   uint64_t rows = 0;   // live header and embedding records
   uint64_t index = 0;  // the open-addressing index: a key and a node id per entry
@@ -48,16 +48,16 @@ struct CacheMemory {
   }
 };
 
-class CAPABILITY("mutex") CacheSlot {
+class CAPABILITY("mutex") CacheStripe {
  public:
-  explicit CacheSlot(const ValueLayout& layout);
-  CacheSlot(const CacheSlot&) = delete;
-  CacheSlot& operator=(const CacheSlot&) = delete;
+  explicit CacheStripe(const ValueLayout& layout);
+  CacheStripe(const CacheStripe&) = delete;
+  CacheStripe& operator=(const CacheStripe&) = delete;
 
-  // Holds the slot's lock for its lifetime.
+  // Holds the stripe's lock for its lifetime.
   class SCOPED_CAPABILITY Lock {
    public:
-    explicit Lock(const CacheSlot& slot) ACQUIRE(slot) : mu_(&slot.mu_) { mu_->Lock(); }
+    explicit Lock(const CacheStripe& stripe) ACQUIRE(stripe) : mu_(&stripe.mu_) { mu_->Lock(); }
     ~Lock() RELEASE() { mu_->Unlock(); }
     Lock(const Lock&) = delete;
     Lock& operator=(const Lock&) = delete;
@@ -80,7 +80,7 @@ class CAPABILITY("mutex") CacheSlot {
   const NodeMeta& meta(uint32_t node) const REQUIRES(this) { return meta_[node]; }
   // Sets the node's state bits, counting the rows only memory holds as they change.
   void set_state(uint32_t node, uint8_t state) REQUIRES(this);
-  // Rows neither kFresh nor kOnDisk: the keys this slot adds to the disk's (TableStats::keys).
+  // Rows neither kFresh nor kOnDisk: the keys this stripe adds to the disk's (TableStats::keys).
   uint64_t memory_only_rows() const REQUIRES(this) { return memory_only_; }
   bool has_emb(uint32_t node) const REQUIRES(this);
   // The row's show counter: its decayed occurrence count, the frequency the LFU order uses.
@@ -110,7 +110,7 @@ class CAPABILITY("mutex") CacheSlot {
   static size_t RowBytesFor(const ValueLayout& layout);
   // An index entry: a key and a node id.
   static constexpr size_t kIndexEntryBytes = 8 + 4;
-  // Bytes of an empty slot's index (it never shrinks below this), for budgets.
+  // Bytes of an empty stripe's index (it never shrinks below this), for budgets.
   static constexpr size_t kMinIndexEntries = 64;
   static constexpr size_t MinIndexBytes() { return kMinIndexEntries * kIndexEntryBytes; }
 
@@ -134,10 +134,10 @@ class CAPABILITY("mutex") CacheSlot {
   // are packed) and of the stored state (bfloat16 pairs are packed), and the arena of their
   // records (a row's embedding id indexes its table's arena).
   std::vector<uint32_t> emb_words_, state_words_;
-  // The index, the records and the metadata: guarded by the slot (mu_), which every public
+  // The index, the records and the metadata: guarded by the stripe (mu_), which every public
   // method requires.
   std::vector<uint64_t> keys_;  // open addressing, linear probing
-  std::vector<uint32_t> rows_;  // node per slot, kNoNode when free
+  std::vector<uint32_t> rows_;  // node per stripe, kNoNode when free
   size_t size_ = 0;
   size_t memory_only_ = 0;  // nodes whose state has neither kFresh nor kOnDisk
   SlabArena headers_;
@@ -147,4 +147,4 @@ class CAPABILITY("mutex") CacheSlot {
 
 }  // namespace ctrbox
 
-#endif  // CTRBOX_TABLE_CACHE_SLOT_H_
+#endif  // CTRBOX_TABLE_CACHE_STRIPE_H_

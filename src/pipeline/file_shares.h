@@ -1,8 +1,8 @@
 // Resuming a job of files on another number of ranks (docs/distributed.md, "Resuming files on
 // another number of ranks"): what each old rank had left of its input becomes a list of file
 // segments, and the new ranks share those segments out.
-#ifndef CTRBOX_PIPELINE_FILE_RESHARD_H_
-#define CTRBOX_PIPELINE_FILE_RESHARD_H_
+#ifndef CTRBOX_PIPELINE_FILE_SHARES_H_
+#define CTRBOX_PIPELINE_FILE_SHARES_H_
 
 #include <string>
 #include <vector>
@@ -47,10 +47,10 @@ std::vector<std::vector<DataSegment>> ShareSegments(const std::vector<SizedSegme
 // `c` that c.ranks != comm->size() ranks committed in `ranks_dir`. Each rank works out what
 // the old ranks m with m mod N = rank had left; the ranks exchange that, and share it out.
 // Refused (InvalidArgument) when the input changed since, naming the file.
-StatusOr<StreamPlan> PlanFilesReshard(Env* env, Comm* comm, const JobConfig& job,
+StatusOr<StreamPlan> PlanFileShares(Env* env, Comm* comm, const JobConfig& job,
                                       const std::vector<std::string>& files,
                                       const std::string& ranks_dir, const RanksCheckpoint& c);
 
 }  // namespace ctrbox
 
-#endif  // CTRBOX_PIPELINE_FILE_RESHARD_H_
+#endif  // CTRBOX_PIPELINE_FILE_SHARES_H_

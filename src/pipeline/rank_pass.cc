@@ -1,4 +1,4 @@
-#include "pipeline/sharded_pass.h"
+#include "pipeline/rank_pass.h"
 
 #include <algorithm>
 #include <cstring>
@@ -14,7 +14,7 @@ namespace ctrbox {
 namespace {
 
 // Every rank's minibatch sizes, so all agree on the pass's global minibatches.
-Status AgreeOnMinibatches(Comm* comm, const WorkingSet& ws, ShardedPass* out) {
+Status AgreeOnMinibatches(Comm* comm, const WorkingSet& ws, RankPass* out) {
   std::string mine;
   for (const Minibatch& mb : ws.batches) {
     const uint32_t rows = mb.rows();
@@ -65,7 +65,7 @@ std::function<size_t(uint32_t, const char*, size_t)> Noting(
 // *rows (decode). Returns the embeddings the served rows created.
 StatusOr<uint32_t> UpdateAtOwners(
     Comm* comm, CtrModel* model, const WorkingSet& ws, uint32_t m, const uint32_t* touched,
-    const float* records, size_t n, ShardedPass* sp, const CtrAccessor& accessor, ThreadPool* pool,
+    const float* records, size_t n, RankPass* sp, const CtrAccessor& accessor, ThreadPool* pool,
     const std::function<size_t(uint32_t, const char*, size_t)>& decode) {
   const Minibatch* next = m + 1 < ws.batches.size() ? &ws.batches[m + 1] : nullptr;
   Stopwatch exchange;
@@ -85,9 +85,9 @@ StatusOr<uint32_t> UpdateAtOwners(
   return created;
 }
 
-class ShardedRanks : public RankExchange {
+class RankExchangeOfPass : public RankExchange {
  public:
-  ShardedRanks(Comm* comm, CtrModel* model, const WorkingSet& ws, ShardedPass* sp,
+  RankExchangeOfPass(Comm* comm, CtrModel* model, const WorkingSet& ws, RankPass* sp,
                const CtrAccessor& accessor, ThreadPool* pool)
       : comm_(comm), model_(model), ws_(ws), sp_(sp), accessor_(accessor), pool_(pool) {}
 
@@ -114,21 +114,21 @@ class ShardedRanks : public RankExchange {
   Comm* const comm_;
   CtrModel* const model_;
   const WorkingSet& ws_;
-  ShardedPass* const sp_;
+  RankPass* const sp_;
   const CtrAccessor& accessor_;
   ThreadPool* const pool_;
 };
 
 }  // namespace
 
-std::unique_ptr<RankExchange> ShardedRankExchange(Comm* comm, CtrModel* model, const WorkingSet& ws,
-                                                  ShardedPass* sp, const CtrAccessor& accessor,
+std::unique_ptr<RankExchange> RankPassExchange(Comm* comm, CtrModel* model, const WorkingSet& ws,
+                                                  RankPass* sp, const CtrAccessor& accessor,
                                                   ThreadPool* pool) {
-  return std::make_unique<ShardedRanks>(comm, model, ws, sp, accessor, pool);
+  return std::make_unique<RankExchangeOfPass>(comm, model, ws, sp, accessor, pool);
 }
 
-Status PullSharded(Comm* comm, SparseTable* shard, const CtrAccessor* accessor,
-                   const WorkingSet& ws, RowBlock* rows, ShardedPass* out, ThreadPool* pool,
+Status PullRankPass(Comm* comm, SparseTable* table, const CtrAccessor* accessor,
+                   const WorkingSet& ws, RowBlock* rows, RankPass* out, ThreadPool* pool,
                    const std::function<void()>& before_read) {
   Stopwatch exchange;
   RETURN_IF_ERROR(AgreeOnMinibatches(comm, ws, out));
@@ -139,11 +139,11 @@ Status PullSharded(Comm* comm, SparseTable* shard, const CtrAccessor* accessor,
   };
   ASSIGN_OR_RETURN(out->routes, RouteKeys(comm, ws.keys.data(), ws.keys.size(), by_partition));
   out->exchange_seconds += exchange.Seconds();
-  out->served = std::make_shared<WorkingTable>(shard->layout());
+  out->served = std::make_shared<WorkingTable>(table->layout());
   out->served->Build(out->routes.served, pool);
   if (before_read) before_read();
   ASSIGN_OR_RETURN(out->served_pins,
-                   shard->Pull(out->routes.served.data(), out->routes.served.size(), accessor,
+                   table->Pull(out->routes.served.data(), out->routes.served.size(), accessor,
                                &out->served->rows(), pool));
   rows->Resize(ws.keys.size());
   exchange.Reset();
@@ -154,7 +154,7 @@ Status PullSharded(Comm* comm, SparseTable* shard, const CtrAccessor* accessor,
       DecodeInto(rows, ws));
 }
 
-Status PatchHolders(Comm* comm, ShardedPass* sp, std::vector<uint32_t> patched, RowBlock* rows,
+Status PatchHolders(Comm* comm, RankPass* sp, std::vector<uint32_t> patched, RowBlock* rows,
                     const WorkingSet& ws, std::vector<uint32_t>* received) {
   std::sort(patched.begin(), patched.end());
   patched.erase(std::unique(patched.begin(), patched.end()), patched.end());
@@ -168,9 +168,9 @@ Status PatchHolders(Comm* comm, ShardedPass* sp, std::vector<uint32_t> patched, 
   return s;
 }
 
-StatusOr<StepStats> TrainShardedMinibatch(Comm* comm, CtrModel* model, const Batch& pass,
+StatusOr<StepStats> TrainRankMinibatch(Comm* comm, CtrModel* model, const Batch& pass,
                                           const WorkingSet& ws, const Minibatch& mb, uint32_t m,
-                                          RowBlock* rows, ShardedPass* sp,
+                                          RowBlock* rows, RankPass* sp,
                                           const CtrAccessor& accessor, ThreadPool* pool,
                                           float* predictions) {
   StepStats stats = model->ComputeGradients(pass, ws, mb, *rows, pool, predictions,
@@ -201,11 +201,11 @@ StatusOr<StepStats> TrainShardedMinibatch(Comm* comm, CtrModel* model, const Bat
   return stats;
 }
 
-Status PushSharded(SparseTable* shard, ShardedPass* sp, ThreadPool* pool) {
-  return shard->Push(&sp->served_pins, sp->served->rows(), pool);
+Status PushRankPass(SparseTable* table, RankPass* sp, ThreadPool* pool) {
+  return table->Push(&sp->served_pins, sp->served->rows(), pool);
 }
 
-StatusOr<MetricSummary> EvaluateSharded(Comm* comm, BatchReader* reader, SparseTable* shard,
+StatusOr<MetricSummary> EvaluateOnRanks(Comm* comm, BatchReader* reader, SparseTable* table,
                                         CtrModel* model, uint32_t batch_size, uint64_t chunk_rows,
                                         uint64_t chunk_keys, ThreadPool* pool) {
   MetricAccumulator metrics;
@@ -242,9 +242,9 @@ StatusOr<MetricSummary> EvaluateSharded(Comm* comm, BatchReader* reader, SparseT
     ModelKeys(model->options().hashing, model->options().KeyTableMap(), &chunk);
     WorkingSet ws;
     BuildWorkingSet(chunk, batch_size, pool, &ws);
-    ShardedPass sp;  // its pins go with it
-    RowBlock rows(shard->layout());
-    RETURN_IF_ERROR(PullSharded(comm, shard, /*accessor=*/nullptr, ws, &rows, &sp, pool));
+    RankPass sp;  // its pins go with it
+    RowBlock rows(table->layout());
+    RETURN_IF_ERROR(PullRankPass(comm, table, /*accessor=*/nullptr, ws, &rows, &sp, pool));
     for (const Minibatch& mb : ws.batches) {
       model->Predict(chunk, ws, mb, rows, pool, predictions.data());
       for (uint32_t r = 0; r < mb.rows(); ++r) {

@@ -1,4 +1,4 @@
-#include "table/cache_slot.h"
+#include "table/cache_stripe.h"
 
 #include <gtest/gtest.h>
 
@@ -34,15 +34,15 @@ std::vector<ValueLayout> Layouts() {
   return out;
 }
 
-// CacheSlot::EncodeRow copies the slab's stored form into the canonical encoding; the simple
+// CacheStripe::EncodeRow copies the slab's stored form into the canonical encoding; the simple
 // reference decodes the row (ReadRow) and encodes it again (RowBlock::EncodeRow). The bytes
 // are the same for rows with and without an embedding, in every layout.
-TEST(CacheSlotTest, EncodeRowGivesTheBytesOfReadRowThenEncodeRow) {
+TEST(CacheStripeTest, EncodeRowGivesTheBytesOfReadRowThenEncodeRow) {
   for (const ValueLayout& l : Layouts()) {
     SCOPED_TRACE(::testing::Message() << "dim " << l.dim << " quant " << l.quant_bits
                                       << " state_bits " << l.state_bits << " tables " << l.tables);
-    CacheSlot slot(l);
-    CacheSlot::Lock lock(slot);
+    CacheStripe stripe(l);
+    CacheStripe::Lock lock(stripe);
     CtrAccessor acc(l, AccessorOptions{});
     RowBlock rows(l), back(l);
     back.Resize(1);
@@ -60,14 +60,14 @@ TEST(CacheSlotTest, EncodeRowGivesTheBytesOfReadRowThenEncodeRow) {
       for (uint32_t s = 0; s < l.StateOf(key) && rows.has_emb(i); ++s) {
         rows.emb_state(i)[s] = 0.5f * float(s + 1);  // exact in bfloat16 too
       }
-      const uint32_t node = slot.Insert(key);
-      slot.WriteRow(node, rows, i);
+      const uint32_t node = stripe.Insert(key);
+      stripe.WriteRow(node, rows, i);
       nodes.push_back(node);
     }
     for (size_t i = 0; i < nodes.size(); ++i) {
       std::string got, want;
-      const bool emb = slot.EncodeRow(nodes[i], &got);
-      slot.ReadRow(nodes[i], &back, 0);
+      const bool emb = stripe.EncodeRow(nodes[i], &got);
+      stripe.ReadRow(nodes[i], &back, 0);
       back.EncodeRow(0, &want);
       EXPECT_EQ(emb, back.has_emb(0)) << i;
       EXPECT_EQ(got, want) << "row " << i;

@@ -1,4 +1,4 @@
-#include "table/cache_slot.h"
+#include "table/cache_stripe.h"
 
 #include <cassert>
 #include <cstring>
@@ -27,7 +27,7 @@ uint32_t AsWord(float f) {
 
 }  // namespace
 
-CacheSlot::CacheSlot(const ValueLayout& layout)
+CacheStripe::CacheStripe(const ValueLayout& layout)
     : layout_(layout), quant_(layout.quantizer()), headers_(kWideState + layout.wide_state) {
   for (uint32_t t = 0; t < layout.tables; ++t) {
     const ValueLayout l = layout.Table(t);
@@ -38,14 +38,14 @@ CacheSlot::CacheSlot(const ValueLayout& layout)
   Rehash(kMinIndexEntries);
 }
 
-size_t CacheSlot::Probe(uint64_t key) const {
+size_t CacheStripe::Probe(uint64_t key) const {
   const size_t mask = keys_.size() - 1;
   size_t i = Mix64(key) & mask;
   while (rows_[i] != kNoNode && keys_[i] != key) i = (i + 1) & mask;
   return i;
 }
 
-void CacheSlot::Rehash(size_t capacity) {
+void CacheStripe::Rehash(size_t capacity) {
   std::vector<uint64_t> old_keys(capacity);
   std::vector<uint32_t> old_rows(capacity, kNoNode);
   old_keys.swap(keys_);
@@ -58,9 +58,9 @@ void CacheSlot::Rehash(size_t capacity) {
   }
 }
 
-uint32_t CacheSlot::Find(uint64_t key) const { return rows_[Probe(key)]; }
+uint32_t CacheStripe::Find(uint64_t key) const { return rows_[Probe(key)]; }
 
-uint32_t CacheSlot::Insert(uint64_t key) {
+uint32_t CacheStripe::Insert(uint64_t key) {
   if ((size_ + 1) * 10 > keys_.size() * 7) Rehash(keys_.size() * 2);
   const size_t i = Probe(key);
   const uint32_t node = headers_.Allocate();
@@ -82,13 +82,13 @@ namespace {
 size_t MemoryOnly(uint8_t state) { return (state & (kFresh | kOnDisk)) == 0 ? 1 : 0; }
 }  // namespace
 
-void CacheSlot::set_state(uint32_t node, uint8_t state) {
+void CacheStripe::set_state(uint32_t node, uint8_t state) {
   memory_only_ += MemoryOnly(state);
   memory_only_ -= MemoryOnly(meta_[node].state);
   meta_[node].state = state;
 }
 
-void CacheSlot::Erase(uint32_t node) {
+void CacheStripe::Erase(uint32_t node) {
   memory_only_ -= MemoryOnly(meta_[node].state);
   uint32_t* h = headers_.Get(node);
   const uint64_t k = key(node);
@@ -118,17 +118,17 @@ void CacheSlot::Erase(uint32_t node) {
   }
 }
 
-uint64_t CacheSlot::key(uint32_t node) const {
+uint64_t CacheStripe::key(uint32_t node) const {
   uint64_t k;
   std::memcpy(&k, headers_.Get(node) + kKey, 8);
   return k;
 }
 
-bool CacheSlot::has_emb(uint32_t node) const { return headers_.Get(node)[kEmbId] != kNoEmb; }
+bool CacheStripe::has_emb(uint32_t node) const { return headers_.Get(node)[kEmbId] != kNoEmb; }
 
-float CacheSlot::show(uint32_t node) const { return AsFloat(headers_.Get(node)[kShow]); }
+float CacheStripe::show(uint32_t node) const { return AsFloat(headers_.Get(node)[kShow]); }
 
-void CacheSlot::ReadRow(uint32_t node, RowBlock* out, size_t r) const {
+void CacheStripe::ReadRow(uint32_t node, RowBlock* out, size_t r) const {
   const uint32_t* h = headers_.Get(node);
   std::memcpy(&out->key(r), h + kKey, 8);
   out->show(r) = AsFloat(h[kShow]);
@@ -158,7 +158,7 @@ void CacheSlot::ReadRow(uint32_t node, RowBlock* out, size_t r) const {
   }
 }
 
-bool CacheSlot::EncodeRow(uint32_t node, std::string* out) const {
+bool CacheStripe::EncodeRow(uint32_t node, std::string* out) const {
   const uint32_t* h = headers_.Get(node);
   const uint16_t flags = static_cast<uint16_t>(h[kAge] >> 16);
   const uint16_t unseen = static_cast<uint16_t>(h[kAge] & 0xFFFF);
@@ -187,7 +187,7 @@ bool CacheSlot::EncodeRow(uint32_t node, std::string* out) const {
   return true;
 }
 
-void CacheSlot::WriteRow(uint32_t node, const RowBlock& in, size_t r) {
+void CacheStripe::WriteRow(uint32_t node, const RowBlock& in, size_t r) {
   uint32_t* h = headers_.Get(node);
   h[kShow] = AsWord(in.show(r));
   h[kClick] = AsWord(in.click(r));
@@ -213,7 +213,7 @@ void CacheSlot::WriteRow(uint32_t node, const RowBlock& in, size_t r) {
   }
 }
 
-CacheMemory CacheSlot::Memory() const {
+CacheMemory CacheStripe::Memory() const {
   CacheMemory m;
   m.rows = headers_.live() * 4 * (kWideState + layout_.wide_state);
   for (size_t t = 0; t < embs_.size(); ++t) {
@@ -225,14 +225,14 @@ CacheMemory CacheSlot::Memory() const {
   return m;
 }
 
-size_t CacheSlot::AllocatedBytes() const {
+size_t CacheStripe::AllocatedBytes() const {
   const CacheMemory m = Memory();
   size_t bytes = m.index + m.meta + headers_.MemoryBytes();
   for (const SlabArena& a : embs_) bytes += a.MemoryBytes();
   return bytes;
 }
 
-size_t CacheSlot::RowBytesFor(const ValueLayout& layout) {
+size_t CacheStripe::RowBytesFor(const ValueLayout& layout) {
   const size_t emb_words = (layout.EmbBytes() + 3) / 4, state_words = (layout.StateBytes() + 3) / 4;
   return 4 * (kWideState + layout.wide_state + emb_words + state_words) + 2 * sizeof(NodeMeta) +
          kIndexEntryBytes * 10 / 3;

@@ -1,0 +1,288 @@
+// CtrModel (model/ctr_model.h): a minibatch's inputs, forward and backward by row blocks,
+// and the dense weights' gradients and updates by column tiles.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <cstring>
+
+#include "gpu/exec.h"
+#include "model/ctr_model.h"
+#include "model/ctr_model_internal.h"
+#include "util/blas.h"
+#include "util/hash.h"
+#include "util/random.h"
+
+namespace ctrbox {
+
+using model_internal::LogLoss;
+using model_internal::Sigmoid;
+
+void CtrModel::BuildInputs(const Batch& pass, const WorkingSet& ws, const Minibatch& mb,
+                           const RowBlock& rows, uint32_t r0, uint32_t r1) {
+  const uint32_t D = schema_.num_dense, S = schema_.num_slots;
+  const bool weighted = pass.has_weights();
+  for (uint32_t r = r0; r < r1; ++r) {
+    const size_t R = size_t{mb.row_begin} + r;
+    float* xr = x_.data() + size_t{r} * input_width_;
+    const float* dense = pass.dense.data() + R * D;
+    // The dense features into the input, or into the bottom MLP's (which writes z there).
+    float* fx = bottom_.num_layers() > 0 ? bottom_in_.data() + size_t{r} * D : xr;
+    for (uint32_t j = 0; j < D; ++j) {
+      fx[j] = options_.dense_log1p ? std::log1p(std::max(dense[j], 0.0f)) : dense[j];
+    }
+    float wide = 0.0f;
+    for (uint32_t s = 0; s < S; ++s) {
+      const uint32_t dim = slot_dim_[s];  // the slot's table's (model.slot_dims)
+      float* dst = xr + dense_width_ + slot_col_[s];
+      std::memset(dst, 0, dim * sizeof(float));
+      for (uint32_t p = pass.offsets[R * S + s]; p < pass.offsets[R * S + s + 1]; ++p) {
+        const uint32_t l = ws.local[p];
+        const float w = weighted ? pass.weights[p] : 1.0f;
+        wide += w * rows.wide(l);
+        if (!rows.has_emb(l)) continue;
+        const float* e = rows.emb(l);
+        for (uint32_t d = 0; d < dim; ++d) dst[d] += w * e[d];
+      }
+    }
+    wide_sum_[r] = options_.wide ? wide : 0.0f;
+  }
+}
+
+void CtrModel::ForwardBlock(uint32_t r0, uint32_t r1) {
+  const uint32_t hidden = towers_.on() ? 0 : mlp_.num_layers() - 1;
+  std::vector<float*> acts(hidden);
+  for (uint32_t l = 0; l < hidden; ++l) acts[l] = acts_[l].data() + size_t{r0} * mlp_.out(l);
+  if (bottom_.num_layers() > 0) BottomForward(r0, r1);
+  if (cross_.layers > 0 || mix_.layers > 0 || options_.dot) InteractionsForward(r0, r1);
+  if (towers_.on()) {
+    HostExec e;  // this thread, as every row block's work
+    TowersForward(e, towers_, params_.data(), TowerBlock(r0), r1 - r0, logits_.data() + r0);
+  } else {
+    mlp_.Forward(params_.data(), MlpInput() + size_t{r0} * mlp_.in(0), static_cast<int>(r1 - r0),
+                 acts.data(), logits_.data() + r0);
+  }
+  for (uint32_t r = r0; r < r1; ++r) logits_[r] += wide_sum_[r];
+  if (options_.fm) {
+    const uint32_t S = schema_.num_slots, dim = options_.embedding_dim;
+    for (uint32_t r = r0; r < r1; ++r) {
+      logits_[r] += FmTerm(x_.data() + size_t{r} * input_width_ + dense_width_, S, dim);
+    }
+  }
+}
+
+StepStats CtrModel::TrainMinibatch(const Batch& pass, const WorkingSet& ws, const Minibatch& mb,
+                                   RowBlock* rows, const CtrAccessor& accessor, ThreadPool* pool,
+                                   float* predictions) {
+  const uint32_t B = mb.rows();
+  StepStats stats;
+  stats.loss_sum = ForwardBackward(pass, ws, mb, *rows, pool, predictions, B);
+
+  // Phase B: weight-gradient tiles with their dense updates, and sparse updates by key chunk.
+  dense_opt_.BeginStep();
+  const size_t chunks = (mb.uniq.size() + kSparseChunk - 1) / kSparseChunk;
+  std::vector<uint32_t> created(chunks, 0);
+  RunParallel(pool, tiles_.size() + chunks, [&](size_t task, int) {
+    if (task < tiles_.size()) {
+      DenseTile(task, B);
+      return;
+    }
+    const size_t c = task - tiles_.size();
+    UpdateSparseChunk(pass, ws, mb, c * kSparseChunk,
+                      std::min(mb.uniq.size(), (c + 1) * kSparseChunk), rows, accessor,
+                      &created[c]);
+  });
+
+  for (uint32_t c : created) stats.embeddings_created += c;
+  return stats;
+}
+
+double CtrModel::ForwardBackward(const Batch& pass, const WorkingSet& ws, const Minibatch& mb,
+                                 const RowBlock& rows, ThreadPool* pool, float* predictions,
+                                 uint32_t loss_rows) {
+  const uint32_t B = mb.rows();
+  EnsureBuffers(std::max(B, 1u));
+  const uint32_t hidden = towers_.on() ? 0 : mlp_.num_layers() - 1, D = schema_.num_dense;
+  const size_t blocks = (B + kRowBlock - 1) / kRowBlock;
+  std::vector<double> block_loss(blocks, 0.0);
+
+  // Phase A (row blocks): inputs, forward, loss gradient, backward to the inputs.
+  RunParallel(pool, blocks, [&](size_t blk, int) {
+    const uint32_t r0 = static_cast<uint32_t>(blk * kRowBlock), r1 = std::min(B, r0 + kRowBlock);
+    BuildInputs(pass, ws, mb, rows, r0, r1);
+    ForwardBlock(r0, r1);
+    double loss = 0;
+    for (uint32_t r = r0; r < r1; ++r) {
+      const float y = pass.labels[mb.row_begin + r];
+      const float p = Sigmoid(logits_[r]);
+      predictions[r] = p;
+      loss += LogLoss(logits_[r], y);
+      dlogit_[r] = (p - y) / static_cast<float>(loss_rows);
+    }
+    block_loss[blk] = loss;
+    if (towers_.on()) {
+      // Into the embedding columns (dx_), or with interactions the MLP input's from dmi_begin_.
+      HostExec e;
+      const bool inter = options_.HasInteractions();
+      const uint32_t begin = inter ? dmi_begin_ : D;
+      float* dbase = inter ? dmi_.data() + size_t{r0} * (mlp_.in(0) - dmi_begin_)
+                           : dx_.data() + size_t{r0} * (input_width_ - D);
+      TowersBackward(e, towers_, params_.data(), TowerBlock(r0), r1 - r0, dlogit_.data() + r0,
+                     dbase, begin);
+      if (!inter) return;
+      InteractionsBackward(r0, r1);
+      if (bottom_.num_layers() > 0) BottomBackward(r0, r1);
+      return;
+    }
+    std::vector<const float*> acts(hidden);
+    std::vector<float*> grads(hidden);
+    for (uint32_t l = 0; l < hidden; ++l) {
+      acts[l] = acts_[l].data() + size_t{r0} * mlp_.out(l);
+      grads[l] = grads_hidden_[l].data() + size_t{r0} * mlp_.out(l);
+    }
+    if (!options_.HasInteractions()) {
+      const uint32_t emb_width = input_width_ - D;
+      mlp_.Backward(params_.data(), acts.data(), dlogit_.data() + r0, static_cast<int>(r1 - r0),
+                    grads.data(), dx_.data() + size_t{r0} * emb_width, D);
+      return;
+    }
+    const uint32_t mw = mlp_.in(0) - dmi_begin_;
+    mlp_.Backward(params_.data(), acts.data(), dlogit_.data() + r0, static_cast<int>(r1 - r0),
+                  grads.data(), dmi_.data() + size_t{r0} * mw, dmi_begin_);
+    InteractionsBackward(r0, r1);
+    if (bottom_.num_layers() > 0) BottomBackward(r0, r1);
+  });
+
+  double loss = 0;
+  for (double l : block_loss) loss += l;
+  return loss;
+}
+
+void CtrModel::UpdateTile(size_t matrix, uint32_t rows, uint32_t ld, size_t bias, uint32_t c0,
+                          uint32_t c1) {
+  for (uint32_t i = 0; i < rows; ++i) {
+    dense_opt_.Update(params_.data(), grads_.data(), matrix + size_t{i} * ld + c0, c1 - c0);
+  }
+  if (bias != kNoBias) dense_opt_.Update(params_.data(), grads_.data(), bias + c0, c1 - c0);
+}
+
+void CtrModel::DenseTile(size_t t, uint32_t batch_rows) {
+  DenseTileGrad(t, batch_rows);
+  DenseTileUpdate(t);
+}
+
+void CtrModel::DenseTileGrad(size_t t, uint32_t batch_rows) {
+  const Tile& tile = tiles_[t];
+  const uint32_t l = tile.layer, c0 = tile.c0, c1 = tile.c1, width = c1 - c0;
+  const int B = static_cast<int>(batch_rows);
+  switch (tile.kind) {
+    case TileKind::kMlp: {
+      const uint32_t last = mlp_.num_layers() - 1;
+      const float* xin = l == 0 ? MlpInput() : acts_[l - 1].data();
+      const float* g = l == last ? dlogit_.data() : grads_hidden_[l].data();
+      mlp_.TileGrad(l, c0, c1, xin, g, B, grads_.data());
+      return;
+    }
+    case TileKind::kTower: {
+      const uint32_t t = tile.tower;
+      const float* xin = l == 0 ? tw_tin_[t].data() : tw_acts_[t][l - 1].data();
+      towers_.tower(t).TileGrad(l, c0, c1, xin, tw_grads_[t][l].data(), B,
+                                grads_.data() + towers_.base(t));
+      return;
+    }
+    case TileKind::kTowerOut: {  // dw_t = hL_t^T dlogit, db = the sum of dlogit in row order
+      for (uint32_t t = 0; t < towers_.count(); ++t) {
+        const uint32_t last = towers_.last(t);
+        blas::Sgemm(true, false, static_cast<int>(last), 1, B, 1.0f,
+                    tw_acts_[t][towers_.layers(t) - 1].data(), static_cast<int>(last),
+                    dlogit_.data(), 1, 0.0f, grads_.data() + towers_.out_w() + towers_.out_begin(t),
+                    1);
+      }
+      float db = 0.0f;
+      for (uint32_t r = 0; r < batch_rows; ++r) db += dlogit_[r];
+      grads_[towers_.out_b()] = db;
+      return;
+    }
+    case TileKind::kMixExpert: {
+      HostExec e;
+      MixExpertGrads(e, mix_, MixBlock(0), batch_rows, l, tile.tower, grads_.data());
+      return;
+    }
+    case TileKind::kMixLayer: {
+      HostExec e;
+      MixLayerGrads(e, mix_, MixBlock(0), batch_rows, l, grads_.data());
+      return;
+    }
+    case TileKind::kBottom: {
+      const float* xin = l == 0 ? bottom_in_.data() : bottom_acts_[l - 1].data();
+      bottom_.TileGrad(l, c0, c1, xin, bottom_grads_[l].data(), B, grads_.data() + bottom_base_);
+      return;
+    }
+    case TileKind::kCross: {
+      // dW_l = x_l^T gu_l (full rank) or dU_l = (x_l V_l)^T gu_l, db_l = column sums of gu_l.
+      const uint32_t W0 = cross_.width, R = cross_.rank;
+      const float* gu = cross_gu_[l].data();
+      const uint32_t k = R > 0 ? R : W0;  // the matrix's rows
+      const float* in = R > 0 ? cross_low_[l].data() : CrossInput(l);
+      const size_t w = R > 0 ? cross_.u_offset(l) : cross_.w_offset(l);
+      blas::Sgemm(true, false, k, width, B, 1.0f, in, k, gu + c0, W0, 0.0f, grads_.data() + w + c0,
+                  W0);
+      float* db = grads_.data() + cross_.b_offset(l) + c0;
+      std::memset(db, 0, width * sizeof(float));
+      for (uint32_t r = 0; r < batch_rows; ++r) {
+        const float* gr = gu + size_t{r} * W0 + c0;
+        for (uint32_t j = 0; j < width; ++j) db[j] += gr[j];
+      }
+      return;
+    }
+    case TileKind::kCrossV: {  // dV_l = x_l^T (gu_l U_l^T): columns [c0, c1) of r
+      const uint32_t W0 = cross_.width, R = cross_.rank;
+      blas::Sgemm(true, false, W0, width, B, 1.0f, CrossInput(l), W0, cross_glow_[l].data() + c0, R,
+                  0.0f, grads_.data() + cross_.w_offset(l) + c0, R);
+      return;
+    }
+  }
+}
+
+void CtrModel::DenseTileUpdate(size_t t) {
+  const Tile& tile = tiles_[t];
+  const uint32_t l = tile.layer, c0 = tile.c0, c1 = tile.c1;
+  switch (tile.kind) {
+    case TileKind::kMlp:
+      UpdateTile(mlp_.w_offset(l), mlp_.in(l), mlp_.out(l), mlp_.b_offset(l), c0, c1);
+      return;
+    case TileKind::kBottom:
+      UpdateTile(bottom_base_ + bottom_.w_offset(l), bottom_.in(l), bottom_.out(l),
+                 bottom_base_ + bottom_.b_offset(l), c0, c1);
+      return;
+    case TileKind::kTower: {
+      const Mlp& m = towers_.tower(tile.tower);
+      const size_t base = towers_.base(tile.tower);
+      UpdateTile(base + m.w_offset(l), m.in(l), m.out(l), base + m.b_offset(l), c0, c1);
+      return;
+    }
+    case TileKind::kTowerOut:
+      UpdateTile(towers_.out_w(), towers_.out_width(), 1, towers_.out_b(), 0, 1);
+      return;
+    case TileKind::kMixExpert:
+      dense_opt_.Update(params_.data(), grads_.data(), mix_.v_offset(l, tile.tower),
+                        mix_.expert_params());
+      return;
+    case TileKind::kMixLayer:
+      dense_opt_.Update(params_.data(), grads_.data(), mix_.g_offset(l),
+                        size_t{mix_.width} * (mix_.experts + 1));
+      return;
+    case TileKind::kCross: {
+      const uint32_t R = cross_.rank;
+      UpdateTile(R > 0 ? cross_.u_offset(l) : cross_.w_offset(l), R > 0 ? R : cross_.width,
+                 cross_.width, cross_.b_offset(l), c0, c1);
+      return;
+    }
+    case TileKind::kCrossV:
+      UpdateTile(cross_.w_offset(l), cross_.width, cross_.rank, kNoBias, c0, c1);
+      return;
+  }
+}
+
+}  // namespace ctrbox

@@ -1,0 +1,67 @@
+// RunTrain's steps by concern (pipeline/trainer.h is the entry point; trainer.cc runs the
+// passes and the job): train_ranks.cc a distributed job's sharing of the job, its resume and
+// repartition and its report; train_finish.cc committing the model, the held-out evaluation,
+// the table's close and the memory report. Internal to src/pipeline.
+#ifndef CTRBOX_PIPELINE_TRAIN_STEPS_H_
+#define CTRBOX_PIPELINE_TRAIN_STEPS_H_
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ckpt/ranks_checkpoint.h"
+#include "dist/comm.h"
+#include "pipeline/job.h"
+#include "pipeline/stages.h"
+#include "pipeline/train_start.h"
+#include "table/sparse_table.h"
+#include "util/env.h"
+
+namespace ctrbox::train_steps {
+
+// ---- train_ranks.cc ----
+// A distributed job's report from this rank's (figures summed over the ranks; rank 0 lists
+// each rank's own under "per_rank").
+Status GlobalReport(Comm* comm, const JobConfig& job, const PassStages& stages,
+                    nlohmann::json* report);
+// This rank's place among the ranks on its machine.
+uint32_t LocalRank(const Comm& comm);
+// The checkpoint the ranks committed together (none: nullopt), this rank's newer ones removed.
+StatusOr<std::optional<RanksCheckpoint>> PrepareRanksResume(Env* env, const Comm& comm,
+                                                            const JobConfig& job,
+                                                            const std::string& ranks_dir);
+// A job resumed on another number of ranks: the checkpoint's rows this rank owns now, into
+// the started table.
+Status RepartitionFromRanks(Env* env, const JobConfig& job, const std::string& ranks_dir,
+                            const RanksCheckpoint& ckpt, const KeyFilter& owned, PassReader* reader,
+                            ThreadPool* pool, TrainStart* start);
+// A job of files resumed on another number of ranks: this rank's segments of the files.
+Status PlanResumedStream(Env* env, Comm* comm, const std::vector<std::string>& files,
+                         const std::string& ranks_dir, JobConfig* job);
+// The job as every rank must run it: checked alike on every rank, this rank's share of the
+// input, its checkpoint directory and metrics path.
+Status ShareJob(Env* env, const Comm& comm, JobConfig* job, std::string* ranks_ckpt_dir,
+                std::vector<std::string>* files);
+
+// ---- train_finish.cc ----
+// Commits the final checkpoint and the model directory; the digest into the report.
+Status CommitModel(Env* env, const JobConfig& job, TrainStart* start, const TrainPosition& position,
+                   ThreadPool* pool, nlohmann::json* report);
+// The same for the ranks of a distributed job (one model saved by every rank).
+Status CommitModelOfRanks(Env* env, Comm* comm, const JobConfig& job,
+                          const std::string& ranks_ckpt_dir, TrainStart* start,
+                          const TrainPosition& position, ThreadPool* pool, nlohmann::json* report);
+// Held-out evaluation (--eval-data or the generated test rows) into the report.
+Status EvaluateHeldOut(Env* env, const JobConfig& job, Comm* comm, TrainStart* start,
+                       ThreadPool* pool, nlohmann::json* report);
+// Closes (storage.keep_store) or drops the table and its SSD files.
+Status CloseTable(Env* env, const JobConfig& job, std::unique_ptr<SparseTable> table);
+// The run's peak resident memory split by owner.
+nlohmann::json PeakMemoryByOwner(const JobConfig& job, const CtrModel& model,
+                                 const nlohmann::json& report);
+
+}  // namespace ctrbox::train_steps
+
+#endif  // CTRBOX_PIPELINE_TRAIN_STEPS_H_

@@ -1,0 +1,145 @@
+// TieredTable (table/tiered_table.h): the background worker (eviction rounds, compaction when
+// the files grow stale) and pulls waiting for the budget.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cassert>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <iterator>
+#include <limits>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "table/tiered_table.h"
+#include "table/tiered_table_internal.h"
+#include "util/coding.h"
+#include "util/hash.h"
+
+namespace ctrbox {
+
+// ---- the background worker ---------------------------------------------------------------
+
+bool TieredTable::NeedsEviction() const {
+  return options_.memory_budget > 0 &&
+         static_cast<double>(UsedBytes()) >
+             options_.evict_start * static_cast<double>(options_.memory_budget);
+}
+
+Status TieredTable::Maintain() {
+  MutexLock writer(&writer_mu_);
+  if (NeedsEviction()) {
+    const uint64_t fixed = ssd_->MemoryBytes();
+    const uint64_t target =
+        static_cast<uint64_t>(options_.evict_stop * static_cast<double>(options_.memory_budget));
+    const uint64_t share = target > fixed ? (target - fixed) / stripes_.size() : 0;
+    // Every stripe over its share, in parallel (each stripe under its own lock; appends to the
+    // files are serialised inside the store), starting where the last round stopped.
+    const size_t S = stripes_.size(), start = next_evict_stripe_;
+    next_evict_stripe_ = (start + 1) % S;
+    auto evict_all = [&](uint64_t stripe_share, bool all) -> StatusOr<uint64_t> {
+      std::vector<StatusOr<uint64_t>> freed(S, uint64_t{0});
+      RunParallel(evict_pool_.get(), S, [&](size_t k, int) {
+        writer_mu_.AssertHeld();  // by Maintain, for the whole loop
+        const size_t s = (start + k) % S;
+        if (all || UsedBytes() > target) freed[k] = EvictStripe(s, stripe_share, all);
+      });
+      uint64_t total = 0;
+      for (auto& f : freed) {
+        RETURN_IF_ERROR(f.status());
+        total += *f;
+      }
+      return total;
+    };
+    ASSIGN_OR_RETURN(uint64_t freed, evict_all(share, false));
+    if (freed == 0 && UsedBytes() > options_.memory_budget) {
+      // Every stripe is within its share, yet the budget is exceeded (fixed costs, skew): take
+      // every unpinned row before concluding that nothing can go.
+      ASSIGN_OR_RETURN(freed, evict_all(0, true));
+    }
+    last_round_freed_.store(freed);
+    counters_->evict_rounds.fetch_add(1, std::memory_order_relaxed);
+    const uint64_t round = rounds_done_.fetch_add(1) + 1;
+    if (freed == 0 && UsedBytes() > options_.memory_budget) last_stuck_round_.store(round);
+  }
+  return CompactIfOver();
+}
+
+Status TieredTable::CompactIfOver() {
+  // Compaction is lazy: only once the files exceed compact_trigger x the live bytes, then the
+  // most stale eligible files first until compact_target. Every eligible file is more than
+  // compact_stale stale, so total file bytes stay <= live / (1 - compact_stale) + one file.
+  DiskStats d = ssd_->Stats();
+  const auto over = [&](double ratio) {
+    return static_cast<double>(d.file_bytes) > ratio * static_cast<double>(d.live_bytes) +
+                                                   static_cast<double>(ssd_->options().file_bytes);
+  };
+  if (over(options_.compact_trigger)) {
+    for (const auto& f : ssd_->CompactionCandidates(options_.compact_stale)) {
+      RETURN_IF_ERROR(CompactFile(f));
+      d = ssd_->Stats();
+      if (!over(options_.compact_target)) break;
+    }
+  }
+  return Status::OK();
+}
+
+void TieredTable::WorkerLoop() {
+  // After a round that freed nothing (every row left is pinned by passes in flight), the next
+  // one waits for an unpin (or the periodic tick): rescanning pinned rows frees nothing and
+  // takes stripe locks and CPU from the pulls and the trainer.
+  bool blocked = false;
+  uint64_t blocked_unpins = 0;
+  worker_mu_.Lock();
+  while (!stop_) {
+    // Up to 50 ms for work (or stop), then a round in any case.
+    const auto tick = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+    while (!stop_ && !(NeedsEviction() && !(blocked && unpin_events_.load() == blocked_unpins))) {
+      if (!worker_cv_.WaitUntil(&worker_mu_, tick)) break;
+    }
+    if (stop_) break;
+    worker_mu_.Unlock();
+    const uint64_t unpins = unpin_events_.load();
+    const uint64_t rounds = rounds_done_.load();
+    Status s = Maintain();
+    blocked = rounds_done_.load() != rounds && last_round_freed_.load() == 0;
+    blocked_unpins = unpins;
+    if (!s.ok()) SetError(s.WithContext("SSD-PS maintenance"));
+    budget_cv_.SignalAll();
+    worker_mu_.Lock();
+  }
+  worker_mu_.Unlock();
+}
+
+Status TieredTable::WaitForBudget(int own_pulls) {
+  if (options_.memory_budget == 0 || !ssd_) return Status::OK();
+  // Stuck means: a maintenance round that began after this wait (or after the last unpin)
+  // found nothing to evict; the round in progress now may have begun before, hence the + 1.
+  uint64_t start_round = rounds_done_.load() + 1;
+  uint64_t unpins = unpin_events_.load();
+  MutexLock l(&budget_mu_);
+  while (UsedBytes() > options_.memory_budget) {
+    RETURN_IF_ERROR(error());
+    if (unpin_events_.load() != unpins) {
+      // Rows were unpinned: judge stuckness again from the next maintenance round on.
+      unpins = unpin_events_.load();
+      start_round = rounds_done_.load() + 1;
+    } else if (last_stuck_round_.load() > start_round && live_pulls_.load() <= own_pulls) {
+      // Nothing is evictable and no other pass in flight will unpin anything.
+      const CacheMemory m = CacheBreakdown();
+      const uint64_t ssd_bytes = ssd_->MemoryBytes();
+      return ResourceExhaustedError(fmt::format(
+          "the rows in use do not fit storage.memory_budget ({} used of {}: rows {}, their "
+          "index {}, metadata {}, SSD group index and Bloom filters {}): every row left in "
+          "memory is pinned by a pass in flight; lower pipeline.pass_examples or raise the budget",
+          UsedBytes(), options_.memory_budget, m.rows, m.index, m.meta, ssd_bytes));
+    }
+    worker_cv_.Signal();
+    budget_cv_.WaitFor(&budget_mu_, std::chrono::milliseconds(20));
+  }
+  return Status::OK();
+}
+
+}  // namespace ctrbox

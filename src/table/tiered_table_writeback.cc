@@ -1,0 +1,498 @@
+// TieredTable (table/tiered_table.h): writing groups back to the SSD files (base and delta
+// records), eviction by LFU priority, flushes and the compaction of a file.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cassert>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <iterator>
+#include <limits>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "table/tiered_table.h"
+#include "table/tiered_table_internal.h"
+#include "util/coding.h"
+#include "util/hash.h"
+
+namespace ctrbox {
+namespace {
+
+// A write-back batch holds at most this many groups and, past its first group, this many
+// bytes of old records: it bounds the records held in memory per evicting thread.
+constexpr size_t kGroupsPerBatch = 256;
+constexpr uint64_t kBatchBytes = 1 << 20;
+
+// The end of the batch of reads that starts at b.
+template <typename Read>
+size_t BatchEnd(const std::vector<Read>& reads, size_t b) {
+  size_t e = b + 1;
+  uint64_t bytes = reads[b].bytes;
+  while (e < reads.size() && e - b < kGroupsPerBatch && bytes + reads[e].bytes <= kBatchBytes) {
+    bytes += reads[e++].bytes;
+  }
+  return e;
+}
+
+// Orders write-back reads by group (RowsToWrite and WriteGroups take them so).
+template <typename Read>
+bool GroupBefore(const Read& a, const Read& b) {
+  return a.group < b.group;
+}
+template <typename Read>
+void SortByGroup(std::vector<Read>* reads) {
+  std::sort(reads->begin(), reads->end(), GroupBefore<Read>);
+}
+
+// Makes *batch the reads [b, end): what to read of each group. The elements already there are
+// reused, so the record buffers a batch read into keep their capacity for the next one (a
+// fresh batch allocated and freed ~8 KB per record read). Whether a base was read is set by
+// each read (ReadGroupRecords), and a record not read is not used.
+template <typename Read>
+void TakeBatch(const std::vector<Read>& reads, size_t b, size_t end, std::vector<Read>* batch) {
+  batch->resize(end - b);
+  for (size_t i = b; i < end; ++i) {
+    Read& r = (*batch)[i - b];
+    r.group = reads[i].group;
+    r.want_base = reads[i].want_base;
+    r.bytes = reads[i].bytes;
+    r.have_base = false;
+  }
+}
+
+// The LFU priority of an unpinned row (docs/storage.md): its show counter, halved for every
+// kHalfLife passes since its last pull. Rows with the lowest priority are evicted first.
+constexpr double kHalfLife = 16.0;
+float AgeFactor(uint16_t age) {
+  return static_cast<float>(std::exp2(-static_cast<double>(age) / kHalfLife));
+}
+// AgeFactor of the ages most rows have, computed once (the same values: an eviction round
+// ranks every unpinned row of a stripe, and exp2 was ~1 % of store_bench's CPU).
+constexpr size_t kAgeTable = 256;
+const std::array<float, kAgeTable>& AgeFactors() {
+  static const std::array<float, kAgeTable> table = [] {
+    std::array<float, kAgeTable> t;
+    for (size_t a = 0; a < kAgeTable; ++a) t[a] = AgeFactor(static_cast<uint16_t>(a));
+    return t;
+  }();
+  return table;
+}
+float Priority(const CacheStripe& stripe, uint32_t node, uint16_t now) REQUIRES(stripe) {
+  const uint16_t age = static_cast<uint16_t>(now - stripe.meta(node).epoch);
+  return stripe.show(node) * (age < kAgeTable ? AgeFactors()[age] : AgeFactor(age));
+}
+
+}  // namespace
+
+// ---- writing groups back -------------------------------------------------------------------
+
+TieredTable::GroupFiles TieredTable::FilesOf(const CacheStripe& stripe, uint32_t group) const {
+  GroupFiles f;
+  f.entry = ssd_->entry(group);
+  if (f.entry.delta.exists()) f.delta_file = ssd_->File(f.entry.delta.file);
+  if (f.entry.older.exists()) f.older_file = ssd_->File(f.entry.older.file);
+  if (f.entry.base.exists()) f.base_file = ssd_->File(f.entry.base.file);
+  return f;
+}
+
+Status TieredTable::ReadGroupRecords(const GroupFiles& f, GroupRead* r) const {
+  const GroupEntry& e = f.entry;
+  r->delta.keys.clear();
+  r->delta.offsets.assign(1, 0);
+  if (e.delta.exists()) {
+    if (!f.delta_file) return InternalError("a group record's file disappeared");
+    RETURN_IF_ERROR(ssd_->ReadRecord(*f.delta_file, e.delta, r->group, &r->delta));
+  }
+  r->older.keys.clear();
+  r->older.offsets.assign(1, 0);
+  r->have_base = r->want_base && e.base.exists();
+  if (r->have_base) {
+    if (!f.base_file) return InternalError("a group record's file disappeared");
+    RETURN_IF_ERROR(ssd_->ReadRecord(*f.base_file, e.base, r->group, &r->base));
+    if (e.older.exists()) {
+      if (!f.older_file) return InternalError("a group record's file disappeared");
+      RETURN_IF_ERROR(ssd_->ReadRecord(*f.older_file, e.older, r->group, &r->older));
+    }
+  }
+  return Status::OK();
+}
+
+Status TieredTable::ReadGroups(const CacheStripe& stripe, std::vector<GroupRead>* reads) {
+  for (GroupRead& r : *reads) {
+    GroupFiles f;
+    {
+      CacheStripe::Lock lock(stripe);
+      f = FilesOf(stripe, r.group);
+    }
+    RETURN_IF_ERROR(ReadGroupRecords(f, &r));
+  }
+  return Status::OK();
+}
+
+Status TieredTable::ReadGroupsLocked(const CacheStripe& stripe, std::vector<GroupRead>* reads) {
+  for (GroupRead& r : *reads) RETURN_IF_ERROR(ReadGroupRecords(FilesOf(stripe, r.group), &r));
+  return Status::OK();
+}
+
+namespace {
+
+bool Contains(const std::vector<uint64_t>& sorted, uint64_t key) {
+  return std::binary_search(sorted.begin(), sorted.end(), key);
+}
+
+}  // namespace
+
+TieredTable::GroupRead TieredTable::GroupReadFor(uint32_t g, uint32_t dirty_rows) const {
+  const GroupEntry& e = ssd_->entry(g);
+  GroupRead r;
+  r.group = g;
+  r.want_base =
+      e.base.exists() && e.older.exists() && DeltaFull(e.delta_rows + dirty_rows, e.base_rows);
+  r.bytes = e.delta.length + (r.want_base ? e.base.length + e.older.length : 0);
+  return r;
+}
+
+namespace {
+
+// Whether a write-back writes a row in this state: resident, not fresh, dirty or not on disk.
+bool WritesBack(uint8_t st) { return !(st & kFresh) && ((st & kDirty) || !(st & kOnDisk)); }
+
+}  // namespace
+
+TieredTable::GroupKeys TieredTable::RowsToWrite(const CacheStripe& stripe,
+                                                const std::vector<GroupRead>& reads) const {
+  GroupKeys rows;
+  if (reads.empty()) return rows;
+  // The stripe's groups are [base, base + 2^shift): a bit per group marks those written, and the
+  // rows are put in group order by counting (a binary search per row and a sort of the pairs
+  // were 5 % of store_bench's CPU).
+  const uint32_t shift = ssd_->group_bits() - options_.stripe_bits;
+  const uint32_t base = reads.front().group >> shift << shift;
+  std::vector<uint64_t> written((size_t{1} << shift) / 64 + 1, 0);
+  for (const GroupRead& r : reads) {
+    assert(r.group - base < (uint32_t{1} << shift));
+    written[(r.group - base) / 64] |= uint64_t{1} << ((r.group - base) % 64);
+  }
+  std::vector<uint32_t> count((size_t{1} << shift) + 1, 0);
+  GroupKeys found;
+  stripe.ForEachNode([&](uint32_t node) {
+    stripe.AssertLocked();
+    if (!WritesBack(stripe.meta(node).state)) return;
+    const uint64_t key = stripe.key(node);
+    const uint32_t i = ssd_->GroupOf(key) - base;
+    if (!(written[i / 64] >> (i % 64) & 1)) return;
+    found.emplace_back(i, key);
+    ++count[i + 1];
+  });
+  for (size_t i = 1; i < count.size(); ++i) count[i] += count[i - 1];
+  rows.resize(found.size());
+  for (const auto& [i, key] : found) rows[count[i]++] = {base + i, key};
+  return rows;
+}
+
+Status TieredTable::WriteGroups(CacheStripe& stripe, std::vector<GroupRead>* reads,
+                                const GroupKeys& rows) {
+  assert(std::is_sorted(reads->begin(), reads->end(), GroupBefore<GroupRead>));
+  // The rows to write, by group: the candidates of these groups that still qualify.
+  std::vector<std::pair<uint32_t, uint32_t>> dirty;  // (group, node)
+  for (const GroupRead& r : *reads) {
+    // rows are in group order: (group, 0) is below every row of the group
+    auto it = std::lower_bound(rows.begin(), rows.end(), std::make_pair(r.group, uint64_t{0}));
+    for (; it != rows.end() && it->first == r.group; ++it) {
+      const uint32_t node = stripe.Find(it->second);
+      if (node != kNoNode && WritesBack(stripe.meta(node).state)) dirty.emplace_back(r.group, node);
+    }
+  }
+  std::sort(dirty.begin(), dirty.end());
+  RecordBuilder builder;
+  std::vector<std::pair<uint32_t, GroupEntry>> updates;
+  std::vector<uint64_t> dirty_keys, newer_keys;
+  uint64_t new_deltas = 0, merges = 0;
+  auto first = dirty.begin();
+  for (GroupRead& r : *reads) {
+    const uint32_t g = r.group;
+    auto last = first;
+    while (last != dirty.end() && last->first == g) ++last;
+    if (first == last) continue;  // nothing of this group to write
+    const GroupEntry e = ssd_->entry(g);
+    dirty_keys.clear();
+    for (auto it = first; it != last; ++it) dirty_keys.push_back(stripe.key(it->second));
+    std::sort(dirty_keys.begin(), dirty_keys.end());
+    size_t carried = 0;  // old delta rows that stay
+    for (size_t j = 0; j < r.delta.rows(); ++j) carried += !Contains(dirty_keys, r.delta.keys[j]);
+    // Grow the delta; or, once full, move it aside as the older delta and start a new one of
+    // the dirty rows; or, with an older delta there already, merge all into a new base.
+    enum class Write { kDelta, kNewDelta, kMerge };
+    const Write how = !e.base.exists()                                       ? Write::kMerge
+                      : !DeltaFull(carried + dirty_keys.size(), e.base_rows) ? Write::kDelta
+                      : !e.older.exists()                                    ? Write::kNewDelta
+                                                                             : Write::kMerge;
+    if (how == Write::kMerge && !r.have_base) {  // the guess was wrong: read them now
+      RETURN_IF_ERROR(ssd_->Read(e.base, g, &r.base));
+      RETURN_IF_ERROR(ssd_->Read(e.older, g, &r.older));
+      r.have_base = true;
+    }
+    builder.Reset(g);
+    if (how == Write::kMerge) {
+      // The base's rows no delta overrides, the older delta's the delta does not override.
+      newer_keys = r.delta.keys;
+      newer_keys.insert(newer_keys.end(), dirty_keys.begin(), dirty_keys.end());
+      std::sort(newer_keys.begin(), newer_keys.end());
+      for (size_t j = 0; j < r.older.rows(); ++j) {
+        if (!Contains(newer_keys, r.older.keys[j]))
+          builder.AddEncoded(r.older.row(j), r.older.keys[j]);
+      }
+      newer_keys.insert(newer_keys.end(), r.older.keys.begin(), r.older.keys.end());
+      std::sort(newer_keys.begin(), newer_keys.end());
+      for (size_t j = 0; j < r.base.rows() && e.base.exists(); ++j) {
+        if (!Contains(newer_keys, r.base.keys[j]))
+          builder.AddEncoded(r.base.row(j), r.base.keys[j]);
+      }
+    }
+    if (how != Write::kNewDelta) {
+      for (size_t j = 0; j < r.delta.rows(); ++j) {
+        if (!Contains(dirty_keys, r.delta.keys[j]))
+          builder.AddEncoded(r.delta.row(j), r.delta.keys[j]);
+      }
+    }
+    GroupEntry next = e;
+    for (auto it = first; it != last; ++it) {
+      const uint32_t node = it->second;
+      builder.AddEncodedBy(stripe.key(node), [&](std::string* out) {
+        stripe.AssertLocked();
+        return stripe.EncodeRow(node, out);
+      });
+      const uint8_t st = stripe.meta(node).state;
+      const uint32_t emb = stripe.has_emb(node) ? 1 : 0;
+      if (st & kOnDisk) {  // a newer version of a key the group holds
+        next.unique_emb = next.unique_emb + emb - ((st & kDiskEmb) ? 1 : 0);
+      } else {
+        next.unique_rows += 1;
+        next.unique_emb += emb;
+      }
+    }
+    RecordLoc loc;
+    const std::string_view record = builder.Finish();
+    RETURN_IF_ERROR(ssd_->Append(g, record, builder.keys(), &loc));
+    new_deltas += how == Write::kNewDelta;
+    merges += how == Write::kMerge && e.base.exists();
+    if (how == Write::kMerge) {
+      next = GroupEntry{};
+      next.base = loc;
+      next.base_rows = next.unique_rows = static_cast<uint32_t>(builder.rows());
+      next.unique_emb = builder.emb_rows();
+    } else {
+      if (how == Write::kNewDelta) {
+        next.older = e.delta;
+        next.older_rows = e.delta_rows;
+        next.older_filter = e.delta_filter;
+      }
+      next.delta = loc;
+      next.delta_rows = static_cast<uint32_t>(builder.rows());
+      next.delta_filter = DeltaFilterOf(builder.keys());
+    }
+    updates.emplace_back(g, next);
+    first = last;
+  }
+  RETURN_IF_ERROR(ssd_->FlushAppends());
+  for (const auto& [g, e] : updates) ssd_->Replace(g, e);
+  uint64_t persisted = 0;
+  for (const auto& [g, node] : dirty) {
+    NodeMeta& m = stripe.meta(node);
+    persisted += options_.layout.EncodedBytesOf(stripe.key(node), stripe.has_emb(node));
+    stripe.set_state(
+        node, (m.state & ~(kDirty | kDiskEmb)) | kOnDisk | (stripe.has_emb(node) ? kDiskEmb : 0));
+  }
+  counters_->groups_written.fetch_add(updates.size(), std::memory_order_relaxed);
+  counters_->new_deltas.fetch_add(new_deltas, std::memory_order_relaxed);
+  counters_->merges.fetch_add(merges, std::memory_order_relaxed);
+  counters_->rows_persisted.fetch_add(dirty.size(), std::memory_order_relaxed);
+  counters_->persisted_bytes.fetch_add(persisted, std::memory_order_relaxed);
+  return Status::OK();
+}
+
+StatusOr<uint64_t> TieredTable::EvictStripe(size_t s, uint64_t share, bool all) {
+  CacheStripe& stripe = *stripes_[s];
+  std::vector<GroupRead> reads;
+  GroupKeys rows;                 // the rows their write-back may write
+  std::vector<uint64_t> victims;  // dirty rows to drop once their groups are written
+  uint64_t dropped = 0;
+  {
+    CacheStripe::Lock lock(stripe);
+    const size_t bytes = stripe.MemoryBytes();
+    if (!all && bytes <= share) return 0;
+    std::vector<uint32_t> candidates;
+    stripe.ForEachNode([&](uint32_t node) {
+      stripe.AssertLocked();
+      if (stripe.meta(node).pins == 0) candidates.push_back(node);
+    });
+    const uint16_t now = epoch_.load(std::memory_order_relaxed);
+    size_t k = candidates.size();
+    float threshold = std::numeric_limits<float>::infinity();
+    std::vector<float> priority;
+    if (!all && k > 0) {
+      k = std::min<size_t>(
+          k, std::max<size_t>(options_.min_evict_rows,
+                              (bytes - share + stripe.RowBytes() - 1) / stripe.RowBytes()));
+      std::vector<std::pair<float, uint32_t>> ranked;
+      ranked.reserve(candidates.size());
+      for (uint32_t node : candidates) ranked.emplace_back(Priority(stripe, node, now), node);
+      std::nth_element(ranked.begin(), ranked.begin() + (k - 1), ranked.end());
+      threshold = ranked[k - 1].first;
+      for (size_t v = 0; v < ranked.size(); ++v) {
+        candidates[v] = ranked[v].second;
+        priority.push_back(ranked[v].first);
+      }
+    }
+    std::unordered_map<uint32_t, uint32_t> dirty_groups;  // group -> dirty victims
+    auto take = [&](uint32_t node) {
+      stripe.AssertLocked();
+      const NodeMeta m = stripe.meta(node);
+      if (m.state & kFresh) {  // a default never pushed: nothing to keep
+        stripe.Erase(node);
+        counters_->dropped_fresh.fetch_add(1, std::memory_order_relaxed);
+        ++dropped;
+      } else if (!(m.state & kDirty) && (m.state & kOnDisk)) {  // its record has it
+        stripe.Erase(node);
+        counters_->evicted_clean.fetch_add(1, std::memory_order_relaxed);
+        ++dropped;
+      } else {
+        const uint64_t key = stripe.key(node);
+        victims.push_back(key);
+        ++dirty_groups[ssd_->GroupOf(key)];
+      }
+    };
+    for (size_t v = 0; v < k; ++v) take(candidates[v]);
+    // A group with a dirty victim is rewritten anyway: its other unpinned rows that are used
+    // no more often than the victims leave with it (fewer rewrites per row evicted). Letting
+    // rows up to 1.5x the threshold go too wrote 9 % fewer groups on the 1 M-row benchmark at
+    // 10 %, but cost 0.7 points of hit rate and grew RSS in the budget test by 5 MB.
+    for (size_t v = k; v < priority.size(); ++v) {
+      const uint32_t node = candidates[v];
+      if (priority[v] <= threshold && dirty_groups.count(ssd_->GroupOf(stripe.key(node))))
+        take(node);
+    }
+    for (const auto& [g, n] : dirty_groups) {
+      reads.push_back(GroupReadFor(g, n));
+    }
+    SortByGroup(&reads);
+    if (!reads.empty()) rows = RowsToWrite(stripe, reads);
+    Account(stripe, s);
+  }
+  if (reads.empty()) return dropped;
+  // Write back in batches of groups, so the old records held in memory stay bounded.
+  std::sort(victims.begin(), victims.end(),
+            [&](uint64_t a, uint64_t b) { return ssd_->GroupOf(a) < ssd_->GroupOf(b); });
+  size_t v = 0;
+  std::vector<GroupRead> batch;  // reused: its records' buffers keep their capacity
+  for (size_t b = 0, end; b < reads.size(); b = end) {
+    end = BatchEnd(reads, b);
+    TakeBatch(reads, b, end, &batch);
+    const uint32_t last_group = batch.back().group;
+    RETURN_IF_ERROR(ReadGroups(stripe, &batch));
+    CacheStripe::Lock lock(stripe);
+    RETURN_IF_ERROR(WriteGroups(stripe, &batch, rows));
+    for (; v < victims.size() && ssd_->GroupOf(victims[v]) <= last_group; ++v) {
+      const uint32_t node = stripe.Find(victims[v]);
+      if (node == kNoNode || stripe.meta(node).pins > 0) continue;  // pinned again meanwhile
+      stripe.Erase(node);
+      counters_->evicted_dirty.fetch_add(1, std::memory_order_relaxed);
+      ++dropped;
+    }
+    Account(stripe, s);
+  }
+  return dropped;
+}
+
+Status TieredTable::FlushStripe(size_t s) {
+  CacheStripe& stripe = *stripes_[s];
+  CacheStripe::Lock lock(stripe);
+  std::unordered_map<uint32_t, uint32_t> dirty;  // group -> rows to write
+  stripe.ForEachNode([&](uint32_t node) {
+    stripe.AssertLocked();
+    const uint8_t st = stripe.meta(node).state;
+    if (WritesBack(st)) ++dirty[ssd_->GroupOf(stripe.key(node))];
+  });
+  if (dirty.empty()) return Status::OK();
+  std::vector<GroupRead> reads;
+  for (const auto& [g, n] : dirty) {
+    reads.push_back(GroupReadFor(g, n));
+  }
+  SortByGroup(&reads);
+  const GroupKeys rows = RowsToWrite(stripe, reads);
+  std::vector<GroupRead> batch;
+  for (size_t b = 0, end; b < reads.size(); b = end) {
+    end = BatchEnd(reads, b);
+    TakeBatch(reads, b, end, &batch);
+    RETURN_IF_ERROR(ReadGroupsLocked(stripe, &batch));
+    RETURN_IF_ERROR(WriteGroups(stripe, &batch, rows));
+  }
+  Account(stripe, s);
+  return Status::OK();
+}
+
+Status TieredTable::CompactFile(const std::shared_ptr<ParamFile>& file) {
+  // Walk the file's record headers; read and move only the records the index still names
+  // (stale ones are skipped unread), one at a time, so memory stays small.
+  const uint64_t size = ssd_->FileBytes(*file);
+  struct Rec {
+    uint32_t group, offset, length;
+  };
+  std::vector<std::vector<Rec>> by_stripe(stripes_.size());
+  char header[kRecordHeaderBytes];
+  uint64_t off = kParamFileHeaderBytes;
+  while (off + kRecordHeaderBytes <= size) {
+    size_t got = 0;
+    RETURN_IF_ERROR(file->reader->Read(off, kRecordHeaderBytes, header, &got));
+    if (got != kRecordHeaderBytes) break;
+    const uint32_t group = GetFixed<uint32_t>(header + 4);
+    const uint32_t len =
+        static_cast<uint32_t>(kRecordHeaderBytes + GetFixed<uint32_t>(header + 12));
+    if (std::memcmp(header, "GREC", 4) != 0 || group >= (uint64_t{1} << ssd_->group_bits()) ||
+        off + len > size) {
+      return CorruptionError(fmt::format("{}: record at offset {}: bad header", file->path, off));
+    }
+    by_stripe[StripeOfGroup(group)].push_back(Rec{group, static_cast<uint32_t>(off), len});
+    off += len;
+  }
+  uint64_t moved = 0;
+  RecordView view;
+  for (size_t s = 0; s < stripes_.size(); ++s) {
+    if (by_stripe[s].empty()) continue;
+    CacheStripe::Lock lock(*stripes_[s]);  // guards the entries of its groups
+    std::vector<std::pair<uint32_t, GroupEntry>> relocated;
+    std::unordered_map<uint32_t, size_t> relocated_at;  // group -> its entry in relocated
+    for (const Rec& r : by_stripe[s]) {
+      const RecordLoc here{file->id, r.offset, r.length};
+      // A group with several records in this file is relocated once, with all of them.
+      auto at = relocated_at.find(r.group);
+      GroupEntry e = at == relocated_at.end() ? ssd_->entry(r.group) : relocated[at->second].second;
+      RecordLoc* place = e.base == here    ? &e.base
+                         : e.delta == here ? &e.delta
+                         : e.older == here ? &e.older
+                                           : nullptr;
+      if (place == nullptr) continue;  // stale
+      RETURN_IF_ERROR(ssd_->ReadRecord(*file, here, r.group, &view));
+      RecordLoc loc;
+      RETURN_IF_ERROR(ssd_->Append(r.group, view.bytes, view.keys, &loc));
+      *place = loc;
+      if (at == relocated_at.end()) {
+        relocated_at.emplace(r.group, relocated.size());
+        relocated.emplace_back(r.group, e);
+      } else {
+        relocated[at->second].second = e;
+      }
+      moved += r.length;
+    }
+    RETURN_IF_ERROR(ssd_->FlushAppends());
+    for (const auto& [g, e] : relocated) ssd_->Replace(g, e);
+  }
+  counters_->compactions.fetch_add(1, std::memory_order_relaxed);
+  counters_->compaction_bytes.fetch_add(moved, std::memory_order_relaxed);
+  return Status::OK();
+}
+
+}  // namespace ctrbox
