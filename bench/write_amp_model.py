@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A model of the SSD tier's write-back (docs/storage.md, "Write amplification"): rows written
+"""A model of the SSD tier's write-back (bench/results/tiered_notes.md, "Write amplification"): rows written
 per dirty row written back, for one group, under the current layout (a base and one delta,
 merged once the delta would pass `delta_share` of the base) and under layouts with K deltas
 per group (a new delta is written only when the newest is full; all are merged into the base

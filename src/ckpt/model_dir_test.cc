@@ -92,7 +92,7 @@ TEST_F(ModelDirTest, SaveLoadRoundTripKeepsTheDigest) {
   EXPECT_EQ(m->spec.FirstDifference(spec_), "");
   EXPECT_EQ(m->trained_examples, 1234u);
   auto model2 = NewModel();
-  auto table2 = NewTable(*model2, 0, 5);  // other sharding, same model
+  auto table2 = NewTable(*model2, 0, 5);  // other stripes, same model
   ASSERT_TRUE(LoadModel(Env::Posix(), dir_, *m, table2.get(), model2.get(), &pool).ok());
   EXPECT_EQ(*ModelDigest(*table2, *model2, &pool), saved->digest);
   EXPECT_EQ(model2->dense_optimizer().step(), 1u);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "feature/device_layers.h"
+#include "feature/ops/all.h"
 #include "util/hd.h"
 
 namespace ctrbox {
@@ -38,7 +39,7 @@ class ExecDeviceLayers final : public DeviceLayers {
     for (int id : ops) flat.push_back(MakeFixedOp(plan, plan.ops[id], id, &consts));
     std::vector<uint8_t*> valid;
     std::vector<void*> cells;
-    auto slot = [&](int column, bool upload) -> int {
+    auto pointer_index = [&](int column, bool upload) -> int {
       DeviceColumn& d = Column(column);
       if (upload && !d.resident) {
         exec_->Upload(&d.valid, table->cols[column].valid, rows_);
@@ -55,8 +56,8 @@ class ExecDeviceLayers final : public DeviceLayers {
     };
     for (size_t k = 0; k < flat.size(); ++k) {
       const OpNode& op = plan.ops[ops[k]];
-      flat[k].in = slot(op.inputs[0], /*upload=*/true);
-      flat[k].out = slot(op.output, /*upload=*/false);
+      flat[k].in = pointer_index(op.inputs[0], /*upload=*/true);
+      flat[k].out = pointer_index(op.output, /*upload=*/false);
     }
     exec_->Upload(&ops_buf_, flat.data(), flat.size());
     if (consts.empty()) consts.push_back(0);  // a buffer to point at
@@ -76,7 +77,7 @@ class ExecDeviceLayers final : public DeviceLayers {
         const uint32_t r = static_cast<uint32_t>(i);
         for (uint32_t k = 0; k < n_ops; ++k) {
           const FixedOp& op = o[k];
-          FixedRow(op, v[op.in], cl[op.in], v[op.out], cl[op.out], err, c, r);
+          FixedRow(op, FixedIo{v[op.in], cl[op.in], v[op.out], cl[op.out], err, c}, r);
         }
       });
       ++launches_;
@@ -84,7 +85,7 @@ class ExecDeviceLayers final : public DeviceLayers {
       for (uint32_t k = 0; k < n_ops; ++k) {
         exec_->ForEach(rows_, [=] CTRBOX_HD(size_t i) {
           const FixedOp& op = o[k];
-          FixedRow(op, v[op.in], cl[op.in], v[op.out], cl[op.out], err, c,
+          FixedRow(op, FixedIo{v[op.in], cl[op.in], v[op.out], cl[op.out], err, c},
                    static_cast<uint32_t>(i));
         });
         ++launches_;

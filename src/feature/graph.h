@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "feature/column.h"
+#include "feature/op_list.h"
 #include "util/status.h"
 
 namespace YAML {
@@ -45,23 +46,12 @@ struct SideView {
   int line = 0;          // of its YAML entry
 };
 
+// An operator's kind: one per line of op_list.h (kGather: a joined view's column, made by a
+// join, not written in YAML).
 enum class OpKind : uint8_t {
-  kFillNull,
-  kCast,
-  kJsonField,
-  kFilter,
-  kDedupe,
-  kJoin,
-  kGather,  // a joined view's column (made by a join; not written in YAML)
-  kHash,
-  kCross,
-  kBucketize,
-  kSplit,
-  kLastN,
-  kTimePart,
-  kLog,
-  kClip,
-  kNormalize,
+#define CTRBOX_OP_KIND(Name, name) k##Name,
+  CTRBOX_FEATURE_OPS(CTRBOX_OP_KIND)
+#undef CTRBOX_OP_KIND
 };
 const char* OpKindName(OpKind k);
 

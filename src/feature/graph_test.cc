@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
+#include "feature/op_spec.h"
+
 namespace ctrbox {
 namespace {
 
@@ -121,6 +123,37 @@ TEST(FeatureGraphTest, FingerprintChangesWithTheGraph) {
   EXPECT_EQ((*a)->Fingerprint(), (*Parse("ops:\n  - {name: x, op: clip, input: a, min: 0, max: 5}"
                                          "\nlabel: y\nslots: [x]\n"))
                                      ->Fingerprint());
+}
+
+}  // namespace
+}  // namespace ctrbox
+
+namespace ctrbox {
+namespace {
+
+// The registry (op_list.h): every operator a job file can name is found by its name, takes
+// the keys its spec lists and no others, and has a type rule and rows on the CPU or the GPU.
+TEST(OpRegistryTest, EveryOperatorIsFoundByItsNameAndComplete) {
+  const std::vector<std::string> written = {
+      "fill_null", "cast",  "json_field", "filter",    "dedupe", "join", "hash",     "cross",
+      "bucketize", "split", "last_n",     "time_part", "log",    "clip", "normalize"};
+  for (const std::string& name : written) {
+    OpKind kind;
+    const OpSpec* spec = FindSpec(name, &kind);
+    ASSERT_NE(spec, nullptr) << name;
+    EXPECT_EQ(OpKindName(kind), name);
+    EXPECT_EQ(&SpecOf(kind), spec);
+    EXPECT_NE(spec->parse, nullptr) << name;
+    EXPECT_NE(spec->type, nullptr) << name;
+    EXPECT_TRUE(spec->rows != nullptr || spec->fixed != nullptr) << name;
+    EXPECT_THAT(Error("ops:\n  - {name: x, op: " + name + ", nope: 1}\nlabel: y\nslots: [a]\n"),
+                HasSubstr("unknown key 'nope' in operator " + name));
+  }
+  OpKind kind;
+  EXPECT_EQ(FindSpec("gather", &kind), nullptr);  // made by a join, never written
+  EXPECT_EQ(KnownOpNames(),
+            "bucketize, cast, clip, cross, dedupe, fill_null, filter, hash, join, json_field, "
+            "last_n, log, normalize, split, time_part");
 }
 
 }  // namespace

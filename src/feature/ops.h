@@ -1,5 +1,6 @@
-// The operator kernels of the feature graph (docs/features.md, "Operators") and the executors
-// that run a layer of them over row blocks (docs/features.md, "Scheduling").
+// The operator kernels of the feature graph (docs/features.md, "Operators": each operator's
+// rows are its file's under ops/) and the executors that run a layer of them over row blocks
+// (docs/features.md, "Scheduling").
 //
 // A kernel computes rows [begin, end) of its operator's output column from the same rows of
 // its inputs; row r's result depends only on row r, so any split of the rows into blocks, on
@@ -15,13 +16,12 @@
 
 #include "feature/column.h"
 #include "feature/graph.h"
+#include "feature/op_spec.h"
 #include "feature/side_table.h"
 #include "io/bad_input.h"
 #include "util/thread_pool.h"
 
 namespace ctrbox {
-
-using SideTables = std::vector<std::unique_ptr<SideTable>>;
 
 // Rows per block of a fused layer (a GPU's thread block).
 constexpr uint32_t kRowBlock = 256;
@@ -32,8 +32,6 @@ void AllocateOutput(const FeaturePlan& plan, const OpNode& op, uint32_t rows, Ar
 // Rows [begin, end) of operator `op_id`, allocating from `lane`.
 void RunOpRows(const FeaturePlan& plan, int op_id, const SideTables& sides, uint32_t begin,
                uint32_t end, Arena* arena, int lane, ColumnTable* table);
-// The items of row r of c: 0 when null, a list's or key list's length, else 1.
-uint32_t ItemCount(const Column& c, uint32_t r);
 // The kind under which a row that `op` marked is counted.
 BadKind ErrorKind(const OpNode& op);
 

@@ -176,6 +176,158 @@ StatusOr<ViewParser> ViewParser::Make(const ViewLayout& layout,
   return p;
 }
 
+namespace {
+
+// One JSON member's value into a cell of `type`: false when it is not of that type (a null
+// is handled by the caller).
+bool JsonCell(simdjson::ondemand::value& v, simdjson::ondemand::json_type t, ColType type,
+              Arena* arena, int lane, void* cell, uint8_t* valid) {
+  using JT = simdjson::ondemand::json_type;
+  switch (type) {
+    case ColType::kInt:
+      return v.get_int64().get(*static_cast<int64_t*>(cell)) == simdjson::SUCCESS;
+    case ColType::kFloat:
+      return v.get_double().get(*static_cast<double*>(cell)) == simdjson::SUCCESS;
+    case ColType::kString: {
+      std::string_view s;
+      bool ok = true;
+      if (t == JT::string) {
+        ok = v.get_string().get(s) == simdjson::SUCCESS;
+      } else if (t == JT::object) {
+        simdjson::ondemand::object o;
+        ok = v.get_object().get(o) == simdjson::SUCCESS && o.raw_json().get(s) == simdjson::SUCCESS;
+      } else if (t == JT::array) {
+        simdjson::ondemand::array a;
+        ok = v.get_array().get(a) == simdjson::SUCCESS && a.raw_json().get(s) == simdjson::SUCCESS;
+      } else {
+        s = v.raw_json_token();
+        while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+      }
+      if (ok) *static_cast<Str*>(cell) = arena->Copy(s, lane);
+      return ok;
+    }
+    case ColType::kKeys: {
+      // An array of unsigned ids, or a string of space-separated ones.
+      if (t != JT::array) {
+        std::string_view s;
+        return v.get_string().get(s) == simdjson::SUCCESS &&
+               ParseCell(ColType::kKeys, arena->Copy(s, lane), arena, lane, cell, valid);
+      }
+      simdjson::ondemand::array a;
+      if (v.get_array().get(a) != simdjson::SUCCESS) return false;
+      std::vector<uint64_t> ids;
+      for (auto item : a) {
+        uint64_t id;
+        if (item.get_uint64().get(id) != simdjson::SUCCESS) return false;
+        ids.push_back(id);
+      }
+      uint64_t* keys = arena->Alloc<uint64_t>(std::max<size_t>(ids.size(), 1), lane);
+      std::copy(ids.begin(), ids.end(), keys);
+      *static_cast<KeySpan*>(cell) = {keys, static_cast<uint32_t>(ids.size())};
+      if (ids.empty()) *valid = 0;
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+bool ViewParser::TextRow(const RowPlace& at, std::string_view line, std::vector<Str>* fields,
+                         ParseOutcome* outcome) const {
+  if (!SplitFields(line, layout_.sep(), layout_.format == ViewFormat::kCsv, at.arena, at.lane,
+                   fields)) {
+    AddBad(*at.chunk, at.line_no, BadKind::kFieldCount, "unbalanced quotes: " + Clip(line),
+           outcome);
+    return false;
+  }
+  if (fields->size() != fields_) {
+    AddBad(*at.chunk, at.line_no, BadKind::kFieldCount,
+           fmt::format("{} fields, expected {}", fields->size(), fields_), outcome);
+    return false;
+  }
+  for (size_t c = 0; c < layout_.columns.size(); ++c) {
+    Column& col = at.out->cols[at.first_col + c];
+    const Str f = (*fields)[field_of_column_[c]];
+    if (col.type == ColType::kString && !ValidUtf8(f.view())) {
+      AddBad(*at.chunk, at.line_no, BadKind::kBadUtf8,
+             fmt::format("column {}: {}", layout_.columns[c].name, Printable(f.view())), outcome);
+      return false;
+    }
+    if (!ParseCell(col.type, f, at.arena, at.lane,
+                   static_cast<char*>(col.cells) + at.r * CellBytes(col.type), &col.valid[at.r])) {
+      AddBad(*at.chunk, at.line_no, BadKind::kBadNumber,
+             fmt::format("column {} ({}): '{}'", layout_.columns[c].name, ColTypeName(col.type),
+                         Clip(f.view())),
+             outcome);
+      return false;
+    }
+  }
+  return true;
+}
+
+bool ViewParser::JsonRow(const RowPlace& at, std::string_view line, size_t padded,
+                         std::vector<uint8_t>* seen, ParseOutcome* outcome) const {
+  const size_t ncols = layout_.columns.size();
+  const uint32_t r = at.r;
+  JsonScratch& js = Scratch();
+  std::fill(seen->begin(), seen->end(), 0);
+  simdjson::ondemand::document doc;
+  simdjson::ondemand::object obj;
+  auto bad_json = [&](const std::string& what) {
+    AddBad(*at.chunk, at.line_no, BadKind::kBadJson, what + ": " + Clip(line), outcome);
+    return false;
+  };
+  if (js.parser.iterate(line.data(), line.size(), padded).get(doc) != simdjson::SUCCESS ||
+      doc.get_object().get(obj) != simdjson::SUCCESS) {
+    return bad_json("not a JSON object");
+  }
+  for (auto field : obj) {
+    std::string_view key;
+    if (field.unescaped_key().get(key) != simdjson::SUCCESS) {
+      return bad_json("a malformed member name");
+    }
+    size_t c = 0;
+    while (c < ncols && layout_.columns[c].name != key) ++c;
+    if (c == ncols) continue;  // not declared: the iterator skips its value
+    (*seen)[c] = 1;
+    Column& col = at.out->cols[at.first_col + c];
+    void* cell = static_cast<char*>(col.cells) + r * CellBytes(col.type);
+    simdjson::ondemand::value v;
+    simdjson::ondemand::json_type t;
+    if (field.value().get(v) != simdjson::SUCCESS || v.type().get(t) != simdjson::SUCCESS) {
+      return bad_json("a malformed value of " + std::string(key));
+    }
+    col.valid[r] = 1;
+    if (t == simdjson::ondemand::json_type::null) {
+      col.valid[r] = 0;
+      std::memset(cell, 0, CellBytes(col.type));
+      bool is_null = false;
+      if (v.is_null().get(is_null) != simdjson::SUCCESS || !is_null) {
+        return bad_json("a malformed null");
+      }
+      continue;
+    }
+    if (!JsonCell(v, t, col.type, at.arena, at.lane, cell, &col.valid[r])) {
+      AddBad(*at.chunk, at.line_no, BadKind::kBadNumber,
+             fmt::format("member {} is not {}", key, ColTypeName(col.type)), outcome);
+      return false;
+    }
+  }
+  const char* rest;
+  if (doc.current_location().get(rest) == simdjson::SUCCESS) {
+    return bad_json("text after the JSON object");
+  }
+  for (size_t c = 0; c < ncols; ++c) {  // members not there: null
+    if ((*seen)[c]) continue;
+    Column& col = at.out->cols[at.first_col + c];
+    col.valid[r] = 0;
+    std::memset(static_cast<char*>(col.cells) + r * CellBytes(col.type), 0, CellBytes(col.type));
+  }
+  return true;
+}
+
 Status ViewParser::Parse(const TextChunk& chunk, int first_col, Arena* arena, int lane,
                          ColumnTable* out, ParseOutcome* outcome) const {
   const std::string& data = chunk.data;
@@ -233,169 +385,9 @@ Status ViewParser::Parse(const TextChunk& chunk, int first_col, Arena* arena, in
     if (line.empty() || (json && line.find_first_not_of(" \t") == std::string_view::npos)) {
       continue;  // blank lines are skipped, as in the other text formats
     }
-    const uint32_t r = out->rows;
-    bool ok = true;
-    if (!json) {
-      if (!SplitFields(line, layout_.sep(), layout_.format == ViewFormat::kCsv, arena, lane,
-                       &fields)) {
-        AddBad(chunk, line_no, BadKind::kFieldCount, "unbalanced quotes: " + Clip(line), outcome);
-        continue;
-      }
-      if (fields.size() != fields_) {
-        AddBad(chunk, line_no, BadKind::kFieldCount,
-               fmt::format("{} fields, expected {}", fields.size(), fields_), outcome);
-        continue;
-      }
-      for (size_t c = 0; c < ncols && ok; ++c) {
-        Column& col = out->cols[first_col + c];
-        const Str f = fields[field_of_column_[c]];
-        if (col.type == ColType::kString && !ValidUtf8(f.view())) {
-          AddBad(chunk, line_no, BadKind::kBadUtf8,
-                 fmt::format("column {}: {}", layout_.columns[c].name, Printable(f.view())),
-                 outcome);
-          ok = false;
-          break;
-        }
-        if (!ParseCell(col.type, f, arena, lane,
-                       static_cast<char*>(col.cells) + r * CellBytes(col.type), &col.valid[r])) {
-          AddBad(chunk, line_no, BadKind::kBadNumber,
-                 fmt::format("column {} ({}): '{}'", layout_.columns[c].name, ColTypeName(col.type),
-                             Clip(f.view())),
-                 outcome);
-          ok = false;
-        }
-      }
-    } else {
-      JsonScratch& js = Scratch();
-      std::fill(seen.begin(), seen.end(), 0);
-      const size_t cap = js.buf.size() - line_start;
-      simdjson::ondemand::document doc;
-      simdjson::ondemand::object obj;
-      std::string err;
-      auto fail = [&](const std::string& what) {
-        err = what;
-        ok = false;
-      };
-      if (js.parser.iterate(line.data(), line.size(), cap).get(doc) != simdjson::SUCCESS ||
-          doc.get_object().get(obj) != simdjson::SUCCESS) {
-        fail("not a JSON object");
-      } else {
-        for (auto field : obj) {
-          std::string_view key;
-          if (field.unescaped_key().get(key) != simdjson::SUCCESS) {
-            fail("a malformed member name");
-            break;
-          }
-          size_t c = 0;
-          while (c < ncols && layout_.columns[c].name != key) ++c;
-          if (c == ncols) continue;  // not declared: the iterator skips its value
-          seen[c] = 1;
-          Column& col = out->cols[first_col + c];
-          void* cell = static_cast<char*>(col.cells) + r * CellBytes(col.type);
-          simdjson::ondemand::value v;
-          simdjson::ondemand::json_type t;
-          if (field.value().get(v) != simdjson::SUCCESS || v.type().get(t) != simdjson::SUCCESS) {
-            fail("a malformed value of " + std::string(key));
-            break;
-          }
-          col.valid[r] = 1;
-          if (t == simdjson::ondemand::json_type::null) {
-            col.valid[r] = 0;
-            std::memset(cell, 0, CellBytes(col.type));
-            bool is_null = false;
-            if (v.is_null().get(is_null) != simdjson::SUCCESS || !is_null) {
-              fail("a malformed null");
-              break;
-            }
-            continue;
-          }
-          bool type_ok = true;
-          switch (col.type) {
-            case ColType::kInt:
-              type_ok = v.get_int64().get(*static_cast<int64_t*>(cell)) == simdjson::SUCCESS;
-              break;
-            case ColType::kFloat:
-              type_ok = v.get_double().get(*static_cast<double*>(cell)) == simdjson::SUCCESS;
-              break;
-            case ColType::kString: {
-              std::string_view s;
-              if (t == simdjson::ondemand::json_type::string) {
-                type_ok = v.get_string().get(s) == simdjson::SUCCESS;
-              } else if (t == simdjson::ondemand::json_type::object) {
-                simdjson::ondemand::object o;
-                type_ok = v.get_object().get(o) == simdjson::SUCCESS &&
-                          o.raw_json().get(s) == simdjson::SUCCESS;
-              } else if (t == simdjson::ondemand::json_type::array) {
-                simdjson::ondemand::array a;
-                type_ok = v.get_array().get(a) == simdjson::SUCCESS &&
-                          a.raw_json().get(s) == simdjson::SUCCESS;
-              } else {
-                s = v.raw_json_token();
-                while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-              }
-              if (type_ok) *static_cast<Str*>(cell) = arena->Copy(s, lane);
-              break;
-            }
-            case ColType::kKeys: {
-              // An array of unsigned ids, or a string of space-separated ones.
-              if (t == simdjson::ondemand::json_type::array) {
-                simdjson::ondemand::array a;
-                std::vector<uint64_t> ids;
-                type_ok = v.get_array().get(a) == simdjson::SUCCESS;
-                if (type_ok) {
-                  for (auto item : a) {
-                    uint64_t id;
-                    if (item.get_uint64().get(id) != simdjson::SUCCESS) {
-                      type_ok = false;
-                      break;
-                    }
-                    ids.push_back(id);
-                  }
-                }
-                if (type_ok) {
-                  uint64_t* keys = arena->Alloc<uint64_t>(std::max<size_t>(ids.size(), 1), lane);
-                  std::copy(ids.begin(), ids.end(), keys);
-                  *static_cast<KeySpan*>(cell) = {keys, static_cast<uint32_t>(ids.size())};
-                  if (ids.empty()) col.valid[r] = 0;
-                }
-              } else {
-                std::string_view s;
-                type_ok = v.get_string().get(s) == simdjson::SUCCESS &&
-                          ParseCell(ColType::kKeys, arena->Copy(s, lane), arena, lane, cell,
-                                    &col.valid[r]);
-              }
-              break;
-            }
-            default:
-              type_ok = false;
-          }
-          if (!type_ok) {
-            AddBad(chunk, line_no, BadKind::kBadNumber,
-                   fmt::format("member {} is not {}", key, ColTypeName(col.type)), outcome);
-            ok = false;
-            err.clear();
-            break;
-          }
-        }
-        const char* rest;
-        if (ok && doc.current_location().get(rest) == simdjson::SUCCESS) {
-          fail("text after the JSON object");
-        }
-      }
-      if (!ok && !err.empty()) {
-        AddBad(chunk, line_no, BadKind::kBadJson, err + ": " + Clip(line), outcome);
-        continue;
-      }
-      if (ok) {
-        for (size_t c = 0; c < ncols; ++c) {
-          if (seen[c]) continue;
-          Column& col = out->cols[first_col + c];
-          col.valid[r] = 0;
-          std::memset(static_cast<char*>(col.cells) + r * CellBytes(col.type), 0,
-                      CellBytes(col.type));
-        }
-      }
-    }
+    const RowPlace at{&chunk, line_no, out->rows, first_col, arena, lane, out};
+    const bool ok = json ? JsonRow(at, line, Scratch().buf.size() - line_start, &seen, outcome)
+                         : TextRow(at, line, &fields, outcome);
     if (!ok) continue;
     out->rows++;
     out->lines.push_back(line_no);

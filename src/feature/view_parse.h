@@ -46,6 +46,23 @@ class ViewParser {
   const ViewLayout& layout() const { return layout_; }
 
  private:
+  // Where a line's row goes: row r of out's columns from first_col, cells from the lane.
+  struct RowPlace {
+    const TextChunk* chunk;
+    uint64_t line_no;
+    uint32_t r;
+    int first_col;
+    Arena* arena;
+    int lane;
+    ColumnTable* out;
+  };
+  // One line into row at.r: false (counted as bad) when it does not parse. A JSON line is
+  // parsed in place, with `padded` bytes readable from its start.
+  bool TextRow(const RowPlace& at, std::string_view line, std::vector<Str>* fields,
+               ParseOutcome* outcome) const;
+  bool JsonRow(const RowPlace& at, std::string_view line, size_t padded, std::vector<uint8_t>* seen,
+               ParseOutcome* outcome) const;
+
   ViewLayout layout_;
   std::vector<std::string> header_;
   std::vector<int> field_of_column_;  // csv/tsv: the field index of each declared column

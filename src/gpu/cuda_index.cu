@@ -166,7 +166,7 @@ StatusOr<IndexBench> CudaIndexBenchmark(size_t n_keys, size_t n_probes, uint32_t
   cudaEventDestroy(t0);
   cudaEventDestroy(t1);
   RETURN_IF_ERROR(status->Get());
-  // Minimum bytes: the probe key (8), the slot's key and row (12), then the row's floats.
+  // Minimum bytes: the probe key (8), the bucket's key and row (12), then the row's floats.
   const double row_bytes = 4.0 * dim;
   out.insert_keys_per_s = n_keys / insert_s;
   out.find_keys_per_s = np / find_s;

@@ -293,7 +293,7 @@ TEST(GpuEmulationTest, OneGpuIsBitIdenticalToTheCpuModel) {
 }
 
 // gpu.staged_memory sizes passes by GpuPassBytesBound: it must bound what a staged pass's GPU
-// buffers take (one pass in one slot: StagedBytes), on one GPU and several, and not loosely.
+// buffers take (one staged pass: StagedBytes), on one GPU and several, and not loosely.
 TEST(GpuEmulationTest, GpuPassBytesBoundBoundsWhatAStagedPassTakes) {
   for (const Case& s : Cases()) {
     for (uint32_t gpus : {1u, 2u, 3u}) {

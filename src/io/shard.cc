@@ -33,17 +33,17 @@ class KeyDictionary {
   void Reset(size_t expected) {
     size_t cap = 16;
     while (cap < expected * 2) cap <<= 1;
-    slots_.assign(cap, kEmpty);
+    buckets_.assign(cap, kEmpty);
     keys_.clear();
   }
   uint32_t IndexOf(uint64_t key) {
-    size_t mask = slots_.size() - 1;
+    size_t mask = buckets_.size() - 1;
     for (size_t i = Mix64(key) & mask;; i = (i + 1) & mask) {
-      uint32_t s = slots_[i];
+      uint32_t s = buckets_[i];
       if (s == kEmpty) {
-        slots_[i] = static_cast<uint32_t>(keys_.size());
+        buckets_[i] = static_cast<uint32_t>(keys_.size());
         keys_.push_back(key);
-        return slots_[i];
+        return buckets_[i];
       }
       if (keys_[s] == key) return s;
     }
@@ -52,7 +52,7 @@ class KeyDictionary {
 
  private:
   static constexpr uint32_t kEmpty = 0xFFFFFFFFu;
-  std::vector<uint32_t> slots_;
+  std::vector<uint32_t> buckets_;
   std::vector<uint64_t> keys_;
 };
 

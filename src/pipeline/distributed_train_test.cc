@@ -643,7 +643,7 @@ JobConfig OneProcessOnGeneratedRows(const TempDir& dir, Model* want) {
 // committed after half the passes is taken up by 4 ranks (and one 4 ranks committed by 2),
 // each loading the rows it owns from every chain; the job ends with the one-process model up
 // to summation order, so every row was loaded exactly once and every example trained once.
-TEST(DistributedTrainTest, ResumeWithAnotherNumberOfRanksReshardsTheCheckpoint) {
+TEST(DistributedTrainTest, ResumeWithAnotherNumberOfRanksRepartitionsTheCheckpoint) {
   TempDir dir;
   Model want;
   const JobConfig one = OneProcessOnGeneratedRows(dir, &want);
@@ -790,7 +790,7 @@ TEST(DistributedTrainTest, ResumeOfFilesOnOtherRanksRefusesAnEditedFile) {
 
 // Ranks with tiers: each rank's part over an SSD tier with a memory budget far below its
 // rows (so most rows go through the files) trains the in-memory ranks' model bit for bit.
-TEST(DistributedTrainTest, RanksWithATieredShardEqualTheInMemoryRanks) {
+TEST(DistributedTrainTest, RanksWithATieredPartEqualTheInMemoryRanks) {
   TempDir dir;
   Data d = WriteFiles(dir);
   JobConfig job = Job(dir.File("mem"), /*sgd=*/false);

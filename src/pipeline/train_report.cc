@@ -23,11 +23,6 @@ nlohmann::json StorageJson(const StorageStats& s) {
       {"memory_budget", s.memory_budget},
       {"memory_bytes", s.memory_bytes},
       {"peak_memory_bytes", s.peak_memory_bytes},
-      {"pulled_keys", s.pulled_keys},
-      {"hits", s.hits},
-      {"loaded_from_ssd", s.loaded_from_ssd},
-      {"new_keys", s.new_keys},
-      {"lookup_misses", s.lookup_misses},
       {"hit_rate", s.hit_rate()},
       {"memory_by_owner",
        {{"rows", s.cache_row_bytes},
@@ -36,27 +31,13 @@ nlohmann::json StorageJson(const StorageStats& s) {
         {"group_index", s.index_bytes},
         {"bloom_filters", s.bloom_bytes}}},
   };
+#define CTRBOX_COUNTER_JSON(name, in_pass_lines) r[#name] = s.name;
+  CTRBOX_CACHE_COUNTERS(CTRBOX_COUNTER_JSON)
   if (!s.has_disk) return r;
+  CTRBOX_SSD_COUNTERS(CTRBOX_COUNTER_JSON)
+  CTRBOX_DISK_COUNTERS(CTRBOX_COUNTER_JSON)
+#undef CTRBOX_COUNTER_JSON
   r.update({{"group_bits", s.group_bits},
-            {"no_record", s.no_record},
-            {"bloom_prunes", s.bloom_prunes},
-            {"bloom_false_positives", s.bloom_false_positives},
-            {"records_read", s.records_read},
-            {"read_retries", s.read_retries},
-            {"ssd_bytes_read", s.ssd_bytes_read},
-            {"records_written", s.records_written},
-            {"ssd_bytes_written", s.ssd_bytes_written},
-            {"groups_written", s.groups_written},
-            {"new_deltas", s.new_deltas},
-            {"merges", s.merges},
-            {"evicted_dirty", s.evicted_dirty},
-            {"evicted_clean", s.evicted_clean},
-            {"dropped_fresh", s.dropped_fresh},
-            {"evict_rounds", s.evict_rounds},
-            {"compactions", s.compactions},
-            {"compaction_bytes", s.compaction_bytes},
-            {"rows_persisted", s.rows_persisted},
-            {"persisted_bytes", s.persisted_bytes},
             {"write_amplification",
              s.persisted_bytes ? double(s.ssd_bytes_written) / double(s.persisted_bytes) : 0.0},
             {"files", s.files},
@@ -71,22 +52,18 @@ nlohmann::json StorageJson(const StorageStats& s) {
 
 nlohmann::json StorageDeltaJson(const StorageStats& before, const StorageStats& after) {
   StorageStats d;
-  d.hits = after.hits - before.hits;
-  d.loaded_from_ssd = after.loaded_from_ssd - before.loaded_from_ssd;
-  nlohmann::json j = {{"pulled_keys", after.pulled_keys - before.pulled_keys},
-                      {"hits", d.hits},
-                      {"loaded_from_ssd", d.loaded_from_ssd},
-                      {"new_keys", after.new_keys - before.new_keys},
-                      {"hit_rate", d.hit_rate()},
-                      {"memory_bytes", after.memory_bytes}};
+  nlohmann::json j;
+#define CTRBOX_COUNTER_DELTA(name, in_pass_lines) \
+  d.name = after.name - before.name;              \
+  if (in_pass_lines) j[#name] = d.name;
+  CTRBOX_CACHE_COUNTERS(CTRBOX_COUNTER_DELTA)
+  j["hit_rate"] = d.hit_rate();
+  j["memory_bytes"] = after.memory_bytes;
   if (!after.has_disk) return j;
-  j.update({{"bloom_prunes", after.bloom_prunes - before.bloom_prunes},
-            {"ssd_bytes_read", after.ssd_bytes_read - before.ssd_bytes_read},
-            {"ssd_bytes_written", after.ssd_bytes_written - before.ssd_bytes_written},
-            {"evicted_dirty", after.evicted_dirty - before.evicted_dirty},
-            {"evicted_clean", after.evicted_clean - before.evicted_clean},
-            {"compactions", after.compactions - before.compactions},
-            {"file_bytes", after.file_bytes},
+  CTRBOX_SSD_COUNTERS(CTRBOX_COUNTER_DELTA)
+  CTRBOX_DISK_COUNTERS(CTRBOX_COUNTER_DELTA)
+#undef CTRBOX_COUNTER_DELTA
+  j.update({{"file_bytes", after.file_bytes},
             {"live_bytes", after.live_bytes},
             {"keys_on_disk", after.keys_on_disk}});
   return j;

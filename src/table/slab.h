@@ -1,5 +1,5 @@
 // SlabArena: fixed-size records in 256-record slabs, with a free list. Record ids are
-// stable (records never move). Thread safety: not thread-safe (owned by one table shard).
+// stable (records never move). Thread safety: not thread-safe (owned by one cache stripe).
 #ifndef CTRBOX_TABLE_SLAB_H_
 #define CTRBOX_TABLE_SLAB_H_
 

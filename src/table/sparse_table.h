@@ -58,6 +58,49 @@ struct TableStats {
 
 // Storage counters for reports (reports turn them into JSON: pipeline/train_report.h).
 // Counters count since the table was opened; the byte and key figures are current.
+// The table's counters, each declared once: the StorageStats fields, the tiered table's
+// atomic counters, the copy between them, DebugString and the train report's "storage" object
+// and pass lines (pipeline/train_report.cc) are all made from these lists.
+// X(name, in_pass_lines): in_pass_lines, also per pass (as differences) in the metrics file.
+//
+// Kept by every table (pulled_keys: train, eval and predict; hits: found in the cache;
+// loaded_from_ssd: from the SSD tier; new_keys: in no tier, inserted with a default row;
+// lookup_misses: in no tier, looked up without insertion).
+#define CTRBOX_CACHE_COUNTERS(X) \
+  X(pulled_keys, true)           \
+  X(hits, true)                  \
+  X(loaded_from_ssd, true)       \
+  X(new_keys, true)              \
+  X(lookup_misses, false)
+// Kept by the tiered table for its SSD tier: keys whose group has no record, reads a Bloom
+// filter saved and its false positives; group writes, and of them those that moved a full
+// delta aside as the older delta and those that merged a group's records into a new base
+// (docs/storage.md); dirty rows written back and their encoded bytes (ssd_bytes_written /
+// persisted_bytes is the write amplification of write-back and compaction together);
+// evictions, and compactions with the bytes they wrote.
+#define CTRBOX_SSD_COUNTERS(X)    \
+  X(no_record, false)             \
+  X(bloom_prunes, true)           \
+  X(bloom_false_positives, false) \
+  X(groups_written, false)        \
+  X(new_deltas, false)            \
+  X(merges, false)                \
+  X(rows_persisted, false)        \
+  X(persisted_bytes, false)       \
+  X(evicted_dirty, true)          \
+  X(evicted_clean, true)          \
+  X(dropped_fresh, false)         \
+  X(evict_rounds, false)          \
+  X(compactions, true)            \
+  X(compaction_bytes, false)
+// Kept by the SSD store (its DiskStats): records and bytes read and written, read retries.
+#define CTRBOX_DISK_COUNTERS(X) \
+  X(records_read, false)        \
+  X(read_retries, false)        \
+  X(ssd_bytes_read, true)       \
+  X(records_written, false)     \
+  X(ssd_bytes_written, true)
+
 struct StorageStats {
   bool has_disk = false;           // the SSD tier is on (the disk fields below are zero if not)
   uint64_t memory_budget = 0;      // bytes (0: unlimited)
@@ -66,26 +109,13 @@ struct StorageStats {
   // memory_bytes by owner now: the cached rows' records, their index and metadata (the rest
   // is the SSD tier's group index_bytes and bloom_bytes).
   uint64_t cache_row_bytes = 0, cache_index_bytes = 0, cache_meta_bytes = 0;
-  uint64_t pulled_keys = 0;      // keys pulled (train, eval and predict)
-  uint64_t hits = 0;             // pulled keys found in the cache
-  uint64_t loaded_from_ssd = 0;  // ... loaded from the SSD tier
-  uint64_t new_keys = 0;         // ... in no tier, inserted with a default row
-  uint64_t lookup_misses = 0;    // ... in no tier, looked up without insertion
+#define CTRBOX_STORAGE_FIELD(name, in_pass_lines) uint64_t name = 0;
+  CTRBOX_CACHE_COUNTERS(CTRBOX_STORAGE_FIELD)
   // The SSD tier.
   uint32_t group_bits = 0;
-  uint64_t no_record = 0;     // keys whose group has no record
-  uint64_t bloom_prunes = 0;  // reads a Bloom filter saved
-  uint64_t bloom_false_positives = 0;
-  uint64_t records_read = 0, read_retries = 0, ssd_bytes_read = 0;
-  uint64_t records_written = 0, ssd_bytes_written = 0, groups_written = 0;
-  // Of the group writes: those that moved a full delta aside as the older delta, and those
-  // that merged all of a group's records into a new base (docs/storage.md).
-  uint64_t new_deltas = 0, merges = 0;
-  uint64_t evicted_dirty = 0, evicted_clean = 0, dropped_fresh = 0, evict_rounds = 0;
-  uint64_t compactions = 0, compaction_bytes = 0;
-  // Dirty rows written back (their encoded bytes): ssd_bytes_written / persisted_bytes is the
-  // write amplification of write-back and compaction together.
-  uint64_t rows_persisted = 0, persisted_bytes = 0;
+  CTRBOX_SSD_COUNTERS(CTRBOX_STORAGE_FIELD)
+  CTRBOX_DISK_COUNTERS(CTRBOX_STORAGE_FIELD)
+#undef CTRBOX_STORAGE_FIELD
   uint64_t files = 0, file_bytes = 0, live_bytes = 0, keys_on_disk = 0;
   uint64_t index_bytes = 0, bloom_bytes = 0;
 

@@ -26,13 +26,12 @@ struct TieredTable::Load {
   Status status;
 };
 
+// The table's counters (sparse_table.h's lists), bumped by any thread.
 struct TieredTable::Counters {
-  std::atomic<uint64_t> pulled{0}, hits{0}, loaded{0}, new_keys{0}, lookup_misses{0};
-  std::atomic<uint64_t> no_record{0}, bloom_prunes{0}, bloom_false_positives{0};
-  std::atomic<uint64_t> evicted_dirty{0}, evicted_clean{0}, dropped_fresh{0};
-  std::atomic<uint64_t> evict_rounds{0}, groups_written{0}, compactions{0}, compaction_bytes{0};
-  std::atomic<uint64_t> new_deltas{0}, merges{0};
-  std::atomic<uint64_t> rows_persisted{0}, persisted_bytes{0};  // dirty rows written back
+#define CTRBOX_ATOMIC_COUNTER(name, in_pass_lines) std::atomic<uint64_t> name{0};
+  CTRBOX_CACHE_COUNTERS(CTRBOX_ATOMIC_COUNTER)
+  CTRBOX_SSD_COUNTERS(CTRBOX_ATOMIC_COUNTER)
+#undef CTRBOX_ATOMIC_COUNTER
 };
 
 }  // namespace ctrbox

@@ -225,7 +225,7 @@ Status TieredTable::InstallLoaded(size_t s, const uint64_t* keys, const CtrAcces
     }
   }
   Account(stripe, s);
-  counters_->loaded.fetch_add(loaded, std::memory_order_relaxed);
+  counters_->loaded_from_ssd.fetch_add(loaded, std::memory_order_relaxed);
   counters_->hits.fetch_add(hits, std::memory_order_relaxed);
   counters_->bloom_false_positives.fetch_add(false_positives, std::memory_order_relaxed);
   return Status::OK();
@@ -271,7 +271,7 @@ StatusOr<PinnedRows> TieredTable::Pull(const uint64_t* keys, size_t n, const Ctr
                  &loads[s]);
   });
   for (const Status& w : waited) RETURN_IF_ERROR(w);
-  counters_->pulled.fetch_add(n, std::memory_order_relaxed);
+  counters_->pulled_keys.fetch_add(n, std::memory_order_relaxed);
   if (ssd_) {
     std::vector<Load*> all;
     for (auto& v : loads) {
@@ -366,8 +366,8 @@ Status TieredTable::Insert(const RowBlock& rows, ThreadPool* pool) {
   if (ssd_) {
     Counters& c = *counters_;
     std::atomic<uint64_t>* looked[] = {
-        &c.pulled,        &c.hits,      &c.loaded,       &c.new_keys,
-        &c.lookup_misses, &c.no_record, &c.bloom_prunes, &c.bloom_false_positives};
+        &c.pulled_keys,   &c.hits,      &c.loaded_from_ssd, &c.new_keys,
+        &c.lookup_misses, &c.no_record, &c.bloom_prunes,    &c.bloom_false_positives};
     uint64_t before[std::size(looked)];
     for (size_t k = 0; k < std::size(looked); ++k) before[k] = looked[k]->load();
     RowBlock found(options_.layout);

@@ -279,11 +279,8 @@ StorageStats TieredTable::Storage() const {
   r.memory_budget = options_.memory_budget;
   r.memory_bytes = UsedBytes();
   r.peak_memory_bytes = peak_used_.load();
-  r.pulled_keys = c.pulled.load();
-  r.hits = c.hits.load();
-  r.loaded_from_ssd = c.loaded.load();
-  r.new_keys = c.new_keys.load();
-  r.lookup_misses = c.lookup_misses.load();
+#define CTRBOX_LOAD_COUNTER(name, in_pass_lines) r.name = c.name.load();
+  CTRBOX_CACHE_COUNTERS(CTRBOX_LOAD_COUNTER)
   const CacheMemory m = CacheBreakdown();
   r.cache_row_bytes = m.rows;
   r.cache_index_bytes = m.index;
@@ -291,25 +288,13 @@ StorageStats TieredTable::Storage() const {
   if (!ssd_) return r;
   const DiskStats d = ssd_->Stats();
   r.group_bits = ssd_->group_bits();
-  r.no_record = c.no_record.load();
-  r.bloom_prunes = c.bloom_prunes.load();
-  r.bloom_false_positives = c.bloom_false_positives.load();
+  CTRBOX_SSD_COUNTERS(CTRBOX_LOAD_COUNTER)
+#undef CTRBOX_LOAD_COUNTER
   r.records_read = d.records_read;
   r.read_retries = d.read_retries;
   r.ssd_bytes_read = d.bytes_read;
   r.records_written = d.records_written;
   r.ssd_bytes_written = d.bytes_written;
-  r.groups_written = c.groups_written.load();
-  r.new_deltas = c.new_deltas.load();
-  r.merges = c.merges.load();
-  r.rows_persisted = c.rows_persisted.load();
-  r.persisted_bytes = c.persisted_bytes.load();
-  r.evicted_dirty = c.evicted_dirty.load();
-  r.evicted_clean = c.evicted_clean.load();
-  r.dropped_fresh = c.dropped_fresh.load();
-  r.evict_rounds = c.evict_rounds.load();
-  r.compactions = c.compactions.load();
-  r.compaction_bytes = c.compaction_bytes.load();
   r.files = d.files;
   r.file_bytes = d.file_bytes;
   r.live_bytes = d.live_bytes;

@@ -15,21 +15,21 @@
 namespace ctrbox {
 namespace {
 
-// The process groups of running data.commands, for KillDataCommands (a signal handler): a
+// The process groups of running data.commands, for KillCommands (a signal handler): a
 // fixed array of atomics, which a handler may read.
 constexpr int kMaxCommands = 16;
 std::atomic<pid_t> g_command_groups[kMaxCommands];
 
 void RegisterCommand(pid_t pgid) {
-  for (auto& slot : g_command_groups) {
+  for (auto& group : g_command_groups) {
     pid_t empty = 0;
-    if (slot.compare_exchange_strong(empty, pgid)) return;
+    if (group.compare_exchange_strong(empty, pgid)) return;
   }
 }
 void UnregisterCommand(pid_t pgid) {
-  for (auto& slot : g_command_groups) {
+  for (auto& group : g_command_groups) {
     pid_t mine = pgid;
-    if (slot.compare_exchange_strong(mine, 0)) return;
+    if (group.compare_exchange_strong(mine, 0)) return;
   }
 }
 
@@ -167,8 +167,8 @@ StatusOr<std::unique_ptr<SequentialFile>> OpenCommandOutput(const std::string& c
 }
 
 void KillCommands() {
-  for (auto& slot : g_command_groups) {
-    const pid_t pgid = slot.load();
+  for (auto& group : g_command_groups) {
+    const pid_t pgid = group.load();
     if (pgid > 0) ::kill(-pgid, SIGTERM);
   }
 }

@@ -1,0 +1,83 @@
+// time_part: a part of a unix time in seconds — minute, hour, weekday (0: Monday), day, month
+// or year — at a fixed UTC offset (docs/features.md, "Operators").
+#ifndef CTRBOX_FEATURE_OPS_TIME_PART_H_
+#define CTRBOX_FEATURE_OPS_TIME_PART_H_
+
+#include "feature/fixed_ops.h"
+#ifndef __CUDACC__
+#include <fmt/format.h>
+
+#include <cmath>
+#include <map>
+
+#include "feature/op_spec.h"
+#endif
+
+namespace ctrbox::ops {
+
+struct TimePartOp {
+  CTRBOX_HD static void Row(const FixedOp& op, const FixedIo& io, uint32_t r) {
+    if (!io.valid(r)) return io.set_null(r);
+    const int64_t v = io.in_int(r);
+    if (v < -(int64_t{1} << 40) || v > (int64_t{1} << 40)) {  // beyond ±34,000 years
+      io.set_null(r);
+      io.mark_error(op, r);
+      return;
+    }
+    const int64_t s = v + op.offset;
+    const int64_t days = fixed::FloorDiv(s, 86400);
+    const int64_t secs = s - days * 86400;
+    const TimePart part = static_cast<TimePart>(op.part);
+    int64_t value;
+    if (part == TimePart::kMinute) {
+      value = (secs / 60) % 60;
+    } else if (part == TimePart::kHour) {
+      value = secs / 3600;
+    } else if (part == TimePart::kWeekday) {  // 1970-01-01 was a Thursday
+      value = ((days + 3) % 7 + 7) % 7;
+    } else {
+      int64_t y;
+      int m, d;
+      fixed::CivilFromDays(days, &y, &m, &d);
+      value = part == TimePart::kDay ? d : part == TimePart::kMonth ? m : y;
+    }
+    io.set_int(r, value);
+  }
+};
+
+#ifndef __CUDACC__
+inline OpSpec TimePartSpec() {
+  OpSpec s;
+  s.params = {"input", "part", "utc_offset_hours"};
+  s.parse = [](OpParse& p) -> Status {
+    RETURN_IF_ERROR(p.Inputs("input"));
+    ASSIGN_OR_RETURN(std::string part, p.Scalar("part"));
+    static const std::map<std::string, TimePart> kParts = {
+        {"minute", TimePart::kMinute}, {"hour", TimePart::kHour},   {"weekday", TimePart::kWeekday},
+        {"day", TimePart::kDay},       {"month", TimePart::kMonth}, {"year", TimePart::kYear}};
+    auto it = kParts.find(part);
+    if (it == kParts.end()) {
+      return p.Error(
+          "part",
+          fmt::format("part '{}': expected minute, hour, weekday, day, month or year", part));
+    }
+    p.op().part = it->second;
+    if (p.Has("utc_offset_hours")) {
+      ASSIGN_OR_RETURN(double h, p.Number("utc_offset_hours"));
+      if (std::fabs(h) > 24) return p.Error("utc_offset_hours", "utc_offset_hours: beyond ±24");
+      p.op().utc_offset_seconds = static_cast<int64_t>(std::llround(h * 3600));
+    }
+    return Status::OK();
+  };
+  s.type = [](const OpTyping& t) -> StatusOr<ColType> {
+    if (t.in[0] != ColType::kInt) return t.Bad(0, "int (unix seconds)");
+    return ColType::kInt;
+  };
+  s.fixed = [](const FeaturePlan&, const OpNode&) { return true; };
+  return s;
+}
+#endif
+
+}  // namespace ctrbox::ops
+
+#endif  // CTRBOX_FEATURE_OPS_TIME_PART_H_
