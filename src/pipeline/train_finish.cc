@@ -50,7 +50,7 @@ class NoRows final : public BatchReader {
 // Commits what the run trained: the final checkpoint (unless the last pass's checkpoint is
 // it) and the model directory; adds the model's digest to the report.
 Status CommitModel(Env* env, const JobConfig& job, TrainStart* start, const TrainPosition& position,
-                   ThreadPool* pool, nlohmann::json* report) {
+                   ThreadPool* pool, TrainReport* report) {
   SparseTable& table = *start->table;
   const CtrModel& model = *start->model;
   if (start->ckpt) {
@@ -59,20 +59,20 @@ Status CommitModel(Env* env, const JobConfig& job, TrainStart* start, const Trai
                      start->ckpt->Commit(
                          table, DensePayload(model), position,
                          [&] { return ModelDigest(table, model, pool); }, pool));
-    (*report)["checkpoint"] = start->ckpt->Report();
-    (*report)["checkpoint"]["final_seconds"] = clock.Seconds();
-    if (!m.digest.empty()) (*report)["digest"] = m.digest;
+    report->checkpoint = start->ckpt->Report();
+    (*report->checkpoint)["final_seconds"] = clock.Seconds();
+    if (!m.digest.empty()) report->digest = m.digest;
   }
   if (!job.model_dir.empty()) {
     Stopwatch clock;
     ASSIGN_OR_RETURN(ModelManifest m, SaveModel(env, job.model_dir, job.spec, table, model,
                                                 position.trained_examples, pool));
-    (*report)["model_dir"] = job.model_dir;
-    (*report)["generation"] = m.generation;
-    (*report)["digest"] = m.digest;
-    (*report)["save_seconds"] = clock.Seconds();
-  } else if (!report->contains("digest")) {
-    ASSIGN_OR_RETURN((*report)["digest"], ModelDigest(table, model, pool));
+    report->model_dir = job.model_dir;
+    report->generation = m.generation;
+    report->digest = m.digest;
+    report->save_seconds = clock.Seconds();
+  } else if (!report->digest) {
+    ASSIGN_OR_RETURN(report->digest, ModelDigest(table, model, pool));
   }
   return Status::OK();
 }
@@ -82,7 +82,7 @@ Status CommitModel(Env* env, const JobConfig& job, TrainStart* start, const Trai
 // by every rank: its part's sparse file each, the dense file and the MANIFEST by rank 0.
 Status CommitModelOfRanks(Env* env, Comm* comm, const JobConfig& job,
                           const std::string& ranks_ckpt_dir, TrainStart* start,
-                          const TrainPosition& position, ThreadPool* pool, nlohmann::json* report) {
+                          const TrainPosition& position, ThreadPool* pool, TrainReport* report) {
   SparseTable& table = *start->table;
   const CtrModel& model = *start->model;
   if (start->ckpt) {  // the final checkpoint, as one process takes it
@@ -90,15 +90,14 @@ Status CommitModelOfRanks(Env* env, Comm* comm, const JobConfig& job,
     ASSIGN_OR_RETURN(CheckpointManifest m,
                      start->ckpt->Commit(table, DensePayload(model), position, nullptr, pool));
     RETURN_IF_ERROR(CommitRanksCheckpointOf(comm, env, ranks_ckpt_dir, m.id));
-    (*report)["checkpoint"] = start->ckpt->Report();
-    (*report)["checkpoint"]["final_seconds"] = clock.Seconds();
+    report->checkpoint = start->ckpt->Report();
+    (*report->checkpoint)["final_seconds"] = clock.Seconds();
   }
   ASSIGN_OR_RETURN(uint64_t sparse_sum, table.SparseDigest(pool));
   uint64_t sums[3] = {sparse_sum, table.Stats().keys, position.trained_examples};
   RETURN_IF_ERROR(AllReduceSum(comm, sums, 3));
-  (*report)["digest"] = StateDigest(sums[0], sums[1], DensePayload(model));
-  (*report)["ranks"] = comm->size();
-  (*report)["rank"] = comm->rank();
+  report->digest = StateDigest(sums[0], sums[1], DensePayload(model));
+  if (!report->ranks) report->ranks = TrainReport::Ranks{comm->size(), comm->rank(), 0, 0, 0.0, {}};
   if (job.model_dir.empty()) return Status::OK();
   Stopwatch clock;
   // Every rank reads the committed generation before any rank can commit the next one.
@@ -122,13 +121,13 @@ Status CommitModelOfRanks(Env* env, Comm* comm, const JobConfig& job,
   }
   // Everyone waits for the commit (and learns its digest).
   RETURN_IF_ERROR(comm->AllGather(committed, &all));
-  if (all[0] != (*report)["digest"].get<std::string>()) {
+  if (all[0] != *report->digest) {
     return InternalError("the saved model's digest " + all[0] + " differs from the ranks' digest " +
-                         (*report)["digest"].get<std::string>());
+                         *report->digest);
   }
-  (*report)["model_dir"] = job.model_dir;
-  (*report)["generation"] = generation;
-  (*report)["save_seconds"] = clock.Seconds();
+  report->model_dir = job.model_dir;
+  report->generation = generation;
+  report->save_seconds = clock.Seconds();
   return Status::OK();
 }
 
@@ -136,7 +135,7 @@ Status CommitModelOfRanks(Env* env, Comm* comm, const JobConfig& job,
 // rank evaluates its share (its files, or its blocks of the generated rows) with the rows
 // looked up from their owners, and rank 0 reports the metrics over all of them.
 Status EvaluateHeldOut(Env* env, const JobConfig& job, Comm* comm, TrainStart* start,
-                       ThreadPool* pool, nlohmann::json* report) {
+                       ThreadPool* pool, TrainReport* report) {
   const bool generated = IsGenerated(job.data);
   uint64_t evaluate = generated || !job.eval_paths.empty() ? 1 : 0;
   if (comm != nullptr) RETURN_IF_ERROR(AllReduceMax(comm, &evaluate, 1));
@@ -164,13 +163,9 @@ Status EvaluateHeldOut(Env* env, const JobConfig& job, Comm* comm, TrainStart* s
         t, Evaluate(eval_reader.get(), *start->table, start->model.get(), job.train.batch_size,
                     job.pipeline.pass_examples, job.EvalChunkKeys(), pool, nullptr));
   }
-  (*report)["test_examples"] = t.examples;
-  (*report)["test_auc"] = t.AucJson();
-  if (t.auc_undefined) (*report)["test_auc_undefined"] = t.auc_undefined;
-  (*report)["test_logloss"] = t.logloss;
-  (*report)["test_copc"] = t.copc;
-  (*report)["eval_seconds"] = clock.Seconds();
-  if (generated) (*report)["oracle_auc"] = OracleAuc(job.generated);
+  report->test = t;
+  report->eval_seconds = clock.Seconds();
+  if (generated) report->oracle_auc = OracleAuc(job.generated);
   nlohmann::json line = t.ToJson();
   line["event"] = "test";
   return start->metrics_log->Write(line);
@@ -191,15 +186,15 @@ Status CloseTable(Env* env, const JobConfig& job, std::unique_ptr<SparseTable> t
 // allocator's slack, thread stacks, BLAS buffers, libraries, held-out evaluation). The owners'
 // peaks need not coincide, so `other` is a lower bound of what is not attributed.
 nlohmann::json PeakMemoryByOwner(const JobConfig& job, const CtrModel& model,
-                                 const nlohmann::json& report) {
-  const auto table = report["storage"]["peak_memory_bytes"].get<int64_t>();
-  const auto passes = report.value("passes_peak_bytes", int64_t{0});
+                                 const TrainReport& report) {
+  const auto table = static_cast<int64_t>(report.storage.peak_memory_bytes);
+  const auto passes = static_cast<int64_t>(report.passes_peak_bytes);
   // Weights and their gradients, and the optimizer's state (none for SGD).
   const DenseOptimizer& opt = model.dense_optimizer();
   const auto dense = static_cast<int64_t>(
       sizeof(float) * (2 * model.dense_params().size() + opt.m().size() + opt.v().size()));
   const auto reader = static_cast<int64_t>(2 * job.data.threads * job.data.chunk_bytes);
-  const auto rss = report["peak_rss_bytes"].get<int64_t>();
+  const int64_t rss = report.peak_rss_bytes.value_or(0);
   return {{"table", table},
           {"passes_in_flight", passes},
           {"dense_model", dense},

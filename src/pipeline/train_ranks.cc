@@ -34,45 +34,52 @@ namespace ctrbox::train_steps {
 // global batch — and rank 0's report lists every rank's own (examples, stage times, bytes
 // exchanged) under "per_rank".
 Status GlobalReport(Comm* comm, const JobConfig& job, const PassStages& stages,
-                    nlohmann::json* report) {
+                    TrainReport* report) {
   const int n = comm->size();
   nlohmann::json mine = {{"rank", comm->rank()},
-                         {"examples", (*report)["examples"]},
-                         {"seconds", (*report)["seconds"]},
-                         {"keys", (*report)["keys"]},
-                         {"stages", (*report)["stages"]},
+                         {"examples", report->examples},
+                         {"seconds", report->seconds},
+                         {"keys", report->keys},
+                         {"stages", StagesJson(report->stages)},
                          {"exchange_bytes_sent", stages.exchange_bytes_sent()},
                          {"exchange_bytes_received", stages.exchange_bytes_received()},
                          {"exchange_seconds", stages.exchange_seconds()},
                          {"peak_rss_bytes", PeakRssBytes()}};
-  (*report)["ranks"] = n;
-  (*report)["rank"] = comm->rank();
-  (*report)["batch_size"] = job.train.batch_size * n;
-  (*report)["exchange"] = {{"bytes_sent", stages.exchange_bytes_sent()},
-                           {"bytes_received", stages.exchange_bytes_received()},
-                           {"seconds", stages.exchange_seconds()}};
-  const char* summed[] = {"examples",           "keys",         "keys_with_embedding",
-                          "embeddings_created", "keys_shrunk",  "bytes_live",
-                          "keys_in_memory",     "keys_on_disk", "job_examples"};
+  if (report->extract_busy_seconds) {
+    mine["stages"]["extract"] = {{"busy_seconds", *report->extract_busy_seconds}};
+  }
+  report->ranks = TrainReport::Ranks{n,
+                                     comm->rank(),
+                                     stages.exchange_bytes_sent(),
+                                     stages.exchange_bytes_received(),
+                                     stages.exchange_seconds(),
+                                     {}};
+  report->batch_size = uint64_t{job.train.batch_size} * n;
+  TrainReport& r = *report;
+  uint64_t* summed[] = {&r.examples,           &r.keys,         &r.keys_with_embedding,
+                        &r.embeddings_created, &r.keys_shrunk,  &r.bytes_live,
+                        &r.keys_in_memory,     &r.keys_on_disk, &r.job_examples};
   std::vector<uint64_t> sums;
-  for (const char* k : summed) sums.push_back((*report)[k].get<uint64_t>());
+  for (const uint64_t* v : summed) sums.push_back(*v);
   RETURN_IF_ERROR(AllReduceSum(comm, sums.data(), sums.size()));
-  for (size_t i = 0; i < sums.size(); ++i) (*report)[summed[i]] = sums[i];
-  (*report)["examples_per_s"] =
-      static_cast<double>(sums[0]) / std::max((*report)["seconds"].get<double>(), 1e-9);
+  for (size_t i = 0; i < sums.size(); ++i) *summed[i] = sums[i];
+  r.examples_per_s = static_cast<double>(r.examples) / std::max(r.seconds, 1e-9);
   // The extract stage's rows over every rank (each rank extracts its own files; its busy
   // times stay in per_rank).
-  uint64_t extracting = report->contains("extract") ? 1 : 0;
+  uint64_t extracting = r.extract ? 1 : 0;
   RETURN_IF_ERROR(AllReduceMax(comm, &extracting, 1));
   if (extracting != 0) {
-    const char* rows[] = {"chunks", "rows_in", "rows_out", "filtered", "duplicates", "bad_rows"};
-    std::vector<uint64_t> x;
-    for (const char* k : rows) {
-      x.push_back(report->contains("extract") ? (*report)["extract"][k].get<uint64_t>() : 0);
-    }
-    RETURN_IF_ERROR(AllReduceSum(comm, x.data(), x.size()));
-    if (report->contains("extract")) mine["extract"] = (*report)["extract"];
-    for (size_t i = 0; i < x.size(); ++i) (*report)["extract"][rows[i]] = x[i];
+    if (r.extract) mine["extract"] = ExtractJson(*r.extract);
+    if (!r.extract) r.extract.emplace();
+    ExtractTotals& x = *r.extract;
+    uint64_t rows[] = {x.chunks, x.rows_in, x.rows_out, x.filtered, x.duplicates, x.bad_rows};
+    RETURN_IF_ERROR(AllReduceSum(comm, rows, std::size(rows)));
+    x.chunks = rows[0];
+    x.rows_in = rows[1];
+    x.rows_out = rows[2];
+    x.filtered = rows[3];
+    x.duplicates = rows[4];
+    x.bad_rows = rows[5];
   }
   // Rank 0 gathers the metrics and the per-rank lines.
   ASSIGN_OR_RETURN(const MetricSummary s, MergeMetricsOnRank0(comm, stages.metrics()));
@@ -80,17 +87,12 @@ Status GlobalReport(Comm* comm, const JobConfig& job, const PassStages& stages,
   lines[0] = mine.dump();
   RETURN_IF_ERROR(comm->AllToAll(lines, &got));
   if (comm->rank() != 0) return Status::OK();
-  (*report)["auc"] = s.AucJson();
-  (*report)["logloss"] = s.logloss;
-  (*report)["copc"] = s.copc;
-  if (s.auc_undefined) {
-    (*report)["auc_undefined"] = s.auc_undefined;
-  } else {
-    report->erase("auc_undefined");  // rank 0's own rows may have had one class only
-  }
-  nlohmann::json per_rank = nlohmann::json::array();
-  for (int r = 0; r < n; ++r) per_rank.push_back(nlohmann::json::parse(got[r]));
-  (*report)["per_rank"] = per_rank;
+  // (rank 0's own rows may have had one class only: the merged metrics decide)
+  r.metrics.auc = s.auc;
+  r.metrics.auc_undefined = s.auc_undefined;
+  r.metrics.logloss = s.logloss;
+  r.metrics.copc = s.copc;
+  for (int k = 0; k < n; ++k) r.ranks->per_rank.push_back(nlohmann::json::parse(got[k]));
   return Status::OK();
 }
 

@@ -148,65 +148,143 @@ nlohmann::json PassRecord(const Pass& pass, uint64_t examples, uint64_t table_ke
   return record;
 }
 
-nlohmann::json TrainReport(const TrainRunFacts& f) {
+TrainReport ReportOfRun(const TrainRunFacts& f) {
   const JobConfig& job = *f.job;
   const PassStages& stages = *f.stages;
   const StageRunResult& run = *f.run;
-  const MetricSummary summary = stages.summary();
   const TableStats ts = f.table->Stats();
-  const bool generated = IsGenerated(job.data);
-  nlohmann::json report = {
+  TrainReport r;
+  r.examples = stages.examples();
+  r.seconds = run.seconds;
+  r.examples_per_s = stages.examples() / std::max(run.seconds, 1e-9);
+  r.metrics = stages.summary();
+  r.passes = stages.passes();
+  r.epochs = job.train.epochs;
+  r.threads = job.train.threads;
+  r.device = f.device;
+  r.batch_size = job.train.batch_size;
+  r.deterministic = job.train.deterministic;
+  r.pipelined = job.pipeline.enabled;
+  r.interrupted = run.interrupted;
+  r.job_passes = f.position.passes;
+  r.job_examples = f.position.examples;
+  r.keys = ts.keys;
+  r.keys_with_embedding = ts.keys_with_emb;
+  r.embeddings_created = stages.created();
+  r.keys_shrunk = stages.shrunk();
+  r.bytes_live = ts.value_bytes;
+  r.table_memory_bytes = ts.memory_bytes;
+  r.keys_in_memory = ts.keys_in_memory;
+  r.keys_on_disk = ts.keys_on_disk;
+  r.table_bytes_per_key = ts.keys ? double(ts.memory_bytes) / ts.keys : 0.0;
+  r.value_bytes_per_key = ts.keys ? double(ts.value_bytes) / ts.keys : 0.0;
+  r.storage = f.table->Storage();
+  r.quant = job.spec.model.quant;
+  r.dense_params = f.model->dense_params().size();
+  r.model_shape = f.model->Describe();
+  r.input = IsGenerated(job.data) ? "generated" : (job.data.command.empty() ? "files" : "command");
+  r.blas_core = blas::CoreName();
+  r.blas_core_chosen_by = blas::CoreChosenBy();
+  r.stages = run.totals;
+  r.stage_split = stages.split();
+  r.checkpoint_seconds = stages.checkpoint_seconds();
+  r.rows_from_passes_in_flight = stages.patched_rows();
+  r.passes_peak_bytes = stages.passes_peak_bytes();
+  return r;
+}
+
+nlohmann::json TrainReport::ToJson() const {
+  nlohmann::json j = {
       {"command", "train"},
-      {"examples", stages.examples()},
-      {"seconds", run.seconds},
-      {"examples_per_s", stages.examples() / std::max(run.seconds, 1e-9)},
-      {"auc", summary.AucJson()},
-      {"logloss", summary.logloss},
-      {"copc", summary.copc},
-      {"passes", stages.passes()},
-      {"epochs", job.train.epochs},
-      {"threads", job.train.threads},
-      {"device", f.device},
-      {"batch_size", job.train.batch_size},
-      {"keys", ts.keys},
-      {"keys_with_embedding", ts.keys_with_emb},
-      {"embeddings_created", stages.created()},
-      {"keys_shrunk", stages.shrunk()},
-      {"bytes_live", ts.value_bytes},
-      {"table_memory_bytes", ts.memory_bytes},
-      {"keys_in_memory", ts.keys_in_memory},
-      {"keys_on_disk", ts.keys_on_disk},
-      {"storage", StorageJson(f.table->Storage())},
-      {"table_bytes_per_key", ts.keys ? double(ts.memory_bytes) / ts.keys : 0.0},
-      {"value_bytes_per_key", ts.keys ? double(ts.value_bytes) / ts.keys : 0.0},
+      {"examples", examples},
+      {"seconds", seconds},
+      {"examples_per_s", examples_per_s},
+      {"auc", metrics.AucJson()},
+      {"logloss", metrics.logloss},
+      {"copc", metrics.copc},
+      {"passes", passes},
+      {"epochs", epochs},
+      {"threads", threads},
+      {"device", device},
+      {"batch_size", batch_size},
+      {"keys", keys},
+      {"keys_with_embedding", keys_with_embedding},
+      {"embeddings_created", embeddings_created},
+      {"keys_shrunk", keys_shrunk},
+      {"bytes_live", bytes_live},
+      {"table_memory_bytes", table_memory_bytes},
+      {"keys_in_memory", keys_in_memory},
+      {"keys_on_disk", keys_on_disk},
+      {"storage", StorageJson(storage)},
+      {"table_bytes_per_key", table_bytes_per_key},
+      {"value_bytes_per_key", value_bytes_per_key},
       {"quant",
-       {{"bits", job.spec.model.quant.bits},
-        {"range", job.spec.model.quant.range},
-        {"rounding", QuantRoundingName(job.spec.model.quant.rounding)}}},
-      {"dense_params", f.model->dense_params().size()},
-      {"model_shape", f.model->Describe()},
-      {"input", generated ? "generated" : (job.data.command.empty() ? "files" : "command")},
-      {"blas_core", blas::CoreName()},
-      {"blas_core_chosen_by", blas::CoreChosenBy()},
-      {"deterministic", job.train.deterministic},
-      {"pipelined", job.pipeline.enabled},
-      {"rows_from_passes_in_flight", stages.patched_rows()},
-      {"passes_peak_bytes", stages.passes_peak_bytes()},
-      {"interrupted", run.interrupted},
-      {"stages", StagesJson(run.totals)},
-      {"checkpoint_seconds", stages.checkpoint_seconds()},
+       {{"bits", quant.bits},
+        {"range", quant.range},
+        {"rounding", QuantRoundingName(quant.rounding)}}},
+      {"dense_params", dense_params},
+      {"model_shape", model_shape},
+      {"input", input},
+      {"blas_core", blas_core},
+      {"blas_core_chosen_by", blas_core_chosen_by},
+      {"deterministic", deterministic},
+      {"pipelined", pipelined},
+      {"rows_from_passes_in_flight", rows_from_passes_in_flight},
+      {"passes_peak_bytes", passes_peak_bytes},
+      {"interrupted", interrupted},
+      {"stages", StagesJson(stages)},
+      {"checkpoint_seconds", checkpoint_seconds},
       {"stage_split",
-       {{"read_input_seconds", stages.split().read_input},
-        {"read_working_set_seconds", stages.split().read_working_set},
-        {"read_pass_table_seconds", stages.split().read_pass_table},
-        {"pull_table_seconds", stages.split().pull_table},
-        {"pull_shared_seconds", stages.split().pull_shared},
-        {"pull_gpu_stage_seconds", stages.split().pull_gpu_stage}}},
-      {"job_passes", f.position.passes},
-      {"job_examples", f.position.examples},
+       {{"read_input_seconds", stage_split.read_input},
+        {"read_working_set_seconds", stage_split.read_working_set},
+        {"read_pass_table_seconds", stage_split.read_pass_table},
+        {"pull_table_seconds", stage_split.pull_table},
+        {"pull_shared_seconds", stage_split.pull_shared},
+        {"pull_gpu_stage_seconds", stage_split.pull_gpu_stage}}},
+      {"job_passes", job_passes},
+      {"job_examples", job_examples},
+      {"saved", saved},
   };
-  if (summary.auc_undefined) report["auc_undefined"] = summary.auc_undefined;
-  return report;
+  if (metrics.auc_undefined) j["auc_undefined"] = metrics.auc_undefined;
+  if (extract_busy_seconds) j["stages"]["extract"] = {{"busy_seconds", *extract_busy_seconds}};
+  if (!pass_sizing.is_null()) j["pass_sizing"] = pass_sizing;
+  if (extract) j["extract"] = ExtractJson(*extract);
+  if (gpu) {
+    j["gpu_staged_bytes"] = gpu->staged_bytes;
+    j["gpu"] = GpuJson(gpu->stats, gpu->seconds, gpu->examples);
+  }
+  if (counts) j.update(CountsJson(*counts));
+  if (resumed_from) {
+    j["resumed_from"] = *resumed_from;
+    j["resume_warnings"] = resume_warnings;
+  }
+  if (ranks) {
+    j["ranks"] = ranks->ranks;
+    j["rank"] = ranks->rank;
+    j["exchange"] = {{"bytes_sent", ranks->bytes_sent},
+                     {"bytes_received", ranks->bytes_received},
+                     {"seconds", ranks->exchange_seconds}};
+    if (!ranks->per_rank.empty()) j["per_rank"] = ranks->per_rank;
+  }
+  if (checkpoint) j["checkpoint"] = *checkpoint;
+  if (digest) j["digest"] = *digest;
+  if (model_dir) j["model_dir"] = *model_dir;
+  if (generation) j["generation"] = *generation;
+  if (save_seconds) j["save_seconds"] = *save_seconds;
+  if (test) {
+    j["test_examples"] = test->examples;
+    j["test_auc"] = test->AucJson();
+    if (test->auc_undefined) j["test_auc_undefined"] = test->auc_undefined;
+    j["test_logloss"] = test->logloss;
+    j["test_copc"] = test->copc;
+    j["eval_seconds"] = eval_seconds;
+  }
+  if (oracle_auc) j["oracle_auc"] = *oracle_auc;
+  if (dry_run) j["dry_run"] = true;
+  if (total_seconds) j["total_seconds"] = *total_seconds;
+  if (peak_rss_bytes) j["peak_rss_bytes"] = *peak_rss_bytes;
+  if (memory_peak_by_owner) j["memory_peak_by_owner"] = *memory_peak_by_owner;
+  return j;
 }
 
 nlohmann::json ExtractJson(const ExtractTotals& x) {

@@ -15,6 +15,7 @@
 #include "dist/comm.h"
 #include "pipeline/job.h"
 #include "pipeline/stages.h"
+#include "pipeline/train_report.h"
 #include "pipeline/train_start.h"
 #include "table/sparse_table.h"
 #include "util/env.h"
@@ -25,7 +26,7 @@ namespace ctrbox::train_steps {
 // A distributed job's report from this rank's (figures summed over the ranks; rank 0 lists
 // each rank's own under "per_rank").
 Status GlobalReport(Comm* comm, const JobConfig& job, const PassStages& stages,
-                    nlohmann::json* report);
+                    TrainReport* report);
 // This rank's place among the ranks on its machine.
 uint32_t LocalRank(const Comm& comm);
 // The checkpoint the ranks committed together (none: nullopt), this rank's newer ones removed.
@@ -48,19 +49,19 @@ Status ShareJob(Env* env, const Comm& comm, JobConfig* job, std::string* ranks_c
 // ---- train_finish.cc ----
 // Commits the final checkpoint and the model directory; the digest into the report.
 Status CommitModel(Env* env, const JobConfig& job, TrainStart* start, const TrainPosition& position,
-                   ThreadPool* pool, nlohmann::json* report);
+                   ThreadPool* pool, TrainReport* report);
 // The same for the ranks of a distributed job (one model saved by every rank).
 Status CommitModelOfRanks(Env* env, Comm* comm, const JobConfig& job,
                           const std::string& ranks_ckpt_dir, TrainStart* start,
-                          const TrainPosition& position, ThreadPool* pool, nlohmann::json* report);
+                          const TrainPosition& position, ThreadPool* pool, TrainReport* report);
 // Held-out evaluation (--eval-data or the generated test rows) into the report.
 Status EvaluateHeldOut(Env* env, const JobConfig& job, Comm* comm, TrainStart* start,
-                       ThreadPool* pool, nlohmann::json* report);
+                       ThreadPool* pool, TrainReport* report);
 // Closes (storage.keep_store) or drops the table and its SSD files.
 Status CloseTable(Env* env, const JobConfig& job, std::unique_ptr<SparseTable> table);
 // The run's peak resident memory split by owner.
 nlohmann::json PeakMemoryByOwner(const JobConfig& job, const CtrModel& model,
-                                 const nlohmann::json& report);
+                                 const TrainReport& report);
 
 }  // namespace ctrbox::train_steps
 

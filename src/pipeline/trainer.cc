@@ -35,7 +35,7 @@ using namespace train_steps;  // NOLINT: the job's own steps
 // What the passes of a run did: the report so far, and the facts the job's finish acts on
 // (read here, not back from the report).
 struct PassesRun {
-  nlohmann::json report;
+  TrainReport report;
   TrainPosition position;     // where the run stopped
   bool interrupted = false;   // stopped by Ctrl-C or --stop-after
   uint64_t examples = 0;      // trained by this run (this rank)
@@ -93,27 +93,24 @@ StatusOr<PassesRun> RunPasses(Env* env, const JobConfig& job, PassReader* reader
     }
     RETURN_IF_ERROR(start->metrics_log->Write(line));
   }
-  nlohmann::json report = TrainReport({&job, &stages, &run, start->table.get(), start->model.get(),
-                                       gpu ? gpu->Describe() : std::string("cpu"), out.position});
+  TrainReport report = ReportOfRun({&job, &stages, &run, start->table.get(), start->model.get(),
+                                    gpu ? gpu->Describe() : std::string("cpu"), out.position});
   if (start->resumed) {
-    report["resumed_from"] = CheckpointName(start->resumed->id);
-    report["resume_warnings"] = start->resume_warnings;
+    report.resumed_from = CheckpointName(start->resumed->id);
+    report.resume_warnings = start->resume_warnings;
   }
   const uint64_t row_bytes = job.StorageFor(start->model->value_layout()).ResidentRowBytes();
-  report["pass_sizing"] = PassSizingJson(reader->options(), reader->sizing(), row_bytes);
+  report.pass_sizing = PassSizingJson(reader->options(), reader->sizing(), row_bytes);
   if (job.extractor) {
     const ExtractTotals x = job.extractor->totals();
-    report["extract"] = ExtractJson(x);
+    report.extract = x;
     // In the stage table: the reader workers' extraction (as in the stages line above).
-    report["stages"]["extract"] = {
-        {"busy_seconds", x.parse_seconds + x.graph_seconds + x.assemble_seconds}};
+    report.extract_busy_seconds = x.parse_seconds + x.graph_seconds + x.assemble_seconds;
   }
   // The staged passes' GPU buffers at their high-water mark (gpu.staged_memory bounds them).
   if (gpu) {
-    report["gpu_staged_bytes"] = gpu->StagedBytes();
-    const GpuStepStats gs = gpu->Stats();
-    report["gpu"] = GpuJson(gs, run.seconds, stages.examples());
-    LogGpuPhases(gs, run.seconds);
+    report.gpu = TrainReport::Gpu{gpu->Stats(), gpu->StagedBytes(), run.seconds, stages.examples()};
+    LogGpuPhases(report.gpu->stats, run.seconds);
   }
   if (reader->options().window_keys > 0) {
     const PassSizingStats& z = reader->sizing();
@@ -135,12 +132,11 @@ StatusOr<PassesRun> RunPasses(Env* env, const JobConfig& job, PassReader* reader
         z.min_examples, z.max_examples, z.closed_by_device);
   }
   // An interrupted run read only part of the data; its record counts are partial.
-  if (!run.interrupted) report.update(CountsJson(reader->counts()));
+  if (!run.interrupted) report.counts = reader->counts();
   if (comm != nullptr) RETURN_IF_ERROR(GlobalReport(comm, job, stages, &report));
-  out.examples = report["examples"].get<uint64_t>();
-  out.job_examples =
-      comm != nullptr ? report["job_examples"].get<uint64_t>() : out.position.examples;
-  out.records_malformed = report.value("records_malformed", uint64_t{0});
+  out.examples = report.examples;
+  out.job_examples = comm != nullptr ? report.job_examples : out.position.examples;
+  out.records_malformed = report.counts ? report.counts->bad_total() : 0;
   out.report = std::move(report);
   return out;
 }
@@ -245,11 +241,10 @@ StatusOr<TrainStart> StartOnRanks(Env* env, const JobConfig& job, Comm* comm,
 // Interrupted before this run trained anything, it commits nothing: the model and the
 // checkpoints are as they were (no empty model where there was none).
 Status FinishRun(Env* env, const JobConfig& job, Comm* comm, const std::string& ranks_ckpt_dir,
-                 const PassesRun& run, TrainStart* start, ThreadPool* pool,
-                 nlohmann::json* report) {
+                 const PassesRun& run, TrainStart* start, ThreadPool* pool, TrainReport* report) {
   const bool saved = !(run.interrupted && run.examples == 0) && !job.train.dry_run;
-  (*report)["saved"] = saved;
-  if (job.train.dry_run) (*report)["dry_run"] = true;  // nothing trained, saved or evaluated
+  report->saved = saved;
+  report->dry_run = job.train.dry_run;  // nothing trained, saved or evaluated
   if (saved) {
     if (comm != nullptr) {
       RETURN_IF_ERROR(
@@ -261,11 +256,12 @@ Status FinishRun(Env* env, const JobConfig& job, Comm* comm, const std::string& 
     // The report closes the metrics log too (`ctrbox report` draws memory and totals from
     // it), with the peak memory so far: the table's close comes after. A run that saved
     // nothing writes nothing.
-    nlohmann::json last = *report;
-    last["event"] = "report";
-    last["peak_rss_bytes"] = PeakRssBytes();
-    last["memory_peak_by_owner"] = PeakMemoryByOwner(job, *start->model, last);
-    RETURN_IF_ERROR(start->metrics_log->Write(last));
+    TrainReport last = *report;
+    last.peak_rss_bytes = PeakRssBytes();
+    last.memory_peak_by_owner = PeakMemoryByOwner(job, *start->model, last);
+    nlohmann::json line = last.ToJson();
+    line["event"] = "report";
+    RETURN_IF_ERROR(start->metrics_log->Write(line));
   }
   return start->metrics_log->Close();
 }
@@ -300,7 +296,7 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   // many malformed records included).
   ASSIGN_OR_RETURN(PassesRun run,
                    RunPasses(env, job, &reader, &start, sink, stop, &pool, comm, ranks_ckpt_dir));
-  nlohmann::json report = std::move(run.report);
+  TrainReport& report = run.report;
 
   // A job that trained nothing has no model to save (an interrupted one stops as usual).
   // (A rank of several may have had none: the job's count decides, summed over the ranks.)
@@ -313,10 +309,10 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   RETURN_IF_ERROR(FinishRun(env, job, comm, ranks_ckpt_dir, run, &start, &pool, &report));
   RETURN_IF_ERROR(CloseTable(env, job, std::move(start.table)));
   remove_scratch.Cancel();
-  report["total_seconds"] = total_clock.Seconds();
-  report["peak_rss_bytes"] = PeakRssBytes();
-  report["memory_peak_by_owner"] = PeakMemoryByOwner(job, *start.model, report);
-  return report;
+  report.total_seconds = total_clock.Seconds();
+  report.peak_rss_bytes = PeakRssBytes();
+  report.memory_peak_by_owner = PeakMemoryByOwner(job, *start.model, report);
+  return report.ToJson();
 }
 
 }  // namespace ctrbox
