@@ -606,7 +606,7 @@ TEST_F(CliTest, CheckpointsListAndADamagedNewestOneFallsBackWithAWarning) {
   EXPECT_EQ(resumed.last_json["test_auc"], one.last_json["test_auc"]);
 }
 
-// model.shared_slots: slots 1 and 5 share one table — an id in either is one row — in training,
+// model.shared_slots: slots 1 and 5 share their keys — an id in either is one row — in training,
 // in the saved spec, in eval (keyed by the model's spec, not the job's) and for continuing.
 TEST_F(CliTest, SharedSlotsShareRowsAndFollowTheModel) {
   ASSERT_EQ(

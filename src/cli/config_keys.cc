@@ -86,7 +86,7 @@ const std::vector<Key>& Keys() {
        "as model.embedding_dim; z replaces them in the input and joins model.dot's products",
        Widths(&ModelOptions::bottom_mlp)},
       {"model.shared_slots", "",
-       "groups of slots that share one embedding table (equal raw ids in them are one key): "
+       "groups of slots that share their keys (equal raw ids in them are one key, one row): "
        "slot indices joined by '+', groups by ',', e.g. 0+5,3+7",
        SlotGroups()},
       {"model.slot_dims", "",

@@ -272,8 +272,8 @@ TEST(ConfigTest, SlotDimsParseIntoTablesAndAreValidated) {
   for (const Refusal& r : {Refusal{"model.fm=true", "model.fm needs one embedding dimension"},
                            Refusal{"model.dot=true", "model.dot needs one embedding dimension"},
                            Refusal{"model.shared_slots=0+4",
-                                   "model.shared_slots groups slots 0 and 4, which share one "
-                                   "table, but model.slot_dims gives them dimensions 32 and 16"}}) {
+                                   "model.shared_slots groups slots 0 and 4, which share their "
+                                   "keys, but model.slot_dims gives them dimensions 32 and 16"}}) {
     JobConfigBuilder b3;
     ASSERT_TRUE(b3.ApplySet("model.slot_dims=0-2:32").ok());
     ASSERT_TRUE(b3.ApplySet(r.set).ok());

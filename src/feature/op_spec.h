@@ -144,6 +144,17 @@ struct OpSpec {
   void (*flatten)(const OpNode& op, FixedOp* f) = nullptr;
 };
 
+// Spec parts several operators share: rows fixed when the input is a number; always fixed;
+// the constant `value` (fill_null, filter) as the row function's a and ci.
+inline bool FixedOnNumbers(const FeaturePlan& plan, const OpNode& op) {
+  return IsNumericType(plan.columns[op.inputs[0]].type);
+}
+inline bool AlwaysFixed(const FeaturePlan&, const OpNode&) { return true; }
+inline void FlattenValue(const OpNode& op, FixedOp* f) {
+  f->a = op.value.f;
+  f->ci = op.value.i;
+}
+
 // The spec of `kind` (ops/all.h's registry), and of the operator a job file calls `name`
 // (nullptr: none).
 const OpSpec& SpecOf(OpKind kind);

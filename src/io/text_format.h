@@ -25,7 +25,7 @@ constexpr uint32_t kCriteoDense = 13;
 constexpr uint32_t kCriteoSlots = 26;
 
 // Which slot's seed makes each slot's keys (model.shared_slots, docs/model.md): the slots of a
-// group share one table, so equal raw values in them give one key. Entry s is the slot whose
+// group share their keys, so equal raw values in them give one key. Entry s is the slot whose
 // seed slot s uses; slots past the end (and an empty map) use their own.
 using KeySlots = std::vector<uint32_t>;
 inline uint32_t KeySlotOf(const KeySlots& k, uint32_t slot) {

@@ -74,7 +74,7 @@ struct ModelOptions {
   // model.bottom_mlp: DLRM's bottom MLP (ReLU layers; the last as wide as an embedding) turns
   // the dense features into z, which takes their place in the input and joins the dots.
   std::vector<uint32_t> bottom_mlp;
-  // model.shared_slots: groups of slots that share one embedding table (docs/model.md): a
+  // model.shared_slots: groups of slots that share their keys (docs/model.md): a
   // group's slots key raw values with its first slot's seed, so an id in one slot and the same
   // id in another are one row (a recent-clicks sequence and the candidate ad, say).
   std::vector<std::vector<uint32_t>> shared_slots;

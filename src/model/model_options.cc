@@ -42,7 +42,7 @@ std::string ModelOptions::SlotDimsError(uint32_t num_slots) const {
     for (uint32_t s : group) {
       if (SlotTable(s) != SlotTable(group.front())) {
         return fmt::format(
-            "model.shared_slots groups slots {} and {}, which share one table, "
+            "model.shared_slots groups slots {} and {}, which share their keys, "
             "but model.slot_dims gives them dimensions {} and {}",
             group.front(), s, SlotDim(group.front()), SlotDim(s));
       }

@@ -53,7 +53,7 @@ inline OpSpec BucketizeSpec() {
     if (!IsNumericType(t.in[0])) return t.Bad(0, "int or float");
     return ColType::kInt;
   };
-  s.fixed = [](const FeaturePlan&, const OpNode&) { return true; };
+  s.fixed = AlwaysFixed;
   return s;
 }
 #endif

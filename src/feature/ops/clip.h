@@ -30,7 +30,7 @@ inline OpSpec ClipSpec() {
     return Status::OK();
   };
   s.type = NumberToFloat;
-  s.fixed = [](const FeaturePlan&, const OpNode&) { return true; };
+  s.fixed = AlwaysFixed;
   return s;
 }
 #endif

@@ -40,13 +40,8 @@ inline OpSpec FillNullSpec() {
     }
     return t.in[0];
   };
-  s.fixed = [](const FeaturePlan& plan, const OpNode& op) {
-    return IsNumericType(plan.columns[op.inputs[0]].type);
-  };
-  s.flatten = [](const OpNode& op, FixedOp* f) {
-    f->a = op.value.f;
-    f->ci = op.value.i;
-  };
+  s.fixed = FixedOnNumbers;
+  s.flatten = FlattenValue;
   s.rows = [](const OpRows& x) {  // a string column
     const Str fill{x.op.value.s.data(), static_cast<uint32_t>(x.op.value.s.size())};
     for (uint32_t r = x.begin; r < x.end; ++r) {

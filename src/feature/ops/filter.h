@@ -100,13 +100,8 @@ inline OpSpec FilterSpec() {
     }
     return ColType::kMask;
   };
-  s.fixed = [](const FeaturePlan& plan, const OpNode& op) {
-    return IsNumericType(plan.columns[op.inputs[0]].type);
-  };
-  s.flatten = [](const OpNode& op, FixedOp* f) {
-    f->a = op.value.f;
-    f->ci = op.value.i;
-  };
+  s.fixed = FixedOnNumbers;
+  s.flatten = FlattenValue;
   s.rows = [](const OpRows& x) {  // a string column
     const OpNode& op = x.op;
     for (uint32_t r = x.begin; r < x.end; ++r) {

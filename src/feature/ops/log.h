@@ -29,7 +29,7 @@ inline OpSpec LogSpec() {
   s.params = {"input"};
   s.parse = [](OpParse& p) { return p.Inputs("input"); };
   s.type = NumberToFloat;
-  s.fixed = [](const FeaturePlan&, const OpNode&) { return true; };
+  s.fixed = AlwaysFixed;
   return s;
 }
 #endif

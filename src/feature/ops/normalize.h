@@ -29,7 +29,7 @@ inline OpSpec NormalizeSpec() {
     return Status::OK();
   };
   s.type = NumberToFloat;
-  s.fixed = [](const FeaturePlan&, const OpNode&) { return true; };
+  s.fixed = AlwaysFixed;
   return s;
 }
 #endif

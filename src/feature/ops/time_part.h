@@ -73,7 +73,7 @@ inline OpSpec TimePartSpec() {
     if (t.in[0] != ColType::kInt) return t.Bad(0, "int (unix seconds)");
     return ColType::kInt;
   };
-  s.fixed = [](const FeaturePlan&, const OpNode&) { return true; };
+  s.fixed = AlwaysFixed;
   return s;
 }
 #endif
