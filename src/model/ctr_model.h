@@ -272,19 +272,33 @@ class CtrModel {
   uint32_t ApplySparse(const uint32_t* local, const float* records, size_t n, RowBlock* rows,
                        const CtrAccessor& accessor, ThreadPool* pool);
 
-  // Predicts rows [mb.row_begin, mb.row_end) of `examples` (keys mapped to rows by ws).
+  // Predicts rows [mb.row_begin, mb.row_end) of `examples` (keys mapped to rows by ws), in
+  // blocks of kPredictBlockRows rows from mb.row_begin. A row's prediction depends on the
+  // block's row count and the row's place in it (some BLAS kernels, e.g. OpenBLAS's Haswell
+  // sgemm, sum a row's products in another order at another place), not on other rows: two
+  // callers that cut the same rows into the same blocks get the same bits
+  // (pipeline/eval_chunks.h).
+  static constexpr uint32_t kPredictBlockRows = 256;
   void Predict(const Batch& examples, const WorkingSet& ws, const Minibatch& mb,
                const RowBlock& rows, ThreadPool* pool, float* predictions);
+  // Predict in two steps, for rows whose keys' rows come from several pulls: PredictInputs
+  // builds the inputs of minibatch mb's rows into prediction rows [at, at + mb.rows()) (the
+  // rows may be released after it); PredictBuilt predicts prediction rows [0, n), in blocks
+  // as Predict does. Predict(mb) equals PredictInputs(mb, 0) + PredictBuilt(mb.rows()).
+  void PredictInputs(const Batch& examples, const WorkingSet& ws, const Minibatch& mb,
+                     const RowBlock& rows, uint32_t at);
+  void PredictBuilt(uint32_t n, ThreadPool* pool, float* predictions);
 
  private:
-  static constexpr uint32_t kRowBlock = 256;
+  static constexpr uint32_t kRowBlock = kPredictBlockRows;  // training's row blocks too
   static constexpr uint32_t kTileColumns = 128;
   static constexpr uint32_t kSparseChunk = 1024;
 
   void EnsureBuffers(uint32_t rows);
-  // Builds the input rows [r0, r1) of the minibatch and their wide sums.
+  // Builds the input rows [r0, r1) of the minibatch and their wide sums, into buffer rows
+  // [at + r0, at + r1).
   void BuildInputs(const Batch& pass, const WorkingSet& ws, const Minibatch& mb,
-                   const RowBlock& rows, uint32_t r0, uint32_t r1);
+                   const RowBlock& rows, uint32_t r0, uint32_t r1, uint32_t at = 0);
   void ForwardBlock(uint32_t r0, uint32_t r1);
   // Phase A of a step: inputs, forward, loss gradient (mean over loss_rows), backward to the
   // inputs; returns the summed loss.

@@ -20,15 +20,15 @@ using model_internal::LogLoss;
 using model_internal::Sigmoid;
 
 void CtrModel::BuildInputs(const Batch& pass, const WorkingSet& ws, const Minibatch& mb,
-                           const RowBlock& rows, uint32_t r0, uint32_t r1) {
+                           const RowBlock& rows, uint32_t r0, uint32_t r1, uint32_t at) {
   const uint32_t D = schema_.num_dense, S = schema_.num_slots;
   const bool weighted = pass.has_weights();
   for (uint32_t r = r0; r < r1; ++r) {
     const size_t R = size_t{mb.row_begin} + r;
-    float* xr = x_.data() + size_t{r} * input_width_;
+    float* xr = x_.data() + size_t{at + r} * input_width_;
     const float* dense = pass.dense.data() + R * D;
     // The dense features into the input, or into the bottom MLP's (which writes z there).
-    float* fx = bottom_.num_layers() > 0 ? bottom_in_.data() + size_t{r} * D : xr;
+    float* fx = bottom_.num_layers() > 0 ? bottom_in_.data() + size_t{at + r} * D : xr;
     for (uint32_t j = 0; j < D; ++j) {
       fx[j] = options_.dense_log1p ? std::log1p(std::max(dense[j], 0.0f)) : dense[j];
     }
@@ -46,7 +46,7 @@ void CtrModel::BuildInputs(const Batch& pass, const WorkingSet& ws, const Miniba
         for (uint32_t d = 0; d < dim; ++d) dst[d] += w * e[d];
       }
     }
-    wide_sum_[r] = options_.wide ? wide : 0.0f;
+    wide_sum_[at + r] = options_.wide ? wide : 0.0f;
   }
 }
 

@@ -6,8 +6,10 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <unordered_map>
 
 #include "util/random.h"
+#include "util/thread_pool.h"
 
 namespace ctrbox {
 namespace {
@@ -48,9 +50,9 @@ struct Fixture {
           QuantOptions quant = {})
       : Fixture(sparse, dense, weights, batch, SmallModel(quant)) {}
   Fixture(OptimizerOptions sparse, OptimizerOptions dense, bool weights, size_t batch,
-          ModelOptions options)
+          ModelOptions options, size_t pass_rows = 40)
       : model(kSchema, options, sparse, dense, 7),
-        pass(MakePass(40, 9, weights)),
+        pass(MakePass(pass_rows, 9, weights)),
         accessor(model.value_layout(), AccessorOptions{0.1f, 1.0f, 0.0f, 0.5f, 3}),
         rows(model.value_layout()) {
     // Keys as the readers hand them to the model (with model.slot_dims: tagged with tables).
@@ -255,6 +257,45 @@ TEST(CtrModelTest, GradientsOfEmbeddingsWideAndDenseMatchFiniteDifferences) {
         }
         EXPECT_EQ(train.rows.show(l), show);
         EXPECT_EQ(train.rows.click(l), click);
+      }
+    }
+  }
+}
+
+// Predictions come in blocks of kPredictBlockRows rows: a row's bits are the same in any
+// minibatch that starts it at the same place of a block (minibatches of whole blocks, one
+// block or several, the last short) and at any thread count, in every model shape.
+TEST(CtrModelTest, PredictionsDoNotDependOnTheMinibatchOfWholeBlocksAroundTheRow) {
+  constexpr size_t kRows = 600;
+  constexpr size_t kBlock = CtrModel::kPredictBlockRows;
+  ThreadPool pool(3);
+  for (const auto& [name, shape] : Shapes()) {
+    SCOPED_TRACE(name);
+    OptimizerOptions sparse, dense;
+    Fixture f(sparse, dense, true, kRows, shape, kRows);
+    ASSERT_EQ(f.ws.batches.size(), 1u);
+    std::vector<float> whole(kRows);
+    f.model.Predict(f.pass, f.ws, f.ws.batches[0], f.rows, nullptr, whole.data());
+    for (size_t batch : {kBlock, 2 * kBlock, 5 * kBlock, 16 * kBlock}) {
+      SCOPED_TRACE(batch);
+      WorkingSet ws;
+      BuildWorkingSet(f.pass, batch, nullptr, &ws);
+      // The rows of this working set, copied from the fixture's by key.
+      std::unordered_map<uint64_t, size_t> row_of;
+      for (size_t i = 0; i < f.ws.keys.size(); ++i) row_of[f.ws.keys[i]] = i;
+      RowBlock rows(f.model.value_layout());
+      rows.Resize(ws.keys.size());
+      for (size_t i = 0; i < ws.keys.size(); ++i) {
+        ASSERT_TRUE(row_of.count(ws.keys[i]));
+        rows.CopyRow(f.rows, row_of[ws.keys[i]], i);
+      }
+      std::vector<float> p(kRows);
+      for (const Minibatch& mb : ws.batches) {
+        f.model.Predict(f.pass, ws, mb, rows, &pool, p.data() + mb.row_begin);
+      }
+      for (size_t r = 0; r < kRows; ++r) {
+        ASSERT_EQ(std::memcmp(&p[r], &whole[r], sizeof(float)), 0)
+            << "row " << r << ": " << p[r] << " vs " << whole[r];
       }
     }
   }

@@ -126,10 +126,28 @@ void CtrModel::Predict(const Batch& examples, const WorkingSet& ws, const Miniba
                        const RowBlock& rows, ThreadPool* pool, float* predictions) {
   const uint32_t B = mb.rows();
   EnsureBuffers(B);
-  const size_t blocks = (B + kRowBlock - 1) / kRowBlock;
+  const size_t blocks = (B + kPredictBlockRows - 1) / kPredictBlockRows;
   RunParallel(pool, blocks, [&](size_t blk, int) {
-    const uint32_t r0 = static_cast<uint32_t>(blk * kRowBlock), r1 = std::min(B, r0 + kRowBlock);
+    const uint32_t r0 = static_cast<uint32_t>(blk * kPredictBlockRows);
+    const uint32_t r1 = std::min(B, r0 + kPredictBlockRows);
     BuildInputs(examples, ws, mb, rows, r0, r1);
+    ForwardBlock(r0, r1);
+    for (uint32_t r = r0; r < r1; ++r) predictions[r] = Sigmoid(logits_[r]);
+  });
+}
+
+void CtrModel::PredictInputs(const Batch& examples, const WorkingSet& ws, const Minibatch& mb,
+                             const RowBlock& rows, uint32_t at) {
+  EnsureBuffers(at + mb.rows());  // keeps the rows built before
+  BuildInputs(examples, ws, mb, rows, 0, mb.rows(), at);
+}
+
+void CtrModel::PredictBuilt(uint32_t n, ThreadPool* pool, float* predictions) {
+  EnsureBuffers(n);
+  const size_t blocks = (n + kPredictBlockRows - 1) / kPredictBlockRows;
+  RunParallel(pool, blocks, [&](size_t blk, int) {
+    const uint32_t r0 = static_cast<uint32_t>(blk * kPredictBlockRows);
+    const uint32_t r1 = std::min(n, r0 + kPredictBlockRows);
     ForwardBlock(r0, r1);
     for (uint32_t r = r0; r < r1; ++r) predictions[r] = Sigmoid(logits_[r]);
   });

@@ -10,6 +10,7 @@
 #include "io/text_format.h"
 #include "metrics/auc.h"
 #include "pipeline/data.h"
+#include "pipeline/eval_chunks.h"
 #include "pipeline/key_window.h"
 #include "pipeline/train_report.h"
 #include "util/sys.h"
@@ -17,8 +18,44 @@
 
 namespace ctrbox {
 
+namespace {
+
+// A chunk whose keys' rows do not fit chunk_keys at once (a single prediction block under a
+// small memory budget): its rows in parts of at most chunk_keys distinct keys (or one row),
+// each pulled and built into the model's prediction rows and released, then predicted whole,
+// so that the block is predicted as it is without a budget.
+Status PredictInParts(const Batch& chunk, SparseTable& table, CtrModel* model, uint64_t chunk_keys,
+                      ThreadPool* pool, float* predictions) {
+  const size_t slots = chunk.schema.num_slots, n = chunk.rows();
+  KeyWindow keys(1);
+  for (size_t begin = 0; begin < n;) {
+    size_t end = begin;
+    for (; end < n; ++end) {
+      const uint64_t* k = chunk.keys.data() + chunk.offsets[end * slots];
+      const size_t count = chunk.offsets[(end + 1) * slots] - chunk.offsets[end * slots];
+      if (end > begin && keys.DistinctWith(k, count) > chunk_keys) break;
+      keys.Add(k, count);
+    }
+    Batch part;
+    part.Reset(chunk.schema);
+    part.AppendRows(chunk, begin, end);
+    WorkingSet ws;
+    BuildWorkingSet(part, part.rows(), nullptr, &ws);  // one minibatch
+    RowBlock rows(table.layout());
+    ASSIGN_OR_RETURN(PinnedRows pins,
+                     table.Pull(ws.keys.data(), ws.keys.size(), /*accessor=*/nullptr, &rows, pool));
+    model->PredictInputs(part, ws, ws.batches[0], rows, static_cast<uint32_t>(begin));
+    keys.NextPass();
+    begin = end;
+  }
+  model->PredictBuilt(static_cast<uint32_t>(n), pool, predictions);
+  return Status::OK();
+}
+
+}  // namespace
+
 Status PredictChunk(const Batch& input, SparseTable& table, CtrModel* model, uint32_t batch_size,
-                    ThreadPool* pool, std::vector<float>* predictions) {
+                    uint64_t chunk_keys, ThreadPool* pool, std::vector<float>* predictions) {
   // A model trained on hashed keys predicts from the same hashing.
   // A multi-table model's keys carry their tables (model.slot_dims) likewise.
   const KeyTables tables = model->options().KeyTableMap();
@@ -29,13 +66,18 @@ Status PredictChunk(const Batch& input, SparseTable& table, CtrModel* model, uin
     ModelKeys(model->options().hashing, tables, &hashed);
   }
   const Batch& chunk = rewrite ? hashed : input;
+  predictions->resize(chunk.rows());
+  // Minibatches of whole prediction blocks (a row's prediction does not depend on them).
+  const uint32_t block = CtrModel::kPredictBlockRows;
   WorkingSet ws;
-  BuildWorkingSet(chunk, batch_size, pool, &ws);
+  BuildWorkingSet(chunk, (std::max(batch_size, 1u) + block - 1) / block * block, pool, &ws);
+  if (chunk_keys > 0 && ws.keys.size() > chunk_keys) {
+    return PredictInParts(chunk, table, model, chunk_keys, pool, predictions->data());
+  }
   RowBlock rows(table.layout());
   // Lookups: absent keys come back empty and are not inserted; the pins go with `pins`.
   ASSIGN_OR_RETURN(PinnedRows pins,
                    table.Pull(ws.keys.data(), ws.keys.size(), /*accessor=*/nullptr, &rows, pool));
-  predictions->resize(chunk.rows());
   for (const Minibatch& mb : ws.batches) {
     model->Predict(chunk, ws, mb, rows, pool, predictions->data() + mb.row_begin);
   }
@@ -46,39 +88,16 @@ StatusOr<MetricSummary> Evaluate(BatchReader* reader, SparseTable& table, CtrMod
                                  uint32_t batch_size, uint64_t chunk_rows, uint64_t chunk_keys,
                                  ThreadPool* pool, const ChunkFn& on_chunk) {
   MetricAccumulator metrics;
-  Batch chunk, block;
-  chunk.Reset(reader->schema());
+  EvalChunks chunks(reader, chunk_rows, chunk_keys);
+  Batch chunk;
   std::vector<float> predictions;
-  KeyWindow keys(1);  // the chunk's distinct keys, when they are limited
-  auto predict = [&]() -> Status {
-    RETURN_IF_ERROR(PredictChunk(chunk, table, model, batch_size, pool, &predictions));
+  for (;;) {
+    RETURN_IF_ERROR(chunks.Next(&chunk));
+    if (chunk.rows() == 0) break;
+    RETURN_IF_ERROR(PredictChunk(chunk, table, model, batch_size, chunk_keys, pool, &predictions));
     for (size_t r = 0; r < chunk.rows(); ++r) metrics.Add(chunk.labels[r], predictions[r]);
     if (on_chunk) RETURN_IF_ERROR(on_chunk(chunk, predictions));
-    chunk.Reset(reader->schema());
-    keys.NextPass();
-    return Status::OK();
-  };
-  const size_t slots = reader->schema().num_slots;
-  bool eof = false;
-  while (!eof) {
-    RETURN_IF_ERROR(reader->Next(&block, &eof));
-    if (eof) break;
-    // A minibatch at a time, so that a chunk's rows fit the memory budget (chunk_keys).
-    const size_t step = chunk_keys > 0 ? batch_size : block.rows();
-    for (size_t begin = 0; begin < block.rows();) {
-      const size_t end = std::min(block.rows(), begin + step);
-      if (chunk_keys > 0) {
-        const uint64_t* k = block.keys.data() + block.offsets[begin * slots];
-        const size_t n = block.offsets[end * slots] - block.offsets[begin * slots];
-        if (chunk.rows() > 0 && keys.DistinctWith(k, n) > chunk_keys) RETURN_IF_ERROR(predict());
-        keys.Add(k, n);
-      }
-      chunk.AppendRows(block, begin, end);
-      begin = end;
-      if (chunk.rows() >= chunk_rows) RETURN_IF_ERROR(predict());
-    }
   }
-  if (chunk.rows() > 0) RETURN_IF_ERROR(predict());
   return metrics.Summary();
 }
 
@@ -115,7 +134,7 @@ Status PredictLines(Env* env, const DataOptions& data, SparseTable& table, CtrMo
     ParseTextChunk(text, chunk, &parsed);
     RETURN_IF_ERROR(tracker.Add(parsed.counts, parsed.samples));
     if (parsed.batch.rows() > 0) {
-      RETURN_IF_ERROR(PredictChunk(parsed.batch, table, model, batch_size, pool, &predictions));
+      RETURN_IF_ERROR(PredictChunk(parsed.batch, table, model, batch_size, 0, pool, &predictions));
     }
     const uint64_t lines =
         static_cast<uint64_t>(std::count(chunk.data.begin(), chunk.data.end(), '\n')) +

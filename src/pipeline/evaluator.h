@@ -36,16 +36,19 @@ Status RunPredict(Env* env, const JobConfig& job, std::FILE* out);
 
 // Predicts every row of `chunk`: its keys (hashed first when the model was trained with
 // features.hashing) are looked up in `table` (absent keys contribute nothing), minibatches
-// of batch_size rows run on `pool`.
+// of batch_size rows (rounded up to whole prediction blocks) run on `pool`. With chunk_keys
+// > 0, a chunk of more distinct keys is pulled in parts of at most that many (for a single
+// prediction block under a small memory budget) and predicted the same.
 Status PredictChunk(const Batch& chunk, SparseTable& table, CtrModel* model, uint32_t batch_size,
-                    ThreadPool* pool, std::vector<float>* predictions);
+                    uint64_t chunk_keys, ThreadPool* pool, std::vector<float>* predictions);
 
 using ChunkFn = std::function<Status(const Batch& rows, const std::vector<float>& predictions)>;
 
 // Predicts every example of `reader` in chunks of about chunk_rows rows, and, when chunk_keys
-// is not 0, of at most chunk_keys distinct keys (cut between minibatches; a minibatch with
-// more is a chunk of its own), so that a chunk's rows fit the memory budget. Calls on_chunk
-// (if set) for each in order, and returns the metrics over all of them.
+// is not 0, of at most chunk_keys distinct keys, so that a chunk's rows fit the memory budget
+// (pipeline/eval_chunks.h: whole prediction blocks, so that every row's prediction is the
+// same whatever batch_size and the limits). Calls on_chunk (if set) for each in order, and
+// returns the metrics over all of them.
 StatusOr<MetricSummary> Evaluate(BatchReader* reader, SparseTable& table, CtrModel* model,
                                  uint32_t batch_size, uint64_t chunk_rows, uint64_t chunk_keys,
                                  ThreadPool* pool, const ChunkFn& on_chunk);

@@ -6,7 +6,7 @@
 #include "ckpt/ranks_checkpoint.h"
 #include "dist/collectives.h"
 #include "io/key_hashing.h"
-#include "pipeline/key_window.h"
+#include "pipeline/eval_chunks.h"
 #include "util/cleanup.h"
 #include "util/sys.h"
 
@@ -88,7 +88,7 @@ StatusOr<uint32_t> UpdateAtOwners(
 class RankExchangeOfPass : public RankExchange {
  public:
   RankExchangeOfPass(Comm* comm, CtrModel* model, const WorkingSet& ws, RankPass* sp,
-               const CtrAccessor& accessor, ThreadPool* pool)
+                     const CtrAccessor& accessor, ThreadPool* pool)
       : comm_(comm), model_(model), ws_(ws), sp_(sp), accessor_(accessor), pool_(pool) {}
 
   uint32_t minibatches() const override { return static_cast<uint32_t>(sp_->global_rows.size()); }
@@ -122,14 +122,14 @@ class RankExchangeOfPass : public RankExchange {
 }  // namespace
 
 std::unique_ptr<RankExchange> RankPassExchange(Comm* comm, CtrModel* model, const WorkingSet& ws,
-                                                  RankPass* sp, const CtrAccessor& accessor,
-                                                  ThreadPool* pool) {
+                                               RankPass* sp, const CtrAccessor& accessor,
+                                               ThreadPool* pool) {
   return std::make_unique<RankExchangeOfPass>(comm, model, ws, sp, accessor, pool);
 }
 
 Status PullRankPass(Comm* comm, SparseTable* table, const CtrAccessor* accessor,
-                   const WorkingSet& ws, RowBlock* rows, RankPass* out, ThreadPool* pool,
-                   const std::function<void()>& before_read) {
+                    const WorkingSet& ws, RowBlock* rows, RankPass* out, ThreadPool* pool,
+                    const std::function<void()>& before_read) {
   Stopwatch exchange;
   RETURN_IF_ERROR(AgreeOnMinibatches(comm, ws, out));
   // Served keys grouped by partition, as a working table's local ids are.
@@ -169,10 +169,9 @@ Status PatchHolders(Comm* comm, RankPass* sp, std::vector<uint32_t> patched, Row
 }
 
 StatusOr<StepStats> TrainRankMinibatch(Comm* comm, CtrModel* model, const Batch& pass,
-                                          const WorkingSet& ws, const Minibatch& mb, uint32_t m,
-                                          RowBlock* rows, RankPass* sp,
-                                          const CtrAccessor& accessor, ThreadPool* pool,
-                                          float* predictions) {
+                                       const WorkingSet& ws, const Minibatch& mb, uint32_t m,
+                                       RowBlock* rows, RankPass* sp, const CtrAccessor& accessor,
+                                       ThreadPool* pool, float* predictions) {
   StepStats stats = model->ComputeGradients(pass, ws, mb, *rows, pool, predictions,
                                             sp->global_rows[m], &sp->records);
   std::vector<float>& dense = model->dense_grads();
@@ -209,39 +208,21 @@ StatusOr<MetricSummary> EvaluateOnRanks(Comm* comm, BatchReader* reader, SparseT
                                         CtrModel* model, uint32_t batch_size, uint64_t chunk_rows,
                                         uint64_t chunk_keys, ThreadPool* pool) {
   MetricAccumulator metrics;
-  std::vector<float> predictions(batch_size);
-  Batch block;
-  size_t at = 0;  // rows of `block` already in a chunk
-  bool eof = false;
+  // Minibatches of whole prediction blocks (as Evaluate's: pipeline/eval_chunks.h).
+  const uint32_t block = CtrModel::kPredictBlockRows;
+  const uint32_t minibatch = (std::max(batch_size, 1u) + block - 1) / block * block;
+  std::vector<float> predictions(minibatch);
+  EvalChunks chunks(reader, chunk_rows, chunk_keys);
   for (;;) {
     // The next chunk of this rank's rows (maybe none), while any rank has rows.
     Batch chunk;
-    chunk.Reset(reader->schema());
-    KeyWindow keys(1);  // the chunk's distinct keys, when they are limited
-    const size_t slots = reader->schema().num_slots;
-    while (!eof && chunk.rows() < chunk_rows) {
-      if (at == block.rows()) {
-        RETURN_IF_ERROR(reader->Next(&block, &eof));
-        at = 0;
-        if (eof) break;
-      }
-      size_t end = std::min<size_t>(block.rows(), at + (chunk_rows - chunk.rows()));
-      if (chunk_keys > 0) {  // a minibatch at a time, while the chunk's keys fit
-        end = std::min<size_t>(end, at + batch_size);
-        const uint64_t* k = block.keys.data() + block.offsets[at * slots];
-        const size_t n = block.offsets[end * slots] - block.offsets[at * slots];
-        if (chunk.rows() > 0 && keys.DistinctWith(k, n) > chunk_keys) break;
-        keys.Add(k, n);
-      }
-      chunk.AppendRows(block, at, end);
-      at = end;
-    }
+    RETURN_IF_ERROR(chunks.Next(&chunk));
     uint64_t more = chunk.rows() > 0 ? 1 : 0;
     RETURN_IF_ERROR(AllReduceMax(comm, &more, 1));
     if (more == 0) break;
     ModelKeys(model->options().hashing, model->options().KeyTableMap(), &chunk);
     WorkingSet ws;
-    BuildWorkingSet(chunk, batch_size, pool, &ws);
+    BuildWorkingSet(chunk, minibatch, pool, &ws);
     RankPass sp;  // its pins go with it
     RowBlock rows(table->layout());
     RETURN_IF_ERROR(PullRankPass(comm, table, /*accessor=*/nullptr, ws, &rows, &sp, pool));

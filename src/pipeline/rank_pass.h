@@ -73,8 +73,8 @@ struct RankPass {
 // Also agrees on the pass's global minibatches. before_read (may be null) runs just before
 // the table is read. Fails on a transport or table error.
 Status PullRankPass(Comm* comm, SparseTable* table, const CtrAccessor* accessor,
-                   const WorkingSet& ws, RowBlock* rows, RankPass* out, ThreadPool* pool,
-                   const std::function<void()>& before_read = nullptr);
+                    const WorkingSet& ws, RowBlock* rows, RankPass* out, ThreadPool* pool,
+                    const std::function<void()>& before_read = nullptr);
 
 // Train start, after the owner copied into its served rows the newer values of the keys it
 // shares with its passes in flight (`patched`: their served local ids): every holder takes
@@ -89,16 +89,15 @@ Status PatchHolders(Comm* comm, RankPass* sp, std::vector<uint32_t> patched, Row
 // rank's next minibatch refreshed into `rows` — for the pass `ws` whose pull filled *sp.
 // REQUIRES: sp->owner_updates. The arguments outlive the exchange.
 std::unique_ptr<RankExchange> RankPassExchange(Comm* comm, CtrModel* model, const WorkingSet& ws,
-                                                  RankPass* sp, const CtrAccessor& accessor,
-                                                  ThreadPool* pool);
+                                               RankPass* sp, const CtrAccessor& accessor,
+                                               ThreadPool* pool);
 
 // Trains global minibatch `m` of the pass: mb is this rank's share (empty past its last
 // minibatch). predictions [mb.rows()] get p before the update.
 StatusOr<StepStats> TrainRankMinibatch(Comm* comm, CtrModel* model, const Batch& pass,
-                                          const WorkingSet& ws, const Minibatch& mb, uint32_t m,
-                                          RowBlock* rows, RankPass* sp,
-                                          const CtrAccessor& accessor, ThreadPool* pool,
-                                          float* predictions);
+                                       const WorkingSet& ws, const Minibatch& mb, uint32_t m,
+                                       RowBlock* rows, RankPass* sp, const CtrAccessor& accessor,
+                                       ThreadPool* pool, float* predictions);
 
 // Push: the served rows into its part, pins released. Local: no exchange.
 Status PushRankPass(SparseTable* table, RankPass* sp, ThreadPool* pool);
@@ -110,8 +109,9 @@ StatusOr<MetricSummary> MergeMetricsOnRank0(Comm* comm, const MetricAccumulator&
 // Held-out evaluation by the ranks: each predicts its share of the rows `reader` gives, in
 // chunks of about chunk_rows rows whose keys' rows come from their owners (lookups: an absent
 // key has an empty row and is not inserted; keys hashed first as the model was trained). With
-// chunk_keys > 0 a chunk holds whole minibatches of at most that many distinct keys (or one
-// minibatch), so that every owner's pinned rows stay within ranks x chunk_keys.
+// chunk_keys > 0 a chunk holds whole prediction blocks of at most that many distinct keys (or
+// one block), so that every owner's pinned rows stay within ranks x chunk_keys
+// (pipeline/eval_chunks.h).
 // Returns the metrics over every rank's rows on rank 0, this rank's own elsewhere.
 StatusOr<MetricSummary> EvaluateOnRanks(Comm* comm, BatchReader* reader, SparseTable* table,
                                         CtrModel* model, uint32_t batch_size, uint64_t chunk_rows,

@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/model_dir.h"
+#include "pipeline/data.h"
 #include "pipeline/evaluator.h"
 #include "pipeline/trainer_test_util.h"
 #include "util/mem_env.h"
@@ -237,6 +239,57 @@ TEST(TrainerTest, EvalAndPredictAgreeWithTheSavedModel) {
   EXPECT_EQ(lines[1], "nan");
   EXPECT_EQ(lines[0], lines[2]);  // the same record scores the same
   EXPECT_EQ(counts.good, 3001u);
+}
+
+// Held-out evaluation and `ctrbox eval` must print the same metrics whatever batch size, pass
+// size, memory budget or thread count either ran with: evaluation cuts the stream into the
+// same prediction blocks whatever those are, so that every row's prediction has the same bits
+// under every BLAS kernel set (OpenBLAS's Haswell sgemm sums a row in another order at
+// another place of a block). The last way holds fewer keys than a prediction block has: its
+// blocks are pulled in parts.
+TEST(TrainerTest, EvaluationPredictsTheSameBitsWhateverItsBatchChunksAndThreads) {
+  TempDir dir;
+  std::string train = WriteCriteo(dir, "train.tsv", 0, 6000, 5);
+  std::string test = WriteCriteo(dir, "test.tsv", 0, 2500, 6);
+  JobConfig job = SmallJob(dir.File("model"));
+  job.data.paths = {train};
+  ASSERT_TRUE(RunTrain(Env::Posix(), job, nullptr).ok());
+  struct Way {
+    uint32_t batch_size;
+    uint64_t chunk_rows, chunk_keys, chunk_bytes;
+    int threads;
+  };
+  const std::vector<Way> ways = {{2048, 65536, 0, 1 << 20, 2}, {64, 65536, 0, 1 << 20, 1},
+                                 {1, 100, 0, 20000, 2},        {100, 4096, 3000, 7000, 3},
+                                 {256, 300, 500, 1 << 20, 2},  {64, 4096, 60, 1 << 20, 2}};
+  std::vector<float> first;
+  for (const Way& w : ways) {
+    SCOPED_TRACE(::testing::Message() << "batch " << w.batch_size << ", chunk rows " << w.chunk_rows
+                                      << ", chunk keys " << w.chunk_keys);
+    ThreadPool pool(w.threads);
+    auto lm = OpenModel(Env::Posix(), dir.File("model"), TieredOptions{}, &pool);
+    ASSERT_TRUE(lm.ok());
+    DataOptions d;
+    d.paths = {test};
+    d.chunk_bytes = w.chunk_bytes;  // reader blocks of other sizes
+    auto reader = OpenData(Env::Posix(), d, GeneratedData(), true);
+    ASSERT_TRUE(reader.ok());
+    std::vector<float> got;
+    auto m = Evaluate(reader->get(), *lm->table, lm->model.get(), w.batch_size, w.chunk_rows,
+                      w.chunk_keys, &pool, [&](const Batch&, const std::vector<float>& p) {
+                        got.insert(got.end(), p.begin(), p.end());
+                        return Status::OK();
+                      });
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    ASSERT_EQ(got.size(), 2500u);
+    if (first.empty()) {
+      first = got;
+      continue;
+    }
+    for (size_t r = 0; r < got.size(); ++r) {
+      ASSERT_EQ(std::memcmp(&got[r], &first[r], sizeof(float)), 0) << "row " << r;
+    }
+  }
 }
 
 TEST(TrainerTest, TooManyMalformedRecordsCommitNothing) {

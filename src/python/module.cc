@@ -251,7 +251,8 @@ class Model {
       py::gil_scoped_release nogil;
       std::lock_guard<std::mutex> l(mu_);
       if (rows > 0) {
-        Check(PredictChunk(batch, *lm_.table, lm_.model.get(), job_.train.batch_size, &pool_, &p));
+        Check(
+            PredictChunk(batch, *lm_.table, lm_.model.get(), job_.train.batch_size, 0, &pool_, &p));
       }
     }
     return py::array_t<float>(p.size(), p.data());
@@ -296,8 +297,8 @@ class Model {
       Check(parsed.status);
       std::vector<float> p;
       if (parsed.batch.rows() > 0) {
-        Check(PredictChunk(parsed.batch, *lm_.table, lm_.model.get(), job_.train.batch_size, &pool_,
-                           &p));
+        Check(PredictChunk(parsed.batch, *lm_.table, lm_.model.get(), job_.train.batch_size, 0,
+                           &pool_, &p));
       }
       size_t next_bad = 0, next_row = 0;
       for (size_t i = 0; i < lines.size(); ++i) {
