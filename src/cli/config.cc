@@ -106,6 +106,7 @@ Status JobConfigBuilder::Set(std::string_view key, std::string_view value,
           fmt::format("{}: bad value '{}' for {}: expected {}", origin, value, key, expect));
     }
     set_keys_.insert(std::string(key));
+    job_.settings_given[std::string(key)] = std::string(Trim(value));
     return Status::OK();
   }
   return InvalidArgumentError(
@@ -127,11 +128,20 @@ StatusOr<JobConfig> BuildJobConfig(const JobSources& sources) {
   for (const std::string& s : sources.sets) RETURN_IF_ERROR(b.ApplySet(s));
   for (const JobSources::Entry& e : sources.keys) RETURN_IF_ERROR(b.Set(e.key, e.value, e.origin));
   if (!sources.format.empty()) RETURN_IF_ERROR(b.Set("data.format", sources.format, "--format"));
-  if (!sources.data.empty()) b.job().data.paths = sources.data;
-  if (!sources.eval_data.empty()) b.job().eval_paths = sources.eval_data;
-  if (!sources.model_dir.empty()) b.job().model_dir = sources.model_dir;
+  std::map<std::string, std::string>& given = b.job().settings_given;
+  if (!sources.data.empty()) {
+    b.job().data.paths = sources.data;
+    given["--data"] = fmt::format("{}", fmt::join(sources.data, " "));
+  }
+  if (!sources.eval_data.empty()) {
+    b.job().eval_paths = sources.eval_data;
+    given["--eval-data"] = fmt::format("{}", fmt::join(sources.eval_data, " "));
+  }
+  if (!sources.model_dir.empty()) b.job().model_dir = given["--model-dir"] = sources.model_dir;
   b.job().fresh = sources.fresh;
   b.job().resume = sources.resume;
+  if (sources.fresh) given["--fresh"] = "true";
+  if (sources.resume) given["--resume"] = "true";
   return b.Finish();
 }
 

@@ -135,6 +135,47 @@ TEST_F(MpiTrainTest, ARanksBadInputStopsEveryRank) {
   EXPECT_FALSE(Env::Posix()->FileExists(Path("m/MANIFEST")));
 }
 
+// Issue 45, item 2: a rank started with another --set trained with rc 0 (the MANIFEST said
+// one thing, rank 1 trained another). The ranks compare their jobs before reading anything:
+// every difference is named with each rank's value, and nothing is written.
+TEST_F(MpiTrainTest, RanksStartedWithDifferentJobsStopBeforeReadingAnything) {
+  std::string data = Files(1000);
+  const std::string one =
+      "-np 1 --oversubscribe " + ctrbox_ + " train" + data + kJob + " --model-dir " + Path("m");
+  Result r = Run("mpirun " + one + " : " + one + " --set model.wide=true --set train.epochs=2");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("the ranks were started with different jobs"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("model.wide (rank 0: not set, rank 1: true)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("train.epochs (rank 0: not set, rank 1: 2)"), std::string::npos) << r.err;
+  EXPECT_FALSE(Env::Posix()->FileExists(Path("m/MANIFEST")));
+  // Another embedding_dim on rank 1 failed only in an exchange, as an internal error.
+  Result dim = Run("mpirun " + one + " --set model.embedding_dim=8 : " + one);
+  EXPECT_NE(dim.exit_code, 0);
+  EXPECT_NE(dim.err.find("model.embedding_dim (rank 0: 8, rank 1: not set)"), std::string::npos)
+      << dim.err;
+  EXPECT_EQ(dim.err.find("internal"), std::string::npos) << dim.err;
+}
+
+// Issue 45, item 2: `train --resume` of one process on a 2-rank checkpoint said "no checkpoint
+// yet" and retrained from scratch beside RANKS. It is refused, saying how to resume it.
+TEST_F(MpiTrainTest, OneProcessDoesNotIgnoreACheckpointOfRanks) {
+  std::string data = Files(1000);
+  const std::string job = " train" + data + kJob + " --set ckpt.dir=" + Path("ck");
+  Result two = Run(Mpirun(2) + job + " --model-dir " + Path("two"));
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  for (const std::string& how : {" --resume", "", " --resume --local-ranks 1"}) {
+    SCOPED_TRACE(how);
+    Result one = Run(Ctrbox(job + how + " --model-dir " + Path("one")));
+    EXPECT_EQ(one.exit_code, 1);
+    EXPECT_NE(one.err.find("holds ckpt-"), std::string::npos) << one.err;
+    EXPECT_NE(one.err.find("of a job of 2 ranks (its RANKS file)"), std::string::npos) << one.err;
+    EXPECT_NE(one.err.find("--local-ranks 2"), std::string::npos) << one.err;
+    EXPECT_FALSE(Env::Posix()->FileExists(Path("one/MANIFEST")));
+  }
+  Result again = Run(Ctrbox(job + " --resume --local-ranks 2 --model-dir " + Path("one")));
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+}
+
 // kill -9 of one rank mid-run: mpirun ends the others and exits non-zero within the stated
 // 30 s (measured: about a second) instead of leaving them waiting in an exchange; --resume
 // then continues from the checkpoint the ranks committed together and ends with the

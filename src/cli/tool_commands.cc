@@ -18,6 +18,7 @@
 #include "pipeline/train_report.h"
 #include "table/ssd_store.h"
 #include "util/cleanup.h"
+#include "util/dir_lock.h"
 #include "util/logging.h"
 #include "util/parse.h"
 #include "util/sys.h"
@@ -361,6 +362,12 @@ StatusOr<nlohmann::json> Convert(const JobConfig& job, const ConvertArgs& args) 
   if (data.key_slots.empty()) data.key_slots = job.spec.model.KeySlotMap();
   ASSIGN_OR_RETURN(auto reader, OpenReader(env, data));
   const bool created_dir = !env->FileExists(args.out);
+  if (env->FileExists(args.out) && !env->IsDirectory(args.out)) {
+    return InvalidArgumentError(
+        fmt::format("convert --out {}: exists and is not a directory", args.out));
+  }
+  // One conversion into a directory at a time; a created directory goes with a failure.
+  ASSIGN_OR_RETURN(std::unique_ptr<DirLock> lock, DirLock::Acquire(env, args.out, "convert --out"));
   ASSIGN_OR_RETURN(const size_t replaced, ClearShardDir(env, args.out));
   if (replaced > 0) {
     LOG_INFO("{}: replacing an earlier conversion ({} files)", args.out, replaced);

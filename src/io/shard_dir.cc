@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "util/dir_lock.h"
 #include "util/hash.h"
 #include "util/parse.h"
 
@@ -163,6 +164,8 @@ StatusOr<size_t> ClearShardDir(Env* env, const std::string& dir) {
   for (const std::string& c : children) {
     if (c == kShardManifestName) {
       has_manifest = true;
+    } else if (c == kLockFileName) {
+      continue;  // convert's own lock (util/dir_lock.h)
     } else if (IsConversionFile(c) || c == std::string(kShardManifestName) + ".tmp") {
       shards.push_back(c);
     } else {

@@ -4,6 +4,7 @@
 #define CTRBOX_PIPELINE_JOB_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -124,6 +125,10 @@ struct JobConfig {
   std::optional<StreamPlan> stream_plan;
   // The job YAML's feature graph (docs/features.md); null: the data is read as data.format.
   std::shared_ptr<const FeaturePlan> features;
+  // Every key the job set, with its value as given (YAML, --set, the Python module's keys),
+  // and the command's flags (--data, --model-dir, ...): the ranks of a distributed job
+  // compare them before anything is read (defaults that follow the machine are not here).
+  std::map<std::string, std::string> settings_given;
   // Its extract stage once AttachFeatures opened it (the side views loaded); data.opener
   // reads through it.
   std::shared_ptr<Extractor> extractor;

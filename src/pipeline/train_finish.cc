@@ -29,6 +29,7 @@
 
 namespace ctrbox::train_steps {
 namespace {
+
 // Held-out evaluation: --eval-data, or the generated test rows.
 // A rank of a distributed job without held-out files of its own: no rows, the others' schema.
 class NoRows final : public BatchReader {
@@ -45,7 +46,39 @@ class NoRows final : public BatchReader {
   Schema schema_;
 };
 
+// The held-out data's reader: --eval-data as the main view reads its data (this rank's share),
+// or the generated test rows; none (null) without either.
+StatusOr<std::unique_ptr<BatchReader>> OpenHeldOut(Env* env, const JobConfig& job) {
+  DataOptions eval = job.data;
+  eval.paths = job.eval_paths;
+  eval.byte_share = job.eval_byte_share;
+  eval.command.clear();
+  if (!IsGenerated(job.data) && eval.paths.empty()) return std::unique_ptr<BatchReader>();
+  return OpenData(env, eval, job.generated, true);
+}
+
 }  // namespace
+
+Status CheckHeldOut(Env* env, const JobConfig& job) {
+  if (IsGenerated(job.data) || job.eval_paths.empty()) return Status::OK();
+  if (job.extractor != nullptr) {
+    // Through a feature graph only the files are checked: a reader would start extracting at
+    // once, into the extract stage's totals that the report gives for the training data.
+    return ExpandDataPaths(env, job.eval_paths, job.data.format).status();
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<BatchReader> reader, OpenHeldOut(env, job));
+  if (!(reader->schema() == job.spec.schema)) {
+    return InvalidArgumentError(fmt::format(
+        "--eval-data has {} slots and {} dense values but the training data has {} and {}",
+        reader->schema().num_slots, reader->schema().num_dense, job.spec.schema.num_slots,
+        job.spec.schema.num_dense));
+  }
+  // Its first records too: a header that differs from the training files', a first file that
+  // cannot be read, are found now rather than after training.
+  Batch first;
+  bool eof = false;
+  return reader->Next(&first, &eof);
+}
 
 // Commits what the run trained: the final checkpoint (unless the last pass's checkpoint is
 // it) and the model directory; adds the model's digest to the report.
@@ -141,16 +174,8 @@ Status EvaluateHeldOut(Env* env, const JobConfig& job, Comm* comm, TrainStart* s
   if (comm != nullptr) RETURN_IF_ERROR(AllReduceMax(comm, &evaluate, 1));
   if (evaluate == 0) return Status::OK();
   Stopwatch clock;
-  DataOptions eval = job.data;
-  eval.paths = job.eval_paths;
-  eval.byte_share = job.eval_byte_share;
-  eval.command.clear();
-  std::unique_ptr<BatchReader> eval_reader;
-  if (generated || !eval.paths.empty()) {
-    ASSIGN_OR_RETURN(eval_reader, OpenData(env, eval, job.generated, true));
-  } else {
-    eval_reader = std::make_unique<NoRows>(job.spec.schema);
-  }
+  ASSIGN_OR_RETURN(std::unique_ptr<BatchReader> eval_reader, OpenHeldOut(env, job));
+  if (eval_reader == nullptr) eval_reader = std::make_unique<NoRows>(job.spec.schema);
   MetricSummary t;
   if (comm != nullptr) {
     ASSIGN_OR_RETURN(

@@ -2,9 +2,11 @@
 // every rank, a resume on the same or another number of ranks, the job's report over the ranks.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <optional>
+#include <set>
 
 #include "ckpt/model_dir.h"
 #include "ckpt/model_files.h"
@@ -208,6 +210,58 @@ Status PlanResumedStream(Env* env, Comm* comm, const std::vector<std::string>& f
   job->data.byte_share = {};
   job->data.segments = plan->segments;
   job->stream_plan = std::move(plan);
+  return Status::OK();
+}
+
+Status CheckRanksRunOneJob(Comm* comm, const JobConfig& job) {
+  nlohmann::json mine(job.settings_given);
+  if (job.features != nullptr) {
+    mine["features (the graph's fingerprint)"] =
+        fmt::format("{:016x}", job.features->Fingerprint());
+  }
+  std::vector<std::string> all;
+  RETURN_IF_ERROR(comm->AllGather(mine.dump(), &all));
+  if (std::all_of(all.begin(), all.end(), [&](const std::string& s) { return s == all[0]; })) {
+    return Status::OK();
+  }
+  std::vector<nlohmann::json> ranks;
+  std::set<std::string> keys;
+  for (const std::string& s : all) {
+    ranks.push_back(nlohmann::json::parse(s));
+    for (const auto& [key, value] : ranks.back().items()) keys.insert(key);
+  }
+  std::string differ;
+  for (const std::string& key : keys) {
+    std::vector<std::string> values;
+    for (const nlohmann::json& r : ranks) {
+      values.push_back(r.contains(key) ? r[key].get<std::string>() : "not set");
+    }
+    if (std::all_of(values.begin(), values.end(), [&](const auto& v) { return v == values[0]; })) {
+      continue;
+    }
+    std::string per_rank;
+    for (size_t i = 0; i < values.size(); ++i) {
+      per_rank += fmt::format("{}rank {}: {}", i ? ", " : "", i, values[i]);
+    }
+    differ += fmt::format("{}{} ({})", differ.empty() ? "" : "; ", key, per_rank);
+  }
+  return InvalidArgumentError(fmt::format(
+      "the ranks were started with different jobs, and every rank must run the same one (the "
+      "same job file, --set and flags): {}",
+      differ));
+}
+
+Status CheckRanksReadOneSchema(Comm* comm, const Schema& schema) {
+  std::vector<std::string> all;
+  RETURN_IF_ERROR(comm->AllGather(
+      fmt::format("{} slots and {} dense", schema.num_slots, schema.num_dense), &all));
+  for (size_t r = 1; r < all.size(); ++r) {
+    if (all[r] != all[0]) {
+      return InvalidArgumentError(
+          fmt::format("the ranks read data of different schemas: rank 0's has {}, rank {}'s {}",
+                      all[0], r, all[r]));
+    }
+  }
   return Status::OK();
 }
 

@@ -41,6 +41,11 @@ Status RepartitionFromRanks(Env* env, const JobConfig& job, const std::string& r
 // A job of files resumed on another number of ranks: this rank's segments of the files.
 Status PlanResumedStream(Env* env, Comm* comm, const std::vector<std::string>& files,
                          const std::string& ranks_dir, JobConfig* job);
+// Every rank was started with the same job (its settings as given, its feature graph);
+// otherwise InvalidArgument on every rank naming each key that differs with every rank's value.
+Status CheckRanksRunOneJob(Comm* comm, const JobConfig& job);
+// Every rank's data has the same schema.
+Status CheckRanksReadOneSchema(Comm* comm, const Schema& schema);
 // The job as every rank must run it: checked alike on every rank, this rank's share of the
 // input, its checkpoint directory and metrics path.
 Status ShareJob(Env* env, const Comm& comm, JobConfig* job, std::string* ranks_ckpt_dir,
@@ -54,6 +59,9 @@ Status CommitModel(Env* env, const JobConfig& job, TrainStart* start, const Trai
 Status CommitModelOfRanks(Env* env, Comm* comm, const JobConfig& job,
                           const std::string& ranks_ckpt_dir, TrainStart* start,
                           const TrainPosition& position, ThreadPool* pool, TrainReport* report);
+// The held-out files open, with the training data's schema and a readable first chunk: checked
+// before training, so that a typo in --eval-data costs no training run.
+Status CheckHeldOut(Env* env, const JobConfig& job);
 // Held-out evaluation (--eval-data or the generated test rows) into the report.
 Status EvaluateHeldOut(Env* env, const JobConfig& job, Comm* comm, TrainStart* start,
                        ThreadPool* pool, TrainReport* report);

@@ -23,6 +23,7 @@
 #include "pipeline/train_steps.h"
 #include "table/ssd_store.h"
 #include "util/cleanup.h"
+#include "util/dir_lock.h"
 #include "util/logging.h"
 #include "util/parse.h"
 #include "util/sys.h"
@@ -141,6 +142,22 @@ StatusOr<PassesRun> RunPasses(Env* env, const JobConfig& job, PassReader* reader
   return out;
 }
 
+// A job of one process on a ckpt.dir that ranks committed together (ckpt.dir/RANKS): it would
+// neither resume it nor see it (the ranks' chains are in their own directories), so it is
+// refused unless --fresh starts over.
+Status CheckNoRanksCheckpoint(Env* env, const JobConfig& job) {
+  if (job.ckpt.dir.empty() || job.fresh) return Status::OK();
+  StatusOr<RanksCheckpoint> ranks = ReadRanksCheckpoint(env, job.ckpt.dir);
+  if (ranks.status().code() == StatusCode::kNotFound) return Status::OK();
+  RETURN_IF_ERROR(ranks.status());
+  return FailedPreconditionError(fmt::format(
+      "ckpt.dir {} holds {} of a job of {} ranks (its RANKS file): {} it with {} ranks (mpirun "
+      "-np {}, or --local-ranks {}; another number of ranks under mpirun re-shards it), or "
+      "start over with --fresh",
+      job.ckpt.dir, CheckpointName(ranks->id), ranks->ranks, job.resume ? "resume" : "--resume",
+      ranks->ranks, ranks->ranks, ranks->ranks));
+}
+
 // The job as it will run: validated, shared among the ranks (and their resumed stream
 // planned), its features attached and its GPU memory resolved.
 Status PrepareJob(Env* env, Comm* comm, const std::atomic<bool>* stop, JobConfig* job,
@@ -149,7 +166,9 @@ Status PrepareJob(Env* env, Comm* comm, const std::atomic<bool>* stop, JobConfig
   if (comm != nullptr && job->train.dry_run) {
     return InvalidArgumentError("train.dry_run runs on one process (its ranks would not exchange)");
   }
+  if (comm == nullptr) RETURN_IF_ERROR(CheckNoRanksCheckpoint(env, *job));
   if (comm != nullptr) {
+    RETURN_IF_ERROR(CheckRanksRunOneJob(comm, *job));
     std::vector<std::string> files;
     RETURN_IF_ERROR(ShareJob(env, *comm, job, ranks_ckpt_dir, &files));
     if (job->resume && !ranks_ckpt_dir->empty() && !files.empty()) {
@@ -166,6 +185,23 @@ Status PrepareJob(Env* env, Comm* comm, const std::atomic<bool>* stop, JobConfig
   RETURN_IF_ERROR(AttachFeatures(env, job));  // the extract stage: side views loaded
   if (job->gpu) RETURN_IF_ERROR(ResolveGpuStagedMemory(&job->gpu_options));
   job->data.cancel = stop;  // a stalled data.command or standard input gives way to Ctrl-C
+  return Status::OK();
+}
+
+// One job per directory (util/dir_lock.h): the directories this job writes, held until it
+// ends: the model directory and the ranks' checkpoint directory (rank 0), this rank's
+// checkpoint chain and SSD tier (the table then takes the SSD directory as held).
+Status HoldJobDirs(Env* env, const Comm* comm, const std::string& ranks_ckpt_dir, JobConfig* job,
+                   DirLocks* held) {
+  if (comm == nullptr || comm->rank() == 0) {
+    RETURN_IF_ERROR(held->Add(env, job->model_dir, "the model directory"));
+    RETURN_IF_ERROR(held->Add(env, ranks_ckpt_dir, "ckpt.dir"));
+  }
+  RETURN_IF_ERROR(held->Add(env, job->ckpt.dir, "ckpt.dir"));
+  if (!job->storage.ssd.dir.empty()) {
+    RETURN_IF_ERROR(held->Add(env, job->storage.ssd.dir, "storage.ssd_dir"));
+    job->storage.dir_held = true;
+  }
   return Status::OK();
 }
 
@@ -274,11 +310,16 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   // Validate, and learn the schema from the data.
   std::string ranks_ckpt_dir;
   RETURN_IF_ERROR(PrepareJob(env, comm, stop, &job, &ranks_ckpt_dir));
+  // Before anything is written, and released last (after the SSD scratch is removed).
+  DirLocks held;
+  RETURN_IF_ERROR(HoldJobDirs(env, comm, ranks_ckpt_dir, &job, &held));
   PassReader reader([&] { return OpenData(env, job.data, job.generated, false); },
                     PassOptionsOnRanks(job, comm));
   RETURN_IF_ERROR(reader.Open());
   job.spec.schema = reader.schema();
+  if (comm != nullptr) RETURN_IF_ERROR(CheckRanksReadOneSchema(comm, job.spec.schema));
   RETURN_IF_ERROR(CheckModelAgainstSchema(job));
+  RETURN_IF_ERROR(CheckHeldOut(env, job));
   job.spec.table.seed = job.train.seed;
   ThreadPool pool(job.train.threads);
 

@@ -102,6 +102,9 @@ StatusOr<std::unique_ptr<TieredTable>> TieredTable::Open(Env* env, const TieredO
     t->Account(stripe, s);
   }
   if (options.ssd.dir.empty()) return t;
+  if (!options.dir_held) {
+    ASSIGN_OR_RETURN(t->dir_lock_, DirLock::Acquire(env, options.ssd.dir, "storage.ssd_dir"));
+  }
   SsdOptions ssd = options.ssd;
   ssd.bloom_budget = options.BloomBudgetBytes();
   if (options.reopen) {

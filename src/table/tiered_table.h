@@ -21,6 +21,7 @@
 #include "table/cache_stripe.h"
 #include "table/sparse_table.h"
 #include "table/ssd_store.h"
+#include "util/dir_lock.h"
 #include "util/mutex.h"
 #include "util/thread_annotations.h"
 
@@ -33,11 +34,14 @@ struct TieredOptions {
   SsdOptions ssd;              // ssd.dir empty: no disk tier
   bool reopen = false;         // reopen the store a clean shutdown left in ssd.dir
   bool keep_store = false;     // train: close the store cleanly at the end instead of deleting it
-  int io_threads = 4;          // parallel record reads per pull
-  int evict_threads = 2;       // stripes evicted in parallel by the background worker
-  double evict_start = 0.90;   // the worker starts evicting above this share of the budget
-  double evict_stop = 0.80;    // ... and stops below this one
-  double compact_stale = 0.5;  // only sealed files whose stale share exceeds this are compacted
+  // The caller holds ssd.dir's DirLock (a train job, which also removes the files); otherwise
+  // Open locks ssd.dir for the table's life (util/dir_lock.h).
+  bool dir_held = false;
+  int io_threads = 4;             // parallel record reads per pull
+  int evict_threads = 2;          // stripes evicted in parallel by the background worker
+  double evict_start = 0.90;      // the worker starts evicting above this share of the budget
+  double evict_stop = 0.80;       // ... and stops below this one
+  double compact_stale = 0.5;     // only sealed files whose stale share exceeds this are compacted
   double compact_trigger = 1.75;  // compaction starts when file bytes exceed this x live bytes
   double compact_target = 1.5;    // ... and stops at this ratio
   uint32_t min_evict_rows = 64;
@@ -205,6 +209,7 @@ class TieredTable final : public SparseTable {
   const TieredOptions options_;
   std::vector<std::unique_ptr<CacheStripe>> stripes_;  // the vector is immutable after Open
   std::vector<size_t> accounted_;  // bytes of each stripe last added to used_ (its stripe's lock)
+  std::unique_ptr<DirLock> dir_lock_;  // before ssd_: released after the store's last write
   std::unique_ptr<SsdStore> ssd_;
   std::unique_ptr<ThreadPool> io_pool_;     // its callers take turns (ThreadPool::ParallelFor)
   std::unique_ptr<ThreadPool> evict_pool_;  // used by the worker only

@@ -49,6 +49,12 @@ class WritableFile {
   virtual const std::string& name() const = 0;
 };
 
+// An exclusive lock on a file (Env::LockFile), held until this is destroyed.
+class FileLock {
+ public:
+  virtual ~FileLock() = default;
+};
+
 class Env {
  public:
   virtual ~Env() = default;
@@ -81,6 +87,12 @@ class Env {
   virtual Status RenameFile(const std::string& from, const std::string& to) = 0;
   // fsyncs directory `dir`, making renames and creations in it durable.
   virtual Status SyncDir(const std::string& dir) = 0;
+
+  // Takes an exclusive lock on `path` (created if missing) at once, or fails: a lock held by
+  // another process, or by another FileLock of this one, is kFailedPrecondition ("pid N
+  // holds PATH" where the holder wrote its pid). The POSIX Env uses flock(2): the OS drops the
+  // lock when its holder dies, so a killed job never blocks the next one.
+  virtual StatusOr<std::unique_ptr<FileLock>> LockFile(const std::string& path) = 0;
 
   virtual uint64_t NowMicros() = 0;
 };

@@ -1,6 +1,7 @@
 // The POSIX implementation of Env.
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -134,6 +135,15 @@ class PosixWritableFile final : public WritableFile {
   std::string buf_;
 };
 
+class PosixFileLock final : public FileLock {
+ public:
+  explicit PosixFileLock(int fd) : fd_(fd) {}
+  ~PosixFileLock() override { ::close(fd_); }  // the flock goes with the descriptor
+
+ private:
+  int fd_;
+};
+
 class PosixEnv final : public Env {
  public:
   StatusOr<std::unique_ptr<SequentialFile>> NewSequentialFile(const std::string& path) override {
@@ -221,6 +231,44 @@ class PosixEnv final : public Env {
     ::close(fd);
     return s;
   }
+  StatusOr<std::unique_ptr<FileLock>> LockFile(const std::string& path) override {
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+      if (fd < 0) return PosixError("open " + path, errno);
+      if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        const int err = errno;
+        if (err != EWOULDBLOCK) {
+          ::close(fd);
+          return PosixError("lock " + path, err);
+        }
+        char pid[32] = {};
+        const ssize_t n = ::pread(fd, pid, sizeof(pid) - 1, 0);
+        ::close(fd);
+        std::string holder(pid, n > 0 ? static_cast<size_t>(n) : 0);
+        while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' '))
+          holder.pop_back();
+        if (holder.empty()) return FailedPreconditionError(path + " is locked");
+        const bool me = holder == std::to_string(::getpid());
+        return FailedPreconditionError("pid " + holder + (me ? ", this process," : "") + " holds " +
+                                       path);
+      }
+      // A holder lets go by removing the file, then unlocking: lock the file the path names.
+      struct stat held, named;
+      if (::fstat(fd, &held) == 0 && ::stat(path.c_str(), &named) == 0 &&
+          held.st_dev == named.st_dev && held.st_ino == named.st_ino) {
+        const std::string pid = std::to_string(::getpid()) + "\n";
+        if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+          const int err = errno;
+          ::close(fd);
+          return PosixError("write " + path, err);
+        }
+        return std::unique_ptr<FileLock>(new PosixFileLock(fd));
+      }
+      ::close(fd);
+    }
+    return IOError("lock " + path + ": the file was replaced 100 times while locking it");
+  }
+
   uint64_t NowMicros() override {
     return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                      std::chrono::system_clock::now().time_since_epoch())

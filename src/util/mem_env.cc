@@ -314,6 +314,29 @@ Status MemEnv::SyncDir(const std::string& dir) {
   return Status::OK();
 }
 
+namespace {
+class MemFileLock final : public FileLock {
+ public:
+  MemFileLock(std::mutex* mu, std::set<std::string>* locks, std::string path)
+      : mu_(mu), locks_(locks), path_(std::move(path)) {}
+  ~MemFileLock() override {
+    std::lock_guard<std::mutex> l(*mu_);
+    locks_->erase(path_);
+  }
+
+ private:
+  std::mutex* mu_;
+  std::set<std::string>* locks_;
+  std::string path_;
+};
+}  // namespace
+
+StatusOr<std::unique_ptr<FileLock>> MemEnv::LockFile(const std::string& path) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!locks_.insert(path).second) return FailedPreconditionError(path + " is locked");
+  return std::unique_ptr<FileLock>(new MemFileLock(&mu_, &locks_, path));
+}
+
 uint64_t MemEnv::NowMicros() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                    std::chrono::steady_clock::now().time_since_epoch())

@@ -87,6 +87,8 @@ class MemEnv : public Env {
   Status DeleteDir(const std::string& dir) override;
   Status RenameFile(const std::string& from, const std::string& to) override;
   Status SyncDir(const std::string& dir) override;
+  // Locks are names held in this Env (no file is made); not a counted call.
+  StatusOr<std::unique_ptr<FileLock>> LockFile(const std::string& path) override;
   uint64_t NowMicros() override;
 
   struct Node;  // a file's bytes (shared by the names and handles that refer to it)
@@ -111,6 +113,7 @@ class MemEnv : public Env {
   std::map<std::string, std::shared_ptr<Node>> files_;    // the namespace now
   std::map<std::string, std::shared_ptr<Node>> durable_;  // ... as a crash would leave it
   std::set<std::string> dirs_;
+  std::set<std::string> locks_;
   std::array<uint64_t, kNumFaultOps> calls_{};
   std::array<Fault, kNumFaultOps> faults_{};
   uint64_t fired_ = 0;
