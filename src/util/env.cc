@@ -18,14 +18,22 @@ Status ReadFileToString(Env* env, const std::string& path, std::string* out) {
 }
 
 Status WriteFileAtomic(Env* env, const std::string& path, std::string_view data) {
+  if (env->IsDirectory(path)) {
+    return InvalidArgumentError(path + " is a directory: name a file to write");
+  }
   const std::string tmp = path + ".tmp";
-  {
+  Status s = [&]() -> Status {
     ASSIGN_OR_RETURN(auto file, env->NewWritableFile(tmp));
     RETURN_IF_ERROR(file->Append(data));
     RETURN_IF_ERROR(file->Sync());
     RETURN_IF_ERROR(file->Close());
+    return env->RenameFile(tmp, path);
+  }();
+  if (!s.ok()) {
+    // Nothing half-written is left beside the file (the old file, if any, is untouched).
+    if (env->FileExists(tmp)) env->DeleteFile(tmp).IgnoreError();
+    return s;
   }
-  RETURN_IF_ERROR(env->RenameFile(tmp, path));
   return env->SyncDir(DirName(path));
 }
 

@@ -77,5 +77,16 @@ TEST(PathTest, Components) {
   EXPECT_EQ(BaseName("a/b/c/"), "c");
 }
 
+// Issue 45, item 5: `ctrbox report --out /tmp` left /tmp.tmp behind. A write that fails
+// leaves no temporary file; a directory as the target is named before anything is written.
+TEST_F(EnvTest, AFailedAtomicWriteLeavesNoTemporaryFile) {
+  const std::string d = JoinPath(dir_, "out");
+  ASSERT_TRUE(env_->CreateDirs(d).ok());
+  Status s = WriteFileAtomic(env_, d, "x");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("is a directory"), std::string::npos) << s.ToString();
+  EXPECT_FALSE(env_->FileExists(d + ".tmp"));
+}
+
 }  // namespace
 }  // namespace ctrbox
