@@ -362,10 +362,6 @@ StatusOr<nlohmann::json> Convert(const JobConfig& job, const ConvertArgs& args) 
   if (data.key_slots.empty()) data.key_slots = job.spec.model.KeySlotMap();
   ASSIGN_OR_RETURN(auto reader, OpenReader(env, data));
   const bool created_dir = !env->FileExists(args.out);
-  if (env->FileExists(args.out) && !env->IsDirectory(args.out)) {
-    return InvalidArgumentError(
-        fmt::format("convert --out {}: exists and is not a directory", args.out));
-  }
   // One conversion into a directory at a time; a created directory goes with a failure.
   ASSIGN_OR_RETURN(std::unique_ptr<DirLock> lock, DirLock::Acquire(env, args.out, "convert --out"));
   ASSIGN_OR_RETURN(const size_t replaced, ClearShardDir(env, args.out));

@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -300,6 +301,10 @@ class CtrModel {
   void BuildInputs(const Batch& pass, const WorkingSet& ws, const Minibatch& mb,
                    const RowBlock& rows, uint32_t r0, uint32_t r1, uint32_t at = 0);
   void ForwardBlock(uint32_t r0, uint32_t r1);
+  // Predicts buffer rows [0, n) in blocks of kPredictBlockRows on `pool`, each block's inputs
+  // built first by build(r0, r1) when it is set.
+  void PredictBlocks(uint32_t n, ThreadPool* pool, float* predictions,
+                     const std::function<void(uint32_t, uint32_t)>& build);
   // Phase A of a step: inputs, forward, loss gradient (mean over loss_rows), backward to the
   // inputs; returns the summed loss.
   double ForwardBackward(const Batch& pass, const WorkingSet& ws, const Minibatch& mb,

@@ -124,16 +124,8 @@ uint32_t CtrModel::ApplySparse(const uint32_t* local, const float* records, size
 
 void CtrModel::Predict(const Batch& examples, const WorkingSet& ws, const Minibatch& mb,
                        const RowBlock& rows, ThreadPool* pool, float* predictions) {
-  const uint32_t B = mb.rows();
-  EnsureBuffers(B);
-  const size_t blocks = (B + kPredictBlockRows - 1) / kPredictBlockRows;
-  RunParallel(pool, blocks, [&](size_t blk, int) {
-    const uint32_t r0 = static_cast<uint32_t>(blk * kPredictBlockRows);
-    const uint32_t r1 = std::min(B, r0 + kPredictBlockRows);
-    BuildInputs(examples, ws, mb, rows, r0, r1);
-    ForwardBlock(r0, r1);
-    for (uint32_t r = r0; r < r1; ++r) predictions[r] = Sigmoid(logits_[r]);
-  });
+  PredictBlocks(mb.rows(), pool, predictions,
+                [&](uint32_t r0, uint32_t r1) { BuildInputs(examples, ws, mb, rows, r0, r1); });
 }
 
 void CtrModel::PredictInputs(const Batch& examples, const WorkingSet& ws, const Minibatch& mb,
@@ -143,11 +135,17 @@ void CtrModel::PredictInputs(const Batch& examples, const WorkingSet& ws, const 
 }
 
 void CtrModel::PredictBuilt(uint32_t n, ThreadPool* pool, float* predictions) {
-  EnsureBuffers(n);
+  PredictBlocks(n, pool, predictions, nullptr);
+}
+
+void CtrModel::PredictBlocks(uint32_t n, ThreadPool* pool, float* predictions,
+                             const std::function<void(uint32_t, uint32_t)>& build) {
+  EnsureBuffers(n);  // keeps rows built before
   const size_t blocks = (n + kPredictBlockRows - 1) / kPredictBlockRows;
   RunParallel(pool, blocks, [&](size_t blk, int) {
     const uint32_t r0 = static_cast<uint32_t>(blk * kPredictBlockRows);
     const uint32_t r1 = std::min(n, r0 + kPredictBlockRows);
+    if (build) build(r0, r1);
     ForwardBlock(r0, r1);
     for (uint32_t r = r0; r < r1; ++r) predictions[r] = Sigmoid(logits_[r]);
   });

@@ -68,9 +68,8 @@ Status PredictChunk(const Batch& input, SparseTable& table, CtrModel* model, uin
   const Batch& chunk = rewrite ? hashed : input;
   predictions->resize(chunk.rows());
   // Minibatches of whole prediction blocks (a row's prediction does not depend on them).
-  const uint32_t block = CtrModel::kPredictBlockRows;
   WorkingSet ws;
-  BuildWorkingSet(chunk, (std::max(batch_size, 1u) + block - 1) / block * block, pool, &ws);
+  BuildWorkingSet(chunk, EvalMinibatchRows(batch_size), pool, &ws);
   if (chunk_keys > 0 && ws.keys.size() > chunk_keys) {
     return PredictInParts(chunk, table, model, chunk_keys, pool, predictions->data());
   }

@@ -209,8 +209,7 @@ StatusOr<MetricSummary> EvaluateOnRanks(Comm* comm, BatchReader* reader, SparseT
                                         uint64_t chunk_keys, ThreadPool* pool) {
   MetricAccumulator metrics;
   // Minibatches of whole prediction blocks (as Evaluate's: pipeline/eval_chunks.h).
-  const uint32_t block = CtrModel::kPredictBlockRows;
-  const uint32_t minibatch = (std::max(batch_size, 1u) + block - 1) / block * block;
+  const uint32_t minibatch = EvalMinibatchRows(batch_size);
   std::vector<float> predictions(minibatch);
   EvalChunks chunks(reader, chunk_rows, chunk_keys);
   for (;;) {
