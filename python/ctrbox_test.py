@@ -130,6 +130,25 @@ def test_ctrl_c_stops_after_a_pass_and_saves(data, tmp_path):
     assert model.manifest["trained_examples"] == report["examples"]
 
 
+def test_a_ctrl_c_as_the_job_ends_is_raised_as_interrupted_not_later(data, tmp_path):
+    # Issue 45: a Ctrl-C in the job's last moments (after the module's last look at signals)
+    # was lost: train returned normally and a bare KeyboardInterrupt came at the next
+    # statement. SIGINT from the last pass's callback lands then, nearly always after the last
+    # look; it is delivered as Interrupted, with the report, and nothing is left pending.
+    def progress(event):
+        if event["event"] == "pass":
+            signal.raise_signal(signal.SIGINT)
+
+    job = ctrbox.Job(SMALL, data=data["train"], model_dir=tmp_path / "m",
+                     **{"pipeline.pass_examples": 10**6})
+    with pytest.raises(ctrbox.Interrupted) as stopped:
+        job.train(progress=progress)
+    assert stopped.value.report["examples"] == 20000
+    for _ in range(1000):  # a pending KeyboardInterrupt would be raised in this loop
+        pass
+    assert ctrbox.Model(tmp_path / "m").manifest["trained_examples"] == 20000
+
+
 def test_model_eval_and_predict_equal_the_cli(data, trained):
     model_dir, report = trained
     model = ctrbox.Model(model_dir, train__threads=2)
@@ -299,6 +318,36 @@ def test_lookup_reads_the_saved_rows(data, tmp_path):
     np.testing.assert_array_equal(m.embeddings(keys), got["embedding"][:50])
     # Criteo's categorical values are strings: the same key as the text reader makes.
     assert ctrbox.feature_keys(3, ["68fd1e64"])[0] != ctrbox.feature_keys(4, ["68fd1e64"])[0]
+
+
+def test_float_and_bool_ids_are_refused_not_truncated(data, trained):
+    # Issue 45: a float id 1.7 became key 1 in predict, lookup and feature_keys.
+    m = ctrbox.Model(trained[0])
+    slots = m.num_slots
+    dense = np.zeros((1, m.num_dense), dtype=np.float32)
+    row = [[1.7] + [None] * (slots - 1)]
+    with pytest.raises(TypeError, match="row 0: ids must be integers, not float"):
+        m.predict(keys=row, dense=dense)
+    with pytest.raises(TypeError, match="ids must be integers, not float64"):
+        m.predict(keys=np.full((1, slots), 1.7), dense=dense)
+    with pytest.raises(TypeError, match="ids must be integers, not float64"):
+        m.predict(keys=[1.7] * slots, offsets=np.arange(slots + 1), dense=dense)
+    with pytest.raises(TypeError, match="not bool"):
+        m.predict(keys=[[True] + [None] * (slots - 1)], dense=dense)
+    with pytest.raises(TypeError, match="lookup: ids must be integers, not float64"):
+        m.lookup([1.7, 2.0])
+    with pytest.raises(TypeError, match="feature_keys: ids must be integers, not float64"):
+        ctrbox.feature_keys(0, [1.7])
+    with pytest.raises(TypeError, match="feature_keys: values are unsigned integers or strings, not float"):
+        ctrbox.feature_keys(0, ["a", 1.7])
+    with pytest.raises(TypeError, match="-3 is negative"):
+        ctrbox.feature_keys(0, [-3])
+    # Integers of every kind still work, and give the same keys.
+    np.testing.assert_array_equal(ctrbox.feature_keys(0, [1, 2]),
+                                  ctrbox.feature_keys(0, np.array([1, 2], dtype=np.int32)))
+    assert ctrbox.feature_keys(0, ["x", np.int64(1)])[1] == ctrbox.feature_keys(0, [1])[0]
+    k = m.keys(0, [5, 6])
+    np.testing.assert_array_equal(m.lookup(k)["show"], m.lookup(k.view(np.int64))["show"])
 
 
 def test_training_releases_the_gil(data, tmp_path):

@@ -115,7 +115,7 @@ def _text(value, key, origin):
     return str(value)
 
 
-_GRAPH_KEYS = ("main", "views", "ops", "label", "slots", "dense", "schedule", "device")
+_GRAPH_KEYS = ("main", "views", "ops", "label", "slots", "dense", "schedule", "device", "max_row_keys")
 
 
 def _flatten(value, prefix, origin, out):
@@ -128,6 +128,30 @@ def _flatten(value, prefix, origin, out):
             _flatten(v, prefix + "." + k if prefix else k, origin, out)
     else:
         out.append((prefix, _text(value, prefix, origin), origin))
+
+
+def _ids(values, what, signed=False):
+    """values (an array or a list) as a flat uint64 array of ids. Floats, bools and other
+    non-integers are refused: a float id 1.7 would otherwise become 1. signed: negative
+    integers are taken as the bit patterns of uint64 keys (an int64 column of model keys)."""
+    a = np.asarray(values)
+    if a.size == 0:
+        return np.zeros(0, dtype=np.uint64)
+    if a.dtype.kind == "u" or (a.dtype.kind == "i" and (signed or not (a < 0).any())):
+        return np.ascontiguousarray(a.astype(np.uint64, casting="unsafe").reshape(-1))
+    if a.dtype.kind == "i":
+        raise TypeError("{}: ids are unsigned integers; {} is negative".format(what, a[a < 0].flat[0]))
+    raise TypeError("{}: ids must be integers, not {} (a {} id would be truncated)".format(
+        what, a.dtype, "float" if a.dtype.kind == "f" else a.dtype.name))
+
+
+def _id(value, what):
+    """One id of a list row: an int (a Python or numpy integer, not a bool)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError("{}: ids must be integers, not {} ({!r})".format(what, type(value).__name__, value))
+    if value < 0:
+        raise TypeError("{}: ids are unsigned integers; {} is negative".format(what, value))
+    return int(value)
 
 
 def _paths(p):
@@ -268,7 +292,7 @@ class Model:
             raise TypeError("predict needs records=... or keys=...")
         slots = self.num_slots
         if offsets is not None:
-            flat = np.ascontiguousarray(keys, dtype=np.uint64).reshape(-1)
+            flat = _ids(keys, "predict: keys", signed=hashed)
             offsets = np.ascontiguousarray(offsets, dtype=np.uint32).reshape(-1)
             rows = (len(offsets) - 1) // slots if slots else 0
         elif isinstance(keys, np.ndarray):
@@ -276,7 +300,7 @@ class Model:
                 raise Error("predict: keys has shape {}; the model has {} slots: give (rows, {}) or "
                             "offsets".format(keys.shape, slots, slots))
             rows = keys.shape[0]
-            flat = np.ascontiguousarray(keys, dtype=np.uint64).reshape(-1)
+            flat = _ids(keys, "predict: keys", signed=hashed)
             offsets = np.arange(rows * slots + 1, dtype=np.uint32)
         else:
             flat, offsets = [], [0]
@@ -287,9 +311,9 @@ class Model:
                     if entry is None:
                         pass
                     elif isinstance(entry, (list, tuple, np.ndarray)):
-                        flat.extend(int(k) for k in entry)
+                        flat.extend(_id(k, "predict: row {}".format(r)) for k in entry)
                     else:
-                        flat.append(int(entry))
+                        flat.append(_id(entry, "predict: row {}".format(r)))
                     offsets.append(len(flat))
             rows = len(keys)
             flat = np.asarray(flat, dtype=np.uint64)
@@ -308,6 +332,8 @@ class Model:
         """The keys this model holds for raw values of `slot` (as feature_keys, through the
         model's model.shared_slots groups and, with model.slot_dims, tagged with the slot's
         table): what lookup takes. A uint64 numpy array."""
+        if not isinstance(values, str) and np.asarray(values).dtype.kind not in "UO":
+            values = _ids(values, "keys")
         return _call(self._model.keys, int(slot), values)
 
     def lookup(self, keys):
@@ -316,7 +342,7 @@ class Model:
         with model.slot_dims dim is the widest table's and a row of a smaller table is zero
         past its own dimension. A key the model does not hold has show 0 and no embedding
         (zeros)."""
-        return _call(self._model.lookup, np.ascontiguousarray(keys, dtype=np.uint64).reshape(-1))
+        return _call(self._model.lookup, _ids(keys, "lookup", signed=True))
 
     def embeddings(self, keys):
         """The keys' embeddings, (n, dim) float32 (zeros for a key without one)."""
@@ -327,6 +353,8 @@ def feature_keys(slot, values):
     """The model keys of one slot's raw values, as the text formats make them: integers as
     the slot and libsvm formats read them, strings as Criteo's categorical fields (slot 0 is
     C1). A uint64 numpy array."""
+    if not isinstance(values, str) and np.asarray(values).dtype.kind not in "UO":
+        values = _ids(values, "feature_keys")
     return _call(_ctrbox.feature_keys, int(slot), values)
 
 

@@ -6,6 +6,7 @@
 
 #include "util/cleanup.h"
 #include "util/hash.h"
+#include "util/json_text.h"
 
 namespace ctrbox {
 namespace {
@@ -213,15 +214,14 @@ StatusOr<ModelManifest> VerifyModel(Env* env, const std::string& dir) {
 }
 
 std::string RankModelPart::Encode() const {
-  return nlohmann::json({{"generation", generation},
-                         {"name", file.name},
-                         {"bytes", file.bytes},
-                         {"checksum", file.checksum},
-                         {"rows", counts.rows},
-                         {"with_emb", counts.with_emb},
-                         {"bytes_live", counts.bytes_live},
-                         {"sum", counts.sum}})
-      .dump();
+  return JsonText(nlohmann::json({{"generation", generation},
+                                  {"name", file.name},
+                                  {"bytes", file.bytes},
+                                  {"checksum", file.checksum},
+                                  {"rows", counts.rows},
+                                  {"with_emb", counts.with_emb},
+                                  {"bytes_live", counts.bytes_live},
+                                  {"sum", counts.sum}}));
 }
 
 StatusOr<RankModelPart> RankModelPart::Decode(std::string_view bytes) {

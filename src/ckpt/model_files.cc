@@ -6,6 +6,7 @@
 
 #include "util/coding.h"
 #include "util/hash.h"
+#include "util/json_text.h"
 
 namespace ctrbox {
 namespace {
@@ -355,7 +356,7 @@ Status InsertKept(SparseTable* table, const RowBlock& rows, const KeyFilter& kee
 }
 
 std::string ManifestText(const nlohmann::json& j) {
-  std::string text = j.dump(2) + "\n";
+  std::string text = JsonText(j, 2) + "\n";
   text += "#checksum " + Hex(Checksum64(text)) + "\n";
   return text;
 }

@@ -4,6 +4,8 @@
 
 #include <map>
 
+#include "util/json_text.h"
+
 namespace ctrbox {
 namespace {
 
@@ -228,7 +230,7 @@ std::string ModelSpec::DescribeDifference(const ModelSpec& other, const std::str
     std::vector<std::pair<std::string, nlohmann::json>> flat;
     Flatten(spec.ToJson(), "", &flat);
     for (const auto& [k, v] : flat) {
-      if (k == key) return v.dump();
+      if (k == key) return JsonText(v);
     }
     return "(none)";
   };

@@ -1,4 +1,5 @@
 // What a new user's second round of abuse found (issue 45): one regression test per class.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -111,6 +112,221 @@ TEST_F(CliTest, HeldOutDataIsCheckedBeforeTraining) {
   EXPECT_EQ(other.exit_code, 1);
   EXPECT_NE(other.err.find("other.tsv"), std::string::npos) << other.err;
   EXPECT_EQ(other.err.find("pass 0"), std::string::npos) << "it trained first: " << other.err;
+}
+
+// Item 4: inputs that passed quietly. A job over a small main view joined to a side view,
+// written here, with one abuse at a time.
+class ViewAbuseTest : public CliTest {
+ protected:
+  void SetUp() override {
+    CliTest::SetUp();
+    std::string main = "id,user,items,label\n";
+    for (int i = 0; i < 300; ++i) {
+      main += fmt::format("i{},u{},a{} b{} c,{}\n", i, i % 20, i % 7, i % 5, i % 3 == 0 ? 1 : 0);
+    }
+    Write("main.csv", main);
+    std::string users = "user,age\n";
+    for (int u = 0; u < 20; ++u) users += fmt::format("u{},{}\n", u, 20 + u);
+    Write("users.csv", users);
+  }
+  void Write(const std::string& name, const std::string& text) {
+    ASSERT_TRUE(WriteFileAtomic(Env::Posix(), Path(name), text).ok());
+  }
+  // The job file, with `users_extra` in the view and `ops_extra` after the ops.
+  std::string Job(const std::string& users_extra = "", const std::string& ops_extra = "",
+                  const std::string& features_extra = "", std::string data = "") {
+    if (data.empty()) data = "paths: [" + dir_ + "/main.csv]";
+    Write("job.yaml", fmt::format(R"(data:
+  {4}
+features:
+{3}  main: {{format: csv, header: true, columns: {{id: string, user: string, items: string, label: int}}}}
+  views:
+    users: {{paths: [{0}/users.csv], format: csv, header: true, columns: {{user: string, age: int}}, key: user{1}}}
+  ops:
+    - {{op: join, view: users, on: user}}
+    - {{name: words, op: split, input: items, sep: " "}}
+    - {{name: pairs, op: cross, inputs: [words, words]}}
+{2}  label: label
+  slots: [user, words, pairs]
+  dense: [users.age]
+)",
+                                  dir_, users_extra, ops_extra, features_extra, data));
+    return " -c " + Path("job.yaml") + " --set model.mlp=16 --set train.batch_size=64";
+  }
+};
+
+TEST_F(ViewAbuseTest, AnEmptySideViewIsRefusedUnlessAllowed) {
+  Write("users.csv", "user,age\n");
+  Result empty = Run(Ctrbox("train" + Job()));
+  EXPECT_EQ(empty.exit_code, 1);
+  EXPECT_NE(empty.err.find("view users: " + Path("users.csv") +
+                           " has no rows with a key (a "
+                           "header at most)"),
+            std::string::npos)
+      << empty.err;
+  EXPECT_NE(empty.err.find("allow_empty: true"), std::string::npos) << empty.err;
+  Result allowed = Run(Ctrbox("train" + Job(", allow_empty: true")));
+  EXPECT_EQ(allowed.exit_code, 0) << allowed.err;
+}
+
+TEST_F(ViewAbuseTest, DuplicateSideViewKeysAreCountedOnceAsBad) {
+  std::string users;
+  ASSERT_TRUE(ReadFileToString(Env::Posix(), Path("users.csv"), &users).ok());
+  for (int u = 0; u < 5; ++u) users += fmt::format("u{},{}\n", u, 99);  // 5 keys again
+  Write("users.csv", users);
+  Result r = Run(Ctrbox("train" + Job() + " --set data.max_error_rate=0.5"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto& side = r.last_json["extract"]["side_bad"];
+  EXPECT_EQ(side["records_good"], 20);  // 25 rows: 20 keys, 5 again (was: 25 good + 5 bad)
+  EXPECT_EQ(side["malformed"]["duplicate_key"], 5);
+  EXPECT_NE(r.err.find("of 25 (duplicate_key 5)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("users.csv:22: duplicate_key: view users: the key of line 2 again"),
+            std::string::npos)
+      << r.err;
+}
+
+TEST_F(ViewAbuseTest, AViewLineLongerThanTheLimitIsOverlongAsInEveryReader) {
+  std::string main;
+  ASSERT_TRUE(ReadFileToString(Env::Posix(), Path("main.csv"), &main).ok());
+  main.insert(main.find("\ni5,") + 1, "i5" + std::string(5000, 'x'));  // 5 KB, between short lines
+  Write("main.csv", main);
+  Result r = Run(Ctrbox("train" + Job() + " --set data.max_line_bytes=1KB"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.last_json["malformed"]["overlong_line"], 1);
+  EXPECT_NE(r.err.find("main.csv:7: overlong_line"), std::string::npos) << r.err;
+  EXPECT_EQ(r.last_json["extract"]["rows_in"], 299);
+}
+
+TEST_F(ViewAbuseTest, AHeaderNamingAColumnTwiceIsRefused) {
+  std::string main;
+  ASSERT_TRUE(ReadFileToString(Env::Posix(), Path("main.csv"), &main).ok());
+  main.replace(0, main.find('\n'), "id,user,items,user");
+  Write("main.csv", main);
+  Result r = Run(Ctrbox("train" + Job()));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("the header names column 'user' twice (fields 2 and 4)"), std::string::npos)
+      << r.err;
+}
+
+// A cross over one long list made 9.4 M keys and 5 GB with max_keys: 10000000. A row makes at
+// most features.max_row_keys keys; one that would make more is bad (too_many_keys), counted
+// and named, and no key of it is made.
+TEST_F(ViewAbuseTest, ARowMakingMoreKeysThanTheBoundIsBadAndCostsNothing) {
+  std::string main;
+  ASSERT_TRUE(ReadFileToString(Env::Posix(), Path("main.csv"), &main).ok());
+  std::string items;
+  for (int k = 0; k < 3000; ++k) items += fmt::format("{}w{}", k ? " " : "", k);
+  main.replace(main.find("a3 b3 c"), 7, items);  // row i3: a cross of 9 M combinations
+  Write("main.csv", main);
+  const std::string big =
+      "    - {name: big, op: cross, inputs: [words, words], max_keys: 10000000}\n";
+  Result r = Run(
+      Ctrbox("train" + Job("", big, "  max_row_keys: 5000\n") + " --set data.max_error_rate=0.01"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.last_json["malformed"]["too_many_keys"], 1);
+  EXPECT_NE(r.err.find("main.csv:5: too_many_keys: operator pairs (cross) makes more than 5000 "
+                       "keys from words, words (its max_keys 65536, features.max_row_keys 5000)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_LT(r.last_json["peak_rss_bytes"].get<double>(), 1e9);
+  // A row whose slots together make more than the bound (here: its cross 900 keys, its
+  // words 30, its user 1; the bound 920) is bad too (i3 still is).
+  items.clear();
+  for (int k = 0; k < 30; ++k) items += fmt::format("{}w{}", k ? " " : "", k);
+  ASSERT_TRUE(ReadFileToString(Env::Posix(), Path("main.csv"), &main).ok());
+  main.replace(main.find("a4 b4 c"), 7, items);
+  Write("main.csv", main);
+  Result split = Run(
+      Ctrbox("train" + Job("", "", "  max_row_keys: 920\n") + " --set data.max_error_rate=0.01"));
+  ASSERT_EQ(split.exit_code, 0) << split.err;
+  EXPECT_EQ(split.last_json["malformed"]["too_many_keys"], 2);  // rows i3 and i4
+  EXPECT_NE(split.err.find("main.csv:6: too_many_keys: the row makes 931 keys, more than "
+                           "features.max_row_keys 920 (slot pairs makes 900)"),
+            std::string::npos)
+      << split.err;
+  Result bad = Run(Ctrbox("train" + Job("", "", "  max_row_keys: 0\n")));
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("max_row_keys '0': expected an integer in [1, 10^7]"), std::string::npos)
+      << bad.err;
+}
+
+TEST_F(ViewAbuseTest, AFillValueThatIsNotAnIntegerIsRefusedForAnIntColumn) {
+  Result r = Run(Ctrbox(
+      "train" + Job("", "    - {name: age, op: fill_null, input: users.age, value: 2.5}\n")));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("fill_null ('age'): value 2.5 is not an integer, and 'users.age' is int"),
+            std::string::npos)
+      << r.err;
+  Result whole = Run(
+      Ctrbox("train" + Job("", "    - {name: age, op: fill_null, input: users.age, value: 2.0}\n") +
+             " --set data.max_error_rate=0.5"));
+  EXPECT_EQ(whole.exit_code, 0) << whole.err;
+}
+
+TEST_F(ViewAbuseTest, InvalidUtf8IsEscapedInTheLogAndTheReport) {
+  std::string main;
+  ASSERT_TRUE(ReadFileToString(Env::Posix(), Path("main.csv"), &main).ok());
+  main.replace(main.find("i4,u4"), 5, "i4,u\xff\xfe");
+  Write("main.csv", main);
+  Result r = Run(Ctrbox("train" + Job() + " --set data.max_error_rate=0.5"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("column user: u\\xff\\xfe"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find('\xff'), std::string::npos) << "a raw byte in the log";
+  // A path that is not UTF-8 ends in the JSON report (with U+FFFD), not in an abort.
+  Result odd = Run(Ctrbox("gen --rows 2000 --out " + Path("\xff.tsv")));
+  ASSERT_EQ(odd.exit_code, 0) << odd.err;
+  EXPECT_TRUE(odd.last_json.is_object()) << odd.out;
+}
+
+TEST_F(ViewAbuseTest, AFilterThatDropsEveryRowSaysSoAndWritesNothing) {
+  const std::string none = "    - {op: filter, input: label, cmp: \"==\", value: 7}\n";
+  Result r = Run(Ctrbox("train" + Job("", none) + " --model-dir " + Path("m")));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("the feature graph read 300 rows: 300 filtered out by its filters"),
+            std::string::npos)
+      << r.err;
+  Result text = Run(Ctrbox("extract" + Job("", none) + " --text " + Path("rows.txt")));
+  EXPECT_EQ(text.exit_code, 1);
+  EXPECT_NE(text.err.find("300 filtered out"), std::string::npos) << text.err;
+  EXPECT_FALSE(Env::Posix()->FileExists(Path("rows.txt")));
+  EXPECT_FALSE(Env::Posix()->FileExists(Path("rows.txt.tmp")));
+  Result shards = Run(Ctrbox("extract" + Job("", none) + " --out " + Path("sh")));
+  EXPECT_EQ(shards.exit_code, 1);
+  EXPECT_FALSE(Env::Posix()->FileExists(Path("sh")));
+}
+
+// Item 5: convert and extract died silently on SIGTERM (rc 143) leaving part files. The first
+// signal stops them cleanly: a message, status 130, and nothing of the output left.
+TEST_F(ViewAbuseTest, ConvertAndExtractStopCleanlyOnSigterm) {
+  ASSERT_EQ(Run(Ctrbox("gen --rows 20000 --out " + Path("g.tsv"))).exit_code, 0);
+  const std::string tag = std::to_string(::getpid() % 1000 + 3000);  // an unlikely sleep time
+  struct Case {
+    std::string command, out;
+  };
+  for (const Case& c :
+       {Case{"convert --rows-per-file 2000 --set \"data.command=cat " + Path("g.tsv") + "; sleep " +
+                 tag + "\"",
+             "s"},
+        Case{"extract" + Job("", "", "", "command: cat " + Path("main.csv") + "; sleep " + tag) +
+                 " --rows-per-file 50",
+             "x"}}) {
+    SCOPED_TRACE(c.command);
+    // Started in the background; once it has read the data (and waits on the stalled
+    // command), SIGTERM.
+    Result r = Run("bash -c '" + Ctrbox(c.command + " --out " + Path(c.out)) + " >/dev/null 2>" +
+                   Path("stop.log") + " & p=$!; for i in $(seq 600); do [ -e " + Path(c.out) +
+                   "/LOCK ] && break; sleep 0.05; done; sleep 1; kill -TERM $p; wait $p; echo " +
+                   "rc=$?'");
+    EXPECT_NE(r.out.find("rc=130"), std::string::npos) << r.out << r.err;
+    std::string log;
+    ASSERT_TRUE(ReadFileToString(Env::Posix(), Path("stop.log"), &log).ok());
+    EXPECT_NE(log.find("interrupted: stopped before the end of the input; nothing is written to " +
+                       Path(c.out)),
+              std::string::npos)
+        << log;
+    EXPECT_FALSE(Env::Posix()->FileExists(Path(c.out))) << "output left behind";
+    (void)std::system(("pkill -f \"^sleep " + tag + "$\"").c_str());
+  }
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #ifndef CTRBOX_CLI_COMMANDS_H_
 #define CTRBOX_CLI_COMMANDS_H_
 
+#include <atomic>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -31,6 +32,8 @@ struct ConvertArgs {
   // extract: write the rows as text to this file instead of shards: per row, tab-separated,
   // the label, each dense value, and each slot's keys (decimal, space-separated).
   std::string text_out;
+  // Polled between batches: once set (Ctrl-C), the command stops and removes its output.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 // Exit statuses (README, "Errors and exit codes"): 0 done; 1 an error (bad input, settings or
@@ -48,6 +51,10 @@ void PrintJson(const nlohmann::json& j);
 // command replaces this with its own handling while it runs (a clean stop, then a second
 // signal's abandon).
 void InstallSignalHandlers();
+// For a command that stops cleanly (train, convert, extract): the first Ctrl-C or SIGTERM sets
+// the returned flag, which the command polls (and its readers, as data.cancel); a second ends
+// the process at once with kExitAbandoned, writing `second` (a static string) to stderr.
+const std::atomic<bool>* StopOnSignals(const char* second);
 
 // The allocator settings of a ctrbox process (main, and the Python module when imported):
 // per-pass buffers stay in the heap instead of being mapped and unmapped every pass.

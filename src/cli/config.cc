@@ -189,10 +189,7 @@ Status JobConfigBuilder::LoadYaml(const std::string& path) {
     if (root.IsMap() && root["features"] && HasFeatureGraph(root["features"])) {
       YAML::Node features = root["features"];
       ASSIGN_OR_RETURN(job_.features, ParseFeatures(features, path));
-      for (const char* k :
-           {"main", "views", "ops", "label", "slots", "dense", "schedule", "device"}) {
-        features.remove(k);
-      }
+      for (const char* k : kFeatureGraphKeys) features.remove(k);
       if (features.size() == 0) root.remove("features");
     }
   } catch (const YAML::Exception& e) {

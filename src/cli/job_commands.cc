@@ -7,6 +7,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -43,6 +44,28 @@ void InstallSignalHandlers() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+}
+
+const std::atomic<bool>* StopOnSignals(const char* second) {
+  static std::atomic<bool> stop{false};
+  static std::atomic<int> signals{0};
+  static std::atomic<const char*> message{nullptr};
+  message.store(second);
+  struct sigaction sa = {};
+  sa.sa_handler = [](int) {
+    if (signals.fetch_add(1) == 0) {
+      stop.store(true);
+      return;
+    }
+    const char* m = message.load();
+    (void)!::write(STDERR_FILENO, m, std::strlen(m));
+    KillDataCommands();  // none is left running, orphaned
+    ::_exit(kExitAbandoned);
+  };
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  return &stop;
 }
 
 namespace {
@@ -122,26 +145,11 @@ Status RunTrainCommand(const JobConfig& job, int local_ranks) {
   // 130); a second one ends the process at once, saying so, with exit status 3
   // (kExitAbandoned): what was not committed yet is abandoned, the model directory and the
   // checkpoints keep their last commit (commits are atomic).
-  static std::atomic<bool> stop{false};
-  static std::atomic<int> signals{0};
-  struct sigaction sa = {};
-  sa.sa_handler = [](int) {
-    if (signals.fetch_add(1) == 0) {
-      stop.store(true);
-      return;
-    }
-    static const char kMsg[] =
-        "\nctrbox: second interrupt: stopped at once, abandoning the save or the passes in "
-        "progress; the model directory and the checkpoints keep what they last committed "
-        "(exit status 3)\n";
-    (void)!::write(STDERR_FILENO, kMsg, sizeof(kMsg) - 1);
-    KillDataCommands();  // none is left running, orphaned
-    ::_exit(kExitAbandoned);
-  };
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-  ASSIGN_OR_RETURN(nlohmann::json report, RunTrain(Env::Posix(), job, &progress, &stop));
+  const std::atomic<bool>* stop = StopOnSignals(
+      "\nctrbox: second interrupt: stopped at once, abandoning the save or the passes in "
+      "progress; the model directory and the checkpoints keep what they last committed "
+      "(exit status 3)\n");
+  ASSIGN_OR_RETURN(nlohmann::json report, RunTrain(Env::Posix(), job, &progress, stop));
   InstallSignalHandlers();
   if (report.value("interrupted", false) && !report.value("saved", true)) {
     LOG_WARNING("interrupted before any example was trained: nothing was saved{}",

@@ -239,6 +239,29 @@ TEST_F(MpiTrainTest, ResumeOnAnotherNumberOfRanksTakesUpTheFilesLeft) {
   ASSERT_EQ(two.exit_code, 0) << two.err;
   // As if the 2 ranks had stopped after pass 2 of 4: rank 0 72 rows into its second file.
   ASSERT_TRUE(CommitRanksCheckpoint(Env::Posix(), Path("ckpt"), {2, 2}).ok());
+  // Issue 45, item 2: settings changed on a re-shard resume exited 0 (another dimension failed
+  // as "corruption"); on the same ranks they were named by each rank's share. Each is refused
+  // before a row is read, named as the job sets it, and the checkpoint stays resumable.
+  struct Changed {
+    int ranks;
+    std::string set, said;
+  };
+  for (const Changed& c : std::vector<Changed>{
+           {3, " --set train.batch_size=1536",
+            "ckpt-000002 was written with train.batch_size = 768, this job sets 1536"},
+           {3, " --set pipeline.pass_examples=6144",
+            "ckpt-000002 was written with pipeline.pass_examples = 3072, this job sets 6144"},
+           {3, " --set model.embedding_dim=8", "model.embedding_dim = 16 there, 8 now"},
+           {2, " --set train.batch_size=1536",
+            "ckpt-000002 was written with train.batch_size = 768, this job sets 1536"}}) {
+    SCOPED_TRACE(c.set);
+    Result changed = Run(Mpirun(c.ranks) + job + c.set + " --resume --model-dir " + Path("bad"));
+    EXPECT_NE(changed.exit_code, 0);
+    EXPECT_NE(changed.err.find(c.said), std::string::npos) << changed.err;
+    EXPECT_EQ(changed.err.find("corruption"), std::string::npos) << changed.err;
+    EXPECT_EQ(changed.err.find("internal"), std::string::npos) << changed.err;
+    EXPECT_FALSE(Env::Posix()->FileExists(Path("bad/MANIFEST")));
+  }
   Result three = Run(Mpirun(3) + job + " --resume --model-dir " + Path("three"));
   ASSERT_EQ(three.exit_code, 0) << three.err;
   EXPECT_NE(three.err.find("resuming ckpt-000002 of 2 ranks of files with 3"), std::string::npos)

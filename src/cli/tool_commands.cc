@@ -19,6 +19,7 @@
 #include "table/ssd_store.h"
 #include "util/cleanup.h"
 #include "util/dir_lock.h"
+#include "util/json_text.h"
 #include "util/logging.h"
 #include "util/parse.h"
 #include "util/sys.h"
@@ -82,7 +83,7 @@ nlohmann::json StoreJson(const std::string& dir, const StoreSummary& s) {
 
 }  // namespace
 
-void PrintJson(const nlohmann::json& j) { std::cout << j.dump() << std::endl; }
+void PrintJson(const nlohmann::json& j) { std::cout << JsonText(j) << std::endl; }
 
 StatusOr<nlohmann::json> RunGenViews(const GenArgs& args) {
   if (args.out.empty()) return InvalidArgumentError("gen needs --out DIR");
@@ -197,6 +198,22 @@ Status RunGenCommand(const GenArgs& args) {
 
 namespace {
 
+// Cancelled once Ctrl-C or SIGTERM asked the command to stop.
+Status CheckStop(const std::atomic<bool>* stop) {
+  if (stop != nullptr && stop->load()) return CancelledError("interrupted");
+  return Status::OK();
+}
+
+// A convert or extract that was stopped: said, with what became of its output.
+Status Stopped(const Status& s, const std::string& out) {
+  if (s.code() != StatusCode::kCancelled) return s;
+  LOG_WARNING(
+      "interrupted: stopped before the end of the input; nothing is written to {} (the "
+      "part written so far is removed)",
+      out);
+  return CancelledError("interrupted");
+}
+
 // Writes the shards of `reader` into `out` (already cleared) and their manifest last.
 Status WriteConversion(Env* env, BatchReader* reader, const ConvertArgs& args,
                        const ShardWriterOptions& wo, ShardDirManifest* manifest,
@@ -216,6 +233,7 @@ Status WriteConversion(Env* env, BatchReader* reader, const ConvertArgs& args,
   while (true) {
     bool eof = false;
     RETURN_IF_ERROR(reader->Next(&batch, &eof));
+    RETURN_IF_ERROR(CheckStop(args.stop));
     if (eof) break;
     for (size_t begin = 0; begin < batch.rows();) {
       if (!writer) {
@@ -234,9 +252,7 @@ Status WriteConversion(Env* env, BatchReader* reader, const ConvertArgs& args,
     }
   }
   RETURN_IF_ERROR(finish_file());
-  if (manifest->files.empty()) {
-    return InvalidArgumentError("convert: the input holds no valid rows; nothing was written");
-  }
+  if (manifest->files.empty()) return Status::OK();  // the caller says why
   // The shard files and their renames are durable before the manifest names them.
   RETURN_IF_ERROR(env->SyncDir(args.out));
   return WriteShardManifest(env, args.out, *manifest);
@@ -247,6 +263,10 @@ Status WriteConversion(Env* env, BatchReader* reader, const ConvertArgs& args,
 namespace {
 
 StatusOr<nlohmann::json> Convert(const JobConfig& job, const ConvertArgs& args);
+
+constexpr char kSecondStop[] =
+    "\nctrbox: second interrupt: stopped at once; the output may hold part files (*.tmp) and "
+    "no manifest, which no reader takes as a result (exit status 3)\n";
 
 // The rows of job.data as text (ConvertArgs::text_out).
 StatusOr<nlohmann::json> WriteText(const JobConfig& job, const std::string& path) {
@@ -266,6 +286,7 @@ StatusOr<nlohmann::json> WriteText(const JobConfig& job, const std::string& path
     Batch b;
     bool eof = false;
     RETURN_IF_ERROR(reader->Next(&b, &eof));
+    RETURN_IF_ERROR(CheckStop(job.data.cancel));
     if (eof) break;
     text.clear();
     for (size_t r = 0; r < b.rows(); ++r) {
@@ -286,10 +307,14 @@ StatusOr<nlohmann::json> WriteText(const JobConfig& job, const std::string& path
     bytes += text.size();
     RETURN_IF_ERROR(file->Append(text));
   }
+  const RecordCounts c = reader->counts();
+  if (rows == 0) {  // an empty file would pass for a result
+    return FailedPreconditionError(fmt::format("no rows in the input ({}): {} is not written",
+                                               NoExamplesReason(job, c.bad_total()), path));
+  }
   RETURN_IF_ERROR(file->Close());
   RETURN_IF_ERROR(env->RenameFile(tmp, path));
   remove_tmp.Cancel();
-  const RecordCounts c = reader->counts();
   return nlohmann::json({{"rows", rows},
                          {"out", path},
                          {"bytes_out", bytes},
@@ -307,8 +332,12 @@ Status RunConvertCommand(const JobConfig& job, const ConvertArgs& args) {
         "the job has a feature graph: use `ctrbox extract` to write its "
         "extracted rows as shards");
   }
-  ASSIGN_OR_RETURN(nlohmann::json report, Convert(job, args));
-  PrintJson(report);
+  JobConfig stoppable = job;
+  ConvertArgs a = args;
+  a.stop = stoppable.data.cancel = StopOnSignals(kSecondStop);
+  StatusOr<nlohmann::json> report = Convert(stoppable, a);
+  if (!report.ok()) return Stopped(report.status(), args.out);
+  PrintJson(*report);
   return Status::OK();
 }
 
@@ -323,17 +352,19 @@ Status RunExtractCommand(const JobConfig& job_in, const ConvertArgs& args, bool 
   }
   RETURN_IF_ERROR(job_in.Validate());
   JobConfig job = job_in;
+  ConvertArgs a = args;
+  a.stop = job.data.cancel = StopOnSignals(kSecondStop);
   job.data.key_slots = job.spec.model.KeySlotMap();  // model.shared_slots, as train keys them
   if (explain) std::cerr << job.features->Describe();
   Stopwatch clock;
   RETURN_IF_ERROR(AttachFeatures(Env::Posix(), &job));
   const double open_seconds = clock.Seconds();
-  nlohmann::json report;
-  if (!args.text_out.empty()) {
-    ASSIGN_OR_RETURN(report, WriteText(job, args.text_out));
-  } else {
-    ASSIGN_OR_RETURN(report, Convert(job, args));
+  StatusOr<nlohmann::json> written =
+      !args.text_out.empty() ? WriteText(job, args.text_out) : Convert(job, a);
+  if (!written.ok()) {
+    return Stopped(written.status(), !args.text_out.empty() ? args.text_out : args.out);
   }
+  nlohmann::json report = std::move(*written);
   report["command"] = "extract";
   report["extract"] = ExtractJson(job.extractor->totals());
   report["open_seconds"] = open_seconds;
@@ -371,6 +402,11 @@ StatusOr<nlohmann::json> Convert(const JobConfig& job, const ConvertArgs& args) 
   ShardDirManifest manifest;
   uint64_t bytes_out = 0;
   Status s = WriteConversion(env, reader.get(), args, wo, &manifest, &bytes_out);
+  if (s.ok() && manifest.files.empty()) {  // an empty shard directory would pass for a result
+    s = FailedPreconditionError(fmt::format("no rows in the input ({}): nothing is written to {}",
+                                            NoExamplesReason(job, reader->counts().bad_total()),
+                                            args.out));
+  }
   if (!s.ok()) {
     // Nothing of a failed conversion is usable without its manifest: give the space back.
     RemoveFailedConversion(env, args.out, created_dir);
@@ -448,7 +484,7 @@ Status RunReportCommand(const std::string& model_dir, const std::string& metrics
   std::string manifest;
   if (!model_dir.empty() && ModelExists(env, model_dir)) {
     ASSIGN_OR_RETURN(ModelManifest m, ReadManifest(env, model_dir));
-    manifest = m.ToJson().dump();
+    manifest = JsonText(m.ToJson());
   }
   ASSIGN_OR_RETURN(std::string html, RenderReport(metrics, manifest));
   const std::string path = !out.empty() ? out : model_dir + "/report.html";

@@ -242,9 +242,17 @@ void Extractor::ExtractChunk(const TextChunk& chunk, ChunkParseResult* r) const 
       const OpNode& op = p.ops[t.errors[row] - 1];
       std::string in;
       for (int c : op.inputs) in += (in.empty() ? "" : ", ") + p.columns[c].name;
-      add_bad(row, ErrorKind(op),
-              fmt::format("operator {} ({}) could not compute the row from {}", op.name,
-                          OpKindName(op.kind), in));
+      if (ErrorKind(op) == BadKind::kTooManyKeys) {
+        add_bad(row, BadKind::kTooManyKeys,
+                fmt::format("operator {} ({}) makes more than {} keys from {} (its max_keys {}, "
+                            "features.max_row_keys {})",
+                            op.name, OpKindName(op.kind), std::min(op.max_keys, p.max_row_keys), in,
+                            op.max_keys, p.max_row_keys));
+      } else {
+        add_bad(row, ErrorKind(op),
+                fmt::format("operator {} ({}) could not compute the row from {}", op.name,
+                            OpKindName(op.kind), in));
+      }
       continue;
     }
     const double y = label.valid[row] ? NumberOf(label, row) : -1;
@@ -259,6 +267,23 @@ void Extractor::ExtractChunk(const TextChunk& chunk, ChunkParseResult* r) const 
     for (int f : p.filters) keep &= t.cols[p.ops[f].output].ints()[row] != 0;
     if (!keep) {
       ++filtered;
+      continue;
+    }
+    uint64_t row_keys = 0;
+    uint32_t widest = 0, widest_keys = 0;
+    for (uint32_t slot = 0; slot < schema.num_slots; ++slot) {
+      const uint32_t n = ItemCount(t.cols[p.slots[slot]], row);
+      row_keys += n;
+      if (n > widest_keys) {
+        widest = slot;
+        widest_keys = n;
+      }
+    }
+    if (row_keys > p.max_row_keys) {
+      add_bad(row, BadKind::kTooManyKeys,
+              fmt::format("the row makes {} keys, more than features.max_row_keys {} (slot {} "
+                          "makes {})",
+                          row_keys, p.max_row_keys, p.columns[p.slots[widest]].name, widest_keys));
       continue;
     }
     b.labels.push_back(static_cast<float>(y));

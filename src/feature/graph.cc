@@ -154,7 +154,7 @@ StatusOr<RawOp> ParseOp(const Errors& e, const YAML::Node& n, int index) {
 
 bool HasFeatureGraph(const YAML::Node& features) {
   if (!features.IsMap()) return false;
-  for (const char* k : {"main", "views", "ops", "label", "slots", "dense", "schedule", "device"}) {
+  for (const char* k : kFeatureGraphKeys) {
     if (features[k]) return true;
   }
   return false;
@@ -175,6 +175,14 @@ Status ParseMain(const Errors& e, const YAML::Node& f, FeaturePlan* plan) {
       return e.At(f["device"], "device '" + d + "': expected cpu or gpu");
     plan->gpu = d == "gpu";
   }
+  if (f["max_row_keys"]) {
+    ASSIGN_OR_RETURN(std::string m, YamlScalar(e, f["max_row_keys"], "max_row_keys"));
+    uint64_t v = 0;
+    if (!ParseUint64(m, &v) || v < 1 || v > 10'000'000) {
+      return e.At(f["max_row_keys"], "max_row_keys '" + m + "': expected an integer in [1, 10^7]");
+    }
+    plan->max_row_keys = static_cast<uint32_t>(v);
+  }
   if (f["schedule"]) {
     ASSIGN_OR_RETURN(std::string s, YamlScalar(e, f["schedule"], "schedule"));
     if (s != "layered" && s != "sequential") {
@@ -194,8 +202,15 @@ StatusOr<SideView> ParseView(const Errors& e, const YAML::Node& name, const YAML
     return e.At(name, "view name '" + v.name + "': must be non-empty, without '.'");
   }
   if (!n.IsMap()) return e.At(n, "view " + v.name + ": expected a map");
-  RETURN_IF_ERROR(CheckYamlKeys(e, n, {"paths", "command", "format", "header", "columns", "key"},
-                                "view " + v.name));
+  RETURN_IF_ERROR(
+      CheckYamlKeys(e, n, {"paths", "command", "format", "header", "columns", "key", "allow_empty"},
+                    "view " + v.name));
+  if (n["allow_empty"]) {
+    ASSIGN_OR_RETURN(std::string a, YamlScalar(e, n["allow_empty"], "allow_empty"));
+    if (!ParseBool(a, &v.allow_empty)) {
+      return e.At(n["allow_empty"], "view " + v.name + ".allow_empty: expected true or false");
+    }
+  }
   if (n["paths"]) {
     ASSIGN_OR_RETURN(v.paths, YamlNames(e, n["paths"], "paths"));
   }
@@ -438,9 +453,9 @@ StatusOr<std::shared_ptr<const FeaturePlan>> ParseFeaturesOrThrow(const YAML::No
   Errors e(path);
   auto plan = std::make_shared<FeaturePlan>();
   plan->source = path;
-  RETURN_IF_ERROR(CheckYamlKeys(
-      e, f, {"main", "views", "ops", "label", "slots", "dense", "schedule", "device", "hashing"},
-      "features"));
+  std::vector<std::string> keys(std::begin(kFeatureGraphKeys), std::end(kFeatureGraphKeys));
+  keys.push_back("hashing");
+  RETURN_IF_ERROR(CheckYamlKeys(e, f, keys, "features"));
   RETURN_IF_ERROR(ParseMain(e, f, plan.get()));
   RETURN_IF_ERROR(ParseViews(e, f, plan.get()));
   // Columns: the main view's, then each operator's (a join's gathers right after it).
@@ -506,6 +521,7 @@ uint64_t FeaturePlan::Fingerprint() const {
   }
   for (const ViewColumn& c : main.columns) s += fmt::format("|{}:{}", c.name, ColTypeName(c.type));
   s += fmt::format("|{}{}", static_cast<int>(main.format), main.header);  // not device: same rows
+  if (max_row_keys != kDefaultMaxRowKeys) s += fmt::format("|max_row_keys {}", max_row_keys);
   for (const SideView& v : views) {
     s += "|" + v.name + v.command;
     for (const auto& p : v.paths) s += "," + p;

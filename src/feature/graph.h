@@ -42,8 +42,9 @@ struct SideView {
   std::vector<std::string> paths;
   std::string command;
   ViewLayout layout;
-  std::vector<int> key;  // indices into layout.columns
-  int line = 0;          // of its YAML entry
+  std::vector<int> key;      // indices into layout.columns
+  bool allow_empty = false;  // a view without rows is meant (otherwise refused at load)
+  int line = 0;              // of its YAML entry
 };
 
 // An operator's kind: one per line of op_list.h (kGather: a joined view's column, made by a
@@ -100,6 +101,8 @@ struct PlanColumn {
   int view_col = -1;  // a main-view column: its index in main.columns
 };
 
+inline constexpr uint32_t kDefaultMaxRowKeys = 65536;
+
 struct FeaturePlan {
   ViewLayout main;
   std::vector<SideView> views;
@@ -113,7 +116,10 @@ struct FeaturePlan {
   std::vector<int> filters, dedupes;     // operator ids
   bool layered = true;                   // features.schedule
   bool gpu = false;                      // features.device: gpu (docs/features.md)
-  std::string source;                    // the YAML file, for messages
+  // features.max_row_keys: the most keys one row makes over all its slots (a row making more
+  // is bad, too_many_keys); with the chunk's rows it bounds a chunk's keys.
+  uint32_t max_row_keys = kDefaultMaxRowKeys;
+  std::string source;  // the YAML file, for messages
 
   // The column named `name`, or -1.
   int FindColumn(const std::string& name) const;
@@ -130,6 +136,10 @@ StatusOr<std::shared_ptr<const FeaturePlan>> ParseFeatures(const YAML::Node& fea
                                                            const std::string& yaml_path);
 // True when a `features:` node describes a graph (has main, views, ops, label, slots or dense).
 bool HasFeatureGraph(const YAML::Node& features);
+// The keys of `features:` that belong to the graph (parsed whole, not as job keys); besides
+// them only features.hashing, a job key.
+inline constexpr const char* kFeatureGraphKeys[] = {
+    "main", "views", "ops", "label", "slots", "dense", "schedule", "device", "max_row_keys"};
 
 }  // namespace ctrbox
 

@@ -130,7 +130,10 @@ Constant ParseConstantText(const std::string& s) {
     c.is_number = true;
     c.f = f;
     int64_t i;
-    c.i = ParseInt64(s, &i) ? i : static_cast<int64_t>(f);
+    // A number beyond int64 has no int value (0, which differs from f: not an integer).
+    c.i = ParseInt64(s, &i)                      ? i
+          : std::fabs(f) < 9.2233720368547758e18 ? static_cast<int64_t>(f)
+                                                 : 0;
   }
   return c;
 }

@@ -72,6 +72,7 @@ StatusOr<std::unique_ptr<SideTable>> SideTable::Load(Env* env, const SideView& v
   std::unique_ptr<ViewParser> parser;
   std::vector<std::string> header_fields;
   std::vector<ColumnTable> parts;
+  std::vector<std::string> part_files;  // the file of each part, for messages
   auto where = [&] { return "view " + view.name + ": "; };
   while (true) {
     auto chunk = std::make_unique<TextChunk>();
@@ -101,6 +102,7 @@ StatusOr<std::unique_ptr<SideTable>> SideTable::Load(Env* env, const SideView& v
     if (!added.ok()) return Status(added.code(), where() + added.message());
     t->texts_.push_back(std::make_unique<std::string>(std::move(chunk->data)));
     parts.push_back(std::move(part));
+    part_files.push_back(chunk->file);
   }
   // One contiguous column per declared column.
   uint64_t total = 0;
@@ -139,6 +141,15 @@ StatusOr<std::unique_ptr<SideTable>> SideTable::Load(Env* env, const SideView& v
   for (uint32_t r = 0; r < t->rows_; ++r) {
     while (r >= row_base + parts[part_index].rows) row_base += parts[part_index++].rows;
     const uint64_t line = parts[part_index].lines[r - row_base];
+    // Where row r0 was read: "line L" (of the file of row r), else "file:line".
+    auto where_row = [&](uint32_t r0) {
+      uint64_t base = 0;
+      size_t p = 0;
+      while (r0 >= base + parts[p].rows) base += parts[p++].rows;
+      if (part_files[p] == part_files[part_index])
+        return fmt::format("line {}", parts[p].lines[r0 - base]);
+      return fmt::format("{}:{}", part_files[p], parts[p].lines[r0 - base]);
+    };
     bool null = false;
     for (const Column* c : key_cols) null |= !c->valid[r];
     if (null) {  // a row without a key can never be found: said in the load line
@@ -157,20 +168,34 @@ StatusOr<std::unique_ptr<SideTable>> SideTable::Load(Env* env, const SideView& v
       if (equal) {
         dup.bad[static_cast<int>(BadKind::kDuplicateKey)]++;
         if (samples.size() < 5) {
-          samples.push_back({BadKind::kDuplicateKey, view.name, line,
-                             fmt::format("the key of row {} again (the first row is kept)", s)});
+          samples.push_back({BadKind::kDuplicateKey, part_files[part_index], line,
+                             fmt::format("view {}: the key of {} again (the first row is kept)",
+                                         view.name, where_row(s - 1))});
         }
         break;
       }
     }
   }
+  // A duplicate row parsed well and was counted good: it is counted once, as bad.
+  counts->good -= std::min(counts->good, dup.bad_total());
   counts->Add(dup);
-  Status s = tracker.Add(dup, samples);
+  Status s = tracker.Reclassify(dup, samples);
   if (!s.ok()) return Status(s.code(), where() + s.message());
   s = tracker.Finish();
   if (!s.ok()) return Status(s.code(), where() + s.message());
-  LOG_INFO("features: view {} loaded: {} rows, {} bad, {:.1f} MB", view.name, t->rows_,
-           counts->bad_total(), t->MemoryBytes() / 1e6);
+  if (t->rows_ - dup.bad_total() - null_keys == 0 && !view.allow_empty) {
+    return InvalidArgumentError(fmt::format(
+        "{}{} has no rows with a key{}: every join on it would find nothing. Give it rows, or "
+        "set allow_empty: true in features.views.{} if an empty view is meant",
+        where(),
+        view.paths.empty() ? "data.command `" + view.command + "`"
+                           : fmt::format("{}", fmt::join(view.paths, ", ")),
+        t->rows_ == 0 ? (view.layout.header ? " (a header at most)" : " (no lines)")
+                      : fmt::format(" ({} rows, all with a null key)", t->rows_),
+        view.name));
+  }
+  LOG_INFO("features: view {} loaded: {} rows, {} bad, {:.1f} MB", view.name,
+           t->rows_ - dup.bad_total(), tracker.counts().bad_total(), t->MemoryBytes() / 1e6);
   if (null_keys > 0) {
     LOG_WARNING(
         "features: view {}: {} rows have no key (a null key column) and can never be "

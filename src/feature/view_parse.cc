@@ -165,6 +165,13 @@ StatusOr<ViewParser> ViewParser::Make(const ViewLayout& layout,
         return InvalidArgumentError(fmt::format(
             "column '{}' is declared but not in the header (which has: {})", c.name, names));
       }
+      const auto again = std::find(it + 1, p.header_.end(), c.name);
+      if (again != p.header_.end()) {
+        return InvalidArgumentError(fmt::format(
+            "the header names column '{}' twice (fields {} and {}): which one is meant is "
+            "ambiguous; rename one",
+            c.name, it - p.header_.begin() + 1, again - p.header_.begin() + 1));
+      }
       p.field_of_column_.push_back(static_cast<int>(it - p.header_.begin()));
     }
     p.fields_ = p.header_.size();

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "util/logging.h"
 
 namespace ctrbox {
@@ -24,6 +26,8 @@ std::string_view BadKindName(BadKind kind) {
       return "bad_json";
     case BadKind::kDuplicateKey:
       return "duplicate_key";
+    case BadKind::kTooManyKeys:
+      return "too_many_keys";
     case BadKind::kNumKinds:
       break;
   }
@@ -59,6 +63,12 @@ Status BadInputTracker::Add(const RecordCounts& counts, const std::vector<BadRec
     }
   }
   return CheckRate(/*at_end=*/false);
+}
+
+Status BadInputTracker::Reclassify(const RecordCounts& found_bad,
+                                   const std::vector<BadRecord>& samples) {
+  counts_.good -= std::min(counts_.good, found_bad.bad_total());
+  return Add(found_bad, samples);
 }
 
 Status BadInputTracker::Finish() {

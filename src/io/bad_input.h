@@ -25,6 +25,7 @@ enum class BadKind : int {
   kBadSlot,         // a slot or field id outside [0, num_slots), or a malformed token
   kBadJson,         // a JSON line or field that does not parse (feature views)
   kDuplicateKey,    // a side view's key seen before (feature views; the first row is kept)
+  kTooManyKeys,     // a row making more keys than features.max_row_keys (a cross's max_keys)
   kNumKinds,
 };
 constexpr int kNumBadKinds = static_cast<int>(BadKind::kNumKinds);
@@ -65,6 +66,9 @@ class BadInputTracker {
   // Adds a chunk's counts and its sample records (logged, up to the per-kind limit).
   // Returns DataLoss when the error rate is exceeded.
   Status Add(const RecordCounts& counts, const std::vector<BadRecord>& samples);
+  // Like Add, for records already counted good (by an earlier Add) that a later check found
+  // bad, such as a side view's duplicate keys: each is counted once, as bad.
+  Status Reclassify(const RecordCounts& found_bad, const std::vector<BadRecord>& samples);
   // The end-of-input check; also logs a summary line if anything was bad.
   Status Finish();
 

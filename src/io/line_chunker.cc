@@ -5,7 +5,20 @@
 namespace ctrbox {
 namespace {
 constexpr size_t kReadBytes = 1 << 20;
+
+// The start of the first line of data[0, end) longer than max bytes (a trailing '\r' not
+// counted, as the parsers count), or npos. data[end - 1] is '\n'.
+size_t FirstOverlong(const std::string& data, size_t end, size_t max) {
+  for (size_t start = 0; start < end;) {
+    const size_t nl = data.find('\n', start);
+    size_t len = nl - start;
+    if (len > 0 && data[nl - 1] == '\r') --len;
+    if (len > max) return start;
+    start = nl + 1;
+  }
+  return std::string::npos;
 }
+}  // namespace
 
 LineChunker::LineChunker(std::unique_ptr<SequentialFile> file, size_t chunk_bytes,
                          size_t max_line_bytes, bool from_file_start, uint64_t first_offset)
@@ -63,9 +76,23 @@ Status LineChunker::Next(TextChunk* chunk, bool* eof) {
     if (pending_.size() >= chunk_bytes_ || eof_) {
       size_t last_nl = pending_.rfind('\n');
       if (last_nl != std::string::npos) {
-        chunk->data.assign(pending_, 0, last_nl + 1);
-        pending_.erase(0, last_nl + 1);
-        offset_ += last_nl + 1;
+        // Whole lines, none longer than max_line_bytes: the chunk ends before an overlong
+        // one, which is skipped alone (every reader, whatever its parser, sees the rule).
+        size_t end = last_nl + 1;
+        if (end > max_line_bytes_) {
+          const size_t bad = FirstOverlong(pending_, end, max_line_bytes_);
+          if (bad == 0) {
+            const size_t nl = pending_.find('\n');
+            chunk->overlong_lines.push_back(next_line_++);
+            pending_.erase(0, nl + 1);
+            offset_ += nl + 1;
+            return Status::OK();
+          }
+          if (bad != std::string::npos) end = bad;
+        }
+        chunk->data.assign(pending_, 0, end);
+        pending_.erase(0, end);
+        offset_ += end;
         next_line_ +=
             static_cast<uint64_t>(std::count(chunk->data.begin(), chunk->data.end(), '\n'));
         return Status::OK();

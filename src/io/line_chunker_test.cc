@@ -98,5 +98,35 @@ TEST(LineChunkerTest, SkipsOverlongLinesAndKeepsNumbering) {
   EXPECT_TRUE(got[3].overlong);
 }
 
+// A chunk larger than the limit held an overlong line between short ones, and only the
+// criteo parser looked at line lengths (views did not). The chunker skips every line longer
+// than max_line_bytes, wherever it falls in a chunk, whatever the chunk size.
+TEST(LineChunkerTest, EveryLineLongerThanTheLimitIsSkippedWhateverTheChunkSize) {
+  Random rng(11);
+  for (int trial = 0; trial < 200; ++trial) {
+    const size_t max_line = 1 + rng.Below(40);
+    std::vector<std::string> lines;
+    std::string data;
+    const int n = 1 + static_cast<int>(rng.Below(60));
+    for (int i = 0; i < n; ++i) {
+      std::string l(rng.Below(2 * max_line + 2), 'a' + static_cast<char>(i % 26));
+      if (!l.empty() && rng.Below(4) == 0) l.back() = '\r';  // CRLF: the '\r' is not counted
+      lines.push_back(l);
+      data += l + "\n";
+    }
+    auto got = ChunkAll(data, 1 + rng.Below(400), max_line, trial);
+    ASSERT_EQ(got.size(), lines.size()) << trial;
+    for (size_t i = 0; i < lines.size(); ++i) {
+      size_t len = lines[i].size();
+      if (len > 0 && lines[i].back() == '\r') --len;
+      EXPECT_EQ(got[i].number, i + 1);
+      EXPECT_EQ(got[i].overlong, len > max_line) << trial << " line " << i + 1 << " of " << len;
+      if (!got[i].overlong) {
+        EXPECT_EQ(got[i].text, lines[i]);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ctrbox

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "io/text_scan.h"
 #include "util/hash.h"
 
 namespace ctrbox {
@@ -162,6 +163,32 @@ TEST(SlotsTest, MultiHotAndDense) {
   EXPECT_EQ(bad.counts.bad[static_cast<int>(BadKind::kBadNumber)], 2u);
   EXPECT_EQ(bad.counts.bad[static_cast<int>(BadKind::kFieldCount)], 2u);
   EXPECT_EQ(bad.counts.bad[static_cast<int>(BadKind::kBadLabel)], 1u);
+}
+
+// Issue 45: invalid UTF-8 in a record was echoed raw into the log (and could not be written
+// into a JSON report). A quoted record escapes every byte that is not well-formed UTF-8 or is
+// a control byte, and keeps well-formed characters as they are, whatever the sequence length.
+TEST(TextScanTest, PrintableEscapesEveryByteThatIsNotWellFormedUtf8) {
+  using text_scan::Printable;
+  EXPECT_EQ(Printable("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"),
+            "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80");
+  EXPECT_EQ(Printable("a\xFF"
+                      "b"),
+            "a\\xff"
+            "b");
+  EXPECT_EQ(Printable("\xC3\x28"), "\\xc3(");               // a lead byte without its tail
+  EXPECT_EQ(Printable("\xC0\xAF"), "\\xc0\\xaf");           // an overlong '/'
+  EXPECT_EQ(Printable("\xED\xA0\x80"), "\\xed\\xa0\\x80");  // a surrogate
+  EXPECT_EQ(Printable("x\xE2\x82"), "x\\xe2\\x82");         // cut mid-sequence
+  EXPECT_EQ(Printable("\xEF\xBB\xBFid\t\x1b"), "\\uFEFFid\\x09\\x1b");
+  // Whatever the bytes, the result is valid UTF-8 without control bytes.
+  std::string all;
+  for (int c = 0; c < 256; ++c) all += static_cast<char>(c);
+  for (int shift = 0; shift < 4; ++shift) {
+    const std::string out = Printable(std::string_view(all).substr(shift));
+    EXPECT_TRUE(text_scan::ValidUtf8(out));
+    for (char c : out) EXPECT_GE(static_cast<unsigned char>(c), 0x20);
+  }
 }
 
 }  // namespace

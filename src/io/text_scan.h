@@ -24,25 +24,56 @@ struct LineError {
   }
 };
 
+// The length of the well-formed UTF-8 sequence at p (1 to 4 bytes; no overlongs, no
+// surrogates, at most U+10FFFF), or 0 when the bytes at p are not one.
+inline int Utf8Length(const unsigned char* p, const unsigned char* end) {
+  unsigned c = *p;
+  if (c < 0x80) return 1;
+  int len;
+  unsigned min;
+  if ((c & 0xE0) == 0xC0) {
+    len = 2, min = 0x80, c &= 0x1F;
+  } else if ((c & 0xF0) == 0xE0) {
+    len = 3, min = 0x800, c &= 0x0F;
+  } else if ((c & 0xF8) == 0xF0) {
+    len = 4, min = 0x10000, c &= 0x07;
+  } else {
+    return 0;
+  }
+  if (end - p < len) return 0;
+  for (int k = 1; k < len; ++k) {
+    if ((p[k] & 0xC0) != 0x80) return 0;
+    c = (c << 6) | (p[k] & 0x3F);
+  }
+  if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return 0;
+  return len;
+}
+
 // At most 40 bytes of `s`, for messages.
-// Control bytes (NUL, ESC, ...) are written as \xNN and a byte-order mark as \uFEFF, so that
-// a record quoted in a message can neither corrupt the terminal or log nor hide a character.
+// Control bytes (NUL, ESC, ...) and bytes that are not well-formed UTF-8 are written as \xNN
+// and a byte-order mark as \uFEFF, so that a record quoted in a message can neither corrupt
+// the terminal, log or JSON report nor hide a character.
 inline std::string Printable(std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
   out.reserve(s.size());
-  for (size_t i = 0; i < s.size(); ++i) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c == 0xEF && s.substr(i, 3) == "\xEF\xBB\xBF") {
+  const unsigned char* p = reinterpret_cast<const unsigned char*>(s.data());
+  const unsigned char* end = p + s.size();
+  while (p < end) {
+    const unsigned char c = *p;
+    const int len = Utf8Length(p, end);
+    if (len == 3 && p[1] == 0xBB && p[2] == 0xBF && c == 0xEF) {
       out += "\\uFEFF";
-      i += 2;
-    } else if (c < 0x20 || c == 0x7F) {
-      static constexpr char kHex[] = "0123456789abcdef";
+    } else if (len == 0 || c < 0x20 || c == 0x7F) {
       out += "\\x";
       out += kHex[c >> 4];
       out += kHex[c & 15];
+      p += 1;
+      continue;
     } else {
-      out += static_cast<char>(c);
+      out.append(reinterpret_cast<const char*>(p), len);
     }
+    p += len;
   }
   return out;
 }
@@ -101,28 +132,8 @@ inline bool ValidUtf8(std::string_view s) {
   const unsigned char* p = reinterpret_cast<const unsigned char*>(s.data());
   const unsigned char* end = p + s.size();
   while (p < end) {
-    unsigned c = *p;
-    if (c < 0x80) {
-      ++p;
-      continue;
-    }
-    int len;
-    unsigned min;
-    if ((c & 0xE0) == 0xC0) {
-      len = 2, min = 0x80, c &= 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      len = 3, min = 0x800, c &= 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      len = 4, min = 0x10000, c &= 0x07;
-    } else {
-      return false;
-    }
-    if (end - p < len) return false;
-    for (int k = 1; k < len; ++k) {
-      if ((p[k] & 0xC0) != 0x80) return false;
-      c = (c << 6) | (p[k] & 0x3F);
-    }
-    if (c < min || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return false;
+    const int len = Utf8Length(p, end);
+    if (len == 0) return false;
     p += len;
   }
   return true;

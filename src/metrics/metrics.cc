@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "util/json_text.h"
+
 namespace ctrbox {
 
 nlohmann::json MetricSummary::ToJson() const {
@@ -97,7 +99,7 @@ Status MetricsLog::Write(const nlohmann::json& record) {
     RETURN_IF_ERROR(env_->CreateDirs(DirName(path_)));
     ASSIGN_OR_RETURN(file_, env_->NewAppendableFile(path_));
   }
-  RETURN_IF_ERROR(file_->Append(record.dump() + "\n"));
+  RETURN_IF_ERROR(file_->Append(JsonText(record) + "\n"));
   return file_->Flush();
 }
 

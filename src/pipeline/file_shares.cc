@@ -8,6 +8,7 @@
 #include "ckpt/checkpoint.h"
 #include "io/reader.h"
 #include "pipeline/data.h"
+#include "util/json_text.h"
 #include "util/logging.h"
 
 namespace ctrbox {
@@ -177,7 +178,7 @@ Status CheckOldInput(Env* env, const JobConfig& job, const std::string& name,
     if (was != it->second) {
       return InvalidArgumentError(
           fmt::format("cannot resume: the input differs from {}'s: {} there, {} now (edited since)",
-                      name, then.dump(), it->second.dump()));
+                      name, JsonText(then), JsonText(it->second)));
     }
   }
   return Status::OK();
@@ -234,8 +235,8 @@ StatusOr<OldRank> ReadOldRank(Env* env, const JobConfig& job, const std::vector<
 }  // namespace
 
 StatusOr<StreamPlan> PlanFileShares(Env* env, Comm* comm, const JobConfig& job,
-                                      const std::vector<std::string>& files,
-                                      const std::string& ranks_dir, const RanksCheckpoint& c) {
+                                    const std::vector<std::string>& files,
+                                    const std::string& ranks_dir, const RanksCheckpoint& c) {
   if (job.features != nullptr) {
     return InvalidArgumentError(fmt::format(
         "ckpt.dir {} holds the checkpoints of a job of {} ranks: a job with a feature graph "
@@ -253,7 +254,7 @@ StatusOr<StreamPlan> PlanFileShares(Env* env, Comm* comm, const JobConfig& job,
     mine.push_back(OldRankJson(m, o));
   }
   std::vector<std::string> all;
-  RETURN_IF_ERROR(comm->AllGather(mine.dump(), &all));
+  RETURN_IF_ERROR(comm->AllGather(JsonText(mine), &all));
   std::vector<OldRank> old(c.ranks);
   std::vector<bool> seen(c.ranks, false);
   for (const std::string& text : all) {

@@ -25,6 +25,7 @@
 #include "pipeline/train_steps.h"
 #include "table/ssd_store.h"
 #include "util/cleanup.h"
+#include "util/json_text.h"
 #include "util/logging.h"
 #include "util/parse.h"
 #include "util/sys.h"
@@ -86,7 +87,7 @@ Status GlobalReport(Comm* comm, const JobConfig& job, const PassStages& stages,
   // Rank 0 gathers the metrics and the per-rank lines.
   ASSIGN_OR_RETURN(const MetricSummary s, MergeMetricsOnRank0(comm, stages.metrics()));
   std::vector<std::string> lines(n), got;
-  lines[0] = mine.dump();
+  lines[0] = JsonText(mine);
   RETURN_IF_ERROR(comm->AllToAll(lines, &got));
   if (comm->rank() != 0) return Status::OK();
   // (rank 0's own rows may have had one class only: the merged metrics decide)
@@ -140,16 +141,22 @@ Status RepartitionFromRanks(Env* env, const JobConfig& job, const std::string& r
                             ThreadPool* pool, TrainStart* start) {
   CheckpointManifest first;
   uint64_t examples = 0;
+  ASSIGN_OR_RETURN(const nlohmann::json settings, ResultSettings(env, job));
   for (uint32_t m = 0; m < c.ranks; ++m) {
     const std::string dir = RankCheckpointDir(ranks_dir, static_cast<int>(m), c.ranks);
+    // The settings first, as a resume on the same ranks checks them: another dimension or
+    // batch is named as such, before any row is read.
+    ASSIGN_OR_RETURN(const CheckpointManifest written, ReadCheckpointManifest(env, dir, c.id));
+    const std::string why =
+        ResumeMismatch(written, job.spec, settings, c.ranks, static_cast<uint32_t>(job.dist.ranks));
+    if (!why.empty()) {
+      return InvalidArgumentError(
+          fmt::format("cannot resume the checkpoint of {} ranks in {} on {}: {}", c.ranks,
+                      ranks_dir, job.dist.ranks, why));
+    }
     CheckpointManifest mf;
     RETURN_IF_ERROR(
         LoadCheckpoint(env, dir, c.id, start->table.get(), start->model.get(), pool, &mf, owned));
-    if (mf.spec.ToJson() != job.spec.ToJson()) {
-      return InvalidArgumentError(fmt::format(
-          "cannot resume: {} in {} was written with another model spec than this job sets",
-          CheckpointName(c.id), dir));
-    }
     if (m == 0) first = mf;
     if (mf.position.passes != first.position.passes) {
       return CorruptionError(fmt::format("{}: the ranks' checkpoints {} hold {} and {} passes",
@@ -220,7 +227,7 @@ Status CheckRanksRunOneJob(Comm* comm, const JobConfig& job) {
         fmt::format("{:016x}", job.features->Fingerprint());
   }
   std::vector<std::string> all;
-  RETURN_IF_ERROR(comm->AllGather(mine.dump(), &all));
+  RETURN_IF_ERROR(comm->AllGather(JsonText(mine), &all));
   if (std::all_of(all.begin(), all.end(), [&](const std::string& s) { return s == all[0]; })) {
     return Status::OK();
   }

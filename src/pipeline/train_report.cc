@@ -324,6 +324,18 @@ void LogExtract(const ExtractTotals& x, double seconds, int reader_threads) {
       x.duplicates, x.bad_rows);
 }
 
+std::string NoExamplesReason(const JobConfig& job, uint64_t records_malformed) {
+  std::string why = fmt::format("{} records malformed and skipped", records_malformed);
+  if (job.extractor == nullptr) return why;
+  const ExtractTotals x = job.extractor->totals();
+  return fmt::format(
+      "{}; the feature graph read {} rows: {} filtered out by its filters, {} duplicates "
+      "dropped, {} bad{}",
+      why, x.rows_in, x.filtered, x.duplicates, x.bad_rows,
+      x.rows_in > 0 && x.filtered == x.rows_in ? " (every row: look at the filters' conditions)"
+                                               : "");
+}
+
 void LogStageTable(const StageClocks& clocks, double seconds, uint64_t passes, bool pipelined) {
   std::string line;
   for (StageId s : kStages) {

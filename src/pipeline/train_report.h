@@ -36,6 +36,9 @@ nlohmann::json StagesJson(const StageClocks& clocks);
 nlohmann::json ExtractJson(const ExtractTotals& x);
 // Its line beside the stage table: busy worker time against the run's wall time.
 void LogExtract(const ExtractTotals& x, double seconds, int reader_threads);
+// Why a job read no examples: "(N records malformed and skipped)", and with a feature graph
+// what became of the rows it read (filtered, duplicates, bad), for the message that stops it.
+std::string NoExamplesReason(const JobConfig& job, uint64_t records_malformed);
 // A committed checkpoint in a pass line.
 nlohmann::json CheckpointJson(const CheckpointManifest& m, double seconds);
 

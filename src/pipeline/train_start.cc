@@ -9,10 +9,10 @@
 #include "pipeline/data.h"
 #include "table/tiered_table.h"
 #include "util/blas.h"
+#include "util/json_text.h"
 #include "util/logging.h"
 
 namespace ctrbox {
-namespace {
 
 // The job settings besides the model spec that change what a resumed job computes: what the
 // data is, and how it is cut into passes and minibatches. A checkpoint records them.
@@ -63,9 +63,34 @@ StatusOr<nlohmann::json> ResultSettings(Env* env, const JobConfig& job) {
   return settings;
 }
 
-// Why this job cannot continue from checkpoint `m`, or "".
+namespace {
+
+// Settings that are a rank's share of the job's: the job's value is the rank's times the ranks.
+bool DividedAmongRanks(const std::string& key) {
+  return key == "train.batch_size" || key == "pipeline.pass_examples";
+}
+
+// A setting as the job sets it, from one rank's share of it.
+nlohmann::json JobValue(const std::string& key, const nlohmann::json& v, uint32_t ranks) {
+  if (ranks <= 1 || !DividedAmongRanks(key) || !v.is_number_unsigned()) return v;
+  return v.get<uint64_t>() * ranks;
+}
+
+// The data a job of another number of ranks shares with this one: each rank's files (and its
+// plan of them) are its own, the format, generator and feature graph the job's.
+nlohmann::json SharedData(nlohmann::json data) {
+  if (data.is_object()) {
+    data.erase("files");
+    data.erase("plan");
+  }
+  return data;
+}
+
+}  // namespace
+
 std::string ResumeMismatch(const CheckpointManifest& m, const ModelSpec& spec,
-                           const nlohmann::json& settings) {
+                           const nlohmann::json& settings, uint32_t ranks_then,
+                           uint32_t ranks_now) {
   const std::string name = CheckpointName(m.id);
   if (m.spec.ToJson() != spec.ToJson()) {
     std::string key = m.spec.FirstIncompatibility(spec);
@@ -76,9 +101,25 @@ std::string ResumeMismatch(const CheckpointManifest& m, const ModelSpec& spec,
     return fmt::format("{} was written with another model spec than this job sets: {}", name,
                        m.spec.DescribeDifference(spec, key));
   }
+  const bool reshard = ranks_then != ranks_now;
   for (const auto& [key, value] : settings.items()) {
     const nlohmann::json old = m.settings.contains(key) ? m.settings[key] : nlohmann::json();
-    if (old == value) continue;
+    if (old == value && !reshard) continue;
+    if (reshard) {
+      if (key == "data") {
+        if (SharedData(old) == SharedData(value)) continue;
+        return fmt::format("{} was written from other data than this job reads: {} there, {} now",
+                           name, JsonText(SharedData(old)), JsonText(SharedData(value)));
+      }
+      if (key != "data" && !DividedAmongRanks(key) && old == value) continue;
+      if (DividedAmongRanks(key) && old.is_number_unsigned() && value.is_number_unsigned()) {
+        // A rank's pass is the job's divided by the ranks, rounded down: equal within that.
+        const uint64_t a = JobValue(key, old, ranks_then).get<uint64_t>();
+        const uint64_t b = JobValue(key, value, ranks_now).get<uint64_t>();
+        const uint64_t slack = key == "train.batch_size" ? 0 : std::max(ranks_then, ranks_now);
+        if ((a > b ? a - b : b - a) <= slack) continue;
+      }
+    }
     if (key == "data" && old.contains("files") && value.contains("files")) {
       const auto &a = old["files"], &b = value["files"];
       bool differs = old.value("format", "") != value.value("format", "");
@@ -96,20 +137,24 @@ std::string ResumeMismatch(const CheckpointManifest& m, const ModelSpec& spec,
           return fmt::format(
               "the input differs from {}'s: {} has the same size but other content (fingerprint "
               "{} there, {} now): it was edited in place",
-              name, now["path"].get<std::string>(), then["fingerprint"].dump(),
-              now["fingerprint"].dump());
+              name, now["path"].get<std::string>(), JsonText(then["fingerprint"]),
+              JsonText(now["fingerprint"]));
         }
         return fmt::format("the input differs from {}'s: {} there, {} now", name,
-                           then.is_null() ? "no file" : then.dump(),
-                           now.is_null() ? "no file" : now.dump());
+                           then.is_null() ? "no file" : JsonText(then),
+                           now.is_null() ? "no file" : JsonText(now));
       }
       if (!differs) continue;
     }
-    return fmt::format("{} was written with {} = {}, this job sets {}", name, key, old.dump(),
-                       value.dump());
+    // Named as the user sets it: the job's value, not a rank's share.
+    return fmt::format("{} was written with {} = {}, this job sets {}", name, key,
+                       JsonText(JobValue(key, old, ranks_then)),
+                       JsonText(JobValue(key, value, ranks_now)));
   }
   return "";
 }
+
+namespace {
 
 // --resume: the newest checkpoint that loads. NotFound when ckpt.dir holds none yet.
 Status Resume(Env* env, const JobConfig& job, const nlohmann::json& settings, PassReader* reader,
@@ -124,7 +169,8 @@ Status Resume(Env* env, const JobConfig& job, const nlohmann::json& settings, Pa
                          return std::unique_ptr<SparseTable>(std::move(t));
                        },
                        pool));
-  const std::string why = ResumeMismatch(r.manifest, job.spec, settings);
+  const uint32_t ranks = static_cast<uint32_t>(std::max(job.dist.ranks, 1));
+  const std::string why = ResumeMismatch(r.manifest, job.spec, settings, ranks, ranks);
   if (!why.empty()) return InvalidArgumentError("cannot resume: " + why);
   start->resumed = r.manifest;
   start->resume_warnings = std::move(r.warnings);

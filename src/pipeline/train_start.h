@@ -41,6 +41,19 @@ struct TrainStart {
 StatusOr<TrainStart> StartTrain(Env* env, const JobConfig& job, PassReader* reader,
                                 ThreadPool* pool, const KeyFilter& owned = nullptr);
 
+// The job settings besides the model spec that change what a resumed job computes: what the
+// data is, and how it is cut into passes and minibatches. A checkpoint records them (a rank's
+// checkpoint: its share of the job, with its own files).
+StatusOr<nlohmann::json> ResultSettings(Env* env, const JobConfig& job);
+
+// Why a job with `spec` and `settings` cannot continue from checkpoint m, or "". ranks_then:
+// the ranks that wrote m, ranks_now: this job's. Settings divided among the ranks (the batch,
+// the pass) are compared and named as the job sets them, not as a rank's share; across
+// another number of ranks each rank's files are its own and are not compared.
+std::string ResumeMismatch(const CheckpointManifest& m, const ModelSpec& spec,
+                           const nlohmann::json& settings, uint32_t ranks_then = 1,
+                           uint32_t ranks_now = 1);
+
 }  // namespace ctrbox
 
 #endif  // CTRBOX_PIPELINE_TRAIN_START_H_

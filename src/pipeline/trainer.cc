@@ -342,10 +342,9 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   // A job that trained nothing has no model to save (an interrupted one stops as usual).
   // (A rank of several may have had none: the job's count decides, summed over the ranks.)
   if (run.job_examples == 0 && !run.interrupted) {
-    return FailedPreconditionError(fmt::format(
-        "no examples in the input ({} records malformed and skipped): nothing was trained and "
-        "nothing is saved",
-        run.records_malformed));
+    return FailedPreconditionError(
+        fmt::format("no examples in the input ({}): nothing was trained and nothing is saved",
+                    NoExamplesReason(job, run.records_malformed)));
   }
   RETURN_IF_ERROR(FinishRun(env, job, comm, ranks_ckpt_dir, run, &start, &pool, &report));
   RETURN_IF_ERROR(CloseTable(env, job, std::move(start.table)));

@@ -30,6 +30,7 @@
 #include "pipeline/trainer.h"
 #include "util/blas.h"
 #include "util/hash.h"
+#include "util/json_text.h"
 #include "util/logging.h"
 
 namespace py = pybind11;
@@ -90,7 +91,7 @@ class PySink : public ProgressSink {
  private:
   void Call(const nlohmann::json& j) {
     if (callback_.is_none()) return;
-    const std::string text = j.dump();
+    const std::string text = JsonText(j);
     py::gil_scoped_acquire gil;
     if (error_) return;
     try {
@@ -138,11 +139,24 @@ std::pair<std::string, bool> Train(const JobConfig& job, py::object progress) {
     }
     worker.join();
   }
+  // A signal that came after the last look (in the job's last moments) is taken here, with
+  // the GIL, rather than left pending: a Ctrl-C is the job's Interrupted, as one a moment
+  // earlier would have been, never a bare KeyboardInterrupt at the caller's next statement.
+  if (PyErr_CheckSignals() != 0) {
+    if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
+      PyErr_Clear();
+      interrupted = true;
+    } else if (!handler_error) {
+      handler_error.emplace();
+    } else {
+      PyErr_Clear();
+    }
+  }
   if (handler_error) throw *handler_error;
   sink.RaiseIfFailed();
   StatusOr<nlohmann::json> report = result.get();
   if (!report.ok()) throw StatusError(report.status());
-  return {report->dump(), interrupted || report->value("interrupted", false)};
+  return {JsonText(*report), interrupted || report->value("interrupted", false)};
 }
 
 // A saved model, opened once: the rows under the job's storage settings (in memory, or a
@@ -157,7 +171,7 @@ class Model {
     lm_ = Check(OpenModel(Env::Posix(), job_.model_dir, job_.StorageFor({}), &pool_));
   }
 
-  std::string Manifest() const { return lm_.manifest.ToJson().dump(); }
+  std::string Manifest() const { return JsonText(lm_.manifest.ToJson()); }
   uint32_t num_slots() const { return lm_.model->schema().num_slots; }
   uint32_t num_dense() const { return lm_.model->schema().num_dense; }
   uint32_t dim() const { return lm_.table->layout().dim; }
@@ -194,7 +208,7 @@ class Model {
       job.data.key_slots = lm_.manifest.spec.model.KeySlotMap();
       Check(AttachFeatures(Env::Posix(), &job));
     }
-    return Check(EvalLoadedModel(Env::Posix(), job, lm_, &pool_)).dump();
+    return JsonText(Check(EvalLoadedModel(Env::Posix(), job, lm_, &pool_)));
   }
 
   // Probabilities for rows given as arrays: keys[offsets[r*S+s] .. offsets[r*S+s+1]) are
@@ -367,6 +381,12 @@ py::array_t<uint64_t> FeatureKeys(uint32_t slot, py::object values) {
   std::vector<uint64_t> out;
   if (py::isinstance<py::array>(values) && py::array(values).dtype().kind() != 'U' &&
       py::array(values).dtype().kind() != 'O') {
+    const char kind = py::array(values).dtype().kind();
+    if (kind != 'u' && kind != 'i') {  // a float 1.7 would be truncated to 1
+      throw py::type_error(std::string("feature_keys: values are unsigned integers or strings, "
+                                       "not an array of ") +
+                           std::string(py::str(py::array(values).dtype())));
+    }
     auto ids = py::array_t<uint64_t, py::array::c_style | py::array::forcecast>::ensure(values);
     if (!ids) throw py::type_error("feature_keys: values are unsigned integers or strings");
     out.resize(ids.size());
@@ -375,6 +395,10 @@ py::array_t<uint64_t> FeatureKeys(uint32_t slot, py::object values) {
     for (py::handle v : values) {
       if (py::isinstance<py::str>(v)) {
         out.push_back(FeatureKey(slot, std::string_view(v.cast<std::string>())));
+      } else if (!PyIndex_Check(v.ptr()) || py::isinstance<py::bool_>(v)) {
+        throw py::type_error("feature_keys: values are unsigned integers or strings, not " +
+                             std::string(py::str(py::type::of(v).attr("__name__"))) + " (" +
+                             std::string(py::repr(v)) + ")");
       } else {
         out.push_back(FeatureKey(slot, v.cast<uint64_t>()));
       }
@@ -385,7 +409,7 @@ py::array_t<uint64_t> FeatureKeys(uint32_t slot, py::object values) {
 
 std::string Gen(const GenArgs& args) {
   py::gil_scoped_release nogil;
-  return Check(RunGen(args)).dump();
+  return JsonText(Check(RunGen(args)));
 }
 
 void SetLogLevel(const std::string& level) {

@@ -1,11 +1,12 @@
 // cross: the keys of every combination of its inputs' items, the first input outermost
-// (docs/features.md, "Operators"). A row with more than max_keys combinations is marked and
-// left empty.
+// (docs/features.md, "Operators"). A row with more than max_keys combinations (or more than
+// features.max_row_keys) is marked too_many_keys and left empty, before any key is made.
 #ifndef CTRBOX_FEATURE_OPS_CROSS_H_
 #define CTRBOX_FEATURE_OPS_CROSS_H_
 
 #include "feature/fixed_ops.h"
 #ifndef __CUDACC__
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -23,7 +24,7 @@ inline OpSpec CrossSpec() {
   OpSpec s;
   s.params = {"inputs", "max_keys"};
   s.one_input = false;
-  s.bad_kind = BadKind::kBadSlot;
+  s.bad_kind = BadKind::kTooManyKeys;
   s.parse = [](OpParse& p) -> Status {
     RETURN_IF_ERROR(p.Inputs("inputs"));
     if (p.inputs().size() < 2) return p.Error("inputs", "cross takes two inputs or more");
@@ -46,7 +47,8 @@ inline OpSpec CrossSpec() {
     const size_t k = x.op.inputs.size();
     std::vector<uint32_t> idx;
     std::vector<uint64_t> h(k);
-    KeyRows(x, x.op.max_keys, [&](uint32_t r, uint64_t* keys, uint32_t n) {
+    const uint64_t cap = std::min(x.op.max_keys, x.plan.max_row_keys);
+    KeyRows(x, cap, [&](uint32_t r, uint64_t* keys, uint32_t n) {
       idx.assign(k, 0);
       for (uint32_t j = 0; j < n; ++j) {
         for (size_t m = 0; m < k; ++m) h[m] = ItemHash(x.t->cols[x.op.inputs[m]], r, idx[m], 0);

@@ -38,6 +38,12 @@ inline OpSpec FillNullSpec() {
       return t.Error(fmt::format("fill_null ('{}'): value '{}' is not a number, and '{}' is {}",
                                  t.op.name, t.op.value.s, t.names[0], ColTypeName(t.in[0])));
     }
+    if (t.in[0] == ColType::kInt && static_cast<double>(t.op.value.i) != t.op.value.f) {
+      return t.Error(fmt::format(
+          "fill_null ('{}'): value {} is not an integer, and '{}' is int: give an integer, or "
+          "cast the column to float first",
+          t.op.name, t.op.value.s, t.names[0]));
+    }
     return t.in[0];
   };
   s.fixed = FixedOnNumbers;
