@@ -295,6 +295,34 @@ TEST_F(ViewAbuseTest, AFilterThatDropsEveryRowSaysSoAndWritesNothing) {
   EXPECT_FALSE(Env::Posix()->FileExists(Path("sh")));
 }
 
+// Item 3 with a feature graph: held-out views whose header differs from the training view's
+// were found after training ("dev.csv:1: the header differs ..."), with no report.
+TEST_F(ViewAbuseTest, AHeldOutViewWithAnotherHeaderIsRefusedBeforeTraining) {
+  std::string main;
+  ASSERT_TRUE(ReadFileToString(Env::Posix(), Path("main.csv"), &main).ok());
+  Write("dev.csv", main.substr(main.find('\n') + 1));  // the rows without their header
+  Result r =
+      Run(Ctrbox("train" +
+                 Job("", "", "",
+                     "paths: [" + Path("main.csv") + "]\n  eval_paths: [" + Path("dev.csv") + "]") +
+                 " --model-dir " + Path("m")));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find(Path("dev.csv") + ":1: the header differs from the main view's first "
+                                         "file's"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("pass 0"), std::string::npos) << "it trained first: " << r.err;
+  EXPECT_FALSE(Env::Posix()->FileExists(Path("m")));
+  Write("dev.csv", main);  // the same header: trains and evaluates
+  Result ok =
+      Run(Ctrbox("train" +
+                 Job("", "", "",
+                     "paths: [" + Path("main.csv") + "]\n  eval_paths: [" + Path("dev.csv") + "]") +
+                 " --model-dir " + Path("m")));
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_TRUE(ok.last_json.contains("test_auc"));
+}
+
 // Item 5: convert and extract died silently on SIGTERM (rc 143) leaving part files. The first
 // signal stops them cleanly: a message, status 130, and nothing of the output left.
 TEST_F(ViewAbuseTest, ConvertAndExtractStopCleanlyOnSigterm) {

@@ -406,6 +406,31 @@ class DedupeStep {
   std::vector<std::unordered_set<std::pair<uint64_t, uint64_t>, TagHash>> seen_;
 };
 
+Status Extractor::CheckHeaders(Env* env, const DataOptions& data) const {
+  const ViewLayout& main = plan_->main;
+  if (main_parser_ == nullptr || main.format == ViewFormat::kJsonl || !main.header ||
+      !data.command.empty()) {
+    return Status::OK();
+  }
+  ASSIGN_OR_RETURN(std::vector<std::string> files,
+                   ExpandDataPaths(env, data.paths, DataFormat::kCriteo));
+  for (const std::string& f : files) {
+    DataOptions one = data;
+    one.paths = {f};
+    ASSIGN_OR_RETURN(std::vector<std::string> header, ReadHeader(env, main, one));
+    if (header != main_parser_->header()) {
+      std::string names;
+      for (const std::string& h : header) names += (names.empty() ? "" : ",") + h;
+      return InvalidArgumentError(fmt::format(
+          "{}:1: the header differs from the main view's first file's (every file of "
+          "features.main has the same columns in the same order, held-out ones too): it "
+          "reads '{}'",
+          f, text_scan::Clip(names)));
+    }
+  }
+  return Status::OK();
+}
+
 StatusOr<std::unique_ptr<BatchReader>> OpenFeatureReader(Env* env, const DataOptions& data,
                                                          std::shared_ptr<Extractor> extractor) {
   ChunkDecoder d;

@@ -82,6 +82,10 @@ class Extractor {
                    ParseOutcome* outcome) const;
 
   ExtractTotals totals() const;
+  // Whether every file of `data` (other files of the main view: held-out ones) starts with the
+  // header the main view's first file has, read now, before any row is extracted (the rows
+  // themselves would count into the totals). InvalidArgument naming the file otherwise.
+  Status CheckHeaders(Env* env, const DataOptions& data) const;
 
  private:
   Extractor() = default;

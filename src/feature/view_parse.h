@@ -34,6 +34,8 @@ class ViewParser {
 
   // Splits a header line (csv/tsv) into its field names.
   static std::vector<std::string> SplitHeader(const ViewLayout& layout, std::string_view line);
+  // The header every file of the view starts with (empty without one).
+  const std::vector<std::string>& header() const { return header_; }
 
   // Parses the lines of `chunk` into columns out->cols[first_col + c] for each declared column
   // c (cells from `arena`'s lane; strings point into chunk.data where they need no

@@ -62,9 +62,13 @@ StatusOr<std::unique_ptr<BatchReader>> OpenHeldOut(Env* env, const JobConfig& jo
 Status CheckHeldOut(Env* env, const JobConfig& job) {
   if (IsGenerated(job.data) || job.eval_paths.empty()) return Status::OK();
   if (job.extractor != nullptr) {
-    // Through a feature graph only the files are checked: a reader would start extracting at
-    // once, into the extract stage's totals that the report gives for the training data.
-    return ExpandDataPaths(env, job.eval_paths, job.data.format).status();
+    // Through a feature graph the files and their headers are checked: a reader would start
+    // extracting at once, into the extract stage's totals that the report gives for the
+    // training data.
+    DataOptions eval = job.data;
+    eval.paths = job.eval_paths;
+    eval.command.clear();
+    return job.extractor->CheckHeaders(env, eval);
   }
   ASSIGN_OR_RETURN(std::unique_ptr<BatchReader> reader, OpenHeldOut(env, job));
   if (!(reader->schema() == job.spec.schema)) {
