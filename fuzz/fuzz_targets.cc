@@ -91,11 +91,12 @@ bool LastInputAccepted() { return accepted; }
 int FuzzTextInput(const uint8_t* data, size_t size) {
   if (size < 3) return 0;
   static constexpr DataFormat kFormats[] = {DataFormat::kCriteo, DataFormat::kLibsvm,
-                                            DataFormat::kLibfm, DataFormat::kSlots};
+                                            DataFormat::kLibffm, DataFormat::kSlots};
   TextFormatOptions o;
   o.format = kFormats[data[0] % 4];
   o.labels_optional = (data[0] >> 2) & 1;
-  o.schema = SchemaForFormat(o.format, 1 + data[1] % 64, data[2] % 16);
+  o.slot_from = (data[0] >> 3) & 1 ? SlotFrom::kPosition : SlotFrom::kOne;  // libsvm's two ways
+  o.schema = SchemaForFormat(o.format, 1 + data[1] % 64, data[2] % 16, o.slot_from);
   o.max_line_bytes = 1024;  // so overlong lines are exercised too
   auto env = EnvWith("/in.txt", Bytes(data + 3, size - 3));
   auto raw = env->NewSequentialFile("/in.txt");

@@ -270,10 +270,11 @@ class Model:
         directories; with none, on the generated test rows."""
         return json.loads(_call(self._model.eval, _paths(data), format or ""))
 
-    def predict(self, keys=None, dense=None, offsets=None, records=None, format="criteo", hashed=False):
+    def predict(self, keys=None, dense=None, offsets=None, records=None, format=None, hashed=False):
         """Click probabilities, float32, one per row.
 
-        records: text lines in `format` (a label is optional); a malformed one gets NaN.
+        records: text lines in `format` (a label is optional; None: the format the model was
+        trained on, as its MANIFEST records it, else criteo); a malformed one gets NaN.
         keys: a (rows, num_slots) integer array, one id per slot; or a flat array with
         offsets (rows * num_slots + 1 entries: row r's slot s holds keys[offsets[r*S+s] :
         offsets[r*S+s+1]]), for slots with several ids or none; or a list of rows, each a
@@ -287,7 +288,7 @@ class Model:
                 raise TypeError("predict takes records or keys/dense, not both")
             if isinstance(records, str):
                 records = [records]
-            return _call(self._model.predict_text, list(records), format)
+            return _call(self._model.predict_text, list(records), format or "")
         if keys is None:
             raise TypeError("predict needs records=... or keys=...")
         slots = self.num_slots

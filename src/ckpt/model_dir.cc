@@ -23,17 +23,19 @@ std::string FileName(const char* kind, uint64_t generation) {
 }  // namespace
 
 nlohmann::json ModelManifest::ToJson() const {
-  return {{"format", "ctrbox-model"},
-          {"version", files.size() > 2 ? 2 : 1},
-          {"generation", generation},
-          {"spec", spec.ToJson()},
-          {"files", FilesToJson(files)},
-          {"keys", keys},
-          {"keys_with_embedding", keys_with_embedding},
-          {"bytes_live", bytes_live},
-          {"dense_params", dense_params},
-          {"digest", digest},
-          {"trained_examples", trained_examples}};
+  nlohmann::json j = {{"format", "ctrbox-model"},
+                      {"version", files.size() > 2 ? 2 : 1},
+                      {"generation", generation},
+                      {"spec", spec.ToJson()},
+                      {"files", FilesToJson(files)},
+                      {"keys", keys},
+                      {"keys_with_embedding", keys_with_embedding},
+                      {"bytes_live", bytes_live},
+                      {"dense_params", dense_params},
+                      {"digest", digest},
+                      {"trained_examples", trained_examples}};
+  if (!input.is_null()) j["input"] = input;
+  return j;
 }
 
 bool ModelExists(Env* env, const std::string& dir) {
@@ -82,6 +84,7 @@ StatusOr<ModelManifest> ReadManifest(Env* env, const std::string& dir) {
     m.dense_params = j.at("dense_params").get<uint64_t>();
     m.digest = j.at("digest").get<std::string>();
     m.trained_examples = j.at("trained_examples").get<uint64_t>();
+    if (j.contains("input") && j["input"].is_object()) m.input = j["input"];
     return m;
   } catch (const std::exception& e) {
     return CorruptionError(path + ": " + e.what());
@@ -120,7 +123,8 @@ Status CommitGeneration(Env* env, const std::string& dir, const CtrModel& model,
 
 StatusOr<ModelManifest> SaveModel(Env* env, const std::string& dir, const ModelSpec& spec,
                                   SparseTable& table, const CtrModel& model,
-                                  uint64_t trained_examples, ThreadPool* pool) {
+                                  uint64_t trained_examples, ThreadPool* pool,
+                                  const nlohmann::json& input) {
   RETURN_IF_ERROR(env->CreateDirs(dir));
   ModelManifest m;
   m.generation = 1;
@@ -130,6 +134,7 @@ StatusOr<ModelManifest> SaveModel(Env* env, const std::string& dir, const ModelS
   }
   m.spec = spec;
   m.trained_examples = trained_examples;
+  m.input = input;
 
   // Sparse rows, stripe by stripe.
   const std::string sparse_name = FileName("sparse", m.generation);
@@ -260,10 +265,12 @@ StatusOr<RankModelPart> SaveRankModelPart(Env* env, const std::string& dir, uint
 
 StatusOr<ModelManifest> CommitRanksModel(Env* env, const std::string& dir, const ModelSpec& spec,
                                          const CtrModel& model, uint64_t trained_examples,
-                                         const std::vector<RankModelPart>& parts) {
+                                         const std::vector<RankModelPart>& parts,
+                                         const nlohmann::json& input) {
   ModelManifest m;
   m.generation = parts.at(0).generation;
   m.spec = spec;
+  m.input = input;
   m.trained_examples = trained_examples;
   SparseCounts c;
   for (const RankModelPart& s : parts) {

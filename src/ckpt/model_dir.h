@@ -27,6 +27,10 @@ struct ModelManifest {
   uint64_t keys = 0, keys_with_embedding = 0, bytes_live = 0, dense_params = 0;
   std::string digest;
   uint64_t trained_examples = 0;
+  // The input it was trained on, for eval and predict to read theirs alike: {"format",
+  // "slot_from", "num_slots", "num_dense"} or {"format": "views", "features"}; null in
+  // models saved before it was recorded.
+  nlohmann::json input;
 
   nlohmann::json ToJson() const;
 };
@@ -45,7 +49,8 @@ StatusOr<ModelManifest> ReadManifest(Env* env, const std::string& dir);
 // and commits it; then deletes the previous generation's files.
 StatusOr<ModelManifest> SaveModel(Env* env, const std::string& dir, const ModelSpec& spec,
                                   SparseTable& table, const CtrModel& model,
-                                  uint64_t trained_examples, ThreadPool* pool);
+                                  uint64_t trained_examples, ThreadPool* pool,
+                                  const nlohmann::json& input = nullptr);
 
 // ---- A model saved by the ranks of a distributed job (docs/distributed.md): one directory
 // whose MANIFEST (version 2) names one sparse file per rank, then the dense file. Every rank
@@ -70,7 +75,8 @@ StatusOr<RankModelPart> SaveRankModelPart(Env* env, const std::string& dir, uint
 // the files of older generations. REQUIRES: every part of the same generation.
 StatusOr<ModelManifest> CommitRanksModel(Env* env, const std::string& dir, const ModelSpec& spec,
                                          const CtrModel& model, uint64_t trained_examples,
-                                         const std::vector<RankModelPart>& parts);
+                                         const std::vector<RankModelPart>& parts,
+                                         const nlohmann::json& input = nullptr);
 
 // Loads the model named by `manifest` into `table` and `model`, which must have been built
 // from manifest.spec (empty table): the rows `keep` keeps. Verifies checksums, counts and the

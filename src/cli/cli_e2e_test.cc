@@ -85,8 +85,9 @@ TEST_F(CliTest, EveryInputFormatTrains) {
     const char* format;
     const char* sets;
   };
-  for (Case c : {Case{"slots", " --set data.num_slots=16 --set data.num_dense=4"},
-                 Case{"libsvm", ""}, Case{"libfm", " --set data.num_slots=39"}}) {
+  for (Case c :
+       {Case{"slots", " --set data.num_slots=16 --set data.num_dense=4"}, Case{"libsvm", ""},
+        Case{"libfm", ""}, Case{"libffm", " --set data.num_slots=39"}}) {
     const std::string data = Path(std::string(c.format) + ".txt");
     Result g = Run(Ctrbox("gen --format " + std::string(c.format) + " --rows 20000 --out " + data));
     ASSERT_EQ(g.exit_code, 0) << g.err;

@@ -83,8 +83,8 @@ Setter Format(std::function<void(JobConfig*, DataFormat)> assign, bool allow_sha
   return [=](JobConfig* j, std::string_view v, std::string* expect) {
     DataFormat f;
     if (!ParseDataFormat(v, &f) || (!allow_shards && f == DataFormat::kShards)) {
-      *expect = allow_shards ? "criteo, libsvm, libfm, slots or shards"
-                             : "criteo, libsvm, libfm or slots";
+      *expect = allow_shards ? "criteo, libsvm, libfm, libffm, slots or shards"
+                             : "criteo, libsvm, libfm, libffm or slots";
       return false;
     }
     assign(j, f);
@@ -142,6 +142,16 @@ Setter SparseUpdates() {
       return false;
     }
     j->dist.owner_updates = v == "owner";
+    return true;
+  };
+}
+
+Setter SlotFromSetter() {
+  return [](JobConfig* j, std::string_view v, std::string* expect) {
+    if (!ParseSlotFrom(v, &j->data.slot_from)) {
+      *expect = "one or position";
+      return false;
+    }
     return true;
   };
 }

@@ -48,6 +48,7 @@ Setter Gemm();
 Setter Scatter();
 Setter SparseUpdates();
 Setter Rounding();
+Setter SlotFromSetter();
 Setter Widths(std::vector<uint32_t> ModelOptions::*field = &ModelOptions::mlp);
 Setter SlotGroups();
 Setter DenseGroups();

@@ -19,9 +19,17 @@ const std::vector<Key>& Keys() {
       {"data.command", "(none)",
        "a shell command whose standard output is the (text) training data, instead of data.paths",
        Text([](JobConfig* j, std::string v) { j->data.command = std::move(v); })},
-      {"data.format", "criteo", "criteo | libsvm | libfm | slots | shards (also --format)",
+      {"data.format", "criteo",
+       "criteo | libsvm | libfm (label idx:val) | libffm (label field:idx:val) | slots | shards "
+       "(also --format)",
        Format([](JobConfig* j, DataFormat f) { j->data.format = f; }, true)},
-      {"data.num_slots", "0", "slots per row for the libfm and slots formats (required there)",
+      {"data.slot_from", "one",
+       "libsvm, libfm: one (every feature in slot 0) | position (the token's place in the row "
+       "is its slot: one-hot-per-field files)",
+       SlotFromSetter()},
+      {"data.num_slots", "0",
+       "slots per row for the libffm and slots formats (required there); with data.slot_from "
+       "position, 0 takes the most features of a row of the first 64 KB",
        UInt([](JobConfig* j, uint64_t v) { j->data.num_slots = static_cast<uint32_t>(v); }, 1,
             100000)},
       {"data.num_dense", "0", "dense values per row for the slots format",
@@ -49,7 +57,8 @@ const std::vector<Key>& Keys() {
       {"data.gen.zipf", "1.15",
        "Zipf exponent of the generated ids (> 1; flatter: more distinct keys)",
        Float([](JobConfig* j, float v) { j->generated.zipf = v; }, 1.0001, 10)},
-      {"data.gen.format", "criteo", "layout of the generated rows: criteo | slots | libsvm | libfm",
+      {"data.gen.format", "criteo",
+       "layout of the generated rows: criteo | slots | libsvm | libfm | libffm",
        Format([](JobConfig* j, DataFormat f) { j->generated.layout = f; }, false)},
       // model
       {"model.embedding_dim", "16", "embedding dimension of every slot",

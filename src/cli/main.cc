@@ -44,7 +44,7 @@ void AddJobOptions(CLI::App* cmd, ctrbox::JobSources* a) {
   cmd->add_option("-c,--config", a->config_path, "YAML job file");
   cmd->add_option("--set", a->sets, "override a job key: --set train.threads=2 (repeatable)");
   cmd->add_option("--data", a->data, "input files or directories");
-  cmd->add_option("--format", a->format, "criteo | libsvm | libfm | slots | shards");
+  cmd->add_option("--format", a->format, "criteo | libsvm | libfm | libffm | slots | shards");
 }
 
 int Report(const ctrbox::Status& s) {
@@ -119,9 +119,10 @@ int main(int argc, char** argv) {
   report->require_option(1, 3);
 
   auto* gen_cmd = app.add_subcommand("gen", "write a synthetic click log with a planted model");
-  gen_cmd->add_option("--format", gen.format,
-                      "criteo | libsvm | libfm | slots | views (a directory of raw views and "
-                      "their job: docs/features.md)");
+  gen_cmd->add_option(
+      "--format", gen.format,
+      "criteo | libsvm | libfm | libffm | slots | views (a directory of raw views and "
+      "their job: docs/features.md)");
   gen_cmd->add_option("--test-rows", gen.test_rows, "views: held-out rows (default rows / 5)")
       ->check(IntegerIn(1, uint64_t{1} << 40));
   gen_cmd->add_option("--rows", gen.rows, "rows to write")->check(IntegerIn(1, uint64_t{1} << 40));

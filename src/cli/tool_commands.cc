@@ -116,7 +116,7 @@ StatusOr<nlohmann::json> RunGen(const GenArgs& args) {
   SynthOptions o;
   if (!ParseDataFormat(args.format, &o.format) || o.format == DataFormat::kShards) {
     return InvalidArgumentError(fmt::format(
-        "gen --format {}: expected criteo, libsvm, libfm, slots or views", args.format));
+        "gen --format {}: expected criteo, libsvm, libfm, libffm, slots or views", args.format));
   }
   if (args.out.empty()) return InvalidArgumentError("gen needs --out FILE");
   if (args.rows == 0) return InvalidArgumentError("gen --rows must be >= 1");
@@ -172,7 +172,7 @@ StatusOr<nlohmann::json> RunGen(const GenArgs& args) {
   const Schema schema = gen.schema();
   LOG_INFO("wrote {} rows to {} ({}); oracle AUC {:.4f}", args.rows, args.out, FormatBytes(bytes),
            s.auc);
-  if (o.format == DataFormat::kSlots || o.format == DataFormat::kLibfm) {
+  if (o.format == DataFormat::kSlots || o.format == DataFormat::kLibffm) {
     LOG_INFO("read it with --format {} --set data.num_slots={}{}", args.format, schema.num_slots,
              schema.num_dense ? fmt::format(" --set data.num_dense={}", schema.num_dense) : "");
   }

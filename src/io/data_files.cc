@@ -3,10 +3,13 @@
 #include <fmt/format.h>
 #include <xxhash.h>
 
+#include <algorithm>
+
 #include "io/reader_internal.h"
 #include "io/shard.h"
 #include "io/shard_dir.h"
 #include "io/text_format.h"
+#include "io/text_scan.h"
 
 namespace ctrbox {
 
@@ -94,9 +97,43 @@ StatusOr<uint64_t> DataFileFingerprint(Env* env, const std::string& path) {
   return digest;
 }
 
+namespace {
+
+// data.slot_from: position without data.num_slots: the most features a row of the input's
+// first 64 KB has (libFM's one-hot files have one per field on every row).
+StatusOr<uint32_t> PositionSlots(Env* env, const DataOptions& o) {
+  if (o.paths.empty()) return 0;  // a command's output is not read twice
+  DataOptions first = o;
+  first.chunk_bytes = 64 << 10;
+  first.byte_share = {};
+  ASSIGN_OR_RETURN(auto source, OpenTextChunks(env, first));
+  TextChunk chunk;
+  bool eof = false;
+  RETURN_IF_ERROR(source->Next(&chunk, &eof));
+  uint32_t most = 0;
+  size_t start = 0;
+  while (!eof && start < chunk.data.size()) {
+    size_t nl = chunk.data.find('\n', start);
+    if (nl == std::string::npos) nl = chunk.data.size();
+    uint32_t features = 0;
+    text_scan::Tokenizer tok(std::string_view(chunk.data).substr(start, nl - start));
+    std::string_view t;
+    while (tok.Next(&t)) features += t.find(':') != std::string_view::npos;
+    most = std::max(most, features);
+    start = nl + 1;
+  }
+  return most;
+}
+
+}  // namespace
+
 StatusOr<Schema> ResolveSchema(Env* env, const DataOptions& o) {
   if (o.format != DataFormat::kShards) {
-    Schema s = SchemaForFormat(o.format, o.num_slots, o.num_dense);
+    uint32_t num_slots = o.num_slots;
+    if (o.slot_from == SlotFrom::kPosition && num_slots == 0) {
+      ASSIGN_OR_RETURN(num_slots, PositionSlots(env, o));
+    }
+    Schema s = SchemaForFormat(o.format, num_slots, o.num_dense, o.slot_from);
     if (s.num_slots == 0) {
       return InvalidArgumentError(
           fmt::format("data.num_slots must be set (> 0) for format {}", DataFormatName(o.format)));

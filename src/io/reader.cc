@@ -118,6 +118,7 @@ StatusOr<std::unique_ptr<BatchReader>> OpenReader(Env* env, const DataOptions& o
   text.labels_optional = o.labels_optional;
   text.max_line_bytes = o.max_line_bytes;
   text.key_slots = o.key_slots;
+  text.slot_from = o.slot_from;
   auto closing = std::make_shared<std::atomic<bool>>(false);
   auto source = TextSource(env, o, std::move(files), std::move(sizes), closing);
   DecodeFn decode = [text](const TextChunk& c, ChunkParseResult* r) { ParseTextChunk(text, c, r); };

@@ -52,8 +52,9 @@ struct DataOptions {
   std::vector<std::string> paths;  // files, or directories (read in name order)
   std::string command;             // text formats: read this shell command's stdout instead
   DataFormat format = DataFormat::kCriteo;
-  uint32_t num_slots = 0;  // libfm and slots formats
+  uint32_t num_slots = 0;  // libffm and slots formats (libsvm, libfm: with slot_from position)
   uint32_t num_dense = 0;  // slots format
+  SlotFrom slot_from = SlotFrom::kOne;  // libsvm and libfm (data.slot_from)
   bool labels_optional = false;
   size_t max_line_bytes = 1 << 20;
   size_t chunk_bytes = 4 << 20;

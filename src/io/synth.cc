@@ -91,8 +91,9 @@ SynthGenerator::SynthGenerator(SynthOptions options) : options_(options) {
 Schema SynthGenerator::schema() const {
   switch (options_.format) {
     case DataFormat::kLibsvm:
-      return Schema{1, 0};
     case DataFormat::kLibfm:
+      return Schema{1, 0};
+    case DataFormat::kLibffm:
       return Schema{static_cast<uint32_t>(slots_.size()) + num_dense_, 0};
     default:
       return Schema{static_cast<uint32_t>(slots_.size()), num_dense_};
@@ -171,8 +172,9 @@ void SynthGenerator::GenerateBatch(uint64_t begin, uint64_t end, Batch* out,
         }
         break;
       case DataFormat::kLibsvm:
-      case DataFormat::kLibfm: {
-        const bool fm = options_.format == DataFormat::kLibfm;
+      case DataFormat::kLibfm:
+      case DataFormat::kLibffm: {
+        const bool fm = options_.format == DataFormat::kLibffm;
         for (uint32_t j = 0; j < num_dense_; ++j) {
           if (row.dense_missing[j]) continue;
           uint32_t slot = fm ? S + j : 0;
@@ -227,8 +229,9 @@ void SynthGenerator::GenerateText(uint64_t begin, uint64_t end, std::string* out
         }
         break;
       case DataFormat::kLibsvm:
-      case DataFormat::kLibfm: {
-        const bool fm = options_.format == DataFormat::kLibfm;
+      case DataFormat::kLibfm:
+      case DataFormat::kLibffm: {
+        const bool fm = options_.format == DataFormat::kLibffm;
         for (uint32_t j = 0; j < num_dense_; ++j) {
           if (row.dense_missing[j]) continue;
           std::string v = FormatFloat(std::log1p(row.dense[j]));

@@ -45,8 +45,8 @@ struct SynthSlot {
 
 struct SynthOptions {
   // criteo: 26 slots, 13 dense (Criteo's vocabulary mix); slots: 16 slots, 4 of them
-  // multi-hot, 4 dense; libsvm: the criteo layout as one field of idx:val features; libfm: the
-  // criteo layout as field:idx:val with the dense values as fields 26..38.
+  // multi-hot, 4 dense; libsvm and libfm: the criteo layout as one field of idx:val features;
+  // libffm: the criteo layout as field:idx:val with the dense values as fields 26..38.
   DataFormat format = DataFormat::kCriteo;
   uint64_t seed = 1;
   // Long-tail knobs for scale tests: every slot's vocabulary is multiplied by vocab_scale and

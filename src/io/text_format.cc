@@ -12,11 +12,10 @@
 namespace ctrbox {
 
 bool ParseDataFormat(std::string_view name, DataFormat* out) {
-  static const std::pair<std::string_view, DataFormat> kNames[] = {{"criteo", DataFormat::kCriteo},
-                                                                   {"libsvm", DataFormat::kLibsvm},
-                                                                   {"libfm", DataFormat::kLibfm},
-                                                                   {"slots", DataFormat::kSlots},
-                                                                   {"shards", DataFormat::kShards}};
+  static const std::pair<std::string_view, DataFormat> kNames[] = {
+      {"criteo", DataFormat::kCriteo}, {"libsvm", DataFormat::kLibsvm},
+      {"libfm", DataFormat::kLibfm},   {"libffm", DataFormat::kLibffm},
+      {"slots", DataFormat::kSlots},   {"shards", DataFormat::kShards}};
   for (const auto& [n, f] : kNames) {
     if (n == name) {
       *out = f;
@@ -34,6 +33,8 @@ std::string_view DataFormatName(DataFormat f) {
       return "libsvm";
     case DataFormat::kLibfm:
       return "libfm";
+    case DataFormat::kLibffm:
+      return "libffm";
     case DataFormat::kSlots:
       return "slots";
     case DataFormat::kShards:
@@ -42,19 +43,62 @@ std::string_view DataFormatName(DataFormat f) {
   return "unknown";
 }
 
-Schema SchemaForFormat(DataFormat format, uint32_t num_slots, uint32_t num_dense) {
+bool ParseSlotFrom(std::string_view name, SlotFrom* out) {
+  if (name == "one") {
+    *out = SlotFrom::kOne;
+  } else if (name == "position") {
+    *out = SlotFrom::kPosition;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+std::string_view SlotFromName(SlotFrom s) { return s == SlotFrom::kOne ? "one" : "position"; }
+
+Schema SchemaForFormat(DataFormat format, uint32_t num_slots, uint32_t num_dense,
+                       SlotFrom slot_from) {
   switch (format) {
     case DataFormat::kCriteo:
       return Schema{kCriteoSlots, kCriteoDense};
     case DataFormat::kLibsvm:
-      return Schema{1, 0};
     case DataFormat::kLibfm:
+      return Schema{slot_from == SlotFrom::kPosition ? num_slots : 1, 0};
+    case DataFormat::kLibffm:
       return Schema{num_slots, 0};
     case DataFormat::kSlots:
     case DataFormat::kShards:
       return Schema{num_slots, num_dense};
   }
   return Schema{};
+}
+
+std::string GuessFormat(std::string_view line) {
+  if (std::count(line.begin(), line.end(), '\t') == kCriteoDense + kCriteoSlots) return "criteo";
+  text_scan::Tokenizer tok(line);
+  std::string_view t;
+  if (!tok.Next(&t) || t.find(':') != std::string_view::npos) return "";
+  float label;
+  if (!text_scan::ParseLabel(t, /*allow_minus_one=*/true, &label)) return "";
+  int pairs = 0, triples = 0, dense = 0, other = 0;
+  while (tok.Next(&t)) {
+    const size_t colons = static_cast<size_t>(std::count(t.begin(), t.end(), ':'));
+    uint64_t u;
+    if (t.starts_with("dense:")) {
+      ++dense;
+    } else if (colons == 1 && ParseUint64(t.substr(0, t.find(':')), &u)) {
+      ++pairs;
+    } else if (colons == 2 && ParseUint64(t.substr(0, t.find(':')), &u)) {
+      ++triples;
+    } else {
+      ++other;
+    }
+  }
+  if (other > 0 || (pairs > 0 && triples > 0)) return "";
+  if (dense > 0) return triples == 0 ? "slots" : "";
+  if (triples > 0) return "libffm";
+  if (pairs > 0) return "libfm (label idx:val, as libsvm)";
+  return "";
 }
 
 namespace {
@@ -136,9 +180,10 @@ bool BeginTokenRow(const TextFormatOptions& opt, bool allow_minus_one, text_scan
   return true;
 }
 
-// libsvm: label idx:val ...      libfm: label field:idx:val ...
+// libsvm and libfm: label idx:val ...      libffm: label field:idx:val ...
 bool ParseSparse(std::string_view line, const TextFormatOptions& opt, bool fields, BatchBuilder* b,
                  LineError* err) {
+  uint32_t position = 0;  // the token's place in the row (data.slot_from: position)
   text_scan::Tokenizer tok(line);
   std::string_view t;
   bool have_token;
@@ -170,6 +215,15 @@ bool ParseSparse(std::string_view line, const TextFormatOptions& opt, bool field
       }
       idx = t.substr(0, c1);
       val = t.substr(c1 + 1);
+      if (opt.slot_from == SlotFrom::kPosition) {
+        if (position >= num_slots) {
+          return err->Set(BadKind::kBadSlot,
+                          fmt::format("token {} of the row ('{}'), but data.num_slots is {} "
+                                      "(data.slot_from: position)",
+                                      position + 1, text_scan::Clip(t), num_slots));
+        }
+        slot = position++;
+      }
     }
     uint64_t index;
     float weight;
@@ -284,9 +338,10 @@ void ParseTextChunk(const TextFormatOptions& opt, const TextChunk& chunk,
         ok = ParseCriteo(line, opt, &builder, &err);
         break;
       case DataFormat::kLibsvm:
+      case DataFormat::kLibfm:
         ok = ParseSparse(line, opt, false, &builder, &err);
         break;
-      case DataFormat::kLibfm:
+      case DataFormat::kLibffm:
         ok = ParseSparse(line, opt, true, &builder, &err);
         break;
       case DataFormat::kSlots:
@@ -300,6 +355,17 @@ void ParseTextChunk(const TextFormatOptions& opt, const TextChunk& chunk,
       ++result->counts.good;
     } else {
       builder.AbortRow();
+      // A line of another format: the first few say which format would read it.
+      if (sampled[static_cast<int>(err.kind)] < kSamplesPerKind && err.kind != BadKind::kBadUtf8 &&
+          err.kind != BadKind::kBadNumber) {
+        const std::string other = GuessFormat(line);
+        const std::string_view name = std::string_view(other).substr(0, other.find(' '));
+        const bool same = name == DataFormatName(opt.format) ||
+                          (name == "libfm" && opt.format == DataFormat::kLibsvm);
+        if (!other.empty() && !same) {
+          err.detail += fmt::format(" (the line reads as {}: --format {})", other, name);
+        }
+      }
       record_bad(err.kind, line_no, std::move(err.detail));
     }
   }

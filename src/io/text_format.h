@@ -1,4 +1,4 @@
-// Text input formats: Criteo TSV, libsvm, libFM and the slot format.
+// Text input formats: Criteo TSV, libsvm, libFM, libFFM and the slot format.
 // The grammar of each is in docs/formats/text_inputs.md.
 //
 // Parsing is a pure function of a chunk of lines, so chunks parse in parallel.
@@ -15,11 +15,20 @@
 
 namespace ctrbox {
 
-enum class DataFormat { kCriteo, kLibsvm, kLibfm, kSlots, kShards };
+// libsvm and libfm are one layout (`label idx:val ...`, libFM's own files); libffm is
+// `label field:idx:val ...`.
+enum class DataFormat { kCriteo, kLibsvm, kLibfm, kSlots, kShards, kLibffm };
 
-// Parses "criteo" | "libsvm" | "libfm" | "slots" | "shards".
+// Parses "criteo" | "libsvm" | "libfm" | "libffm" | "slots" | "shards".
 bool ParseDataFormat(std::string_view name, DataFormat* out);
 std::string_view DataFormatName(DataFormat f);
+
+// Where an `idx:val` token's slot comes from (data.slot_from; libsvm and libfm): kOne puts
+// every feature into slot 0; kPosition makes the token's position in the row its slot (files
+// with one feature per field in field order, as libFM's one-hot files are).
+enum class SlotFrom { kOne, kPosition };
+bool ParseSlotFrom(std::string_view name, SlotFrom* out);
+std::string_view SlotFromName(SlotFrom s);
 
 constexpr uint32_t kCriteoDense = 13;
 constexpr uint32_t kCriteoSlots = 26;
@@ -34,9 +43,11 @@ inline uint32_t KeySlotOf(const KeySlots& k, uint32_t slot) {
 
 struct TextFormatOptions {
   DataFormat format = DataFormat::kCriteo;
-  // The shape of the rows. Criteo: 26 slots, 13 dense. libsvm: 1 slot, 0 dense.
-  // libfm and slots: as configured (data.num_slots, data.num_dense).
+  // The shape of the rows. Criteo: 26 slots, 13 dense. libsvm and libfm: 1 slot, 0 dense
+  // (data.num_slots with slot_from position). libffm and slots: as configured
+  // (data.num_slots, data.num_dense).
   Schema schema{kCriteoSlots, kCriteoDense};
+  SlotFrom slot_from = SlotFrom::kOne;
   // Lines without a label are accepted (label 0); used by predict.
   bool labels_optional = false;
   size_t max_line_bytes = 1 << 20;
@@ -44,7 +55,12 @@ struct TextFormatOptions {
 };
 
 // The schema a format implies, given the configured slot and dense counts.
-Schema SchemaForFormat(DataFormat format, uint32_t num_slots, uint32_t num_dense);
+Schema SchemaForFormat(DataFormat format, uint32_t num_slots, uint32_t num_dense,
+                       SlotFrom slot_from = SlotFrom::kOne);
+
+// The formats whose grammar `line` follows ("libfm or libsvm", "criteo"), or "" when none or
+// it is ambiguous: the hint of a bad line's message.
+std::string GuessFormat(std::string_view line);
 
 struct ChunkParseResult {
   Status status;  // not OK only for unrecoverable input (a corrupt shard block)

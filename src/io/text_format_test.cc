@@ -111,10 +111,10 @@ TEST(LibsvmTest, ParsesLabelsAndWeights) {
   EXPECT_EQ(bad.counts.bad[static_cast<int>(BadKind::kBadNumber)], 2u);
 }
 
-TEST(LibfmTest, FieldsBecomeSlots) {
+TEST(LibffmTest, FieldsBecomeSlots) {
   TextFormatOptions opt;
-  opt.format = DataFormat::kLibfm;
-  opt.schema = SchemaForFormat(DataFormat::kLibfm, 3, 0);
+  opt.format = DataFormat::kLibffm;
+  opt.schema = SchemaForFormat(DataFormat::kLibffm, 3, 0);
   auto r = Parse(opt, "1 2:5:1 0:7:0.25 2:6:1\n0 3:1:1\n0 1:2\n");
   ASSERT_EQ(r.counts.good, 1u);
   EXPECT_EQ(r.batch.keys,
@@ -122,6 +122,58 @@ TEST(LibfmTest, FieldsBecomeSlots) {
                                    FeatureKey(2, uint64_t{6})}));
   EXPECT_EQ(r.batch.offsets, (std::vector<uint32_t>{0, 1, 1, 3}));
   EXPECT_EQ(r.counts.bad[static_cast<int>(BadKind::kBadSlot)], 2u);
+  // A libFM line read as libffm: the message names the format that reads it.
+  ASSERT_FALSE(r.samples.empty());
+  bool hinted = false;
+  for (const BadRecord& b : r.samples) {
+    hinted |= b.detail.find(
+                  "(the line reads as libfm (label idx:val, as libsvm): --format "
+                  "libfm)") != std::string::npos;
+  }
+  EXPECT_TRUE(hinted) << r.samples[0].detail;
+}
+
+// Issue 44: `--format libfm` read libFFM's field:idx:val, not libFM's own `label idx:val`
+// files, and nothing took a token's position as its field (Frappe's one-hot files).
+TEST(LibfmTest, LibfmReadsLibfmFilesAndThePositionCanBeTheSlot) {
+  TextFormatOptions opt;
+  opt.format = DataFormat::kLibfm;
+  opt.schema = SchemaForFormat(DataFormat::kLibfm, 0, 0);
+  EXPECT_EQ(opt.schema, (Schema{1, 0}));
+  const std::string lines = "1 266:1 4967:1 5000:1\n-1 12:1 4967:1 5001:0.5\n";
+  auto one = Parse(opt, lines);
+  ASSERT_EQ(one.counts.good, 2u);
+  EXPECT_EQ(one.batch.keys[0], FeatureKey(0, uint64_t{266}));
+  EXPECT_EQ(one.batch.offsets, (std::vector<uint32_t>{0, 3, 6}));
+  // The same as libsvm's reading, key for key.
+  TextFormatOptions svm = opt;
+  svm.format = DataFormat::kLibsvm;
+  EXPECT_EQ(Parse(svm, lines).batch.keys, one.batch.keys);
+
+  opt.slot_from = SlotFrom::kPosition;
+  opt.schema = SchemaForFormat(DataFormat::kLibfm, 3, 0, SlotFrom::kPosition);
+  EXPECT_EQ(opt.schema, (Schema{3, 0}));
+  auto pos = Parse(opt, lines + "1 1:1 2:1 3:1 4:1\n");
+  ASSERT_EQ(pos.counts.good, 2u);
+  EXPECT_EQ(pos.batch.keys,
+            (std::vector<uint64_t>{FeatureKey(0, uint64_t{266}), FeatureKey(1, uint64_t{4967}),
+                                   FeatureKey(2, uint64_t{5000}), FeatureKey(0, uint64_t{12}),
+                                   FeatureKey(1, uint64_t{4967}), FeatureKey(2, uint64_t{5001})}));
+  EXPECT_EQ(pos.batch.offsets, (std::vector<uint32_t>{0, 1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(pos.batch.weights[5], 0.5f);
+  ASSERT_EQ(pos.counts.bad[static_cast<int>(BadKind::kBadSlot)], 1u);
+  EXPECT_NE(pos.samples[0].detail.find("token 4 of the row ('4:1'), but data.num_slots is 3"),
+            std::string::npos)
+      << pos.samples[0].detail;
+}
+
+TEST(GuessFormatTest, NamesTheFormatWhoseGrammarALineFollows) {
+  EXPECT_EQ(GuessFormat("1 266:1 4967:1"), "libfm (label idx:val, as libsvm)");
+  EXPECT_EQ(GuessFormat("0 2:266:1 3:4967:0.5"), "libffm");
+  EXPECT_EQ(GuessFormat("1 dense:1,2 0:5 3:7"), "slots");
+  EXPECT_EQ(GuessFormat("1" + std::string(39, '\t')), "criteo");
+  EXPECT_EQ(GuessFormat("hello world"), "");
+  EXPECT_EQ(GuessFormat("1 2:3 4:5:6"), "");  // mixed: no guess
 }
 
 // model.shared_slots: a group's slots key raw ids with the group's first slot, so one id in two

@@ -13,6 +13,7 @@
 #include "pipeline/eval_chunks.h"
 #include "pipeline/key_window.h"
 #include "pipeline/train_report.h"
+#include "util/logging.h"
 #include "util/sys.h"
 #include "working/working_set.h"
 
@@ -114,6 +115,7 @@ Status PredictLines(Env* env, const DataOptions& data, SparseTable& table, CtrMo
   }
   TextFormatOptions text;
   text.format = data.format;
+  text.slot_from = data.slot_from;
   text.schema = schema;
   text.labels_optional = true;
   text.max_line_bytes = data.max_line_bytes;
@@ -172,10 +174,48 @@ StatusOr<nlohmann::json> RunEval(Env* env, const JobConfig& job_in) {
   return report;
 }
 
+namespace {
+
+// Eval and predict read their data as the model's training data was read (the format and
+// data.slot_from its MANIFEST records), unless the job sets them. Shards describe themselves,
+// and a model of views reads through its graph.
+void ReadAsTrained(const ModelManifest& m, const JobConfig& job, DataOptions* data) {
+  const nlohmann::json& in = m.input;
+  if (!in.is_object() || !in.contains("format") || in.value("generated", false)) return;
+  DataFormat f;
+  if (!ParseDataFormat(in["format"].get<std::string>(), &f) || f == DataFormat::kShards) return;
+  if (!job.settings_given.contains("data.format") && data->format != f &&
+      data->format != DataFormat::kShards) {
+    LOG_INFO(
+        "reading the data as {}, the format the model was trained on (--format chooses "
+        "another)",
+        DataFormatName(f));
+    data->format = f;
+  }
+  SlotFrom s;
+  if (!job.settings_given.contains("data.slot_from") && in.contains("slot_from") &&
+      ParseSlotFrom(in["slot_from"].get<std::string>(), &s)) {
+    data->slot_from = s;
+  }
+}
+
+// "(read as libsvm; the model was trained on criteo files)" for a schema that differs.
+std::string HowRead(const ModelManifest& m, const JobConfig& job, const DataOptions& data) {
+  std::string s = fmt::format(" (read as {}{}", DataFormatName(data.format),
+                              job.settings_given.contains("data.format") ? "" : ", the default");
+  if (m.input.is_object() && m.input.contains("format")) {
+    s += fmt::format("; the model was trained on {} input", m.input["format"].get<std::string>());
+  }
+  return s + ")";
+}
+
+}  // namespace
+
 StatusOr<nlohmann::json> EvalLoadedModel(Env* env, const JobConfig& job, LoadedModel& lm,
                                          ThreadPool* pool) {
   Stopwatch clock;
   DataOptions data = job.data;
+  if (job.features == nullptr) ReadAsTrained(lm.manifest, job, &data);
   data.key_slots = lm.manifest.spec.model.KeySlotMap();
   if (data.format != DataFormat::kShards) {
     data.num_slots = lm.manifest.spec.schema.num_slots;
@@ -184,9 +224,9 @@ StatusOr<nlohmann::json> EvalLoadedModel(Env* env, const JobConfig& job, LoadedM
   ASSIGN_OR_RETURN(auto reader, OpenData(env, data, job.generated, true));
   if (!(reader->schema() == lm.model->schema())) {
     return InvalidArgumentError(fmt::format(
-        "the data has {} slots and {} dense values but the model was trained on {} and {}",
+        "the data has {} slots and {} dense values but the model was trained on {} and {}{}",
         reader->schema().num_slots, reader->schema().num_dense, lm.model->schema().num_slots,
-        lm.model->schema().num_dense));
+        lm.model->schema().num_dense, HowRead(lm.manifest, job, data)));
   }
   clock.Reset();
   // Besides the streaming (bucketed) AUC, the exact AUC over the first kExactAucRows examples.
@@ -246,8 +286,19 @@ Status RunPredict(Env* env, const JobConfig& job, std::FILE* out) {
   ASSIGN_OR_RETURN(LoadedModel lm, OpenModel(env, job.model_dir, job.StorageFor({}), &pool));
   DataOptions data = job.data;
   if (data.paths.empty()) data.paths = {"-"};
+  ReadAsTrained(lm.manifest, job, &data);
   data.num_slots = lm.manifest.spec.schema.num_slots;
   data.num_dense = lm.manifest.spec.schema.num_dense;
+  if (data.format != DataFormat::kShards) {
+    const Schema schema =
+        SchemaForFormat(data.format, data.num_slots, data.num_dense, data.slot_from);
+    if (!(schema == lm.model->schema())) {
+      return InvalidArgumentError(fmt::format(
+          "the input has {} slots and {} dense values but the model was trained on {} and {}{}",
+          schema.num_slots, schema.num_dense, lm.model->schema().num_slots,
+          lm.model->schema().num_dense, HowRead(lm.manifest, job, data)));
+    }
+  }
   RecordCounts counts;
   return PredictLines(env, data, *lm.table, lm.model.get(), job.train.batch_size, &pool, out,
                       &counts);

@@ -127,15 +127,26 @@ PassReaderOptions JobConfig::PassOptions() const {
 }
 
 Status JobConfig::Validate() const {
-  // The layouts criteo and libsvm fix, and libfm fixes num_dense (io/text_format.h): a value
-  // set for them would be ignored.
-  const bool fixed_slots = data.format == DataFormat::kCriteo || data.format == DataFormat::kLibsvm;
-  const bool fixed_dense = fixed_slots || data.format == DataFormat::kLibfm;
+  // The layouts criteo, libsvm and libfm fix (but libsvm's and libfm's slots under
+  // data.slot_from: position), and libffm fixes num_dense (io/text_format.h): a value set for
+  // them would be ignored.
+  const bool idx_val = data.format == DataFormat::kLibsvm || data.format == DataFormat::kLibfm;
+  const bool fixed_slots =
+      data.format == DataFormat::kCriteo || (idx_val && data.slot_from != SlotFrom::kPosition);
+  const bool fixed_dense =
+      data.format == DataFormat::kCriteo || idx_val || data.format == DataFormat::kLibffm;
   if ((fixed_slots && data.num_slots != 0) || (fixed_dense && data.num_dense != 0)) {
     return InvalidArgumentError(fmt::format(
         "data.{} does not apply to format {} (its layout is fixed; it is for {})",
         fixed_slots && data.num_slots != 0 ? "num_slots" : "num_dense", DataFormatName(data.format),
-        fixed_slots && data.num_slots != 0 ? "libfm and slots" : "slots"));
+        fixed_slots && data.num_slots != 0
+            ? "libffm and slots, and libsvm or libfm with data.slot_from: position"
+            : "slots"));
+  }
+  if (data.slot_from != SlotFrom::kOne && !idx_val) {
+    return InvalidArgumentError(fmt::format(
+        "data.slot_from applies to the libsvm and libfm formats (label idx:val), not {}",
+        DataFormatName(data.format)));
   }
   RETURN_IF_ERROR(train.Validate());
   RETURN_IF_ERROR(pipeline.Validate());

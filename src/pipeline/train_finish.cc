@@ -59,6 +59,22 @@ StatusOr<std::unique_ptr<BatchReader>> OpenHeldOut(Env* env, const JobConfig& jo
 
 }  // namespace
 
+nlohmann::json InputRecord(const JobConfig& job) {
+  if (job.features != nullptr) {
+    return {{"format", "views"}, {"features", fmt::format("{:016x}", job.features->Fingerprint())}};
+  }
+  if (IsGenerated(job.data)) {
+    return {{"format", DataFormatName(job.generated.layout)}, {"generated", true}};
+  }
+  nlohmann::json j = {{"format", DataFormatName(job.data.format)},
+                      {"num_slots", job.spec.schema.num_slots},
+                      {"num_dense", job.spec.schema.num_dense}};
+  if (job.data.format == DataFormat::kLibsvm || job.data.format == DataFormat::kLibfm) {
+    j["slot_from"] = SlotFromName(job.data.slot_from);
+  }
+  return j;
+}
+
 Status CheckHeldOut(Env* env, const JobConfig& job) {
   if (IsGenerated(job.data) || job.eval_paths.empty()) return Status::OK();
   if (job.extractor != nullptr) {
@@ -103,7 +119,7 @@ Status CommitModel(Env* env, const JobConfig& job, TrainStart* start, const Trai
   if (!job.model_dir.empty()) {
     Stopwatch clock;
     ASSIGN_OR_RETURN(ModelManifest m, SaveModel(env, job.model_dir, job.spec, table, model,
-                                                position.trained_examples, pool));
+                                                position.trained_examples, pool, InputRecord(job)));
     report->model_dir = job.model_dir;
     report->generation = m.generation;
     report->digest = m.digest;
@@ -152,8 +168,8 @@ Status CommitModelOfRanks(Env* env, Comm* comm, const JobConfig& job,
       parts.push_back(std::move(s));
     }
     // The job's trained examples: every rank's.
-    ASSIGN_OR_RETURN(ModelManifest m,
-                     CommitRanksModel(env, job.model_dir, job.spec, model, sums[2], parts));
+    ASSIGN_OR_RETURN(ModelManifest m, CommitRanksModel(env, job.model_dir, job.spec, model, sums[2],
+                                                       parts, InputRecord(job)));
     committed = m.digest;
   }
   // Everyone waits for the commit (and learns its digest).

@@ -59,6 +59,8 @@ Status CommitModel(Env* env, const JobConfig& job, TrainStart* start, const Trai
 Status CommitModelOfRanks(Env* env, Comm* comm, const JobConfig& job,
                           const std::string& ranks_ckpt_dir, TrainStart* start,
                           const TrainPosition& position, ThreadPool* pool, TrainReport* report);
+// What the model directory records of the input it was trained on (ModelManifest::input).
+nlohmann::json InputRecord(const JobConfig& job);
 // The held-out files open, with the training data's schema and a readable first chunk: checked
 // before training, so that a typo in --eval-data costs no training run.
 Status CheckHeldOut(Env* env, const JobConfig& job);

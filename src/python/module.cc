@@ -198,9 +198,11 @@ class Model {
   std::string Eval(const std::vector<std::string>& paths, const std::string& format) {
     JobConfig job = job_;
     job.data.paths = paths;
+    if (!format.empty()) job.settings_given["data.format"] = format;
     if (!format.empty() && !ParseDataFormat(format, &job.data.format)) {
-      throw StatusError(InvalidArgumentError("unknown data format '" + format +
-                                             "': expected criteo, libsvm, libfm, slots or shards"));
+      throw StatusError(
+          InvalidArgumentError("unknown data format '" + format +
+                               "': expected criteo, libsvm, libfm, libffm, slots or shards"));
     }
     py::gil_scoped_release nogil;
     std::lock_guard<std::mutex> l(mu_);
@@ -274,13 +276,25 @@ class Model {
 
   // Probabilities for text records (one per line, without or with a label); a malformed
   // record gets NaN, as `ctrbox predict` writes "nan".
-  py::array_t<float> PredictText(const std::vector<std::string>& lines, const std::string& format) {
+  // format "": the one the model was trained on (its MANIFEST's input), else criteo.
+  py::array_t<float> PredictText(const std::vector<std::string>& lines, std::string format) {
     TextFormatOptions text;
+    const nlohmann::json& in = lm_.manifest.input;
+    const bool recorded = in.is_object() && in.contains("format") && !in.value("generated", false);
+    if (format.empty()) {
+      format = recorded && in["format"] != "views" && in["format"] != "shards"
+                   ? in["format"].get<std::string>()
+                   : "criteo";
+    }
     if (!ParseDataFormat(format, &text.format) || text.format == DataFormat::kShards) {
       throw StatusError(InvalidArgumentError("predict: unknown text format '" + format +
-                                             "': expected criteo, libsvm, libfm or slots"));
+                                             "': expected criteo, libsvm, libfm, libffm or slots"));
     }
-    text.schema = SchemaForFormat(text.format, num_slots(), num_dense());
+    text.slot_from = job_.data.slot_from;
+    if (!job_.settings_given.contains("data.slot_from") && recorded && in.contains("slot_from")) {
+      ParseSlotFrom(in["slot_from"].get<std::string>(), &text.slot_from);
+    }
+    text.schema = SchemaForFormat(text.format, num_slots(), num_dense(), text.slot_from);
     if (!(text.schema == lm_.model->schema())) {
       throw StatusError(InvalidArgumentError(
           "predict: " + format + " records have " + std::to_string(text.schema.num_slots) +

@@ -1,0 +1,92 @@
+// Real data as users bring it (issue 44): public CTR files read as they are. One test per
+// friction a new user met, each failing before its fix.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "cli/cli_test_util.h"
+#include "util/random.h"
+
+namespace ctrbox {
+namespace {
+
+using testing::CliTest;
+using testing::Result;
+
+class DataCliTest : public CliTest {
+ protected:
+  void Write(const std::string& name, const std::string& text) {
+    ASSERT_TRUE(WriteFileAtomic(Env::Posix(), Path(name), text).ok());
+  }
+  // libFM's own files as Frappe ships them: `label idx:1 ...`, one id per field, ten fields in
+  // field order, labels -1/+1; the click depends on the ids of fields 2 and 5.
+  std::string Frappe(int rows, uint64_t seed) {
+    Random rng(seed);
+    std::string text;
+    for (int r = 0; r < rows; ++r) {
+      uint64_t ids[10];
+      for (int f = 0; f < 10; ++f) ids[f] = 100 * f + rng.Below(20);
+      const bool likely = ids[2] % 3 == 0 || ids[5] % 4 == 0;
+      text += rng.Below(100) < (likely ? 80u : 15u) ? "1" : "-1";
+      for (uint64_t id : ids) text += fmt::format(" {}:1", id);
+      text += '\n';
+    }
+    return text;
+  }
+};
+
+// `--format libfm` read libFFM's field:idx:val ("token '266:1' is not field:index:value" on
+// every line); nothing took the token's position as its field; eval guessed criteo.
+TEST_F(DataCliTest, LibfmFilesTrainWithTheirFieldsAndEvalReadsThemAsTrained) {
+  Write("train.libfm", Frappe(6000, 1));
+  Write("test.libfm", Frappe(2000, 2));
+  const std::string common = " --data " + Path("train.libfm") + " --eval-data " +
+                             Path("test.libfm") + " --set train.batch_size=128 --model-dir ";
+  Result one = Run(Ctrbox("train --format libfm" + common + Path("one")));
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_EQ(one.last_json["records_malformed"], 0);
+  EXPECT_NE(one.err.find("0 dense + 1 slots"), std::string::npos) << one.err;
+  Result fields =
+      Run(Ctrbox("train --format libfm --set data.slot_from=position" + common + Path("fields")));
+  ASSERT_EQ(fields.exit_code, 0) << fields.err;
+  EXPECT_NE(fields.err.find("0 dense + 10 slots"), std::string::npos) << fields.err;
+  EXPECT_GT(fields.last_json["test_auc"].get<double>(), 0.7);
+
+  // eval without --format reads the files as the model's were read, and says so.
+  Result eval = Run(Ctrbox("eval --model-dir " + Path("fields") + " --data " + Path("test.libfm")));
+  ASSERT_EQ(eval.exit_code, 0) << eval.err;
+  EXPECT_NE(eval.err.find("reading the data as libfm, the format the model was trained on"),
+            std::string::npos)
+      << eval.err;
+  EXPECT_EQ(eval.last_json["auc"], fields.last_json["test_auc"]);
+  Result predict =
+      Run(Ctrbox("predict --model-dir " + Path("fields") + " --data " + Path("test.libfm")));
+  ASSERT_EQ(predict.exit_code, 0) << predict.err;
+  // Told another format, the refusal says how the data was read and what the model took.
+  Result wrong = Run(Ctrbox("eval --model-dir " + Path("fields") + " --data " + Path("test.libfm") +
+                            " --format criteo"));
+  EXPECT_EQ(wrong.exit_code, 1);
+  EXPECT_NE(wrong.err.find("(read as criteo; the model was trained on libfm input)"),
+            std::string::npos)
+      << wrong.err;
+
+  // Read as libffm, every line's message names the format that reads it.
+  Result ffm = Run(Ctrbox("train --format libffm --set data.num_slots=10 --data " +
+                          Path("train.libfm") + " --model-dir " + Path("ffm")));
+  EXPECT_EQ(ffm.exit_code, 1);
+  EXPECT_NE(ffm.err.find("is not field:index:value (the line reads as libfm (label idx:val, as "
+                         "libsvm): --format libfm)"),
+            std::string::npos)
+      << ffm.err;
+  // slot_from is for the idx:val formats only.
+  Result misplaced = Run(Ctrbox("train --set data.slot_from=position --data " +
+                                Path("train.libfm") + " --model-dir " + Path("x")));
+  EXPECT_EQ(misplaced.exit_code, 1);
+  EXPECT_NE(misplaced.err.find("data.slot_from applies to the libsvm and libfm formats"),
+            std::string::npos)
+      << misplaced.err;
+}
+
+}  // namespace
+}  // namespace ctrbox
