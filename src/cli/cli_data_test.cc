@@ -88,5 +88,57 @@ TEST_F(DataCliTest, LibfmFilesTrainWithTheirFieldsAndEvalReadsThemAsTrained) {
       << misplaced.err;
 }
 
+// Avazu's train file has a header and its test file none: eval_paths shared the main view's
+// `header`, the mismatch was found after training, and `header: false` counted the header
+// as a bad row once per epoch. Line 1 is a header when it names the declared columns.
+TEST_F(DataCliTest, ViewFilesWithAndWithoutAHeaderAreReadAsTheyAre) {
+  std::string train, test;
+  Random rng(5);
+  for (int i = 0; i < 3000; ++i) {
+    const uint64_t site = rng.Below(30), app = rng.Below(20);
+    const bool likely = site % 3 == 0;
+    (i < 1500 ? train : test) +=
+        fmt::format("{},{},s{},a{}\n", i, rng.Below(100) < (likely ? 60u : 10u) ? 1 : 0, site, app);
+  }
+  Write("train.csv", "id,click,site,app\n" + train);
+  Write("test.csv", test);  // no header
+  auto job = [&](const std::string& has_header) {
+    Write("job.yaml", fmt::format(R"(data:
+  paths: [{0}/train.csv]
+  eval_paths: [{0}/test.csv]
+features:
+  main: {{format: csv, header: {1}, columns: {{id: int, click: int, site: string, app: string}}}}
+  label: click
+  slots: [site, app]
+)",
+                                  dir_, has_header));
+    return "train -c " + Path("job.yaml") +
+           " --set train.batch_size=128 --set model.mlp=16 --fresh --model-dir " + Path("m");
+  };
+  Result with = Run(Ctrbox(job("true")));
+  ASSERT_EQ(with.exit_code, 0) << with.err;
+  EXPECT_NE(with.err.find(Path("test.csv") +
+                          ": line 1 does not name the declared columns: the file has no header"),
+            std::string::npos)
+      << with.err;
+  EXPECT_EQ(with.last_json["test_examples"], 1500);  // line 1 of test.csv is a row
+  EXPECT_EQ(with.last_json["records_malformed"], 0);
+  Result without = Run(Ctrbox(job("false")));
+  ASSERT_EQ(without.exit_code, 0) << without.err;
+  EXPECT_NE(without.err.find(Path("train.csv") +
+                             ": line 1 names the declared columns: skipped as a header"),
+            std::string::npos)
+      << without.err;
+  EXPECT_EQ(without.last_json["records_malformed"], 0);  // was: the header, a bad row
+  EXPECT_EQ(without.last_json["digest"], with.last_json["digest"]);
+  // A held-out file whose header has other columns is still refused before training.
+  Write("test.csv", "id,click,site,region\n" + test);
+  Result other = Run(Ctrbox(job("true")));
+  EXPECT_EQ(other.exit_code, 1);
+  EXPECT_NE(other.err.find(Path("test.csv") + ":1: the header differs"), std::string::npos)
+      << other.err;
+  EXPECT_EQ(other.err.find("pass 0"), std::string::npos) << other.err;
+}
+
 }  // namespace
 }  // namespace ctrbox

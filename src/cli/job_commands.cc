@@ -74,13 +74,17 @@ namespace {
 void LogTestAuc(const nlohmann::json& report) {
   if (!report.contains("test_auc")) return;
   const nlohmann::json& auc = report["test_auc"];
-  LOG_INFO("trained on {} examples at {:.0f} examples/s: test AUC {}{}",
-           report["examples"].get<uint64_t>(), report["examples_per_s"].get<double>(),
-           auc.is_number() ? fmt::format("{:.4f}", auc.get<double>())
-                           : "undefined (" + report.value("test_auc_undefined", "") + ")",
-           report.contains("oracle_auc")
-               ? fmt::format(" (oracle {:.4f})", report["oracle_auc"].get<double>())
-               : "");
+  LOG_INFO(
+      "trained on {} examples at {:.0f} examples/s: test AUC {}{}",
+      report["examples"].get<uint64_t>(), report["examples_per_s"].get<double>(),
+      auc.is_number() ? fmt::format("{:.4f}", auc.get<double>())
+                      : "undefined (" + report.value("test_auc_undefined", "") + ")",
+      report.contains("oracle_auc")
+          ? fmt::format("; the oracle's {:.4f} is the generator's own click probability scored on "
+                        "the same rows: a ceiling, not a target (a model learns it only from far "
+                        "more than {} rows, most of whose ids appear a few times)",
+                        report["oracle_auc"].get<double>(), report["examples"].get<uint64_t>())
+          : "");
 }
 
 // One rank of an mpirun job. Rank 0 prints the report; an error on any rank ends every rank

@@ -418,7 +418,9 @@ Status Extractor::CheckHeaders(Env* env, const DataOptions& data) const {
     DataOptions one = data;
     one.paths = {f};
     ASSIGN_OR_RETURN(std::vector<std::string> header, ReadHeader(env, main, one));
-    if (header != main_parser_->header()) {
+    // A file without a header (line 1 names none of the columns) is data, as Parse reads it.
+    if (header != main_parser_->header() &&
+        ViewParser::NamesTheColumns(main, header) != ViewParser::Names::kNone) {
       std::string names;
       for (const std::string& h : header) names += (names.empty() ? "" : ",") + h;
       return InvalidArgumentError(fmt::format(

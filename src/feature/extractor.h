@@ -83,8 +83,9 @@ class Extractor {
 
   ExtractTotals totals() const;
   // Whether every file of `data` (other files of the main view: held-out ones) starts with the
-  // header the main view's first file has, read now, before any row is extracted (the rows
-  // themselves would count into the totals). InvalidArgument naming the file otherwise.
+  // header the main view's first file has, or with data (no header), read now, before any row
+  // is extracted (the rows themselves would count into the totals). InvalidArgument naming
+  // the file otherwise.
   Status CheckHeaders(Env* env, const DataOptions& data) const;
 
  private:

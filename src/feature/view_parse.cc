@@ -5,8 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <mutex>
+#include <set>
 
 #include "io/text_scan.h"
+#include "util/logging.h"
 #include "util/parse.h"
 
 namespace ctrbox {
@@ -150,12 +153,41 @@ std::vector<std::string> ViewParser::SplitHeader(const ViewLayout& layout, std::
   return out;
 }
 
+struct ViewParser::Notes {
+  std::mutex mu;
+  std::set<std::string> files;
+};
+
+ViewParser::Names ViewParser::NamesTheColumns(const ViewLayout& layout,
+                                              const std::vector<std::string>& fields) {
+  size_t named = 0;
+  for (const ViewColumn& c : layout.columns) {
+    named += std::find(fields.begin(), fields.end(), c.name) != fields.end();
+  }
+  return named == layout.columns.size() ? Names::kAll : named > 0 ? Names::kSome : Names::kNone;
+}
+
+void ViewParser::Note(const std::string& file, const char* what) const {
+  {
+    std::lock_guard<std::mutex> l(notes_->mu);
+    if (!notes_->files.insert(file).second) return;
+  }
+  LOG_INFO("{}: {}", file, what);
+}
+
 StatusOr<ViewParser> ViewParser::Make(const ViewLayout& layout,
                                       std::vector<std::string> header_fields) {
   ViewParser p;
+  p.notes_ = std::make_shared<Notes>();
   p.layout_ = layout;
   p.header_ = std::move(header_fields);
   if (layout.format == ViewFormat::kJsonl) return p;
+  if (layout.header && NamesTheColumns(layout, p.header_) == Names::kNone) {
+    // The first file has no header (its line 1 names none of the columns: data): the
+    // columns are read in their declared order, and line 1 is data (Parse says so).
+    p.header_.clear();
+    for (const ViewColumn& c : layout.columns) p.header_.push_back(c.name);
+  }
   if (layout.header) {
     for (const ViewColumn& c : layout.columns) {
       auto it = std::find(p.header_.begin(), p.header_.end(), c.name);
@@ -379,15 +411,39 @@ Status ViewParser::Parse(const TextChunk& chunk, int first_col, Arena* arena, in
     if (file_line_1 && line.size() >= 3 && line.substr(0, 3) == "\xEF\xBB\xBF") {
       line.remove_prefix(3);
     }
-    if (file_line_1 && layout_.header && !json) {
+    if (file_line_1 && !json) {
       std::vector<std::string> h = SplitHeader(layout_, line);
-      if (h != header_) {
+      if (layout_.header && h == header_) continue;
+      const Names names = NamesTheColumns(layout_, h);
+      if (layout_.header && names == Names::kSome) {
         return InvalidArgumentError(fmt::format(
-            "{}:1: the header differs from the first file's (every file of a view has the same "
-            "columns in the same order)",
+            "{}:1: a header that names some of the declared columns but not all: it differs "
+            "from the first file's (every file of a view has the same columns in the same "
+            "order)",
             chunk.file));
       }
-      continue;
+      if (names == Names::kAll) {
+        if (layout_.header) {
+          return InvalidArgumentError(fmt::format(
+              "{}:1: the header differs from the first file's (every file of a view has the "
+              "same columns in the same order)",
+              chunk.file));
+        }
+        // header: false, yet line 1 names the declared columns in order: a header, not a
+        // bad row (once per epoch it was counted as one).
+        bool in_order = h.size() >= layout_.columns.size();
+        for (size_t c = 0; c < layout_.columns.size() && in_order; ++c) {
+          in_order = h[c] == layout_.columns[c].name;
+        }
+        if (in_order) {
+          Note(chunk.file, "line 1 names the declared columns: skipped as a header");
+          continue;
+        }
+      } else if (layout_.header) {
+        Note(chunk.file,
+             "line 1 does not name the declared columns: the file has no header, and its lines "
+             "are all data, in the first file's column order");
+      }
     }
     if (line.empty() || (json && line.find_first_not_of(" \t") == std::string_view::npos)) {
       continue;  // blank lines are skipped, as in the other text formats

@@ -36,12 +36,19 @@ class ViewParser {
   static std::vector<std::string> SplitHeader(const ViewLayout& layout, std::string_view line);
   // The header every file of the view starts with (empty without one).
   const std::vector<std::string>& header() const { return header_; }
+  // How many of the declared columns a first line's fields name: all (a header), some (a
+  // header with other columns: an error), none (data).
+  enum class Names { kAll, kSome, kNone };
+  static Names NamesTheColumns(const ViewLayout& layout, const std::vector<std::string>& fields);
 
   // Parses the lines of `chunk` into columns out->cols[first_col + c] for each declared column
   // c (cells from `arena`'s lane; strings point into chunk.data where they need no
   // unescaping, so chunk.data must outlive the table), appending to the table's rows. Line 1
-  // of a file with a header is checked and skipped. A non-OK status: the chunk cannot be
-  // parsed at all (a header that differs from the first file's).
+  // of a file is a header when it names the declared columns: checked against the first
+  // file's and skipped, whatever `header` says (said once per file where it is not expected);
+  // otherwise, where a header is expected, the file has none and line 1 is data (said once
+  // per file). A non-OK status: the chunk cannot be parsed at all (a header that names the
+  // columns in another order than the first file's).
   Status Parse(const TextChunk& chunk, int first_col, Arena* arena, int lane, ColumnTable* out,
                ParseOutcome* outcome) const;
 
@@ -65,8 +72,13 @@ class ViewParser {
   bool JsonRow(const RowPlace& at, std::string_view line, size_t padded, std::vector<uint8_t>* seen,
                ParseOutcome* outcome) const;
 
+  // Says once per file (for the job) how its first line was taken.
+  void Note(const std::string& file, const char* what) const;
+
   ViewLayout layout_;
   std::vector<std::string> header_;
+  struct Notes;
+  std::shared_ptr<Notes> notes_;      // shared by the copies of a parser
   std::vector<int> field_of_column_;  // csv/tsv: the field index of each declared column
   size_t fields_ = 0;                 // csv/tsv: fields per line
 };
