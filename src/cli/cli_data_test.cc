@@ -140,5 +140,45 @@ features:
   EXPECT_EQ(other.err.find("pass 0"), std::string::npos) << other.err;
 }
 
+// Avazu's `hour` is YYMMDDHH: time_part took 14102100 as unix seconds (1970-06-13, hour 5)
+// without a word, and no operator parsed it.
+TEST_F(DataCliTest, TimesWrittenAsDigitsAreParsedNotDecodedAsSeconds) {
+  std::string rows = "id,click,hour,site\n";
+  Random rng(9);
+  for (int i = 0; i < 2000; ++i) {
+    const int hour = static_cast<int>(rng.Below(24));
+    const bool likely = hour >= 18;
+    rows += fmt::format("{},{},141021{:02d},s{}\n", i,
+                        rng.Below(100) < (likely ? 60u : 10u) ? 1 : 0, hour, rng.Below(10));
+  }
+  Write("avazu.csv", rows);
+  auto job = [&](const std::string& ops) {
+    Write("job.yaml", fmt::format(R"(data:
+  paths: [{0}/avazu.csv]
+features:
+  main: {{format: csv, header: true, columns: {{id: int, click: int, hour: int, site: string}}}}
+  ops:
+{1}
+  label: click
+  slots: [site, hod]
+)",
+                                  dir_, ops));
+    return "train -c " + Path("job.yaml") +
+           " --set train.batch_size=128 --set model.mlp=16 --fresh --model-dir " + Path("m");
+  };
+  Result raw = Run(Ctrbox(job("    - {name: hod, op: time_part, input: hour, part: hour}")));
+  EXPECT_EQ(raw.exit_code, 1);
+  EXPECT_NE(raw.err.find("operator hod (time_part): hour = 141021"), std::string::npos) << raw.err;
+  EXPECT_NE(raw.err.find("is read with parse_time"), std::string::npos) << raw.err;
+  Result parsed =
+      Run(Ctrbox(job("    - {name: t, op: parse_time, input: hour, format: \"%y%m%d%H\"}\n"
+                     "    - {name: hod, op: time_part, input: t, part: hour}")));
+  ASSERT_EQ(parsed.exit_code, 0) << parsed.err;
+  EXPECT_EQ(parsed.last_json["records_malformed"], 0);
+  EXPECT_EQ(parsed.last_json["examples"], 2000);
+  // 24 hours of one day: 24 keys in slot hod, besides site's 10.
+  EXPECT_EQ(parsed.last_json["keys"], 34);
+}
+
 }  // namespace
 }  // namespace ctrbox

@@ -242,7 +242,14 @@ void Extractor::ExtractChunk(const TextChunk& chunk, ChunkParseResult* r) const 
       const OpNode& op = p.ops[t.errors[row] - 1];
       std::string in;
       for (int c : op.inputs) in += (in.empty() ? "" : ", ") + p.columns[c].name;
-      if (ErrorKind(op) == BadKind::kTooManyKeys) {
+      if (op.kind == OpKind::kTimePart && t.cols[op.inputs[0]].valid[row]) {
+        add_bad(
+            row, ErrorKind(op),
+            fmt::format("operator {} (time_part): {} = {} is not unix seconds in its range "
+                        "(1990 to 2100 unless range: any); a time written otherwise, such "
+                        "as 14102100 for 2014-10-21 00h, is read with parse_time",
+                        op.name, p.columns[op.inputs[0]].name, t.cols[op.inputs[0]].ints()[row]));
+      } else if (ErrorKind(op) == BadKind::kTooManyKeys) {
         add_bad(row, BadKind::kTooManyKeys,
                 fmt::format("operator {} ({}) makes more than {} keys from {} (its max_keys {}, "
                             "features.max_row_keys {})",

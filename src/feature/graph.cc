@@ -515,6 +515,7 @@ uint64_t FeaturePlan::Fingerprint() const {
     s += fmt::format("|{} {} {} {} {} {} {} {} {} {} {}", op.value.s, static_cast<int>(op.cmp),
                      static_cast<int>(op.to), op.sep, op.n, static_cast<int>(op.part),
                      op.utc_offset_seconds, op.a, op.b, op.max_keys, op.path.size());
+    if (!op.format.empty()) s += "|format " + op.format;
     for (const auto& p : op.path) s += "." + p;
     for (const auto& v : op.values) s += "," + v.s;
     for (double b : op.boundaries) s += fmt::format(",{}", b);

@@ -85,6 +85,7 @@ struct OpNode {
   std::vector<std::string> path;    // json_field: member names, outermost first
   std::vector<double> boundaries;   // bucketize
   std::string sep;                  // split, last_n
+  std::string format;               // parse_time: the strptime format
   uint32_t n = 0;                   // last_n
   TimePart part = TimePart::kHour;  // time_part
   int64_t utc_offset_seconds = 0;   // time_part

@@ -135,8 +135,8 @@ namespace {
 // the keys its spec lists and no others, and has a type rule and rows on the CPU or the GPU.
 TEST(OpRegistryTest, EveryOperatorIsFoundByItsNameAndComplete) {
   const std::vector<std::string> written = {
-      "fill_null", "cast",  "json_field", "filter",    "dedupe", "join", "hash",     "cross",
-      "bucketize", "split", "last_n",     "time_part", "log",    "clip", "normalize"};
+      "fill_null", "cast",  "json_field", "filter",    "dedupe", "join", "hash",      "cross",
+      "bucketize", "split", "last_n",     "time_part", "log",    "clip", "normalize", "parse_time"};
   for (const std::string& name : written) {
     OpKind kind;
     const OpSpec* spec = FindSpec(name, &kind);
@@ -153,7 +153,7 @@ TEST(OpRegistryTest, EveryOperatorIsFoundByItsNameAndComplete) {
   EXPECT_EQ(FindSpec("gather", &kind), nullptr);  // made by a join, never written
   EXPECT_EQ(KnownOpNames(),
             "bucketize, cast, clip, cross, dedupe, fill_null, filter, hash, join, json_field, "
-            "last_n, log, normalize, split, time_part");
+            "last_n, log, normalize, parse_time, split, time_part");
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
   X(Split, split)             \
   X(LastN, last_n)            \
   X(TimePart, time_part)      \
+  X(ParseTime, parse_time)    \
   X(Log, log)                 \
   X(Clip, clip)               \
   X(Normalize, normalize)

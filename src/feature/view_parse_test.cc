@@ -81,10 +81,16 @@ TEST(ViewParserTest, AHeaderThatDiffersStopsTheChunk) {
   auto p = Parse(l, {"a", "b"}, "b\ta\n1\t2\n");
   EXPECT_FALSE(p->status.ok());
   EXPECT_NE(p->status.message().find("f.csv:1: the header differs"), std::string::npos);
-  auto missing = ViewParser::Make(l, {"b"});
+  // A header naming some declared columns but not all: a declared column is missing.
+  auto two = Layout(ViewFormat::kTsv, true, {{"a", ColType::kInt}, {"c", ColType::kInt}});
+  auto missing = ViewParser::Make(two, {"b", "a"});
   EXPECT_FALSE(missing.ok());
-  EXPECT_NE(missing.status().message().find("column 'a' is declared but not in the header"),
+  EXPECT_NE(missing.status().message().find("column 'c' is declared but not in the header"),
             std::string::npos);
+  // A first line naming none of them is data: no header, the columns in declared order.
+  auto none = ViewParser::Make(two, {"7", "8"});
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_EQ(none->header(), (std::vector<std::string>{"a", "c"}));
 }
 
 TEST(ViewParserTest, JsonLines) {

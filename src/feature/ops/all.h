@@ -21,6 +21,7 @@
 #include "feature/ops/last_n.h"
 #include "feature/ops/log.h"
 #include "feature/ops/normalize.h"
+#include "feature/ops/parse_time.h"
 #include "feature/ops/split.h"
 #include "feature/ops/time_part.h"
 

@@ -1,5 +1,7 @@
 // time_part: a part of a unix time in seconds — minute, hour, weekday (0: Monday), day, month
-// or year — at a fixed UTC offset (docs/features.md, "Operators").
+// or year — at a fixed UTC offset (docs/features.md, "Operators"). A value outside its range
+// (default: 1990 to 2100, so that 14102100 or milliseconds are not decoded as seconds) marks
+// its row.
 #ifndef CTRBOX_FEATURE_OPS_TIME_PART_H_
 #define CTRBOX_FEATURE_OPS_TIME_PART_H_
 
@@ -19,7 +21,7 @@ struct TimePartOp {
   CTRBOX_HD static void Row(const FixedOp& op, const FixedIo& io, uint32_t r) {
     if (!io.valid(r)) return io.set_null(r);
     const int64_t v = io.in_int(r);
-    if (v < -(int64_t{1} << 40) || v > (int64_t{1} << 40)) {  // beyond ±34,000 years
+    if (static_cast<double>(v) < op.a || static_cast<double>(v) >= op.b) {  // [a, b): `range`
       io.set_null(r);
       io.mark_error(op, r);
       return;
@@ -46,9 +48,13 @@ struct TimePartOp {
 };
 
 #ifndef __CUDACC__
+// A plausible unix time in seconds: 1990-01-01 to 2100-01-01 UTC.
+inline constexpr double kTimeFrom = 631152000, kTimeTo = 4102444800;
+inline constexpr double kAnySeconds = 1099511627776.0;  // 2^40
+
 inline OpSpec TimePartSpec() {
   OpSpec s;
-  s.params = {"input", "part", "utc_offset_hours"};
+  s.params = {"input", "part", "utc_offset_hours", "range"};
   s.parse = [](OpParse& p) -> Status {
     RETURN_IF_ERROR(p.Inputs("input"));
     ASSIGN_OR_RETURN(std::string part, p.Scalar("part"));
@@ -66,6 +72,17 @@ inline OpSpec TimePartSpec() {
       ASSIGN_OR_RETURN(double h, p.Number("utc_offset_hours"));
       if (std::fabs(h) > 24) return p.Error("utc_offset_hours", "utc_offset_hours: beyond ±24");
       p.op().utc_offset_seconds = static_cast<int64_t>(std::llround(h * 3600));
+    }
+    // The unix seconds it decodes: [a, b).
+    p.op().a = kTimeFrom;
+    p.op().b = kTimeTo;
+    if (p.Has("range")) {
+      ASSIGN_OR_RETURN(std::string range, p.Scalar("range"));
+      if (range != "any") {
+        return p.Error("range", "range '" + range + "': expected any (the default is 1990-2100)");
+      }
+      p.op().a = -kAnySeconds;  // ±34,000 years
+      p.op().b = kAnySeconds;
     }
     return Status::OK();
   };
