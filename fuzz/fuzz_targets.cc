@@ -172,7 +172,7 @@ ops:
   - {{name: parts, op: split, input: c, sep: "|"}}
   - {{name: last, op: last_n, input: parts, n: 2}}
   - {{name: x, op: cross, inputs: [parts, a, d], max_keys: 100}}
-  - {{name: t, op: time_part, input: a, part: month}}
+  - {{name: t, op: time_part, input: a, part: month, range: any}}
   - {{name: bb, op: bucketize, input: b, boundaries: [0, 1]}}
   - {{op: filter, input: j, cmp: "!=", value: drop}}
   - {{op: dedupe, inputs: [a, c]}}

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <set>
+#include <sstream>
 #include <string>
 
 #include "cli/cli_test_util.h"
@@ -178,6 +180,51 @@ features:
   EXPECT_EQ(parsed.last_json["examples"], 2000);
   // 24 hours of one day: 24 keys in slot hod, besides site's 10.
   EXPECT_EQ(parsed.last_json["keys"], 34);
+}
+
+// A feature-graph model gave no per-row scores: predict refused ("a job with a feature graph
+// can drop rows") and extract + eval gave only aggregates. `--id-column` writes one
+// `id<TAB>probability` per row the graph keeps, and counts the dropped ones by reason.
+TEST_F(DataCliTest, PredictThroughAGraphWritesEachKeptRowsIdAndScore) {
+  ASSERT_EQ(
+      Run(Ctrbox("gen --format views --rows 6000 --test-rows 2000 --seed 4 --out " + Path("v")))
+          .exit_code,
+      0);
+  const std::string job = " -c " + Path("v/job.yaml") + " --model-dir " + Path("m");
+  Result t = Run(Ctrbox("train" + job + " --set model.mlp=32 --set train.batch_size=256"));
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  Result no_id = Run(Ctrbox("predict" + job + " --data " + Path("v/impressions_test.csv")));
+  EXPECT_EQ(no_id.exit_code, 1);
+  EXPECT_NE(no_id.err.find("needs --id-column"), std::string::npos) << no_id.err;
+
+  Result p = Run(Ctrbox("predict" + job + " --data " + Path("v/impressions_test.csv") +
+                        " --id-column instance_id"));
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  std::set<std::string> ids;
+  std::istringstream lines(p.out);
+  int rows = 0;
+  for (std::string line; std::getline(lines, line); ++rows) {
+    const size_t tab = line.find('\t');
+    ASSERT_NE(tab, std::string::npos) << line;
+    EXPECT_TRUE(ids.insert(line.substr(0, tab)).second) << "an id twice: " << line;
+    const double prob = std::stod(line.substr(tab + 1));
+    EXPECT_GT(prob, 0.0);
+    EXPECT_LT(prob, 1.0);
+  }
+  // As many rows as the held-out evaluation kept, every one with its own id from the file.
+  EXPECT_EQ(rows, t.last_json["test_examples"].get<int>());
+  EXPECT_TRUE(ids.count("i1-0") || ids.count("i1-1"));
+  const size_t at = p.err.find("predict: " + std::to_string(rows) +
+                               " rows scored of 2000 read; "
+                               "dropped: ");
+  EXPECT_NE(at, std::string::npos) << p.err;
+  EXPECT_NE(p.err.find("by the filters", at), std::string::npos);
+  // An id column the graph does not have is named.
+  Result bad = Run(
+      Ctrbox("predict" + job + " --data " + Path("v/impressions_test.csv") + " --id-column nope"));
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("--id-column nope: not a column of the feature graph"), std::string::npos)
+      << bad.err;
 }
 
 }  // namespace

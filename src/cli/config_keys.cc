@@ -35,6 +35,10 @@ const std::vector<Key>& Keys() {
       {"data.num_dense", "0", "dense values per row for the slots format",
        UInt([](JobConfig* j, uint64_t v) { j->data.num_dense = static_cast<uint32_t>(v); }, 0,
             100000)},
+      {"data.id_column", "(none)",
+       "predict through a feature graph: a column whose value is written beside each row's "
+       "probability (also --id-column)",
+       Text([](JobConfig* j, std::string v) { j->id_column = std::move(v); })},
       {"data.eval_paths", "(none)", "train: data to evaluate on after training (also --eval-data)",
        List([](JobConfig* j, auto v) { j->eval_paths = std::move(v); })},
       {"data.max_error_rate", "0.01", "the job stops once malformed records exceed this fraction",

@@ -98,6 +98,10 @@ int main(int argc, char** argv) {
       app.add_subcommand("predict", "one probability per input line (stdin by default)");
   AddJobOptions(predict, &predict_args);
   predict->add_option("--model-dir", predict_args.model_dir, "the model")->required();
+  std::string id_column;
+  predict->add_option("--id-column", id_column,
+                      "with a feature graph (-c): write `id<TAB>probability` per row that the "
+                      "graph keeps, the id from this column");
 
   auto* inspect = app.add_subcommand(
       "inspect", "verify a model directory, SSD store or checkpoints and report them");
@@ -171,6 +175,7 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : ctrbox::kExitUsage;
   }
 
+  if (!id_column.empty()) predict_args.sets.push_back("data.id_column=" + id_column);
   ctrbox::InstallSignalHandlers();
   if (train->parsed() || eval->parsed() || predict->parsed() || convert_cmd->parsed() ||
       extract_cmd->parsed()) {

@@ -102,6 +102,23 @@ StatusOr<std::shared_ptr<Extractor>> Extractor::Open(Env* env,
     }
     x->main_parser_ = std::make_unique<ViewParser>(std::move(*parser));
   }
+  if (!options.id_column.empty()) {
+    x->id_col_ = p.FindColumn(options.id_column);
+    if (x->id_col_ < 0) {
+      std::string names;
+      for (const ViewColumn& c : p.main.columns) names += (names.empty() ? "" : ", ") + c.name;
+      return InvalidArgumentError(
+          fmt::format("--id-column {}: not a column of the feature graph (the main view's: {})",
+                      options.id_column, names));
+    }
+    const ColType t = p.columns[x->id_col_].type;
+    if (t != ColType::kInt && t != ColType::kString) {
+      return InvalidArgumentError(
+          fmt::format("--id-column {}: a {} column; an id is an int or "
+                      "a string",
+                      options.id_column, ColTypeName(t)));
+    }
+  }
   if (options.layer_threads > 1)
     x->layer_pool_ = std::make_unique<ThreadPool>(options.layer_threads);
   if (options.device != FeatureDevice::kCpu) {  // a GPU that is not there fails the job here
@@ -197,6 +214,7 @@ void Extractor::ExtractChunk(const TextChunk& chunk, ChunkParseResult* r) const 
   const Schema schema = this->schema();
   ResetParseResult(schema, r);
   r->row_tags.clear();
+  r->row_ids.clear();
   thread_local std::unique_ptr<Arena> arena_holder;
   if (!arena_holder) arena_holder = std::make_unique<Arena>();
   Arena* arena = arena_holder.get();
@@ -305,6 +323,12 @@ void Extractor::ExtractChunk(const TextChunk& chunk, ChunkParseResult* r) const 
       for (uint32_t i = 0; i < n; ++i) b.keys.push_back(SlotKey(seed, col, row, i));
       b.offsets.push_back(static_cast<uint32_t>(b.keys.size()));
     }
+    if (id_col_ >= 0) {
+      const Column& id = t.cols[id_col_];
+      r->row_ids.push_back(!id.valid[row]             ? std::string()
+                           : id.type == ColType::kInt ? std::to_string(id.ints()[row])
+                                                      : std::string(id.strs()[row].view()));
+    }
     for (int d : p.dedupes) {
       const Hash128 h = t.cols[p.ops[d].output].tags()[row];
       r->row_tags.push_back(h.lo);
@@ -400,6 +424,15 @@ class DedupeStep {
       row = end;
     }
     b = std::move(out);
+    if (!r->row_ids.empty()) {  // the ids of the rows kept, in order
+      size_t w = 0;
+      for (size_t i = 0; i < rows; ++i) {
+        if (!keep[i]) continue;
+        if (w != i) r->row_ids[w] = std::move(r->row_ids[i]);  // (a self-move empties it)
+        ++w;
+      }
+      r->row_ids.resize(w);
+    }
     x_->stats_.duplicates += dropped;
     x_->stats_.rows_out -= dropped;
     return Status::OK();
@@ -440,6 +473,12 @@ Status Extractor::CheckHeaders(Env* env, const DataOptions& data) const {
   return Status::OK();
 }
 
+std::function<Status(ChunkParseResult*)> Extractor::InOrderStep(std::shared_ptr<Extractor> x) {
+  if (x->plan().dedupes.empty()) return nullptr;
+  auto step = std::make_shared<DedupeStep>(std::move(x));
+  return [step](ChunkParseResult* r) { return (*step)(r); };
+}
+
 StatusOr<std::unique_ptr<BatchReader>> OpenFeatureReader(Env* env, const DataOptions& data,
                                                          std::shared_ptr<Extractor> extractor) {
   ChunkDecoder d;
@@ -447,10 +486,7 @@ StatusOr<std::unique_ptr<BatchReader>> OpenFeatureReader(Env* env, const DataOpt
   d.decode = [extractor](const TextChunk& c, ChunkParseResult* r) {
     extractor->ExtractChunk(c, r);
   };
-  if (!extractor->plan().dedupes.empty()) {
-    auto step = std::make_shared<DedupeStep>(extractor);
-    d.in_order = [step](ChunkParseResult* r) { return (*step)(r); };
-  }
+  d.in_order = Extractor::InOrderStep(extractor);
   return OpenTextReaderWith(env, data, std::move(d));
 }
 

@@ -60,6 +60,10 @@ class Extractor {
     FeatureDevice device = FeatureDevice::kCpu;
     bool fused = true;
     KeySlots key_slots;  // model.shared_slots: the seed slot of each output slot
+    // A column of the graph (an int or string of the main view, or one an operator makes)
+    // whose value each output row carries in ChunkParseResult::row_ids: predict's per-row
+    // scores (`ctrbox predict --id-column`). Empty: none.
+    std::string id_column;
   };
 
   // Loads the side views and reads the main view's header (the first file's first line, for
@@ -82,6 +86,9 @@ class Extractor {
                    ParseOutcome* outcome) const;
 
   ExtractTotals totals() const;
+  // The stream-wide step that runs on the consumer, in input order, after ExtractChunk: the
+  // dedupe (null without one). One per pass over the input (a fresh dedupe).
+  static std::function<Status(ChunkParseResult*)> InOrderStep(std::shared_ptr<Extractor> x);
   // Whether every file of `data` (other files of the main view: held-out ones) starts with the
   // header the main view's first file has, or with data (no header), read now, before any row
   // is extracted (the rows themselves would count into the totals). InvalidArgument naming
@@ -99,6 +106,7 @@ class Extractor {
   std::unique_ptr<ViewParser> main_parser_;
   std::unique_ptr<ThreadPool> layer_pool_;
   std::vector<int> joins_;  // operator ids of the joins
+  int id_col_ = -1;         // Options::id_column's column id
 
   // Device layers not in use (one per reader worker at most is in use at a time).
   StatusOr<std::unique_ptr<DeviceLayers>> TakeDevice() const;

@@ -71,6 +71,8 @@ struct ChunkParseResult {
   // Optional per-row data for a reader's in-order step (ChunkDecoder::in_order): the feature
   // extractor's dedupe hashes, two words per row of batch.
   std::vector<uint64_t> row_tags;
+  // The feature extractor's id column of each row (Extractor::Options::id_column), as text.
+  std::vector<std::string> row_ids;
 };
 
 // Parses the lines of `chunk` into result->batch (reset to the format's schema).

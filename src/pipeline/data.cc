@@ -48,6 +48,7 @@ Status AttachFeatures(Env* env, JobConfig* job) {
   o.bad_input = job->data.bad_input;
   o.schedule = job->features->layered ? Schedule::kLayered : Schedule::kSequential;
   o.key_slots = job->data.key_slots;
+  o.id_column = job->id_column;
   if (job->features->gpu) {
     if (!job->features->layered) {
       return InvalidArgumentError(

@@ -274,16 +274,76 @@ StatusOr<nlohmann::json> EvalLoadedModel(Env* env, const JobConfig& job, LoadedM
   return report;
 }
 
+Status PredictThroughGraph(Env* env, JobConfig job, LoadedModel& lm, ThreadPool* pool,
+                           std::FILE* out) {
+  if (job.id_column.empty()) {
+    return InvalidArgumentError(
+        "predict through a feature graph needs --id-column COLUMN (data.id_column): the graph "
+        "can drop rows (filter, dedupe, bad rows), so each probability is written beside its "
+        "row's id, `id<TAB>probability`");
+  }
+  job.data.key_slots = lm.manifest.spec.model.KeySlotMap();  // as the model's data was keyed
+  if (job.data.paths.empty() && job.data.command.empty()) job.data.paths = {"-"};
+  RETURN_IF_ERROR(AttachFeatures(env, &job));
+  std::shared_ptr<Extractor> x = job.extractor;
+  if (!(x->schema() == lm.model->schema())) {
+    return InvalidArgumentError(fmt::format(
+        "the graph makes {} slots and {} dense values but the model was trained on {} and {}",
+        x->schema().num_slots, x->schema().num_dense, lm.model->schema().num_slots,
+        lm.model->schema().num_dense));
+  }
+  // In input order, one chunk at a time: each row's id stays beside its probability.
+  ASSIGN_OR_RETURN(auto source, OpenTextChunks(env, job.data));
+  BadInputTracker tracker(job.data.bad_input);
+  auto in_order = Extractor::InOrderStep(x);
+  std::vector<float> p;
+  std::string text;
+  while (true) {
+    TextChunk chunk;
+    bool eof = false;
+    RETURN_IF_ERROR(source->Next(&chunk, &eof));
+    if (eof) break;
+    ChunkParseResult r;
+    x->ExtractChunk(chunk, &r);
+    RETURN_IF_ERROR(r.status);
+    RETURN_IF_ERROR(tracker.Add(r.counts, r.samples));
+    if (in_order) RETURN_IF_ERROR(in_order(&r));
+    if (r.batch.rows() == 0) continue;
+    if (r.row_ids.size() != r.batch.rows()) {
+      return InternalError(
+          fmt::format("predict: {} ids for {} rows", r.row_ids.size(), r.batch.rows()));
+    }
+    RETURN_IF_ERROR(
+        PredictChunk(r.batch, *lm.table, lm.model.get(), job.train.batch_size, 0, pool, &p));
+    text.clear();
+    for (size_t i = 0; i < p.size(); ++i) {
+      fmt::format_to(std::back_inserter(text), "{}\t{:.9g}\n", r.row_ids[i], p[i]);
+    }
+    if (std::fwrite(text.data(), 1, text.size(), out) != text.size()) {
+      return IOError("predict: writing the scores failed");
+    }
+  }
+  RETURN_IF_ERROR(tracker.Finish());
+  std::fflush(out);
+  const ExtractTotals t = x->totals();
+  LOG_INFO(
+      "predict: {} rows scored of {} read; dropped: {} by the filters, {} duplicates, {} bad "
+      "(the graph), {} malformed lines",
+      t.rows_out, t.rows_in, t.filtered, t.duplicates, t.bad_rows,
+      tracker.counts().bad_total() - t.bad_rows);
+  return Status::OK();
+}
+
 Status RunPredict(Env* env, const JobConfig& job, std::FILE* out) {
   RETURN_IF_ERROR(job.Validate());
-  if (job.features != nullptr) {
-    return InvalidArgumentError(
-        "predict scores extracted records, one output line per input line; a job with a feature "
-        "graph can drop rows (filter, dedupe): run `ctrbox extract` and score its shards with "
-        "`ctrbox eval`");
-  }
   ThreadPool pool(job.train.threads);
   ASSIGN_OR_RETURN(LoadedModel lm, OpenModel(env, job.model_dir, job.StorageFor({}), &pool));
+  if (job.features != nullptr) return PredictThroughGraph(env, job, lm, &pool, out);
+  if (!job.id_column.empty()) {
+    return InvalidArgumentError(
+        "--id-column is for predict through a feature graph (-c job.yaml with features:); "
+        "without one, each input line gets its probability on the same output line");
+  }
   DataOptions data = job.data;
   if (data.paths.empty()) data.paths = {"-"};
   ReadAsTrained(lm.manifest, job, &data);

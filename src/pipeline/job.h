@@ -116,6 +116,9 @@ struct JobConfig {
   PipelineOptions pipeline;
   DistOptions dist;
   std::string model_dir;
+  // predict through a feature graph: the column whose value is written beside each row's
+  // probability (data.id_column, --id-column).
+  std::string id_column;
   bool fresh = false;      // train: ignore a model already in model_dir (and old checkpoints)
   CheckpointOptions ckpt;  // checkpoints of the train job (ckpt.dir empty: none)
   bool resume = false;     // train: continue from the newest checkpoint in ckpt.dir
