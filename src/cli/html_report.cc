@@ -133,12 +133,19 @@ std::string LineChartSvg(const std::string& title, const std::string& x_label,
       ++points;
     }
     if (points == 0) continue;
-    if (points == 1) {  // a single point: a short horizontal stroke, so it shows
-      d += fmt::format("h 0.01 ");
-    }
     d.pop_back();
     svg += fmt::format("<path d=\"{}\" stroke=\"{}\" class=\"s{}\"><title>{}</title></path>", d,
                        s.color, s.dashed ? " dash" : "", Escape(s.name));
+    // Few points (a one-pass run has one): each a dot, so that none is an invisible stroke.
+    if (points <= 30 && !s.dashed) {
+      for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
+        if (!std::isfinite(s.y[i]) || !std::isfinite(s.x[i])) continue;
+        svg += fmt::format(
+            "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\" class=\"pt\"><title>{}: "
+            "{}</title></circle>",
+            px(s.x[i]), py(s.y[i]), s.color, Escape(s.name), Number(s.y[i]));
+      }
+    }
     const double ly = kTop + 12 + 14 * legend++;
     svg += fmt::format(
         "<line x1=\"{0:.1f}\" x2=\"{1:.1f}\" y1=\"{2:.1f}\" y2=\"{2:.1f}\" stroke=\"{3}\" "
@@ -284,8 +291,14 @@ StatusOr<std::string> RenderReport(const std::string& metrics_path,
     }
     charts.push_back(LineChartSvg("AUC per pass", "pass", "AUC", s));
   }
-  charts.push_back(
-      LineChartSvg("Logloss per pass", "pass", "logloss", {{"logloss", kColors[0], x, logloss}}));
+  {
+    std::vector<ChartSeries> s = {{"progressive logloss", kColors[0], x, logloss}};
+    if (!tests.empty() && std::isfinite(Get(tests.back(), "logloss"))) {
+      s.push_back(
+          {"held-out test logloss", kColors[1], x, flat(Get(tests.back(), "logloss")), true});
+    }
+    charts.push_back(LineChartSvg("Logloss per pass", "pass", "logloss", s));
+  }
   charts.push_back(LineChartSvg(
       "COPC per pass (clicks / predicted clicks)", "pass", "COPC",
       {{"COPC", kColors[0], x, copc}, {"calibrated (1)", kColors[2], x, flat(1.0), true}}));
@@ -333,6 +346,7 @@ StatusOr<std::string> RenderReport(const std::string& metrics_path,
     summary += Row("training time", num("seconds", "{:.1f} s"));
     summary += Row("examples/s", num("examples_per_s", "{:.0f}"));
     summary += Row("held-out test AUC", num("test_auc", "{:.4f}"));
+    summary += Row("held-out test logloss", num("test_logloss", "{:.4f}"));
     summary += Row("oracle AUC", num("oracle_auc", "{:.4f}"));
     summary += Row("device", report.value("device", std::string("-")));
     summary += Row("BLAS core", report.value("blas_core", std::string("-")));
@@ -359,6 +373,7 @@ StatusOr<std::string> RenderReport(const std::string& metrics_path,
   if (stages.contains("stages")) {
     stage_table = "<table><tr><th>stage</th><th>busy s</th><th>stalled s</th><th>idle s</th></tr>";
     for (const char* s : kStageNames) {
+      if (!std::isfinite(GetIn(stages["stages"], s, "busy_seconds"))) continue;  // none here
       stage_table += fmt::format(
           "<tr><th>{}</th><td>{:.2f}</td><td>{:.2f}</td><td>{:.2f}</td></tr>", s,
           GetIn(stages["stages"], s, "busy_seconds"), GetIn(stages["stages"], s, "stalled_seconds"),
@@ -382,7 +397,7 @@ StatusOr<std::string> RenderReport(const std::string& metrics_path,
       "th,td{border:1px solid #ddd;padding:3px 8px;text-align:left}"
       "</style></head><body>\n";
   html += "<h1>ctrbox train report</h1>\n<p>From <code>" + Escape(metrics_path) +
-          "</code>: " + std::to_string(n) + " passes" +
+          "</code>: " + std::to_string(n) + (n == 1 ? " pass" : " passes") +
           (resumes == 0 ? std::string() : fmt::format(", {} resumed run(s)", resumes)) + ". " +
           Escape(note) + "</p>\n";
   if (!summary.empty()) html += "<h2>Summary</h2><table>" + summary + "</table>\n";

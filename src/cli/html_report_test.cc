@@ -69,5 +69,40 @@ TEST(HtmlReportTest, MetricsLogErrorsNameTheLineAndATruncatedLastLineIsLeftOut) 
   EXPECT_NE(none.status().message().find("no pass records"), std::string::npos);
 }
 
+// Issue 44: with one pass the line charts were empty frames (a path `h 0.01` long), the
+// held-out logloss was nowhere, the page said "1 passes", and a job without a feature graph
+// had a stage row of `nan nan nan`.
+TEST(HtmlReportTest, AOnePassRunShowsItsPointsItsHeldOutLoglossAndNoUndefinedRows) {
+  testing::TempDir dir;
+  const std::string path = dir.File("metrics.jsonl");
+  ASSERT_TRUE(
+      WriteFileAtomic(
+          Env::Posix(), path,
+          R"({"event":"pass","pass":0,"examples":10,"auc":0.6,"logloss":0.5,"copc":1.0,)"
+          R"("examples_per_s":100,"seconds":0.1})"
+          "\n"
+          R"({"event":"test","auc":0.7,"logloss":0.41})"
+          "\n"
+          R"({"event":"stages","stages":{"read":{"busy_seconds":1,"stalled_seconds":0,)"
+          R"("idle_seconds":0},"pull":{"busy_seconds":1,"stalled_seconds":0,"idle_seconds":0},)"
+          R"("train":{"busy_seconds":1,"stalled_seconds":0,"idle_seconds":0},)"
+          R"("push":{"busy_seconds":1,"stalled_seconds":0,"idle_seconds":0}}})"
+          "\n"
+          R"({"event":"report","examples":10,"passes":1,"test_auc":0.7,"test_logloss":0.41})"
+          "\n")
+          .ok());
+  auto page = RenderReport(path, "");
+  ASSERT_TRUE(page.ok()) << page.status().ToString();
+  EXPECT_NE(page->find(": 1 pass."), std::string::npos);
+  EXPECT_EQ(page->find("1 passes"), std::string::npos);
+  EXPECT_EQ(page->find("h 0.01"), std::string::npos);
+  EXPECT_GE(Count(*page, "<circle "), 4u);  // AUC, logloss, COPC, speed: a dot each at least
+  EXPECT_NE(page->find("held-out test logloss"), std::string::npos);
+  EXPECT_NE(page->find("<th>held-out test logloss</th><td>0.4100</td>"), std::string::npos)
+      << *page;
+  EXPECT_EQ(page->find("nan"), std::string::npos);
+  EXPECT_EQ(page->find("<th>extract</th>"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace ctrbox

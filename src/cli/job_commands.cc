@@ -175,6 +175,16 @@ Status RunTrainCommand(const JobConfig& job, int local_ranks) {
 
 Status RunEvalCommand(const JobConfig& job) {
   ASSIGN_OR_RETURN(nlohmann::json report, RunEval(Env::Posix(), job));
+  const nlohmann::json& auc = report["auc"];
+  const nlohmann::json& exact = report["auc_exact"];
+  LOG_INFO(
+      "evaluated {} examples: AUC {} (as train reports test_auc; exact over {} examples: "
+      "{}), logloss {:.4f}",
+      report["examples"].get<uint64_t>(),
+      auc.is_number() ? fmt::format("{:.4f}", auc.get<double>()) : "undefined",
+      report["auc_exact_examples"].get<uint64_t>(),
+      exact.is_number() ? fmt::format("{:.6f}", exact.get<double>()) : "undefined",
+      report["logloss"].get<double>());
   PrintJson(report);
   return Status::OK();
 }

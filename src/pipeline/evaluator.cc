@@ -261,6 +261,11 @@ StatusOr<nlohmann::json> EvalLoadedModel(Env* env, const JobConfig& job, LoadedM
       {"auc", s.AucJson()},
       {"auc_exact", exact_defined ? nlohmann::json(ExactAuc(labels, scores)) : nlohmann::json()},
       {"auc_exact_examples", labels.size()},
+      // Two AUCs: said once, in the report itself.
+      {"auc_note",
+       "auc: streaming, from score buckets, as train reports test_auc (it may differ from the "
+       "exact value in the 5th or 6th digit); auc_exact: exact, over the first "
+       "auc_exact_examples examples"},
       {"logloss", s.logloss},
       {"copc", s.copc},
       {"ctr", s.ctr},
