@@ -115,6 +115,7 @@ Status JobConfigBuilder::Set(std::string_view key, std::string_view value,
 
 StatusOr<JobConfig> BuildJobConfig(const JobSources& sources) {
   JobConfigBuilder b;
+  b.job().size_to_data = true;
   if (!sources.config_path.empty()) RETURN_IF_ERROR(b.LoadYaml(sources.config_path));
   if (!sources.features_text.empty()) {
     try {

@@ -132,6 +132,10 @@ struct JobConfig {
   // and the command's flags (--data, --model-dir, ...): the ranks of a distributed job
   // compare them before anything is read (defaults that follow the machine are not here).
   std::map<std::string, std::string> settings_given;
+  // What the job leaves unset (train.batch_size) is sized from its data (pipeline/sizing.h):
+  // set by the config builder (the command line, job files, Python); a JobConfig built in
+  // code gets exactly the values it holds.
+  bool size_to_data = false;
   // Its extract stage once AttachFeatures opened it (the side views loaded); data.opener
   // reads through it.
   std::shared_ptr<Extractor> extractor;

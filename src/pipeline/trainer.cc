@@ -16,6 +16,7 @@
 #include "pipeline/file_shares.h"
 #include "pipeline/pass_reader.h"
 #include "pipeline/rank_pass.h"
+#include "pipeline/sizing.h"
 #include "pipeline/stage_runner.h"
 #include "pipeline/stages.h"
 #include "pipeline/train_report.h"
@@ -167,8 +168,10 @@ Status PrepareJob(Env* env, Comm* comm, const std::atomic<bool>* stop, JobConfig
     return InvalidArgumentError("train.dry_run runs on one process (its ranks would not exchange)");
   }
   if (comm == nullptr) RETURN_IF_ERROR(CheckNoRanksCheckpoint(env, *job));
+  if (comm != nullptr) RETURN_IF_ERROR(CheckRanksRunOneJob(comm, *job));
+  // The job's batch (before the ranks divide it), from the data when the job leaves it.
+  RETURN_IF_ERROR(SizeToTheData(env, comm != nullptr ? comm->size() : 1, job));
   if (comm != nullptr) {
-    RETURN_IF_ERROR(CheckRanksRunOneJob(comm, *job));
     std::vector<std::string> files;
     RETURN_IF_ERROR(ShareJob(env, *comm, job, ranks_ckpt_dir, &files));
     if (job->resume && !ranks_ckpt_dir->empty() && !files.empty()) {

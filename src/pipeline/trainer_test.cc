@@ -11,6 +11,7 @@
 #include "ckpt/model_dir.h"
 #include "pipeline/data.h"
 #include "pipeline/evaluator.h"
+#include "pipeline/sizing.h"
 #include "pipeline/trainer_test_util.h"
 #include "util/mem_env.h"
 
@@ -383,6 +384,22 @@ TEST(TrainerTest, AnIoErrorAtAnyCallEndsTheRunCleanlyAndKeepsTheCommittedModel) 
     }
   }
   EXPECT_GT(failed_runs, static_cast<int>(ns.size()));  // most faults stop the run
+}
+
+TEST(SizingTest, TheBatchIsTheLargestPowerOfTwoThatKeeps256StepsAnEpoch) {
+  EXPECT_EQ(BatchForRows(0), 128u);
+  EXPECT_EQ(BatchForRows(8000), 128u);
+  EXPECT_EQ(BatchForRows(50000), 128u);
+  EXPECT_EQ(BatchForRows(65536), 256u);
+  EXPECT_EQ(BatchForRows(200000), 512u);
+  EXPECT_EQ(BatchForRows(500000), 1024u);
+  EXPECT_EQ(BatchForRows(524288), 2048u);
+  EXPECT_EQ(BatchForRows(uint64_t{1} << 40), 2048u);
+  for (uint64_t rows = 1000; rows < 10'000'000; rows = rows * 3 / 2) {
+    const uint32_t b = BatchForRows(rows);
+    EXPECT_TRUE(b == 128 || rows / b >= kMinStepsPerEpoch) << rows;
+    EXPECT_TRUE(b == 2048 || rows / (2 * b) < kMinStepsPerEpoch) << rows;  // the largest
+  }
 }
 
 }  // namespace
