@@ -424,3 +424,15 @@ def test_a_feature_graph_in_a_dict_trains_as_the_cli_job_file(tmp_path):
                               "--data", test).strip().splitlines()[-1])
     assert py_eval["auc"] == cli_eval["auc"]
     assert py_eval["examples"] == cli_eval["examples"] > 1000
+    # Per-row scores through the graph: the rows `ctrbox predict --id-column` writes, in order.
+    rows = ctrbox.Model(tmp_path / "py", config={"features": features}).predict(
+        data=test, id_column="user_id")
+    cli_rows = cli("predict", "-c", str(job), "--model-dir", str(tmp_path / "py"), "--data", test,
+                   "--id-column", "user_id").strip().splitlines()
+    assert len(rows["id"]) == len(cli_rows) == len(rows["probability"]) > 1000
+    for i in (0, len(cli_rows) // 2, len(cli_rows) - 1):
+        cid, cp = cli_rows[i].split("\t")
+        assert rows["id"][i] == cid
+        assert float(rows["probability"][i]) == np.float32(cp)
+    with pytest.raises(TypeError, match="data=... and id_column"):
+        ctrbox.Model(tmp_path / "py", config={"features": features}).predict(data=test)

@@ -270,7 +270,8 @@ class Model:
         directories; with none, on the generated test rows."""
         return json.loads(_call(self._model.eval, _paths(data), format or ""))
 
-    def predict(self, keys=None, dense=None, offsets=None, records=None, format=None, hashed=False):
+    def predict(self, keys=None, dense=None, offsets=None, records=None, format=None, hashed=False,
+                data=None, id_column=None):
         """Click probabilities, float32, one per row.
 
         records: text lines in `format` (a label is optional; None: the format the model was
@@ -282,7 +283,18 @@ class Model:
         ids, keyed per slot as the slot and libsvm formats key them; hashed=True takes
         model keys (feature_keys) instead. dense: (rows, num_dense) float array, raw values
         as in the files (required when the model has dense inputs). A key the model does
-        not hold contributes nothing, as in `ctrbox predict`."""
+        not hold contributes nothing, as in `ctrbox predict`.
+
+        data with id_column: raw views (files) scored through the Model's feature graph (open
+        it with the job's config): {"id": [...], "probability": float32 array} for the rows
+        the graph keeps, in input order, as `ctrbox predict --id-column` writes them."""
+        if data is not None or id_column is not None:
+            if data is None or id_column is None:
+                raise TypeError("predict through a feature graph takes data=... and id_column=...")
+            if keys is not None or records is not None:
+                raise TypeError("predict takes data=... or records=... or keys=..., one of them")
+            ids, probs = _call(self._model.predict_rows, _paths(data), str(id_column))
+            return {"id": ids, "probability": probs}
         if records is not None:
             if keys is not None or dense is not None or offsets is not None:
                 raise TypeError("predict takes records or keys/dense, not both")

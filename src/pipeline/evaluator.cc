@@ -280,7 +280,7 @@ StatusOr<nlohmann::json> EvalLoadedModel(Env* env, const JobConfig& job, LoadedM
 }
 
 Status PredictThroughGraph(Env* env, JobConfig job, LoadedModel& lm, ThreadPool* pool,
-                           std::FILE* out) {
+                           const RowScoresFn& on_rows) {
   if (job.id_column.empty()) {
     return InvalidArgumentError(
         "predict through a feature graph needs --id-column COLUMN (data.id_column): the graph "
@@ -302,7 +302,6 @@ Status PredictThroughGraph(Env* env, JobConfig job, LoadedModel& lm, ThreadPool*
   BadInputTracker tracker(job.data.bad_input);
   auto in_order = Extractor::InOrderStep(x);
   std::vector<float> p;
-  std::string text;
   while (true) {
     TextChunk chunk;
     bool eof = false;
@@ -320,16 +319,9 @@ Status PredictThroughGraph(Env* env, JobConfig job, LoadedModel& lm, ThreadPool*
     }
     RETURN_IF_ERROR(
         PredictChunk(r.batch, *lm.table, lm.model.get(), job.train.batch_size, 0, pool, &p));
-    text.clear();
-    for (size_t i = 0; i < p.size(); ++i) {
-      fmt::format_to(std::back_inserter(text), "{}\t{:.9g}\n", r.row_ids[i], p[i]);
-    }
-    if (std::fwrite(text.data(), 1, text.size(), out) != text.size()) {
-      return IOError("predict: writing the scores failed");
-    }
+    RETURN_IF_ERROR(on_rows(r.row_ids, p));
   }
   RETURN_IF_ERROR(tracker.Finish());
-  std::fflush(out);
   const ExtractTotals t = x->totals();
   LOG_INFO(
       "predict: {} rows scored of {} read; dropped: {} by the filters, {} duplicates, {} bad "
@@ -343,7 +335,23 @@ Status RunPredict(Env* env, const JobConfig& job, std::FILE* out) {
   RETURN_IF_ERROR(job.Validate());
   ThreadPool pool(job.train.threads);
   ASSIGN_OR_RETURN(LoadedModel lm, OpenModel(env, job.model_dir, job.StorageFor({}), &pool));
-  if (job.features != nullptr) return PredictThroughGraph(env, job, lm, &pool, out);
+  if (job.features != nullptr) {
+    std::string text;
+    RETURN_IF_ERROR(PredictThroughGraph(
+        env, job, lm, &pool,
+        [&](const std::vector<std::string>& ids, const std::vector<float>& p) -> Status {
+          text.clear();
+          for (size_t i = 0; i < p.size(); ++i) {
+            fmt::format_to(std::back_inserter(text), "{}\t{:.9g}\n", ids[i], p[i]);
+          }
+          if (std::fwrite(text.data(), 1, text.size(), out) != text.size()) {
+            return IOError("predict: writing the scores failed");
+          }
+          return Status::OK();
+        }));
+    std::fflush(out);
+    return Status::OK();
+  }
   if (!job.id_column.empty()) {
     return InvalidArgumentError(
         "--id-column is for predict through a feature graph (-c job.yaml with features:); "

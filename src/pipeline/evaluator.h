@@ -31,8 +31,17 @@ StatusOr<nlohmann::json> EvalLoadedModel(Env* env, const JobConfig& job, LoadedM
                                          ThreadPool* pool);
 
 // Writes one probability per line of job.data (one text file, or standard input when it
-// names none) to `out` with the model in job.model_dir; see PredictLines.
+// names none) to `out` with the model in job.model_dir; see PredictLines. With a feature
+// graph (job.features), `id<TAB>probability` per row the graph keeps (job.id_column).
 Status RunPredict(Env* env, const JobConfig& job, std::FILE* out);
+
+// Scores the raw views of job.data through job.features with the open model `lm`: the rows
+// the graph keeps, chunk by chunk in input order, each with its job.id_column value; logs the
+// rows each reason dropped. InvalidArgument without job.id_column.
+using RowScoresFn =
+    std::function<Status(const std::vector<std::string>& ids, const std::vector<float>& p)>;
+Status PredictThroughGraph(Env* env, JobConfig job, LoadedModel& lm, ThreadPool* pool,
+                           const RowScoresFn& on_rows);
 
 // Predicts every row of `chunk`: its keys (hashed first when the model was trained with
 // features.hashing) are looked up in `table` (absent keys contribute nothing), minibatches

@@ -213,6 +213,34 @@ class Model {
     return JsonText(Check(EvalLoadedModel(Env::Posix(), job, lm_, &pool_)));
   }
 
+  // Per-row scores of raw views through the job's feature graph: (ids, probabilities) of the
+  // rows the graph keeps, in input order (`ctrbox predict --id-column`).
+  py::tuple PredictRows(const std::vector<std::string>& paths, const std::string& id_column) {
+    JobConfig job = job_;
+    if (job.features == nullptr) {
+      throw StatusError(InvalidArgumentError(
+          "predict(data=..., id_column=...) scores raw views through a feature graph: open the "
+          "Model with the job's config (its features:)"));
+    }
+    job.data.paths = paths;
+    job.data.command.clear();
+    job.id_column = id_column;
+    std::vector<std::string> ids;
+    std::vector<float> probs;
+    {
+      py::gil_scoped_release nogil;
+      std::lock_guard<std::mutex> l(mu_);
+      Check(PredictThroughGraph(
+          Env::Posix(), job, lm_, &pool_,
+          [&](const std::vector<std::string>& i, const std::vector<float>& p) -> Status {
+            ids.insert(ids.end(), i.begin(), i.end());
+            probs.insert(probs.end(), p.begin(), p.end());
+            return Status::OK();
+          }));
+    }
+    return py::make_tuple(py::cast(ids), py::array_t<float>(probs.size(), probs.data()));
+  }
+
   // Probabilities for rows given as arrays: keys[offsets[r*S+s] .. offsets[r*S+s+1]) are
   // row r's values in slot s (S = num_slots), dense is rows x num_dense. `raw`: the values
   // are raw ids, keyed per slot as the slot and libsvm formats key them (FeatureKey);
@@ -482,6 +510,7 @@ PYBIND11_MODULE(_ctrbox, m) {
       .def("predict_arrays", &Model::PredictArrays, py::arg("keys"), py::arg("offsets"),
            py::arg("dense"), py::arg("rows"), py::arg("raw"))
       .def("predict_text", &Model::PredictText, py::arg("lines"), py::arg("format"))
+      .def("predict_rows", &Model::PredictRows, py::arg("paths"), py::arg("id_column"))
       .def("lookup", &Model::Lookup, py::arg("keys"))
       .def("keys", &Model::Keys, py::arg("slot"), py::arg("values"));
 
