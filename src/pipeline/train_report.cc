@@ -314,14 +314,15 @@ nlohmann::json ExtractJson(const ExtractTotals& x) {
           {"side_bad", CountsJson(x.side_counts)}};
 }
 
-void LogExtract(const ExtractTotals& x, double seconds, int reader_threads) {
+void LogExtract(const ExtractTotals& x, double seconds, int reader_threads, uint64_t malformed) {
   const double busy = x.parse_seconds + x.graph_seconds + x.assemble_seconds;
   LOG_INFO(
       "extract: {:.1f}% of the run over {} reader thread(s) ({:.2f} s: parse {:.2f}, graph "
-      "{:.2f}, assemble {:.2f}); rows {} in, {} out, {} filtered, {} duplicates, {} bad",
+      "{:.2f}, assemble {:.2f}); rows {} in, {} out, {} filtered, {} duplicates, {} bad in the "
+      "graph; {} malformed lines skipped before it",
       100.0 * busy / std::max(seconds * std::max(reader_threads, 1), 1e-9), reader_threads, busy,
       x.parse_seconds, x.graph_seconds, x.assemble_seconds, x.rows_in, x.rows_out, x.filtered,
-      x.duplicates, x.bad_rows);
+      x.duplicates, x.bad_rows, malformed - std::min(malformed, x.bad_rows));
 }
 
 std::string NoExamplesReason(const JobConfig& job, uint64_t records_malformed) {

@@ -35,7 +35,8 @@ nlohmann::json StagesJson(const StageClocks& clocks);
 // worker seconds by part, join hit rates, the side views held.
 nlohmann::json ExtractJson(const ExtractTotals& x);
 // Its line beside the stage table: busy worker time against the run's wall time.
-void LogExtract(const ExtractTotals& x, double seconds, int reader_threads);
+// `malformed`: the reader's bad records, the graph's bad rows among them.
+void LogExtract(const ExtractTotals& x, double seconds, int reader_threads, uint64_t malformed);
 // Why a job read no examples: "(N records malformed and skipped)", and with a feature graph
 // what became of the rows it read (filtered, duplicates, bad), for the message that stops it.
 std::string NoExamplesReason(const JobConfig& job, uint64_t records_malformed);

@@ -88,7 +88,7 @@ StatusOr<PassesRun> RunPasses(Env* env, const JobConfig& job, PassReader* reader
                            {"stages", StagesJson(run.totals)}};
     if (job.extractor) {
       const ExtractTotals x = job.extractor->totals();
-      LogExtract(x, run.seconds, job.data.threads);
+      LogExtract(x, run.seconds, job.data.threads, reader->counts().bad_total());
       line["extract"] = ExtractJson(x);
       line["stages"]["extract"] = {
           {"busy_seconds", x.parse_seconds + x.graph_seconds + x.assemble_seconds}};
