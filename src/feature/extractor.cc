@@ -31,14 +31,9 @@ StatusOr<std::vector<std::string>> ReadHeader(Env* env, const ViewLayout& layout
     for (const ViewColumn& c : layout.columns) names.push_back(c.name);
     return names;
   }
-  DataOptions o = main;
-  o.chunk_bytes = 64 << 10;
-  o.byte_share = {};  // the file's first line, whichever part this rank reads
-  ASSIGN_OR_RETURN(auto source, OpenTextChunks(env, o));
-  TextChunk chunk;
-  bool eof = false;
-  RETURN_IF_ERROR(source->Next(&chunk, &eof));
-  if (eof) return std::vector<std::string>{};
+  // The file's first line, whichever part this rank reads.
+  ASSIGN_OR_RETURN(const TextChunk chunk, ReadFirstChunk(env, main));
+  if (chunk.data.empty()) return std::vector<std::string>{};
   const size_t nl = chunk.data.find('\n');
   return ViewParser::SplitHeader(
       layout,

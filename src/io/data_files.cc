@@ -103,16 +103,10 @@ namespace {
 // first 64 KB has (libFM's one-hot files have one per field on every row).
 StatusOr<uint32_t> PositionSlots(Env* env, const DataOptions& o) {
   if (o.paths.empty()) return 0;  // a command's output is not read twice
-  DataOptions first = o;
-  first.chunk_bytes = 64 << 10;
-  first.byte_share = {};
-  ASSIGN_OR_RETURN(auto source, OpenTextChunks(env, first));
-  TextChunk chunk;
-  bool eof = false;
-  RETURN_IF_ERROR(source->Next(&chunk, &eof));
+  ASSIGN_OR_RETURN(const TextChunk chunk, ReadFirstChunk(env, o));
   uint32_t most = 0;
   size_t start = 0;
-  while (!eof && start < chunk.data.size()) {
+  while (start < chunk.data.size()) {
     size_t nl = chunk.data.find('\n', start);
     if (nl == std::string::npos) nl = chunk.data.size();
     uint32_t features = 0;

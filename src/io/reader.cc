@@ -60,6 +60,18 @@ StatusOr<std::unique_ptr<ChunkSource>> OpenTextChunks(Env* env, const DataOption
                     std::make_shared<std::atomic<bool>>(false));
 }
 
+StatusOr<TextChunk> ReadFirstChunk(Env* env, const DataOptions& o, size_t bytes) {
+  DataOptions first = o;
+  first.chunk_bytes = bytes;
+  first.byte_share = {};
+  ASSIGN_OR_RETURN(auto source, OpenTextChunks(env, first));
+  TextChunk chunk;
+  bool eof = false;
+  RETURN_IF_ERROR(source->Next(&chunk, &eof));
+  if (eof) return TextChunk();
+  return chunk;
+}
+
 StatusOr<std::unique_ptr<BatchReader>> OpenTextReaderWith(Env* env, const DataOptions& o,
                                                           ChunkDecoder decoder) {
   if (o.threads < 1) return InvalidArgumentError("data.reader_threads must be >= 1");

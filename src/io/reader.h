@@ -127,6 +127,9 @@ struct ChunkDecoder {
 // The chunks of whole lines of options' files (every regular file of a directory), or of its
 // command's output, one after the other (decompressed as sniffed; format is ignored).
 StatusOr<std::unique_ptr<ChunkSource>> OpenTextChunks(Env* env, const DataOptions& options);
+// The whole lines of about the first `bytes` of options' input (the whole input, not a rank's
+// byte range), for a look at it before reading: an empty chunk when there is none.
+StatusOr<TextChunk> ReadFirstChunk(Env* env, const DataOptions& options, size_t bytes = 64 << 10);
 
 // A reader of options' files or command (format is ignored) through `decoder`, with the
 // threads, chunking, progress and bad-input accounting of OpenReader.

@@ -35,13 +35,8 @@ StatusOr<RowEstimate> EstimateRows(Env* env, const JobConfig& job) {
   // The lines of the first 64 KB as read, against the bytes they took as stored.
   DataOptions first = job.data;
   first.paths = {files[0]};
-  first.chunk_bytes = 64 << 10;
-  first.byte_share = {};
-  ASSIGN_OR_RETURN(auto source, OpenTextChunks(env, first));
-  TextChunk chunk;
-  bool eof = false;
-  RETURN_IF_ERROR(source->Next(&chunk, &eof));
-  if (eof || chunk.progress == 0) return e;
+  ASSIGN_OR_RETURN(const TextChunk chunk, ReadFirstChunk(env, first));
+  if (chunk.progress == 0) return e;
   const uint64_t lines =
       static_cast<uint64_t>(std::count(chunk.data.begin(), chunk.data.end(), '\n'));
   e.rows = static_cast<uint64_t>(static_cast<double>(lines) * bytes / chunk.progress);
