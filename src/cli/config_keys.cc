@@ -274,7 +274,9 @@ const std::vector<Key>& Keys() {
        "gpu.scatter=segment "
        "(docs/model.md)",
        Bool([](JobConfig* j, bool v) { j->train.deterministic = v; })},
-      {"train.batch_size", "2048", "examples per minibatch",
+      {"train.batch_size", "2048",
+       "examples per minibatch; unset, sized from the data's rows (128 to 2048, at least 256 "
+       "steps an epoch: docs/model.md)",
        UInt([](JobConfig* j, uint64_t v) { j->train.batch_size = static_cast<uint32_t>(v); }, 1,
             1 << 20)},
       {"train.epochs", "1", "passes over the data (1: online learning, each example seen once)",
