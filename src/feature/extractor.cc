@@ -253,26 +253,7 @@ void Extractor::ExtractChunk(const TextChunk& chunk, ChunkParseResult* r) const 
   for (uint32_t row = 0; row < t.rows; ++row) {
     if (t.errors[row] != 0) {
       const OpNode& op = p.ops[t.errors[row] - 1];
-      std::string in;
-      for (int c : op.inputs) in += (in.empty() ? "" : ", ") + p.columns[c].name;
-      if (op.kind == OpKind::kTimePart && t.cols[op.inputs[0]].valid[row]) {
-        add_bad(
-            row, ErrorKind(op),
-            fmt::format("operator {} (time_part): {} = {} is not unix seconds in its range "
-                        "(1990 to 2100 unless range: any); a time written otherwise, such "
-                        "as 14102100 for 2014-10-21 00h, is read with parse_time",
-                        op.name, p.columns[op.inputs[0]].name, t.cols[op.inputs[0]].ints()[row]));
-      } else if (ErrorKind(op) == BadKind::kTooManyKeys) {
-        add_bad(row, BadKind::kTooManyKeys,
-                fmt::format("operator {} ({}) makes more than {} keys from {} (its max_keys {}, "
-                            "features.max_row_keys {})",
-                            op.name, OpKindName(op.kind), std::min(op.max_keys, p.max_row_keys), in,
-                            op.max_keys, p.max_row_keys));
-      } else {
-        add_bad(row, ErrorKind(op),
-                fmt::format("operator {} ({}) could not compute the row from {}", op.name,
-                            OpKindName(op.kind), in));
-      }
+      add_bad(row, ErrorKind(op), ErrorDetail(p, op, t, row));
       continue;
     }
     const double y = label.valid[row] ? NumberOf(label, row) : -1;

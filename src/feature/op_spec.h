@@ -142,6 +142,10 @@ struct OpSpec {
   bool (*fixed)(const FeaturePlan& plan, const OpNode& op) = nullptr;
   // The row function's constants beyond the common ones (FixedOp::a, b from op.a, op.b).
   void (*flatten)(const OpNode& op, FixedOp* f) = nullptr;
+  // What the message of a row it marked says (nullptr: "could not compute the row from" its
+  // inputs), from the row's columns in `t`.
+  std::string (*why)(const FeaturePlan& plan, const OpNode& op, const ColumnTable& t,
+                     uint32_t row) = nullptr;
 };
 
 // Spec parts several operators share: rows fixed when the input is a number; always fixed;

@@ -1,5 +1,7 @@
 #include "feature/ops.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "feature/device_layers.h"
@@ -9,6 +11,17 @@
 namespace ctrbox {
 
 BadKind ErrorKind(const OpNode& op) { return SpecOf(op.kind).bad_kind; }
+
+std::string ErrorDetail(const FeaturePlan& plan, const OpNode& op, const ColumnTable& t,
+                        uint32_t row) {
+  if (const OpSpec& spec = SpecOf(op.kind); spec.why != nullptr) {
+    return spec.why(plan, op, t, row);
+  }
+  std::string in;
+  for (int c : op.inputs) in += (in.empty() ? "" : ", ") + plan.columns[c].name;
+  return fmt::format("operator {} ({}) could not compute the row from {}", op.name,
+                     OpKindName(op.kind), in);
+}
 
 void AllocateOutput(const FeaturePlan& plan, const OpNode& op, uint32_t rows, Arena* arena,
                     ColumnTable* table) {

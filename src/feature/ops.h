@@ -32,8 +32,10 @@ void AllocateOutput(const FeaturePlan& plan, const OpNode& op, uint32_t rows, Ar
 // Rows [begin, end) of operator `op_id`, allocating from `lane`.
 void RunOpRows(const FeaturePlan& plan, int op_id, const SideTables& sides, uint32_t begin,
                uint32_t end, Arena* arena, int lane, ColumnTable* table);
-// The kind under which a row that `op` marked is counted.
+// The kind under which a row that `op` marked is counted, and what its message says.
 BadKind ErrorKind(const OpNode& op);
+std::string ErrorDetail(const FeaturePlan& plan, const OpNode& op, const ColumnTable& t,
+                        uint32_t row);
 
 // Executors of a fused layer: ForBlocks(n, f) calls f(block, lane) for each block in [0, n).
 class InlineExec {

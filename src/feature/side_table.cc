@@ -138,18 +138,17 @@ StatusOr<std::unique_ptr<SideTable>> SideTable::Load(Env* env, const SideView& v
   uint64_t null_keys = 0;
   uint64_t row_base = 0;
   size_t part_index = 0;
+  // Where row r0 was read: "line L" when in `file`, else "file:line" (a sample's detail).
+  auto where_row = [&](uint32_t r0, const std::string& file) {
+    uint64_t base = 0;
+    size_t p = 0;
+    while (r0 >= base + parts[p].rows) base += parts[p++].rows;
+    if (part_files[p] == file) return fmt::format("line {}", parts[p].lines[r0 - base]);
+    return fmt::format("{}:{}", part_files[p], parts[p].lines[r0 - base]);
+  };
   for (uint32_t r = 0; r < t->rows_; ++r) {
     while (r >= row_base + parts[part_index].rows) row_base += parts[part_index++].rows;
     const uint64_t line = parts[part_index].lines[r - row_base];
-    // Where row r0 was read: "line L" (of the file of row r), else "file:line".
-    auto where_row = [&](uint32_t r0) {
-      uint64_t base = 0;
-      size_t p = 0;
-      while (r0 >= base + parts[p].rows) base += parts[p++].rows;
-      if (part_files[p] == part_files[part_index])
-        return fmt::format("line {}", parts[p].lines[r0 - base]);
-      return fmt::format("{}:{}", part_files[p], parts[p].lines[r0 - base]);
-    };
     bool null = false;
     for (const Column* c : key_cols) null |= !c->valid[r];
     if (null) {  // a row without a key can never be found: said in the load line
@@ -170,7 +169,7 @@ StatusOr<std::unique_ptr<SideTable>> SideTable::Load(Env* env, const SideView& v
         if (samples.size() < 5) {
           samples.push_back({BadKind::kDuplicateKey, part_files[part_index], line,
                              fmt::format("view {}: the key of {} again (the first row is kept)",
-                                         view.name, where_row(s - 1))});
+                                         view.name, where_row(s - 1, part_files[part_index]))});
         }
         break;
       }

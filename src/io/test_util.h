@@ -8,23 +8,9 @@
 #include "io/batch.h"
 #include "io/reader.h"
 #include "util/random.h"
+#include "util/temp_dir.h"  // TempDir
 
 namespace ctrbox::testing {
-
-// A fresh directory under /tmp, removed at destruction.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/ctrbox_test_XXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() { (void)std::system(("rm -rf '" + path_ + "'").c_str()); }
-  const std::string& path() const { return path_; }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 // A batch of `rows` random rows; multi_hot gives 0..3 keys per slot, else exactly one.
 inline Batch RandomBatch(Schema schema, size_t rows, uint64_t seed, bool multi_hot, bool weights) {

@@ -171,6 +171,17 @@ Status PrepareJob(Env* env, Comm* comm, const std::atomic<bool>* stop, JobConfig
   if (comm != nullptr) RETURN_IF_ERROR(CheckRanksRunOneJob(comm, *job));
   // The job's batch (before the ranks divide it), from the data when the job leaves it.
   RETURN_IF_ERROR(SizeToTheData(env, comm != nullptr ? comm->size() : 1, job));
+  // data.slot_from: position with data.num_slots 0: counted once, from the job's first file
+  // (not each rank's, not at every reader's open), and said.
+  if (job->data.slot_from == SlotFrom::kPosition && job->data.num_slots == 0 &&
+      job->features == nullptr) {
+    ASSIGN_OR_RETURN(const Schema schema, ResolveSchema(env, job->data));
+    job->data.num_slots = schema.num_slots;
+    LOG_INFO(
+        "data.num_slots {}: the most features of a row in the first 64 KB (data.slot_from: "
+        "position); set it to choose",
+        schema.num_slots);
+  }
   if (comm != nullptr) {
     std::vector<std::string> files;
     RETURN_IF_ERROR(ShareJob(env, *comm, job, ranks_ckpt_dir, &files));

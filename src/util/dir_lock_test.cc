@@ -9,20 +9,16 @@
 #include <string>
 
 #include "util/mem_env.h"
+#include "util/temp_dir.h"
 
 namespace ctrbox {
 namespace {
 
 class DirLockTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/ctrbox_dir_lock_test_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { (void)std::system(("rm -rf " + dir_).c_str()); }
+  testing::TempDir tmp_;
   Env* env_ = Env::Posix();
-  std::string dir_;
+  const std::string dir_ = tmp_.path();
 };
 
 // A second holder in this process is refused at once, naming the role, the directory and the

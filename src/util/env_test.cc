@@ -5,19 +5,16 @@
 
 #include <cstdlib>
 
+#include "util/temp_dir.h"
+
 namespace ctrbox {
 namespace {
 
 class EnvTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/ctrbox_env_test_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { (void)std::system(("rm -rf " + dir_).c_str()); }
+  testing::TempDir tmp_;
   Env* env_ = Env::Posix();
-  std::string dir_;
+  const std::string dir_ = tmp_.path();
 };
 
 TEST_F(EnvTest, WriteReadRenameDelete) {

@@ -6,6 +6,8 @@
 
 #include "feature/fixed_ops.h"
 #ifndef __CUDACC__
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -25,6 +27,14 @@ inline OpSpec CrossSpec() {
   s.params = {"inputs", "max_keys"};
   s.one_input = false;
   s.bad_kind = BadKind::kTooManyKeys;
+  s.why = [](const FeaturePlan& plan, const OpNode& op, const ColumnTable&, uint32_t) {
+    std::string in;
+    for (int c : op.inputs) in += (in.empty() ? "" : ", ") + plan.columns[c].name;
+    return fmt::format(
+        "operator {} (cross) makes more than {} keys from {} (its max_keys {}, "
+        "features.max_row_keys {})",
+        op.name, std::min(op.max_keys, plan.max_row_keys), in, op.max_keys, plan.max_row_keys);
+  };
   s.parse = [](OpParse& p) -> Status {
     RETURN_IF_ERROR(p.Inputs("inputs"));
     if (p.inputs().size() < 2) return p.Error("inputs", "cross takes two inputs or more");

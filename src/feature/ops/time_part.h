@@ -91,6 +91,13 @@ inline OpSpec TimePartSpec() {
     return ColType::kInt;
   };
   s.fixed = AlwaysFixed;
+  s.why = [](const FeaturePlan& plan, const OpNode& op, const ColumnTable& t, uint32_t row) {
+    return fmt::format(
+        "operator {} (time_part): {} = {} is not unix seconds in its range (1990 to 2100 "
+        "unless range: any); a time written otherwise, such as 14102100 for 2014-10-21 00h, "
+        "is read with parse_time",
+        op.name, plan.columns[op.inputs[0]].name, t.cols[op.inputs[0]].ints()[row]);
+  };
   return s;
 }
 #endif
