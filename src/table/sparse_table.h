@@ -152,8 +152,10 @@ class SparseTable {
   virtual Status Push(PinnedRows* pins, const RowBlock& rows, ThreadPool* pool) = 0;
   // Stores rows without pins (loading a saved model).
   virtual Status Insert(const RowBlock& rows, ThreadPool* pool) = 0;
-  // Applies accessor.ShrinkRow to every row in every tier, deleting those it rejects.
-  virtual StatusOr<uint64_t> Shrink(const CtrAccessor& accessor, ThreadPool* pool) = 0;
+  // Applies accessor.ShrinkRow to every row in every tier, deleting those it rejects; returns
+  // how many it deleted and, with `deleted` set, appends their keys to it (in no order).
+  virtual StatusOr<uint64_t> Shrink(const CtrAccessor& accessor, ThreadPool* pool,
+                                    std::vector<uint64_t>* deleted = nullptr) = 0;
   // Every row of stripe s (all tiers), in no particular order.
   virtual Status ExportStripe(size_t s, RowBlock* out) = 0;
   // Counts over all tiers, each row counted once in its newest version. O(rows in memory).

@@ -76,7 +76,8 @@ class TieredTable final : public SparseTable {
                             RowBlock* out, ThreadPool* pool) override;
   Status Push(PinnedRows* pins, const RowBlock& rows, ThreadPool* pool) override;
   Status Insert(const RowBlock& rows, ThreadPool* pool) override;
-  StatusOr<uint64_t> Shrink(const CtrAccessor& accessor, ThreadPool* pool) override;
+  StatusOr<uint64_t> Shrink(const CtrAccessor& accessor, ThreadPool* pool,
+                            std::vector<uint64_t>* deleted = nullptr) override;
   Status ExportStripe(size_t s, RowBlock* out) override;
   TableStats Stats() const override;
   uint64_t CountKeys() const override;

@@ -44,10 +44,12 @@ void ForEachDiskRow(const RecordView& base, const RecordView& older, const Recor
 
 }  // namespace
 
-StatusOr<uint64_t> TieredTable::Shrink(const CtrAccessor& accessor, ThreadPool* pool) {
+StatusOr<uint64_t> TieredTable::Shrink(const CtrAccessor& accessor, ThreadPool* pool,
+                                       std::vector<uint64_t>* deleted_keys) {
   RETURN_IF_ERROR(error());
   MutexLock writer(&writer_mu_);
   std::vector<uint64_t> deleted(stripes_.size(), 0);
+  std::vector<std::vector<uint64_t>> keys(deleted_keys != nullptr ? stripes_.size() : 0);
   std::vector<Status> status(stripes_.size());
   auto shrink_stripe = [&](size_t s, int) {
     CacheStripe& stripe = *stripes_[s];
@@ -65,6 +67,7 @@ StatusOr<uint64_t> TieredTable::Shrink(const CtrAccessor& accessor, ThreadPool* 
         return true;
       }
       if (stripe.meta(node).pins > 0) return true;
+      if (deleted_keys != nullptr) keys[s].push_back(stripe.key(node));
       stripe.Erase(node);
       ++deleted[s];
       return false;
@@ -109,6 +112,7 @@ StatusOr<uint64_t> TieredTable::Shrink(const CtrAccessor& accessor, ThreadPool* 
         if (accessor.ShrinkRow(&row.show(0), &row.click(0), &row.unseen(0))) {
           builder.AddRow(row, 0);
         } else {
+          if (deleted_keys != nullptr) keys[s].push_back(v.keys[j]);
           ++deleted[s];
         }
       });
@@ -150,6 +154,8 @@ StatusOr<uint64_t> TieredTable::Shrink(const CtrAccessor& accessor, ThreadPool* 
   for (size_t s = 0; s < stripes_.size(); ++s) {
     RETURN_IF_ERROR(status[s]);
     total += deleted[s];
+    if (deleted_keys != nullptr)
+      deleted_keys->insert(deleted_keys->end(), keys[s].begin(), keys[s].end());
   }
   return total;
 }

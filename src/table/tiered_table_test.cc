@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -186,7 +187,8 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
         }
       }
     } else if (op == 14) {
-      auto deleted = table->Shrink(acc, &pool);
+      std::vector<uint64_t> deleted_keys, expect_keys;
+      auto deleted = table->Shrink(acc, &pool, &deleted_keys);
       ASSERT_TRUE(deleted.ok()) << deleted.status().ToString();
       uint64_t expect_deleted = 0;
       for (auto it = ref.begin(); it != ref.end();) {
@@ -197,11 +199,15 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
           it->second = Encode(r, 0);
           ++it;
         } else {
+          expect_keys.push_back(it->first);
           it = ref.erase(it);
           ++expect_deleted;
         }
       }
       ASSERT_EQ(*deleted, expect_deleted);
+      std::sort(deleted_keys.begin(), deleted_keys.end());
+      std::sort(expect_keys.begin(), expect_keys.end());
+      ASSERT_EQ(deleted_keys, expect_keys);  // the keys a serving delta deletes
     } else if (op == 15) {
       ASSERT_TRUE(table->FlushAll().ok());
     } else if (op == 16) {
