@@ -100,21 +100,24 @@ nlohmann::json TrainPosition::ToJson() const {
 }
 
 nlohmann::json CheckpointManifest::ToJson() const {
-  return {{"format", "ctrbox-checkpoint"},
-          {"version", kVersion},
-          {"id", id},
-          {"kind", base ? "base" : "delta"},
-          {"base", base_id},
-          {"parent", parent},
-          {"depth", depth},
-          {"spec", spec.ToJson()},
-          {"settings", settings},
-          {"position", position.ToJson()},
-          {"files", FilesToJson(files)},
-          {"rows", rows},
-          {"keys", keys},
-          {"digest", digest},
-          {"write_seconds", write_seconds}};
+  nlohmann::json j = {{"format", "ctrbox-checkpoint"},
+                      {"version", kVersion},
+                      {"id", id},
+                      {"kind", base ? "base" : "delta"},
+                      {"base", base_id},
+                      {"parent", parent},
+                      {"depth", depth},
+                      {"spec", spec.ToJson()},
+                      {"settings", settings},
+                      {"position", position.ToJson()},
+                      {"files", FilesToJson(files)},
+                      {"rows", rows},
+                      {"keys", keys},
+                      {"digest", digest},
+                      {"write_seconds", write_seconds}};
+  if (!stream.is_null()) j["stream"] = stream;
+  if (!shrink.is_null()) j["shrink"] = shrink;
+  return j;
 }
 
 std::string CheckpointName(uint64_t id) { return fmt::format("ckpt-{:06d}", id); }
@@ -167,6 +170,10 @@ StatusOr<CheckpointManifest> ReadCheckpointManifest(Env* env, const std::string&
     m.keys = j.at("keys").get<uint64_t>();
     m.digest = j.at("digest").get<std::string>();
     m.write_seconds = j.at("write_seconds").get<double>();
+    m.stream = j.value("stream", nlohmann::json());
+    m.shrink = j.value("shrink", nlohmann::json());
+    if (!m.shrink.is_null() && (m.base || !m.shrink.is_object()))
+      return CorruptionError(path + ": a shrink to replay belongs to a delta");
     return m;
   } catch (const std::exception& e) {
     return CorruptionError(path + ": " + e.what());
@@ -194,6 +201,34 @@ Status RemoveCheckpointsAfter(Env* env, const std::string& dir, uint64_t id) {
   }
   return env->SyncDir(dir);
 }
+
+namespace {
+
+nlohmann::json ShrinkToJson(const AccessorOptions& a) {
+  return {{"decay", a.decay},
+          {"delete_threshold", a.delete_threshold},
+          {"delete_after_unseen", a.delete_after_unseen_passes},
+          {"nonclk_coeff", a.nonclk_coeff},
+          {"click_coeff", a.click_coeff}};
+}
+
+// Replays the shrink a delta records on the table it was applied to.
+Status ReplayShrink(const CheckpointManifest& c, const std::string& path, SparseTable* table,
+                    ThreadPool* pool) {
+  AccessorOptions a = c.spec.table;
+  try {
+    a.decay = c.shrink.at("decay").get<float>();
+    a.delete_threshold = c.shrink.at("delete_threshold").get<float>();
+    a.delete_after_unseen_passes = c.shrink.at("delete_after_unseen").get<uint32_t>();
+    a.nonclk_coeff = c.shrink.at("nonclk_coeff").get<float>();
+    a.click_coeff = c.shrink.at("click_coeff").get<float>();
+  } catch (const std::exception& e) {
+    return CorruptionError(JoinPath(path, kManifest) + ": shrink: " + e.what());
+  }
+  return table->Shrink(CtrAccessor(table->layout(), a), pool).status();
+}
+
+}  // namespace
 
 Status LoadCheckpoint(Env* env, const std::string& dir, uint64_t id, SparseTable* table,
                       CtrModel* model, ThreadPool* pool, CheckpointManifest* manifest,
@@ -232,6 +267,7 @@ Status LoadCheckpoint(Env* env, const std::string& dir, uint64_t id, SparseTable
         &checksum));
     if (checksum != c.files[0].checksum || counts.rows != c.rows)
       return CorruptionError(sparse + ": the file does not match its MANIFEST");
+    if (!c.shrink.is_null()) RETURN_IF_ERROR(ReplayShrink(c, path, table, pool));
     const uint64_t keys = keep ? c.keys : table->Stats().keys;
     if (keys != c.keys) {
       return CorruptionError(
@@ -380,6 +416,7 @@ StatusOr<std::unique_ptr<CheckpointWriter>> CheckpointWriter::Open(
   if (last != nullptr) {
     w->has_last_ = true;
     w->last_ = *last;
+    w->stream_ = last->stream;
   }
   return w;
 }
@@ -393,6 +430,7 @@ bool CheckpointWriter::NextIsBase() const {
 }
 
 Status CheckpointWriter::OnPush(const RowBlock& rows) {
+  if (!shrink_.is_null()) OnShrink();     // rows after the shrink: the replay would misorder them
   if (NextIsBase()) return Status::OK();  // a base reads the table instead
   Stopwatch clock;
   if (!delta_) {
@@ -405,7 +443,12 @@ Status CheckpointWriter::OnPush(const RowBlock& rows) {
   return Status::OK();
 }
 
-void CheckpointWriter::OnShrink() {
+void CheckpointWriter::OnShrink(const AccessorOptions* replay) {
+  if (replay != nullptr && !NextIsBase() && shrink_.is_null()) {
+    shrink_ = ShrinkToJson(*replay);
+    return;
+  }
+  shrink_ = nullptr;
   shrunk_ = true;
   delta_.reset();  // the base rewrites sparse.bin
 }
@@ -414,7 +457,9 @@ StatusOr<CheckpointManifest> CheckpointWriter::Commit(SparseTable& table,
                                                       const std::string& dense_payload,
                                                       const TrainPosition& position,
                                                       const DigestFn& digest, ThreadPool* pool) {
-  if (has_last_ && !shrunk_ && last_.position.passes == position.passes) return last_;
+  if (has_last_ && !shrunk_ && shrink_.is_null() && last_.position.passes == position.passes &&
+      last_.stream == stream_)
+    return last_;
   Stopwatch clock;
   CheckpointManifest m;
   m.id = next_id_;
@@ -425,6 +470,8 @@ StatusOr<CheckpointManifest> CheckpointWriter::Commit(SparseTable& table,
   m.spec = spec_;
   m.settings = settings_;
   m.position = position;
+  m.stream = stream_;
+  if (!m.base) m.shrink = shrink_;
   const std::string path = Path(m.id);
   RETURN_IF_ERROR(env_->CreateDirs(path));
   // A commit that fails before its MANIFEST is written leaves nothing behind.
@@ -478,6 +525,7 @@ StatusOr<CheckpointManifest> CheckpointWriter::Commit(SparseTable& table,
   last_ = m;
   next_id_ = m.id + 1;
   shrunk_ = false;
+  shrink_ = nullptr;
   Status pruned = Prune();
   if (!pruned.ok()) {
     LOG_WARNING("could not prune old checkpoints in {} (retried after the next one): {}",

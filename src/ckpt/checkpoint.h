@@ -59,6 +59,14 @@ struct CheckpointManifest {
   std::string digest;                // of the state; "" when not recorded (mid-run deltas)
   uint32_t depth = 0;                // deltas between it and its base (0: a base)
   double write_seconds = 0;
+  // A stream job's place in its stream (docs/routine.md): the partitions committed and the
+  // serving version published with them; null for a job of files.
+  nlohmann::json stream;
+  // A delta after which the table was shrunk (a stream job's TTL eviction): the shrink's
+  // settings, replayed by the loader after the delta's rows (decay, delete_threshold,
+  // delete_after_unseen, nonclk_coeff, click_coeff); null: none. Shrinking is a function of
+  // the rows, so the replay gives the state bit for bit, without a base.
+  nlohmann::json shrink;
 
   nlohmann::json ToJson() const;
 };
@@ -126,8 +134,13 @@ class CheckpointWriter {
   // A pass pushed `rows` (the values the table now holds for its keys): they go into the
   // next checkpoint if it is a delta.
   Status OnPush(const RowBlock& rows);
-  // The table was shrunk (every row may have changed): the next checkpoint is a base.
-  void OnShrink();
+  // The table was shrunk (every row may have changed): the next checkpoint is a base. With
+  // `replay`, the shrink's settings, a delta records the shrink instead and its loader replays
+  // it (CheckpointManifest::shrink), unless a pass is pushed after it before the commit.
+  void OnShrink(const AccessorOptions* replay = nullptr);
+  // The stream state the next checkpoint records (CheckpointManifest::stream). A commit whose
+  // stream state changed is written even when no pass was pushed since the last one.
+  void SetStream(nlohmann::json stream) { stream_ = std::move(stream); }
   // The state's digest, when a caller can afford it (a full table scan).
   using DigestFn = std::function<StatusOr<std::string>()>;
   // Commits a checkpoint of the table (its pushed rows) and the dense state `dense_payload`
@@ -156,7 +169,9 @@ class CheckpointWriter {
   bool has_last_ = false;
   CheckpointManifest last_;
   uint64_t next_id_ = 1;
-  bool shrunk_ = false;                      // since the last checkpoint
+  bool shrunk_ = false;  // since the last checkpoint
+  nlohmann::json stream_;
+  nlohmann::json shrink_;  // a shrink after the pushes since the last checkpoint, to replay
   std::unique_ptr<SparseFileWriter> delta_;  // the next delta's sparse.bin, being written
   // Report.
   uint64_t bases_ = 0, deltas_ = 0, base_bytes_ = 0, delta_bytes_ = 0, base_rows_ = 0,

@@ -187,10 +187,9 @@ Status ServingVersionWriter::AddRows(const RowBlock& rows) {
   const Quantizer q = layout_.quantizer();
   for (size_t i = 0; i < rows.size(); ++i) {
     const uint64_t key = rows.key(i);
-    scratch_.key(i) = key;
-    scratch_.show(i) = rows.show(i);
-    scratch_.click(i) = rows.click(i);
-    scratch_.unseen(i) = rows.unseen(i);
+    // The counters (show, click, unseen) are the trainer's: a shrink changes every row's,
+    // and serving does not need them; a row changes for serving when it is trained.
+    scratch_.ClearRow(i, key);
     scratch_.flags(i) = rows.flags(i);
     scratch_.wide(i) = rows.wide(i);
     const uint32_t dim = from.DimOf(key);

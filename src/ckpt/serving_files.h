@@ -4,7 +4,7 @@
 // published version. A version is published when its line is in the donefile; the donefile
 // is replaced atomically (write, fsync, rename, fsync the directory), so a reader sees every
 // version whole or not at all. Serving rows carry no optimizer state and may be stored at 16
-// or 8 bits.
+// or 8 bits, and no counters (show, click, unseen: the trainer's).
 #ifndef CTRBOX_CKPT_SERVING_FILES_H_
 #define CTRBOX_CKPT_SERVING_FILES_H_
 
@@ -57,7 +57,7 @@ class ServingVersionWriter {
                                                                 ServingVersion v, ModelSpec spec,
                                                                 const ValueLayout& table_layout,
                                                                 const ValueLayout& layout);
-  // Rows as the table holds them (their state is left out).
+  // Rows as the table holds them (their state and counters are left out).
   Status AddRows(const RowBlock& rows);
   // Keys a delta deletes.
   Status AddDeleted(const std::vector<uint64_t>& keys);

@@ -58,9 +58,6 @@ void Expect(std::map<uint64_t, std::string>* model, const RowBlock& rows, const 
   s.Resize(1);
   for (size_t i = 0; i < rows.size(); ++i) {
     s.ClearRow(0, rows.key(i));
-    s.show(0) = rows.show(i);
-    s.click(0) = rows.click(i);
-    s.unseen(0) = rows.unseen(i);
     s.flags(0) = rows.flags(i);
     s.wide(0) = rows.wide(i);
     const Quantizer q = l.quantizer();

@@ -22,6 +22,16 @@ struct GenArgs {
   double vocab_scale = 1.0;
   double zipf = 0.0;
   uint64_t test_rows = 0;  // --format views: held-out rows (0: rows / 5)
+  // --partitions N: a stream's data root at --out (docs/routine.md): N partitions of --rows
+  // rows each, named by --layout from --start, each with its done file, one every
+  // --interval seconds (0: all at once).
+  uint32_t partitions = 0;
+  std::string layout = "{day}/{hour}";
+  std::string start = "20261101/00";
+  std::string done_file = "_SUCCESS";
+  double interval = 0;
+  double ctr_drift = 0.3;
+  double new_id_share = 0.05;
 };
 
 struct ConvertArgs {

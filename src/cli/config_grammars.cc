@@ -135,6 +135,16 @@ Setter Scatter() {
   };
 }
 
+Setter OnLate() {
+  return [](JobConfig* j, std::string_view v, std::string* expect) {
+    if (!ParseLateRule(v, &j->stream.on_late)) {
+      *expect = "skip, fail or wait";
+      return false;
+    }
+    return true;
+  };
+}
+
 Setter SparseUpdates() {
   return [](JobConfig* j, std::string_view v, std::string* expect) {
     if (v != "owner" && v != "replicated") {

@@ -46,6 +46,7 @@ Setter Optimizer(std::function<OptimizerOptions*(JobConfig*)> field, bool sparse
 Setter Device();
 Setter Gemm();
 Setter Scatter();
+Setter OnLate();
 Setter SparseUpdates();
 Setter Rounding();
 Setter SlotFromSetter();

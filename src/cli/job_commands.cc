@@ -17,6 +17,7 @@
 #include "dist/mpi_comm.h"
 #include "pipeline/data.h"  // KillDataCommands (io/reader.h, which data.h exports)
 #include "pipeline/evaluator.h"
+#include "pipeline/stream.h"
 #include "pipeline/trainer.h"
 #include "util/logging.h"
 
@@ -129,6 +130,19 @@ Status RunLocalRanks(const JobConfig& job, int n) {
   return Status::OK();
 }
 
+// A stream job (docs/routine.md): Ctrl-C stops it between partitions, or abandons the
+// partition in training (it is trained again at the next start).
+Status RunStreamCommand(const JobConfig& job) {
+  const std::atomic<bool>* stop = StopOnSignals(
+      "\nctrbox: second interrupt: stopped at once; the stream's checkpoints and published "
+      "versions keep what they last committed (exit status 3)\n");
+  ASSIGN_OR_RETURN(nlohmann::json report, RunStream(Env::Posix(), job, nullptr, stop));
+  InstallSignalHandlers();
+  PrintJson(report);
+  if (report.value("interrupted", false)) return CancelledError("interrupted");
+  return Status::OK();
+}
+
 }  // namespace
 
 Status RunTrainCommand(const JobConfig& job, int local_ranks) {
@@ -138,6 +152,7 @@ Status RunTrainCommand(const JobConfig& job, int local_ranks) {
     return RunMpiTrain(job);
   }
   if (local_ranks > 1) return RunLocalRanks(job, local_ranks);
+  if (job.stream.enabled()) return RunStreamCommand(job);
   if (job.model_dir.empty()) LOG_INFO("no --model-dir given: the trained model is not saved");
   if (IsGenerated(job.data)) {
     LOG_INFO("no --data given: training on {} generated {} rows (seed {}), testing on {} more",

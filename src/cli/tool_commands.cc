@@ -2,13 +2,16 @@
 // checkpoints, which read them directly.
 #include <fmt/format.h>
 
+#include <chrono>
 #include <iostream>
+#include <thread>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/model_dir.h"
 #include "cli/commands.h"
 #include "cli/html_report.h"
 #include "feature/view_gen.h"
+#include "io/partitions.h"
 #include "io/reader.h"
 #include "io/shard.h"
 #include "io/shard_dir.h"
@@ -111,6 +114,13 @@ StatusOr<nlohmann::json> RunGenViews(const GenArgs& args) {
                         {"oracle_test_rows", r.kept_test_rows}};
 }
 
+namespace {
+StatusOr<nlohmann::json> RunGenPartitions(const GenArgs& args, SynthOptions o);
+// Writes --rows rows of `o` to the file `out` (a temporary renamed into place, synced).
+StatusOr<nlohmann::json> WriteSynthFile(const GenArgs& args, const SynthOptions& o,
+                                        const std::string& out);
+}  // namespace
+
 StatusOr<nlohmann::json> RunGen(const GenArgs& args) {
   if (args.format == "views") return RunGenViews(args);
   SynthOptions o;
@@ -123,13 +133,56 @@ StatusOr<nlohmann::json> RunGen(const GenArgs& args) {
   o.seed = args.seed;
   o.vocab_scale = args.vocab_scale;
   o.zipf = args.zipf;
+  if (args.partitions > 0) return RunGenPartitions(args, o);
+  return WriteSynthFile(args, o, args.out);
+}
+
+namespace {
+
+// gen --partitions: a stream's data root (docs/routine.md), one partition after another.
+StatusOr<nlohmann::json> RunGenPartitions(const GenArgs& args, SynthOptions o) {
+  ASSIGN_OR_RETURN(const PartitionLayout layout, PartitionLayout::Parse(args.layout));
+  const std::optional<int64_t> first = layout.Ordinal(args.start);
+  if (!first) {
+    return InvalidArgumentError(
+        fmt::format("gen --start '{}' is no partition of --layout '{}'", args.start, args.layout));
+  }
+  Env* env = Env::Posix();
+  nlohmann::json parts = nlohmann::json::array();
+  Stopwatch clock;
+  for (uint32_t i = 0; i < args.partitions; ++i) {
+    if (i > 0 && args.interval > 0) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(args.interval));
+    }
+    const std::string name = layout.Name(*first + i);
+    const std::string dir = JoinPath(args.out, name);
+    RETURN_IF_ERROR(env->CreateDirs(dir));
+    o.period = i;
+    o.seed = args.seed + i;
+    o.ctr_drift = args.ctr_drift;
+    o.new_id_share = args.new_id_share;
+    ASSIGN_OR_RETURN(nlohmann::json one, WriteSynthFile(args, o, JoinPath(dir, "part-00000")));
+    // Ready once the data is complete (WriteSynthFile renamed it into place, synced).
+    RETURN_IF_ERROR(WriteFileAtomic(env, JoinPath(dir, args.done_file), ""));
+    parts.push_back({{"partition", name},
+                     {"rows", args.rows},
+                     {"ctr", one["ctr"]},
+                     {"oracle_auc", one["oracle_auc"]}});
+  }
+  return nlohmann::json{{"command", "gen"},    {"format", args.format},
+                        {"out", args.out},     {"layout", args.layout},
+                        {"partitions", parts}, {"seconds", clock.Seconds()}};
+}
+
+StatusOr<nlohmann::json> WriteSynthFile(const GenArgs& args, const SynthOptions& o,
+                                        const std::string& out) {
   SynthGenerator gen(o);
   Env* env = Env::Posix();
-  if (env->IsDirectory(args.out)) {
+  if (env->IsDirectory(out)) {
     return InvalidArgumentError(
-        fmt::format("gen --out {}: is a directory; give the path of the file to write", args.out));
+        fmt::format("gen --out {}: is a directory; give the path of the file to write", out));
   }
-  const std::string tmp = args.out + ".tmp";
+  const std::string tmp = out + ".tmp";
   ASSIGN_OR_RETURN(auto file, env->NewWritableFile(tmp));
   // On any error (a full disk, a failed rename) the partial file is removed.
   Cleanup remove_tmp([&] {
@@ -166,11 +219,11 @@ StatusOr<nlohmann::json> RunGen(const GenArgs& args) {
   }
   RETURN_IF_ERROR(file->Sync());
   RETURN_IF_ERROR(file->Close());
-  RETURN_IF_ERROR(env->RenameFile(tmp, args.out));
+  RETURN_IF_ERROR(env->RenameFile(tmp, out));
   remove_tmp.Cancel();
   const MetricSummary s = oracle.Summary();
   const Schema schema = gen.schema();
-  LOG_INFO("wrote {} rows to {} ({}); oracle AUC {:.4f}", args.rows, args.out, FormatBytes(bytes),
+  LOG_INFO("wrote {} rows to {} ({}); oracle AUC {:.4f}", args.rows, out, FormatBytes(bytes),
            s.auc);
   if (o.format == DataFormat::kSlots || o.format == DataFormat::kLibffm) {
     LOG_INFO("read it with --format {} --set data.num_slots={}{}", args.format, schema.num_slots,
@@ -180,7 +233,7 @@ StatusOr<nlohmann::json> RunGen(const GenArgs& args) {
                         {"format", args.format},
                         {"rows", args.rows},
                         {"seed", args.seed},
-                        {"out", args.out},
+                        {"out", out},
                         {"bytes", bytes},
                         {"seconds", clock.Seconds()},
                         {"ctr", s.ctr},
@@ -189,6 +242,8 @@ StatusOr<nlohmann::json> RunGen(const GenArgs& args) {
                         {"num_slots", schema.num_slots},
                         {"num_dense", schema.num_dense}};
 }
+
+}  // namespace
 
 Status RunGenCommand(const GenArgs& args) {
   ASSIGN_OR_RETURN(nlohmann::json report, RunGen(args));

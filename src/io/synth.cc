@@ -115,6 +115,9 @@ void SynthGenerator::MakeRow(uint64_t index, Row* row) const {
     uint32_t n = spec.max_keys == 1 ? 1 : 1 + static_cast<uint32_t>(rng.Below(spec.max_keys));
     for (uint32_t k = 0; k < n; ++k) {
       uint64_t id = zipf_[s].Sample(&rng);
+      if (options_.new_id_share > 0 && rng.Uniform() < options_.new_id_share) {
+        id += (options_.period + 1) << 32;  // this period's new ids, above every vocabulary
+      }
       ids.push_back(id);
       logit += 0.2 * HashGaussian(IdHash(s, id, 1)) / std::sqrt(static_cast<double>(n));
       for (int r = 0; r < kRank; ++r) latent[s][r] += HashGaussian(IdHash(s, id, 100 + r)) / n;
@@ -136,6 +139,10 @@ void SynthGenerator::MakeRow(uint64_t index, Row* row) const {
   const uint32_t d1 = std::min(4u, num_dense_ - 1);
   logit += 0.5 * std::tanh(std::log1p(row->dense[0]) - 1.5) -
            0.4 * std::tanh(std::log1p(row->dense[d1]) - 1.0);
+  if (options_.ctr_drift != 0) {
+    logit +=
+        options_.ctr_drift * std::sin(2.0 * M_PI * static_cast<double>(options_.period) / 24.0);
+  }
   row->prob = 1.0 / (1.0 + std::exp(-logit));
   row->label = rng.Uniform() < row->prob ? 1.0f : 0.0f;
 }

@@ -55,6 +55,13 @@ struct SynthOptions {
   double vocab_scale = 1.0;
   double zipf = 0.0;
   KeySlots key_slots;  // model.shared_slots
+  // Time, for streams of partitions (gen --partitions): `period` is the partition's index.
+  // The base click rate drifts by ctr_drift * sin(2 pi period / 24) on the logit (a daily
+  // cycle of hourly partitions), and an id is, with probability new_id_share, one of the
+  // period's own new ids (a Zipf draw of its own range: ids appear and fade over time).
+  uint64_t period = 0;
+  double ctr_drift = 0.0;
+  double new_id_share = 0.0;
 };
 
 class SynthGenerator {

@@ -126,7 +126,79 @@ PassReaderOptions JobConfig::PassOptions() const {
   return o;
 }
 
+std::string_view LateRuleName(LateRule r) {
+  switch (r) {
+    case LateRule::kSkip:
+      return "skip";
+    case LateRule::kFail:
+      return "fail";
+    case LateRule::kWait:
+      return "wait";
+  }
+  return "?";
+}
+
+bool ParseLateRule(std::string_view name, LateRule* out) {
+  for (LateRule r : {LateRule::kSkip, LateRule::kFail, LateRule::kWait}) {
+    if (name == LateRuleName(r)) {
+      *out = r;
+      return true;
+    }
+  }
+  return false;
+}
+
+namespace {
+
+// The stream and serving keys against the rest of the job.
+Status ValidateStream(const JobConfig& job) {
+  if (!job.stream.enabled()) {
+    if (!job.serving.dir.empty()) {
+      return InvalidArgumentError(
+          "serving.dir publishes the versions of a stream job: set stream.root too "
+          "(docs/routine.md)");
+    }
+    if (job.stream.ttl_partitions > 0) {
+      return InvalidArgumentError(
+          "table.ttl_partitions counts a stream job's partitions: set stream.root, or use "
+          "table.delete_after_unseen_passes");
+    }
+    return Status::OK();
+  }
+  if ((!job.data.paths.empty() && job.partition.empty()) || !job.data.command.empty()) {
+    return InvalidArgumentError(
+        "stream.root is the job's data: leave data.paths and data.command (and --data) unset");
+  }
+  if (job.ckpt.dir.empty()) {
+    return InvalidArgumentError(
+        "stream.root needs ckpt.dir: a partition is trained once because its commit is a "
+        "checkpoint (docs/routine.md)");
+  }
+  if (job.train.epochs != 1) {
+    return InvalidArgumentError("train.epochs must be 1 for a stream job (each partition once)");
+  }
+  if (job.train.shrink_every_passes != 0) {
+    return InvalidArgumentError(
+        "table.shrink_every_passes counts passes of a job of files; a stream job shrinks after "
+        "partitions: table.ttl_partitions");
+  }
+  if (job.stream.poll_seconds <= 0) return InvalidArgumentError("stream.poll_seconds must be > 0");
+  const ServingOptions& s = job.serving;
+  if (s.delta_every == 0 || s.base_every == 0 || s.keep_bases == 0) {
+    return InvalidArgumentError(
+        "serving.delta_every, serving.base_every and serving.keep_bases must be >= 1");
+  }
+  if (s.quant_bits != 0 && s.quant_bits != 8 && s.quant_bits != 16) {
+    return InvalidArgumentError(
+        fmt::format("serving.quant.bits must be 0, 8 or 16, not {}", s.quant_bits));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
 Status JobConfig::Validate() const {
+  RETURN_IF_ERROR(ValidateStream(*this));
   // The layouts criteo, libsvm and libfm fix (but libsvm's and libfm's slots under
   // data.slot_from: position), and libffm fixes num_dense (io/text_format.h): a value set for
   // them would be ignored.

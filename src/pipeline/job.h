@@ -104,6 +104,39 @@ struct StreamPlan {
   static StatusOr<StreamPlan> FromJson(const nlohmann::json& j);
 };
 
+// A stream job (docs/routine.md): partitions of stream.root taken in order as they land, each
+// first tested on, then trained on, once.
+enum class LateRule { kSkip, kFail, kWait };
+std::string_view LateRuleName(LateRule r);
+bool ParseLateRule(std::string_view name, LateRule* out);
+
+struct StreamOptions {
+  std::string root;  // "": not a stream job
+  std::string layout = "{day}/{hour}";
+  std::string done_file = "_SUCCESS";
+  std::string start;  // the first partition ("": the first ready one when the job starts)
+  std::string until;  // stop after this partition ("": run until stopped)
+  double poll_seconds = 10;
+  // A partition missing while a later one is ready is waited for this long, then skipped or
+  // fails the job (on_late); kWait waits without end.
+  double max_wait_seconds = 3600;
+  LateRule on_late = LateRule::kSkip;
+  // table.ttl_partitions: keys not trained for more partitions are deleted (0: never).
+  uint32_t ttl_partitions = 0;
+  bool enabled() const { return !root.empty(); }
+};
+
+// Versions for serving (docs/routine.md): a delta every delta_every partitions, a base every
+// base_every versions, the newest keep_bases bases kept with their deltas.
+struct ServingOptions {
+  std::string dir;  // "": nothing published
+  uint32_t delta_every = 1;
+  uint32_t base_every = 24;
+  uint32_t keep_bases = 2;
+  uint32_t quant_bits = 0;  // serving rows' embedding codes (0: as the table stores them)
+  float quant_range = 1.0f;
+};
+
 struct JobConfig {
   DataOptions data;                     // training (or eval / predict) input
   std::vector<std::string> eval_paths;  // train: data to evaluate on after training
@@ -124,6 +157,10 @@ struct JobConfig {
   bool resume = false;     // train: continue from the newest checkpoint in ckpt.dir
   bool gpu = false;        // device: gpu — the train stage on GPUs (gpu/trainer.h)
   GpuOptions gpu_options;
+  StreamOptions stream;
+  ServingOptions serving;
+  // A stream job reading a partition: its name (data.paths holds its files). Not a key.
+  std::string partition;
   // Set: data.segments is this plan's (one pass over them: the epochs are in the segments).
   std::optional<StreamPlan> stream_plan;
   // The job YAML's feature graph (docs/features.md); null: the data is read as data.format.

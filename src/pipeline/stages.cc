@@ -286,6 +286,10 @@ Status PassStages::Push(Pass* pass, ThreadPool* pool) {
     RETURN_IF_ERROR(ctx_.ckpt->OnPush(pass->ranked != nullptr ? pass->ranked->served->rows()
                                                               : pass->table->rows()));
   }
+  if (ctx_.on_push) {
+    RETURN_IF_ERROR(
+        ctx_.on_push(pass->ranked != nullptr ? pass->ranked->served->rows() : pass->table->rows()));
+  }
   const uint32_t every = ctx_.job->train.shrink_every_passes;
   if (every > 0 && pass->place.last && (pass->place.grid_index + 1) % every == 0) {
     ASSIGN_OR_RETURN(uint64_t deleted, ctx_.table->Shrink(*ctx_.accessor, pool));

@@ -12,6 +12,7 @@
 #define CTRBOX_PIPELINE_STAGES_H_
 
 #include <atomic>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -34,6 +35,10 @@
 namespace ctrbox {
 
 // What the stages work with, owned by the caller and borrowed for the run.
+// Sees the rows a pass pushed (the values the table now holds for its keys), in push order:
+// a stream job's serving versions (pipeline/stream.h).
+using PushObserver = std::function<Status(const RowBlock& rows)>;
+
 struct StageContext {
   const JobConfig* job = nullptr;
   PassReader* reader = nullptr;
@@ -53,6 +58,7 @@ struct StageContext {
   Comm* comm = nullptr;
   std::string ranks_ckpt_dir;  // with comm and ckpt: where the ranks' checkpoints commit
   Env* env = nullptr;          // ... on this file system
+  PushObserver on_push;        // may be empty
 };
 
 // The channels of a distributed job's stages (Comm::channel).

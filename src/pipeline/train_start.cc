@@ -18,7 +18,13 @@ namespace ctrbox {
 // data is, and how it is cut into passes and minibatches. A checkpoint records them.
 StatusOr<nlohmann::json> ResultSettings(Env* env, const JobConfig& job) {
   nlohmann::json data;
-  if (IsGenerated(job.data)) {
+  if (job.stream.enabled()) {  // the partitions are the stream's position (docs/routine.md)
+    data = {{"format", DataFormatName(job.data.format)},
+            {"stream",
+             {{"root", job.stream.root},
+              {"layout", job.stream.layout},
+              {"done_file", job.stream.done_file}}}};
+  } else if (IsGenerated(job.data)) {
     const GeneratedData& g = job.generated;
     data = {{"generated",
              {{"layout", DataFormatName(g.layout)},
@@ -188,6 +194,7 @@ Status Resume(Env* env, const JobConfig& job, const nlohmann::json& settings, Pa
         CheckpointName(r.manifest.id), job.ckpt.dir, start->position.passes,
         start->position.examples, from.passes, from.examples));
   }
+  if (reader == nullptr) return Status::OK();  // a stream job: its position is its partitions
   return reader->Skip(start->position.passes - from.passes,
                       start->position.examples - from.examples, job.dist.ranks > 1);
 }

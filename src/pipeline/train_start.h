@@ -35,6 +35,7 @@ struct TrainStart {
 // directory was written with another model spec (or, for a checkpoint, other data or pass
 // settings) than this job sets, or when ckpt.dir holds another job's checkpoints and neither
 // --resume nor --fresh is given; with the loaders' errors otherwise.
+// A stream job passes no reader (its position is its partitions, docs/routine.md).
 // A model continued from model_dir keeps the rows `owned` keeps (a rank of a distributed
 // job: its part; empty: all).
 // REQUIRES: job.Validate() passed; job.spec.schema is the reader's.

@@ -18,9 +18,43 @@
 #include "pipeline/train_report.h"
 #include "pipeline/train_start.h"
 #include "table/sparse_table.h"
+#include "util/dir_lock.h"
 #include "util/env.h"
 
 namespace ctrbox::train_steps {
+
+// ---- trainer.cc ----
+// What the passes of a run did: the report so far, and the facts the job's finish acts on
+// (read here, not back from the report).
+struct PassesRun {
+  TrainReport report;
+  TrainPosition position;     // where the run stopped
+  bool interrupted = false;   // stopped by Ctrl-C or --stop-after
+  uint64_t examples = 0;      // trained by this run (this rank)
+  uint64_t job_examples = 0;  // ... by the job (summed over the ranks)
+  uint64_t records_malformed = 0;
+};
+// Runs every pass of `reader` from `start` (on the GPUs with device: gpu); on_push (may be
+// null) sees the rows each pass pushed.
+StatusOr<PassesRun> RunPasses(Env* env, const JobConfig& job, PassReader* reader, TrainStart* start,
+                              ProgressSink* sink, const std::atomic<bool>* stop, ThreadPool* pool,
+                              Comm* comm, const std::string& ranks_ckpt_dir,
+                              const PushObserver& on_push);
+// The job as it will run: validated, shared among the ranks (and their resumed stream
+// planned), its features attached and its GPU memory resolved.
+Status PrepareJob(Env* env, Comm* comm, const std::atomic<bool>* stop, JobConfig* job,
+                  std::string* ranks_ckpt_dir);
+// Holds the directories the job writes until it ends (util/dir_lock.h).
+Status HoldJobDirs(Env* env, const Comm* comm, const std::string& ranks_ckpt_dir, JobConfig* job,
+                   DirLocks* held);
+// How the reader cuts passes (the ranks agree on every cut).
+PassReaderOptions PassOptionsOnRanks(const JobConfig& job, Comm* comm);
+// The model the data's schema allows.
+Status CheckModelAgainstSchema(const JobConfig& job);
+// Start: resume, continue the model in model_dir, or a new model.
+StatusOr<TrainStart> StartOnRanks(Env* env, const JobConfig& job, Comm* comm,
+                                  const std::string& ranks_ckpt_dir, PassReader* reader,
+                                  ThreadPool* pool);
 
 // ---- train_ranks.cc ----
 // A distributed job's report from this rank's (figures summed over the ranks; rank 0 lists

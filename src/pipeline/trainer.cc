@@ -19,6 +19,7 @@
 #include "pipeline/sizing.h"
 #include "pipeline/stage_runner.h"
 #include "pipeline/stages.h"
+#include "pipeline/stream.h"
 #include "pipeline/train_report.h"
 #include "pipeline/train_start.h"
 #include "pipeline/train_steps.h"
@@ -30,25 +31,12 @@
 #include "util/sys.h"
 
 namespace ctrbox {
-namespace {
+namespace train_steps {
 
-using namespace train_steps;  // NOLINT: the job's own steps
-
-// What the passes of a run did: the report so far, and the facts the job's finish acts on
-// (read here, not back from the report).
-struct PassesRun {
-  TrainReport report;
-  TrainPosition position;     // where the run stopped
-  bool interrupted = false;   // stopped by Ctrl-C or --stop-after
-  uint64_t examples = 0;      // trained by this run (this rank)
-  uint64_t job_examples = 0;  // ... by the job (summed over the ranks)
-  uint64_t records_malformed = 0;
-};
-
-// Runs every pass from `start` (on the GPUs with device: gpu).
 StatusOr<PassesRun> RunPasses(Env* env, const JobConfig& job, PassReader* reader, TrainStart* start,
                               ProgressSink* sink, const std::atomic<bool>* stop, ThreadPool* pool,
-                              Comm* comm, const std::string& ranks_ckpt_dir) {
+                              Comm* comm, const std::string& ranks_ckpt_dir,
+                              const PushObserver& on_push) {
   const CtrAccessor accessor(start->model->value_layout(), job.spec.table);
   std::unique_ptr<GpuTrainer> gpu;
   if (job.gpu) {
@@ -73,6 +61,7 @@ StatusOr<PassesRun> RunPasses(Env* env, const JobConfig& job, PassReader* reader
   ctx.comm = comm;
   ctx.ranks_ckpt_dir = ranks_ckpt_dir;
   ctx.env = env;
+  ctx.on_push = on_push;
   PassStages stages(ctx);
   ASSIGN_OR_RETURN(StageRunResult run, RunStages(&stages, job.pipeline, stop));
   PassesRun out;
@@ -143,6 +132,8 @@ StatusOr<PassesRun> RunPasses(Env* env, const JobConfig& job, PassReader* reader
   return out;
 }
 
+namespace {
+
 // A job of one process on a ckpt.dir that ranks committed together (ckpt.dir/RANKS): it would
 // neither resume it nor see it (the ranks' chains are in their own directories), so it is
 // refused unless --fresh starts over.
@@ -158,6 +149,8 @@ Status CheckNoRanksCheckpoint(Env* env, const JobConfig& job) {
       job.ckpt.dir, CheckpointName(ranks->id), ranks->ranks, job.resume ? "resume" : "--resume",
       ranks->ranks, ranks->ranks, ranks->ranks));
 }
+
+}  // namespace
 
 // The job as it will run: validated, shared among the ranks (and their resumed stream
 // planned), its features attached and its GPU memory resolved.
@@ -189,7 +182,8 @@ Status PrepareJob(Env* env, Comm* comm, const std::atomic<bool>* stop, JobConfig
       RETURN_IF_ERROR(PlanResumedStream(env, comm, files, *ranks_ckpt_dir, job));
     }
   }
-  if (job->features != nullptr && job->data.paths.empty() && job->data.command.empty()) {
+  if (job->features != nullptr && job->data.paths.empty() && job->data.command.empty() &&
+      job->partition.empty()) {  // (a resumed stream job reads its partitions later)
     return InvalidArgumentError(
         "features: the job has a feature graph but no main view: set data.paths (or "
         "data.command) to the main view's files (generated data has no views)");
@@ -287,6 +281,12 @@ StatusOr<TrainStart> StartOnRanks(Env* env, const JobConfig& job, Comm* comm,
   return start;
 }
 
+}  // namespace train_steps
+
+namespace {
+
+using namespace train_steps;  // NOLINT: the job's own steps
+
 // Finish: commit, evaluate (not after Ctrl-C), and close the metrics log with the report.
 // Interrupted before this run trained anything, it commits nothing: the model and the
 // checkpoints are as they were (no empty model where there was none).
@@ -320,6 +320,7 @@ Status FinishRun(Env* env, const JobConfig& job, Comm* comm, const std::string& 
 
 StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
                                   const std::atomic<bool>* stop, Comm* comm) {
+  if (job.stream.enabled()) return RunStream(env, std::move(job), sink, stop, comm);
   Stopwatch total_clock;
   // Validate, and learn the schema from the data.
   std::string ranks_ckpt_dir;
@@ -349,8 +350,8 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
 
   // Run pass by pass: nothing is committed unless every stage succeeded (a read error or too
   // many malformed records included).
-  ASSIGN_OR_RETURN(PassesRun run,
-                   RunPasses(env, job, &reader, &start, sink, stop, &pool, comm, ranks_ckpt_dir));
+  ASSIGN_OR_RETURN(PassesRun run, RunPasses(env, job, &reader, &start, sink, stop, &pool, comm,
+                                            ranks_ckpt_dir, nullptr));
   TrainReport& report = run.report;
 
   // A job that trained nothing has no model to save (an interrupted one stops as usual).

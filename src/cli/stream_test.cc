@@ -1,0 +1,189 @@
+// Stream jobs (docs/routine.md): partitions in order and once across restarts, late and
+// missing partitions by the rule, serving deltas against bases, publication after a crash.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/serving_files.h"
+#include "cli/cli_test_util.h"
+
+namespace ctrbox {
+namespace {
+
+class StreamTest : public testing::CliTest {
+ protected:
+  // n partitions of `rows` rows from 20261101/00 under root/.
+  void Gen(int n, int rows) {
+    testing::Result g =
+        Run(Ctrbox(fmt::format("gen --partitions {} --rows {} --out {}", n, rows, Path("root"))));
+    ASSERT_EQ(g.exit_code, 0) << g.err;
+  }
+  // The stream job over root/ writing ckpt.dir `ckpt` and serving.dir `serving`.
+  std::string Job(const std::string& ckpt, const std::string& serving, const std::string& until,
+                  const std::string& more = "") {
+    return Ctrbox(fmt::format(
+        "train --set stream.root={} --set stream.until={} --set stream.poll_seconds=0.05 "
+        "--set ckpt.dir={} --set serving.dir={} --set table.ttl_partitions=2 "
+        "--set train.batch_size=256 --set model.mlp=32,16 --set train.threads=2 {}",
+        Path("root"), until, Path(ckpt), Path(serving), more));
+  }
+  StatusOr<std::vector<ServingVersion>> Versions(const std::string& serving) {
+    return ReadServingVersions(Env::Posix(), Path(serving));
+  }
+  // The examples the job's newest checkpoint says were trained.
+  uint64_t CommittedExamples(const std::string& ckpt) {
+    auto ids = ListCheckpoints(Env::Posix(), Path(ckpt));
+    if (!ids.ok() || ids->empty()) return 0;
+    auto m = ReadCheckpointManifest(Env::Posix(), Path(ckpt), ids->back());
+    return m.ok() ? m->position.examples : 0;
+  }
+};
+
+TEST_F(StreamTest, PartitionsAreTrainedInOrderOnceWhateverTheRestarts) {
+  Gen(5, 3000);
+  testing::Result whole = Run(Job("ckpt_a", "serving_a", "20261101/04"));
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  EXPECT_EQ(whole.last_json["stream"]["partitions_committed"], 5);
+  ASSERT_TRUE(whole.last_json["digest"].is_string());
+  EXPECT_EQ(CommittedExamples("ckpt_a"), 15000u);
+
+  // The same stream in three starts: until 01, until 04, and once more (nothing left).
+  for (const char* until : {"20261101/01", "20261101/04", "20261101/04"}) {
+    testing::Result r = Run(Job("ckpt_b", "serving_b", until));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    if (std::string(until) == "20261101/01") {
+      EXPECT_EQ(r.last_json["stream"]["partitions_trained_now"], 2);
+    }
+    EXPECT_EQ(r.last_json["stream"]["partitions_committed"],
+              std::string(until) == "20261101/01" ? 2 : 5);
+  }
+  testing::Result again = Run(Job("ckpt_b", "serving_b", "20261101/04"));
+  EXPECT_EQ(again.last_json["stream"]["partitions_trained_now"], 0);
+  EXPECT_EQ(again.last_json["digest"], whole.last_json["digest"]) << again.err;
+  EXPECT_EQ(CommittedExamples("ckpt_b"), 15000u);  // no partition twice
+
+  // The same versions, byte for byte, each once, each verifying.
+  auto a = Versions("serving_a"), b = Versions("serving_b");
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->size(), 5u);
+  ASSERT_EQ(b->size(), 5u);
+  for (size_t i = 0; i < a->size(); ++i) {
+    EXPECT_EQ((*a)[i].version, i + 1);
+    EXPECT_EQ((*a)[i].partition, (*b)[i].partition);
+    EXPECT_EQ((*a)[i].checksum, (*b)[i].checksum) << "version " << i + 1;
+    EXPECT_TRUE(VerifyServingVersion(Env::Posix(), Path("serving_b"), (*b)[i]).ok());
+  }
+}
+
+// Differential: a stream publishing deltas and one publishing a base every partition hold the
+// same model after every version: base + deltas = the next base, key sets and values, with
+// TTL deletions among them.
+TEST_F(StreamTest, DeltasAppliedToTheirBaseGiveTheNextBaseBitForBit) {
+  Gen(5, 3000);
+  for (uint32_t bits : {0u, 8u}) {
+    const std::string q =
+        fmt::format("--set serving.quant.bits={} --set serving.quant.range=0.5", bits);
+    const std::string sa = fmt::format("deltas{}", bits), sb = fmt::format("bases{}", bits);
+    testing::Result a =
+        Run(Job("ckpt_" + sa, sa, "20261101/04", q + " --set serving.base_every=100"));
+    ASSERT_EQ(a.exit_code, 0) << a.err;
+    testing::Result b = Run(Job("ckpt_" + sb, sb, "20261101/04",
+                                q + " --set serving.base_every=1 --set serving.keep_bases=10"));
+    ASSERT_EQ(b.exit_code, 0) << b.err;
+    auto va = Versions(sa), vb = Versions(sb);
+    ASSERT_TRUE(va.ok() && vb.ok());
+    ASSERT_EQ(va->size(), 5u);
+    ASSERT_EQ(vb->size(), 5u);
+    uint64_t deleted = 0;
+    for (uint64_t v = 1; v <= 5; ++v) {
+      EXPECT_EQ((*va)[v - 1].base, v == 1);
+      EXPECT_TRUE((*vb)[v - 1].base);
+      deleted += (*va)[v - 1].deleted;
+      auto x = LoadServingState(Env::Posix(), Path(sa), v);
+      auto y = LoadServingState(Env::Posix(), Path(sb), v);
+      ASSERT_TRUE(x.ok()) << x.status().ToString();
+      ASSERT_TRUE(y.ok()) << y.status().ToString();
+      EXPECT_EQ(x->rows.size(), y->rows.size()) << "version " << v;
+      EXPECT_TRUE(x->rows == y->rows) << "version " << v;
+      EXPECT_EQ(x->dense_payload, y->dense_payload);
+      EXPECT_EQ(x->layout.quant_bits, bits);
+      EXPECT_EQ(x->layout.emb_state, 0u);  // no optimizer state
+    }
+    EXPECT_GT(deleted, 0u);  // TTL eviction deleted keys, and the deltas said so
+  }
+}
+
+TEST_F(StreamTest, LateAndMissingPartitionsFollowTheRule) {
+  Gen(4, 2000);
+  // 20261101/02 is not ready (no done file); 03 is.
+  ASSERT_EQ(std::remove(Path("root/20261101/02/_SUCCESS").c_str()), 0);
+  testing::Result fail = Run(Job("ckpt_f", "serving_f", "20261101/03",
+                                 "--set stream.max_wait=0.3 --set stream.on_late=fail"));
+  EXPECT_NE(fail.exit_code, 0);
+  EXPECT_NE(fail.err.find("partition 20261101/02"), std::string::npos) << fail.err;
+  EXPECT_NE(fail.err.find("stream.on_late: fail"), std::string::npos) << fail.err;
+  EXPECT_EQ(CommittedExamples("ckpt_f"), 4000u);  // 00 and 01 committed, nothing of 02
+
+  testing::Result skip = Run(Job("ckpt_s", "serving_s", "20261101/03",
+                                 "--set stream.max_wait=0.3 --set stream.on_late=skip"));
+  ASSERT_EQ(skip.exit_code, 0) << skip.err;
+  EXPECT_EQ(skip.last_json["stream"]["skipped"], 1);
+  EXPECT_EQ(skip.last_json["stream"]["partitions_committed"], 3);
+  EXPECT_EQ(CommittedExamples("ckpt_s"), 6000u);
+  // 02 arrives after it was skipped: a restart does not go back for it.
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), Path("root/20261101/02/_SUCCESS"), "").ok());
+  testing::Result after = Run(Job("ckpt_s", "serving_s", "20261101/03"));
+  ASSERT_EQ(after.exit_code, 0) << after.err;
+  EXPECT_EQ(after.last_json["stream"]["partitions_trained_now"], 0);
+  EXPECT_EQ(CommittedExamples("ckpt_s"), 6000u);
+}
+
+// The job died after its checkpoint committed a partition and before the donefile listed the
+// version: the next start publishes it, identical.
+TEST_F(StreamTest, AVersionCommittedButNotListedIsPublishedAtTheNextStart) {
+  Gen(2, 2000);
+  ASSERT_EQ(Run(Job("ckpt", "serving", "20261101/01")).exit_code, 0);
+  auto v = Versions("serving");
+  ASSERT_TRUE(v.ok());
+  ASSERT_EQ(v->size(), 2u);
+  std::string text;
+  ASSERT_TRUE(ReadFileToString(Env::Posix(), Path("serving/versions.jsonl"), &text).ok());
+  const std::string first_line = text.substr(0, text.find('\n') + 1);
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), Path("serving/versions.jsonl"), first_line).ok());
+  testing::Result r = Run(Job("ckpt", "serving", "20261101/01"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.last_json["stream"]["partitions_trained_now"], 0);
+  auto w = Versions("serving");
+  ASSERT_TRUE(w.ok());
+  ASSERT_EQ(w->size(), 2u);
+  EXPECT_EQ((*w)[1].checksum, (*v)[1].checksum);
+  EXPECT_EQ((*w)[1].time, (*v)[1].time);  // the same line, not a new version
+}
+
+TEST_F(StreamTest, BadStreamSettingsAreNamed) {
+  Gen(1, 500);
+  struct Case {
+    std::string more, expect;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"--set stream.layout={day}/{hours}", "stream.layout"},
+           {"--set stream.start=2026-11-01", "stream.start"},
+           {"--data " + Path("root"), "data.paths"},
+           {"--set serving.quant.bits=4", "serving.quant.bits"},
+       }) {
+    testing::Result r = Run(Job("ckpt", "serving", "20261101/00", c.more));
+    EXPECT_NE(r.exit_code, 0) << c.more;
+    EXPECT_NE(r.err.find(c.expect), std::string::npos) << c.more << ": " << r.err;
+  }
+  // A stream needs ckpt.dir (its commits); serving.dir needs a stream.
+  testing::Result no_ckpt =
+      Run(Ctrbox("train --set stream.root=" + Path("root") + " --set stream.until=20261101/00"));
+  EXPECT_NE(no_ckpt.err.find("ckpt.dir"), std::string::npos) << no_ckpt.err;
+  testing::Result no_stream = Run(Ctrbox("train --set serving.dir=" + Path("s")));
+  EXPECT_NE(no_stream.err.find("stream.root"), std::string::npos) << no_stream.err;
+}
+
+}  // namespace
+}  // namespace ctrbox

@@ -1,0 +1,159 @@
+#include "pipeline/serving_publisher.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "ckpt/model_files.h"
+#include "util/logging.h"
+
+namespace ctrbox {
+
+ServingPublisher::ServingPublisher(Env* env, ServingOptions options, ModelSpec spec,
+                                   const ValueLayout& table)
+    : env_(env),
+      options_(std::move(options)),
+      spec_(std::move(spec)),
+      table_layout_(table),
+      layout_(ServingLayout(table, options_.quant_bits, options_.quant_range)),
+      pending_(table) {}
+
+Status ServingPublisher::Recover(const nlohmann::json& state) {
+  RETURN_IF_ERROR(env_->CreateDirs(options_.dir));
+  ASSIGN_OR_RETURN(std::vector<ServingVersion> listed, ReadServingVersions(env_, options_.dir));
+  uint64_t committed = 0;
+  if (!state.is_null()) {
+    try {
+      version_ = state.at("version").get<uint64_t>();
+      base_ = state.at("base").get<uint64_t>();
+      since_base_ = state.at("since_base").get<uint32_t>();
+      partitions_since_ = state.at("partitions_since").get<uint32_t>();
+      if (state.contains("line") && !state.at("line").is_null()) {
+        ASSIGN_OR_RETURN(ServingVersion v, ServingVersion::FromJson(
+                                               state.at("line"), "the checkpoint's stream state"));
+        last_ = v;
+        committed = v.version;
+      }
+    } catch (const std::exception& e) {
+      return CorruptionError(std::string("the checkpoint's serving state: ") + e.what());
+    }
+  }
+  const uint64_t newest = listed.empty() ? 0 : listed.back().version;
+  if (newest > version_) {
+    return FailedPreconditionError(fmt::format(
+        "{} lists version {}, but the job's checkpoint stands at version {}: the serving "
+        "directory belongs to another job (or ckpt.dir was reset); give a new serving.dir",
+        JoinPath(options_.dir, kServingDonefile), newest, version_));
+  }
+  if (last_ && newest < committed) {
+    // Written and committed with its partition, not yet listed: publish it now.
+    RETURN_IF_ERROR(VerifyServingVersion(env_, options_.dir, *last_));
+    RETURN_IF_ERROR(AppendServingVersion(env_, options_.dir, *last_));
+    LOG_INFO("published {} of partition {} (committed before the job stopped)",
+             ServingVersionName(last_->version), last_->partition);
+  }
+  RETURN_IF_ERROR(PruneServing(env_, options_.dir, options_.keep_bases));
+  // The rows of the partitions trained since the last version are in the table but not here.
+  next_base_ = version_ == 0 || partitions_since_ > 0;
+  return Status::OK();
+}
+
+Status ServingPublisher::OnPush(const RowBlock& rows) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const uint64_t key = rows.key(i);
+    auto [it, added] = pending_index_.try_emplace(key, pending_.size());
+    if (added) {
+      pending_.AppendRow(rows, i);
+    } else {
+      pending_.CopyRow(rows, i, it->second);
+    }
+    deleted_.erase(key);
+  }
+  return Status::OK();
+}
+
+void ServingPublisher::OnDeleted(const std::vector<uint64_t>& keys) {
+  for (uint64_t k : keys) {
+    pending_index_.erase(k);  // its row stays in pending_, unreferenced
+    deleted_.insert(k);
+  }
+}
+
+Status ServingPublisher::WriteRows(ServingVersionWriter* w, SparseTable& table, bool base) {
+  if (base) {
+    // Each stripe's rows sorted by key: the same model gives the same bytes, however its
+    // table came to hold them (a resumed job's checksums equal an uninterrupted one's).
+    RowBlock rows(table.layout()), sorted(table.layout());
+    std::vector<std::pair<uint64_t, size_t>> order;
+    for (size_t s = 0; s < table.num_stripes(); ++s) {
+      RETURN_IF_ERROR(table.ExportStripe(s, &rows));
+      order.resize(rows.size());
+      for (size_t i = 0; i < rows.size(); ++i) order[i] = {rows.key(i), i};
+      std::sort(order.begin(), order.end());
+      sorted.Resize(0);
+      for (const auto& [key, i] : order) sorted.AppendRow(rows, i);
+      RETURN_IF_ERROR(w->AddRows(sorted));
+    }
+    return Status::OK();
+  }
+  // Sorted by key: a delta's bytes do not depend on the order passes pushed them in.
+  std::vector<std::pair<uint64_t, size_t>> order(pending_index_.begin(), pending_index_.end());
+  std::sort(order.begin(), order.end());
+  RowBlock rows(table.layout());
+  constexpr size_t kChunk = 65536;
+  for (size_t b = 0; b < order.size(); b += kChunk) {
+    const size_t e = std::min(order.size(), b + kChunk);
+    rows.Resize(0);
+    for (size_t i = b; i < e; ++i) rows.AppendRow(pending_, order[i].second);
+    RETURN_IF_ERROR(w->AddRows(rows));
+  }
+  RETURN_IF_ERROR(w->AddDeleted(std::vector<uint64_t>(deleted_.begin(), deleted_.end())));
+  return Status::OK();
+}
+
+StatusOr<std::optional<ServingVersion>> ServingPublisher::Prepare(SparseTable& table,
+                                                                  const CtrModel& model,
+                                                                  const std::string& partition) {
+  prepared_.reset();
+  ++partitions_since_;
+  if (partitions_since_ < options_.delta_every) return std::optional<ServingVersion>();
+  ServingVersion v;
+  v.version = version_ + 1;
+  v.base = next_base_ || since_base_ + 1 >= options_.base_every;
+  v.base_version = v.base ? v.version : base_;
+  v.parent = v.base ? 0 : version_;
+  v.partition = partition;
+  ASSIGN_OR_RETURN(
+      auto w, ServingVersionWriter::Create(env_, options_.dir, v, spec_, table_layout_, layout_));
+  RETURN_IF_ERROR(WriteRows(w.get(), table, v.base));
+  ASSIGN_OR_RETURN(ServingVersion done, w->Finish(DensePayload(model), table.Stats().keys));
+  // The change is in the version now.
+  pending_index_.clear();
+  pending_ = RowBlock(table_layout_);
+  deleted_.clear();
+  version_ = done.version;
+  base_ = done.base_version;
+  since_base_ = done.base ? 0 : since_base_ + 1;
+  partitions_since_ = 0;
+  next_base_ = false;
+  prepared_ = done;
+  last_ = done;
+  return prepared_;
+}
+
+nlohmann::json ServingPublisher::State() const {
+  return {{"version", version_},
+          {"base", base_},
+          {"since_base", since_base_},
+          {"partitions_since", partitions_since_},
+          {"line", last_ ? last_->ToJson() : nlohmann::json()}};
+}
+
+Status ServingPublisher::Publish() {
+  if (!prepared_) return Status::OK();
+  RETURN_IF_ERROR(AppendServingVersion(env_, options_.dir, *prepared_));
+  prepared_.reset();
+  return PruneServing(env_, options_.dir, options_.keep_bases);
+}
+
+}  // namespace ctrbox
