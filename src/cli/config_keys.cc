@@ -186,8 +186,8 @@ const std::vector<Key>& Keys() {
       {"table.delete_threshold", "0", "shrink deletes keys whose score falls below this",
        Float([](JobConfig* j, float v) { j->spec.table.delete_threshold = v; }, 0, 1e9)},
       {"table.ttl_partitions", "0",
-       "a stream job deletes keys not trained for more than this many partitions, after each "
-       "partition (counters decay by table.decay then too); 0: never",
+       "a stream job deletes the keys not trained in the last this many partitions (checked "
+       "after each partition; counters decay by table.decay then too); 0: never",
        UInt([](JobConfig* j, uint64_t v) { j->stream.ttl_partitions = static_cast<uint32_t>(v); },
             0, 65000)},
       {"table.delete_after_unseen_passes", "0",

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/serving_files.h"
 #include "util/env.h"
 #include "util/parse.h"
 #include "util/random.h"
@@ -58,6 +60,23 @@ class CrashLoopTest : public ::testing::Test {
     const size_t nl = t.rfind('\n');
     return nlohmann::json::parse(nl == std::string_view::npos ? t : t.substr(nl + 1), nullptr,
                                  false);
+  }
+
+  // Runs ctrbox with `args` (output to `out`), killing it with SIGKILL after delay_ms unless
+  // `may_kill` is false or it exits first. Returns whether it was killed; *status is its wait
+  // status otherwise.
+  bool RunOrKill(const std::vector<std::string>& args, const std::string& out, double delay_ms,
+                 bool may_kill, int* status) {
+    const pid_t pid = Start(args, out);
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::microseconds(static_cast<int64_t>(1000 * delay_ms));
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (waitpid(pid, status, WNOHANG) == pid) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    if (may_kill) kill(pid, SIGKILL);
+    waitpid(pid, status, 0);
+    return may_kill;
   }
 
   std::vector<std::string> Job(const std::string& ckpt_dir) const {
@@ -116,21 +135,8 @@ TEST_F(CrashLoopTest, KilledAtRandomMomentsAndResumedTheJobEndsWithTheDigestOfOn
     for (int attempt = 0;; ++attempt) {
       ASSERT_LT(attempt, 1000) << "the job makes no progress";
       const std::string out = dir_ + "/run.out";
-      const pid_t pid = Start(Job(ckpt), out);
-      const auto delay = std::chrono::microseconds(
-          static_cast<int64_t>(1000 * (50 + rng.Uniform() * run_ms * 0.8)));
-      const auto deadline = std::chrono::steady_clock::now() + delay;
-      bool exited = false;
-      while (std::chrono::steady_clock::now() < deadline) {
-        if (waitpid(pid, &status, WNOHANG) == pid) {
-          exited = true;
-          break;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      }
-      if (!exited && kills < want_kills) {
-        kill(pid, SIGKILL);
-        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+      if (RunOrKill(Job(ckpt), out, 50 + rng.Uniform() * run_ms * 0.8, kills < want_kills,
+                    &status)) {
         ++kills;
         // Every complete checkpoint verifies, and one of them is what a resume loads.
         if (!Env::Posix()->IsDirectory(ckpt)) continue;  // killed before it was created
@@ -142,9 +148,6 @@ TEST_F(CrashLoopTest, KilledAtRandomMomentsAndResumedTheJobEndsWithTheDigestOfOn
           }
         }
         continue;
-      }
-      if (!exited) {
-        ASSERT_EQ(waitpid(pid, &status, 0), pid);
       }
       std::string err;
       (void)ReadFileToString(Env::Posix(), out + ".err", &err);
@@ -161,6 +164,98 @@ TEST_F(CrashLoopTest, KilledAtRandomMomentsAndResumedTheJobEndsWithTheDigestOfOn
   RecordProperty("kills", kills);
   RecordProperty("rounds", rounds);
   EXPECT_EQ(finished_runs, rounds);
+}
+
+// A stream job (docs/routine.md) killed at random moments across its partitions and started
+// again each time: it ends with the digest of one uninterrupted run, every partition trained
+// once, and its donefile lists every version once, each the uninterrupted run's, each
+// verifying.
+TEST_F(CrashLoopTest, AStreamKilledAtRandomMomentsTrainsEachPartitionOnceAndPublishesEachVersion) {
+  const char* kills_env = std::getenv("CTRBOX_CRASH_KILLS");
+  const int want_kills = std::min(kills_env ? std::atoi(kills_env) : CTRBOX_CRASH_KILLS, 20);
+  const char* seed_env = std::getenv("CTRBOX_CRASH_SEED");
+  Random rng(seed_env ? std::strtoull(seed_env, nullptr, 10) : 2);
+  const std::string root = dir_ + "/root";
+  int status = 0;
+  ASSERT_FALSE(RunOrKill({"gen", "--partitions", "6", "--rows", "4000", "--out", root},
+                         dir_ + "/gen.out", 1e9, false, &status));
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  auto job = [&](const std::string& name) {
+    return std::vector<std::string>{"train",
+                                    "--set",
+                                    "stream.root=" + root,
+                                    "--set",
+                                    "stream.until=20261101/05",
+                                    "--set",
+                                    "stream.poll_seconds=0.05",
+                                    "--set",
+                                    "ckpt.dir=" + dir_ + "/ckpt_" + name,
+                                    "--set",
+                                    "serving.dir=" + dir_ + "/serving_" + name,
+                                    "--set",
+                                    "serving.base_every=3",
+                                    "--set",
+                                    "serving.keep_bases=10",
+                                    "--set",
+                                    "table.ttl_partitions=2",
+                                    "--set",
+                                    "pipeline.pass_examples=1024",
+                                    "--set",
+                                    "train.batch_size=256",
+                                    "--set",
+                                    "model.mlp=32,16",
+                                    "--set",
+                                    "train.threads=2"};
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_FALSE(RunOrKill(job("ref"), dir_ + "/ref.out", 1e9, false, &status));
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  const double run_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const nlohmann::json reference = LastJson(dir_ + "/ref.out");
+  ASSERT_TRUE(reference.is_object());
+  auto ref_versions = ReadServingVersions(Env::Posix(), dir_ + "/serving_ref");
+  ASSERT_TRUE(ref_versions.ok());
+  ASSERT_EQ(ref_versions->size(), 6u);
+
+  int kills = 0;
+  for (int attempt = 0;; ++attempt) {
+    ASSERT_LT(attempt, 1000) << "the job makes no progress";
+    const std::string out = dir_ + "/run.out";
+    if (RunOrKill(job("k"), out, 20 + rng.Uniform() * run_ms, kills < want_kills, &status)) {
+      ++kills;
+      // What the donefile lists is whole and verifies, at every moment.
+      auto listed = ReadServingVersions(Env::Posix(), dir_ + "/serving_k");
+      ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+      for (const ServingVersion& v : *listed) {
+        EXPECT_TRUE(VerifyServingVersion(Env::Posix(), dir_ + "/serving_k", v).ok());
+      }
+      continue;
+    }
+    std::string err;
+    (void)ReadFileToString(Env::Posix(), out + ".err", &err);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << err;
+    const nlohmann::json r = LastJson(out);
+    ASSERT_TRUE(r.is_object()) << err;
+    EXPECT_EQ(r["digest"], reference["digest"]) << "attempt " << attempt;
+    EXPECT_EQ(r["stream"]["partitions_committed"], 6);
+    break;
+  }
+  auto ids = ListCheckpoints(Env::Posix(), dir_ + "/ckpt_k");
+  ASSERT_TRUE(ids.ok() && !ids->empty());
+  auto m = ReadCheckpointManifest(Env::Posix(), dir_ + "/ckpt_k", ids->back());
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->position.examples, 24000u);  // each partition once
+  auto listed = ReadServingVersions(Env::Posix(), dir_ + "/serving_k");
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), ref_versions->size());
+  for (size_t i = 0; i < listed->size(); ++i) {
+    EXPECT_EQ((*listed)[i].version, i + 1);
+    EXPECT_EQ((*listed)[i].partition, (*ref_versions)[i].partition);
+    EXPECT_EQ((*listed)[i].checksum, (*ref_versions)[i].checksum) << "version " << i + 1;
+    EXPECT_TRUE(VerifyServingVersion(Env::Posix(), dir_ + "/serving_k", (*listed)[i]).ok());
+  }
+  RecordProperty("kills", kills);
 }
 
 }  // namespace
