@@ -209,7 +209,7 @@ StatusOr<std::string> RenderReport(const std::string& metrics_path,
                                    const std::string& manifest_text) {
   std::string text;
   RETURN_IF_ERROR(ReadFileToString(Env::Posix(), metrics_path, &text));
-  std::vector<nlohmann::json> passes, tests;
+  std::vector<nlohmann::json> passes, tests, partitions;
   nlohmann::json stages, report;
   size_t resumes = 0;  // runs resumed from a checkpoint (their passes follow on)
   std::string note;
@@ -244,6 +244,8 @@ StatusOr<std::string> RenderReport(const std::string& metrics_path,
       report = std::move(j);
     } else if (event == "resume") {
       ++resumes;
+    } else if (event == "partition") {  // a stream job's (docs/routine.md)
+      partitions.push_back(std::move(j));
     }
   }
   if (passes.empty()) {
@@ -290,6 +292,22 @@ StatusOr<std::string> RenderReport(const std::string& metrics_path,
       s.push_back({"oracle AUC", kColors[2], x, flat(Get(report, "oracle_auc")), true});
     }
     charts.push_back(LineChartSvg("AUC per pass", "pass", "AUC", s));
+  }
+  if (!partitions.empty()) {
+    // A stream job: each partition tested on before it is trained on (the online metrics).
+    const size_t m = partitions.size();
+    std::vector<double> px(m), online(m), keys(m), evicted(m);
+    for (size_t i = 0; i < m; ++i) {
+      px[i] = static_cast<double>(i);
+      online[i] = partitions[i].contains("online") ? Get(partitions[i]["online"], "auc") : kNaN;
+      keys[i] = Get(partitions[i], "keys");
+      evicted[i] = Get(partitions[i], "evicted");
+    }
+    charts.push_back(LineChartSvg("Online AUC per partition (tested before trained on)",
+                                  "partition", "AUC", {{"online AUC", kColors[0], px, online}}));
+    charts.push_back(LineChartSvg("Keys per partition", "partition", "keys",
+                                  {{"keys held", kColors[0], px, keys},
+                                   {"evicted (table.ttl_partitions)", kColors[1], px, evicted}}));
   }
   {
     std::vector<ChartSeries> s = {{"progressive logloss", kColors[0], x, logloss}};

@@ -43,8 +43,18 @@ class StreamTest : public testing::CliTest {
 
 TEST_F(StreamTest, PartitionsAreTrainedInOrderOnceWhateverTheRestarts) {
   Gen(5, 3000);
-  testing::Result whole = Run(Job("ckpt_a", "serving_a", "20261101/04"));
+  testing::Result whole = Run(Job("ckpt_a", "serving_a", "20261101/04",
+                                  "--set train.metrics_path=" + Path("metrics.jsonl")));
   ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  // One metrics line per partition, which the report draws (online AUC over partitions).
+  testing::Result page =
+      Run(Ctrbox("report --metrics " + Path("metrics.jsonl") + " --out " + Path("report.html")));
+  ASSERT_EQ(page.exit_code, 0) << page.err;
+  std::string html;
+  ASSERT_TRUE(ReadFileToString(Env::Posix(), Path("report.html"), &html).ok());
+  const size_t chart = html.find("Online AUC per partition");
+  ASSERT_NE(chart, std::string::npos);
+  EXPECT_NE(html.find("<path d=\"M", chart), std::string::npos);  // a line of the 5 partitions
   EXPECT_EQ(whole.last_json["stream"]["partitions_committed"], 5);
   ASSERT_TRUE(whole.last_json["digest"].is_string());
   EXPECT_EQ(CommittedExamples("ckpt_a"), 15000u);

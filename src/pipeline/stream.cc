@@ -16,6 +16,7 @@
 #include "pipeline/train_start.h"
 #include "pipeline/train_steps.h"
 #include "table/ssd_store.h"
+#include "util/blas.h"
 #include "util/cleanup.h"
 #include "util/logging.h"
 #include "util/sys.h"
@@ -424,6 +425,7 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
   RETURN_IF_ERROR(CloseTable(env, job, std::move(start.table)));
   remove_scratch.Cancel();
   report["total_seconds"] = total_clock.Seconds();
+  report["blas_core"] = blas::CoreName();
   report["peak_rss_bytes"] = PeakRssBytes();
   return report;
 }
