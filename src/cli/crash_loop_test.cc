@@ -166,10 +166,10 @@ TEST_F(CrashLoopTest, KilledAtRandomMomentsAndResumedTheJobEndsWithTheDigestOfOn
   EXPECT_EQ(finished_runs, rounds);
 }
 
-// A stream job (docs/routine.md) killed at random moments across its partitions and started
-// again each time: it ends with the digest of one uninterrupted run, every partition trained
-// once, and its donefile lists every version once, each the uninterrupted run's, each
-// verifying.
+// A stream job (docs/routine.md; TTL eviction and admission by count on) killed at random
+// moments across its partitions and started again each time: it ends with the digest of one
+// uninterrupted run, every partition trained once, and its donefile lists every version once, each
+// the uninterrupted run's, each verifying.
 TEST_F(CrashLoopTest, AStreamKilledAtRandomMomentsTrainsEachPartitionOnceAndPublishesEachVersion) {
   const char* kills_env = std::getenv("CTRBOX_CRASH_KILLS");
   const int want_kills = std::min(kills_env ? std::atoi(kills_env) : CTRBOX_CRASH_KILLS, 20);
@@ -198,6 +198,10 @@ TEST_F(CrashLoopTest, AStreamKilledAtRandomMomentsTrainsEachPartitionOnceAndPubl
                                     "serving.keep_bases=10",
                                     "--set",
                                     "table.ttl_partitions=2",
+                                    "--set",
+                                    "table.admit.min_count=2",
+                                    "--set",
+                                    "table.admit.bloom_bits=16",
                                     "--set",
                                     "pipeline.pass_examples=1024",
                                     "--set",

@@ -125,6 +125,40 @@ TEST_F(StreamTest, DeltasAppliedToTheirBaseGiveTheNextBaseBitForBit) {
   }
 }
 
+// Admission by count: fewer keys get rows, one-off keys none; the counts survive a restart
+// (two starts end with one start's digest).
+TEST_F(StreamTest, AdmissionByCountKeepsOneOffKeysOutAndItsCountsSurviveARestart) {
+  Gen(4, 3000);
+  const std::string admit = "--set table.admit.min_count=3 --set table.admit.bloom_bits=18";
+  testing::Result all = Run(Job("ckpt_all", "serving_all", "20261101/03"));
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  testing::Result once = Run(Job("ckpt_once", "serving_once", "20261101/03", admit));
+  ASSERT_EQ(once.exit_code, 0) << once.err;
+  const uint64_t keys_all = all.last_json["keys"], keys_admitted = once.last_json["keys"];
+  EXPECT_LT(keys_admitted * 2, keys_all) << "one-off keys got rows";
+  EXPECT_GT(once.last_json["last_partition"]["admission"]["dropped"].get<uint64_t>(), 0u);
+  for (const char* until : {"20261101/01", "20261101/03"}) {
+    testing::Result r = Run(Job("ckpt_two", "serving_two", until, admit));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    if (std::string(until) == "20261101/03") {
+      EXPECT_EQ(r.last_json["digest"], once.last_json["digest"]);
+      EXPECT_EQ(r.last_json["keys"], once.last_json["keys"]);
+    }
+  }
+  // Only the admission files the kept checkpoints name are left (each names one).
+  auto names = Env::Posix()->GetChildren(Path("ckpt_two"));
+  auto kept = ListCheckpoints(Env::Posix(), Path("ckpt_two"));
+  ASSERT_TRUE(names.ok() && kept.ok());
+  size_t files = 0;
+  for (const std::string& n : *names) files += n.rfind("admit-", 0) == 0;
+  EXPECT_GE(files, 1u);
+  EXPECT_LE(files, kept->size());
+  // A job of files refuses the key.
+  testing::Result refused = Run(Ctrbox("train --set table.admit.min_count=2"));
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("table.admit.min_count"), std::string::npos) << refused.err;
+}
+
 TEST_F(StreamTest, LateAndMissingPartitionsFollowTheRule) {
   Gen(4, 2000);
   // 20261101/02 is not ready (no done file); 03 is.

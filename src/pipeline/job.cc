@@ -158,6 +158,11 @@ Status ValidateStream(const JobConfig& job) {
           "serving.dir publishes the versions of a stream job: set stream.root too "
           "(docs/routine.md)");
     }
+    if (job.stream.admit_min_count > 1) {
+      return InvalidArgumentError(
+          "table.admit.min_count is for stream jobs (its counts are committed with each "
+          "partition): set stream.root");
+    }
     if (job.stream.ttl_partitions > 0) {
       return InvalidArgumentError(
           "table.ttl_partitions counts a stream job's partitions: set stream.root, or use "

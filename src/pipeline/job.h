@@ -121,8 +121,13 @@ struct StreamOptions {
   // fails the job (on_late); kWait waits without end.
   double max_wait_seconds = 3600;
   LateRule on_late = LateRule::kSkip;
-  // table.ttl_partitions: keys not trained for more partitions are deleted (0: never).
+  // table.ttl_partitions: keys not trained in the last this many partitions are deleted (0:
+  // never).
   uint32_t ttl_partitions = 0;
+  // table.admit.*: a key gets a row once seen min_count times (0 or 1: every key), counted
+  // by a counting Bloom filter of 2^admit_bloom_bits one-byte counters.
+  uint32_t admit_min_count = 0;
+  uint32_t admit_bloom_bits = 24;
   bool enabled() const { return !root.empty(); }
 };
 

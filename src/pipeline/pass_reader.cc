@@ -64,6 +64,7 @@ StatusOr<PassReader::Fill> PassReader::FillTo(Batch* out, uint64_t limit) {
       return out->rows() > 0 ? Fill::kRowsThenEpochEnd : Fill::kEpochEnd;
     }
     ModelKeys(options_.hashing, options_.key_tables, &block_);
+    if (options_.filter) options_.filter(&block_);  // admission (pipeline/admission.h)
     rows_read_.fetch_add(block_.rows(), std::memory_order_relaxed);
     fraction_.store(p.known() ? (epoch_ + p.fraction()) / epochs : -1.0, std::memory_order_relaxed);
   }

@@ -49,6 +49,9 @@ struct PassReaderOptions {
   HashingOptions hashing;
   // model.slot_dims: ... then their keys tagged with their slots' tables.
   KeyTables key_tables;
+  // ... then, when set, changed by this in read order (a stream job's admission by count,
+  // pipeline/admission.h: keys not admitted yet are left out).
+  std::function<void(Batch*)> filter;
   // Pass sizing by keys (0: off): the distinct keys of window_passes consecutive passes stay
   // within window_keys, passes holding whole minibatches of batch_size examples. A pass of one
   // minibatch may exceed the window through the passes before it (its pull waits for their

@@ -2,14 +2,17 @@
 
 #include <fmt/format.h>
 #include <sys/stat.h>
+#include <xxhash.h>
 
 #include <chrono>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/model_files.h"
 #include "io/partitions.h"
+#include "pipeline/admission.h"
 #include "pipeline/data.h"
 #include "pipeline/evaluator.h"
 #include "pipeline/serving_publisher.h"
@@ -33,13 +36,16 @@ struct StreamState {
   uint64_t partitions = 0;  // partitions committed (trained, or empty)
   uint64_t skipped = 0;     // partitions skipped as late (stream.on_late: skip)
   nlohmann::json serving;   // the serving publisher's (null without serving.dir)
+  nlohmann::json admit;     // the admission counts' file in ckpt.dir and its checksum, or null
 
   nlohmann::json ToJson() const {
-    return {{"next", next},
-            {"last", last},
-            {"partitions", partitions},
-            {"skipped", skipped},
-            {"serving", serving}};
+    nlohmann::json j = {{"next", next},
+                        {"last", last},
+                        {"partitions", partitions},
+                        {"skipped", skipped},
+                        {"serving", serving}};
+    if (!admit.is_null()) j["admit"] = admit;
+    return j;
   }
   static StatusOr<StreamState> FromJson(const nlohmann::json& j, const std::string& where) {
     try {
@@ -49,6 +55,7 @@ struct StreamState {
       s.partitions = j.at("partitions").get<uint64_t>();
       s.skipped = j.at("skipped").get<uint64_t>();
       s.serving = j.at("serving");
+      s.admit = j.value("admit", nlohmann::json());
       return s;
     } catch (const std::exception& e) {
       return CorruptionError(fmt::format("{}: its stream state: {}", where, e.what()));
@@ -181,6 +188,68 @@ Status CheckSchema(const JobConfig& job, const Partition& p, const Schema& got) 
       p.name, got.num_slots, got.num_dense, job.spec.schema.num_slots, job.spec.schema.num_dense));
 }
 
+// Admission by count (pipeline/admission.h): its counts are part of the state a partition
+// commits, in a file of ckpt.dir (admit-<partition ordinal>.bin) the stream state names.
+constexpr char kAdmitPrefix[] = "admit-";
+
+StatusOr<Admission> OpenAdmission(Env* env, const JobConfig& job, const StreamState& state) {
+  const uint32_t min_count = job.stream.admit_min_count;
+  if (state.admit.is_null()) {
+    if (state.partitions > 0) {
+      LOG_WARNING("table.admit.min_count is new to this stream: counting starts now");
+    }
+    return Admission(min_count, job.stream.admit_bloom_bits);
+  }
+  std::string name, checksum;
+  try {
+    name = state.admit.at("file").get<std::string>();
+    checksum = state.admit.at("checksum").get<std::string>();
+  } catch (const std::exception& e) {
+    return CorruptionError(std::string("the stream state's admission record: ") + e.what());
+  }
+  const std::string path = JoinPath(job.ckpt.dir, name);
+  std::string bytes;
+  RETURN_IF_ERROR(ReadFileToString(env, path, &bytes));
+  if (Hex(XXH3_64bits(bytes.data(), bytes.size())) != checksum) {
+    return CorruptionError(path + ": its checksum differs from the checkpoint's record");
+  }
+  ASSIGN_OR_RETURN(CountingBloom bloom, CountingBloom::Decode(bytes, path));
+  if (bloom.log2_counters() != job.stream.admit_bloom_bits) {
+    return InvalidArgumentError(
+        fmt::format("table.admit.bloom_bits: the stream's counts have {} bits, this job sets {}",
+                    bloom.log2_counters(), job.stream.admit_bloom_bits));
+  }
+  return Admission(min_count, std::move(bloom));
+}
+
+StatusOr<nlohmann::json> SaveAdmission(Env* env, const JobConfig& job, const Admission& a,
+                                       int64_t ordinal) {
+  const std::string name = fmt::format("{}{}.bin", kAdmitPrefix, ordinal);
+  const std::string bytes = a.bloom().Encode();
+  RETURN_IF_ERROR(WriteFileAtomic(env, JoinPath(job.ckpt.dir, name), bytes));
+  return nlohmann::json{{"file", name}, {"checksum", Hex(XXH3_64bits(bytes.data(), bytes.size()))}};
+}
+
+// Deletes the admission files no checkpoint in `dir` names (after a commit and its pruning).
+Status PruneAdmission(Env* env, const std::string& dir) {
+  ASSIGN_OR_RETURN(std::vector<uint64_t> ids, ListCheckpoints(env, dir));
+  std::set<std::string> named;
+  for (uint64_t id : ids) {
+    StatusOr<CheckpointManifest> m = ReadCheckpointManifest(env, dir, id);
+    if (!m.ok()) return Status::OK();  // nothing deleted on a guess
+    if (m->stream.is_object() && m->stream.contains("admit")) {
+      named.insert(m->stream["admit"].value("file", ""));
+    }
+  }
+  ASSIGN_OR_RETURN(std::vector<std::string> names, env->GetChildren(dir));
+  for (const std::string& n : names) {
+    if (n.rfind(kAdmitPrefix, 0) == 0 && !named.count(n)) {
+      RETURN_IF_ERROR(env->DeleteFile(JoinPath(dir, n)));
+    }
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
@@ -285,6 +354,10 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
     publisher.emplace(env, job.serving, job.spec, start.model->value_layout());
     RETURN_IF_ERROR(publisher->Recover(state.serving));
   }
+  std::optional<Admission> admission;
+  if (job.stream.admit_min_count > 1) {
+    ASSIGN_OR_RETURN(admission, OpenAdmission(env, job, state));
+  }
   const PushObserver on_push =
       publisher ? PushObserver([&](const RowBlock& rows) { return publisher->OnPush(rows); })
                 : PushObserver();
@@ -329,8 +402,9 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
                                   job.pipeline.pass_examples, job.EvalChunkKeys(), &pool, nullptr));
       }
       // Then train.
-      PassReader reader([&] { return OpenData(env, pjob.data, pjob.generated, false); },
-                        PassOptionsOnRanks(pjob, nullptr));
+      PassReaderOptions passes = PassOptionsOnRanks(pjob, nullptr);
+      if (admission) passes.filter = [&](Batch* b) { admission->Filter(b); };
+      PassReader reader([&] { return OpenData(env, pjob.data, pjob.generated, false); }, passes);
       RETURN_IF_ERROR(reader.Open());
       RETURN_IF_ERROR(CheckSchema(job, p, reader.schema()));
       ASSIGN_OR_RETURN(PassesRun run, RunPasses(env, pjob, &reader, &start, sink, stop, &pool,
@@ -368,12 +442,18 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
     ++state.next;
     ++state.partitions;
     state.serving = publisher ? publisher->State() : nlohmann::json();
+    if (admission) {
+      ASSIGN_OR_RETURN(state.admit, SaveAdmission(env, job, *admission, p.ordinal));
+      line["admission"] = {{"occurrences", admission->counts().occurrences},
+                           {"dropped", admission->counts().dropped}};
+    }
     start.ckpt->SetStream(state.ToJson());
     ASSIGN_OR_RETURN(CheckpointManifest m,
                      start.ckpt->Commit(*start.table, DensePayload(*start.model), start.position,
                                         nullptr, &pool));
     if (publisher) RETURN_IF_ERROR(publisher->Publish());
     const double published_at = NowSeconds();
+    if (admission) RETURN_IF_ERROR(PruneAdmission(env, job.ckpt.dir));
     ++trained_now;
     examples_now += examples;
     line["online"] = online.ToJson();
