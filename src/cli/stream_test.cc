@@ -159,6 +159,31 @@ TEST_F(StreamTest, AdmissionByCountKeepsOneOffKeysOutAndItsCountsSurviveARestart
   EXPECT_NE(refused.err.find("table.admit.min_count"), std::string::npos) << refused.err;
 }
 
+// Lossless tiers in a stream: a memory budget that sends most rows through SSD files gives the
+// in-memory run's model and the same versions, byte for byte.
+TEST_F(StreamTest, AStreamOverTheSsdTierPublishesTheInMemoryVersions) {
+  Gen(3, 4000);
+  testing::Result mem = Run(Job("ckpt_m", "serving_m", "20261101/02"));
+  ASSERT_EQ(mem.exit_code, 0) << mem.err;
+  testing::Result ssd = Run(Job("ckpt_d", "serving_d", "20261101/02",
+                                "--set storage.memory_budget=4MB --set storage.ssd_dir=" +
+                                    Path("ssd") + " --set storage.keep_store=true"));
+  ASSERT_EQ(ssd.exit_code, 0) << ssd.err;
+  EXPECT_EQ(ssd.last_json["digest"], mem.last_json["digest"]);
+  auto names = Env::Posix()->GetChildren(Path("ssd"));
+  ASSERT_TRUE(names.ok());
+  uint64_t bytes = 0;
+  for (const std::string& n : *names) {
+    auto size = Env::Posix()->GetFileSize(Path("ssd/" + n));
+    if (size.ok()) bytes += *size;
+  }
+  EXPECT_GT(bytes, uint64_t{4} << 20);  // more than the budget went to the SSD tier
+  auto a = Versions("serving_m"), b = Versions("serving_d");
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->size(), b->size());
+  for (size_t i = 0; i < a->size(); ++i) EXPECT_EQ((*a)[i].checksum, (*b)[i].checksum);
+}
+
 TEST_F(StreamTest, LateAndMissingPartitionsFollowTheRule) {
   Gen(4, 2000);
   // 20261101/02 is not ready (no done file); 03 is.
