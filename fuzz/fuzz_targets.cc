@@ -8,10 +8,12 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/model_dir.h"
+#include "ckpt/serving_files.h"
 #include "feature/extractor.h"
 #include "feature/graph.h"
 #include "io/compressed_file.h"
 #include "io/line_chunker.h"
+#include "io/partitions.h"
 #include "io/shard.h"
 #include "io/shard_dir.h"
 #include "io/text_format.h"
@@ -312,6 +314,26 @@ int FuzzCheckpointManifest(const uint8_t* data, size_t size) {
   return 0;
 }
 
+int FuzzServingDonefile(const uint8_t* data, size_t size) {
+  const std::string text = Bytes(data, size);
+  auto env = EnvWith("/s/versions.jsonl", text);
+  auto versions = ReadServingVersions(env.get(), "/s");
+  accepted = versions.ok();
+  if (versions.ok() && !versions->empty()) {
+    if (LoadServingState(env.get(), "/s", versions->back().version).ok()) std::abort();
+  }
+  auto layout = PartitionLayout::Parse(text.substr(0, std::min<size_t>(text.find('\n'), 64)));
+  accepted = accepted || layout.ok();
+  if (layout.ok()) {
+    for (int64_t o : {int64_t{0}, int64_t{490000}, int64_t{-5}}) {
+      const std::string name = layout->Name(o);
+      const std::optional<int64_t> back = layout->Ordinal(name);
+      if (o >= 0 && back != o) std::abort();  // a name parses back to its partition
+    }
+  }
+  return 0;
+}
+
 int FuzzModelSparse(const uint8_t* data, size_t size) {
   const ModelTemplate& t = Model();
   auto env = EnvWith("/m/MANIFEST", t.manifest);
@@ -431,11 +453,17 @@ std::vector<std::string> BuiltInSeeds(const std::string& target) {
 
 const std::vector<FuzzTarget>& FuzzTargets() {
   static const std::vector<FuzzTarget> targets = {
-      {"text_input", FuzzTextInput},         {"shard", FuzzShard},
-      {"shard_manifest", FuzzShardManifest}, {"manifest", FuzzManifest},
-      {"model_sparse", FuzzModelSparse},     {"group_record", FuzzGroupRecord},
-      {"store_index", FuzzStoreIndex},       {"ckpt_manifest", FuzzCheckpointManifest},
-      {"feature_view", FuzzFeatureView},     {"feature_graph", FuzzFeatureGraph},
+      {"text_input", FuzzTextInput},
+      {"shard", FuzzShard},
+      {"shard_manifest", FuzzShardManifest},
+      {"manifest", FuzzManifest},
+      {"model_sparse", FuzzModelSparse},
+      {"group_record", FuzzGroupRecord},
+      {"store_index", FuzzStoreIndex},
+      {"ckpt_manifest", FuzzCheckpointManifest},
+      {"feature_view", FuzzFeatureView},
+      {"feature_graph", FuzzFeatureGraph},
+      {"serving_donefile", FuzzServingDonefile},
   };
   return targets;
 }

@@ -34,6 +34,11 @@ int FuzzGroupRecord(const uint8_t* data, size_t size);
 // An SSD-PS INDEX file, parsed as `ctrbox inspect --store` does.
 int FuzzStoreIndex(const uint8_t* data, size_t size);
 
+// A stream job's serving donefile (versions.jsonl, docs/routine.md): parsed; the newest
+// version's chain loaded (its files are absent: loading must fail cleanly); and its first
+// line as a stream.layout, with a partition name formed and parsed back.
+int FuzzServingDonefile(const uint8_t* data, size_t size);
+
 // A main view's file: byte 0 picks csv / tsv / jsonl and whether it has a header; the rest is
 // the file, read in small chunks through a fixed feature graph of every variable-length
 // operator (docs/features.md).

@@ -165,9 +165,10 @@ TEST_F(StreamTest, AStreamOverTheSsdTierPublishesTheInMemoryVersions) {
   Gen(3, 4000);
   testing::Result mem = Run(Job("ckpt_m", "serving_m", "20261101/02"));
   ASSERT_EQ(mem.exit_code, 0) << mem.err;
-  testing::Result ssd = Run(Job("ckpt_d", "serving_d", "20261101/02",
-                                "--set storage.memory_budget=4MB --set storage.ssd_dir=" +
-                                    Path("ssd") + " --set storage.keep_store=true"));
+  testing::Result ssd =
+      Run(Job("ckpt_d", "serving_d", "20261101/02",
+              "--set storage.memory_budget=4MB --set storage.ssd_dir=" + Path("ssd") +
+                  " --set storage.keep_store=true"));
   ASSERT_EQ(ssd.exit_code, 0) << ssd.err;
   EXPECT_EQ(ssd.last_json["digest"], mem.last_json["digest"]);
   auto names = Env::Posix()->GetChildren(Path("ssd"));

@@ -107,6 +107,11 @@ StatusOr<PartitionLayout> PartitionLayout::Parse(const std::string& layout) {
     }
   }
   if (rest.find_first_of("{}") != std::string::npos) return bad("an unknown placeholder");
+  if (const size_t at = layout.find(kIndex);
+      at != std::string::npos && at + kIndex.size() < layout.size() &&
+      std::isdigit(static_cast<unsigned char>(layout[at + kIndex.size()]))) {
+    return bad("a digit right after {index} would be read as part of it");
+  }
   PartitionLayout l;
   l.text_ = layout;
   l.unit_ = indexes ? Unit::kIndex : hours ? Unit::kHour : Unit::kDay;

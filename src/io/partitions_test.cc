@@ -34,7 +34,7 @@ TEST(PartitionLayoutTest, NamesAndOrdinalsRoundTripAcrossDaysMonthsAndYears) {
 
 TEST(PartitionLayoutTest, BadLayoutsNameTheKey) {
   for (const char* bad : {"{hour}", "{day}/{day}", "{index}/{hour}", "plain", "{day}/{hours}",
-                          "/{day}", "{day}//{hour}", "{day}/../{hour}", ""}) {
+                          "/{day}", "{day}//{hour}", "{day}/../{hour}", "", "{index}5"}) {
     auto l = PartitionLayout::Parse(bad);
     ASSERT_FALSE(l.ok()) << bad;
     EXPECT_NE(l.status().message().find("stream.layout"), std::string::npos) << bad;
