@@ -62,6 +62,17 @@ class CrashLoopTest : public ::testing::Test {
                                  false);
   }
 
+  // The report of a run that ended with `status` (its last line in `out`): null, with a failure
+  // showing its standard error, unless it exited 0 with a report.
+  static nlohmann::json EndedReport(const std::string& out, int status) {
+    std::string err;
+    (void)ReadFileToString(Env::Posix(), out + ".err", &err);
+    const nlohmann::json r = LastJson(out);
+    const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0 && r.is_object();
+    EXPECT_TRUE(ok) << err;
+    return ok ? r : nlohmann::json();
+  }
+
   // Runs ctrbox with `args` (output to `out`), killing it with SIGKILL after delay_ms unless
   // `may_kill` is false or it exits first. Returns whether it was killed; *status is its wait
   // status otherwise.
@@ -149,11 +160,8 @@ TEST_F(CrashLoopTest, KilledAtRandomMomentsAndResumedTheJobEndsWithTheDigestOfOn
         }
         continue;
       }
-      std::string err;
-      (void)ReadFileToString(Env::Posix(), out + ".err", &err);
-      ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << err;
-      const nlohmann::json r = LastJson(out);
-      ASSERT_TRUE(r.is_object()) << err;
+      const nlohmann::json r = EndedReport(out, status);
+      ASSERT_TRUE(r.is_object());
       EXPECT_EQ(r["digest"], digest) << "round " << rounds << " attempt " << attempt;
       EXPECT_EQ(r["job_examples"], 60000);
       EXPECT_EQ(r["test_auc"], reference["test_auc"]);
@@ -236,11 +244,8 @@ TEST_F(CrashLoopTest, AStreamKilledAtRandomMomentsTrainsEachPartitionOnceAndPubl
       }
       continue;
     }
-    std::string err;
-    (void)ReadFileToString(Env::Posix(), out + ".err", &err);
-    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << err;
-    const nlohmann::json r = LastJson(out);
-    ASSERT_TRUE(r.is_object()) << err;
+    const nlohmann::json r = EndedReport(out, status);
+    ASSERT_TRUE(r.is_object());
     EXPECT_EQ(r["digest"], reference["digest"]) << "attempt " << attempt;
     EXPECT_EQ(r["stream"]["partitions_committed"], 6);
     break;
