@@ -185,6 +185,46 @@ TEST_F(StreamTest, AStreamOverTheSsdTierPublishesTheInMemoryVersions) {
   for (size_t i = 0; i < a->size(); ++i) EXPECT_EQ((*a)[i].checksum, (*b)[i].checksum);
 }
 
+// A stream of raw views through a feature graph (docs/features.md): the main view's rows split
+// into hourly partitions, the side views fixed; two starts give one start's model.
+TEST_F(StreamTest, AStreamOfRawViewsThroughAFeatureGraphResumesAsOneRun) {
+  ASSERT_EQ(Run(Ctrbox("gen --format views --rows 6000 --out " + Path("views"))).exit_code, 0);
+  std::string main_view, job;
+  ASSERT_TRUE(ReadFileToString(Env::Posix(), Path("views/impressions.csv"), &main_view).ok());
+  ASSERT_TRUE(ReadFileToString(Env::Posix(), Path("views/job.yaml"), &job).ok());
+  const size_t header_end = main_view.find('\n') + 1;
+  const std::string header = main_view.substr(0, header_end);
+  std::vector<std::string> rows(3);
+  size_t line = 0;
+  for (size_t at = header_end; at < main_view.size(); ++line) {
+    const size_t end = main_view.find('\n', at) + 1;
+    rows[line % 3] += main_view.substr(at, end - at);
+    at = end;
+  }
+  for (int h = 0; h < 3; ++h) {
+    const std::string dir = Path(fmt::format("root/20261101/{:02d}", h));
+    ASSERT_TRUE(Env::Posix()->CreateDirs(dir).ok());
+    ASSERT_TRUE(WriteFileAtomic(Env::Posix(), dir + "/impressions.csv", header + rows[h]).ok());
+    ASSERT_TRUE(WriteFileAtomic(Env::Posix(), dir + "/_SUCCESS", "").ok());
+  }
+  // The job file without its data section: the stream is the data.
+  const size_t data = job.find("data:"), features = job.find("features:");
+  ASSERT_TRUE(data != std::string::npos && features != std::string::npos && data < features);
+  ASSERT_TRUE(
+      WriteFileAtomic(Env::Posix(), Path("stream.yaml"), job.erase(data, features - data)).ok());
+  const std::string config = "-c " + Path("stream.yaml");
+  testing::Result one = Run(Job("ckpt_1", "serving_1", "20261101/02", config));
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_EQ(one.last_json["stream"]["partitions_committed"], 3);
+  for (const char* until : {"20261101/00", "20261101/02", "20261101/02"}) {
+    testing::Result r = Run(Job("ckpt_2", "serving_2", until, config));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    if (std::string(until) == "20261101/02") {
+      EXPECT_EQ(r.last_json["digest"], one.last_json["digest"]);
+    }
+  }
+}
+
 TEST_F(StreamTest, LateAndMissingPartitionsFollowTheRule) {
   Gen(4, 2000);
   // 20261101/02 is not ready (no done file); 03 is.

@@ -386,6 +386,11 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
     const std::optional<double> ready_at =
         ModifiedAt(JoinPath(follower.Dir(p.ordinal), job.stream.done_file));
     ASSIGN_OR_RETURN(p.files, PartitionFiles(env, follower.Dir(p.ordinal), job.stream.done_file));
+    if (job.features != nullptr && job.extractor == nullptr) {
+      // A resumed stream job's extract stage, opened on the first partition it reads.
+      job.data.paths = p.files;
+      RETURN_IF_ERROR(AttachFeatures(env, &job));
+    }
     JobConfig pjob = PartitionJob(job, p);
     nlohmann::json line = {
         {"event", "partition"}, {"partition", p.name}, {"files", p.files.size()}};
