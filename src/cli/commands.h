@@ -82,10 +82,10 @@ Status RunExtractCommand(const JobConfig& job, const ConvertArgs& args, bool exp
 Status RunTrainCommand(const JobConfig& job, int local_ranks = 1);
 Status RunEvalCommand(const JobConfig& job);
 Status RunPredictCommand(const JobConfig& job);
-// Inspects a model directory, (store_dir) the SSD store a clean shutdown left, or (ckpt_dir)
-// a train job's checkpoints.
+// Inspects a model directory, (store_dir) the SSD store a clean shutdown left, (ckpt_dir) a
+// train job's checkpoints, or (serving_dir) a stream job's published versions.
 Status RunInspectCommand(const std::string& model_dir, const std::string& store_dir,
-                         const std::string& ckpt_dir);
+                         const std::string& ckpt_dir, const std::string& serving_dir = "");
 // Writes the HTML report of a train job's metrics log (docs/report.md): metrics_path, or
 // <model_dir>/metrics.jsonl; to out, or <model_dir>/report.html.
 Status RunReportCommand(const std::string& model_dir, const std::string& metrics_path,

@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   ctrbox::GenArgs gen;
   ctrbox::ConvertArgs convert, extract;
   bool explain = false;
-  std::string inspect_dir, inspect_store, inspect_ckpt;
+  std::string inspect_dir, inspect_store, inspect_ckpt, inspect_serving;
   std::string report_dir, report_metrics, report_out;
   int local_ranks = 1;
 
@@ -110,8 +110,11 @@ int main(int argc, char** argv) {
       inspect->add_option("--store", inspect_store, "an SSD store directory (storage.ssd_dir)");
   auto* ckpt_opt =
       inspect->add_option("--ckpt-dir", inspect_ckpt, "a checkpoint directory (ckpt.dir)");
-  model_opt->excludes(store_opt)->excludes(ckpt_opt);
-  store_opt->excludes(ckpt_opt);
+  auto* serving_opt = inspect->add_option("--serving-dir", inspect_serving,
+                                          "a stream job's serving directory (serving.dir)");
+  model_opt->excludes(store_opt)->excludes(ckpt_opt)->excludes(serving_opt);
+  store_opt->excludes(ckpt_opt)->excludes(serving_opt);
+  ckpt_opt->excludes(serving_opt);
   inspect->require_option(1);
 
   auto* report = app.add_subcommand(
@@ -221,7 +224,8 @@ int main(int argc, char** argv) {
     return Report(ctrbox::RunReportCommand(report_dir, report_metrics, report_out));
   }
   if (inspect->parsed())
-    return Report(ctrbox::RunInspectCommand(inspect_dir, inspect_store, inspect_ckpt));
+    return Report(
+        ctrbox::RunInspectCommand(inspect_dir, inspect_store, inspect_ckpt, inspect_serving));
   if (gen_cmd->parsed()) return Report(ctrbox::RunGenCommand(gen));
   if (config_cmd->parsed()) {
     std::cout << ctrbox::ConfigReference();

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
+#include <thread>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/serving_files.h"
@@ -85,6 +87,20 @@ TEST_F(StreamTest, PartitionsAreTrainedInOrderOnceWhateverTheRestarts) {
     EXPECT_EQ((*a)[i].checksum, (*b)[i].checksum) << "version " << i + 1;
     EXPECT_TRUE(VerifyServingVersion(Env::Posix(), Path("serving_b"), (*b)[i]).ok());
   }
+  // inspect --serving-dir verifies every version and loads the newest; a damaged one is named.
+  testing::Result inspect = Run(Ctrbox("inspect --serving-dir " + Path("serving_b")));
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+  EXPECT_EQ(inspect.last_json["newest_keys"], whole.last_json["keys"]);
+  std::string bytes;
+  const std::string sparse = Path("serving_b/v-000003/sparse.bin");
+  ASSERT_TRUE(ReadFileToString(Env::Posix(), sparse, &bytes).ok());
+  bytes[bytes.size() / 2] ^= 1;
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), sparse, bytes).ok());
+  testing::Result damaged = Run(Ctrbox("inspect --serving-dir " + Path("serving_b")));
+  EXPECT_NE(damaged.exit_code, 0);
+  EXPECT_EQ(damaged.last_json["versions"][2]["verified"], false);
+  EXPECT_EQ(damaged.last_json["versions"][1]["verified"], true);
+  EXPECT_NE(damaged.err.find("1 of 5 versions do not verify"), std::string::npos) << damaged.err;
 }
 
 // Differential: a stream publishing deltas and one publishing a base every partition hold the
@@ -242,6 +258,20 @@ TEST_F(StreamTest, LateAndMissingPartitionsFollowTheRule) {
   EXPECT_EQ(skip.last_json["stream"]["skipped"], 1);
   EXPECT_EQ(skip.last_json["stream"]["partitions_committed"], 3);
   EXPECT_EQ(CommittedExamples("ckpt_s"), 6000u);
+  // Late but within stream.max_wait: waited for, then trained in its place.
+  std::thread lands([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(800));
+    (void)WriteFileAtomic(Env::Posix(), Path("root/20261101/02/_SUCCESS"), "");
+  });
+  testing::Result waited = Run(Job("ckpt_w", "serving_w", "20261101/03",
+                                   "--set stream.max_wait=120 --set stream.on_late=skip"));
+  lands.join();
+  ASSERT_EQ(waited.exit_code, 0) << waited.err;
+  EXPECT_EQ(waited.last_json["stream"]["skipped"], 0);
+  EXPECT_EQ(CommittedExamples("ckpt_w"), 8000u);
+  EXPECT_NE(waited.err.find("waiting up to 120 s"), std::string::npos) << waited.err;
+  ASSERT_EQ(std::remove(Path("root/20261101/02/_SUCCESS").c_str()), 0);
+
   // 02 arrives after it was skipped: a restart does not go back for it.
   ASSERT_TRUE(WriteFileAtomic(Env::Posix(), Path("root/20261101/02/_SUCCESS"), "").ok());
   testing::Result after = Run(Job("ckpt_s", "serving_s", "20261101/03"));

@@ -8,6 +8,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/model_dir.h"
+#include "ckpt/serving_files.h"
 #include "cli/commands.h"
 #include "cli/html_report.h"
 #include "feature/view_gen.h"
@@ -241,6 +242,51 @@ StatusOr<nlohmann::json> WriteSynthFile(const GenArgs& args, const SynthOptions&
                         {"oracle_logloss", s.logloss},
                         {"num_slots", schema.num_slots},
                         {"num_dense", schema.num_dense}};
+}
+
+// inspect --serving-dir: every listed version verified, and each one's chain loadable.
+Status InspectServing(const std::string& dir) {
+  Env* env = Env::Posix();
+  ASSIGN_OR_RETURN(std::vector<ServingVersion> versions, ReadServingVersions(env, dir));
+  if (versions.empty()) {
+    return NotFoundError(fmt::format("{}: no published version ({} is missing or empty)", dir,
+                                     JoinPath(dir, kServingDonefile)));
+  }
+  nlohmann::json list = nlohmann::json::array();
+  uint64_t bytes = 0, failed = 0;
+  for (const ServingVersion& v : versions) {
+    nlohmann::json e = v.ToJson();
+    const Status s = VerifyServingVersion(env, dir, v);
+    e["verified"] = s.ok();
+    if (!s.ok()) {
+      e["error"] = s.ToString();
+      ++failed;
+    }
+    bytes += v.bytes;
+    list.push_back(std::move(e));
+  }
+  // The newest version as serving would load it: its base, then its deltas.
+  Stopwatch clock;
+  StatusOr<ServingState> newest = LoadServingState(env, dir, versions.back().version);
+  nlohmann::json report = {{"command", "inspect"},
+                           {"serving_dir", dir},
+                           {"versions", list},
+                           {"bytes", bytes},
+                           {"newest", versions.back().version},
+                           {"newest_loads", newest.ok()}};
+  if (newest.ok()) {
+    report["newest_keys"] = newest->rows.size();
+    report["newest_load_seconds"] = clock.Seconds();
+  } else {
+    report["newest_error"] = newest.status().ToString();
+  }
+  PrintJson(report);
+  if (failed > 0 || !newest.ok()) {
+    return DataLossError(fmt::format("{}: {} of {} versions do not verify{}", dir, failed,
+                                     versions.size(),
+                                     newest.ok() ? "" : "; the newest does not load"));
+  }
+  return Status::OK();
 }
 
 }  // namespace
@@ -483,7 +529,8 @@ StatusOr<nlohmann::json> Convert(const JobConfig& job, const ConvertArgs& args) 
 }  // namespace
 
 Status RunInspectCommand(const std::string& model_dir, const std::string& store_dir,
-                         const std::string& ckpt_dir) {
+                         const std::string& ckpt_dir, const std::string& serving_dir) {
+  if (!serving_dir.empty()) return InspectServing(serving_dir);
   if (!ckpt_dir.empty()) {
     ASSIGN_OR_RETURN(nlohmann::json report, InspectCheckpoints(Env::Posix(), ckpt_dir));
     PrintJson(report);
