@@ -87,6 +87,24 @@ TEST_F(StreamTest, PartitionsAreTrainedInOrderOnceWhateverTheRestarts) {
     EXPECT_EQ((*a)[i].checksum, (*b)[i].checksum) << "version " << i + 1;
     EXPECT_TRUE(VerifyServingVersion(Env::Posix(), Path("serving_b"), (*b)[i]).ok());
   }
+  // The newest checkpoint damaged: the resume falls back to the one before, trains the last
+  // partition again, and finds the version it published then, byte for byte.
+  auto ids = ListCheckpoints(Env::Posix(), Path("ckpt_b"));
+  ASSERT_TRUE(ids.ok() && ids->size() >= 2);
+  const std::string manifest = Path("ckpt_b/" + CheckpointName(ids->back()) + "/MANIFEST");
+  std::string text;
+  ASSERT_TRUE(ReadFileToString(Env::Posix(), manifest, &text).ok());
+  text[text.size() / 3] ^= 1;
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), manifest, text).ok());
+  testing::Result fallback = Run(Job("ckpt_b", "serving_b", "20261101/04"));
+  ASSERT_EQ(fallback.exit_code, 0) << fallback.err;
+  EXPECT_EQ(fallback.last_json["stream"]["partitions_trained_now"], 1);
+  EXPECT_EQ(fallback.last_json["digest"], whole.last_json["digest"]);
+  auto c = Versions("serving_b");
+  ASSERT_TRUE(c.ok());
+  ASSERT_EQ(c->size(), 5u);
+  EXPECT_EQ(c->back().time, b->back().time);  // the published line, untouched
+
   // inspect --serving-dir verifies every version and loads the newest; a damaged one is named.
   testing::Result inspect = Run(Ctrbox("inspect --serving-dir " + Path("serving_b")));
   ASSERT_EQ(inspect.exit_code, 0) << inspect.err;

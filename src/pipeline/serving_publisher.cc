@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "ckpt/model_files.h"
 #include "util/logging.h"
@@ -39,11 +40,24 @@ Status ServingPublisher::Recover(const nlohmann::json& state) {
     }
   }
   const uint64_t newest = listed.empty() ? 0 : listed.back().version;
-  if (newest > version_) {
+  // Versions listed after the checkpoint's: the resume fell back to an older checkpoint (a
+  // newer one did not load). They were published: the partitions trained again must give
+  // them again, byte for byte (Prepare checks), or the job stops.
+  ahead_.clear();
+  for (const ServingVersion& v : listed) {
+    if (v.version > version_) ahead_[v.version] = v;
+  }
+  if (!ahead_.empty() && ahead_.begin()->first != version_ + 1) {
     return FailedPreconditionError(fmt::format(
-        "{} lists version {}, but the job's checkpoint stands at version {}: the serving "
+        "{} lists versions from {}, but the job's checkpoint stands at version {}: the serving "
         "directory belongs to another job (or ckpt.dir was reset); give a new serving.dir",
-        JoinPath(options_.dir, kServingDonefile), newest, version_));
+        JoinPath(options_.dir, kServingDonefile), ahead_.begin()->first, version_));
+  }
+  if (!ahead_.empty()) {
+    LOG_WARNING(
+        "{} lists {} versions after the checkpoint resumed from ({}): the partitions trained "
+        "again must give them again, byte for byte",
+        JoinPath(options_.dir, kServingDonefile), ahead_.size(), ServingVersionName(version_));
   }
   if (last_ && newest < committed) {
     // Written and committed with its partition, not yet listed: publish it now.
@@ -52,7 +66,7 @@ Status ServingPublisher::Recover(const nlohmann::json& state) {
     LOG_INFO("published {} of partition {} (committed before the job stopped)",
              ServingVersionName(last_->version), last_->partition);
   }
-  RETURN_IF_ERROR(PruneServing(env_, options_.dir, options_.keep_bases));
+  if (ahead_.empty()) RETURN_IF_ERROR(PruneServing(env_, options_.dir, options_.keep_bases));
   // The rows of the partitions trained since the last version are in the table but not here.
   next_base_ = version_ == 0 || partitions_since_ > 0;
   return Status::OK();
@@ -123,10 +137,32 @@ StatusOr<std::optional<ServingVersion>> ServingPublisher::Prepare(SparseTable& t
   v.base_version = v.base ? v.version : base_;
   v.parent = v.base ? 0 : version_;
   v.partition = partition;
-  ASSIGN_OR_RETURN(
-      auto w, ServingVersionWriter::Create(env_, options_.dir, v, spec_, table_layout_, layout_));
+  // A version already published (after a fall back to an older checkpoint) is written aside
+  // and compared, never over the published one.
+  const auto published = ahead_.find(v.version);
+  const std::string write_dir =
+      published == ahead_.end() ? options_.dir : JoinPath(options_.dir, ".again");
+  ASSIGN_OR_RETURN(auto w,
+                   ServingVersionWriter::Create(env_, write_dir, v, spec_, table_layout_, layout_));
   RETURN_IF_ERROR(WriteRows(w.get(), table, v.base));
   ASSIGN_OR_RETURN(ServingVersion done, w->Finish(DensePayload(model), table.Stats().keys));
+  if (published != ahead_.end()) {
+    const std::string again = JoinPath(write_dir, ServingVersionName(v.version));
+    ASSIGN_OR_RETURN(auto names, env_->GetChildren(again));
+    for (const std::string& n : names) RETURN_IF_ERROR(env_->DeleteFile(JoinPath(again, n)));
+    RETURN_IF_ERROR(env_->DeleteDir(again));
+    if (done.checksum != published->second.checksum || done.base != published->second.base) {
+      return FailedPreconditionError(fmt::format(
+          "{} of partition {} was published with checksum {}; training it again gave {}: a "
+          "published version is never changed, so the job stops (was the data or the job "
+          "changed since?)",
+          ServingVersionName(v.version), published->second.partition, published->second.checksum,
+          done.checksum));
+    }
+    done = published->second;  // the published line, time included
+    ahead_.erase(published);
+    republished_ = true;
+  }
   // The change is in the version now.
   pending_index_.clear();
   pending_ = RowBlock(table_layout_);
@@ -151,6 +187,10 @@ nlohmann::json ServingPublisher::State() const {
 
 Status ServingPublisher::Publish() {
   if (!prepared_) return Status::OK();
+  if (std::exchange(republished_, false)) {  // listed already (Prepare compared it)
+    prepared_.reset();
+    return Status::OK();
+  }
   RETURN_IF_ERROR(AppendServingVersion(env_, options_.dir, *prepared_));
   prepared_.reset();
   return PruneServing(env_, options_.dir, options_.keep_bases);

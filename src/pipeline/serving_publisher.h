@@ -7,6 +7,7 @@
 #define CTRBOX_PIPELINE_SERVING_PUBLISHER_H_
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -69,6 +70,10 @@ class ServingPublisher {
   bool next_base_ = true;          // the pending rows are not the whole change: write a base
   std::optional<ServingVersion> prepared_;  // written, not yet published
   std::optional<ServingVersion> last_;      // the newest version written
+  // Versions the donefile lists after the checkpoint resumed from (a fall back to an older
+  // one): each is written again aside and compared, never republished.
+  std::map<uint64_t, ServingVersion> ahead_;
+  bool republished_ = false;  // the prepared version is one of them
 };
 
 }  // namespace ctrbox

@@ -162,9 +162,12 @@ StatusOr<std::optional<int64_t>> OrdinalOf(const PartitionLayout& layout, const 
 StatusOr<std::optional<CheckpointManifest>> NewestManifest(Env* env, const JobConfig& job) {
   if (!job.resume) return std::optional<CheckpointManifest>();
   ASSIGN_OR_RETURN(std::vector<uint64_t> ids, ListCheckpoints(env, job.ckpt.dir));
-  if (ids.empty()) return std::optional<CheckpointManifest>();
-  ASSIGN_OR_RETURN(CheckpointManifest m, ReadCheckpointManifest(env, job.ckpt.dir, ids.back()));
-  return std::optional<CheckpointManifest>(std::move(m));
+  // A damaged newest MANIFEST is the resume's to report (it falls back to an older one).
+  for (auto it = ids.rbegin(); it != ids.rend(); ++it) {
+    StatusOr<CheckpointManifest> m = ReadCheckpointManifest(env, job.ckpt.dir, *it);
+    if (m.ok()) return std::optional<CheckpointManifest>(std::move(*m));
+  }
+  return std::optional<CheckpointManifest>();
 }
 
 struct Partition {
