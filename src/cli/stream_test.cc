@@ -278,7 +278,13 @@ TEST_F(StreamTest, LateAndMissingPartitionsFollowTheRule) {
   EXPECT_EQ(CommittedExamples("ckpt_s"), 6000u);
   // Late but within stream.max_wait: waited for, then trained in its place.
   std::thread lands([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(800));
+    // Once the job has committed 01 (and so waits for 02, with 03 ready), however slow the
+    // machine; then a moment more.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (CommittedExamples("ckpt_w") < 4000 && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
     (void)WriteFileAtomic(Env::Posix(), Path("root/20261101/02/_SUCCESS"), "");
   });
   testing::Result waited = Run(Job("ckpt_w", "serving_w", "20261101/03",
