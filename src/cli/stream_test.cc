@@ -336,11 +336,17 @@ TEST_F(StreamTest, BadStreamSettingsAreNamed) {
            {"--set stream.start=2026-11-01", "stream.start"},
            {"--data " + Path("root"), "data.paths"},
            {"--set serving.quant.bits=4", "serving.quant.bits"},
+           {"--set stream.root=" + Path("no_such_root"), "stream.root"},
        }) {
     testing::Result r = Run(Job("ckpt", "serving", "20261101/00", c.more));
     EXPECT_NE(r.exit_code, 0) << c.more;
     EXPECT_NE(r.err.find(c.expect), std::string::npos) << c.more << ": " << r.err;
   }
+  // A new job (--fresh here) on a serving.dir of another job's versions is refused.
+  ASSERT_EQ(Run(Job("ckpt_x", "serving_x", "20261101/00")).exit_code, 0);
+  testing::Result fresh = Run(Job("ckpt_x", "serving_x", "20261101/00", "--fresh"));
+  EXPECT_NE(fresh.exit_code, 0);
+  EXPECT_NE(fresh.err.find("holds versions of another job"), std::string::npos) << fresh.err;
   // A stream needs ckpt.dir (its commits); serving.dir needs a stream.
   testing::Result no_ckpt =
       Run(Ctrbox("train --set stream.root=" + Path("root") + " --set stream.until=20261101/00"));

@@ -290,7 +290,12 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
       job.data.num_slots = newest->spec.schema.num_slots;
     }
   }
-  while (!newest && !first) {
+  if (!env->IsDirectory(job.stream.root)) {
+    return NotFoundError(fmt::format(
+        "stream.root {}: no such directory (the data root partitions land in; create it first)",
+        job.stream.root));
+  }
+  for (bool said = false; !newest && !first; said = true) {
     ASSIGN_OR_RETURN(std::vector<int64_t> ready,
                      ReadyPartitions(env, job.stream.root, layout, job.stream.done_file,
                                      std::numeric_limits<int64_t>::min()));
@@ -299,7 +304,10 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
       break;
     }
     if (stop != nullptr && stop->load()) return interrupted();
-    LOG_INFO("no partition of {} is ready under {} yet: waiting", layout.text(), job.stream.root);
+    if (!said) {
+      LOG_INFO("no partition of {} is ready under {} yet ({} marks a ready one): waiting",
+               layout.text(), job.stream.root, job.stream.done_file);
+    }
     std::this_thread::sleep_for(
         std::chrono::milliseconds(static_cast<int64_t>(job.stream.poll_seconds * 1000)));
   }
@@ -353,6 +361,16 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
              state.last.empty() ? "none" : state.last, layout.Name(state.next));
   }
   std::optional<ServingPublisher> publisher;
+  if (!job.serving.dir.empty() && !start.resumed) {
+    ASSIGN_OR_RETURN(std::vector<ServingVersion> listed, ReadServingVersions(env, job.serving.dir));
+    if (!listed.empty()) {
+      return FailedPreconditionError(fmt::format(
+          "serving.dir {} holds versions of another job (up to {}): a new stream job{} needs "
+          "a new serving.dir (published versions are never changed or removed by another job)",
+          job.serving.dir, ServingVersionName(listed.back().version),
+          job.fresh ? " (--fresh)" : ""));
+    }
+  }
   if (!job.serving.dir.empty()) {
     publisher.emplace(env, job.serving, job.spec, start.model->value_layout());
     RETURN_IF_ERROR(publisher->Recover(state.serving));
