@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole GPU check in one run, each step with its own time limit and the whole under a
 # deadline (docs/gpu.md, "On a GPU machine"): the CUDA tests, compute-sanitizer on them, the
-# end-to-end benchmark against PyTorch, the 10 % budget, the feed rate, the CPU trainer's
-# scaling and a kernel profile of the step. For a bare CUDA machine that has a packed build:
+# end-to-end benchmark against PyTorch, the 10 % budget, the feed rate, a stream job in one
+# start against two (bench/stream_check.py), the CPU trainer's scaling and a kernel profile
+# of the step. For a bare CUDA machine that has a packed build:
 #
 #   here:   cmake --build build && echo /.gpu/ >> .git/info/exclude &&
 #           ../shared/gpu/pack build .gpu src/gpu/gpu_test bench/host_stages_bench &&
@@ -79,6 +80,9 @@ step feed-rate 120 $PY bench/feed_rate.py --device gpu --threads "$feed_threads"
   --ctrbox "$CTR" --data-dir /tmp/ctrbox-bench-gpu > "$out/feed_rate.jsonl"
 tail -1 "$out/feed_rate.jsonl"
 step host-stages 60 "$B/bench/host_stages_bench" --threads 1,2,4,8,16 --reps 3 > "$out/host_stages.jsonl"
+# A stream job on the GPU (docs/routine.md): one start against two, the same digest and
+# versions (its JSON lines go to check.log).
+step stream 120 $PY bench/stream_check.py --device gpu --ctrbox "$CTR" --data-dir /tmp/ctrbox-bench-gpu
 [ "$mode" = quick ] || step cpu-scaling 90 $PY bench/cpu_scaling.py --threads 2,16 --reps 2 --ctrbox "$CTR" \
   --data-dir /tmp/ctrbox-bench-gpu > "$out/cpu_scaling.jsonl"
 tail -1 "$out/cpu_scaling.jsonl" 2>/dev/null
