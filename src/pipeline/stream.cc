@@ -387,6 +387,7 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
   const CtrAccessor ttl(start.model->value_layout(), ttl_options);
 
   uint64_t trained_now = 0, skipped_now = 0, examples_now = 0;
+  double test_seconds = 0, train_seconds = 0, commit_seconds = 0;  // this run's, summed
   bool abandoned = false;  // stopped inside a partition: the table holds uncommitted training
   nlohmann::json last_line;
   while (!until || state.next <= *until) {
@@ -423,9 +424,12 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
         ASSIGN_OR_RETURN(std::unique_ptr<BatchReader> test,
                          OpenData(env, pjob.data, pjob.generated, true));
         RETURN_IF_ERROR(CheckSchema(job, p, test->schema()));
+        Stopwatch test_clock;
         ASSIGN_OR_RETURN(online,
                          Evaluate(test.get(), *start.table, start.model.get(), job.train.batch_size,
                                   job.pipeline.pass_examples, job.EvalChunkKeys(), &pool, nullptr));
+        test_seconds += test_clock.Seconds();
+        line["test_seconds"] = test_clock.Seconds();
       }
       // Then train.
       PassReaderOptions passes = PassOptionsOnRanks(pjob, nullptr);
@@ -445,6 +449,9 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
       }
       start.position = run.position;
       examples = run.examples;
+      train_seconds += run.report.seconds;
+      line["train_seconds"] = run.report.seconds;
+      line["examples_per_s"] = run.report.examples_per_s;
     } else {
       LOG_WARNING(
           "partition {} has its done file but no data files: committed with nothing "
@@ -482,6 +489,7 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
     if (admission) RETURN_IF_ERROR(PruneAdmission(env, job.ckpt.dir));
     ++trained_now;
     examples_now += examples;
+    commit_seconds += m.write_seconds;
     line["online"] = online.ToJson();
     line["examples"] = examples;
     line["keys"] = start.table->Stats().keys;
@@ -513,6 +521,11 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
   report["stream"]["last"] = state.last;
   report["stream"]["next"] = layout.Name(state.next);
   report["examples"] = examples_now;
+  // The training rate over the partitions' passes (the tests, evictions and commits apart).
+  report["examples_per_s"] = train_seconds > 0 ? examples_now / train_seconds : 0.0;
+  report["stream"]["test_seconds"] = test_seconds;
+  report["stream"]["train_seconds"] = train_seconds;
+  report["stream"]["checkpoint_seconds"] = commit_seconds;
   report["interrupted"] = abandoned || (stop != nullptr && stop->load());
   report["last_partition"] = last_line;
   if (abandoned) {
