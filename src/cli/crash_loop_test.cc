@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -185,7 +186,7 @@ TEST_F(CrashLoopTest, AStreamKilledAtRandomMomentsTrainsEachPartitionOnceAndPubl
   Random rng(seed_env ? std::strtoull(seed_env, nullptr, 10) : 2);
   const std::string root = dir_ + "/root";
   int status = 0;
-  ASSERT_FALSE(RunOrKill({"gen", "--partitions", "6", "--rows", "4000", "--out", root},
+  ASSERT_FALSE(RunOrKill({"gen", "--partitions", "6", "--rows", "12000", "--out", root},
                          dir_ + "/gen.out", 1e9, false, &status));
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   auto job = [&](const std::string& name) {
@@ -230,41 +231,55 @@ TEST_F(CrashLoopTest, AStreamKilledAtRandomMomentsTrainsEachPartitionOnceAndPubl
   ASSERT_TRUE(ref_versions.ok());
   ASSERT_EQ(ref_versions->size(), 6u);
 
-  int kills = 0;
-  for (int attempt = 0;; ++attempt) {
-    ASSERT_LT(attempt, 1000) << "the job makes no progress";
-    const std::string out = dir_ + "/run.out";
-    if (RunOrKill(job("k"), out, 20 + rng.Uniform() * run_ms, kills < want_kills, &status)) {
-      ++kills;
-      // What the donefile lists is whole and verifies, at every moment.
-      auto listed = ReadServingVersions(Env::Posix(), dir_ + "/serving_k");
-      ASSERT_TRUE(listed.ok()) << listed.status().ToString();
-      for (const ServingVersion& v : *listed) {
-        EXPECT_TRUE(VerifyServingVersion(Env::Posix(), dir_ + "/serving_k", v).ok());
+  // Rounds, each a stream in fresh directories killed and started again until it ends, until
+  // the kills are spent; every round ends with the uninterrupted run's model and versions.
+  int kills = 0, rounds = 0;
+  std::set<size_t> killed_at;  // the versions listed at each kill
+  while (kills < want_kills) {
+    const std::string name = "k" + std::to_string(rounds++);
+    const std::string serving = dir_ + "/serving_" + name, ckpt = dir_ + "/ckpt_" + name;
+    for (int attempt = 0;; ++attempt) {
+      ASSERT_LT(attempt, 1000) << "the job makes no progress";
+      const std::string out = dir_ + "/run.out";
+      if (RunOrKill(job(name), out, 20 + rng.Uniform() * run_ms, kills < want_kills, &status)) {
+        ++kills;
+        // What the donefile lists is whole and verifies, at every moment.
+        auto listed = ReadServingVersions(Env::Posix(), serving);
+        ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+        for (const ServingVersion& v : *listed) {
+          EXPECT_TRUE(VerifyServingVersion(Env::Posix(), serving, v).ok());
+        }
+        killed_at.insert(listed->size());
+        continue;
       }
-      continue;
+      const nlohmann::json r = EndedReport(out, status);
+      ASSERT_TRUE(r.is_object());
+      EXPECT_EQ(r["digest"], reference["digest"]) << "round " << rounds << " attempt " << attempt;
+      EXPECT_EQ(r["stream"]["partitions_committed"], 6);
+      break;
     }
-    const nlohmann::json r = EndedReport(out, status);
-    ASSERT_TRUE(r.is_object());
-    EXPECT_EQ(r["digest"], reference["digest"]) << "attempt " << attempt;
-    EXPECT_EQ(r["stream"]["partitions_committed"], 6);
-    break;
-  }
-  auto ids = ListCheckpoints(Env::Posix(), dir_ + "/ckpt_k");
-  ASSERT_TRUE(ids.ok() && !ids->empty());
-  auto m = ReadCheckpointManifest(Env::Posix(), dir_ + "/ckpt_k", ids->back());
-  ASSERT_TRUE(m.ok());
-  EXPECT_EQ(m->position.examples, 24000u);  // each partition once
-  auto listed = ReadServingVersions(Env::Posix(), dir_ + "/serving_k");
-  ASSERT_TRUE(listed.ok());
-  ASSERT_EQ(listed->size(), ref_versions->size());
-  for (size_t i = 0; i < listed->size(); ++i) {
-    EXPECT_EQ((*listed)[i].version, i + 1);
-    EXPECT_EQ((*listed)[i].partition, (*ref_versions)[i].partition);
-    EXPECT_EQ((*listed)[i].checksum, (*ref_versions)[i].checksum) << "version " << i + 1;
-    EXPECT_TRUE(VerifyServingVersion(Env::Posix(), dir_ + "/serving_k", (*listed)[i]).ok());
+    auto ids = ListCheckpoints(Env::Posix(), ckpt);
+    ASSERT_TRUE(ids.ok() && !ids->empty());
+    auto m = ReadCheckpointManifest(Env::Posix(), ckpt, ids->back());
+    ASSERT_TRUE(m.ok());
+    EXPECT_EQ(m->position.examples, 72000u);  // each partition once
+    auto listed = ReadServingVersions(Env::Posix(), serving);
+    ASSERT_TRUE(listed.ok());
+    ASSERT_EQ(listed->size(), ref_versions->size());
+    for (size_t i = 0; i < listed->size(); ++i) {
+      EXPECT_EQ((*listed)[i].version, i + 1);
+      EXPECT_EQ((*listed)[i].partition, (*ref_versions)[i].partition);
+      EXPECT_EQ((*listed)[i].checksum, (*ref_versions)[i].checksum) << "version " << i + 1;
+      EXPECT_TRUE(VerifyServingVersion(Env::Posix(), serving, (*listed)[i]).ok());
+    }
   }
   RecordProperty("kills", kills);
+  RecordProperty("rounds", rounds);
+  std::string at;
+  for (size_t v : killed_at) at += std::to_string(v) + " ";
+  RecordProperty("versions_listed_at_kills", at);
+  // The kills fell at several places of the stream, not all before its first commit.
+  if (want_kills >= 5) EXPECT_GE(killed_at.size(), 2u);
 }
 
 }  // namespace
