@@ -100,6 +100,13 @@ void TieredTable::WorkerLoop() {
       if (!worker_cv_.WaitUntil(&worker_mu_, tick)) break;
     }
     if (stop_) break;
+    // A failed table (an I/O error the maintenance could not get past) does no more rounds:
+    // each would fail again with writer_mu_ held most of the time, starving the stages that
+    // must take it to see the error and stop (found as a hang of a fault-injection test).
+    if (!error().ok()) {
+      worker_cv_.WaitUntil(&worker_mu_, tick);
+      continue;
+    }
     worker_mu_.Unlock();
     const uint64_t unpins = unpin_events_.load();
     const uint64_t rounds = rounds_done_.load();
