@@ -46,12 +46,7 @@ StatusOr<std::vector<uint64_t>> AllIds(Env* env, const std::string& dir) {
 // Deletes a checkpoint directory: its MANIFEST first, so that a crash halfway leaves an
 // incomplete directory (removed by the next job), never a complete one with files missing.
 Status DeleteCheckpointDir(Env* env, const std::string& path) {
-  if (env->FileExists(JoinPath(path, kManifest)))
-    RETURN_IF_ERROR(env->DeleteFile(JoinPath(path, kManifest)));
-  RETURN_IF_ERROR(env->SyncDir(path));
-  ASSIGN_OR_RETURN(auto children, env->GetChildren(path));
-  for (const std::string& c : children) RETURN_IF_ERROR(env->DeleteFile(JoinPath(path, c)));
-  return env->DeleteDir(path);
+  return DeleteDirOfFiles(env, path, kManifest);
 }
 
 TrainPosition PositionFromJson(const nlohmann::json& j) {

@@ -50,11 +50,9 @@ StatusOr<std::vector<uint64_t>> DecodeDeleted(const std::string& path, const std
   return keys;
 }
 
+// Its MANIFEST first: a crash halfway leaves no version dir that looks whole.
 Status DeleteVersionDir(Env* env, const std::string& path) {
-  if (!env->IsDirectory(path)) return Status::OK();
-  ASSIGN_OR_RETURN(auto children, env->GetChildren(path));
-  for (const std::string& c : children) RETURN_IF_ERROR(env->DeleteFile(JoinPath(path, c)));
-  return env->DeleteDir(path);
+  return DeleteDirOfFiles(env, path, kManifest);
 }
 
 // The version number of a directory name "v-NNNNNN", or 0.
@@ -350,7 +348,6 @@ StatusOr<ServingState> LoadServingState(Env* env, const std::string& dir, uint64
   ServingState s;
   s.version = version;
   for (const ServingVersion* v : chain) {
-    RETURN_IF_ERROR(VerifyServingVersion(env, dir, *v));
     ASSIGN_OR_RETURN(VersionFiles vf, ReadVersionManifest(env, dir, *v));
     const std::string vdir = JoinPath(dir, ServingVersionName(v->version));
     try {
@@ -359,11 +356,23 @@ StatusOr<ServingState> LoadServingState(Env* env, const std::string& dir, uint64
     } catch (const std::exception& e) {
       return CorruptionError(JoinPath(vdir, kManifest) + ": " + e.what());
     }
-    if (v->base) s.rows.clear();
-    if (!v->base) {
+    // Each file is read once, its checksum compared with the MANIFEST's.
+    auto checked = [&](const char* name, uint64_t checksum) -> Status {
+      for (const ModelFileInfo& f : vf.files) {
+        if (f.name != name) continue;
+        if (f.checksum == checksum) return Status::OK();
+        return CorruptionError(JoinPath(vdir, name) + ": its checksum differs from its MANIFEST");
+      }
+      return CorruptionError(fmt::format("{}: lists no {}", JoinPath(vdir, kManifest), name));
+    };
+    if (v->base) {
+      s.rows.clear();
+    } else {
+      const std::string path = JoinPath(vdir, kDeleted);
       std::string bytes;
-      RETURN_IF_ERROR(ReadFileToString(env, JoinPath(vdir, kDeleted), &bytes));
-      ASSIGN_OR_RETURN(std::vector<uint64_t> keys, DecodeDeleted(JoinPath(vdir, kDeleted), bytes));
+      RETURN_IF_ERROR(ReadFileToString(env, path, &bytes));
+      RETURN_IF_ERROR(checked(kDeleted, FileChecksum(bytes)));
+      ASSIGN_OR_RETURN(std::vector<uint64_t> keys, DecodeDeleted(path, bytes));
       for (uint64_t k : keys) s.rows.erase(k);
     }
     SparseCounts counts;
@@ -379,12 +388,17 @@ StatusOr<ServingState> LoadServingState(Env* env, const std::string& dir, uint64
           return Status::OK();
         },
         &counts, &checksum));
+    RETURN_IF_ERROR(checked(kSparse, checksum));
     if (s.rows.size() != v->keys) {
       return CorruptionError(fmt::format("{}: {} rows once applied, the donefile says {}", vdir,
                                          s.rows.size(), v->keys));
     }
-    uint64_t dense_checksum = 0;
-    ASSIGN_OR_RETURN(s.dense_payload, ReadDenseFile(env, JoinPath(vdir, kDense), &dense_checksum));
+    if (v == chain.back()) {  // the dense parameters are the newest version's alone
+      uint64_t dense_checksum = 0;
+      ASSIGN_OR_RETURN(s.dense_payload,
+                       ReadDenseFile(env, JoinPath(vdir, kDense), &dense_checksum));
+      RETURN_IF_ERROR(checked(kDense, dense_checksum));
+    }
   }
   return s;
 }

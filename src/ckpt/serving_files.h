@@ -94,7 +94,8 @@ struct ServingState {
   std::map<uint64_t, std::string> rows;  // key -> the row's encoding in `layout`
   std::string dense_payload;
 };
-// Loads and verifies version `version` (listed in the donefile) with its chain.
+// Loads version `version` (listed in the donefile) with its chain, reading each file once
+// and verifying it against its MANIFEST (whose checksum the donefile holds).
 StatusOr<ServingState> LoadServingState(Env* env, const std::string& dir, uint64_t version);
 
 // Keeps the newest `keep_bases` bases and every version after the oldest of them: the others

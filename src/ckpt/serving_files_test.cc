@@ -157,6 +157,10 @@ TEST(ServingFilesTest, DamageIsFoundAndNamed) {
   Status s = VerifyServingVersion(env, tmp.path(), *v);
   EXPECT_EQ(s.code(), StatusCode::kCorruption);
   EXPECT_NE(s.message().find("sparse.bin"), std::string::npos) << s.ToString();
+  auto loaded = LoadServingState(env, tmp.path(), 1);
+  EXPECT_EQ(loaded.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(loaded.status().message().find("sparse.bin"), std::string::npos)
+      << loaded.status().ToString();
   // A donefile line cut short: named by line.
   ASSERT_TRUE(WriteFileAtomic(env, tmp.File("versions.jsonl"), "{\"version\": 1}\n").ok());
   auto listed = ReadServingVersions(env, tmp.path());

@@ -143,26 +143,34 @@ int main(int argc, char** argv) {
   gen_cmd->add_option("--zipf", gen.zipf, "Zipf exponent of the ids (> 1; default 1.15)")
       ->check(NumberIn(1, 100, /*exclusive_min=*/true) | CLI::IsMember({"0"}));
 
-  gen_cmd
-      ->add_option("--partitions", gen.partitions,
-                   "write a stream's data root at --out: this many partitions of --rows rows "
-                   "each, with their done files (docs/routine.md)")
-      ->check(IntegerIn(1, 1000000));
-  gen_cmd->add_option("--layout", gen.layout, "partitions: how they are named ({day}/{hour})");
-  gen_cmd->add_option("--start", gen.start, "partitions: the first one's name (20261101/00)");
-  gen_cmd->add_option("--done-file", gen.done_file, "partitions: the marker of a ready one");
+  auto* partitions_opt =
+      gen_cmd
+          ->add_option("--partitions", gen.partitions,
+                       "write a stream's data root at --out: this many partitions of --rows rows "
+                       "each, with their done files (docs/routine.md)")
+          ->check(IntegerIn(1, 1000000));
+  // The stream's options apply to --partitions alone: given without it, they are an error.
+  gen_cmd->add_option("--layout", gen.layout, "partitions: how they are named ({day}/{hour})")
+      ->needs(partitions_opt);
+  gen_cmd->add_option("--start", gen.start, "partitions: the first one's name (20261101/00)")
+      ->needs(partitions_opt);
+  gen_cmd->add_option("--done-file", gen.done_file, "partitions: the marker of a ready one")
+      ->needs(partitions_opt);
   gen_cmd
       ->add_option("--interval", gen.interval,
                    "partitions: seconds between two landing (0: all at once)")
-      ->check(NumberIn(0, 1e6, false));
+      ->check(NumberIn(0, 1e6, false))
+      ->needs(partitions_opt);
   gen_cmd
       ->add_option("--ctr-drift", gen.ctr_drift,
                    "partitions: amplitude of the daily cycle of the click rate (logit)")
-      ->check(NumberIn(0, 10, false));
+      ->check(NumberIn(0, 10, false))
+      ->needs(partitions_opt);
   gen_cmd
       ->add_option("--new-id-share", gen.new_id_share,
                    "partitions: share of ids that are the partition's own new ids")
-      ->check(NumberIn(0, 1, false));
+      ->check(NumberIn(0, 1, false))
+      ->needs(partitions_opt);
 
   auto* convert_cmd = app.add_subcommand("convert", "convert text input to binary shards");
   AddJobOptions(convert_cmd, &convert_args);

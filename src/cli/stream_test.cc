@@ -347,6 +347,14 @@ TEST_F(StreamTest, BadStreamSettingsAreNamed) {
   testing::Result fresh = Run(Job("ckpt_x", "serving_x", "20261101/00", "--fresh"));
   EXPECT_NE(fresh.exit_code, 0);
   EXPECT_NE(fresh.err.find("holds versions of another job"), std::string::npos) << fresh.err;
+  // gen's stream options without --partitions, and views as partitions, are refused.
+  testing::Result lone = Run(Ctrbox("gen --rows 10 --interval 1 --out " + Path("x.tsv")));
+  EXPECT_NE(lone.exit_code, 0);
+  EXPECT_NE(lone.err.find("--partitions"), std::string::npos) << lone.err;
+  testing::Result views =
+      Run(Ctrbox("gen --format views --partitions 2 --rows 10 --out " + Path("v")));
+  EXPECT_NE(views.exit_code, 0);
+  EXPECT_NE(views.err.find("not views"), std::string::npos) << views.err;
   // A stream needs ckpt.dir (its commits); serving.dir needs a stream.
   testing::Result no_ckpt =
       Run(Ctrbox("train --set stream.root=" + Path("root") + " --set stream.until=20261101/00"));

@@ -123,6 +123,11 @@ StatusOr<nlohmann::json> WriteSynthFile(const GenArgs& args, const SynthOptions&
 }  // namespace
 
 StatusOr<nlohmann::json> RunGen(const GenArgs& args) {
+  if (args.format == "views" && args.partitions > 0) {
+    return InvalidArgumentError(
+        "gen --partitions writes a stream of one text format (criteo, libsvm, libfm, libffm, "
+        "slots), not views; split a views job's main file into partitions yourself");
+  }
   if (args.format == "views") return RunGenViews(args);
   SynthOptions o;
   if (!ParseDataFormat(args.format, &o.format) || o.format == DataFormat::kShards) {

@@ -164,7 +164,8 @@ struct JobConfig {
   GpuOptions gpu_options;
   StreamOptions stream;
   ServingOptions serving;
-  // A stream job reading a partition: its name (data.paths holds its files). Not a key.
+  // A stream job: the partition data.paths holds the files of, or "(resumed)" while a resumed
+  // job has read none yet (its schema comes from its checkpoint). Not a key.
   std::string partition;
   // Set: data.segments is this plan's (one pass over them: the epochs are in the segments).
   std::optional<StreamPlan> stream_plan;

@@ -147,10 +147,7 @@ StatusOr<std::optional<ServingVersion>> ServingPublisher::Prepare(SparseTable& t
   RETURN_IF_ERROR(WriteRows(w.get(), table, v.base));
   ASSIGN_OR_RETURN(ServingVersion done, w->Finish(DensePayload(model), table.Stats().keys));
   if (published != ahead_.end()) {
-    const std::string again = JoinPath(write_dir, ServingVersionName(v.version));
-    ASSIGN_OR_RETURN(auto names, env_->GetChildren(again));
-    for (const std::string& n : names) RETURN_IF_ERROR(env_->DeleteFile(JoinPath(again, n)));
-    RETURN_IF_ERROR(env_->DeleteDir(again));
+    RETURN_IF_ERROR(DeleteDirOfFiles(env_, JoinPath(write_dir, ServingVersionName(v.version))));
     if (done.checksum != published->second.checksum || done.base != published->second.base) {
       return FailedPreconditionError(fmt::format(
           "{} of partition {} was published with checksum {}; training it again gave {}: a "

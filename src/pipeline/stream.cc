@@ -129,7 +129,7 @@ class Follower {
     }
   }
 
- private:
+  // Sleeps `seconds`, or less once the job is stopped.
   void Sleep(double seconds) const {
     const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
     while (std::chrono::steady_clock::now() < end) {
@@ -138,6 +138,7 @@ class Follower {
     }
   }
 
+ private:
   Env* const env_;
   const StreamOptions& o_;
   const PartitionLayout& layout_;
@@ -308,8 +309,7 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
       LOG_INFO("no partition of {} is ready under {} yet ({} marks a ready one): waiting",
                layout.text(), job.stream.root, job.stream.done_file);
     }
-    std::this_thread::sleep_for(
-        std::chrono::milliseconds(static_cast<int64_t>(job.stream.poll_seconds * 1000)));
+    follower.Sleep(job.stream.poll_seconds);
   }
   if (!newest) {
     Partition probe{*first, "", {}};

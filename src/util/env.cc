@@ -17,6 +17,17 @@ Status ReadFileToString(Env* env, const std::string& path, std::string* out) {
   }
 }
 
+Status DeleteDirOfFiles(Env* env, const std::string& dir, const std::string& first) {
+  if (!env->IsDirectory(dir)) return Status::OK();
+  if (!first.empty() && env->FileExists(JoinPath(dir, first))) {
+    RETURN_IF_ERROR(env->DeleteFile(JoinPath(dir, first)));
+    RETURN_IF_ERROR(env->SyncDir(dir));
+  }
+  ASSIGN_OR_RETURN(std::vector<std::string> children, env->GetChildren(dir));
+  for (const std::string& c : children) RETURN_IF_ERROR(env->DeleteFile(JoinPath(dir, c)));
+  return env->DeleteDir(dir);
+}
+
 Status WriteFileAtomic(Env* env, const std::string& path, std::string_view data) {
   if (env->IsDirectory(path)) {
     return InvalidArgumentError(path + " is a directory: name a file to write");

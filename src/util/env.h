@@ -104,6 +104,12 @@ Status ReadFileToString(Env* env, const std::string& path, std::string* out);
 // written, synced, renamed over `path`, and the directory is synced.
 Status WriteFileAtomic(Env* env, const std::string& path, std::string_view data);
 
+// Deletes directory `dir` and the files in it (no subdirectories). With `first`, that file goes
+// first and the directory is synced, so that a crash halfway leaves a directory without it
+// (incomplete, for a directory whose MANIFEST marks it complete), never one with files
+// missing. OK if `dir` does not exist.
+Status DeleteDirOfFiles(Env* env, const std::string& dir, const std::string& first = "");
+
 // Joins two path components with one '/'.
 std::string JoinPath(std::string_view a, std::string_view b);
 // The directory part of `path` ("." if none).
