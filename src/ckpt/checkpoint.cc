@@ -111,6 +111,7 @@ nlohmann::json CheckpointManifest::ToJson() const {
                       {"digest", digest},
                       {"write_seconds", write_seconds}};
   if (!stream.is_null()) j["stream"] = stream;
+  if (!epochs.is_null()) j["epochs"] = epochs;
   if (!shrink.is_null()) j["shrink"] = shrink;
   return j;
 }
@@ -166,6 +167,7 @@ StatusOr<CheckpointManifest> ReadCheckpointManifest(Env* env, const std::string&
     m.digest = j.at("digest").get<std::string>();
     m.write_seconds = j.at("write_seconds").get<double>();
     m.stream = j.value("stream", nlohmann::json());
+    m.epochs = j.value("epochs", nlohmann::json());
     m.shrink = j.value("shrink", nlohmann::json());
     if (!m.shrink.is_null() && (m.base || !m.shrink.is_object()))
       return CorruptionError(path + ": a shrink to replay belongs to a delta");
@@ -412,6 +414,7 @@ StatusOr<std::unique_ptr<CheckpointWriter>> CheckpointWriter::Open(
     w->has_last_ = true;
     w->last_ = *last;
     w->stream_ = last->stream;
+    w->epochs_ = last->epochs;
   }
   return w;
 }
@@ -453,7 +456,7 @@ StatusOr<CheckpointManifest> CheckpointWriter::Commit(SparseTable& table,
                                                       const TrainPosition& position,
                                                       const DigestFn& digest, ThreadPool* pool) {
   if (has_last_ && !shrunk_ && shrink_.is_null() && last_.position.passes == position.passes &&
-      last_.stream == stream_)
+      last_.stream == stream_ && last_.epochs == epochs_)
     return last_;
   Stopwatch clock;
   CheckpointManifest m;
@@ -466,6 +469,7 @@ StatusOr<CheckpointManifest> CheckpointWriter::Commit(SparseTable& table,
   m.settings = settings_;
   m.position = position;
   m.stream = stream_;
+  m.epochs = epochs_;
   if (!m.base) m.shrink = shrink_;
   const std::string path = Path(m.id);
   RETURN_IF_ERROR(env_->CreateDirs(path));

@@ -62,6 +62,9 @@ struct CheckpointManifest {
   // A stream job's place in its stream (docs/routine.md): the partitions committed and the
   // serving version published with them; null for a job of files.
   nlohmann::json stream;
+  // A job validated per epoch (docs/model.md, "Validation and early stopping"): the epochs
+  // done, their validation metrics, the best one and its saved copy; null otherwise.
+  nlohmann::json epochs;
   // A delta after which the table was shrunk (a stream job's TTL eviction): the shrink's
   // settings, replayed by the loader after the delta's rows (decay, delete_threshold,
   // delete_after_unseen, nonclk_coeff, click_coeff); null: none. Shrinking is a function of
@@ -141,6 +144,8 @@ class CheckpointWriter {
   // The stream state the next checkpoint records (CheckpointManifest::stream). A commit whose
   // stream state changed is written even when no pass was pushed since the last one.
   void SetStream(nlohmann::json stream) { stream_ = std::move(stream); }
+  // The same for a job validated per epoch (CheckpointManifest::epochs).
+  void SetEpochs(nlohmann::json epochs) { epochs_ = std::move(epochs); }
   // The state's digest, when a caller can afford it (a full table scan).
   using DigestFn = std::function<StatusOr<std::string>()>;
   // Commits a checkpoint of the table (its pushed rows) and the dense state `dense_payload`
@@ -171,6 +176,7 @@ class CheckpointWriter {
   uint64_t next_id_ = 1;
   bool shrunk_ = false;  // since the last checkpoint
   nlohmann::json stream_;
+  nlohmann::json epochs_;
   nlohmann::json shrink_;  // a shrink after the pushes since the last checkpoint, to replay
   std::unique_ptr<SparseFileWriter> delta_;  // the next delta's sparse.bin, being written
   // Report.

@@ -115,6 +115,25 @@ Setter Device() {
   };
 }
 
+Setter Epochs() {
+  return [](JobConfig* j, std::string_view v, std::string* expect) {
+    if (v == "auto") {
+      j->train.epochs_auto = true;
+      return true;
+    }
+    uint64_t n = 0;
+    if (!ParseUint64(v, &n) || n < 1 || n > 100000) {
+      *expect =
+          "a number of epochs from 1 to 100000, or auto (until the validation logloss "
+          "stops improving)";
+      return false;
+    }
+    j->train.epochs = static_cast<uint32_t>(n);
+    j->train.epochs_auto = false;
+    return true;
+  };
+}
+
 Setter Gemm() {
   return [](JobConfig* j, std::string_view v, std::string* expect) {
     if (!ParseGemmPrecision(v, &j->gpu_options.precision)) {

@@ -44,6 +44,7 @@ Setter List(std::function<void(JobConfig*, std::vector<std::string>)> assign);
 Setter Format(std::function<void(JobConfig*, DataFormat)> assign, bool allow_shards);
 Setter Optimizer(std::function<OptimizerOptions*(JobConfig*)> field, bool sparse);
 Setter Device();
+Setter Epochs();
 Setter Gemm();
 Setter Scatter();
 Setter OnLate();

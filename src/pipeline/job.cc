@@ -16,6 +16,18 @@ Status TrainOptions::Validate() const {
   if (threads < 1) return InvalidArgumentError("train.threads must be >= 1");
   if (batch_size < 1) return InvalidArgumentError("train.batch_size must be >= 1");
   if (epochs < 1) return InvalidArgumentError("train.epochs must be >= 1");
+  if (validation_fraction > 0.5) {
+    return InvalidArgumentError(
+        fmt::format("train.validation_fraction {} holds back more than half of the training "
+                    "rows: give a share from 0 to 0.5",
+                    validation_fraction));
+  }
+  if (epochs_auto && ValidationFraction() <= 0) {
+    return InvalidArgumentError(
+        "train.epochs: auto stops on the validation logloss, but train.validation_fraction is "
+        "0: give it a share of the training rows (0.1 when unset), or a number of epochs");
+  }
+  if (patience < 1) return InvalidArgumentError("train.early_stop_patience must be >= 1");
   return Status::OK();
 }
 
@@ -179,8 +191,13 @@ Status ValidateStream(const JobConfig& job) {
         "stream.root needs ckpt.dir: a partition is trained once because its commit is a "
         "checkpoint (docs/routine.md)");
   }
-  if (job.train.epochs != 1) {
+  if (job.train.epochs != 1 || job.train.epochs_auto) {
     return InvalidArgumentError("train.epochs must be 1 for a stream job (each partition once)");
+  }
+  if (job.train.validating()) {
+    return InvalidArgumentError(
+        "train.validation_fraction is for a job of files: a stream job's partitions are each "
+        "tested before they are trained (its online metrics)");
   }
   if (job.train.shrink_every_passes != 0) {
     return InvalidArgumentError(
@@ -198,6 +215,26 @@ Status ValidateStream(const JobConfig& job) {
         fmt::format("serving.quant.bits must be 0, 8 or 16, not {}", s.quant_bits));
   }
   return Status::OK();
+}
+
+}  // namespace
+
+namespace {
+
+// Per-epoch validation reads the training data again after every epoch.
+Status ValidateValidation(const JobConfig& job) {
+  const char* why = nullptr;
+  if (std::find(job.data.paths.begin(), job.data.paths.end(), "-") != job.data.paths.end()) {
+    why = "standard input cannot be read again after each epoch";
+  } else if (job.dist.ranks > 1) {
+    why = "it is not built for ranks yet (one process validates; docs/model.md)";
+  } else if (job.train.dry_run) {
+    why = "train.dry_run trains nothing to validate";
+  }
+  if (why == nullptr) return Status::OK();
+  return InvalidArgumentError(
+      fmt::format("train.validation_fraction{}: {}",
+                  job.train.epochs_auto ? " (train.epochs: auto validates per epoch)" : "", why));
 }
 
 }  // namespace
@@ -227,6 +264,7 @@ Status JobConfig::Validate() const {
   }
   RETURN_IF_ERROR(train.Validate());
   RETURN_IF_ERROR(pipeline.Validate());
+  if (train.validating()) RETURN_IF_ERROR(ValidateValidation(*this));
   if (spec.model.quant.bits == 1 || spec.model.quant.bits > 16) {
     return InvalidArgumentError("storage.quant.bits must be 0 (float32) or 2..16");
   }

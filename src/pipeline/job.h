@@ -27,6 +27,22 @@ struct TrainOptions {
   bool deterministic = false;
   uint32_t batch_size = 2048;
   uint32_t epochs = 1;
+  // Per-epoch validation (docs/model.md, "Validation and early stopping"): this share of the
+  // training rows is held back (pipeline/holdout.h) and scored after every epoch; the epoch
+  // of the lowest validation logloss is the model kept. -1: unset (0.1 with epochs: auto,
+  // else 0: no validation).
+  double validation_fraction = -1;
+  // train.epochs: auto — epochs until the validation logloss has not improved for
+  // `patience` epochs in a row, at most max_epochs.
+  bool epochs_auto = false;
+  uint32_t max_epochs = 20;
+  uint32_t patience = 2;
+  // The epochs the job trains at most.
+  uint32_t EpochLimit() const { return epochs_auto ? max_epochs : epochs; }
+  double ValidationFraction() const {
+    return validation_fraction >= 0 ? validation_fraction : epochs_auto ? 0.1 : 0.0;
+  }
+  bool validating() const { return ValidationFraction() > 0; }
   uint32_t shrink_every_passes = 0;  // 0: never shrink
   std::string metrics_path;          // "" means <model_dir>/metrics.jsonl
   double progress_seconds = 2.0;

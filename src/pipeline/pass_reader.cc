@@ -63,6 +63,7 @@ StatusOr<PassReader::Fill> PassReader::FillTo(Batch* out, uint64_t limit) {
       fraction_.store(p.known() ? epoch_ / epochs : -1.0, std::memory_order_relaxed);
       return out->rows() > 0 ? Fill::kRowsThenEpochEnd : Fill::kEpochEnd;
     }
+    if (options_.select) options_.select(&block_);  // validation's rows out (holdout.h)
     ModelKeys(options_.hashing, options_.key_tables, &block_);
     if (options_.filter) options_.filter(&block_);  // admission (pipeline/admission.h)
     rows_read_.fetch_add(block_.rows(), std::memory_order_relaxed);

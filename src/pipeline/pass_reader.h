@@ -44,6 +44,9 @@ uint64_t PassBytes(const PassShape& shape, uint64_t row_bytes);
 struct PassReaderOptions {
   uint64_t pass_examples = 262144;  // the most examples of a pass; REQUIRES: >= 1
   uint32_t epochs = 1;
+  // When set, changes every block read first, before its keys are hashed (per-epoch
+  // validation's training side, pipeline/holdout.h: the rows held back are left out).
+  std::function<void(Batch*)> select;
   // features.hashing: every block read is hashed (io/key_hashing.h) before passes are cut,
   // so that passes are sized by the keys the table will see.
   HashingOptions hashing;

@@ -271,6 +271,7 @@ nlohmann::json TrainReport::ToJson() const {
   if (model_dir) j["model_dir"] = *model_dir;
   if (generation) j["generation"] = *generation;
   if (save_seconds) j["save_seconds"] = *save_seconds;
+  if (validation) j["validation"] = *validation;
   if (test) {
     j["test_examples"] = test->examples;
     j["test_auc"] = test->AucJson();

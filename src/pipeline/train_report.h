@@ -108,6 +108,9 @@ struct TrainReport {
   std::optional<std::string> digest, model_dir;
   std::optional<uint64_t> generation;
   std::optional<double> save_seconds;
+  // Per-epoch validation (pipeline/train_steps.h, RunEpochs): the epochs' held-back metrics,
+  // the best epoch, whether the epochs stopped early.
+  std::optional<nlohmann::json> validation;
   // The held-out evaluation.
   std::optional<MetricSummary> test;
   double eval_seconds = 0;

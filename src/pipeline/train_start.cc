@@ -52,6 +52,13 @@ StatusOr<nlohmann::json> ResultSettings(Env* env, const JobConfig& job) {
                              {"train.batch_size", job.train.batch_size},
                              {"train.epochs", job.train.epochs},
                              {"table.shrink_every_passes", job.train.shrink_every_passes}};
+  if (job.train.validating()) {  // the rows held back, and when the epochs stop
+    settings["train.validation"] = {{"fraction", job.train.ValidationFraction()},
+                                    {"seed", job.train.seed},
+                                    {"epochs", job.train.epochs_auto ? "auto" : "fixed"},
+                                    {"max_epochs", job.train.EpochLimit()},
+                                    {"patience", job.train.patience}};
+  }
   // Passes sized by memory are cut where the key window fills: another budget cuts others.
   const PassReaderOptions passes = job.PassOptions();
   if (passes.device_pass_bytes > 0) {

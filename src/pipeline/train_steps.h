@@ -56,6 +56,23 @@ StatusOr<TrainStart> StartOnRanks(Env* env, const JobConfig& job, Comm* comm,
                                   const std::string& ranks_ckpt_dir, PassReader* reader,
                                   ThreadPool* pool);
 
+// ---- epochs.cc ----
+// A job of files validated per epoch (docs/model.md, "Validation and early stopping"): the
+// epochs one at a time from where `start` stands, the rows held back (pipeline/holdout.h)
+// scored after each, a copy of the best epoch's model kept (beside the checkpoints, or in a
+// scratch directory) and a checkpoint committed per epoch; with epochs: auto it stops after
+// train.early_stop_patience epochs without a lower validation logloss. At the end `start`
+// holds the best epoch's model and the checkpoint writer the record the final commit takes.
+struct EpochsRun {
+  PassesRun run;  // the epochs' passes together (the last epoch's report, with their sums)
+  nlohmann::json validation;  // the report's "validation"
+  bool abandoned = false;     // stopped inside an epoch: nothing of it is committed
+};
+StatusOr<EpochsRun> RunEpochs(Env* env, const JobConfig& job, TrainStart* start, ProgressSink* sink,
+                              const std::atomic<bool>* stop, ThreadPool* pool);
+// After the final commit: the copies of best epochs in ckpt.dir that no checkpoint kept names.
+Status PruneEpochCopies(Env* env, const JobConfig& job);
+
 // ---- train_ranks.cc ----
 // A distributed job's report from this rank's (figures summed over the ranks; rank 0 lists
 // each rank's own under "per_rank").

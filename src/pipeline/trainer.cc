@@ -346,12 +346,34 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
       SsdStore::RemoveFiles(env, job.storage.ssd.dir).IgnoreError();
     }
   });
-  ASSIGN_OR_RETURN(TrainStart start, StartOnRanks(env, job, comm, ranks_ckpt_dir, &reader, &pool));
+  // A job validated per epoch runs its epochs one at a time from the epoch its checkpoint
+  // names (its reader is only this probe of the schema).
+  const bool by_epoch = job.train.validating();
+  if (by_epoch) job.ckpt.every_passes = 0;  // it commits after epochs, not passes
+  ASSIGN_OR_RETURN(TrainStart start, StartOnRanks(env, job, comm, ranks_ckpt_dir,
+                                                  by_epoch ? nullptr : &reader, &pool));
 
   // Run pass by pass: nothing is committed unless every stage succeeded (a read error or too
   // many malformed records included).
-  ASSIGN_OR_RETURN(PassesRun run, RunPasses(env, job, &reader, &start, sink, stop, &pool, comm,
-                                            ranks_ckpt_dir, nullptr));
+  PassesRun run;
+  if (by_epoch) {
+    ASSIGN_OR_RETURN(EpochsRun epochs, RunEpochs(env, job, &start, sink, stop, &pool));
+    run = std::move(epochs.run);
+    run.report.validation = std::move(epochs.validation);
+    if (epochs.abandoned) {  // the table holds part of an epoch: the checkpoints are the job
+      run.report.interrupted = true;
+      run.report.saved = false;
+      RETURN_IF_ERROR(start.metrics_log->Close());
+      RETURN_IF_ERROR(CloseTable(env, job, std::move(start.table)));
+      remove_scratch.Cancel();
+      return run.report.ToJson();
+    }
+    // A resumed job whose epochs were all done: it commits and saves what they left.
+    if (run.job_examples == 0) run.job_examples = start.position.examples;
+  } else {
+    ASSIGN_OR_RETURN(run, RunPasses(env, job, &reader, &start, sink, stop, &pool, comm,
+                                    ranks_ckpt_dir, nullptr));
+  }
   TrainReport& report = run.report;
 
   // A job that trained nothing has no model to save (an interrupted one stops as usual).
@@ -362,6 +384,7 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
                     NoExamplesReason(job, run.records_malformed)));
   }
   RETURN_IF_ERROR(FinishRun(env, job, comm, ranks_ckpt_dir, run, &start, &pool, &report));
+  RETURN_IF_ERROR(PruneEpochCopies(env, job));
   RETURN_IF_ERROR(CloseTable(env, job, std::move(start.table)));
   remove_scratch.Cancel();
   report.total_seconds = total_clock.Seconds();
