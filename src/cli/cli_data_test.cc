@@ -246,5 +246,64 @@ TEST_F(DataCliTest, TheDefaultBatchFitsASmallDataSet) {
             fixed.last_json["test_auc"].get<double>() + 0.05);
 }
 
+// More epochs overfit (Criteo-8K, 5 epochs: logloss 0.912) and nothing validated per epoch.
+// train.epochs: auto holds back a slice of the training rows, scores it after every epoch,
+// stops when its logloss stops falling and keeps the best epoch: on data that wants several
+// epochs (Frappe's) it takes them, on data that overfits at once (generated, long-tailed ids)
+// it keeps the first, and neither ends worse on the test rows than one epoch. (Frappe here in
+// minibatches of 1024: six steps an epoch, too few for one epoch to fit it. At the sized
+// batch one epoch fits it and auto keeps the first, as on the generated rows: docs/model.md.)
+TEST_F(DataCliTest, EpochsAutoTakesTheEpochsTheDataWantsAndNeverEndsWorseThanOne) {
+  Write("train.libfm", Frappe(6000, 1));
+  Write("test.libfm", Frappe(2000, 2));
+  const std::string frappe = " --format libfm --set data.slot_from=position --data " +
+                             Path("train.libfm") + " --eval-data " + Path("test.libfm") +
+                             " --set train.batch_size=1024";
+  ASSERT_EQ(Run(Ctrbox("gen --rows 8000 --seed 11 --out " + Path("tr.tsv"))).exit_code, 0);
+  ASSERT_EQ(Run(Ctrbox("gen --rows 20000 --seed 12 --out " + Path("te.tsv"))).exit_code, 0);
+  const std::string criteo = " --data " + Path("tr.tsv") + " --eval-data " + Path("te.tsv");
+  for (const std::string& data : {frappe, criteo}) {
+    Result one = Run(Ctrbox("train" + data + " --fresh --model-dir " + Path("one") +
+                            " --set train.validation_fraction=0.1"));
+    ASSERT_EQ(one.exit_code, 0) << one.err;
+    Result a = Run(Ctrbox("train" + data + " --fresh --model-dir " + Path("auto") +
+                          " --set train.epochs=auto"));
+    ASSERT_EQ(a.exit_code, 0) << a.err;
+    const nlohmann::json& v = a.last_json["validation"];
+    std::fprintf(
+        stderr, "%s: one epoch test logloss %.4f AUC %.4f; auto %u epochs, kept %u: %.4f %.4f\n",
+        data == frappe ? "frappe" : "generated", one.last_json["test_logloss"].get<double>(),
+        one.last_json["test_auc"].get<double>(), v["epochs"].get<unsigned>(),
+        v["best_epoch"].get<unsigned>(), a.last_json["test_logloss"].get<double>(),
+        a.last_json["test_auc"].get<double>());
+    EXPECT_LE(a.last_json["test_logloss"].get<double>(),
+              one.last_json["test_logloss"].get<double>() + 1e-9)
+        << a.err;
+    EXPECT_NE(a.err.find("epoch 1: validation logloss"), std::string::npos) << a.err;
+    if (data == frappe) {
+      EXPECT_GT(v["best_epoch"].get<unsigned>(), 1u) << v.dump();
+    } else {
+      EXPECT_EQ(v["best_epoch"], 1u) << v.dump();
+      EXPECT_NE(a.err.find("keeping epoch 1"), std::string::npos) << a.err;
+    }
+    // The report draws the epochs and says which one was kept.
+    Result report = Run(Ctrbox("report --model-dir " + Path("auto")));
+    ASSERT_EQ(report.exit_code, 0) << report.err;
+    std::string page;
+    ASSERT_TRUE(ReadFileToString(Env::Posix(), Path("auto/report.html"), &page).ok());
+    EXPECT_NE(page.find("Logloss per epoch (validation: rows held back)"), std::string::npos);
+    EXPECT_NE(page.find(fmt::format("kept: epoch {}", v["best_epoch"].get<unsigned>())),
+              std::string::npos);
+  }
+  // Bad values are named.
+  Result bad = Run(Ctrbox("train" + criteo + " --set train.epochs=many"));
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("or auto"), std::string::npos) << bad.err;
+  bad =
+      Run(Ctrbox("train" + criteo + " --set train.epochs=auto --set train.validation_fraction=0"));
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("train.validation_fraction is 0"), std::string::npos) << bad.err;
+}
+
 }  // namespace
 }  // namespace ctrbox

@@ -279,7 +279,9 @@ TEST_F(CrashLoopTest, AStreamKilledAtRandomMomentsTrainsEachPartitionOnceAndPubl
   for (size_t v : killed_at) at += std::to_string(v) + " ";
   RecordProperty("versions_listed_at_kills", at);
   // The kills fell at several places of the stream, not all before its first commit.
-  if (want_kills >= 5) EXPECT_GE(killed_at.size(), 2u);
+  if (want_kills >= 5) {
+    EXPECT_GE(killed_at.size(), 2u);
+  }
 }
 
 }  // namespace

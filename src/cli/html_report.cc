@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "util/env.h"
@@ -210,6 +211,7 @@ StatusOr<std::string> RenderReport(const std::string& metrics_path,
   std::string text;
   RETURN_IF_ERROR(ReadFileToString(Env::Posix(), metrics_path, &text));
   std::vector<nlohmann::json> passes, tests, partitions;
+  std::map<uint64_t, nlohmann::json> epochs;  // a validated job's, by epoch (the newest run's)
   nlohmann::json stages, report;
   size_t resumes = 0;  // runs resumed from a checkpoint (their passes follow on)
   std::string note;
@@ -246,6 +248,9 @@ StatusOr<std::string> RenderReport(const std::string& metrics_path,
       ++resumes;
     } else if (event == "partition") {  // a stream job's (docs/routine.md)
       partitions.push_back(std::move(j));
+    } else if (event == "epoch" && j.contains("epoch") && j["epoch"].is_number_unsigned()) {
+      const uint64_t epoch = j["epoch"].get<uint64_t>();  // docs/model.md, "Validation ..."
+      epochs[epoch] = std::move(j);
     }
   }
   if (passes.empty()) {
@@ -309,6 +314,28 @@ StatusOr<std::string> RenderReport(const std::string& metrics_path,
                                   {{"keys held", kColors[0], px, keys},
                                    {"evicted (table.ttl_partitions)", kColors[1], px, evicted}}));
   }
+  if (!epochs.empty()) {
+    // A job validated per epoch: the rows held back, scored after each epoch, beside the
+    // epoch's own progressive metrics; the best epoch is the model kept.
+    const size_t m = epochs.size();
+    std::vector<double> ex(m), v_ll(m), v_auc(m), t_ll(m), t_auc(m);
+    size_t i = 0;
+    for (const auto& [epoch, e] : epochs) {
+      ex[i] = static_cast<double>(epoch);
+      v_ll[i] = e.contains("validation") ? Get(e["validation"], "logloss") : kNaN;
+      v_auc[i] = e.contains("validation") ? Get(e["validation"], "auc") : kNaN;
+      t_ll[i] = e.contains("train") ? Get(e["train"], "logloss") : kNaN;
+      t_auc[i] = e.contains("train") ? Get(e["train"], "auc") : kNaN;
+      ++i;
+    }
+    charts.push_back(LineChartSvg("Logloss per epoch (validation: rows held back)", "epoch",
+                                  "logloss",
+                                  {{"validation logloss", kColors[1], ex, v_ll},
+                                   {"training logloss (progressive)", kColors[0], ex, t_ll}}));
+    charts.push_back(LineChartSvg("AUC per epoch (validation: rows held back)", "epoch", "AUC",
+                                  {{"validation AUC", kColors[1], ex, v_auc},
+                                   {"training AUC (progressive)", kColors[0], ex, t_auc}}));
+  }
   {
     std::vector<ChartSeries> s = {{"progressive logloss", kColors[0], x, logloss}};
     if (!tests.empty() && std::isfinite(Get(tests.back(), "logloss"))) {
@@ -363,6 +390,15 @@ StatusOr<std::string> RenderReport(const std::string& metrics_path,
     summary += Row("passes", num("passes", "{:.0f}"));
     summary += Row("training time", num("seconds", "{:.1f} s"));
     summary += Row("examples/s", num("examples_per_s", "{:.0f}"));
+    if (report.contains("validation") && report["validation"].is_object()) {
+      const nlohmann::json& v = report["validation"];
+      summary +=
+          Row("epochs", fmt::format("{:.0f} (kept: epoch {:.0f}, validation logloss {:.4f}{})",
+                                    Get(v, "epochs"), Get(v, "best_epoch"), Get(v, "best_logloss"),
+                                    v.value("stopped_early", false) ? "; stopped early" : ""));
+      summary += Row("validation rows", fmt::format("{:.0f} % of the training rows held back",
+                                                    100.0 * Get(v, "fraction")));
+    }
     summary += Row("held-out test AUC", num("test_auc", "{:.4f}"));
     summary += Row("held-out test logloss", num("test_logloss", "{:.4f}"));
     summary += Row("oracle AUC", num("oracle_auc", "{:.4f}"));

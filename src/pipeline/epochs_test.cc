@@ -51,7 +51,9 @@ TEST(EpochsTest, AutoStopsAfterThePatienceAndKeepsTheBestEpochsModel) {
   ASSERT_TRUE(v["stopped_early"].get<bool>()) << v.dump();
   EXPECT_EQ(done, best + 2);
   for (uint32_t e = 1; e <= done; ++e) {
-    if (e != best) EXPECT_GT(ll[e - 1], ll[best - 1]) << e;
+    if (e != best) {
+      EXPECT_GT(ll[e - 1], ll[best - 1]) << e;
+    }
   }
   EXPECT_EQ(v["best_logloss"].get<double>(), ll[best - 1]);
   ASSERT_LT(best, done);  // the kept model is an earlier epoch's: it was restored
