@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "ckpt/ranks_checkpoint.h"
+#include "ckpt/serving_files.h"
 #include "cli/cli_test_util.h"
 
 namespace ctrbox {
@@ -223,6 +224,67 @@ TEST_F(MpiTrainTest, ARankKilledMidRunEndsTheJobAndResumeEndsWithTheUninterrupte
   ASSERT_EQ(whole.exit_code, 0) << whole.err;
   EXPECT_EQ(resumed.last_json["digest"], whole.last_json["digest"]);
   EXPECT_EQ(resumed.last_json["job_examples"], 120000u);
+}
+
+// A stream job under mpirun (docs/routine.md, "Ranks"): a rank killed mid-stream ends the job;
+// the same command continues at the first partition the ranks had not committed, and the
+// model and every published version equal an uninterrupted run's, which equals the thread
+// ranks' run bit for bit.
+TEST_F(MpiTrainTest, AStreamOfRanksKilledMidStreamContinuesAsOneRun) {
+  Result g = Run(Ctrbox("gen --partitions 6 --rows 6000 --out " + Path("root")));
+  ASSERT_EQ(g.exit_code, 0) << g.err;
+  auto job = [&](const std::string& name) {
+    return " train --set stream.root=" + Path("root") +
+           " --set stream.until=20261101/05 --set stream.poll_seconds=0.05 --set ckpt.dir=" +
+           Path("ckpt_" + name) + " --set serving.dir=" + Path("serving_" + name) +
+           " --set table.ttl_partitions=2" + kJob + " --model-dir " + Path(name);
+  };
+  const std::string cmd = Mpirun(2) + job("killme") + " >" + Path("out.txt") + " 2>" +
+                          Path("err.txt");
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const std::string ranks_file = Path("ckpt_killme/RANKS");
+  auto committed = [&]() -> uint64_t {
+    std::string text;
+    if (!ReadFileToString(Env::Posix(), ranks_file, &text).ok()) return 0;
+    auto j = nlohmann::json::parse(text.substr(0, text.rfind("#checksum")), nullptr, false);
+    return j.is_object() ? j.value("id", uint64_t{0}) : 0;
+  };
+  for (int i = 0; i < 3000 && committed() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_GE(committed(), 2u) << "no second partition committed by the ranks";
+  const std::string ranks = "'^" + ctrbox_ + " train.*" + Path("killme") + "'";
+  const bool killed = std::system(("pkill -9 -f -n " + ranks).c_str()) == 0;
+  int status = 0;
+  WaitForExit(pid, ranks, &status);
+  RecordProperty("killed_after_commits", std::to_string(committed()));
+
+  Result again = Run(Mpirun(2) + job("killme"));
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  if (killed && committed() < 6) {
+    EXPECT_LT(again.last_json["stream"]["partitions_trained_now"].get<int>(), 6);
+  }
+  Result whole = Run(Mpirun(2) + job("whole"));
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  EXPECT_EQ(again.last_json["digest"], whole.last_json["digest"]);
+  EXPECT_EQ(whole.last_json["examples"], 36000);
+  Result threads = Run(Ctrbox(job("threads") + " --local-ranks 2"));
+  ASSERT_EQ(threads.exit_code, 0) << threads.err;
+  EXPECT_EQ(threads.last_json["digest"], whole.last_json["digest"]);
+  auto a = ReadServingVersions(Env::Posix(), Path("serving_killme"));
+  auto b = ReadServingVersions(Env::Posix(), Path("serving_whole"));
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->size(), 6u);
+  ASSERT_EQ(b->size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ((*a)[i].checksum, (*b)[i].checksum) << "version " << i + 1;
+    EXPECT_TRUE(VerifyServingVersion(Env::Posix(), Path("serving_killme"), (*a)[i]).ok());
+  }
 }
 
 // --resume on another number of ranks under mpirun (docs/distributed.md, "Resuming files on

@@ -326,6 +326,60 @@ TEST_F(StreamTest, AVersionCommittedButNotListedIsPublishedAtTheNextStart) {
   EXPECT_EQ((*w)[1].time, (*v)[1].time);  // the same line, not a new version
 }
 
+// N ranks: every rank takes its share of each partition (rank 0 follows the root and decides),
+// tests and trains it with the others, and the ranks commit each partition together; rank 0
+// writes every version from all ranks' rows and the donefile. Two starts end as one; the
+// deltas applied to their base hold the model a base of every partition holds.
+TEST_F(StreamTest, RanksTakeTheirShareOfEveryPartitionAndRankZeroPublishes) {
+  Gen(4, 3000);
+  const std::string ranks = " --local-ranks 2 --set serving.base_every=100";
+  testing::Result whole = Run(Job("ckpt_a", "serving_a", "20261101/03", ranks));
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  EXPECT_EQ(whole.last_json["stream"]["partitions_committed"], 4);
+  EXPECT_EQ(whole.last_json["ranks"], 2);
+  ASSERT_TRUE(whole.last_json["digest"].is_string());
+  EXPECT_EQ(whole.last_json["examples"], 12000);  // each row once, over the two ranks
+  EXPECT_NE(whole.err.find("partition 20261101/02: online AUC"), std::string::npos) << whole.err;
+
+  for (const char* until : {"20261101/01", "20261101/03"}) {
+    testing::Result r = Run(Job("ckpt_b", "serving_b", until, ranks));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.last_json["stream"]["partitions_trained_now"], 2);
+    if (std::string(until) == "20261101/03") {
+      EXPECT_EQ(r.last_json["digest"], whole.last_json["digest"]);
+    }
+  }
+  testing::Result bases = Run(Job("ckpt_c", "serving_c", "20261101/03",
+                                  " --local-ranks 2 --set serving.base_every=1 "
+                                  "--set serving.keep_bases=10"));
+  ASSERT_EQ(bases.exit_code, 0) << bases.err;
+  auto a = Versions("serving_a"), b = Versions("serving_b"), c = Versions("serving_c");
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  ASSERT_EQ(a->size(), 4u);
+  ASSERT_EQ(b->size(), 4u);
+  ASSERT_EQ(c->size(), 4u);
+  uint64_t deleted = 0;
+  for (uint64_t v = 1; v <= 4; ++v) {
+    EXPECT_EQ((*a)[v - 1].checksum, (*b)[v - 1].checksum) << "version " << v;
+    EXPECT_EQ((*a)[v - 1].base, v == 1);
+    deleted += (*a)[v - 1].deleted;
+    auto x = LoadServingState(Env::Posix(), Path("serving_a"), v);
+    auto y = LoadServingState(Env::Posix(), Path("serving_c"), v);
+    ASSERT_TRUE(x.ok()) << x.status().ToString();
+    ASSERT_TRUE(y.ok()) << y.status().ToString();
+    EXPECT_TRUE(x->rows == y->rows) << "version " << v;
+    EXPECT_EQ(x->rows.size(), (*a)[v - 1].keys);
+  }
+  EXPECT_GT(deleted, 0u);
+  // The newest version holds the ranks' model: its keys are the saved model's.
+  EXPECT_EQ(a->back().keys, whole.last_json["keys"].get<uint64_t>());
+  // Admission by count is one process's for now, and says so.
+  testing::Result admit =
+      Run(Job("ckpt_d", "serving_d", "20261101/00", ranks + " --set table.admit.min_count=2"));
+  EXPECT_NE(admit.exit_code, 0);
+  EXPECT_NE(admit.err.find("not built yet"), std::string::npos) << admit.err;
+}
+
 TEST_F(StreamTest, BadStreamSettingsAreNamed) {
   Gen(1, 500);
   struct Case {

@@ -7,6 +7,7 @@
 #define CTRBOX_PIPELINE_SERVING_PUBLISHER_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -17,6 +18,7 @@
 
 #include "ckpt/model_spec.h"
 #include "ckpt/serving_files.h"
+#include "dist/comm.h"
 #include "model/ctr_model.h"
 #include "pipeline/job.h"
 #include "table/sparse_table.h"
@@ -34,7 +36,9 @@ class ServingPublisher {
   // the two) is published now; version directories written after it and never published are
   // deleted. Rows pushed by partitions committed since the last version are not known any
   // more: the next version is a base.
-  Status Recover(const nlohmann::json& state);
+  // On ranks, rank 0 writes the versions (`writes`) and publishes them; the other ranks send
+  // it their rows and keep the same chain.
+  Status Recover(const nlohmann::json& state, bool writes = true);
 
   // A pass pushed `rows` (the values the table now holds).
   Status OnPush(const RowBlock& rows);
@@ -43,15 +47,25 @@ class ServingPublisher {
 
   // After a partition is trained (and evicted): writes the version due now, not yet
   // published; nullopt when none is due (serving.delta_every).
+  // On ranks (comm), every rank calls it: each rank's rows (its table's part) go to rank 0,
+  // which writes them rank after rank, and every rank gets the version's line.
   StatusOr<std::optional<ServingVersion>> Prepare(SparseTable& table, const CtrModel& model,
-                                                  const std::string& partition);
+                                                  const std::string& partition,
+                                                  Comm* comm = nullptr);
   // The state a checkpoint records, with the version Prepare wrote (if any).
   nlohmann::json State() const;
   // Publishes the version Prepare wrote (its donefile line) and prunes old ones.
   Status Publish();
 
  private:
-  Status WriteRows(ServingVersionWriter* w, SparseTable& table, bool base);
+  static constexpr size_t kChunk = 65536;  // a delta's rows per block
+  // This rank's rows of the version in `blocks` blocks: a base's stripes (sorted by key), or a
+  // delta's pending rows sorted by key, kChunk a block (blocks past its own are empty).
+  using BlockFn = std::function<Status(const RowBlock&)>;
+  Status ForEachBlock(SparseTable& table, bool base, uint64_t blocks, const BlockFn& fn);
+  // Into `w` (null on a rank that does not write): the rows and deleted keys, on ranks every
+  // rank's.
+  Status WriteRows(ServingVersionWriter* w, SparseTable& table, bool base, Comm* comm);
 
   Env* const env_;
   const ServingOptions options_;
@@ -74,6 +88,7 @@ class ServingPublisher {
   // one): each is written again aside and compared, never republished.
   std::map<uint64_t, ServingVersion> ahead_;
   bool republished_ = false;  // the prepared version is one of them
+  bool writes_ = true;        // this process writes and publishes (rank 0)
 };
 
 }  // namespace ctrbox

@@ -11,11 +11,14 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/model_files.h"
+#include "dist/collectives.h"
 #include "io/partitions.h"
 #include "pipeline/admission.h"
 #include "pipeline/data.h"
 #include "pipeline/evaluator.h"
+#include "pipeline/rank_pass.h"
 #include "pipeline/serving_publisher.h"
+#include "pipeline/stream_parts.h"
 #include "pipeline/train_start.h"
 #include "pipeline/train_steps.h"
 #include "table/ssd_store.h"
@@ -27,244 +30,30 @@
 namespace ctrbox {
 namespace {
 
-using namespace train_steps;  // NOLINT: the train job's steps
-
-// Where a stream job stands; a checkpoint records it (CheckpointManifest::stream).
-struct StreamState {
-  int64_t next = 0;         // the next partition's ordinal
-  std::string last;         // the newest partition committed ("": none yet)
-  uint64_t partitions = 0;  // partitions committed (trained, or empty)
-  uint64_t skipped = 0;     // partitions skipped as late (stream.on_late: skip)
-  nlohmann::json serving;   // the serving publisher's (null without serving.dir)
-  nlohmann::json admit;     // the admission counts' file in ckpt.dir and its checksum, or null
-
-  nlohmann::json ToJson() const {
-    nlohmann::json j = {{"next", next},
-                        {"last", last},
-                        {"partitions", partitions},
-                        {"skipped", skipped},
-                        {"serving", serving}};
-    if (!admit.is_null()) j["admit"] = admit;
-    return j;
-  }
-  static StatusOr<StreamState> FromJson(const nlohmann::json& j, const std::string& where) {
-    try {
-      StreamState s;
-      s.next = j.at("next").get<int64_t>();
-      s.last = j.at("last").get<std::string>();
-      s.partitions = j.at("partitions").get<uint64_t>();
-      s.skipped = j.at("skipped").get<uint64_t>();
-      s.serving = j.at("serving");
-      s.admit = j.value("admit", nlohmann::json());
-      return s;
-    } catch (const std::exception& e) {
-      return CorruptionError(fmt::format("{}: its stream state: {}", where, e.what()));
-    }
-  }
-};
-
-// When `path` was last modified (seconds since the epoch), or nullopt.
-std::optional<double> ModifiedAt(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
-  return static_cast<double>(st.st_mtim.tv_sec) + st.st_mtim.tv_nsec * 1e-9;
-}
-
-double NowSeconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-// Waits for the partitions in order (stream.poll_seconds, stream.max_wait, stream.on_late).
-class Follower {
- public:
-  enum class Take { kTrain, kSkip, kStop };
-
-  Follower(Env* env, const StreamOptions& o, const PartitionLayout& layout,
-           const std::atomic<bool>* stop)
-      : env_(env), o_(o), layout_(layout), stop_(stop) {}
-
-  std::string Dir(int64_t p) const { return JoinPath(o_.root, layout_.Name(p)); }
-  bool Ready(int64_t p) const { return env_->FileExists(JoinPath(Dir(p), o_.done_file)); }
-
-  // Partition `want` ready (kTrain), given up as late (kSkip), or the job stopped (kStop).
-  StatusOr<Take> Wait(int64_t want) {
-    bool said_waiting = false;
-    while (true) {
-      if (stop_ != nullptr && stop_->load()) return Take::kStop;
-      if (Ready(want)) {
-        late_since_.reset();
-        return Take::kTrain;
-      }
-      ASSIGN_OR_RETURN(std::vector<int64_t> later,
-                       ReadyPartitions(env_, o_.root, layout_, o_.done_file, want));
-      if (!later.empty()) {
-        const double now = NowSeconds();
-        if (!late_since_) {
-          late_since_ = now;
-          LOG_WARNING(
-              "partition {} is not ready but {} is: waiting up to {} s for it (stream.max_wait), "
-              "then {}",
-              layout_.Name(want), layout_.Name(later.front()), o_.max_wait_seconds,
-              o_.on_late == LateRule::kSkip   ? "skipping it (stream.on_late: skip)"
-              : o_.on_late == LateRule::kFail ? "failing (stream.on_late: fail)"
-                                              : "waiting on (stream.on_late: wait)");
-        }
-        if (o_.on_late != LateRule::kWait && now - *late_since_ >= o_.max_wait_seconds) {
-          if (o_.on_late == LateRule::kFail) {
-            return FailedPreconditionError(
-                fmt::format("partition {} ({}) is missing while {} is ready, after waiting {} s "
-                            "(stream.max_wait; stream.on_late: fail): nothing of it was trained",
-                            layout_.Name(want), JoinPath(Dir(want), o_.done_file),
-                            layout_.Name(later.front()), o_.max_wait_seconds));
-          }
-          // The wait is spent for the partitions up to the first ready one: no new wait.
-          return Take::kSkip;
-        }
-      } else if (!said_waiting) {
-        LOG_INFO("waiting for partition {} ({})", layout_.Name(want),
-                 JoinPath(Dir(want), o_.done_file));
-        said_waiting = true;
-      }
-      Sleep(o_.poll_seconds);
-    }
-  }
-
-  // Sleeps `seconds`, or less once the job is stopped.
-  void Sleep(double seconds) const {
-    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-    while (std::chrono::steady_clock::now() < end) {
-      if (stop_ != nullptr && stop_->load()) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
-
- private:
-  Env* const env_;
-  const StreamOptions& o_;
-  const PartitionLayout& layout_;
-  const std::atomic<bool>* const stop_;
-  std::optional<double> late_since_;
-};
-
-// A partition name of stream.start / stream.until as an ordinal.
-StatusOr<std::optional<int64_t>> OrdinalOf(const PartitionLayout& layout, const std::string& name,
-                                           const char* key) {
-  if (name.empty()) return std::optional<int64_t>();
-  std::optional<int64_t> o = layout.Ordinal(name);
-  if (!o) {
-    return InvalidArgumentError(
-        fmt::format("{} '{}' is no partition of stream.layout '{}'", key, name, layout.text()));
-  }
-  return o;
-}
-
-// The newest checkpoint in ckpt.dir, read before the model is loaded: a resumed stream takes
-// its schema from it (the load may fall back to an older checkpoint of the same job).
-StatusOr<std::optional<CheckpointManifest>> NewestManifest(Env* env, const JobConfig& job) {
-  if (!job.resume) return std::optional<CheckpointManifest>();
-  ASSIGN_OR_RETURN(std::vector<uint64_t> ids, ListCheckpoints(env, job.ckpt.dir));
-  // A damaged newest MANIFEST is the resume's to report (it falls back to an older one).
-  for (auto it = ids.rbegin(); it != ids.rend(); ++it) {
-    StatusOr<CheckpointManifest> m = ReadCheckpointManifest(env, job.ckpt.dir, *it);
-    if (m.ok()) return std::optional<CheckpointManifest>(std::move(*m));
-  }
-  return std::optional<CheckpointManifest>();
-}
-
-struct Partition {
-  int64_t ordinal = 0;
-  std::string name;
-  std::vector<std::string> files;
-};
-
-// The job reading partition p.
-JobConfig PartitionJob(const JobConfig& job, const Partition& p) {
-  JobConfig j = job;
-  j.partition = p.name;
-  j.data.paths = p.files;
-  return j;
-}
-
-Status CheckSchema(const JobConfig& job, const Partition& p, const Schema& got) {
-  if (got == job.spec.schema) return Status::OK();
-  return InvalidArgumentError(fmt::format(
-      "partition {}: its data has {} slots and {} dense values, the stream's model {} and {}",
-      p.name, got.num_slots, got.num_dense, job.spec.schema.num_slots, job.spec.schema.num_dense));
-}
-
-// Admission by count (pipeline/admission.h): its counts are part of the state a partition
-// commits, in a file of ckpt.dir (admit-<partition ordinal>.bin) the stream state names.
-constexpr char kAdmitPrefix[] = "admit-";
-
-StatusOr<Admission> OpenAdmission(Env* env, const JobConfig& job, const StreamState& state) {
-  const uint32_t min_count = job.stream.admit_min_count;
-  if (state.admit.is_null()) {
-    if (state.partitions > 0) {
-      LOG_WARNING("table.admit.min_count is new to this stream: counting starts now");
-    }
-    return Admission(min_count, job.stream.admit_bloom_bits);
-  }
-  std::string name, checksum;
-  try {
-    name = state.admit.at("file").get<std::string>();
-    checksum = state.admit.at("checksum").get<std::string>();
-  } catch (const std::exception& e) {
-    return CorruptionError(std::string("the stream state's admission record: ") + e.what());
-  }
-  const std::string path = JoinPath(job.ckpt.dir, name);
-  std::string bytes;
-  RETURN_IF_ERROR(ReadFileToString(env, path, &bytes));
-  if (Hex(XXH3_64bits(bytes.data(), bytes.size())) != checksum) {
-    return CorruptionError(path + ": its checksum differs from the checkpoint's record");
-  }
-  ASSIGN_OR_RETURN(CountingBloom bloom, CountingBloom::Decode(bytes, path));
-  if (bloom.log2_counters() != job.stream.admit_bloom_bits) {
-    return InvalidArgumentError(
-        fmt::format("table.admit.bloom_bits: the stream's counts have {} bits, this job sets {}",
-                    bloom.log2_counters(), job.stream.admit_bloom_bits));
-  }
-  return Admission(min_count, std::move(bloom));
-}
-
-StatusOr<nlohmann::json> SaveAdmission(Env* env, const JobConfig& job, const Admission& a,
-                                       int64_t ordinal) {
-  const std::string name = fmt::format("{}{}.bin", kAdmitPrefix, ordinal);
-  const std::string bytes = a.bloom().Encode();
-  RETURN_IF_ERROR(WriteFileAtomic(env, JoinPath(job.ckpt.dir, name), bytes));
-  return nlohmann::json{{"file", name}, {"checksum", Hex(XXH3_64bits(bytes.data(), bytes.size()))}};
-}
-
-// Deletes the admission files no checkpoint in `dir` names (after a commit and its pruning).
-Status PruneAdmission(Env* env, const std::string& dir) {
-  ASSIGN_OR_RETURN(std::vector<uint64_t> ids, ListCheckpoints(env, dir));
-  std::set<std::string> named;
-  for (uint64_t id : ids) {
-    StatusOr<CheckpointManifest> m = ReadCheckpointManifest(env, dir, id);
-    if (!m.ok()) return Status::OK();  // nothing deleted on a guess
-    if (m->stream.is_object() && m->stream.contains("admit")) {
-      named.insert(m->stream["admit"].value("file", ""));
-    }
-  }
-  ASSIGN_OR_RETURN(std::vector<std::string> names, env->GetChildren(dir));
-  for (const std::string& n : names) {
-    if (n.rfind(kAdmitPrefix, 0) == 0 && !named.count(n)) {
-      RETURN_IF_ERROR(env->DeleteFile(JoinPath(dir, n)));
-    }
-  }
-  return Status::OK();
-}
+using namespace train_steps;   // NOLINT: the train job's steps
+using namespace stream_parts;  // NOLINT: its parts
 
 }  // namespace
 
 StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
                                    const std::atomic<bool>* stop, Comm* comm) {
   Stopwatch total_clock;
-  if (comm != nullptr) {
-    return FailedPreconditionError(
-        "a stream job runs on one process for now (docs/routine.md): ranks would each take "
-        "their share of every partition, which is not built yet");
-  }
+  const int ranks = comm != nullptr ? comm->size() : 1;
+  const bool rank0 = comm == nullptr || comm->rank() == 0;
   RETURN_IF_ERROR(job.Validate());
+  if (comm != nullptr) {
+    if (job.stream.admit_min_count > 1) {
+      return InvalidArgumentError(
+          "table.admit.min_count on ranks is not built yet: each rank would count only the "
+          "occurrences in its share of the rows (docs/routine.md, \"Ranks\")");
+    }
+    if (job.stream.poll_seconds >= job.dist.timeout_seconds) {
+      return InvalidArgumentError(fmt::format(
+          "stream.poll_seconds {} on ranks must be below dist.timeout {} (every poll is an "
+          "exchange of the ranks)",
+          job.stream.poll_seconds, job.dist.timeout_seconds));
+    }
+  }
   ASSIGN_OR_RETURN(const PartitionLayout layout, PartitionLayout::Parse(job.stream.layout));
   ASSIGN_OR_RETURN(const std::optional<int64_t> start_at,
                    OrdinalOf(layout, job.stream.start, "stream.start"));
@@ -282,7 +71,7 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
   };
   // A resumed stream has its schema in its checkpoint; a new one learns it from its first
   // partition with files: stream.start, or the first ready one.
-  ASSIGN_OR_RETURN(std::optional<CheckpointManifest> newest, NewestManifest(env, job));
+  ASSIGN_OR_RETURN(std::optional<CheckpointManifest> newest, NewestManifest(env, job, ranks));
   std::optional<int64_t> first = start_at;
   if (newest) {
     job.partition = "(resumed)";
@@ -297,14 +86,25 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
         job.stream.root));
   }
   for (bool said = false; !newest && !first; said = true) {
-    ASSIGN_OR_RETURN(std::vector<int64_t> ready,
-                     ReadyPartitions(env, job.stream.root, layout, job.stream.done_file,
-                                     std::numeric_limits<int64_t>::min()));
+    std::vector<int64_t> ready;
+    if (rank0) {
+      ASSIGN_OR_RETURN(ready, ReadyPartitions(env, job.stream.root, layout, job.stream.done_file,
+                                              std::numeric_limits<int64_t>::min()));
+    }
+    bool stopped = stop != nullptr && stop->load();
+    if (comm != nullptr) {  // rank 0's first ready partition, and any rank's stop
+      uint64_t v[2] = {ready.empty() ? 0 : uint64_t(ready.front()) ^ (uint64_t{1} << 63),
+                       stopped ? 1u : 0u};
+      RETURN_IF_ERROR(AllReduceMax(comm, v, 2));
+      ready.clear();
+      if (v[0] != 0) ready.push_back(static_cast<int64_t>(v[0] ^ (uint64_t{1} << 63)));
+      stopped = v[1] != 0;
+    }
+    if (stopped) return interrupted();
     if (!ready.empty()) {
       first = ready.front();
       break;
     }
-    if (stop != nullptr && stop->load()) return interrupted();
     if (!said) {
       LOG_INFO("no partition of {} is ready under {} yet ({} marks a ready one): waiting",
                layout.text(), job.stream.root, job.stream.done_file);
@@ -314,7 +114,7 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
   if (!newest) {
     Partition probe{*first, "", {}};
     for (int64_t p = *first; probe.files.empty(); ++p) {
-      ASSIGN_OR_RETURN(Follower::Take t, follower.Wait(p));
+      ASSIGN_OR_RETURN(Follower::Take t, follower.WaitOnRanks(comm, p));
       if (t == Follower::Take::kStop) return interrupted();
       if (t == Follower::Take::kTrain) {
         probe = {p, layout.Name(p), {}};
@@ -325,16 +125,23 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
     job.data.paths = probe.files;
   }
   std::string ranks_ckpt_dir;
-  RETURN_IF_ERROR(PrepareJob(env, nullptr, stop, &job, &ranks_ckpt_dir));
+  const std::vector<std::string> probe_files = job.data.paths;
+  RETURN_IF_ERROR(PrepareJob(env, comm, stop, &job, &ranks_ckpt_dir));
+  // (On ranks PrepareJob shared the first partition's files; each partition is shared alike.)
+  job.data.paths = probe_files;
+  job.data.byte_share = ByteShare{};
   DirLocks held;
-  RETURN_IF_ERROR(HoldJobDirs(env, nullptr, ranks_ckpt_dir, &job, &held));
-  if (!job.serving.dir.empty()) RETURN_IF_ERROR(held.Add(env, job.serving.dir, "serving.dir"));
+  RETURN_IF_ERROR(HoldJobDirs(env, comm, ranks_ckpt_dir, &job, &held));
+  if (!job.serving.dir.empty() && rank0) {
+    RETURN_IF_ERROR(held.Add(env, job.serving.dir, "serving.dir"));
+  }
   if (!newest) {
     PassReader probe([&] { return OpenData(env, job.data, job.generated, false); },
                      PassOptionsOnRanks(job, nullptr));
     RETURN_IF_ERROR(probe.Open());
     job.spec.schema = probe.schema();
   }
+  if (comm != nullptr) RETURN_IF_ERROR(CheckRanksReadOneSchema(comm, job.spec.schema));
   RETURN_IF_ERROR(CheckModelAgainstSchema(job));
   job.spec.table.seed = job.train.seed;
   job.ckpt.every_passes = 0;  // a stream job commits after partitions, not passes
@@ -344,7 +151,7 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
       SsdStore::RemoveFiles(env, job.storage.ssd.dir).IgnoreError();
     }
   });
-  ASSIGN_OR_RETURN(TrainStart start, StartOnRanks(env, job, nullptr, "", nullptr, &pool));
+  ASSIGN_OR_RETURN(TrainStart start, StartOnRanks(env, job, comm, ranks_ckpt_dir, nullptr, &pool));
   StreamState state;
   if (first) state.next = *first;
   if (start.resumed && !start.resumed->stream.is_null()) {
@@ -361,7 +168,7 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
              state.last.empty() ? "none" : state.last, layout.Name(state.next));
   }
   std::optional<ServingPublisher> publisher;
-  if (!job.serving.dir.empty() && !start.resumed) {
+  if (!job.serving.dir.empty() && !start.resumed && rank0) {
     ASSIGN_OR_RETURN(std::vector<ServingVersion> listed, ReadServingVersions(env, job.serving.dir));
     if (!listed.empty()) {
       return FailedPreconditionError(fmt::format(
@@ -373,7 +180,7 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
   }
   if (!job.serving.dir.empty()) {
     publisher.emplace(env, job.serving, job.spec, start.model->value_layout());
-    RETURN_IF_ERROR(publisher->Recover(state.serving));
+    RETURN_IF_ERROR(publisher->Recover(state.serving, rank0));
   }
   std::optional<Admission> admission;
   if (job.stream.admit_min_count > 1) {
@@ -391,7 +198,7 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
   bool abandoned = false;  // stopped inside a partition: the table holds uncommitted training
   nlohmann::json last_line;
   while (!until || state.next <= *until) {
-    ASSIGN_OR_RETURN(Follower::Take take, follower.Wait(state.next));
+    ASSIGN_OR_RETURN(Follower::Take take, follower.WaitOnRanks(comm, state.next));
     if (take == Follower::Take::kStop) break;
     Partition p{state.next, layout.Name(state.next), {}};
     if (take == Follower::Take::kSkip) {
@@ -413,7 +220,7 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
       job.data.paths = p.files;
       RETURN_IF_ERROR(AttachFeatures(env, &job));
     }
-    JobConfig pjob = PartitionJob(job, p);
+    JobConfig pjob = PartitionJob(job, p, comm != nullptr ? comm->rank() : 0);
     nlohmann::json line = {
         {"event", "partition"}, {"partition", p.name}, {"files", p.files.size()}};
     MetricSummary online;
@@ -425,20 +232,27 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
                          OpenData(env, pjob.data, pjob.generated, true));
         RETURN_IF_ERROR(CheckSchema(job, p, test->schema()));
         Stopwatch test_clock;
-        ASSIGN_OR_RETURN(online,
-                         Evaluate(test.get(), *start.table, start.model.get(), job.train.batch_size,
-                                  job.pipeline.pass_examples, job.EvalChunkKeys(), &pool, nullptr));
+        if (comm != nullptr) {
+          ASSIGN_OR_RETURN(online,
+                           EvaluateOnRanks(comm, test.get(), start.table.get(), start.model.get(),
+                                           job.train.batch_size, job.pipeline.pass_examples,
+                                           job.EvalChunkKeys() / ranks, &pool));
+        } else {
+          ASSIGN_OR_RETURN(
+              online, Evaluate(test.get(), *start.table, start.model.get(), job.train.batch_size,
+                               job.pipeline.pass_examples, job.EvalChunkKeys(), &pool, nullptr));
+        }
         test_seconds += test_clock.Seconds();
         line["test_seconds"] = test_clock.Seconds();
       }
       // Then train.
-      PassReaderOptions passes = PassOptionsOnRanks(pjob, nullptr);
+      PassReaderOptions passes = PassOptionsOnRanks(pjob, comm);
       if (admission) passes.filter = [&](Batch* b) { admission->Filter(b); };
       PassReader reader([&] { return OpenData(env, pjob.data, pjob.generated, false); }, passes);
       RETURN_IF_ERROR(reader.Open());
       RETURN_IF_ERROR(CheckSchema(job, p, reader.schema()));
-      ASSIGN_OR_RETURN(PassesRun run, RunPasses(env, pjob, &reader, &start, sink, stop, &pool,
-                                                nullptr, "", on_push));
+      ASSIGN_OR_RETURN(PassesRun run, RunPasses(env, pjob, &reader, &start, sink, stop, &pool, comm,
+                                                ranks_ckpt_dir, on_push));
       if (run.interrupted) {
         LOG_WARNING(
             "stopped while training partition {}: it is not committed; the next start "
@@ -448,7 +262,7 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
         break;
       }
       start.position = run.position;
-      examples = run.examples;
+      examples = run.examples;  // (on ranks summed over them: GlobalReport)
       train_seconds += run.report.seconds;
       line["train_seconds"] = run.report.seconds;
       line["examples_per_s"] = run.report.examples_per_s;
@@ -466,9 +280,10 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
       start.ckpt->OnShrink(&ttl_options);
       if (publisher) publisher->OnDeleted(deleted);
     }
+    if (comm != nullptr) RETURN_IF_ERROR(AllReduceSum(comm, &evicted, 1));
     std::optional<ServingVersion> version;
     if (publisher) {
-      ASSIGN_OR_RETURN(version, publisher->Prepare(*start.table, *start.model, p.name));
+      ASSIGN_OR_RETURN(version, publisher->Prepare(*start.table, *start.model, p.name, comm));
     }
     // The commit point of the partition.
     state.last = p.name;
@@ -484,6 +299,9 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
     ASSIGN_OR_RETURN(CheckpointManifest m,
                      start.ckpt->Commit(*start.table, DensePayload(*start.model), start.position,
                                         nullptr, &pool));
+    if (comm != nullptr) {  // the ranks' commit point: rank 0's RANKS file names it
+      RETURN_IF_ERROR(CommitRanksCheckpointOf(comm, env, ranks_ckpt_dir, m.id));
+    }
     if (publisher) RETURN_IF_ERROR(publisher->Publish());
     const double published_at = NowSeconds();
     if (admission) RETURN_IF_ERROR(PruneAdmission(env, job.ckpt.dir));
@@ -492,7 +310,9 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
     commit_seconds += m.write_seconds;
     line["online"] = online.ToJson();
     line["examples"] = examples;
-    line["keys"] = start.table->Stats().keys;
+    uint64_t keys = start.table->Stats().keys;
+    if (comm != nullptr) RETURN_IF_ERROR(AllReduceSum(comm, &keys, 1));
+    line["keys"] = keys;
     line["evicted"] = evicted;
     line["checkpoint"] = CheckpointName(m.id);
     line["seconds"] = clock.Seconds();
@@ -502,15 +322,17 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
       if (ready_at) line["ready_to_published_seconds"] = published_at - *ready_at;
     }
     RETURN_IF_ERROR(start.metrics_log->Write(line));
-    LOG_INFO(
-        "partition {}: online AUC {} logloss {:.4f} COPC {:.3f} over {} examples; trained; "
-        "{} keys ({} evicted){}",
-        p.name, online.AucText(), online.logloss, online.copc, online.examples,
-        line["keys"].get<uint64_t>(), evicted,
-        version ? fmt::format("; published {} ({}, {} rows, {} deleted)",
-                              ServingVersionName(version->version),
-                              version->base ? "base" : "delta", version->rows, version->deleted)
-                : "");
+    // (On ranks rank 0 has the job's online metrics and publishes: it says so.)
+    if (rank0)
+      LOG_INFO(
+          "partition {}: online AUC {} logloss {:.4f} COPC {:.3f} over {} examples; trained; "
+          "{} keys ({} evicted){}",
+          p.name, online.AucText(), online.logloss, online.copc, online.examples,
+          line["keys"].get<uint64_t>(), evicted,
+          version ? fmt::format("; published {} ({}, {} rows, {} deleted)",
+                                ServingVersionName(version->version),
+                                version->base ? "base" : "delta", version->rows, version->deleted)
+                  : "");
     last_line = std::move(line);
   }
 
@@ -535,10 +357,18 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
     return report;
   }
   TrainReport finish;
-  RETURN_IF_ERROR(CommitModel(env, job, &start, start.position, &pool, &finish));
+  if (comm != nullptr) {
+    RETURN_IF_ERROR(
+        CommitModelOfRanks(env, comm, job, ranks_ckpt_dir, &start, start.position, &pool, &finish));
+  } else {
+    RETURN_IF_ERROR(CommitModel(env, job, &start, start.position, &pool, &finish));
+  }
   if (finish.digest) report["digest"] = *finish.digest;
   if (finish.model_dir) report["model_dir"] = *finish.model_dir;
-  report["keys"] = start.table->Stats().keys;
+  uint64_t keys = start.table->Stats().keys;
+  if (comm != nullptr) RETURN_IF_ERROR(AllReduceSum(comm, &keys, 1));
+  report["keys"] = keys;
+  if (comm != nullptr) report["ranks"] = ranks;
   report["saved"] = true;
   RETURN_IF_ERROR(start.metrics_log->Close());
   RETURN_IF_ERROR(CloseTable(env, job, std::move(start.table)));

@@ -178,7 +178,8 @@ Status PrepareJob(Env* env, Comm* comm, const std::atomic<bool>* stop, JobConfig
   if (comm != nullptr) {
     std::vector<std::string> files;
     RETURN_IF_ERROR(ShareJob(env, *comm, job, ranks_ckpt_dir, &files));
-    if (job->resume && !ranks_ckpt_dir->empty() && !files.empty()) {
+    // (A stream job's position is its partitions, not a plan of files.)
+    if (job->resume && !ranks_ckpt_dir->empty() && !files.empty() && !job->stream.enabled()) {
       RETURN_IF_ERROR(PlanResumedStream(env, comm, files, *ranks_ckpt_dir, job));
     }
   }
