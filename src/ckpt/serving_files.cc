@@ -224,18 +224,19 @@ StatusOr<ServingVersion> ServingVersionWriter::Finish(const std::string& dense_p
   RETURN_IF_ERROR(WriteDenseFile(env_, JoinPath(path_, kDense), dense_payload, &files.back()));
   v_.keys = keys;
   v_.time = UtcNow();
-  const nlohmann::json m = {{"format", "ctrbox-serving-version"},
-                            {"version", v_.version},
-                            {"kind", v_.base ? "base" : "delta"},
-                            {"base", v_.base_version},
-                            {"parent", v_.parent},
-                            {"partition", v_.partition},
-                            {"spec", spec_.ToJson()},
-                            {"layout", LayoutToJson(layout_)},
-                            {"files", FilesToJson(files)},
-                            {"rows", v_.rows},
-                            {"deleted", v_.deleted},
-                            {"keys", keys}};
+  nlohmann::json m = {{"format", "ctrbox-serving-version"},
+                      {"version", v_.version},
+                      {"kind", v_.base ? "base" : "delta"},
+                      {"base", v_.base_version},
+                      {"parent", v_.parent},
+                      {"partition", v_.partition},
+                      {"spec", spec_.ToJson()},
+                      {"layout", LayoutToJson(layout_)},
+                      {"files", FilesToJson(files)},
+                      {"rows", v_.rows},
+                      {"deleted", v_.deleted},
+                      {"keys", keys}};
+  if (!input_.is_null()) m["input"] = input_;
   const std::string text = ManifestText(m);
   RETURN_IF_ERROR(WriteFileAtomic(env_, JoinPath(path_, kManifest), text));
   v_.checksum = Hex(FileChecksum(text));
@@ -329,6 +330,68 @@ Status VerifyServingVersion(Env* env, const std::string& dir, const ServingVersi
   return Status::OK();
 }
 
+StatusOr<ServingVersionData> ReadServingVersionManifest(Env* env, const std::string& dir,
+                                                        const ServingVersion& v) {
+  ASSIGN_OR_RETURN(VersionFiles vf, ReadVersionManifest(env, dir, v));
+  ServingVersionData out;
+  try {
+    ASSIGN_OR_RETURN(out.spec, ModelSpec::FromJson(vf.manifest.at("spec")));
+    out.layout = LayoutFromJson(vf.manifest.at("layout"));
+    out.input = vf.manifest.value("input", nlohmann::json());
+  } catch (const std::exception& e) {
+    return CorruptionError(JoinPath(JoinPath(dir, ServingVersionName(v.version)), kManifest) +
+                           ": " + e.what());
+  }
+  return out;
+}
+
+StatusOr<ServingVersionData> ReadServingVersion(Env* env, const std::string& dir,
+                                                const ServingVersion& v,
+                                                const ServingRowsFn& on_rows, bool dense) {
+  ASSIGN_OR_RETURN(VersionFiles vf, ReadVersionManifest(env, dir, v));
+  const std::string vdir = JoinPath(dir, ServingVersionName(v.version));
+  ServingVersionData out;
+  try {
+    ASSIGN_OR_RETURN(out.spec, ModelSpec::FromJson(vf.manifest.at("spec")));
+    out.layout = LayoutFromJson(vf.manifest.at("layout"));
+    out.input = vf.manifest.value("input", nlohmann::json());
+  } catch (const std::exception& e) {
+    return CorruptionError(JoinPath(vdir, kManifest) + ": " + e.what());
+  }
+  // Each file is read once, its checksum compared with the MANIFEST's.
+  auto checked = [&](const char* name, uint64_t checksum) -> Status {
+    for (const ModelFileInfo& f : vf.files) {
+      if (f.name != name) continue;
+      if (f.checksum == checksum) return Status::OK();
+      return CorruptionError(JoinPath(vdir, name) + ": its checksum differs from its MANIFEST");
+    }
+    return CorruptionError(fmt::format("{}: lists no {}", JoinPath(vdir, kManifest), name));
+  };
+  if (!v.base) {
+    const std::string path = JoinPath(vdir, kDeleted);
+    std::string bytes;
+    RETURN_IF_ERROR(ReadFileToString(env, path, &bytes));
+    RETURN_IF_ERROR(checked(kDeleted, FileChecksum(bytes)));
+    ASSIGN_OR_RETURN(out.deleted, DecodeDeleted(path, bytes));
+  }
+  SparseCounts counts;
+  uint64_t checksum = 0;
+  RETURN_IF_ERROR(
+      ReadSparseFile(env, JoinPath(vdir, kSparse), out.layout, on_rows, &counts, &checksum));
+  RETURN_IF_ERROR(checked(kSparse, checksum));
+  if (counts.rows != v.rows) {
+    return CorruptionError(fmt::format("{}: {} rows, the donefile says {}", JoinPath(vdir, kSparse),
+                                       counts.rows, v.rows));
+  }
+  if (dense) {
+    uint64_t dense_checksum = 0;
+    ASSIGN_OR_RETURN(out.dense_payload,
+                     ReadDenseFile(env, JoinPath(vdir, kDense), &dense_checksum));
+    RETURN_IF_ERROR(checked(kDense, dense_checksum));
+  }
+  return out;
+}
+
 StatusOr<ServingState> LoadServingState(Env* env, const std::string& dir, uint64_t version) {
   ASSIGN_OR_RETURN(std::vector<ServingVersion> all, ReadServingVersions(env, dir));
   std::map<uint64_t, const ServingVersion*> by;
@@ -348,56 +411,28 @@ StatusOr<ServingState> LoadServingState(Env* env, const std::string& dir, uint64
   ServingState s;
   s.version = version;
   for (const ServingVersion* v : chain) {
-    ASSIGN_OR_RETURN(VersionFiles vf, ReadVersionManifest(env, dir, *v));
-    const std::string vdir = JoinPath(dir, ServingVersionName(v->version));
-    try {
-      ASSIGN_OR_RETURN(s.spec, ModelSpec::FromJson(vf.manifest.at("spec")));
-      s.layout = LayoutFromJson(vf.manifest.at("layout"));
-    } catch (const std::exception& e) {
-      return CorruptionError(JoinPath(vdir, kManifest) + ": " + e.what());
-    }
-    // Each file is read once, its checksum compared with the MANIFEST's.
-    auto checked = [&](const char* name, uint64_t checksum) -> Status {
-      for (const ModelFileInfo& f : vf.files) {
-        if (f.name != name) continue;
-        if (f.checksum == checksum) return Status::OK();
-        return CorruptionError(JoinPath(vdir, name) + ": its checksum differs from its MANIFEST");
-      }
-      return CorruptionError(fmt::format("{}: lists no {}", JoinPath(vdir, kManifest), name));
-    };
-    if (v->base) {
-      s.rows.clear();
-    } else {
-      const std::string path = JoinPath(vdir, kDeleted);
-      std::string bytes;
-      RETURN_IF_ERROR(ReadFileToString(env, path, &bytes));
-      RETURN_IF_ERROR(checked(kDeleted, FileChecksum(bytes)));
-      ASSIGN_OR_RETURN(std::vector<uint64_t> keys, DecodeDeleted(path, bytes));
-      for (uint64_t k : keys) s.rows.erase(k);
-    }
-    SparseCounts counts;
-    uint64_t checksum = 0;
-    RETURN_IF_ERROR(ReadSparseFile(
-        env, JoinPath(vdir, kSparse), s.layout,
-        [&](RowBlock& rows) {
-          for (size_t i = 0; i < rows.size(); ++i) {
-            std::string enc;
-            rows.EncodeRow(i, &enc);
-            s.rows[rows.key(i)] = std::move(enc);
-          }
-          return Status::OK();
-        },
-        &counts, &checksum));
-    RETURN_IF_ERROR(checked(kSparse, checksum));
+    if (v->base) s.rows.clear();
+    std::map<uint64_t, std::string> changed;
+    ASSIGN_OR_RETURN(ServingVersionData d, ReadServingVersion(
+                                               env, dir, *v,
+                                               [&](RowBlock& rows) {
+                                                 for (size_t i = 0; i < rows.size(); ++i) {
+                                                   std::string enc;
+                                                   rows.EncodeRow(i, &enc);
+                                                   changed[rows.key(i)] = std::move(enc);
+                                                 }
+                                                 return Status::OK();
+                                               },
+                                               v == chain.back()));
+    for (uint64_t k : d.deleted) s.rows.erase(k);
+    for (auto& [k, enc] : changed) s.rows[k] = std::move(enc);
+    s.spec = std::move(d.spec);
+    s.layout = d.layout;
+    if (v == chain.back()) s.dense_payload = std::move(d.dense_payload);
     if (s.rows.size() != v->keys) {
-      return CorruptionError(fmt::format("{}: {} rows once applied, the donefile says {}", vdir,
+      return CorruptionError(fmt::format("{}: {} rows once applied, the donefile says {}",
+                                         JoinPath(dir, ServingVersionName(v->version)),
                                          s.rows.size(), v->keys));
-    }
-    if (v == chain.back()) {  // the dense parameters are the newest version's alone
-      uint64_t dense_checksum = 0;
-      ASSIGN_OR_RETURN(s.dense_payload,
-                       ReadDenseFile(env, JoinPath(vdir, kDense), &dense_checksum));
-      RETURN_IF_ERROR(checked(kDense, dense_checksum));
     }
   }
   return s;

@@ -9,6 +9,7 @@
 #define CTRBOX_CKPT_SERVING_FILES_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -59,6 +60,9 @@ class ServingVersionWriter {
                                                                 const ValueLayout& layout);
   // Rows as the table holds them (their state and counters are left out).
   Status AddRows(const RowBlock& rows);
+  // What the model reads (ModelManifest::input: the format, the schema), for a server that
+  // takes text records; recorded in the MANIFEST.
+  void SetInput(nlohmann::json input) { input_ = std::move(input); }
   // Keys a delta deletes.
   Status AddDeleted(const std::vector<uint64_t>& keys);
   // Writes the deleted keys, the dense payload and the MANIFEST, fsyncs all and the
@@ -76,6 +80,7 @@ class ServingVersionWriter {
   std::unique_ptr<SparseFileWriter> sparse_;
   RowBlock scratch_;
   std::vector<uint64_t> deleted_;
+  nlohmann::json input_;
 };
 
 // The donefile's versions in order; none when it does not exist. Corruption naming the file
@@ -85,6 +90,24 @@ StatusOr<std::vector<ServingVersion>> ReadServingVersions(Env* env, const std::s
 Status AppendServingVersion(Env* env, const std::string& dir, const ServingVersion& v);
 // Verifies a listed version's MANIFEST checksum and every file's size and checksum.
 Status VerifyServingVersion(Env* env, const std::string& dir, const ServingVersion& v);
+
+// One version's contents, each file read once and verified against its MANIFEST (whose
+// checksum the donefile holds): its rows go to on_rows block by block (in the serving layout),
+// the rest is returned. The dense payload is read only when `dense` is set.
+struct ServingVersionData {
+  ModelSpec spec;
+  ValueLayout layout;
+  std::vector<uint64_t> deleted;  // a delta's
+  std::string dense_payload;
+  nlohmann::json input;  // what the model reads (null: not recorded)
+};
+using ServingRowsFn = std::function<Status(RowBlock& rows)>;
+// Its MANIFEST alone, verified against the donefile: the spec, layout and input.
+StatusOr<ServingVersionData> ReadServingVersionManifest(Env* env, const std::string& dir,
+                                                        const ServingVersion& v);
+StatusOr<ServingVersionData> ReadServingVersion(Env* env, const std::string& dir,
+                                                const ServingVersion& v,
+                                                const ServingRowsFn& on_rows, bool dense);
 
 // A model as serving sees it after `version` is applied: its base, then its deltas in order.
 struct ServingState {

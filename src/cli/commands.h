@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/config.h"
+#include "serve/server.h"
 
 namespace ctrbox {
 
@@ -61,6 +62,9 @@ void PrintJson(const nlohmann::json& j);
 // command replaces this with its own handling while it runs (a clean stop, then a second
 // signal's abandon).
 void InstallSignalHandlers();
+// ctrbox serve: prints {"command": "serve", "listening": "HOST:PORT", ...} once it answers,
+// serves until SIGTERM or Ctrl-C, then drains and returns OK.
+Status RunServeCommand(const ServeOptions& options);
 // For a command that stops cleanly (train, convert, extract): the first Ctrl-C or SIGTERM sets
 // the returned flag, which the command polls (and its readers, as data.cancel); a second ends
 // the process at once with kExitAbandoned, writing `second` (a static string) to stderr.

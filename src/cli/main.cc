@@ -199,6 +199,24 @@ int main(int argc, char** argv) {
 
   auto* config_cmd = app.add_subcommand("config", "list every job key with its default");
 
+  ctrbox::ServeOptions serve;
+  auto* serve_cmd = app.add_subcommand(
+      "serve", "answer predictions over HTTP (KServe v2), following new versions (docs/serve.md)");
+  auto* serve_dir =
+      serve_cmd->add_option("--serving-dir", serve.serving_dir, "a stream job's serving.dir");
+  auto* serve_model = serve_cmd->add_option("--model-dir", serve.model_dir, "a model directory");
+  serve_dir->excludes(serve_model);
+  serve_cmd->add_option("--host", serve.host, "the address to listen on (127.0.0.1)");
+  serve_cmd->add_option("--port", serve.port, "the port (8500; 0: any free one)")
+      ->check(IntegerIn(0, 65535));
+  serve_cmd->add_option("--threads", serve.threads, "HTTP workers, each predicting (2)")
+      ->check(IntegerIn(1, 1024));
+  serve_cmd
+      ->add_option("--poll-seconds", serve.poll_seconds,
+                   "how often new versions are looked for (1)")
+      ->check(NumberIn(0.01, 3600, false));
+  serve_cmd->add_option("--model-name", serve.model_name, "the model's name (ctrbox)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -235,6 +253,13 @@ int main(int argc, char** argv) {
     return Report(
         ctrbox::RunInspectCommand(inspect_dir, inspect_store, inspect_ckpt, inspect_serving));
   if (gen_cmd->parsed()) return Report(ctrbox::RunGenCommand(gen));
+  if (serve_cmd->parsed()) {
+    if (serve.serving_dir.empty() && serve.model_dir.empty()) {
+      std::fprintf(stderr, "ctrbox: error: serve needs --serving-dir or --model-dir\n");
+      return ctrbox::kExitUsage;
+    }
+    return Report(ctrbox::RunServeCommand(serve));
+  }
   if (config_cmd->parsed()) {
     std::cout << ctrbox::ConfigReference();
     return 0;

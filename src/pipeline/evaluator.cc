@@ -147,7 +147,7 @@ Status PredictLines(Env* env, const DataOptions& data, SparseTable& table, CtrMo
         ++next_bad;
         text_out += "nan\n";
       } else {
-        fmt::format_to(std::back_inserter(text_out), "{:.7g}\n", predictions[next_row++]);
+        fmt::format_to(std::back_inserter(text_out), "{}\n", predictions[next_row++]);
       }
     }
     if (std::fwrite(text_out.data(), 1, text_out.size(), out) != text_out.size()) {

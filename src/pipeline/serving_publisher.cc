@@ -203,6 +203,7 @@ StatusOr<std::optional<ServingVersion>> ServingPublisher::Prepare(SparseTable& t
   if (writes_) {
     ASSIGN_OR_RETURN(
         w, ServingVersionWriter::Create(env_, write_dir, v, spec_, table_layout_, layout_));
+    w->SetInput(input_);
   }
   RETURN_IF_ERROR(WriteRows(w.get(), table, v.base, comm));
   uint64_t keys = table.Stats().keys;

@@ -40,6 +40,8 @@ class ServingPublisher {
   // it their rows and keep the same chain.
   Status Recover(const nlohmann::json& state, bool writes = true);
 
+  // What the model reads (train_steps::InputRecord), recorded in every version written.
+  void SetInput(nlohmann::json input) { input_ = std::move(input); }
   // A pass pushed `rows` (the values the table now holds).
   Status OnPush(const RowBlock& rows);
   // TTL eviction deleted `keys`.
@@ -88,7 +90,8 @@ class ServingPublisher {
   // one): each is written again aside and compared, never republished.
   std::map<uint64_t, ServingVersion> ahead_;
   bool republished_ = false;  // the prepared version is one of them
-  bool writes_ = true;        // this process writes and publishes (rank 0)
+  bool writes_ = true;
+  nlohmann::json input_;  // this process writes and publishes (rank 0)
 };
 
 }  // namespace ctrbox

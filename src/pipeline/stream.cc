@@ -180,6 +180,7 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
   }
   if (!job.serving.dir.empty()) {
     publisher.emplace(env, job.serving, job.spec, start.model->value_layout());
+    publisher->SetInput(InputRecord(job));
     RETURN_IF_ERROR(publisher->Recover(state.serving, rank0));
   }
   std::optional<Admission> admission;

@@ -1,0 +1,435 @@
+// ctrbox serve end to end (issue 43, docs/serve.md): the server as a process, real HTTP
+// clients (Python's urllib, curl), versions published by a stream job while it serves.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "ckpt/serving_files.h"
+#include "cli/cli_test_util.h"
+
+namespace ctrbox {
+namespace {
+
+using testing::Result;
+
+// Python clients, written to the test directory (standard library only).
+constexpr const char* kClient = R"PY(
+import json, struct, sys, threading, time, urllib.request, urllib.error
+
+def post(port, body, path="/v2/models/ctrbox/infer"):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+def records_body(lines, rid=None):
+    b = {"inputs": [{"name": "records", "shape": [len(lines)], "datatype": "BYTES", "data": lines}]}
+    if rid is not None:
+        b["id"] = rid
+    return json.dumps(b).encode()
+
+def bits(x):
+    return struct.unpack("<I", struct.pack("<f", float(x)))[0]
+
+cmd, port = sys.argv[1], int(sys.argv[2])
+if cmd == "compare":  # the server's probabilities against predict's, 256 records a request
+    lines = open(sys.argv[3]).read().splitlines()
+    want = [bits(x) for x in open(sys.argv[4]).read().split()]
+    got = []
+    for i in range(0, len(lines), 256):
+        code, r = post(port, records_body(lines[i:i + 256], str(i)))
+        assert code == 200, r
+        assert r["id"] == str(i) and r["outputs"][0]["shape"] == [len(lines[i:i + 256])], r
+        got += [bits(x) for x in r["outputs"][0]["data"]]
+    bad = sum(1 for a, b in zip(got, want) if a != b)
+    print(json.dumps({"n": len(got), "want": len(want), "mismatches": bad}))
+elif cmd == "hammer":  # concurrent requests until the file `stop` exists: version -> answers
+    lines = open(sys.argv[3]).read().splitlines()[:64]
+    stop, out = sys.argv[4], sys.argv[5]
+    seen, failed, lat = {}, [0], []
+    lock = threading.Lock()
+    def worker():
+        import os
+        while not os.path.exists(stop):
+            t = time.time()
+            code, r = post(port, records_body(lines))
+            with lock:
+                lat.append(time.time() - t)
+                if code != 200:
+                    failed[0] += 1
+                    continue
+                v = r["model_version"]
+                seen.setdefault(v, set()).add(tuple(bits(x) for x in r["outputs"][0]["data"]))
+    ts = [threading.Thread(target=worker) for _ in range(3)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    lat.sort()
+    json.dump({"failed": failed[0], "requests": len(lat),
+               "p99": lat[int(0.99 * (len(lat) - 1))] if lat else 0,
+               "versions": {v: [list(a) for a in s] for v, s in seen.items()}}, open(out, "w"))
+elif cmd == "one":  # one request's probabilities as float32 bits, and its version
+    lines = open(sys.argv[3]).read().splitlines()[:64]
+    code, r = post(port, records_body(lines))
+    print(json.dumps({"code": code, "version": r.get("model_version"),
+                      "bits": [bits(x) for x in r["outputs"][0]["data"]] if code == 200 else r}))
+)PY";
+
+class ServeCliTest : public testing::CliTest {
+ protected:
+  void SetUp() override {
+    CliTest::SetUp();
+    if (std::system("command -v curl >/dev/null 2>&1") != 0)
+      GTEST_SKIP() << "no curl (scripts/setup)";
+    ASSERT_TRUE(WriteFileAtomic(Env::Posix(), Path("client.py"), kClient).ok());
+  }
+  void TearDown() override {
+    for (pid_t p : servers_) {
+      kill(p, SIGKILL);
+      waitpid(p, nullptr, 0);
+    }
+    CliTest::TearDown();
+  }
+
+  // Starts `ctrbox serve ARGS --port 0`; returns its port once it listens (0: it failed).
+  int Serve(const std::string& args, const std::string& name = "serve") {
+    const std::string out = Path(name + ".out"), err = Path(name + ".err");
+    Env::Posix()->DeleteFile(out).IgnoreError();  // (a server before under the same name)
+    const std::string cmd =
+        "exec " + ctrbox_ + " serve " + args + " --port 0 >" + out + " 2>" + err;
+    pid_t pid = fork();
+    if (pid == 0) {
+      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    servers_.push_back(pid);
+    for (int i = 0; i < 3000; ++i) {
+      std::string text;
+      if (ReadFileToString(Env::Posix(), out, &text).ok() && !text.empty()) {
+        auto j = nlohmann::json::parse(text.substr(0, text.find('\n')), nullptr, false);
+        if (j.is_object() && j.contains("port")) return j["port"].get<int>();
+      }
+      int status = 0;
+      if (waitpid(pid, &status, WNOHANG) == pid) {
+        servers_.pop_back();
+        return 0;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return 0;
+  }
+  // SIGTERM to the newest server; its exit status (-1: killed by a signal).
+  int StopServer() {
+    const pid_t pid = servers_.back();
+    servers_.pop_back();
+    kill(pid, SIGTERM);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  Result Client(const std::string& args) {
+    return Run("python3 " + Path("client.py") + " " + args);
+  }
+  // curl's HTTP status and body.
+  std::pair<int, std::string> Curl(int port, const std::string& path,
+                                   const std::string& body = "") {
+    const std::string data = body.empty() ? "" : " --data-binary @" + Path("body.json");
+    if (!body.empty()) EXPECT_TRUE(WriteFileAtomic(Env::Posix(), Path("body.json"), body).ok());
+    Result r = Run(fmt::format("curl -s -o {} -w '%{{http_code}}'{} http://127.0.0.1:{}{}",
+                               Path("curl.out"), data, port, path));
+    std::string out;
+    ReadFileToString(Env::Posix(), Path("curl.out"), &out).IgnoreError();
+    return {std::atoi(r.out.c_str()), out};
+  }
+  std::string Log(const std::string& name = "serve") {
+    std::string text;
+    ReadFileToString(Env::Posix(), Path(name + ".err"), &text).IgnoreError();
+    return text;
+  }
+
+  std::vector<pid_t> servers_;
+};
+
+// For 10 000 test records the server's probabilities equal `ctrbox predict`'s on the same
+// model, bit for bit: a model directory, and a stream's newest version (float32 rows).
+TEST_F(ServeCliTest, ServedProbabilitiesEqualPredictsBitForBit) {
+  ASSERT_EQ(
+      Run(Ctrbox("train --set data.gen.rows=30000 --set model.mlp=64,32 --model-dir " + Path("m")))
+          .exit_code,
+      0);
+  ASSERT_EQ(Run(Ctrbox("gen --rows 10000 --seed 5 --out " + Path("test.tsv"))).exit_code, 0);
+  // One chunk: predict's blocks of 256 rows start at the file's first row, as the requests'.
+  Result predicted = Run(Ctrbox("predict --set data.chunk_bytes=64MB --model-dir " + Path("m") +
+                                " --data " + Path("test.tsv") + " >" + Path("predict.txt")));
+  ASSERT_EQ(predicted.exit_code, 0) << predicted.err;
+  const int port = Serve("--model-dir " + Path("m"));
+  ASSERT_GT(port, 0) << Log();
+  Result cmp = Client(fmt::format("compare {} {} {}", port, Path("test.tsv"), Path("predict.txt")));
+  ASSERT_EQ(cmp.exit_code, 0) << cmp.err;
+  EXPECT_EQ(cmp.last_json["n"], 10000);
+  EXPECT_EQ(cmp.last_json["want"], 10000);
+  EXPECT_EQ(cmp.last_json["mismatches"], 0);
+  EXPECT_EQ(StopServer(), 0);
+
+  // A stream's versions: the newest (a delta on its base) serves its model directory's.
+  ASSERT_EQ(Run(Ctrbox("gen --partitions 3 --rows 4000 --out " + Path("root"))).exit_code, 0);
+  Result stream = Run(Ctrbox("train --set stream.root=" + Path("root") +
+                             " --set stream.until=20261101/02 --set "
+                             "stream.poll_seconds=0.05 --set ckpt.dir=" +
+                             Path("ckpt") + " --set serving.dir=" + Path("serving") +
+                             " --set table.ttl_partitions=1 --set model.mlp=32 --set "
+                             "train.batch_size=256 --model-dir " +
+                             Path("sm")));
+  ASSERT_EQ(stream.exit_code, 0) << stream.err;
+  ASSERT_EQ(Run(Ctrbox("predict --set data.chunk_bytes=64MB --model-dir " + Path("sm") +
+                       " --data " + Path("test.tsv") + " >" + Path("predict2.txt")))
+                .exit_code,
+            0);
+  const int sport = Serve("--serving-dir " + Path("serving"));
+  ASSERT_GT(sport, 0) << Log();
+  cmp = Client(fmt::format("compare {} {} {}", sport, Path("test.tsv"), Path("predict2.txt")));
+  ASSERT_EQ(cmp.exit_code, 0) << cmp.err << Log();
+  EXPECT_EQ(cmp.last_json["mismatches"], 0);
+  EXPECT_NE(Log().find("serving v-000003 (delta applied"), std::string::npos) << Log();
+  EXPECT_EQ(StopServer(), 0);
+}
+
+// Every endpoint's status codes and shapes, from curl; bad requests get 400 naming the field.
+TEST_F(ServeCliTest, TheProtocolsEndpointsAndItsErrors) {
+  ASSERT_EQ(
+      Run(Ctrbox("train --set data.gen.rows=5000 --set model.mlp=16 --model-dir " + Path("m")))
+          .exit_code,
+      0);
+  const int port = Serve("--model-dir " + Path("m"));
+  ASSERT_GT(port, 0) << Log();
+  EXPECT_EQ(Curl(port, "/v2/health/live").first, 200);
+  EXPECT_EQ(Curl(port, "/v2/health/ready").first, 200);
+  EXPECT_EQ(Curl(port, "/v2/models/ctrbox/ready").first, 200);
+  auto meta = Curl(port, "/v2/models/ctrbox");
+  ASSERT_EQ(meta.first, 200);
+  auto m = nlohmann::json::parse(meta.second);
+  EXPECT_EQ(m["name"], "ctrbox");
+  EXPECT_EQ(m["inputs"][1]["shape"], nlohmann::json::array({-1, 26}));
+  EXPECT_EQ(m["inputs"][2]["shape"], nlohmann::json::array({-1, 13}));
+  EXPECT_EQ(m["outputs"][0]["name"], "probability");
+  EXPECT_EQ(Curl(port, "/v2/models/other").first, 404);
+  EXPECT_EQ(Curl(port, "/v2/nothing").first, 404);
+  const std::string version = m["versions"][0];
+  EXPECT_EQ(Curl(port, "/v2/models/ctrbox/versions/" + version + "/ready").first, 200);
+  EXPECT_EQ(Curl(port, "/v2/models/ctrbox/versions/999/ready").first, 404);
+
+  // Keys and dense tensors (nested as their shape), and records.
+  std::string line = std::string("1\t") + "5\t\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t13";
+  for (int s = 0; s < 26; ++s) line += fmt::format("\t{:08x}", 0x1234 * (s + 1));
+  const std::string records =
+      nlohmann::json{
+          {"inputs",
+           {{{"name", "records"}, {"datatype", "BYTES"}, {"shape", {2}}, {"data", {line, line}}}}}}
+          .dump();
+  auto ok = Curl(port, "/v2/models/ctrbox/infer", records);
+  ASSERT_EQ(ok.first, 200) << ok.second;
+  auto r = nlohmann::json::parse(ok.second);
+  EXPECT_EQ(r["model_version"], version);
+  ASSERT_EQ(r["outputs"][0]["data"].size(), 2u);
+  EXPECT_EQ(r["outputs"][0]["data"][0], r["outputs"][0]["data"][1]);
+  nlohmann::json keys = nlohmann::json::array(), dense = nlohmann::json::array();
+  for (int row = 0; row < 3; ++row) {
+    nlohmann::json k = nlohmann::json::array(), d = nlohmann::json::array();
+    for (int s = 0; s < 26; ++s) k.push_back(s == 3 ? -1 : 1000 * row + s);
+    for (int j = 0; j < 13; ++j) d.push_back(0.5 * j);
+    keys.push_back(k);
+    dense.push_back(d);
+  }
+  const std::string tensors =
+      nlohmann::json{
+          {"id", "t"},
+          {"inputs",
+           {{{"name", "keys"}, {"datatype", "INT64"}, {"shape", {3, 26}}, {"data", keys}},
+            {{"name", "dense"}, {"datatype", "FP32"}, {"shape", {3, 13}}, {"data", dense}}}}}
+          .dump();
+  auto t = Curl(port, "/v2/models/ctrbox/infer", tensors);
+  ASSERT_EQ(t.first, 200) << t.second;
+  EXPECT_EQ(nlohmann::json::parse(t.second)["id"], "t");
+  EXPECT_EQ(nlohmann::json::parse(t.second)["outputs"][0]["shape"], nlohmann::json::array({3}));
+
+  struct Case {
+    std::string body, expect;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"{\"inputs\": [", "not JSON"},
+           {"[1, 2]", "not a JSON object"},
+           {"{}", "inputs: missing"},
+           {R"({"inputs":[{"name":"records","datatype":"BYTES","shape":[3],"data":["a","b"]}]})",
+            "inputs[0] (records).data: 2 elements, the shape [3] holds 3"},
+           {R"({"inputs":[{"name":"records","datatype":"BYTES","shape":[1],"data":["1\t2"]}]})",
+            "records[0]: expected 40 tab-separated fields"},
+           {R"({"inputs":[{"name":"keys","datatype":"INT64","shape":[1,25],"data":[[1]]}]})",
+            "inputs[0] (keys).shape: [1, 25], expected [1, 26]"},
+           {R"({"inputs":[{"name":"keys","datatype":"FP32","shape":[1,26],"data":[1]}]})",
+            "datatype: FP32, expected INT64"},
+           {R"({"inputs":[{"name":"pixels","datatype":"FP32","shape":[1],"data":[1]}]})",
+            "'pixels' is no input"},
+           {R"({"inputs":[{"name":"records","datatype":"BYTES","shape":[1],"data":[7]}]})",
+            "element 0 is not a string"},
+       }) {
+    auto bad = Curl(port, "/v2/models/ctrbox/infer", c.body);
+    EXPECT_EQ(bad.first, 400) << c.body;
+    EXPECT_NE(bad.second.find(c.expect), std::string::npos) << c.body << ": " << bad.second;
+  }
+  EXPECT_EQ(Curl(port, "/v2/models/other/infer", records).first, 404);
+  // The metrics count them, in Prometheus' text format.
+  auto metrics = Curl(port, "/metrics");
+  ASSERT_EQ(metrics.first, 200);
+  EXPECT_NE(metrics.second.find("ctrbox_requests_total{endpoint=\"infer\",code=\"400\"} 9"),
+            std::string::npos)
+      << metrics.second;
+  EXPECT_NE(metrics.second.find("ctrbox_infer_seconds_count 2"), std::string::npos);
+  EXPECT_NE(metrics.second.find("ctrbox_model_keys "), std::string::npos);
+  EXPECT_EQ(StopServer(), 0);
+}
+
+// While a stream job publishes deltas and a base, the server follows without a failed request,
+// each response is one version's (every response of a version is the same, and equals what a
+// server of just that version answers), and a damaged version is refused while the last good
+// one keeps serving.
+TEST_F(ServeCliTest, VersionsSwapUnderLoadWithoutAMixedOrFailedAnswer) {
+  ASSERT_EQ(Run(Ctrbox("gen --partitions 6 --rows 3000 --out " + Path("root"))).exit_code, 0);
+  ASSERT_EQ(Run(Ctrbox("gen --rows 64 --seed 9 --out " + Path("req.tsv"))).exit_code, 0);
+  auto stream = [&](const std::string& until, const std::string& serving) {
+    return Ctrbox("train --set stream.root=" + Path("root") + " --set stream.until=" + until +
+                  " --set stream.poll_seconds=0.05 --set ckpt.dir=" + Path("ckpt_" + serving) +
+                  " --set serving.dir=" + Path(serving) +
+                  " --set serving.base_every=3 --set serving.keep_bases=5 --set model.mlp=32 "
+                  "--set train.batch_size=256");
+  };
+  ASSERT_EQ(Run(stream("20261101/00", "serving")).exit_code, 0);
+  const int port = Serve("--serving-dir " + Path("serving") + " --poll-seconds 0.05");
+  ASSERT_GT(port, 0) << Log();
+  const std::string stop = Path("stop");
+  pid_t client = fork();
+  if (client == 0) {
+    const std::string cmd = "exec python3 " + Path("client.py") + fmt::format(" hammer {} ", port) +
+                            Path("req.tsv") + " " + stop + " " + Path("hammer.json");
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Partitions 01..05 trained while the requests run: deltas, and a base at version 4.
+  Result more = Run(stream("20261101/05", "serving"));
+  ASSERT_EQ(more.exit_code, 0) << more.err;
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), stop, "").ok());
+  int status = 0;
+  waitpid(client, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  std::string text;
+  ASSERT_TRUE(ReadFileToString(Env::Posix(), Path("hammer.json"), &text).ok());
+  const auto h = nlohmann::json::parse(text);
+  EXPECT_EQ(h["failed"], 0);
+  EXPECT_GT(h["requests"].get<int>(), 20);
+  RecordProperty("requests", h["requests"].get<int>());
+  RecordProperty("p99_seconds", std::to_string(h["p99"].get<double>()));
+  ASSERT_TRUE(h["versions"].contains("6")) << text;  // it followed to the newest
+  EXPECT_GE(h["versions"].size(), 2u);
+  // Each version answered one set of probabilities: that of a server of that version alone
+  // (the serving directory copied with its donefile cut there).
+  auto listed = ReadServingVersions(Env::Posix(), Path("serving"));
+  ASSERT_TRUE(listed.ok());
+  for (const auto& [v, answers] : h["versions"].items()) {
+    ASSERT_EQ(answers.size(), 1u) << "version " << v << " gave different answers";
+    const std::string copy = Path("copy_" + v);
+    ASSERT_EQ(Run("cp -r " + Path("serving") + " " + copy).exit_code, 0);
+    std::string donefile;
+    for (const ServingVersion& s : *listed) {
+      if (s.version <= std::stoull(v)) donefile += s.ToJson().dump() + "\n";
+    }
+    ASSERT_TRUE(WriteFileAtomic(Env::Posix(), copy + "/versions.jsonl", donefile).ok());
+    const int alone = Serve("--serving-dir " + copy, "alone" + v);
+    ASSERT_GT(alone, 0) << Log("alone" + v);
+    Result one = Client(fmt::format("one {} {}", alone, Path("req.tsv")));
+    ASSERT_EQ(one.exit_code, 0) << one.err;
+    EXPECT_EQ(one.last_json["version"], v);
+    EXPECT_EQ(one.last_json["bits"], answers[0]) << "version " << v;
+    EXPECT_EQ(StopServer(), 0);
+  }
+
+  // A damaged version: the server says so and keeps serving the last good one.
+  ASSERT_EQ(Run(stream("20261101/05", "other")).exit_code, 0);  // (to copy a version from)
+  Result before = Client(fmt::format("one {} {}", port, Path("req.tsv")));
+  EXPECT_EQ(before.last_json["version"], "6");
+  // Version 7 written by hand: version 6's files under a new number, its sparse file damaged.
+  ServingVersion next = listed->back();
+  next.version = 7;
+  next.parent = 6;
+  next.base = false;
+  ASSERT_EQ(Run("cp -r " + Path("serving/v-000006") + " " + Path("serving/v-000007")).exit_code, 0);
+  std::string bytes;
+  ASSERT_TRUE(ReadFileToString(Env::Posix(), Path("serving/v-000007/sparse.bin"), &bytes).ok());
+  bytes[bytes.size() / 2] ^= 0x55;
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), Path("serving/v-000007/sparse.bin"), bytes).ok());
+  ASSERT_TRUE(AppendServingVersion(Env::Posix(), Path("serving"), next).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  Result after = Client(fmt::format("one {} {}", port, Path("req.tsv")));
+  EXPECT_EQ(after.last_json["code"], 200);
+  EXPECT_EQ(after.last_json["version"], "6");
+  EXPECT_EQ(after.last_json["bits"], before.last_json["bits"]);
+  auto metrics = Curl(port, "/metrics");
+  EXPECT_NE(metrics.second.find("ctrbox_version_errors_total 1"), std::string::npos)
+      << metrics.second;
+  EXPECT_NE(metrics.second.find("ctrbox_version_error_info"), std::string::npos);
+  EXPECT_NE(Log().find("did not load; still serving v-000006"), std::string::npos) << Log();
+  EXPECT_EQ(StopServer(), 0);
+}
+
+// SIGTERM while a large request is in flight: it is answered, then the server exits 0.
+TEST_F(ServeCliTest, SigtermDrainsTheRequestsInFlightAndExitsZero) {
+  ASSERT_EQ(
+      Run(Ctrbox("train --set data.gen.rows=5000 --set model.mlp=256,128 --model-dir " + Path("m")))
+          .exit_code,
+      0);
+  ASSERT_EQ(Run(Ctrbox("gen --rows 60000 --seed 3 --out " + Path("big.tsv"))).exit_code, 0);
+  const int port = Serve("--model-dir " + Path("m"));
+  ASSERT_GT(port, 0) << Log();
+  const std::string script = Path("big.py");
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), script,
+                              fmt::format(R"PY(
+import json, sys, urllib.request
+lines = open("{}").read().splitlines()
+body = json.dumps({{"inputs": [{{"name": "records", "shape": [len(lines)], "datatype": "BYTES",
+                                "data": lines}}]}}).encode()
+r = urllib.request.urlopen(urllib.request.Request("http://127.0.0.1:{}/v2/models/ctrbox/infer",
+                                                  data=body,
+                                                  headers={{"Content-Type": "application/json"}}),
+                           timeout=120)
+print(json.dumps({{"code": r.status, "n": len(json.loads(r.read())["outputs"][0]["data"])}}))
+)PY",
+                                          Path("big.tsv"), port))
+                  .ok());
+  pid_t client = fork();
+  if (client == 0) {
+    const std::string cmd = "exec python3 " + script + " >" + Path("big.out");
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Once the request is being answered (the client sent it; the server is predicting).
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  EXPECT_EQ(StopServer(), 0);
+  int status = 0;
+  waitpid(client, &status, 0);
+  std::string out;
+  ASSERT_TRUE(ReadFileToString(Env::Posix(), Path("big.out"), &out).ok());
+  auto j = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << out;
+  EXPECT_EQ(j["code"], 200);
+  EXPECT_EQ(j["n"], 60000);
+  EXPECT_NE(Log().find("answering the requests in flight"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ctrbox

@@ -1,0 +1,34 @@
+// `ctrbox serve` (docs/serve.md): the KServe / Triton v2 inference protocol over HTTP, one
+// version of the model answering each request, the newest version followed without a stop.
+#ifndef CTRBOX_SERVE_SERVER_H_
+#define CTRBOX_SERVE_SERVER_H_
+
+#include <atomic>
+#include <functional>
+#include <string>
+
+#include "util/env.h"
+#include "util/status.h"
+
+namespace ctrbox {
+
+struct ServeOptions {
+  std::string serving_dir;  // a trainer's serving.dir (its donefile), or
+  std::string model_dir;    // a model directory
+  std::string host = "127.0.0.1";
+  int port = 8500;            // 0: any free port (said on the listening line)
+  int threads = 2;            // HTTP workers, each predicting its requests
+  double poll_seconds = 1.0;  // how often the donefile (or the model's MANIFEST) is read
+  std::string model_name = "ctrbox";
+  size_t max_body_bytes = size_t{64} << 20;
+};
+
+// Loads the newest version, listens, calls on_listening(port) once it accepts requests, and
+// serves until *stop: then it stops accepting, answers the requests in flight and returns OK.
+// Fails before listening when no version loads or the port cannot be bound.
+Status RunServer(Env* env, const ServeOptions& options, const std::atomic<bool>* stop,
+                 const std::function<void(int port)>& on_listening);
+
+}  // namespace ctrbox
+
+#endif  // CTRBOX_SERVE_SERVER_H_
