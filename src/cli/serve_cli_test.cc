@@ -141,7 +141,9 @@ class ServeCliTest : public testing::CliTest {
   std::pair<int, std::string> Curl(int port, const std::string& path,
                                    const std::string& body = "") {
     const std::string data = body.empty() ? "" : " --data-binary @" + Path("body.json");
-    if (!body.empty()) EXPECT_TRUE(WriteFileAtomic(Env::Posix(), Path("body.json"), body).ok());
+    if (!body.empty()) {
+      EXPECT_TRUE(WriteFileAtomic(Env::Posix(), Path("body.json"), body).ok());
+    }
     Result r = Run(fmt::format("curl -s -o {} -w '%{{http_code}}'{} http://127.0.0.1:{}{}",
                                Path("curl.out"), data, port, path));
     std::string out;
@@ -403,10 +405,9 @@ import json, sys, urllib.request
 lines = open("{}").read().splitlines()
 body = json.dumps({{"inputs": [{{"name": "records", "shape": [len(lines)], "datatype": "BYTES",
                                 "data": lines}}]}}).encode()
+# (No Content-Type: urllib says form-urlencoded, as curl -d does; the body is read as JSON.)
 r = urllib.request.urlopen(urllib.request.Request("http://127.0.0.1:{}/v2/models/ctrbox/infer",
-                                                  data=body,
-                                                  headers={{"Content-Type": "application/json"}}),
-                           timeout=120)
+                                                  data=body), timeout=120)
 print(json.dumps({{"code": r.status, "n": len(json.loads(r.read())["outputs"][0]["data"])}}))
 )PY",
                                           Path("big.tsv"), port))

@@ -130,7 +130,18 @@ class Server {
                 res.set_content(R"({"ready":true})", "application/json");
               });
     http->Post(R"(/v2/models/([^/]+)(?:/versions/([^/]+))?/infer)",
-               [this](const httplib::Request& req, httplib::Response& res) { Infer(req, res); });
+               // The body read here whatever its Content-Type (curl -d says form-urlencoded,
+               // which httplib would otherwise parse as a form and cap at 8 KB).
+               [this](const httplib::Request& req, httplib::Response& res,
+                      const httplib::ContentReader& content) {
+                 thread_local std::string body;
+                 body.clear();
+                 content([&](const char* data, size_t n) {
+                   body.append(data, n);
+                   return true;
+                 });
+                 Infer(req, body, res);
+               });
     http->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(Metrics(), "text/plain; version=0.0.4");
     });
@@ -193,13 +204,13 @@ class Server {
               {"keys", v.keys}}}};
   }
 
-  void Infer(const httplib::Request& req, httplib::Response& res) {
+  void Infer(const httplib::Request& req, const std::string& body, httplib::Response& res) {
     Stopwatch clock;
     const std::shared_ptr<const ServedVersion> v = version_.load();  // the request's version
     if (!Known(req, *v, res)) return;
     thread_local Predictor predictor;
     thread_local std::vector<float> p;
-    StatusOr<InferRequest> r = ParseInferRequest(req.body, *v);
+    StatusOr<InferRequest> r = ParseInferRequest(body, *v);
     Status s = r.status();
     if (s.ok()) s = predictor.Predict(v, &r->rows, &p);
     if (!s.ok()) {
