@@ -209,7 +209,10 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--host", serve.host, "the address to listen on (127.0.0.1)");
   serve_cmd->add_option("--port", serve.port, "the port (8500; 0: any free one)")
       ->check(IntegerIn(0, 65535));
-  serve_cmd->add_option("--threads", serve.threads, "HTTP workers, each predicting (2)")
+  serve_cmd
+      ->add_option("--threads", serve.threads,
+                   "HTTP workers, each predicting; each holds an open connection while it lasts "
+                   "(8)")
       ->check(IntegerIn(1, 1024));
   serve_cmd
       ->add_option("--poll-seconds", serve.poll_seconds,

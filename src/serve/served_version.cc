@@ -35,10 +35,12 @@ bool ServedVersion::Lookup(uint64_t key, RowBlock* out, size_t i) const {
   return base_rows && base_rows->Lookup(key, out, i);
 }
 
-size_t ServedVersion::MemoryBytes() const {
+size_t ServedVersion::RowBytes() const {
   return (base_rows ? base_rows->MemoryBytes() : 0) + (overlay ? overlay->MemoryBytes() : 0) +
-         (deleted ? deleted->capacity() * sizeof(uint64_t) : 0) + dense_payload.size();
+         (deleted ? deleted->capacity() * sizeof(uint64_t) : 0);
 }
+
+size_t ServedVersion::MemoryBytes() const { return RowBytes() + dense_payload.size(); }
 
 namespace {
 

@@ -38,6 +38,8 @@ struct ServedVersion {
   // Row i of *out set to key's row; false (row i untouched) when the version has none.
   bool Lookup(uint64_t key, RowBlock* out, size_t i) const;
   size_t MemoryBytes() const;
+  // Of them, the rows' (base, overlay, deleted keys).
+  size_t RowBytes() const;
 };
 
 // Loads versions and follows the newest. Thread safety: one thread.

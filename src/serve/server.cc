@@ -267,13 +267,15 @@ class Server {
         "# TYPE ctrbox_model_keys gauge\nctrbox_model_keys {}\n"
         "# HELP ctrbox_model_bytes Bytes the version served holds in memory.\n"
         "# TYPE ctrbox_model_bytes gauge\nctrbox_model_bytes {}\n"
+        "# HELP ctrbox_model_row_bytes Of them, the rows' (embeddings at the served precision).\n"
+        "# TYPE ctrbox_model_row_bytes gauge\nctrbox_model_row_bytes {}\n"
         "# HELP ctrbox_versions_loaded_total Versions loaded (bases and deltas applied).\n"
         "# TYPE ctrbox_versions_loaded_total counter\nctrbox_versions_loaded_total {}\n"
         "# HELP ctrbox_version_errors_total Versions that failed to load (the last good one "
         "stays).\n# TYPE ctrbox_version_errors_total counter\nctrbox_version_errors_total {}\n",
         v->name, v->base ? "base" : "delta", v->version,
         now - (v->published_at > 0 ? v->published_at : v->loaded_at), v->keys, v->MemoryBytes(),
-        versions_loaded_.load(), version_errors_.load());
+        v->RowBytes(), versions_loaded_.load(), version_errors_.load());
     if (!last_error.empty()) {
       std::string quoted = nlohmann::json(last_error).dump();
       fmt::format_to(std::back_inserter(out),

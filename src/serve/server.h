@@ -16,8 +16,10 @@ struct ServeOptions {
   std::string serving_dir;  // a trainer's serving.dir (its donefile), or
   std::string model_dir;    // a model directory
   std::string host = "127.0.0.1";
-  int port = 8500;            // 0: any free port (said on the listening line)
-  int threads = 2;            // HTTP workers, each predicting its requests
+  int port = 8500;  // 0: any free port (said on the listening line)
+  // HTTP workers, each predicting its requests. A worker holds an open (keep-alive)
+  // connection while it lasts (cpp-httplib), so this bounds the connections served at once.
+  int threads = 8;
   double poll_seconds = 1.0;  // how often the donefile (or the model's MANIFEST) is read
   std::string model_name = "ctrbox";
   size_t max_body_bytes = size_t{64} << 20;
