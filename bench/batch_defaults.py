@@ -7,17 +7,13 @@ examples/s, seconds) and per size a summary with medians and the AUC difference.
 
     bench/batch_defaults.py [--sizes 8000,50000,200000,1000000] [--reps 3] [--data-dir DIR]
 """
-import json, os, statistics, subprocess, sys
+import json, os, statistics, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_data  # noqa: E402
 
 
-def gen(ctrbox, path, rows, seed):
-    if not os.path.exists(path):
-        subprocess.run([ctrbox, "gen", "--rows", str(rows), "--seed", str(seed), "--out", path],
-                       check=True, capture_output=True)
-    return path
+gen = bench_data.ctrbox_gen
 
 
 def main():

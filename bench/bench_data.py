@@ -37,6 +37,14 @@ def criteo_file(path, rows, seed):
     return path
 
 
+def ctrbox_gen(ctrbox, path, rows, seed):
+    """`ctrbox gen`'s `rows` rows of `seed` into path if absent; returns path."""
+    if not os.path.exists(path):
+        subprocess.run([ctrbox, "gen", "--rows", str(rows), "--seed", str(seed), "--out", path],
+                       check=True, capture_output=True)
+    return path
+
+
 def criteo_train_test(data_dir):
     """Returns the paths of train.tsv and test.tsv in data_dir, generating them first if absent."""
     return (criteo_file(os.path.join(data_dir, "train.tsv"), 1_000_000, 11),

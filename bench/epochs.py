@@ -10,7 +10,7 @@ at the batch sized from the data and at batch 1024 (few steps an epoch: one epoc
 
     bench/epochs.py [--reps 1] [--data-dir DIR]
 """
-import json, math, os, random, statistics, subprocess, sys
+import json, math, os, random, statistics, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_data  # noqa: E402
@@ -32,11 +32,7 @@ def additive(path, rows, ids, seed):
     return path
 
 
-def gen(ctrbox, path, rows, seed):
-    if not os.path.exists(path):
-        subprocess.run([ctrbox, "gen", "--rows", str(rows), "--seed", str(seed), "--out", path],
-                       check=True, capture_output=True)
-    return path
+gen = bench_data.ctrbox_gen
 
 
 def main():

@@ -330,19 +330,27 @@ Status VerifyServingVersion(Env* env, const std::string& dir, const ServingVersi
   return Status::OK();
 }
 
-StatusOr<ServingVersionData> ReadServingVersionManifest(Env* env, const std::string& dir,
-                                                        const ServingVersion& v) {
-  ASSIGN_OR_RETURN(VersionFiles vf, ReadVersionManifest(env, dir, v));
+namespace {
+
+// The spec, layout and input a version's MANIFEST records.
+StatusOr<ServingVersionData> VersionDataOf(const VersionFiles& vf, const std::string& path) {
   ServingVersionData out;
   try {
     ASSIGN_OR_RETURN(out.spec, ModelSpec::FromJson(vf.manifest.at("spec")));
     out.layout = LayoutFromJson(vf.manifest.at("layout"));
     out.input = vf.manifest.value("input", nlohmann::json());
   } catch (const std::exception& e) {
-    return CorruptionError(JoinPath(JoinPath(dir, ServingVersionName(v.version)), kManifest) +
-                           ": " + e.what());
+    return CorruptionError(path + ": " + e.what());
   }
   return out;
+}
+
+}  // namespace
+
+StatusOr<ServingVersionData> ReadServingVersionManifest(Env* env, const std::string& dir,
+                                                        const ServingVersion& v) {
+  ASSIGN_OR_RETURN(VersionFiles vf, ReadVersionManifest(env, dir, v));
+  return VersionDataOf(vf, JoinPath(JoinPath(dir, ServingVersionName(v.version)), kManifest));
 }
 
 StatusOr<ServingVersionData> ReadServingVersion(Env* env, const std::string& dir,
@@ -350,14 +358,7 @@ StatusOr<ServingVersionData> ReadServingVersion(Env* env, const std::string& dir
                                                 const ServingRowsFn& on_rows, bool dense) {
   ASSIGN_OR_RETURN(VersionFiles vf, ReadVersionManifest(env, dir, v));
   const std::string vdir = JoinPath(dir, ServingVersionName(v.version));
-  ServingVersionData out;
-  try {
-    ASSIGN_OR_RETURN(out.spec, ModelSpec::FromJson(vf.manifest.at("spec")));
-    out.layout = LayoutFromJson(vf.manifest.at("layout"));
-    out.input = vf.manifest.value("input", nlohmann::json());
-  } catch (const std::exception& e) {
-    return CorruptionError(JoinPath(vdir, kManifest) + ": " + e.what());
-  }
+  ASSIGN_OR_RETURN(ServingVersionData out, VersionDataOf(vf, JoinPath(vdir, kManifest)));
   // Each file is read once, its checksum compared with the MANIFEST's.
   auto checked = [&](const char* name, uint64_t checksum) -> Status {
     for (const ModelFileInfo& f : vf.files) {

@@ -63,6 +63,22 @@ class MpiTrainTest : public CliTest {
     }
     return seconds;
   }
+  // Runs `cmd` through sh in the background; its pid.
+  pid_t Background(const std::string& cmd) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    return pid;
+  }
+  // The checkpoint id the ranks committed together in `ckpt` (its RANKS file; 0: none yet).
+  uint64_t RanksCommitted(const std::string& ckpt) {
+    std::string text;
+    if (!ReadFileToString(Env::Posix(), ckpt + "/RANKS", &text).ok()) return 0;
+    auto j = nlohmann::json::parse(text.substr(0, text.rfind("#checksum")), nullptr, false);
+    return j.is_object() ? j.value("id", uint64_t{0}) : 0;
+  }
   std::string Mpirun(int n) {
     return "mpirun -np " + std::to_string(n) + " --oversubscribe " + ctrbox_;
   }
@@ -164,7 +180,7 @@ TEST_F(MpiTrainTest, OneProcessDoesNotIgnoreACheckpointOfRanks) {
   const std::string job = " train" + data + kJob + " --set ckpt.dir=" + Path("ck");
   Result two = Run(Mpirun(2) + job + " --model-dir " + Path("two"));
   ASSERT_EQ(two.exit_code, 0) << two.err;
-  for (const std::string& how : {" --resume", "", " --resume --local-ranks 1"}) {
+  for (const char* how : {" --resume", "", " --resume --local-ranks 1"}) {
     SCOPED_TRACE(how);
     Result one = Run(Ctrbox(job + how + " --model-dir " + Path("one")));
     EXPECT_EQ(one.exit_code, 1);
@@ -186,22 +202,11 @@ TEST_F(MpiTrainTest, ARankKilledMidRunEndsTheJobAndResumeEndsWithTheUninterrupte
   const std::string ckpt = " --set ckpt.dir=" + Path("ckpt") + " --set ckpt.every_passes=2";
   const std::string marker = Path("killme");
   const std::string job = Mpirun(2) + " train" + data + kJob + ckpt + " --model-dir " + marker;
-  const std::string cmd = job + " >" + Path("out.txt") + " 2>" + Path("err.txt");
-  pid_t pid = fork();
+  const pid_t pid = Background(job + " >" + Path("out.txt") + " 2>" + Path("err.txt"));
   ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
   // Wait until the ranks committed their second checkpoint together (a delta on the first,
   // a base), then kill one rank.
-  const std::string ranks_file = Path("ckpt/RANKS");
-  auto committed = [&]() -> uint64_t {
-    std::string text;
-    if (!ReadFileToString(Env::Posix(), ranks_file, &text).ok()) return 0;
-    auto j = nlohmann::json::parse(text.substr(0, text.rfind("#checksum")), nullptr, false);
-    return j.is_object() ? j.value("id", uint64_t{0}) : 0;
-  };
+  auto committed = [&] { return RanksCommitted(Path("ckpt")); };
   for (int i = 0; i < 2400 && committed() < 2; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -239,21 +244,10 @@ TEST_F(MpiTrainTest, AStreamOfRanksKilledMidStreamContinuesAsOneRun) {
            Path("ckpt_" + name) + " --set serving.dir=" + Path("serving_" + name) +
            " --set table.ttl_partitions=2" + kJob + " --model-dir " + Path(name);
   };
-  const std::string cmd = Mpirun(2) + job("killme") + " >" + Path("out.txt") + " 2>" +
-                          Path("err.txt");
-  pid_t pid = fork();
+  const pid_t pid =
+      Background(Mpirun(2) + job("killme") + " >" + Path("out.txt") + " 2>" + Path("err.txt"));
   ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  const std::string ranks_file = Path("ckpt_killme/RANKS");
-  auto committed = [&]() -> uint64_t {
-    std::string text;
-    if (!ReadFileToString(Env::Posix(), ranks_file, &text).ok()) return 0;
-    auto j = nlohmann::json::parse(text.substr(0, text.rfind("#checksum")), nullptr, false);
-    return j.is_object() ? j.value("id", uint64_t{0}) : 0;
-  };
+  auto committed = [&] { return RanksCommitted(Path("ckpt_killme")); };
   for (int i = 0; i < 3000 && committed() < 2; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
