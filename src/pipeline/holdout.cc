@@ -16,6 +16,7 @@ HoldOut::HoldOut(double fraction, uint64_t seed) : seed_(seed) {
 bool HoldOut::Held(const Batch& batch, size_t r) const {
   const size_t S = batch.schema.num_slots, D = batch.schema.num_dense;
   XXH3_state_t state;
+  XXH3_INITSTATE(&state);  // a seeded reset reads the state's seed field first
   XXH3_64bits_reset_withSeed(&state, seed_);
   XXH3_64bits_update(&state, &batch.labels[r], sizeof(float));
   if (D > 0) XXH3_64bits_update(&state, &batch.dense[r * D], D * sizeof(float));
