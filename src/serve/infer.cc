@@ -94,8 +94,8 @@ Status CheckInput(const Input& in, const char* datatype, std::vector<int64_t> sh
 Status ReadRecords(const Input& in, const ServedVersion& v, Batch* out) {
   const Schema& schema = v.spec.schema;
   TextFormatOptions text;
-  std::string_view format = "criteo";
-  if (v.input.is_object()) format = v.input.value("format", "criteo");
+  std::string format = "criteo";
+  if (v.input.is_object()) format = v.input.value("format", std::string("criteo"));
   if (format == "views") {
     return Bad(
         "inputs (records): this model reads raw views through a feature graph; send its rows "
