@@ -174,6 +174,7 @@ Status ServingPublisher::WriteRows(ServingVersionWriter* w, SparseTable& table, 
   std::vector<uint64_t> all;
   for (const std::string& bytes : recv) {
     const size_t k = bytes.size() / sizeof(uint64_t);
+    if (k == 0) continue;  // (memcpy into an empty vector's null data is undefined)
     all.resize(all.size() + k);
     std::memcpy(all.data() + all.size() - k, bytes.data(), k * sizeof(uint64_t));
   }
