@@ -271,7 +271,7 @@ Status ReadSparseFile(Env* env, const std::string& path, const ValueLayout& layo
 
 // ---- dense file -------------------------------------------------------------------------------
 
-std::string DensePayload(const CtrModel& model) {
+std::string DenseParamsPayload(const CtrModel& model) {
   const DenseOptimizer& opt = model.dense_optimizer();
   const auto& p = model.dense_params();
   std::string s(kDenseMagic, 8);
@@ -280,6 +280,12 @@ std::string DensePayload(const CtrModel& model) {
   PutFixed<uint64_t>(&s, p.size());
   PutFixed<uint64_t>(&s, opt.step());
   s.append(reinterpret_cast<const char*>(p.data()), p.size() * 4);
+  return s;
+}
+
+std::string DensePayload(const CtrModel& model) {
+  const DenseOptimizer& opt = model.dense_optimizer();
+  std::string s = DenseParamsPayload(model);
   s.append(reinterpret_cast<const char*>(opt.m().data()), opt.m().size() * 4);
   s.append(reinterpret_cast<const char*>(opt.v().data()), opt.v().size() * 4);
   return s;
@@ -318,17 +324,20 @@ Status ApplyDensePayload(const std::string& payload, const std::string& path, Ct
   DenseOptimizer& opt = model->dense_optimizer();
   auto& params = model->dense_params();
   const char* p = payload.data();
+  if (payload.size() < 32) return CorruptionError(path + ": a dense payload too short");
   const uint64_t n = GetFixed<uint64_t>(p + 16);
   const size_t expect = 32 + 4 * (params.size() + opt.m().size() + opt.v().size());
+  const size_t params_only = 32 + 4 * params.size();  // DenseParamsPayload
   if (GetFixed<uint32_t>(p + 8) != kDenseVersion || n != params.size() ||
       GetFixed<uint32_t>(p + 12) != static_cast<uint32_t>(opt.options().kind) ||
-      payload.size() != expect) {
+      (payload.size() != expect && payload.size() != params_only)) {
     return CorruptionError(path + ": does not match the model spec");
   }
   opt.set_step(GetFixed<uint64_t>(p + 24));
   p += 32;
   CopyBytes(params.data(), p, n * 4);
   p += n * 4;
+  if (payload.size() == params_only && expect != params_only) return Status::OK();  // no state
   CopyBytes(opt.m().data(), p, opt.m().size() * 4);
   p += opt.m().size() * 4;
   CopyBytes(opt.v().data(), p, opt.v().size() * 4);

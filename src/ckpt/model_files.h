@@ -86,12 +86,15 @@ Status ReadSparseFile(Env* env, const std::string& path, const ValueLayout& layo
 
 // The dense file's payload (everything before its trailing checksum).
 std::string DensePayload(const CtrModel& model);
+// The parameters alone, for serving (docs/routine.md): the same header, no optimizer state.
+std::string DenseParamsPayload(const CtrModel& model);
 // Writes payload + checksum to `path`, fsynced; *info gets its size and checksum.
 Status WriteDenseFile(Env* env, const std::string& path, const std::string& payload,
                       ModelFileInfo* info);
 // Reads and verifies a dense file; returns its payload.
 StatusOr<std::string> ReadDenseFile(Env* env, const std::string& path, uint64_t* file_checksum);
-// Sets the model's dense parameters and optimizer state from a payload read from `path`.
+// Sets the model's dense parameters and optimizer state from a payload read from `path` (of
+// DensePayload; or of DenseParamsPayload: the parameters alone, the state left as it is).
 Status ApplyDensePayload(const std::string& payload, const std::string& path, CtrModel* model);
 
 // The digest of a model state: XXH3(sparse_sum u64 | keys u64 | dense payload), hex.

@@ -201,5 +201,20 @@ TEST(ServingFilesTest, PruningKeepsTheNewestBasesAndTheirDeltasAndDropsUnpublish
   EXPECT_TRUE(LoadServingState(env, tmp.path(), 4).ok());
 }
 
+// Versions carry the dense parameters without the optimizer's state: they set a model's
+// parameters as the whole payload does; a short or foreign payload is refused.
+TEST(ServingFilesTest, TheDenseParametersAloneSetTheModelsParameters) {
+  const ModelSpec s = Spec();
+  CtrModel a(s.schema, s.model, s.sparse_optimizer, s.dense_optimizer, 3);
+  CtrModel b(s.schema, s.model, s.sparse_optimizer, s.dense_optimizer, 4);
+  ASSERT_NE(a.dense_params(), b.dense_params());
+  const std::string params = DenseParamsPayload(a);
+  EXPECT_LT(params.size(), DensePayload(a).size());
+  ASSERT_TRUE(ApplyDensePayload(params, "p", &b).ok());
+  EXPECT_EQ(a.dense_params(), b.dense_params());
+  EXPECT_FALSE(ApplyDensePayload(params.substr(0, 20), "p", &b).ok());
+  EXPECT_FALSE(ApplyDensePayload(params.substr(0, params.size() - 4), "p", &b).ok());
+}
+
 }  // namespace
 }  // namespace ctrbox

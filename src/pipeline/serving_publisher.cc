@@ -211,7 +211,7 @@ StatusOr<std::optional<ServingVersion>> ServingPublisher::Prepare(SparseTable& t
   if (comm != nullptr) RETURN_IF_ERROR(AllReduceSum(comm, &keys, 1));
   ServingVersion done;
   if (w) {
-    ASSIGN_OR_RETURN(done, w->Finish(DensePayload(model), keys));
+    ASSIGN_OR_RETURN(done, w->Finish(DenseParamsPayload(model), keys));
   }
   if (comm != nullptr) {  // every rank takes rank 0's line
     std::vector<std::string> lines;

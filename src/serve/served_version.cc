@@ -213,7 +213,7 @@ class ModelDirSource final : public VersionSource {
     // The table's rows as they are stored, less their optimizer state.
     v->layout = ServingLayout(lm.table->layout(), 0, 1.0f);
     v->input = lm.manifest.input;
-    v->dense_payload = DensePayload(*lm.model);
+    v->dense_payload = DenseParamsPayload(*lm.model);
     ServedRows::Builder rows(v->layout, v->spec.model.wide);
     RowBlock block(lm.table->layout());
     for (size_t s = 0; s < lm.table->num_stripes(); ++s) {
