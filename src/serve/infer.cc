@@ -245,7 +245,7 @@ std::string InferResponse(const std::string& model, const ServedVersion& v, cons
 
 Status Predictor::Predict(const std::shared_ptr<const ServedVersion>& v, Batch* rows,
                           std::vector<float>* out) {
-  if (model_of_ != v) {
+  if (model_of_.lock() != v) {
     const ModelSpec& spec = v->spec;
     auto model = std::make_unique<CtrModel>(spec.schema, spec.model, spec.sparse_optimizer,
                                             spec.dense_optimizer, spec.table.seed);

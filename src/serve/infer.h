@@ -42,7 +42,9 @@ class Predictor {
                  std::vector<float>* out);
 
  private:
-  std::shared_ptr<const ServedVersion> model_of_;  // the version model_ holds
+  // The version model_ holds: weak, so that an idle worker does not keep a replaced version's
+  // rows alive (a version is freed once no request holds it).
+  std::weak_ptr<const ServedVersion> model_of_;
   std::unique_ptr<CtrModel> model_;
   RowBlock rows_;
 };
