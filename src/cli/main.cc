@@ -219,6 +219,13 @@ int main(int argc, char** argv) {
                    "how often new versions are looked for (1)")
       ->check(NumberIn(0.01, 3600, false));
   serve_cmd->add_option("--model-name", serve.model_name, "the model's name (ctrbox)");
+  serve_cmd->add_option("--rows-dir", serve.rows_dir,
+                        "keep each base's rows in a file here (an SSD), mapped, for a model "
+                        "larger than memory");
+  std::string serve_budget;
+  serve_cmd->add_option("--memory-budget", serve_budget,
+                        "with --rows-dir: the resident bytes of the mapped rows, given back each "
+                        "poll above it (e.g. 512MB)");
 
   try {
     app.parse(argc, argv);
@@ -256,6 +263,12 @@ int main(int argc, char** argv) {
     return Report(
         ctrbox::RunInspectCommand(inspect_dir, inspect_store, inspect_ckpt, inspect_serving));
   if (gen_cmd->parsed()) return Report(ctrbox::RunGenCommand(gen));
+  if (serve_cmd->parsed() && !serve_budget.empty() &&
+      !ctrbox::ParseBytes(serve_budget, &serve.memory_budget)) {
+    std::fprintf(stderr, "ctrbox: error: --memory-budget %s: not a size (512MB, 2GB, ...)\n",
+                 serve_budget.c_str());
+    return ctrbox::kExitUsage;
+  }
   if (serve_cmd->parsed()) {
     if (serve.serving_dir.empty() && serve.model_dir.empty()) {
       std::fprintf(stderr, "ctrbox: error: serve needs --serving-dir or --model-dir\n");

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -178,6 +179,29 @@ TEST_F(ServeCliTest, ServedProbabilitiesEqualPredictsBitForBit) {
   EXPECT_EQ(cmp.last_json["n"], 10000);
   EXPECT_EQ(cmp.last_json["want"], 10000);
   EXPECT_EQ(cmp.last_json["mismatches"], 0);
+  EXPECT_EQ(StopServer(), 0);
+
+  // The rows in a mapped file of --rows-dir under a 64 KB budget (the model's rows take
+  // megabytes): the same probabilities, and the resident rows given back after each poll.
+  ASSERT_EQ(Run("mkdir " + Path("ssd")).exit_code, 0);
+  const int mport = Serve("--model-dir " + Path("m") + " --rows-dir " + Path("ssd") +
+                          " --memory-budget 64KB --poll-seconds 0.05");
+  ASSERT_GT(mport, 0) << Log();
+  cmp = Client(fmt::format("compare {} {} {}", mport, Path("test.tsv"), Path("predict.txt")));
+  ASSERT_EQ(cmp.exit_code, 0) << cmp.err;
+  EXPECT_EQ(cmp.last_json["mismatches"], 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const std::string metrics = Curl(mport, "/metrics").second;
+  auto gauge = [&](const std::string& name) {
+    const size_t at = metrics.find("\n" + name + " ");
+    return at == std::string::npos ? -1.0 : std::atof(metrics.c_str() + at + name.size() + 2);
+  };
+  EXPECT_GT(gauge("ctrbox_model_row_bytes"), 1e6) << metrics;
+  struct statfs fs;  // (on tmpfs the file is memory: its pages cannot be given back)
+  if (::statfs(Path("ssd").c_str(), &fs) != 0 || fs.f_type != 0x01021994) {
+    EXPECT_LE(gauge("ctrbox_model_resident_row_bytes"), 65536.0) << metrics;
+  }
+  EXPECT_GE(gauge("ctrbox_model_resident_row_bytes"), 0.0) << metrics;
   EXPECT_EQ(StopServer(), 0);
 
   // A stream's versions: the newest (a delta on its base) serves its model directory's.

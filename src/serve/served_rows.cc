@@ -1,7 +1,13 @@
 #include "serve/served_rows.h"
 
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <bit>
+#include <cerrno>
 #include <cstring>
 #include <numeric>
 
@@ -29,7 +35,7 @@ void ServedRows::Builder::Add(const RowBlock& rows) {
   for (size_t i = 0; i < rows.size(); ++i) Add(rows, i);
 }
 
-std::shared_ptr<const ServedRows> ServedRows::Builder::Finish() {
+std::unique_ptr<ServedRows> ServedRows::Builder::Build() {
   ServedRows& r = *out_;
   const size_t n = keys_.size();
   // About four keys a bucket: a power of two of buckets, the hash's top bits choose.
@@ -52,7 +58,114 @@ std::shared_ptr<const ServedRows> ServedRows::Builder::Finish() {
   keys_ = {};
   rows_ = {};
   has_emb_ = {};
-  return std::shared_ptr<const ServedRows>(out_.release());
+  r.PointAtVectors();
+  return std::move(out_);
+}
+
+std::shared_ptr<const ServedRows> ServedRows::Builder::Finish() {
+  return std::shared_ptr<const ServedRows>(Build().release());
+}
+
+StatusOr<std::shared_ptr<const ServedRows>> ServedRows::Builder::Finish(const std::string& file) {
+  std::unique_ptr<ServedRows> rows = Build();
+  if (!file.empty()) RETURN_IF_ERROR(rows->Map(file));
+  return std::shared_ptr<const ServedRows>(rows.release());
+}
+
+void ServedRows::PointAtVectors() {
+  n_ = keys_.size();
+  buckets_ = offsets_.size() - 1;
+  offsets_p_ = offsets_.data();
+  keys_p_ = keys_.data();
+  rows_p_ = rows_.data();
+  has_emb_p_ = has_emb_.data();
+}
+
+namespace {
+
+size_t Aligned(size_t n) { return (n + 63) / 64 * 64; }
+
+}  // namespace
+
+Status ServedRows::Map(const std::string& file) {
+  // The arrays one after another, each 64-byte aligned.
+  const size_t a = Aligned(offsets_.size() * sizeof(uint32_t));
+  const size_t b = a + Aligned(keys_.size() * sizeof(uint64_t));
+  const size_t c = b + Aligned(has_emb_.size() * sizeof(uint64_t));
+  const size_t total = std::max<size_t>(c + rows_.size(), 1);
+  const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return IOError(fmt::format("{}: cannot create the rows' file: {}", file, std::strerror(errno)));
+  }
+  auto fail = [&](const char* what) {
+    const Status s = IOError(fmt::format("{}: {}: {}", file, what, std::strerror(errno)));
+    ::close(fd);
+    ::unlink(file.c_str());
+    return s;
+  };
+  auto put = [&](const void* p, size_t n, size_t at) {
+    const char* q = static_cast<const char*>(p);
+    while (n > 0) {
+      const ssize_t w = ::pwrite(fd, q, n, static_cast<off_t>(at));
+      if (w <= 0) return false;
+      q += w, n -= static_cast<size_t>(w), at += static_cast<size_t>(w);
+    }
+    return true;
+  };
+  if (::ftruncate(fd, static_cast<off_t>(total)) != 0) return fail("ftruncate");
+  if (!put(offsets_.data(), offsets_.size() * sizeof(uint32_t), 0) ||
+      !put(keys_.data(), keys_.size() * sizeof(uint64_t), a) ||
+      !put(has_emb_.data(), has_emb_.size() * sizeof(uint64_t), b) ||
+      !put(rows_.data(), rows_.size(), c)) {
+    return fail("write");
+  }
+  if (::fdatasync(fd) != 0) return fail("fdatasync");  // (clean pages can be dropped)
+  void* m = ::mmap(nullptr, total, PROT_READ, MAP_SHARED, fd, 0);
+  if (m == MAP_FAILED) return fail("mmap");
+  ::unlink(file.c_str());  // the descriptor and the mapping keep it while the rows live
+  fd_ = fd;
+  ::madvise(m, total, MADV_RANDOM);  // lookups touch a page or two: no read-ahead
+  map_ = m;
+  map_bytes_ = total;
+  const char* base = static_cast<const char*>(m);
+  offsets_p_ = reinterpret_cast<const uint32_t*>(base);
+  keys_p_ = reinterpret_cast<const uint64_t*>(base + a);
+  has_emb_p_ = reinterpret_cast<const uint64_t*>(base + b);
+  rows_p_ = base + c;
+  offsets_ = {};
+  keys_ = {};
+  rows_ = {};
+  has_emb_ = {};
+  Release();  // nothing resident until a lookup reads it
+  return Status::OK();
+}
+
+ServedRows::~ServedRows() {
+  if (map_ != nullptr) ::munmap(map_, map_bytes_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void ServedRows::Release() const {
+  // Out of this process's page tables, then out of the page cache (clean pages).
+  ::madvise(map_, map_bytes_, MADV_DONTNEED);
+  ::posix_fadvise(fd_, 0, static_cast<off_t>(map_bytes_), POSIX_FADV_DONTNEED);
+}
+
+size_t ServedRows::ResidentBytes() const {
+  if (map_ == nullptr) return MemoryBytes();
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> in((map_bytes_ + page - 1) / page);
+  if (::mincore(map_, map_bytes_, in.data()) != 0) return map_bytes_;
+  size_t resident = 0;
+  for (unsigned char v : in) resident += v & 1;
+  return resident * page;
+}
+
+size_t ServedRows::Trim(size_t budget) const {
+  if (map_ == nullptr) return MemoryBytes();
+  const size_t resident = ResidentBytes();
+  if (resident > budget) Release();
+  return resident;
 }
 
 size_t ServedRows::Bucket(uint64_t key) const {
@@ -60,10 +173,10 @@ size_t ServedRows::Bucket(uint64_t key) const {
 }
 
 uint32_t ServedRows::Find(uint64_t key) const {
-  if (keys_.empty()) return kNone;
+  if (n_ == 0) return kNone;
   const size_t b = Bucket(key);
-  for (uint32_t at = offsets_[b], end = offsets_[b + 1]; at < end; ++at) {
-    if (keys_[at] == key) return at;
+  for (uint32_t at = offsets_p_[b], end = offsets_p_[b + 1]; at < end; ++at) {
+    if (keys_p_[at] == key) return at;
   }
   return kNone;
 }
@@ -81,9 +194,9 @@ void ServedRows::EncodeRow(const RowBlock& rows, size_t i, char* out) const {
 }
 
 void ServedRows::DecodeRow(uint32_t at, RowBlock* out, size_t i) const {
-  out->ClearRow(i, keys_[at]);
-  const char* p = rows_.data() + size_t{at} * stride_;
-  if (has_emb_[at / 64] >> (at % 64) & 1) {
+  out->ClearRow(i, keys_p_[at]);
+  const char* p = rows_p_ + size_t{at} * stride_;
+  if (has_emb_p_[at / 64] >> (at % 64) & 1) {
     out->flags(i) |= kFlagHasEmb;
     if (quant_.enabled()) {
       quant_.Decode(p, layout_.dim, out->emb(i));
@@ -104,8 +217,8 @@ bool ServedRows::Lookup(uint64_t key, RowBlock* out, size_t i) const {
 Status ServedRows::ForEach(const std::function<Status(const RowBlock&)>& fn) const {
   constexpr size_t kBlock = 65536;
   RowBlock rows(layout_);
-  for (size_t b = 0; b < keys_.size(); b += kBlock) {
-    const size_t e = std::min(keys_.size(), b + kBlock);
+  for (size_t b = 0; b < n_; b += kBlock) {
+    const size_t e = std::min(n_, b + kBlock);
     rows.Resize(e - b);
     for (size_t at = b; at < e; ++at) DecodeRow(static_cast<uint32_t>(at), &rows, at - b);
     RETURN_IF_ERROR(fn(rows));
@@ -114,6 +227,7 @@ Status ServedRows::ForEach(const std::function<Status(const RowBlock&)>& fn) con
 }
 
 size_t ServedRows::MemoryBytes() const {
+  if (map_ != nullptr) return map_bytes_;
   return keys_.capacity() * sizeof(uint64_t) + rows_.capacity() +
          has_emb_.capacity() * sizeof(uint64_t) + offsets_.capacity() * sizeof(uint32_t);
 }

@@ -6,12 +6,17 @@
 // one offset array, the rows at a fixed stride in the keys' order. A lookup hashes the key,
 // scans its bucket's few keys (one or two cache lines) and decodes the row. Per key: 8 bytes
 // of key, the row, one bit of flags and about one byte of offsets.
+//
+// Larger than memory (docs/serve.md, "Rows on SSD"): Finish(file) writes the arrays to a file
+// of an SSD directory and maps it; the kernel reads the pages lookups touch, and Trim gives
+// the resident pages back when they pass a budget.
 #ifndef CTRBOX_SERVE_SERVED_ROWS_H_
 #define CTRBOX_SERVE_SERVED_ROWS_H_
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "table/quant.h"
@@ -29,9 +34,13 @@ class ServedRows {
     Builder(const ValueLayout& layout, bool wide);
     void Add(const RowBlock& rows);
     void Add(const RowBlock& rows, size_t i);
+    // In memory; or, with `file`, in that file (created, mapped, then unlinked: the mapping
+    // keeps it until the rows are freed).
+    StatusOr<std::shared_ptr<const ServedRows>> Finish(const std::string& file);
     std::shared_ptr<const ServedRows> Finish();
 
    private:
+    std::unique_ptr<ServedRows> Build();
     std::unique_ptr<ServedRows> out_;
     std::vector<uint64_t> keys_;
     std::vector<char> rows_;
@@ -46,13 +55,26 @@ class ServedRows {
   Status ForEach(const std::function<Status(const RowBlock&)>& fn) const;
 
   const ValueLayout& layout() const { return layout_; }
-  size_t size() const { return keys_.size(); }
-  // Bytes held: keys, rows, flags and offsets.
+  size_t size() const { return n_; }
+  // Bytes held: keys, rows, flags and offsets (mapped: the file's).
   size_t MemoryBytes() const;
+  // Of them, the bytes in memory now (mapped: the file's pages in the page cache, which
+  // include those mapped in this process).
+  size_t ResidentBytes() const;
+  bool mapped() const { return map_ != nullptr; }
+  // Mapped rows above `budget` resident bytes give their pages back (later lookups read them
+  // from the file again); returns the bytes resident before.
+  size_t Trim(size_t budget) const;
+  ~ServedRows();
+  ServedRows(const ServedRows&) = delete;
+  ServedRows& operator=(const ServedRows&) = delete;
 
  private:
   static constexpr uint32_t kNone = UINT32_MAX;
   ServedRows(const ValueLayout& layout, bool wide);
+  // Points the arrays at the vectors, or (Map) at a file's mapping.
+  void PointAtVectors();
+  Status Map(const std::string& file);
   uint32_t Find(uint64_t key) const;
   size_t Bucket(uint64_t key) const;
   void EncodeRow(const RowBlock& rows, size_t i, char* out) const;
@@ -68,6 +90,16 @@ class ServedRows {
   std::vector<uint64_t> keys_;
   std::vector<char> rows_;
   std::vector<uint64_t> has_emb_;  // one bit a key
+  // What lookups read: the vectors, or the mapping (the vectors then empty).
+  size_t n_ = 0, buckets_ = 0;
+  const uint32_t* offsets_p_ = nullptr;
+  const uint64_t* keys_p_ = nullptr;
+  const char* rows_p_ = nullptr;
+  const uint64_t* has_emb_p_ = nullptr;
+  void* map_ = nullptr;
+  size_t map_bytes_ = 0;
+  int fd_ = -1;  // the mapped file's (unlinked)
+  void Release() const;
 };
 
 }  // namespace ctrbox

@@ -1,11 +1,13 @@
 #include "serve/served_rows.h"
 
 #include <gtest/gtest.h>
+#include <sys/vfs.h>
 
 #include <map>
 
 #include "ckpt/serving_files.h"
 #include "util/random.h"
+#include "util/temp_dir.h"
 
 namespace ctrbox {
 namespace {
@@ -105,6 +107,60 @@ TEST(ServedRowsTest, NoRowsAndOneRow) {
   auto one = b.Finish();
   EXPECT_TRUE(one->Lookup(ref.begin()->first, &out, 0));
   EXPECT_FALSE(one->Lookup(ref.begin()->first + 1, &out, 0));
+}
+
+// Rows in a mapped file (--rows-dir) answer as the rows in memory; Trim gives their resident
+// pages back, and lookups read them again.
+TEST(ServedRowsTest, MappedRowsAnswerAsRowsInMemoryAndTrimGivesPagesBack) {
+  testing::TempDir dir;
+  ValueLayout table;
+  table.dim = 16;
+  const ValueLayout layout = ServingLayout(table, 16, 1.0f);
+  std::map<uint64_t, Ref> ref;
+  const RowBlock block = RandomRows(layout, 60000, 5, &ref);
+  ServedRows::Builder a(layout, true), b(layout, true);
+  a.Add(block);
+  b.Add(block);
+  std::shared_ptr<const ServedRows> memory = a.Finish();
+  auto mapped = b.Finish(dir.File("rows.bin"));
+  ASSERT_TRUE(mapped.ok()) << mapped.status().ToString();
+  EXPECT_TRUE((*mapped)->mapped());
+  EXPECT_FALSE(Env::Posix()->FileExists(dir.File("rows.bin")));  // unlinked: freed with them
+  EXPECT_EQ((*mapped)->size(), memory->size());
+  // On tmpfs the file is memory: its pages cannot be given back (a real SSD directory's can).
+  struct statfs fs;
+  const bool tmpfs = ::statfs(dir.path().c_str(), &fs) == 0 && fs.f_type == 0x01021994;
+  if (tmpfs)
+    std::fprintf(stderr, "%s is on tmpfs: the residency checks are skipped\n", dir.path().c_str());
+  if (!tmpfs) {
+    EXPECT_LT((*mapped)->ResidentBytes(), (*mapped)->MemoryBytes() / 4);
+  }
+  RowBlock x(layout), y(layout);
+  x.Resize(1);
+  y.Resize(1);
+  for (int round = 0; round < 2; ++round) {
+    for (const auto& [key, r] : ref) {
+      ASSERT_TRUE((*mapped)->Lookup(key, &x, 0));
+      ASSERT_TRUE(memory->Lookup(key, &y, 0));
+      ASSERT_EQ(std::vector<float>(x.emb(0), x.emb(0) + layout.dim),
+                std::vector<float>(y.emb(0), y.emb(0) + layout.dim));
+      ASSERT_EQ(x.wide(0), y.wide(0));
+      ASSERT_EQ(x.has_emb(0), y.has_emb(0));
+    }
+    EXPECT_FALSE((*mapped)->Lookup(1, &x, 0) && !ref.contains(1));
+    // Every page was read: all resident. Trim to a small budget gives them back.
+    const size_t before = (*mapped)->Trim(64 << 10);
+    EXPECT_GT(before, (*mapped)->MemoryBytes() / 2);
+    if (!tmpfs) {
+      EXPECT_LT((*mapped)->ResidentBytes(), size_t{64} << 10);
+    }
+  }
+  // A directory that does not exist is an error naming the file.
+  ServedRows::Builder c(layout, false);
+  c.Add(block);
+  auto bad = c.Finish(dir.File("no/such/rows.bin"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("rows.bin"), std::string::npos);
 }
 
 }  // namespace

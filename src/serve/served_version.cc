@@ -1,8 +1,10 @@
 #include "serve/served_version.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <ctime>
 #include <map>
@@ -15,6 +17,13 @@
 
 namespace ctrbox {
 namespace {
+
+// A file of `rows_dir` for a version's rows ("" without one): unique to this process.
+std::string RowsFile(const std::string& rows_dir, const std::string& name) {
+  if (rows_dir.empty()) return "";
+  static std::atomic<uint64_t> made{0};
+  return JoinPath(rows_dir, fmt::format("rows-{}-{}-{}.bin", name, ::getpid(), made++));
+}
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -46,7 +55,8 @@ namespace {
 
 class ServingDirSource final : public VersionSource {
  public:
-  ServingDirSource(Env* env, std::string dir) : env_(env), dir_(std::move(dir)) {}
+  ServingDirSource(Env* env, std::string dir, std::string rows_dir)
+      : env_(env), dir_(std::move(dir)), rows_dir_(std::move(rows_dir)) {}
   std::string Describe() const override { return "serving directory " + dir_; }
 
   StatusOr<std::shared_ptr<const ServedVersion>> Next(
@@ -122,7 +132,7 @@ class ServingDirSource final : public VersionSource {
     auto v = std::make_shared<ServedVersion>();
     Describe(line, d, v.get());
     v->dense_payload = std::move(d.dense_payload);
-    v->base_rows = rows.Finish();
+    ASSIGN_OR_RETURN(v->base_rows, rows.Finish(RowsFile(rows_dir_, v->name)));
     if (v->base_rows->size() != line.keys) {
       return CorruptionError(fmt::format("{}: {} rows, the donefile says {} keys",
                                          JoinPath(dir_, v->name), v->base_rows->size(), line.keys));
@@ -183,13 +193,14 @@ class ServingDirSource final : public VersionSource {
   }
 
   Env* const env_;
-  const std::string dir_;
+  const std::string dir_, rows_dir_;
   uint64_t failed_ = 0;  // the newest version that failed to load (not tried again)
 };
 
 class ModelDirSource final : public VersionSource {
  public:
-  ModelDirSource(Env* env, std::string dir) : env_(env), dir_(std::move(dir)) {}
+  ModelDirSource(Env* env, std::string dir, std::string rows_dir)
+      : env_(env), dir_(std::move(dir)), rows_dir_(std::move(rows_dir)) {}
   std::string Describe() const override { return "model directory " + dir_; }
 
   StatusOr<std::shared_ptr<const ServedVersion>> Next(
@@ -220,23 +231,26 @@ class ModelDirSource final : public VersionSource {
       RETURN_IF_ERROR(lm.table->ExportStripe(s, &block));
       rows.Add(block);
     }
-    v->base_rows = rows.Finish();
+    ASSIGN_OR_RETURN(v->base_rows,
+                     rows.Finish(RowsFile(rows_dir_, fmt::format("g{}", v->version))));
     v->keys = v->base_rows->size();
     return std::shared_ptr<const ServedVersion>(std::move(v));
   }
 
   Env* const env_;
-  const std::string dir_;
+  const std::string dir_, rows_dir_;
   uint64_t failed_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<VersionSource> VersionSource::ServingDir(Env* env, std::string dir) {
-  return std::make_unique<ServingDirSource>(env, std::move(dir));
+std::unique_ptr<VersionSource> VersionSource::ServingDir(Env* env, std::string dir,
+                                                         std::string rows_dir) {
+  return std::make_unique<ServingDirSource>(env, std::move(dir), std::move(rows_dir));
 }
-std::unique_ptr<VersionSource> VersionSource::ModelDir(Env* env, std::string dir) {
-  return std::make_unique<ModelDirSource>(env, std::move(dir));
+std::unique_ptr<VersionSource> VersionSource::ModelDir(Env* env, std::string dir,
+                                                       std::string rows_dir) {
+  return std::make_unique<ModelDirSource>(env, std::move(dir), std::move(rows_dir));
 }
 
 }  // namespace ctrbox

@@ -45,9 +45,12 @@ struct ServedVersion {
 // Loads versions and follows the newest. Thread safety: one thread.
 class VersionSource {
  public:
-  // A trainer's serving directory (its donefile), or a model directory.
-  static std::unique_ptr<VersionSource> ServingDir(Env* env, std::string dir);
-  static std::unique_ptr<VersionSource> ModelDir(Env* env, std::string dir);
+  // A trainer's serving directory (its donefile), or a model directory. With `rows_dir`, the
+  // rows of each base (or model) go to a file there, mapped (ServedRows::Finish(file)).
+  static std::unique_ptr<VersionSource> ServingDir(Env* env, std::string dir,
+                                                   std::string rows_dir = "");
+  static std::unique_ptr<VersionSource> ModelDir(Env* env, std::string dir,
+                                                 std::string rows_dir = "");
   virtual ~VersionSource() = default;
 
   // The next version to serve after `current` (null: none yet): the newest one published,

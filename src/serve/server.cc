@@ -63,8 +63,8 @@ class Histogram {
 class Server {
  public:
   Server(Env* env, const ServeOptions& o) : env_(env), o_(o) {
-    source_ = o.serving_dir.empty() ? VersionSource::ModelDir(env, o.model_dir)
-                                    : VersionSource::ServingDir(env, o.serving_dir);
+    source_ = o.serving_dir.empty() ? VersionSource::ModelDir(env, o.model_dir, o.rows_dir)
+                                    : VersionSource::ServingDir(env, o.serving_dir, o.rows_dir);
   }
 
   Status Start() {
@@ -88,6 +88,10 @@ class Server {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
       if (stopping_.load() || (stop != nullptr && stop->load())) return;
+      if (o_.memory_budget > 0) {  // the mapped rows back within the budget
+        const auto v = version_.load();
+        if (v->base_rows) v->base_rows->Trim(o_.memory_budget);
+      }
       Stopwatch clock;
       StatusOr<std::shared_ptr<const ServedVersion>> next = source_->Next(version_.load());
       if (!next.ok()) {
@@ -269,13 +273,17 @@ class Server {
         "# TYPE ctrbox_model_bytes gauge\nctrbox_model_bytes {}\n"
         "# HELP ctrbox_model_row_bytes Of them, the rows' (embeddings at the served precision).\n"
         "# TYPE ctrbox_model_row_bytes gauge\nctrbox_model_row_bytes {}\n"
+        "# HELP ctrbox_model_resident_row_bytes Of the base's rows, the bytes in memory now\n"
+        "# (mapped from --rows-dir: its resident pages).\n"
+        "# TYPE ctrbox_model_resident_row_bytes gauge\nctrbox_model_resident_row_bytes {}\n"
         "# HELP ctrbox_versions_loaded_total Versions loaded (bases and deltas applied).\n"
         "# TYPE ctrbox_versions_loaded_total counter\nctrbox_versions_loaded_total {}\n"
         "# HELP ctrbox_version_errors_total Versions that failed to load (the last good one "
         "stays).\n# TYPE ctrbox_version_errors_total counter\nctrbox_version_errors_total {}\n",
         v->name, v->base ? "base" : "delta", v->version,
         now - (v->published_at > 0 ? v->published_at : v->loaded_at), v->keys, v->MemoryBytes(),
-        v->RowBytes(), versions_loaded_.load(), version_errors_.load());
+        v->RowBytes(), v->base_rows ? v->base_rows->ResidentBytes() : 0, versions_loaded_.load(),
+        version_errors_.load());
     if (!last_error.empty()) {
       std::string quoted = nlohmann::json(last_error).dump();
       fmt::format_to(std::back_inserter(out),
@@ -309,6 +317,14 @@ Status RunServer(Env* env, const ServeOptions& options, const std::atomic<bool>*
     return InvalidArgumentError("serve: give --serving-dir or --model-dir (one of them)");
   }
   if (options.threads < 1) return InvalidArgumentError("serve: --threads must be >= 1");
+  if (options.memory_budget > 0 && options.rows_dir.empty()) {
+    return InvalidArgumentError(
+        "serve: --memory-budget bounds the rows mapped from --rows-dir (give both; without "
+        "--rows-dir the rows are in memory)");
+  }
+  if (!options.rows_dir.empty() && !env->IsDirectory(options.rows_dir)) {
+    return NotFoundError(fmt::format("serve: --rows-dir {}: no such directory", options.rows_dir));
+  }
   Server server(env, options);
   RETURN_IF_ERROR(server.Start());
   httplib::Server http;

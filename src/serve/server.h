@@ -22,6 +22,11 @@ struct ServeOptions {
   int threads = 8;
   double poll_seconds = 1.0;  // how often the donefile (or the model's MANIFEST) is read
   std::string model_name = "ctrbox";
+  // Larger than memory (docs/serve.md, "Rows on SSD"): the rows of each base in a file of
+  // this directory, mapped; with memory_budget > 0 their resident pages are given back each
+  // poll once they pass it (0: the kernel alone decides).
+  std::string rows_dir;
+  uint64_t memory_budget = 0;
   size_t max_body_bytes = size_t{64} << 20;
 };
 
