@@ -7,7 +7,8 @@ the machine with the server:
    own examples/s on the same records.
 2. latency: the same requests from 1 connection (about half the load): p50, p99; and
    single-record requests from 1 connection: p50, p99.
-3. memory: a stream's version at serving.quant.bits 16: the server's bytes per key
+3. memory: the rows mapped from --rows-dir under a 1 MB --memory-budget, the same load
+   (predictions/s, resident row bytes, RSS against the in-memory server); a stream's version at serving.quant.bits 16: the server's bytes per key
    (ctrbox_model_bytes / ctrbox_model_keys) against the training row's bytes.
 4. freshness and swaps: a stream job publishes a delta per partition (a base every 3) while
    wrk loads the server: the seconds from a version's donefile line to the server answering
@@ -88,6 +89,13 @@ def metrics(port):
     return vals
 
 
+def rss(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
 def served_version(port):
     r = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/ctrbox").read())
     return int(r["versions"][0])
@@ -122,6 +130,7 @@ def main():
         runs["c4_256"].append(wrk(port, b256, 4, a.seconds, lua))
         runs["c1_256"].append(wrk(port, b256, 1, a.seconds, lua))
         runs["c1_1"].append(wrk(port, b1, 1, a.seconds, lua))
+    rss_memory = rss(server.pid)
     stop_server(server)
     med = lambda rs, k: statistics.median(r[k] for r in rs)
     thr = med(runs["c4_256"], "requests_per_s") * 256
@@ -140,6 +149,25 @@ def main():
     print(json.dumps({"bench": "serve", "what": "latency", "records_per_request": 1,
                       "connections": 1, "requests_per_s": med(runs["c1_1"], "requests_per_s"),
                       "p50_ms": med(runs["c1_1"], "p50_ms"), "p99_ms": med(runs["c1_1"], "p99_ms"),
+                      "blas_core": blas}), flush=True)
+
+    # The rows on SSD: mapped from --rows-dir under a 1 MB budget, the same load.
+    rows_dir = os.path.join(d, "rows")
+    os.makedirs(rows_dir)
+    server, port = start_server(a.ctrbox, ["--model-dir", model, "--rows-dir", rows_dir,
+                                           "--memory-budget", "1MB", "--poll-seconds", "0.2"],
+                                os.path.join(d, "s_ssd.log"))
+    ssd = [wrk(port, b256, 4, a.seconds, lua) for _ in range(a.reps)]
+    m = metrics(port)
+    rss_ssd = rss(server.pid)
+    stop_server(server)
+    print(json.dumps({"bench": "serve", "what": "rows_on_ssd", "memory_budget": 1 << 20,
+                      "row_bytes": m["ctrbox_model_row_bytes"],
+                      "resident_row_bytes_at_end": m["ctrbox_model_resident_row_bytes"],
+                      "predictions_per_s": med(ssd, "requests_per_s") * 256,
+                      "in_memory_predictions_per_s": thr,
+                      "p99_ms": med(ssd, "p99_ms"), "non_2xx": sum(r["non_2xx"] for r in ssd),
+                      "rss_bytes": rss_ssd, "in_memory_rss_bytes": rss_memory,
                       "blas_core": blas}), flush=True)
 
     # Versions of a stream (16-bit rows, a delta per partition, a base every 4), made first.

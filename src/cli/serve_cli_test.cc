@@ -310,6 +310,15 @@ TEST_F(ServeCliTest, TheProtocolsEndpointsAndItsErrors) {
     EXPECT_NE(bad.second.find(c.expect), std::string::npos) << c.body << ": " << bad.second;
   }
   EXPECT_EQ(Curl(port, "/v2/models/other/infer", records).first, 404);
+  // Bad options are named before anything is served.
+  EXPECT_EQ(Serve("--model-dir " + Path("m") + " --memory-budget 1MB", "bad1"), 0);
+  EXPECT_NE(Log("bad1").find("--memory-budget bounds the rows mapped from --rows-dir"),
+            std::string::npos)
+      << Log("bad1");
+  EXPECT_EQ(Serve("--model-dir " + Path("m") + " --rows-dir " + Path("nope"), "bad2"), 0);
+  EXPECT_NE(Log("bad2").find("no such directory"), std::string::npos) << Log("bad2");
+  EXPECT_EQ(Serve("--model-dir " + Path("nomodel"), "bad3"), 0);
+  EXPECT_NE(Log("bad3").find("nomodel"), std::string::npos) << Log("bad3");
   // The metrics count them, in Prometheus' text format.
   auto metrics = Curl(port, "/metrics");
   ASSERT_EQ(metrics.first, 200);
