@@ -2,6 +2,7 @@
 
 #include <cassert>
 #include <cmath>
+#include <cstdint>
 #include <utility>
 
 #include "util/hash.h"  // xxhash, inlined
@@ -36,6 +37,7 @@ bool HoldOut::Held(const Batch& batch, size_t r) const {
 }
 
 void HoldOut::Keep(Batch* batch, bool held) const {
+  // Each row hashed once: the rows kept before the first left out, then runs of kept rows.
   const size_t n = batch->rows();
   size_t r = 0;
   while (r < n && Held(*batch, r) == held) ++r;
@@ -43,13 +45,17 @@ void HoldOut::Keep(Batch* batch, bool held) const {
   Batch kept;
   kept.Reset(batch->schema);
   kept.AppendRows(*batch, 0, r);
-  while (r < n) {
-    while (r < n && Held(*batch, r) != held) ++r;  // a run left out
-    size_t end = r;
-    while (end < n && Held(*batch, end) == held) ++end;  // a run kept
-    kept.AppendRows(*batch, r, end);
-    r = end;
+  constexpr size_t kNoRun = SIZE_MAX;
+  size_t run = kNoRun;  // where the run of kept rows being read began
+  for (size_t i = r + 1; i < n; ++i) {
+    const bool keep = Held(*batch, i) == held;
+    if (keep && run == kNoRun) run = i;
+    if (!keep && run != kNoRun) {
+      kept.AppendRows(*batch, run, i);
+      run = kNoRun;
+    }
   }
+  if (run != kNoRun) kept.AppendRows(*batch, run, n);
   *batch = std::move(kept);
 }
 

@@ -180,11 +180,7 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
   }
   if (!job.serving.dir.empty()) {
     publisher.emplace(env, job.serving, job.spec, start.model->value_layout());
-    // What the model reads: the partitions' format and schema (a resumed job that read no
-    // partition yet must record what a new one does, or its versions' bytes would differ).
-    JobConfig reads = job;
-    reads.data.paths = {job.stream.root};
-    publisher->SetInput(InputRecord(reads));
+    publisher->SetInput(InputRecord(job));  // what the model reads: the partitions' format
     RETURN_IF_ERROR(publisher->Recover(state.serving, rank0));
   }
   std::optional<Admission> admission;

@@ -63,7 +63,8 @@ nlohmann::json InputRecord(const JobConfig& job) {
   if (job.features != nullptr) {
     return {{"format", "views"}, {"features", fmt::format("{:016x}", job.features->Fingerprint())}};
   }
-  if (IsGenerated(job.data)) {
+  // (A stream job's partitions are files, even before its first is read.)
+  if (IsGenerated(job.data) && !job.stream.enabled()) {
     return {{"format", DataFormatName(job.generated.layout)}, {"generated", true}};
   }
   nlohmann::json j = {{"format", DataFormatName(job.data.format)},

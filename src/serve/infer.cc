@@ -104,8 +104,10 @@ Status ReadRecords(const Input& in, const ServedVersion& v, Batch* out) {
   if (!ParseDataFormat(format, &text.format)) {
     return Bad(fmt::format("the model's input format '{}' is not one serve reads", format));
   }
-  if (v.input.is_object() && v.input.contains("slot_from")) {
-    ParseSlotFrom(v.input.value("slot_from", "one"), &text.slot_from);
+  if (v.input.is_object() && v.input.contains("slot_from") &&
+      !ParseSlotFrom(v.input.value("slot_from", std::string("one")), &text.slot_from)) {
+    return InternalError(fmt::format("{}: its input record's slot_from {} is not one serve reads",
+                                     v.name, v.input["slot_from"].dump()));
   }
   text.schema = schema;
   text.labels_optional = true;
@@ -256,6 +258,7 @@ Status Predictor::Predict(const std::shared_ptr<const ServedVersion>& v, Batch* 
   }
   ModelKeys(model_->options().hashing, model_->options().KeyTableMap(), rows);
   WorkingSet ws;
+  // Minibatches of whole prediction blocks (any size: a row's block is fixed by its request).
   BuildWorkingSet(*rows, EvalMinibatchRows(2048), nullptr, &ws);
   rows_.Resize(ws.keys.size());
   for (size_t i = 0; i < ws.keys.size(); ++i) {

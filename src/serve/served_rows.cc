@@ -74,7 +74,6 @@ StatusOr<std::shared_ptr<const ServedRows>> ServedRows::Builder::Finish(const st
 
 void ServedRows::PointAtVectors() {
   n_ = keys_.size();
-  buckets_ = offsets_.size() - 1;
   offsets_p_ = offsets_.data();
   keys_p_ = keys_.data();
   rows_p_ = rows_.data();

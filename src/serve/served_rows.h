@@ -91,7 +91,7 @@ class ServedRows {
   std::vector<char> rows_;
   std::vector<uint64_t> has_emb_;  // one bit a key
   // What lookups read: the vectors, or the mapping (the vectors then empty).
-  size_t n_ = 0, buckets_ = 0;
+  size_t n_ = 0;
   const uint32_t* offsets_p_ = nullptr;
   const uint64_t* keys_p_ = nullptr;
   const char* rows_p_ = nullptr;

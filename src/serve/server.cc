@@ -33,8 +33,7 @@ class Histogram {
     size_t b = 0;
     while (b < N && v > bounds_[b]) ++b;
     counts_[b].fetch_add(1, std::memory_order_relaxed);
-    std::lock_guard<std::mutex> l(mu_);
-    sum_ += v;
+    sum_.fetch_add(v, std::memory_order_relaxed);
   }
   void Write(const std::string& name, const std::string& help, std::string* out) const {
     fmt::format_to(std::back_inserter(*out), "# HELP {} {}\n# TYPE {} histogram\n", name, help,
@@ -49,15 +48,14 @@ class Histogram {
         fmt::format_to(std::back_inserter(*out), "{}_bucket{{le=\"+Inf\"}} {}\n", name, cum);
       }
     }
-    std::lock_guard<std::mutex> l(mu_);
-    fmt::format_to(std::back_inserter(*out), "{}_sum {}\n{}_count {}\n", name, sum_, name, cum);
+    fmt::format_to(std::back_inserter(*out), "{}_sum {}\n{}_count {}\n", name, sum_.load(), name,
+                   cum);
   }
 
  private:
   std::array<double, N> bounds_;
   std::array<std::atomic<uint64_t>, N + 1> counts_{};
-  mutable std::mutex mu_;
-  double sum_ = 0;
+  std::atomic<double> sum_{0};
 };
 
 class Server {
