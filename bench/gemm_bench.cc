@@ -1,7 +1,9 @@
 // GEMM benchmark: the BLAS's own peak on this machine against what the trainer's MLP GEMMs
-// reach inside real training steps of the default model (batch 2048, 429-512-256-128-1).
+// reach inside real training steps of the default model (batch 2048, 429-512-256-128-1), and
+// predictions of the default model with OpenBLAS against the row-wise kernel
+// (util/rowwise_gemm.h) at each number of rows a call.
 //
-//   build/bench/gemm_bench [--threads N] [--steps N]
+//   build/bench/gemm_bench [--threads N] [--steps N] [--predict-only]
 //
 // Prints JSON lines: blas_peak (1 thread; N concurrent single-threaded calls, the scheme the
 // trainer uses; OpenBLAS's own N-thread GEMM) and mlp_step (step time, examples/s, the GEMMs'
@@ -16,6 +18,7 @@
 #include "io/synth.h"
 #include "model/ctr_model.h"
 #include "table/accessor.h"
+#include "util/rowwise_gemm.h"
 #include "util/thread_pool.h"
 #include "working/working_set.h"
 
@@ -63,13 +66,57 @@ double ThreadedPeak(int threads, double seconds) {
   return 2.0 * n * n * n * reps / clock.Seconds() / 1e9;
 }
 
+// One thread's predictions of the default model over `rows` generated rows in minibatches of
+// `per_call` rows (a served request's rows, or a batch of requests), OpenBLAS against
+// row-wise, alternating, medians of `reps`.
+void PredictForward(uint32_t per_call, int reps) {
+  const uint32_t rows = 4096;
+  SynthGenerator gen(SynthOptions{});
+  Batch pass;
+  gen.GenerateBatch(0, rows, &pass, nullptr);
+  OptimizerOptions sparse, dense;
+  CtrModel model(pass.schema, ModelOptions{}, sparse, dense, 1);
+  CtrAccessor accessor(model.value_layout(), AccessorOptions{});
+  WorkingSet ws;
+  BuildWorkingSet(pass, per_call, nullptr, &ws);
+  RowBlock block(model.value_layout());
+  block.Resize(ws.keys.size());
+  for (size_t i = 0; i < ws.keys.size(); ++i) accessor.InitRow(&block, i, ws.keys[i]);
+  std::vector<float> p(rows);
+  std::vector<double> blas_s, rowwise_s;
+  for (int rep = 0; rep <= reps; ++rep) {
+    for (bool rowwise : {false, true}) {
+      model.set_rowwise_predictions(rowwise);
+      Stopwatch clock;
+      for (const Minibatch& mb : ws.batches) {
+        model.Predict(pass, ws, mb, block, nullptr, p.data() + mb.row_begin);
+      }
+      if (rep > 0) (rowwise ? rowwise_s : blas_s).push_back(clock.Seconds());  // rep 0: warm
+    }
+  }
+  const double b = rows / Median(blas_s), r = rows / Median(rowwise_s);
+  Emit({{"bench", "predict_forward"},
+        {"rows_per_call", per_call},
+        {"threads", 1},
+        {"reps", reps},
+        {"rowwise_kernel", blas::RowwiseKernel()},
+        {"openblas_examples_per_s", b},
+        {"rowwise_examples_per_s", r},
+        {"rowwise_vs_openblas", r / b}});
+}
+
 int Main(int argc, char** argv) {
   int threads = NumCpus(), steps = 60;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool predict_only = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--predict-only")) predict_only = true;
+    if (i + 1 >= argc) break;
     if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
   }
   blas::UseSingleThreadedBlas();
+  for (uint32_t per_call : {1u, 4u, 16u, 64u, 256u}) PredictForward(per_call, 5);
+  if (predict_only) return 0;
   const double peak1 = ConcurrentPeak(1, 2.0);
   const double peak_n = ConcurrentPeak(threads, 2.0);
   const double threaded = ThreadedPeak(threads, 2.0);

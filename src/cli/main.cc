@@ -222,6 +222,15 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--rows-dir", serve.rows_dir,
                         "keep each base's rows in a file here (an SSD), mapped, for a model "
                         "larger than memory");
+  serve_cmd
+      ->add_option("--batch-max-micros", serve.batch_max_micros,
+                   "batch requests together: a worker waits at most this long for requests on "
+                   "their way to join its batch (500; 0: no batching)")
+      ->check(IntegerIn(0, 1000000));
+  serve_cmd
+      ->add_option("--batch-max-rows", serve.batch_max_rows,
+                   "a batch's most rows; larger requests are predicted alone (256)")
+      ->check(IntegerIn(1, 1 << 20));
   std::string serve_budget;
   serve_cmd->add_option("--memory-budget", serve_budget,
                         "with --rows-dir: the resident bytes of the mapped rows, given back each "

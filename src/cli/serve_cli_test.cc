@@ -41,17 +41,31 @@ def bits(x):
     return struct.unpack("<I", struct.pack("<f", float(x)))[0]
 
 cmd, port = sys.argv[1], int(sys.argv[2])
-if cmd == "compare":  # the server's probabilities against predict's, 256 records a request
+if cmd == "compare":  # the server's probabilities against predict's: requests of 1 to 300
+    # records from 4 threads at once (the server batches them together)
     lines = open(sys.argv[3]).read().splitlines()
     want = [bits(x) for x in open(sys.argv[4]).read().split()]
-    got = []
-    for i in range(0, len(lines), 256):
-        code, r = post(port, records_body(lines[i:i + 256], str(i)))
-        assert code == 200, r
-        assert r["id"] == str(i) and r["outputs"][0]["shape"] == [len(lines[i:i + 256])], r
-        got += [bits(x) for x in r["outputs"][0]["data"]]
+    cuts, i, k = [], 0, 0
+    while i < len(lines):
+        n = [1, 3, 17, 64, 200, 256, 300, 5, 2, 40][k % 10]
+        cuts.append((i, min(len(lines), i + n)))
+        i, k = i + n, k + 1
+    got, lock, errors = [None] * len(lines), threading.Lock(), []
+    def worker(mine):
+        for a, b in mine:
+            code, r = post(port, records_body(lines[a:b], str(a)))
+            if code != 200 or r["id"] != str(a) or r["outputs"][0]["shape"] != [b - a]:
+                with lock:
+                    errors.append(r)
+                continue
+            with lock:
+                got[a:b] = [bits(x) for x in r["outputs"][0]["data"]]
+    ts = [threading.Thread(target=worker, args=(cuts[t::4],)) for t in range(4)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    assert not errors, errors[:3]
     bad = sum(1 for a, b in zip(got, want) if a != b)
-    print(json.dumps({"n": len(got), "want": len(want), "mismatches": bad}))
+    print(json.dumps({"n": len(got), "want": len(want), "mismatches": bad, "requests": len(cuts)}))
 elif cmd == "hammer":  # concurrent requests until the file `stop` exists: version -> answers
     lines = open(sys.argv[3]).read().splitlines()[:64]
     stop, out = sys.argv[4], sys.argv[5]
@@ -161,15 +175,16 @@ class ServeCliTest : public testing::CliTest {
 };
 
 // For 10 000 test records the server's probabilities equal `ctrbox predict`'s on the same
-// model, bit for bit: a model directory, and a stream's newest version (float32 rows).
+// model, bit for bit, in requests of 1 to 300 records from 4 clients at once that the server
+// batches together: a model directory, and a stream's newest version (float32 rows).
 TEST_F(ServeCliTest, ServedProbabilitiesEqualPredictsBitForBit) {
   ASSERT_EQ(
-      Run(Ctrbox("train --set data.gen.rows=30000 --set model.mlp=64,32 --model-dir " + Path("m")))
+      Run(Ctrbox("train --set data.gen.rows=30000 --set model.mlp=256,128 --model-dir " + Path("m")))
           .exit_code,
       0);
   ASSERT_EQ(Run(Ctrbox("gen --rows 10000 --seed 5 --out " + Path("test.tsv"))).exit_code, 0);
-  // One chunk: predict's blocks of 256 rows start at the file's first row, as the requests'.
-  Result predicted = Run(Ctrbox("predict --set data.chunk_bytes=64MB --model-dir " + Path("m") +
+  // Predictions are row-wise: predict's chunks and the requests need not line up.
+  Result predicted = Run(Ctrbox("predict --set data.chunk_bytes=64KB --model-dir " + Path("m") +
                                 " --data " + Path("test.tsv") + " >" + Path("predict.txt")));
   ASSERT_EQ(predicted.exit_code, 0) << predicted.err;
   const int port = Serve("--model-dir " + Path("m"));
@@ -179,6 +194,15 @@ TEST_F(ServeCliTest, ServedProbabilitiesEqualPredictsBitForBit) {
   EXPECT_EQ(cmp.last_json["n"], 10000);
   EXPECT_EQ(cmp.last_json["want"], 10000);
   EXPECT_EQ(cmp.last_json["mismatches"], 0);
+  // Requests were batched together: batches of more than one request.
+  const std::string batched = Curl(port, "/metrics").second;
+  auto count = [&](const std::string& series) {
+    const size_t at = batched.find("\n" + series + " ");
+    return at == std::string::npos ? -1.0 : std::atof(batched.c_str() + at + series.size() + 2);
+  };
+  EXPECT_GT(count("ctrbox_batch_requests_count"), 0) << batched;
+  EXPECT_LT(count("ctrbox_batch_requests_bucket{le=\"1\"}"), count("ctrbox_batch_requests_count"))
+      << batched;
   EXPECT_EQ(StopServer(), 0);
 
   // The rows in a mapped file of --rows-dir under a 64 KB budget (the model's rows take
@@ -214,8 +238,8 @@ TEST_F(ServeCliTest, ServedProbabilitiesEqualPredictsBitForBit) {
                              "train.batch_size=256 --model-dir " +
                              Path("sm")));
   ASSERT_EQ(stream.exit_code, 0) << stream.err;
-  ASSERT_EQ(Run(Ctrbox("predict --set data.chunk_bytes=64MB --model-dir " + Path("sm") +
-                       " --data " + Path("test.tsv") + " >" + Path("predict2.txt")))
+  ASSERT_EQ(Run(Ctrbox("predict --model-dir " + Path("sm") + " --data " + Path("test.tsv") + " >" +
+                       Path("predict2.txt")))
                 .exit_code,
             0);
   const int sport = Serve("--serving-dir " + Path("serving"));

@@ -280,6 +280,11 @@ class CtrModel {
   // callers that cut the same rows into the same blocks get the same bits
   // (pipeline/eval_chunks.h).
   static constexpr uint32_t kPredictBlockRows = 256;
+  // Row-wise predictions (`ctrbox predict`, `ctrbox serve`): the forward GEMMs are
+  // blas::SgemmRowwise, so a row's prediction depends on that row alone, whatever its block
+  // (bit for bit; docs/serve.md, "Batching"). Off by default (eval, training: OpenBLAS).
+  void set_rowwise_predictions(bool on) { rowwise_predictions_ = on; }
+  bool rowwise_predictions() const { return rowwise_predictions_; }
   void Predict(const Batch& examples, const WorkingSet& ws, const Minibatch& mb,
                const RowBlock& rows, ThreadPool* pool, float* predictions);
   // Predict in two steps, for rows whose keys' rows come from several pulls: PredictInputs
@@ -337,6 +342,7 @@ class CtrModel {
 
   Schema schema_;
   ModelOptions options_;
+  bool rowwise_predictions_ = false;
   SparseOptimizer sparse_opt_;
   Mlp mlp_;
   uint32_t dense_width_;  // num_dense, or dim with a bottom MLP
@@ -411,6 +417,22 @@ class CtrModel {
   // A row block's bottom MLP forward (into x_'s first dim columns) and backward.
   void BottomForward(uint32_t r0, uint32_t r1);
   void BottomBackward(uint32_t r0, uint32_t r1);
+};
+
+// Row-wise predictions on `model` while alive (predict's callers; eval keeps OpenBLAS's).
+class ScopedRowwisePredictions {
+ public:
+  explicit ScopedRowwisePredictions(CtrModel* model)
+      : model_(model), was_(model->rowwise_predictions()) {
+    model_->set_rowwise_predictions(true);
+  }
+  ~ScopedRowwisePredictions() { model_->set_rowwise_predictions(was_); }
+  ScopedRowwisePredictions(const ScopedRowwisePredictions&) = delete;
+  ScopedRowwisePredictions& operator=(const ScopedRowwisePredictions&) = delete;
+
+ private:
+  CtrModel* model_;
+  bool was_;
 };
 
 }  // namespace ctrbox

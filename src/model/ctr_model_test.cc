@@ -301,6 +301,40 @@ TEST(CtrModelTest, PredictionsDoNotDependOnTheMinibatchOfWholeBlocksAroundTheRow
   }
 }
 
+// Row-wise predictions (predict and serve): a row's bits are the same in any minibatch, at any
+// place, alone or among others, in every model shape; and within rounding of the blocked ones.
+TEST(CtrModelTest, RowwisePredictionsDependOnTheRowAlone) {
+  constexpr size_t kRows = 300;
+  for (const auto& [name, shape] : Shapes()) {
+    SCOPED_TRACE(name);
+    OptimizerOptions sparse, dense;
+    Fixture f(sparse, dense, true, kRows, shape, kRows);
+    ASSERT_EQ(f.ws.batches.size(), 1u);
+    std::vector<float> blocked(kRows), whole(kRows);
+    f.model.Predict(f.pass, f.ws, f.ws.batches[0], f.rows, nullptr, blocked.data());
+    f.model.set_rowwise_predictions(true);
+    f.model.Predict(f.pass, f.ws, f.ws.batches[0], f.rows, nullptr, whole.data());
+    for (size_t r = 0; r < kRows; ++r) ASSERT_NEAR(whole[r], blocked[r], 2e-6f) << r;
+    ThreadPool pool(3);
+    for (size_t batch : {size_t{1}, size_t{3}, size_t{7}, size_t{100}}) {
+      SCOPED_TRACE(batch);
+      WorkingSet ws;
+      BuildWorkingSet(f.pass, batch, nullptr, &ws);
+      std::unordered_map<uint64_t, size_t> row_of;
+      for (size_t i = 0; i < f.ws.keys.size(); ++i) row_of[f.ws.keys[i]] = i;
+      RowBlock rows(f.model.value_layout());
+      rows.Resize(ws.keys.size());
+      for (size_t i = 0; i < ws.keys.size(); ++i) rows.CopyRow(f.rows, row_of.at(ws.keys[i]), i);
+      std::vector<float> p(kRows);
+      for (const Minibatch& mb : ws.batches) {
+        f.model.Predict(f.pass, ws, mb, rows, &pool, p.data() + mb.row_begin);
+      }
+      ASSERT_EQ(std::memcmp(p.data(), whole.data(), kRows * sizeof(float)), 0);
+    }
+    f.model.set_rowwise_predictions(false);
+  }
+}
+
 // A plain double-precision reference of the composed model, row at a time, with FM in its
 // pairwise form (sum over slot pairs of <e_i, e_j>), against the model's predictions.
 TEST(CtrModelTest, PredictionsMatchAPlainReferenceOfEveryShape) {

@@ -13,6 +13,7 @@
 #include "util/blas.h"
 #include "util/hash.h"
 #include "util/random.h"
+#include "util/rowwise_gemm.h"
 
 namespace ctrbox {
 
@@ -145,6 +146,7 @@ void CtrModel::PredictBlocks(uint32_t n, ThreadPool* pool, float* predictions,
   RunParallel(pool, blocks, [&](size_t blk, int) {
     const uint32_t r0 = static_cast<uint32_t>(blk * kPredictBlockRows);
     const uint32_t r1 = std::min(n, r0 + kPredictBlockRows);
+    blas::RowwiseScope rowwise(rowwise_predictions_);  // on the thread that runs the block
     if (build) build(r0, r1);
     ForwardBlock(r0, r1);
     for (uint32_t r = r0; r < r1; ++r) predictions[r] = Sigmoid(logits_[r]);

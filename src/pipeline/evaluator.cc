@@ -335,6 +335,8 @@ Status RunPredict(Env* env, const JobConfig& job, std::FILE* out) {
   RETURN_IF_ERROR(job.Validate());
   ThreadPool pool(job.train.threads);
   ASSIGN_OR_RETURN(LoadedModel lm, OpenModel(env, job.model_dir, job.StorageFor({}), &pool));
+  // Each row's probability from that row alone (the server's, bit for bit: docs/serve.md).
+  ScopedRowwisePredictions rowwise(lm.model.get());
   if (job.features != nullptr) {
     std::string text;
     RETURN_IF_ERROR(PredictThroughGraph(

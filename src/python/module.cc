@@ -230,6 +230,7 @@ class Model {
     {
       py::gil_scoped_release nogil;
       std::lock_guard<std::mutex> l(mu_);
+      ScopedRowwisePredictions rowwise(lm_.model.get());  // as `ctrbox predict`
       Check(PredictThroughGraph(
           Env::Posix(), job, lm_, &pool_,
           [&](const std::vector<std::string>& i, const std::vector<float>& p) -> Status {
@@ -294,6 +295,7 @@ class Model {
     {
       py::gil_scoped_release nogil;
       std::lock_guard<std::mutex> l(mu_);
+      ScopedRowwisePredictions rowwise(lm_.model.get());  // as `ctrbox predict`
       if (rows > 0) {
         Check(
             PredictChunk(batch, *lm_.table, lm_.model.get(), job_.train.batch_size, 0, &pool_, &p));
@@ -348,6 +350,7 @@ class Model {
     {
       py::gil_scoped_release nogil;
       std::lock_guard<std::mutex> l(mu_);
+      ScopedRowwisePredictions rowwise(lm_.model.get());  // as `ctrbox predict`
       ChunkParseResult parsed;
       ParseTextChunk(text, chunk, &parsed);
       Check(parsed.status);

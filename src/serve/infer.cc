@@ -252,6 +252,7 @@ Status Predictor::Predict(const std::shared_ptr<const ServedVersion>& v, Batch* 
     auto model = std::make_unique<CtrModel>(spec.schema, spec.model, spec.sparse_optimizer,
                                             spec.dense_optimizer, spec.table.seed);
     RETURN_IF_ERROR(ApplyDensePayload(v->dense_payload, v->name, model.get()));
+    model->set_rowwise_predictions(true);  // a row's probability from that row alone
     model_ = std::move(model);
     model_of_ = v;
     rows_ = RowBlock(v->layout);

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "serve/batcher.h"
 #include "serve/infer.h"
 #include "serve/served_version.h"
 #include "util/logging.h"
@@ -60,7 +61,8 @@ class Histogram {
 
 class Server {
  public:
-  Server(Env* env, const ServeOptions& o) : env_(env), o_(o) {
+  Server(Env* env, const ServeOptions& o)
+      : env_(env), o_(o), batcher_({o.batch_max_micros, o.batch_max_rows}) {
     source_ = o.serving_dir.empty() ? VersionSource::ModelDir(env, o.model_dir, o.rows_dir)
                                     : VersionSource::ServingDir(env, o.serving_dir, o.rows_dir);
   }
@@ -136,6 +138,7 @@ class Server {
                // which httplib would otherwise parse as a form and cap at 8 KB).
                [this](const httplib::Request& req, httplib::Response& res,
                       const httplib::ContentReader& content) {
+                 batcher_.Arriving();  // from now, a batch's leader may wait for it
                  thread_local std::string body;
                  body.clear();
                  content([&](const char* data, size_t n) {
@@ -209,12 +212,24 @@ class Server {
   void Infer(const httplib::Request& req, const std::string& body, httplib::Response& res) {
     Stopwatch clock;
     const std::shared_ptr<const ServedVersion> v = version_.load();  // the request's version
-    if (!Known(req, *v, res)) return;
+    if (!Known(req, *v, res)) {
+      batcher_.Gone();
+      return;
+    }
     thread_local Predictor predictor;
     thread_local std::vector<float> p;
     StatusOr<InferRequest> r = ParseInferRequest(body, *v);
     Status s = r.status();
-    if (s.ok()) s = predictor.Predict(v, &r->rows, &p);
+    BatchedAs as;
+    if (s.ok()) {
+      s = batcher_.Predict(v, &r->rows, &p, &predictor, &as);
+    } else {
+      batcher_.Gone();
+    }
+    if (as.led) {  // one observation a batch
+      batch_rows_.Observe(as.batch_rows);
+      batch_requests_.Observe(as.batch_requests);
+    }
     if (!s.ok()) {
       const bool bad = s.code() == StatusCode::kInvalidArgument;
       res.status = bad ? 400 : 500;
@@ -257,7 +272,11 @@ class Server {
                    "# TYPE ctrbox_request_errors_total counter\nctrbox_request_errors_total {}\n",
                    errors);
     latency_.Write("ctrbox_infer_seconds", "Inference requests' time in the server.", &out);
-    rows_.Write("ctrbox_infer_rows", "Rows per inference request (the batch predicted).", &out);
+    rows_.Write("ctrbox_infer_rows", "Rows per inference request.", &out);
+    batch_rows_.Write("ctrbox_batch_rows",
+                      "Rows per batch predicted (the rows of the requests batched together).",
+                      &out);
+    batch_requests_.Write("ctrbox_batch_requests", "Requests per batch predicted.", &out);
     const double now = Now();
     fmt::format_to(
         std::back_inserter(out),
@@ -305,6 +324,9 @@ class Server {
   Histogram<12> latency_{
       {0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0}};
   Histogram<10> rows_{{1, 4, 16, 64, 128, 256, 512, 1024, 4096, 16384}};
+  Histogram<10> batch_rows_{{1, 4, 16, 64, 128, 256, 512, 1024, 4096, 16384}};
+  Histogram<7> batch_requests_{{1, 2, 4, 8, 16, 32, 64}};
+  Batcher batcher_;
 };
 
 }  // namespace
@@ -315,6 +337,13 @@ Status RunServer(Env* env, const ServeOptions& options, const std::atomic<bool>*
     return InvalidArgumentError("serve: give --serving-dir or --model-dir (one of them)");
   }
   if (options.threads < 1) return InvalidArgumentError("serve: --threads must be >= 1");
+  if (options.batch_max_micros < 0 || options.batch_max_micros > 1000000) {
+    return InvalidArgumentError(fmt::format(
+        "serve: --batch-max-micros {}: give 0 (no batching) to 1000000", options.batch_max_micros));
+  }
+  if (options.batch_max_rows < 1) {
+    return InvalidArgumentError("serve: --batch-max-rows must be >= 1");
+  }
   if (options.memory_budget > 0 && options.rows_dir.empty()) {
     return InvalidArgumentError(
         "serve: --memory-budget bounds the rows mapped from --rows-dir (give both; without "

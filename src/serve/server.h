@@ -28,6 +28,11 @@ struct ServeOptions {
   std::string rows_dir;
   uint64_t memory_budget = 0;
   size_t max_body_bytes = size_t{64} << 20;
+  // Batching across requests (docs/serve.md, "Batching"): a request's worker waits at most
+  // this long for requests on their way to join its batch (0: no batching), up to
+  // batch_max_rows rows a batch.
+  int64_t batch_max_micros = 500;
+  uint32_t batch_max_rows = 256;
 };
 
 // Loads the newest version, listens, calls on_listening(port) once it accepts requests, and

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "util/rowwise_gemm.h"
+
 namespace ctrbox::blas {
 namespace {
 std::atomic<bool> counting{false};
@@ -20,8 +22,12 @@ void Sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const f
   const bool count = counting.load(std::memory_order_relaxed);
   const auto start =
       count ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (!trans_a && !trans_b && RowwiseOn()) {
+    SgemmRowwise(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  } else {
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
   if (count) {
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                         std::chrono::steady_clock::now() - start)

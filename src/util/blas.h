@@ -9,7 +9,8 @@
 
 namespace ctrbox::blas {
 
-// C[m x n] = alpha * op(A) * op(B) + beta * C, all row-major.
+// C[m x n] = alpha * op(A) * op(B) + beta * C, all row-major. Under a RowwiseScope
+// (util/rowwise_gemm.h) a call without transposes is SgemmRowwise.
 // Thread safety: safe to call concurrently (after UseSingleThreadedBlas()).
 void Sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
            const float* b, int ldb, float beta, float* c, int ldc);
