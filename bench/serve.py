@@ -10,7 +10,10 @@ the machine with the server:
 3. memory: the rows mapped from --rows-dir under a 1 MB --memory-budget, the same load
    (predictions/s, resident row bytes, RSS against the in-memory server); a stream's version at serving.quant.bits 16: the server's bytes per key
    (ctrbox_model_bytes / ctrbox_model_keys) against the training row's bytes.
-4. freshness and swaps: a stream job publishes a delta per partition (a base every 3) while
+4. batching: requests of 1, 4 and 16 records from 8 connections, against a server that
+   predicts each request alone (--batch-max-micros 0) and one that batches them (the
+   default): requests/s, p50, p99, and the requests a batch held.
+5. freshness and swaps: a stream job publishes a delta per partition (a base every 3) while
    wrk loads the server: the seconds from a version's donefile line to the server answering
    with it (the server polls every --poll-seconds), failed requests, and p99 against the
    steady state's.
@@ -18,6 +21,7 @@ the machine with the server:
 Prints one JSON line per measurement (medians over --reps), with blas_core.
 
     bench/serve.py [--train-rows 200000] [--seconds 10] [--reps 3] [--poll-seconds 1]
+                   [--sections main,batching,ssd,versions,freshness]
 """
 import json, os, re, shutil, signal, statistics, subprocess, sys, tempfile, threading, time
 import urllib.request
@@ -101,20 +105,60 @@ def served_version(port):
     return int(r["versions"][0])
 
 
+def batching(a, d, model, lines, lua, blas, med):
+    """Small requests from 8 connections, each predicted alone against batched together."""
+    bodies = {n: body_file(os.path.join(d, f"small{n}.json"), lines[:n]) for n in (1, 4, 16)}
+    results = {}
+    for micros in (0, 2000):
+        server, port = start_server(a.ctrbox, ["--model-dir", model, "--batch-max-micros",
+                                               str(micros)], os.path.join(d, f"sb{micros}.log"))
+        wrk(port, bodies[1], 8, 2, lua)  # warm up
+        for n, body in bodies.items():
+            before = metrics(port)
+            rs = [wrk(port, body, 8, a.seconds, lua) for _ in range(a.reps)]
+            after = metrics(port)
+            batches = after["ctrbox_batch_requests_count"] - before.get("ctrbox_batch_requests_count", 0)
+            reqs = after["ctrbox_batch_requests_sum"] - before.get("ctrbox_batch_requests_sum", 0)
+            results[(micros, n)] = {"requests_per_s": med(rs, "requests_per_s"),
+                                    "p50_ms": med(rs, "p50_ms"), "p99_ms": med(rs, "p99_ms"),
+                                    "non_2xx": sum(r["non_2xx"] for r in rs),
+                                    "requests_per_batch": reqs / batches if batches else None}
+        stop_server(server)
+    for n in (1, 4, 16):
+        alone, batched = results[(0, n)], results[(2000, n)]
+        print(json.dumps({"bench": "serve", "what": "batching", "records_per_request": n,
+                          "model_set": a.model_set,
+                          "connections": 8, "batch_max_micros": 2000,
+                          "predictions_per_s": batched["requests_per_s"] * n,
+                          "alone_predictions_per_s": alone["requests_per_s"] * n,
+                          "speedup": batched["requests_per_s"] / alone["requests_per_s"],
+                          "p50_ms": batched["p50_ms"], "p99_ms": batched["p99_ms"],
+                          "alone_p50_ms": alone["p50_ms"], "alone_p99_ms": alone["p99_ms"],
+                          "requests_per_batch": batched["requests_per_batch"],
+                          "non_2xx": batched["non_2xx"] + alone["non_2xx"],
+                          "reps": a.reps, "blas_core": blas}), flush=True)
+
+
 def main():
     ap = bench_data.arg_parser(__doc__, reps=3)
     ap.add_argument("--train-rows", type=int, default=200000)
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--poll-seconds", type=float, default=1.0)
+    ap.add_argument("--sections", default="main,batching,ssd,versions,freshness")
+    ap.add_argument("--model-set", action="append", default=[],
+                    help="KEY=VALUE for the model's training (e.g. model.mlp=1024,512,256)")
     a = ap.parse_args()
+    sections = set(a.sections.split(","))
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed (Debian wrk; scripts/setup)")
     d = tempfile.mkdtemp(prefix="ctrbox-serve-bench-")
     lua = os.path.join(d, "post.lua")
     open(lua, "w").write(LUA)
     model = os.path.join(d, "model")
+    model_sets = [x for kv in a.model_set for x in ("--set", kv)]
     report = json.loads(run([a.ctrbox, "train", "--set", f"data.gen.rows={a.train_rows}",
-                             "--set", "data.gen.test_rows=20000", "--model-dir", model]).splitlines()[-1])
+                             "--set", "data.gen.test_rows=20000", *model_sets,
+                             "--model-dir", model]).splitlines()[-1])
     blas = report["blas_core"]
     test = os.path.join(d, "test.tsv")
     run([a.ctrbox, "gen", "--rows", "20000", "--seed", "12", "--out", test])
@@ -123,6 +167,11 @@ def main():
     ev = json.loads(run([a.ctrbox, "eval", "--model-dir", model, "--data", test]).splitlines()[-1])
     eval_rate = ev.get("examples_per_s")
 
+    med = lambda rs, k: statistics.median(r[k] for r in rs)
+    if "batching" in sections:
+        batching(a, d, model, lines, lua, blas, med)
+    if "main" not in sections:
+        return
     server, port = start_server(a.ctrbox, ["--model-dir", model], os.path.join(d, "s1.log"))
     wrk(port, b256, 4, 2, lua)  # warm up
     runs = {"c4_256": [], "c1_256": [], "c1_1": []}
@@ -132,7 +181,6 @@ def main():
         runs["c1_1"].append(wrk(port, b1, 1, a.seconds, lua))
     rss_memory = rss(server.pid)
     stop_server(server)
-    med = lambda rs, k: statistics.median(r[k] for r in rs)
     thr = med(runs["c4_256"], "requests_per_s") * 256
     print(json.dumps({"bench": "serve", "what": "throughput", "records_per_request": 256,
                       "connections": 4, "predictions_per_s": thr,
@@ -151,6 +199,8 @@ def main():
                       "p50_ms": med(runs["c1_1"], "p50_ms"), "p99_ms": med(runs["c1_1"], "p99_ms"),
                       "blas_core": blas}), flush=True)
 
+    if "ssd" not in sections:
+        return
     # The rows on SSD: mapped from --rows-dir under a 1 MB budget, the same load.
     rows_dir = os.path.join(d, "rows")
     os.makedirs(rows_dir)
@@ -170,6 +220,8 @@ def main():
                       "rss_bytes": rss_ssd, "in_memory_rss_bytes": rss_memory,
                       "blas_core": blas}), flush=True)
 
+    if "versions" not in sections:
+        return
     # Versions of a stream (16-bit rows, a delta per partition, a base every 4), made first.
     root, staged, ckpt = (os.path.join(d, n) for n in ("root", "staged", "ckpt"))
     run([a.ctrbox, "gen", "--partitions", "12", "--rows", "20000", "--out", root])
@@ -251,6 +303,8 @@ def main():
                       "listed_to_served_max_s": max(delays) if delays else None,
                       "poll_seconds": a.poll_seconds, "blas_core": blas}), flush=True)
 
+    if "freshness" not in sections:
+        return
     # Freshness from a running trainer: the server follows a stream job as it publishes.
     live, ckpt2 = os.path.join(d, "live"), os.path.join(d, "ckpt2")
     run(stream + ["--set", f"ckpt.dir={ckpt2}", "--set", f"serving.dir={live}",

@@ -224,13 +224,24 @@ int main(int argc, char** argv) {
                         "larger than memory");
   serve_cmd
       ->add_option("--batch-max-micros", serve.batch_max_micros,
-                   "batch requests together: a worker waits at most this long for requests on "
-                   "their way to join its batch (500; 0: no batching)")
+                   "batch the requests that come while the cores are busy predicting: a "
+                   "batch's longest wait for a free slot, e.g. 2000 (0, the default: no "
+                   "batching)")
       ->check(IntegerIn(0, 1000000));
   serve_cmd
+      ->add_option("--batch-slots", serve.batch_slots,
+                   "small predictions at once; small requests that come while they run are "
+                   "batched (0: half the cores)")
+      ->check(IntegerIn(0, 1024));
+  serve_cmd
       ->add_option("--batch-max-rows", serve.batch_max_rows,
-                   "a batch's most rows; larger requests are predicted alone (256)")
+                   "a batch's most rows; requests of as many are predicted alone (16)")
       ->check(IntegerIn(1, 1 << 20));
+  ctrbox::JobSources serve_job;
+  serve_cmd->add_option("-c,--config", serve_job.config_path,
+                        "the training job of a model trained through a feature graph: requests' "
+                        "records are rows of its main view");
+  serve_cmd->add_option("--set", serve_job.sets, "override a key of the -c job (repeatable)");
   std::string serve_budget;
   serve_cmd->add_option("--memory-budget", serve_budget,
                         "with --rows-dir: the resident bytes of the mapped rows, given back each "
@@ -281,6 +292,14 @@ int main(int argc, char** argv) {
   if (serve_cmd->parsed()) {
     if (serve.serving_dir.empty() && serve.model_dir.empty()) {
       std::fprintf(stderr, "ctrbox: error: serve needs --serving-dir or --model-dir\n");
+      return ctrbox::kExitUsage;
+    }
+    if (!serve_job.config_path.empty()) {
+      auto job = ctrbox::BuildJobConfig(serve_job);
+      if (!job.ok()) return Report(job.status());
+      serve.job = std::make_shared<const ctrbox::JobConfig>(std::move(*job));
+    } else if (!serve_job.sets.empty()) {
+      std::fprintf(stderr, "ctrbox: error: serve's --set overrides keys of a -c job\n");
       return ctrbox::kExitUsage;
     }
     return Report(ctrbox::RunServeCommand(serve));

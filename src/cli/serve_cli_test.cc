@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "ckpt/serving_files.h"
-#include "cli/cli_test_util.h"
+#include "cli/serve_test_util.h"
 
 namespace ctrbox {
 namespace {
@@ -97,97 +97,32 @@ elif cmd == "one":  # one request's probabilities as float32 bits, and its versi
                       "bits": [bits(x) for x in r["outputs"][0]["data"]] if code == 200 else r}))
 )PY";
 
-class ServeCliTest : public testing::CliTest {
+class ServeCliTest : public testing::ServeFixture {
  protected:
   void SetUp() override {
-    CliTest::SetUp();
-    if (std::system("command -v curl >/dev/null 2>&1") != 0)
-      GTEST_SKIP() << "no curl (scripts/setup)";
+    ServeFixture::SetUp();
+    if (IsSkipped()) return;
     ASSERT_TRUE(WriteFileAtomic(Env::Posix(), Path("client.py"), kClient).ok());
   }
-  void TearDown() override {
-    for (pid_t p : servers_) {
-      kill(p, SIGKILL);
-      waitpid(p, nullptr, 0);
-    }
-    CliTest::TearDown();
-  }
-
-  // Starts `ctrbox serve ARGS --port 0`; returns its port once it listens (0: it failed).
-  int Serve(const std::string& args, const std::string& name = "serve") {
-    const std::string out = Path(name + ".out"), err = Path(name + ".err");
-    Env::Posix()->DeleteFile(out).IgnoreError();  // (a server before under the same name)
-    const std::string cmd =
-        "exec " + ctrbox_ + " serve " + args + " --port 0 >" + out + " 2>" + err;
-    pid_t pid = fork();
-    if (pid == 0) {
-      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    servers_.push_back(pid);
-    for (int i = 0; i < 3000; ++i) {
-      std::string text;
-      if (ReadFileToString(Env::Posix(), out, &text).ok() && !text.empty()) {
-        auto j = nlohmann::json::parse(text.substr(0, text.find('\n')), nullptr, false);
-        if (j.is_object() && j.contains("port")) return j["port"].get<int>();
-      }
-      int status = 0;
-      if (waitpid(pid, &status, WNOHANG) == pid) {
-        servers_.pop_back();
-        return 0;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return 0;
-  }
-  // SIGTERM to the newest server; its exit status (-1: killed by a signal).
-  int StopServer() {
-    const pid_t pid = servers_.back();
-    servers_.pop_back();
-    kill(pid, SIGTERM);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  }
-  Result Client(const std::string& args) {
-    return Run("python3 " + Path("client.py") + " " + args);
-  }
-  // curl's HTTP status and body.
-  std::pair<int, std::string> Curl(int port, const std::string& path,
-                                   const std::string& body = "") {
-    const std::string data = body.empty() ? "" : " --data-binary @" + Path("body.json");
-    if (!body.empty()) {
-      EXPECT_TRUE(WriteFileAtomic(Env::Posix(), Path("body.json"), body).ok());
-    }
-    Result r = Run(fmt::format("curl -s -o {} -w '%{{http_code}}'{} http://127.0.0.1:{}{}",
-                               Path("curl.out"), data, port, path));
-    std::string out;
-    ReadFileToString(Env::Posix(), Path("curl.out"), &out).IgnoreError();
-    return {std::atoi(r.out.c_str()), out};
-  }
-  std::string Log(const std::string& name = "serve") {
-    std::string text;
-    ReadFileToString(Env::Posix(), Path(name + ".err"), &text).IgnoreError();
-    return text;
-  }
-
-  std::vector<pid_t> servers_;
 };
 
 // For 10 000 test records the server's probabilities equal `ctrbox predict`'s on the same
 // model, bit for bit, in requests of 1 to 300 records from 4 clients at once that the server
 // batches together: a model directory, and a stream's newest version (float32 rows).
 TEST_F(ServeCliTest, ServedProbabilitiesEqualPredictsBitForBit) {
-  ASSERT_EQ(
-      Run(Ctrbox("train --set data.gen.rows=30000 --set model.mlp=256,128 --model-dir " + Path("m")))
-          .exit_code,
-      0);
+  ASSERT_EQ(Run(Ctrbox("train --set data.gen.rows=30000 --set model.mlp=256,128 --model-dir " +
+                       Path("m")))
+                .exit_code,
+            0);
   ASSERT_EQ(Run(Ctrbox("gen --rows 10000 --seed 5 --out " + Path("test.tsv"))).exit_code, 0);
   // Predictions are row-wise: predict's chunks and the requests need not line up.
   Result predicted = Run(Ctrbox("predict --set data.chunk_bytes=64KB --model-dir " + Path("m") +
                                 " --data " + Path("test.tsv") + " >" + Path("predict.txt")));
   ASSERT_EQ(predicted.exit_code, 0) << predicted.err;
-  const int port = Serve("--model-dir " + Path("m"));
+  // Batching on, one prediction at a time: the requests that come meanwhile are batched.
+  const int port = Serve("--model-dir " + Path("m") +
+                         " --batch-max-micros 5000 --batch-slots 1 "
+                         "--batch-max-rows 256");
   ASSERT_GT(port, 0) << Log();
   Result cmp = Client(fmt::format("compare {} {} {}", port, Path("test.tsv"), Path("predict.txt")));
   ASSERT_EQ(cmp.exit_code, 0) << cmp.err;

@@ -25,8 +25,9 @@ uint64_t NowNs() {
 StatusOr<std::vector<std::string>> ReadHeader(Env* env, const ViewLayout& layout,
                                               const DataOptions& main) {
   if (layout.format == ViewFormat::kJsonl || !layout.header) return std::vector<std::string>{};
-  if (!main.command.empty()) {
-    // A command's output is not read twice: it must start with the declared columns.
+  if (!main.command.empty() || main.paths.empty()) {
+    // A command's output is not read twice: it must start with the declared columns. (No
+    // file: a server's records, in the declared order.)
     std::vector<std::string> names;
     for (const ViewColumn& c : layout.columns) names.push_back(c.name);
     return names;
@@ -84,7 +85,7 @@ StatusOr<std::shared_ptr<Extractor>> Extractor::Open(Env* env,
     ASSIGN_OR_RETURN(auto t, SideTable::Load(env, v, side, &x->side_counts_));
     x->sides_.push_back(std::move(t));
   }
-  if (!main.paths.empty() || !main.command.empty()) {
+  if (!main.paths.empty() || !main.command.empty() || options.serving) {
     ASSIGN_OR_RETURN(std::vector<std::string> header, ReadHeader(env, p.main, main));
     if (p.main.header && p.main.format != ViewFormat::kJsonl && header.empty()) {
       return InvalidArgumentError("features.main: the main view is empty (no header line)");
@@ -210,6 +211,7 @@ void Extractor::ExtractChunk(const TextChunk& chunk, ChunkParseResult* r) const 
   ResetParseResult(schema, r);
   r->row_tags.clear();
   r->row_ids.clear();
+  r->row_lines.clear();
   thread_local std::unique_ptr<Arena> arena_holder;
   if (!arena_holder) arena_holder = std::make_unique<Arena>();
   Arena* arena = arena_holder.get();
@@ -256,7 +258,7 @@ void Extractor::ExtractChunk(const TextChunk& chunk, ChunkParseResult* r) const 
       add_bad(row, ErrorKind(op), ErrorDetail(p, op, t, row));
       continue;
     }
-    const double y = label.valid[row] ? NumberOf(label, row) : -1;
+    const double y = options_.serving ? 0 : label.valid[row] ? NumberOf(label, row) : -1;
     if (y != 0 && y != 1) {
       add_bad(row, BadKind::kBadLabel,
               label.valid[row]
@@ -299,6 +301,7 @@ void Extractor::ExtractChunk(const TextChunk& chunk, ChunkParseResult* r) const 
       for (uint32_t i = 0; i < n; ++i) b.keys.push_back(SlotKey(seed, col, row, i));
       b.offsets.push_back(static_cast<uint32_t>(b.keys.size()));
     }
+    if (options_.serving) r->row_lines.push_back(t.lines[row]);
     if (id_col_ >= 0) {
       const Column& id = t.cols[id_col_];
       r->row_ids.push_back(!id.valid[row]             ? std::string()

@@ -64,6 +64,11 @@ class Extractor {
     // whose value each output row carries in ChunkParseResult::row_ids: predict's per-row
     // scores (`ctrbox predict --id-column`). Empty: none.
     std::string id_column;
+    // Records of a server (`ctrbox serve -c`, docs/serve.md): a row's label may be missing or
+    // anything (it is not read: 0); each output row's line number goes to
+    // ChunkParseResult::row_lines; without main view files, the main view's columns are in
+    // their declared order.
+    bool serving = false;
   };
 
   // Loads the side views and reads the main view's header (the first file's first line, for

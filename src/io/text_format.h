@@ -73,6 +73,8 @@ struct ChunkParseResult {
   std::vector<uint64_t> row_tags;
   // The feature extractor's id column of each row (Extractor::Options::id_column), as text.
   std::vector<std::string> row_ids;
+  // The feature extractor's line number of each row (Extractor::Options::serving).
+  std::vector<uint64_t> row_lines;
 };
 
 // Parses the lines of `chunk` into result->batch (reset to the format's schema).

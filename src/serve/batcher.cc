@@ -1,83 +1,77 @@
 #include "serve/batcher.h"
 
 #include <chrono>
+#include <thread>
 
 namespace ctrbox {
 
-void Batcher::Arriving() {
-  std::lock_guard<std::mutex> l(mu_);
-  ++on_the_way_;
+Batcher::Batcher(BatcherOptions o) : o_(o) {
+  if (o_.slots <= 0) {
+    const_cast<BatcherOptions&>(o_).slots =
+        std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2);
+  }
 }
 
-void Batcher::Gone() {
-  std::lock_guard<std::mutex> l(mu_);
-  --on_the_way_;
-  if (open_) open_->cv.notify_all();  // its leader may be waiting for this one
+Status Batcher::RunInSlot(std::unique_lock<std::mutex>* l, const std::function<Status()>& predict) {
+  l->unlock();
+  Status s = predict();
+  l->lock();
+  --running_;
+  slot_free_.notify_all();
+  return s;
 }
 
 Status Batcher::Predict(const std::shared_ptr<const ServedVersion>& v, Batch* rows,
                         std::vector<float>* out, Predictor* predictor, BatchedAs* as) {
   const size_t n = rows->rows();
+  auto alone = [&] { return predictor->Predict(v, rows, out); };
   std::unique_lock<std::mutex> l(mu_);
-  --on_the_way_;
-  if (o_.max_micros <= 0 || n == 0 || n >= o_.max_rows) {  // alone
-    if (open_) open_->cv.notify_all();
-    l.unlock();
+  if (o_.max_micros <= 0 || n == 0 || n >= o_.max_rows) {  // never batched
     *as = {static_cast<uint32_t>(n), 1, true};
-    return predictor->Predict(v, rows, out);
+    ++running_;  // (it may oversubscribe the slots: it does not wait for one)
+    return RunInSlot(&l, alone);
   }
-  if (open_ && open_->v == v && open_->rows + n <= o_.max_rows) {  // join
+  if (!open_ && running_ < o_.slots) {  // not busy: at once
+    *as = {static_cast<uint32_t>(n), 1, true};
+    ++running_;
+    return RunInSlot(&l, alone);
+  }
+  if (open_ && open_->v == v && open_->rows + n <= o_.max_rows) {  // join the waiting batch
     const std::shared_ptr<Group> g = open_;
     g->members.push_back({rows, out});
     g->rows += n;
-    if (g->rows >= o_.max_rows) {
-      g->closed = true;
-      open_ = nullptr;
-    }
-    g->cv.notify_all();
+    if (g->rows >= o_.max_rows) open_ = nullptr;  // full: no more joins
     g->cv.wait(l, [&] { return g->done; });
     *as = {static_cast<uint32_t>(g->rows), static_cast<uint32_t>(g->members.size()), false};
     return g->status;
   }
-  // Lead a new batch (one open for another version, or without room, goes as it is).
-  if (open_) {
-    open_->closed = true;
-    open_->cv.notify_all();
-  }
+  // Lead a new batch (one waiting for another version, or without room, keeps its members and
+  // its place in the wait for a slot).
   const auto g = std::make_shared<Group>();
   g->v = v;
   g->members.push_back({rows, out});
   g->rows = n;
   open_ = g;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(o_.max_micros);
-  while (!g->closed && on_the_way_ > 0 && std::chrono::steady_clock::now() < deadline) {
-    g->cv.wait_until(l, deadline);
-  }
-  g->closed = true;
-  if (open_ == g) open_ = nullptr;
-  l.unlock();
-
-  // The members are fixed now: predict them together, each row as it would be alone.
-  Status s;
-  if (g->members.size() == 1) {
-    s = predictor->Predict(v, rows, out);
-  } else {
+  slot_free_.wait_until(l, deadline, [&] { return running_ < o_.slots; });
+  if (open_ == g) open_ = nullptr;  // the members are fixed now
+  ++running_;
+  const Status s = RunInSlot(&l, [&]() -> Status {
+    if (g->members.size() == 1) return alone();
     thread_local Batch all;
     thread_local std::vector<float> p;
     all.Reset(rows->schema);
     for (const Member& m : g->members) all.AppendRows(*m.rows, 0, m.rows->rows());
-    s = predictor->Predict(v, &all, &p);
-    if (s.ok()) {
-      size_t at = 0;
-      for (const Member& m : g->members) {
-        const size_t k = m.rows->rows();
-        m.out->assign(p.begin() + static_cast<ptrdiff_t>(at),
-                      p.begin() + static_cast<ptrdiff_t>(at + k));
-        at += k;
-      }
+    RETURN_IF_ERROR(predictor->Predict(v, &all, &p));
+    size_t at = 0;
+    for (const Member& m : g->members) {
+      const size_t k = m.rows->rows();
+      m.out->assign(p.begin() + static_cast<ptrdiff_t>(at),
+                    p.begin() + static_cast<ptrdiff_t>(at + k));
+      at += k;
     }
-  }
-  l.lock();
+    return Status::OK();
+  });
   g->status = s;
   g->done = true;
   g->cv.notify_all();

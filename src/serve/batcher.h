@@ -1,21 +1,23 @@
 // Batching across requests (docs/serve.md, "Batching"): the rows of small requests that
-// arrive together are predicted in one call, so that the MLP's weights are read once for all
-// of them. Predictions are row-wise (model/ctr_model.h, set_rowwise_predictions), so a row's
-// probability is the same bits alone or batched: batching changes the speed, not the answers.
+// arrive while the cores are busy predicting are predicted together in one call, so that the
+// MLP's weights are read once for all of them. Predictions are row-wise
+// (model/ctr_model.h, set_rowwise_predictions), so a row's probability is the same bits alone
+// or batched: batching changes the speed, not the answers.
 //
-// Leader and followers: a request that finds no open batch of its version opens one and leads
-// it. The leader waits, at most max_micros, while other requests are on their way (being read
-// and parsed: Arriving() was called for them and they have not reached Predict yet); requests
-// that reach Predict meanwhile join its batch while it has room (max_rows). Then the leader
-// predicts the batch on its thread and hands each member its probabilities. A request alone
-// (nobody on the way) is predicted at once: batching adds no latency to a lone request.
+// Batch when busy: at most `slots` small predictions run at once. A request that finds
+// a slot free and no batch waiting is predicted at once, alone: batching adds no latency to a
+// server that is not busy. Otherwise it joins the batch that waits for a slot (while the batch
+// has room: max_rows), or opens one and leads it: the leader waits for a slot (at most
+// max_micros, then it runs anyway), predicts the batch on its thread and hands each member its
+// probabilities.
 //
-// Thread safety: every method may be called from any thread at once.
+// Thread safety: Predict may be called from any thread at once.
 #ifndef CTRBOX_SERVE_BATCHER_H_
 #define CTRBOX_SERVE_BATCHER_H_
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -28,8 +30,9 @@
 namespace ctrbox {
 
 struct BatcherOptions {
-  int64_t max_micros = 0;   // 0: no batching (each request predicted by its own worker)
-  uint32_t max_rows = 256;  // a batch's most rows; a request of more is predicted alone
+  int64_t max_micros = 0;  // a batch's longest wait for a slot (0: no batching)
+  uint32_t max_rows = 16;  // a batch's most rows; a request of as many is predicted alone
+  int slots = 0;           // predictions at once (0: half the machine's cores, at least 1)
 };
 
 // What Predict did for one request (for the metrics).
@@ -41,15 +44,11 @@ struct BatchedAs {
 
 class Batcher {
  public:
-  explicit Batcher(BatcherOptions o) : o_(o) {}
+  explicit Batcher(BatcherOptions o);
 
-  // A request has started (its body is being read and parsed): a leader may wait for it.
-  void Arriving();
-  // A request that had Arriving() will not reach Predict (it failed before).
-  void Gone();
-  // Predicts `rows` (the request's, keys as read) with version v, with the requests of the
-  // same version that join it; *out gets this request's probabilities. `predictor` is the
-  // calling worker's (used when this request leads). REQUIRES: Arriving() was called for it.
+  // Predicts `rows` (the request's, keys as read) with version v, alone or with the requests
+  // of the same version batched with it; *out gets this request's probabilities. `predictor`
+  // is the calling worker's (used when this request leads or runs alone).
   Status Predict(const std::shared_ptr<const ServedVersion>& v, Batch* rows,
                  std::vector<float>* out, Predictor* predictor, BatchedAs* as);
 
@@ -62,15 +61,18 @@ class Batcher {
     std::shared_ptr<const ServedVersion> v;
     std::vector<Member> members;
     size_t rows = 0;
-    bool closed = false, done = false;
+    bool done = false;
     Status status;
-    std::condition_variable cv;  // the leader waits for members, the members for done
+    std::condition_variable cv;  // the members wait for done
   };
+  // Runs `predict` in a slot (taken by the caller: running_ counts it) and frees the slot.
+  Status RunInSlot(std::unique_lock<std::mutex>* l, const std::function<Status()>& predict);
 
   const BatcherOptions o_;
   std::mutex mu_;
-  int64_t on_the_way_ = 0;       // Arriving() not yet at Predict
-  std::shared_ptr<Group> open_;  // the batch requests may join, if any
+  std::condition_variable slot_free_;
+  int running_ = 0;              // predictions running (slots taken)
+  std::shared_ptr<Group> open_;  // the batch waiting for a slot that requests may join
 };
 
 }  // namespace ctrbox

@@ -90,16 +90,78 @@ Status CheckInput(const Input& in, const char* datatype, std::vector<int64_t> sh
   return Status::OK();
 }
 
+// The request's records as one chunk of lines (a record may hold no line break).
+Status RecordLines(const Input& in, TextChunk* chunk) {
+  chunk->file = "records";
+  chunk->first_line = 0;  // a line's number is its record's index
+  for (size_t i = 0; i < in.data.size(); ++i) {
+    std::string_view r;
+    if (in.data[i].get_string().get(r)) return Bad(fmt::format("records[{}]: not a string", i));
+    if (r.find('\n') != std::string_view::npos) {
+      return Bad(fmt::format("records[{}]: holds a line break (one record per element)", i));
+    }
+    if (r.find_first_not_of(" \t\r") == std::string_view::npos) {
+      return Bad(fmt::format("records[{}]: empty", i));
+    }
+    chunk->data.append(r);
+    chunk->data.push_back('\n');
+  }
+  return Status::OK();
+}
+
+// The first bad record of a parse (a malformed line, a row the graph could not compute) as an
+// error naming it.
+Status FirstBadRecord(const ChunkParseResult& parsed, const std::string& reads) {
+  if (parsed.samples.empty() && parsed.bad_lines.empty()) return Status::OK();
+  const std::string detail =
+      parsed.samples.empty() ? std::string("malformed") : parsed.samples.front().detail;
+  const uint64_t at =
+      parsed.bad_lines.empty() ? parsed.samples.front().line : parsed.bad_lines.front();
+  return Bad(fmt::format("records[{}]: {} ({})", at, detail, reads));
+}
+
+// Records of the main view through the feature graph the model was trained with.
+Status ReadGraphRecords(const Input& in, const ServedVersion& v, const Extractor& graph,
+                        InferRequest* req) {
+  const std::string want = v.input.value("features", std::string());
+  if (want != GraphFingerprint(graph)) {
+    return InternalError(fmt::format(
+        "{} was trained through feature graph {}, not through the serve job's ({}): serve it "
+        "with the job it was trained with",
+        v.name, want.empty() ? "(none recorded)" : want, GraphFingerprint(graph)));
+  }
+  TextChunk chunk;
+  RETURN_IF_ERROR(RecordLines(in, &chunk));
+  ChunkParseResult parsed;
+  graph.ExtractChunk(chunk, &parsed);
+  RETURN_IF_ERROR(parsed.status);
+  const ViewFormat f = graph.plan().main.format;
+  RETURN_IF_ERROR(FirstBadRecord(
+      parsed, fmt::format("the model reads {} rows of the main view through its feature graph",
+                          f == ViewFormat::kCsv   ? "csv"
+                          : f == ViewFormat::kTsv ? "tsv"
+                                                  : "jsonl")));
+  req->through_graph = true;
+  req->records = in.data.size();
+  req->record_of_row = std::move(parsed.row_lines);
+  req->rows = std::move(parsed.batch);
+  return Status::OK();
+}
+
 // Text records in the model's input format.
-Status ReadRecords(const Input& in, const ServedVersion& v, Batch* out) {
+Status ReadRecords(const Input& in, const ServedVersion& v, const Extractor* graph,
+                   InferRequest* req) {
+  Batch* out = &req->rows;
   const Schema& schema = v.spec.schema;
   TextFormatOptions text;
   std::string format = "criteo";
   if (v.input.is_object()) format = v.input.value("format", std::string("criteo"));
   if (format == "views") {
+    if (graph != nullptr) return ReadGraphRecords(in, v, *graph, req);
     return Bad(
-        "inputs (records): this model reads raw views through a feature graph; send its rows "
-        "as keys and dense tensors (docs/serve.md)");
+        "inputs (records): this model reads raw views through a feature graph: start the "
+        "server with the training job (ctrbox serve -c job.yaml) to send them as records, or "
+        "send its rows as keys and dense tensors (docs/serve.md)");
   }
   if (!ParseDataFormat(format, &text.format)) {
     return Bad(fmt::format("the model's input format '{}' is not one serve reads", format));
@@ -113,35 +175,25 @@ Status ReadRecords(const Input& in, const ServedVersion& v, Batch* out) {
   text.labels_optional = true;
   text.key_slots = v.spec.model.KeySlotMap();
   TextChunk chunk;
-  chunk.file = "records";
-  chunk.first_line = 0;
-  for (size_t i = 0; i < in.data.size(); ++i) {
-    std::string_view r;
-    if (in.data[i].get_string().get(r)) return Bad(fmt::format("records[{}]: not a string", i));
-    if (r.find('\n') != std::string_view::npos) {
-      return Bad(fmt::format("records[{}]: holds a line break (one record per element)", i));
-    }
-    chunk.data.append(r);
-    chunk.data.push_back('\n');
-  }
+  RETURN_IF_ERROR(RecordLines(in, &chunk));
   ChunkParseResult parsed;
   ParseTextChunk(text, chunk, &parsed);
   RETURN_IF_ERROR(parsed.status);
-  if (!parsed.samples.empty() || !parsed.bad_lines.empty()) {
-    const std::string detail =
-        parsed.samples.empty() ? std::string("malformed") : parsed.samples.front().detail;
-    const uint64_t at =
-        parsed.bad_lines.empty() ? parsed.samples.front().line : parsed.bad_lines.front();
-    return Bad(fmt::format("records[{}]: {} (the model reads {} records: {} slots, {} dense)", at,
-                           detail, format, schema.num_slots, schema.num_dense));
-  }
+  RETURN_IF_ERROR(FirstBadRecord(parsed, fmt::format("the model reads {} records: {} slots, {} "
+                                                     "dense",
+                                                     format, schema.num_slots, schema.num_dense)));
   *out = std::move(parsed.batch);
   return Status::OK();
 }
 
 }  // namespace
 
-StatusOr<InferRequest> ParseInferRequest(std::string_view body, const ServedVersion& v) {
+std::string GraphFingerprint(const Extractor& graph) {
+  return fmt::format("{:016x}", graph.plan().Fingerprint());
+}
+
+StatusOr<InferRequest> ParseInferRequest(std::string_view body, const ServedVersion& v,
+                                         const Extractor* graph) {
   thread_local simdjson::dom::parser parser;
   element root;
   if (auto err = parser.parse(body.data(), body.size()).get(root); err) {
@@ -180,7 +232,7 @@ StatusOr<InferRequest> ParseInferRequest(std::string_view body, const ServedVers
     std::vector<int64_t> shape = {n};
     if (records->shape.size() == 2) shape.push_back(1);  // [N, 1] as Triton clients send it
     RETURN_IF_ERROR(CheckInput(*records, "BYTES", shape, at[0]));
-    RETURN_IF_ERROR(ReadRecords(*records, v, &req.rows));
+    RETURN_IF_ERROR(ReadRecords(*records, v, graph, &req));
     return req;
   }
   if (!keys) return Bad("inputs: neither records nor keys");
@@ -223,23 +275,39 @@ StatusOr<InferRequest> ParseInferRequest(std::string_view body, const ServedVers
   return req;
 }
 
-std::string InferResponse(const std::string& model, const ServedVersion& v, const std::string& id,
+std::string InferResponse(const std::string& model, const ServedVersion& v, const InferRequest& req,
                           const std::vector<float>& p) {
+  const size_t n = req.through_graph ? req.records : p.size();
   std::string out;
-  out.reserve(128 + p.size() * 12);
+  out.reserve(160 + n * 14);
   fmt::format_to(std::back_inserter(out), R"({{"model_name":"{}","model_version":"{}",)", model,
                  v.version);
-  if (!id.empty()) {
+  if (!req.id.empty()) {
     out += R"("id":)";
-    out += nlohmann::json(id).dump();
+    out += nlohmann::json(req.id).dump();
     out += ',';
   }
   fmt::format_to(std::back_inserter(out),
-                 R"("outputs":[{{"name":"probability","datatype":"FP32","shape":[{}],"data":[)",
-                 p.size());
-  for (size_t i = 0; i < p.size(); ++i) {
+                 R"("outputs":[{{"name":"probability","datatype":"FP32","shape":[{}],"data":[)", n);
+  if (!req.through_graph) {
+    for (size_t i = 0; i < n; ++i) {
+      if (i > 0) out += ',';
+      fmt::format_to(std::back_inserter(out), "{}", p[i]);  // shortest: reads back bit for bit
+    }
+    out += "]}]}";
+    return out;
+  }
+  std::vector<int64_t> row_of(n, -1);  // each record's row, -1 when dropped
+  for (size_t r = 0; r < req.record_of_row.size(); ++r) row_of[req.record_of_row[r]] = r;
+  for (size_t i = 0; i < n; ++i) {
     if (i > 0) out += ',';
-    fmt::format_to(std::back_inserter(out), "{}", p[i]);  // shortest: reads back bit for bit
+    fmt::format_to(std::back_inserter(out), "{}", row_of[i] < 0 ? 0.0f : p[row_of[i]]);
+  }
+  fmt::format_to(std::back_inserter(out),
+                 R"(]}},{{"name":"scored","datatype":"BOOL","shape":[{}],"data":[)", n);
+  for (size_t i = 0; i < n; ++i) {
+    if (i > 0) out += ',';
+    out += row_of[i] < 0 ? "false" : "true";
   }
   out += "]}]}";
   return out;

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "pipeline/job.h"
 #include "serve/batcher.h"
 #include "serve/infer.h"
 #include "serve/served_version.h"
@@ -62,7 +63,7 @@ class Histogram {
 class Server {
  public:
   Server(Env* env, const ServeOptions& o)
-      : env_(env), o_(o), batcher_({o.batch_max_micros, o.batch_max_rows}) {
+      : env_(env), o_(o), batcher_({o.batch_max_micros, o.batch_max_rows, o.batch_slots}) {
     source_ = o.serving_dir.empty() ? VersionSource::ModelDir(env, o.model_dir, o.rows_dir)
                                     : VersionSource::ServingDir(env, o.serving_dir, o.rows_dir);
   }
@@ -75,6 +76,56 @@ class Server {
           fmt::format("{}: no version published yet (nothing to serve)", source_->Describe()));
     }
     Took(v, clock.Seconds());
+    return Status::OK();
+  }
+
+  // The feature graph of the training job that reads requests' records (ServeOptions::job).
+  Status OpenGraph(const JobConfig& job) {
+    const auto v = version_.load();
+    const std::string format = v->input.is_object() ? v->input.value("format", "") : "";
+    if (format != "views") {
+      return InvalidArgumentError(fmt::format(
+          "serve -c: {} reads {} records, not raw views through a feature graph: serve it "
+          "without -c",
+          v->name, format.empty() ? "(unrecorded)" : format));
+    }
+    if (job.features == nullptr) {
+      return InvalidArgumentError(
+          "serve -c: the job has no feature graph (features:); the model was trained through "
+          "one");
+    }
+    Extractor::Options o;
+    o.chunk_bytes = job.data.chunk_bytes;
+    o.max_line_bytes = job.data.max_line_bytes;
+    o.bad_input = job.data.bad_input;
+    o.schedule = job.features->layered ? Schedule::kLayered : Schedule::kSequential;
+    o.key_slots = v->spec.model.KeySlotMap();  // as the model's data was keyed
+    o.serving = true;                          // (on the CPU whatever features.device says)
+    DataOptions main = job.data;
+    // The main view's column order from its first file's header when it is here, else as
+    // declared.
+    if (!main.paths.empty() && !env_->FileExists(main.paths[0])) main.paths.clear();
+    main.command.clear();
+    const std::string order = main.paths.empty() ? "as declared" : "from " + main.paths[0];
+    ASSIGN_OR_RETURN(graph_, Extractor::Open(env_, job.features, main, o));
+    if (!(graph_->schema() == v->spec.schema)) {
+      return InvalidArgumentError(fmt::format(
+          "serve -c: the graph makes {} slots and {} dense values but the model was trained on "
+          "{} and {}",
+          graph_->schema().num_slots, graph_->schema().num_dense, v->spec.schema.num_slots,
+          v->spec.schema.num_dense));
+    }
+    const std::string trained = v->input.value("features", std::string());
+    if (trained != GraphFingerprint(*graph_)) {
+      return InvalidArgumentError(fmt::format(
+          "serve -c: the job's feature graph ({}) is not the one {} was trained through ({}): "
+          "give the job it was trained with",
+          GraphFingerprint(*graph_), v->name, trained.empty() ? "unrecorded" : trained));
+    }
+    LOG_INFO(
+        "serve: records are rows of the main view ({} columns, order {}) through the feature graph "
+        "{}",
+        job.features->main.columns.size(), order, trained);
     return Status::OK();
   }
 
@@ -138,7 +189,6 @@ class Server {
                // which httplib would otherwise parse as a form and cap at 8 KB).
                [this](const httplib::Request& req, httplib::Response& res,
                       const httplib::ContentReader& content) {
-                 batcher_.Arriving();  // from now, a batch's leader may wait for it
                  thread_local std::string body;
                  body.clear();
                  content([&](const char* data, size_t n) {
@@ -198,33 +248,36 @@ class Server {
     if (s.num_dense > 0) {
       inputs.push_back({{"name", "dense"}, {"datatype", "FP32"}, {"shape", {-1, s.num_dense}}});
     }
+    nlohmann::json outputs = {{{"name", "probability"}, {"datatype", "FP32"}, {"shape", {-1}}}};
+    if (graph_) outputs.push_back({{"name", "scored"}, {"datatype", "BOOL"}, {"shape", {-1}}});
     return {{"name", o_.model_name},
             {"versions", {std::to_string(v.version)}},
             {"platform", "ctrbox"},
             {"inputs", inputs},
-            {"outputs", {{{"name", "probability"}, {"datatype", "FP32"}, {"shape", {-1}}}}},
+            {"outputs", outputs},
             {"parameters",
              {{"version_name", v.name},
               {"input_format", v.input.is_object() ? v.input.value("format", "") : ""},
+              {"records", graph_ ? "rows of the main view through the feature graph"
+                                 : "records in the input format"},
               {"keys", v.keys}}}};
   }
 
   void Infer(const httplib::Request& req, const std::string& body, httplib::Response& res) {
     Stopwatch clock;
     const std::shared_ptr<const ServedVersion> v = version_.load();  // the request's version
-    if (!Known(req, *v, res)) {
-      batcher_.Gone();
-      return;
-    }
+    if (!Known(req, *v, res)) return;
     thread_local Predictor predictor;
     thread_local std::vector<float> p;
-    StatusOr<InferRequest> r = ParseInferRequest(body, *v);
+    StatusOr<InferRequest> r = ParseInferRequest(body, *v, graph_.get());
     Status s = r.status();
     BatchedAs as;
     if (s.ok()) {
-      s = batcher_.Predict(v, &r->rows, &p, &predictor, &as);
-    } else {
-      batcher_.Gone();
+      if (r->rows.rows() > 0) {
+        s = batcher_.Predict(v, &r->rows, &p, &predictor, &as);
+      } else {
+        p.clear();  // (every record dropped by the graph's filters)
+      }
     }
     if (as.led) {  // one observation a batch
       batch_rows_.Observe(as.batch_rows);
@@ -238,7 +291,7 @@ class Server {
       if (!bad) LOG_ERROR("serve: {}", s.ToString());
       return;
     }
-    res.set_content(InferResponse(o_.model_name, *v, r->id, p), "application/json");
+    res.set_content(InferResponse(o_.model_name, *v, *r, p), "application/json");
     res.set_header("X-Model-Version", std::to_string(v->version));
     Count("infer", 200);
     rows_.Observe(static_cast<double>(p.size()));
@@ -327,6 +380,7 @@ class Server {
   Histogram<10> batch_rows_{{1, 4, 16, 64, 128, 256, 512, 1024, 4096, 16384}};
   Histogram<7> batch_requests_{{1, 2, 4, 8, 16, 32, 64}};
   Batcher batcher_;
+  std::shared_ptr<Extractor> graph_;  // reads records through the job's feature graph, or null
 };
 
 }  // namespace
@@ -354,6 +408,7 @@ Status RunServer(Env* env, const ServeOptions& options, const std::atomic<bool>*
   }
   Server server(env, options);
   RETURN_IF_ERROR(server.Start());
+  if (options.job != nullptr) RETURN_IF_ERROR(server.OpenGraph(*options.job));
   httplib::Server http;
   const int threads = options.threads;
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };

@@ -5,12 +5,15 @@
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "util/env.h"
 #include "util/status.h"
 
 namespace ctrbox {
+
+struct JobConfig;
 
 struct ServeOptions {
   std::string serving_dir;  // a trainer's serving.dir (its donefile), or
@@ -28,11 +31,17 @@ struct ServeOptions {
   std::string rows_dir;
   uint64_t memory_budget = 0;
   size_t max_body_bytes = size_t{64} << 20;
-  // Batching across requests (docs/serve.md, "Batching"): a request's worker waits at most
-  // this long for requests on their way to join its batch (0: no batching), up to
-  // batch_max_rows rows a batch.
-  int64_t batch_max_micros = 500;
-  uint32_t batch_max_rows = 256;
+  // Batching across requests (docs/serve.md, "Batching"): requests of fewer than
+  // batch_max_rows rows that come while batch_slots of them are being predicted (0: half the
+  // cores) are batched together, up to batch_max_rows rows; a batch waits at most
+  // batch_max_micros for a slot (0: no batching).
+  int64_t batch_max_micros = 0;  // off: measured not to pay on 2 cores (docs/serve.md)
+  uint32_t batch_max_rows = 16;
+  int batch_slots = 0;
+  // The training job (`-c job.yaml`) of a model trained on raw views through a feature graph:
+  // its graph reads the records of requests (docs/serve.md, "Records through a feature
+  // graph"). Null: records in the model's input format.
+  std::shared_ptr<const JobConfig> job;
 };
 
 // Loads the newest version, listens, calls on_listening(port) once it accepts requests, and
