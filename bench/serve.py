@@ -11,8 +11,8 @@ the machine with the server:
    (predictions/s, resident row bytes, RSS against the in-memory server); a stream's version at serving.quant.bits 16: the server's bytes per key
    (ctrbox_model_bytes / ctrbox_model_keys) against the training row's bytes.
 4. batching: requests of 1, 4 and 16 records from 8 connections, against a server that
-   predicts each request alone (--batch-max-micros 0) and one that batches them (the
-   default): requests/s, p50, p99, and the requests a batch held.
+   predicts each request alone (--batch-max-micros 0) and ones that batch them (one batch
+   slot, the default on 2 cores, and two): requests/s, p50, p99, and the requests a batch held.
 5. freshness and swaps: a stream job publishes a delta per partition (a base every 3) while
    wrk loads the server: the seconds from a version's donefile line to the server answering
    with it (the server polls every --poll-seconds), failed requests, and p99 against the
@@ -106,37 +106,52 @@ def served_version(port):
 
 
 def batching(a, d, model, lines, lua, blas, med):
-    """Small requests from 8 connections, each predicted alone against batched together."""
+    """Small requests from 8 connections: each predicted alone, against batched together with
+    one or two batch slots (--batch-slots)."""
     bodies = {n: body_file(os.path.join(d, f"small{n}.json"), lines[:n]) for n in (1, 4, 16)}
-    results = {}
-    for micros in (0, 2000):
-        server, port = start_server(a.ctrbox, ["--model-dir", model, "--batch-max-micros",
-                                               str(micros)], os.path.join(d, f"sb{micros}.log"))
+    configs = {"alone": ["--batch-max-micros", "0"],
+               "slots_1": ["--batch-max-micros", "2000", "--batch-slots", "1"],
+               "slots_2": ["--batch-max-micros", "2000", "--batch-slots", "2"]}
+    # The three servers up at once, the runs interleaved (rep by rep, size by size), so that
+    # the machine's drift falls on all three alike.
+    servers = {name: start_server(a.ctrbox, ["--model-dir", model, *args],
+                                  os.path.join(d, f"sb_{name}.log"))
+               for name, args in configs.items()}
+    runs = {(name, n): [] for name in configs for n in bodies}
+    batched = {key: [0.0, 0.0] for key in runs}  # batches, requests
+    for name, (_, port) in servers.items():
         wrk(port, bodies[1], 8, 2, lua)  # warm up
+    for rep in range(a.reps):
         for n, body in bodies.items():
-            before = metrics(port)
-            rs = [wrk(port, body, 8, a.seconds, lua) for _ in range(a.reps)]
-            after = metrics(port)
-            batches = after["ctrbox_batch_requests_count"] - before.get("ctrbox_batch_requests_count", 0)
-            reqs = after["ctrbox_batch_requests_sum"] - before.get("ctrbox_batch_requests_sum", 0)
-            results[(micros, n)] = {"requests_per_s": med(rs, "requests_per_s"),
-                                    "p50_ms": med(rs, "p50_ms"), "p99_ms": med(rs, "p99_ms"),
-                                    "non_2xx": sum(r["non_2xx"] for r in rs),
-                                    "requests_per_batch": reqs / batches if batches else None}
+            for name, (_, port) in servers.items():
+                before = metrics(port)
+                runs[(name, n)].append(wrk(port, body, 8, a.seconds, lua))
+                after = metrics(port)
+                for i, k in enumerate(("count", "sum")):
+                    batched[(name, n)][i] += (after[f"ctrbox_batch_requests_{k}"] -
+                                              before.get(f"ctrbox_batch_requests_{k}", 0))
+    for server, _ in servers.values():
         stop_server(server)
-    for n in (1, 4, 16):
-        alone, batched = results[(0, n)], results[(2000, n)]
-        print(json.dumps({"bench": "serve", "what": "batching", "records_per_request": n,
-                          "model_set": a.model_set,
-                          "connections": 8, "batch_max_micros": 2000,
-                          "predictions_per_s": batched["requests_per_s"] * n,
-                          "alone_predictions_per_s": alone["requests_per_s"] * n,
-                          "speedup": batched["requests_per_s"] / alone["requests_per_s"],
-                          "p50_ms": batched["p50_ms"], "p99_ms": batched["p99_ms"],
-                          "alone_p50_ms": alone["p50_ms"], "alone_p99_ms": alone["p99_ms"],
-                          "requests_per_batch": batched["requests_per_batch"],
-                          "non_2xx": batched["non_2xx"] + alone["non_2xx"],
-                          "reps": a.reps, "blas_core": blas}), flush=True)
+    results = {key: {"requests_per_s": med(rs, "requests_per_s"), "p50_ms": med(rs, "p50_ms"),
+                     "p99_ms": med(rs, "p99_ms"), "non_2xx": sum(r["non_2xx"] for r in rs),
+                     "requests_per_batch": batched[key][1] / batched[key][0]
+                     if batched[key][0] else None}
+               for key, rs in runs.items()}
+    for n in bodies:
+        alone = results[("alone", n)]
+        line = {"bench": "serve", "what": "batching", "records_per_request": n,
+                "model_set": a.model_set, "connections": 8, "batch_max_micros": 2000,
+                "batch_max_rows": 16, "alone_predictions_per_s": alone["requests_per_s"] * n,
+                "alone_p50_ms": alone["p50_ms"], "alone_p99_ms": alone["p99_ms"]}
+        for name in ("slots_1", "slots_2"):
+            b = results[(name, n)]
+            line[name] = {"predictions_per_s": b["requests_per_s"] * n,
+                          "speedup": b["requests_per_s"] / alone["requests_per_s"],
+                          "p50_ms": b["p50_ms"], "p99_ms": b["p99_ms"],
+                          "requests_per_batch": b["requests_per_batch"]}
+        line.update(non_2xx=sum(r["non_2xx"] for r in results.values()), reps=a.reps,
+                    blas_core=blas)
+        print(json.dumps(line), flush=True)
 
 
 def main():

@@ -225,8 +225,7 @@ int main(int argc, char** argv) {
   serve_cmd
       ->add_option("--batch-max-micros", serve.batch_max_micros,
                    "batch the requests that come while the cores are busy predicting: a "
-                   "batch's longest wait for a free slot, e.g. 2000 (0, the default: no "
-                   "batching)")
+                   "batch's longest wait for a free slot (2000; 0: no batching)")
       ->check(IntegerIn(0, 1000000));
   serve_cmd
       ->add_option("--batch-slots", serve.batch_slots,

@@ -35,7 +35,7 @@ struct ServeOptions {
   // batch_max_rows rows that come while batch_slots of them are being predicted (0: half the
   // cores) are batched together, up to batch_max_rows rows; a batch waits at most
   // batch_max_micros for a slot (0: no batching).
-  int64_t batch_max_micros = 0;  // off: measured not to pay on 2 cores (docs/serve.md)
+  int64_t batch_max_micros = 2000;
   uint32_t batch_max_rows = 16;
   int batch_slots = 0;
   // The training job (`-c job.yaml`) of a model trained on raw views through a feature graph:
