@@ -262,6 +262,23 @@ TEST(CtrModelTest, GradientsOfEmbeddingsWideAndDenseMatchFiniteDifferences) {
   }
 }
 
+// The fixture's rows predicted in minibatches of `batch` rows (the working set's rows copied
+// from the fixture's by key).
+std::vector<float> PredictInMinibatches(Fixture& f, size_t batch, ThreadPool* pool) {
+  WorkingSet ws;
+  BuildWorkingSet(f.pass, batch, nullptr, &ws);
+  std::unordered_map<uint64_t, size_t> row_of;
+  for (size_t i = 0; i < f.ws.keys.size(); ++i) row_of[f.ws.keys[i]] = i;
+  RowBlock rows(f.model.value_layout());
+  rows.Resize(ws.keys.size());
+  for (size_t i = 0; i < ws.keys.size(); ++i) rows.CopyRow(f.rows, row_of.at(ws.keys[i]), i);
+  std::vector<float> p(f.pass.rows());
+  for (const Minibatch& mb : ws.batches) {
+    f.model.Predict(f.pass, ws, mb, rows, pool, p.data() + mb.row_begin);
+  }
+  return p;
+}
+
 // Predictions come in blocks of kPredictBlockRows rows: a row's bits are the same in any
 // minibatch that starts it at the same place of a block (minibatches of whole blocks, one
 // block or several, the last short) and at any thread count, in every model shape.
@@ -278,21 +295,7 @@ TEST(CtrModelTest, PredictionsDoNotDependOnTheMinibatchOfWholeBlocksAroundTheRow
     f.model.Predict(f.pass, f.ws, f.ws.batches[0], f.rows, nullptr, whole.data());
     for (size_t batch : {kBlock, 2 * kBlock, 5 * kBlock, 16 * kBlock}) {
       SCOPED_TRACE(batch);
-      WorkingSet ws;
-      BuildWorkingSet(f.pass, batch, nullptr, &ws);
-      // The rows of this working set, copied from the fixture's by key.
-      std::unordered_map<uint64_t, size_t> row_of;
-      for (size_t i = 0; i < f.ws.keys.size(); ++i) row_of[f.ws.keys[i]] = i;
-      RowBlock rows(f.model.value_layout());
-      rows.Resize(ws.keys.size());
-      for (size_t i = 0; i < ws.keys.size(); ++i) {
-        ASSERT_TRUE(row_of.count(ws.keys[i]));
-        rows.CopyRow(f.rows, row_of[ws.keys[i]], i);
-      }
-      std::vector<float> p(kRows);
-      for (const Minibatch& mb : ws.batches) {
-        f.model.Predict(f.pass, ws, mb, rows, &pool, p.data() + mb.row_begin);
-      }
+      const std::vector<float> p = PredictInMinibatches(f, batch, &pool);
       for (size_t r = 0; r < kRows; ++r) {
         ASSERT_EQ(std::memcmp(&p[r], &whole[r], sizeof(float)), 0)
             << "row " << r << ": " << p[r] << " vs " << whole[r];
@@ -318,17 +321,7 @@ TEST(CtrModelTest, RowwisePredictionsDependOnTheRowAlone) {
     ThreadPool pool(3);
     for (size_t batch : {size_t{1}, size_t{3}, size_t{7}, size_t{100}}) {
       SCOPED_TRACE(batch);
-      WorkingSet ws;
-      BuildWorkingSet(f.pass, batch, nullptr, &ws);
-      std::unordered_map<uint64_t, size_t> row_of;
-      for (size_t i = 0; i < f.ws.keys.size(); ++i) row_of[f.ws.keys[i]] = i;
-      RowBlock rows(f.model.value_layout());
-      rows.Resize(ws.keys.size());
-      for (size_t i = 0; i < ws.keys.size(); ++i) rows.CopyRow(f.rows, row_of.at(ws.keys[i]), i);
-      std::vector<float> p(kRows);
-      for (const Minibatch& mb : ws.batches) {
-        f.model.Predict(f.pass, ws, mb, rows, &pool, p.data() + mb.row_begin);
-      }
+      const std::vector<float> p = PredictInMinibatches(f, batch, &pool);
       ASSERT_EQ(std::memcmp(p.data(), whole.data(), kRows * sizeof(float)), 0);
     }
     f.model.set_rowwise_predictions(false);

@@ -344,7 +344,7 @@ Status RunPredict(Env* env, const JobConfig& job, std::FILE* out) {
         [&](const std::vector<std::string>& ids, const std::vector<float>& p) -> Status {
           text.clear();
           for (size_t i = 0; i < p.size(); ++i) {
-            fmt::format_to(std::back_inserter(text), "{}\t{:.9g}\n", ids[i], p[i]);
+            fmt::format_to(std::back_inserter(text), "{}\t{}\n", ids[i], p[i]);
           }
           if (std::fwrite(text.data(), 1, text.size(), out) != text.size()) {
             return IOError("predict: writing the scores failed");

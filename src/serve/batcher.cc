@@ -26,10 +26,10 @@ Status Batcher::Predict(const std::shared_ptr<const ServedVersion>& v, Batch* ro
   const size_t n = rows->rows();
   auto alone = [&] { return predictor->Predict(v, rows, out); };
   std::unique_lock<std::mutex> l(mu_);
-  if (o_.max_micros <= 0 || n == 0 || n >= o_.max_rows) {  // never batched
+  if (o_.max_micros <= 0 || n == 0 || n >= o_.max_rows) {  // never batched, takes no slot
+    l.unlock();
     *as = {static_cast<uint32_t>(n), 1, true};
-    ++running_;  // (it may oversubscribe the slots: it does not wait for one)
-    return RunInSlot(&l, alone);
+    return alone();
   }
   if (!open_ && running_ < o_.slots) {  // not busy: at once
     *as = {static_cast<uint32_t>(n), 1, true};

@@ -4,7 +4,8 @@
 // (model/ctr_model.h, set_rowwise_predictions), so a row's probability is the same bits alone
 // or batched: batching changes the speed, not the answers.
 //
-// Batch when busy: at most `slots` small predictions run at once. A request that finds
+// Batch when busy: at most `slots` small predictions (of requests under max_rows rows; larger
+// ones run at once, alone, and take no slot) run at once. A request that finds
 // a slot free and no batch waiting is predicted at once, alone: batching adds no latency to a
 // server that is not busy. Otherwise it joins the batch that waits for a slot (while the batch
 // has room: max_rows), or opens one and leads it: the leader waits for a slot (at most

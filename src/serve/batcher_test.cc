@@ -122,10 +122,10 @@ TEST(BatcherTest, BatchedRequestsGetTheBitsOfTheirRowsPredictedAlone) {
 TEST(BatcherTest, RequestsBatchWhileTheSlotsAreBusyAndWaitAtMostTheWindow) {
   using Clock = std::chrono::steady_clock;
   const auto v = MakeVersion(3, 1);
-  const Batch big = Request(60000, 9);  // >= max_rows: alone, holding the one slot a while
+  const Batch big = Request(60000, 9);  // holds the one slot a while
   for (int64_t micros : {int64_t{30'000'000}, int64_t{20'000}}) {
     SCOPED_TRACE(micros);
-    Batcher batcher({micros, 256, /*slots=*/1});
+    Batcher batcher({micros, 100000, /*slots=*/1});
     Clock::time_point big_end, small_end[2];
     BatchedAs as[2];
     std::vector<float> out[2];
@@ -172,7 +172,7 @@ TEST(BatcherTest, RequestsBatchWhileTheSlotsAreBusyAndWaitAtMostTheWindow) {
 }
 
 // Without batching (max_micros 0), or for a request of max_rows or more, each request is its
-// own batch, even while the slots are busy.
+// own batch and takes no slot.
 TEST(BatcherTest, NoWindowOrALargeRequestIsPredictedAlone) {
   const auto v = MakeVersion(5, 1);
   for (auto [micros, n] : {std::pair<int64_t, size_t>{0, 5}, {100000, 64}}) {
