@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <latch>
 #include <thread>
 
 #include "ckpt/model_files.h"
@@ -122,11 +123,19 @@ TEST(BatcherTest, BatchedRequestsGetTheBitsOfTheirRowsPredictedAlone) {
 TEST(BatcherTest, RequestsBatchWhileTheSlotsAreBusyAndWaitAtMostTheWindow) {
   using Clock = std::chrono::steady_clock;
   const auto v = MakeVersion(3, 1);
-  const Batch big = Request(60000, 9);  // holds the one slot a while
-  for (int64_t micros : {int64_t{30'000'000}, int64_t{20'000}}) {
+  // A request that holds the one slot a while: rows enough for 500 ms alone on this machine.
+  Batch big;
+  for (size_t n = 50000;; n *= 2) {
+    big = Request(n, 9);
+    const auto t0 = Clock::now();
+    Alone(v, big);
+    if (Clock::now() - t0 >= std::chrono::milliseconds(500) || n >= 6'400'000) break;
+  }
+  for (int64_t micros : {int64_t{30'000'000}, int64_t{150'000}}) {
     SCOPED_TRACE(micros);
-    Batcher batcher({micros, 100000, /*slots=*/1});
-    Clock::time_point big_end, small_end[2];
+    Batcher batcher({micros, 1000000, /*slots=*/1});
+    Clock::time_point big_begin, big_end, small_end[2];
+    std::atomic<bool> holding{true}, holding_at_end[2];
     BatchedAs as[2];
     std::vector<float> out[2];
     std::thread holder([&] {
@@ -134,19 +143,25 @@ TEST(BatcherTest, RequestsBatchWhileTheSlotsAreBusyAndWaitAtMostTheWindow) {
       Batch rows = big;
       std::vector<float> o;
       BatchedAs a;
+      big_begin = Clock::now();
       ASSERT_TRUE(batcher.Predict(v, &rows, &o, &p, &a).ok());
+      holding = false;
       big_end = Clock::now();
     });
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    std::latch go(1);  // the two small requests come together, once the holder has the slot
     std::vector<std::thread> smalls;
     for (int i = 0; i < 2; ++i) {
       smalls.emplace_back([&, i] {
         Predictor p;
         Batch rows = Request(3 + i, 20 + i);
+        go.wait();
         ASSERT_TRUE(batcher.Predict(v, &rows, &out[i], &p, &as[i]).ok());
+        holding_at_end[i] = holding.load();
         small_end[i] = Clock::now();
       });
     }
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    go.count_down();
     for (auto& t : smalls) t.join();
     holder.join();
     for (int i = 0; i < 2; ++i) {
@@ -154,9 +169,11 @@ TEST(BatcherTest, RequestsBatchWhileTheSlotsAreBusyAndWaitAtMostTheWindow) {
       EXPECT_EQ(as[i].batch_requests, 2u);
       EXPECT_EQ(as[i].batch_rows, 7u);
       if (micros > 1'000'000) {
-        EXPECT_GE(small_end[i], big_end);  // waited for the slot
+        // Waited for the slot: done near the holder's end (its thread reads the clock a moment
+        // after it frees the slot), not in its first half.
+        EXPECT_GE(small_end[i] - big_begin, (big_end - big_begin) / 2);
       } else {
-        EXPECT_LT(small_end[i], big_end);  // the window ended first
+        EXPECT_TRUE(holding_at_end[i]);  // the window ended first: done while the slot was held
       }
     }
     // Nothing running: at once, alone, whatever the window.
