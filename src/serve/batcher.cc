@@ -1,16 +1,22 @@
 #include "serve/batcher.h"
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
 namespace ctrbox {
 
-Batcher::Batcher(BatcherOptions o) : o_(o) {
-  if (o_.slots <= 0) {
-    const_cast<BatcherOptions&>(o_).slots =
-        std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2);
-  }
+namespace {
+
+BatcherOptions WithSlots(BatcherOptions o) {
+  if (o.slots <= 0)
+    o.slots = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2);
+  return o;
 }
+
+}  // namespace
+
+Batcher::Batcher(BatcherOptions o) : o_(WithSlots(o)) {}
 
 Status Batcher::RunInSlot(std::unique_lock<std::mutex>* l, const std::function<Status()>& predict) {
   l->unlock();
@@ -25,12 +31,11 @@ Status Batcher::Predict(const std::shared_ptr<const ServedVersion>& v, Batch* ro
                         std::vector<float>* out, Predictor* predictor, BatchedAs* as) {
   const size_t n = rows->rows();
   auto alone = [&] { return predictor->Predict(v, rows, out); };
-  std::unique_lock<std::mutex> l(mu_);
   if (o_.max_micros <= 0 || n == 0 || n >= o_.max_rows) {  // never batched, takes no slot
-    l.unlock();
     *as = {static_cast<uint32_t>(n), 1, true};
     return alone();
   }
+  std::unique_lock<std::mutex> l(mu_);
   if (!open_ && running_ < o_.slots) {  // not busy: at once
     *as = {static_cast<uint32_t>(n), 1, true};
     ++running_;
