@@ -294,7 +294,7 @@ class Server {
     res.set_content(InferResponse(o_.model_name, *v, *r, p), "application/json");
     res.set_header("X-Model-Version", std::to_string(v->version));
     Count("infer", 200);
-    rows_.Observe(static_cast<double>(p.size()));
+    rows_.Observe(static_cast<double>(r->through_graph ? r->records : p.size()));
     latency_.Observe(clock.Seconds());
   }
 
