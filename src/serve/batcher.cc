@@ -18,6 +18,11 @@ BatcherOptions WithSlots(BatcherOptions o) {
 
 Batcher::Batcher(BatcherOptions o) : o_(WithSlots(o)) {}
 
+int Batcher::SlotsBusy() {
+  std::lock_guard<std::mutex> l(mu_);
+  return running_;
+}
+
 Status Batcher::RunInSlot(std::unique_lock<std::mutex>* l, const std::function<Status()>& predict) {
   l->unlock();
   Status s = predict();

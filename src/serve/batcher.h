@@ -52,6 +52,8 @@ class Batcher {
   // is the calling worker's (used when this request leads or runs alone).
   Status Predict(const std::shared_ptr<const ServedVersion>& v, Batch* rows,
                  std::vector<float>* out, Predictor* predictor, BatchedAs* as);
+  // The slots taken now (small predictions running).
+  int SlotsBusy();
 
  private:
   struct Member {

@@ -160,7 +160,7 @@ TEST(BatcherTest, RequestsBatchWhileTheSlotsAreBusyAndWaitAtMostTheWindow) {
         small_end[i] = Clock::now();
       });
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    while (batcher.SlotsBusy() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     go.count_down();
     for (auto& t : smalls) t.join();
     holder.join();
