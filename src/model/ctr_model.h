@@ -282,7 +282,7 @@ class CtrModel {
   static constexpr uint32_t kPredictBlockRows = 256;
   // Row-wise predictions (`ctrbox predict`, `ctrbox serve`): the forward GEMMs are
   // blas::SgemmRowwise, so a row's prediction depends on that row alone, whatever its block
-  // (bit for bit; docs/serve.md, "Batching"). Off by default (eval, training: OpenBLAS).
+  // (bit for bit; docs/serve.md, "Predictions"). Off by default (eval, training: OpenBLAS).
   void set_rowwise_predictions(bool on) { rowwise_predictions_ = on; }
   bool rowwise_predictions() const { return rowwise_predictions_; }
   void Predict(const Batch& examples, const WorkingSet& ws, const Minibatch& mb,

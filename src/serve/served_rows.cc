@@ -10,7 +10,9 @@
 #include <cerrno>
 #include <cstring>
 #include <numeric>
+#include <string_view>
 
+#include "util/env.h"
 #include "util/hash.h"
 
 namespace ctrbox {
@@ -87,41 +89,41 @@ size_t Aligned(size_t n) { return (n + 63) / 64 * 64; }
 }  // namespace
 
 Status ServedRows::Map(const std::string& file) {
-  // The arrays one after another, each 64-byte aligned.
+  // The arrays one after another, each 64-byte aligned, written with the project's writer.
   const size_t a = Aligned(offsets_.size() * sizeof(uint32_t));
   const size_t b = a + Aligned(keys_.size() * sizeof(uint64_t));
   const size_t c = b + Aligned(has_emb_.size() * sizeof(uint64_t));
   const size_t total = std::max<size_t>(c + rows_.size(), 1);
-  const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    return IOError(fmt::format("{}: cannot create the rows' file: {}", file, std::strerror(errno)));
+  Status s = [&]() -> Status {
+    ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> w, Env::Posix()->NewWritableFile(file));
+    size_t at = 0;
+    auto put = [&](const void* p, size_t n, size_t until) -> Status {
+      RETURN_IF_ERROR(w->Append(std::string_view(static_cast<const char*>(p), n)));
+      at += n;
+      RETURN_IF_ERROR(w->Append(std::string(until - at, '\0')));  // the next array's alignment
+      at = until;
+      return Status::OK();
+    };
+    RETURN_IF_ERROR(put(offsets_.data(), offsets_.size() * sizeof(uint32_t), a));
+    RETURN_IF_ERROR(put(keys_.data(), keys_.size() * sizeof(uint64_t), b));
+    RETURN_IF_ERROR(put(has_emb_.data(), has_emb_.size() * sizeof(uint64_t), c));
+    RETURN_IF_ERROR(put(rows_.data(), rows_.size(), total));
+    RETURN_IF_ERROR(w->Sync());  // (clean pages can be dropped)
+    return w->Close();
+  }();
+  // Mapped, then unlinked whatever happened: the descriptor and the mapping keep the file
+  // while the rows live, and a failure leaves nothing behind.
+  int fd = -1;
+  void* m = MAP_FAILED;
+  if (s.ok() && (fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC)) < 0) {
+    s = IOError(fmt::format("{}: open: {}", file, std::strerror(errno)));
   }
-  auto fail = [&](const char* what) {
-    const Status s = IOError(fmt::format("{}: {}: {}", file, what, std::strerror(errno)));
+  if (s.ok() && (m = ::mmap(nullptr, total, PROT_READ, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+    s = IOError(fmt::format("{}: mmap: {}", file, std::strerror(errno)));
     ::close(fd);
-    ::unlink(file.c_str());
-    return s;
-  };
-  auto put = [&](const void* p, size_t n, size_t at) {
-    const char* q = static_cast<const char*>(p);
-    while (n > 0) {
-      const ssize_t w = ::pwrite(fd, q, n, static_cast<off_t>(at));
-      if (w <= 0) return false;
-      q += w, n -= static_cast<size_t>(w), at += static_cast<size_t>(w);
-    }
-    return true;
-  };
-  if (::ftruncate(fd, static_cast<off_t>(total)) != 0) return fail("ftruncate");
-  if (!put(offsets_.data(), offsets_.size() * sizeof(uint32_t), 0) ||
-      !put(keys_.data(), keys_.size() * sizeof(uint64_t), a) ||
-      !put(has_emb_.data(), has_emb_.size() * sizeof(uint64_t), b) ||
-      !put(rows_.data(), rows_.size(), c)) {
-    return fail("write");
   }
-  if (::fdatasync(fd) != 0) return fail("fdatasync");  // (clean pages can be dropped)
-  void* m = ::mmap(nullptr, total, PROT_READ, MAP_SHARED, fd, 0);
-  if (m == MAP_FAILED) return fail("mmap");
-  ::unlink(file.c_str());  // the descriptor and the mapping keep it while the rows live
+  ::unlink(file.c_str());
+  if (!s.ok()) return s;
   fd_ = fd;
   ::madvise(m, total, MADV_RANDOM);  // lookups touch a page or two: no read-ahead
   map_ = m;
