@@ -33,7 +33,11 @@ void Batch::AppendRows(const Batch& other, size_t begin, size_t end) {
     }
   }
   const uint32_t shift = static_cast<uint32_t>(old_keys) - k0;
-  for (size_t i = begin * S + 1; i <= end * S; ++i) offsets.push_back(other.offsets[i] + shift);
+  const size_t at = offsets.size();
+  offsets.resize(at + (end - begin) * S);
+  const uint32_t* from = other.offsets.data() + begin * S + 1;
+  uint32_t* to = offsets.data() + at;
+  for (size_t i = 0; i < (end - begin) * S; ++i) to[i] = from[i] + shift;
 }
 
 size_t Batch::MemoryBytes() const {

@@ -1,74 +1,45 @@
 #include "working/working_set.h"
 
 #include <algorithm>
+#include <bit>
 #include <cassert>
 
 namespace ctrbox {
 namespace {
 
-constexpr uint32_t kNone = 0xFFFFFFFFu;
-// Occurrences per chunk of the partitioning step.
-constexpr size_t kChunk = size_t{1} << 16;
+// Key occurrences per piece at most: a piece's table stays in a core's cache.
+constexpr size_t kPieceUses = size_t{1} << 16;
 
-// The probe start of a key inside its partition: bits of Mix64 below the partition bits.
-inline uint64_t ProbeBits(uint64_t key) {
-  return Mix64(key) & ((uint64_t{1} << (64 - kPartitionBits)) - 1);
+using Piece = WorkingSetScratch::Piece;
+using Ids = WorkingSetScratch::Ids;
+
+// Numbers the distinct keys of occurrences [piece->begin, piece->end) in first-occurrence
+// order (piece->keys, with their partitions) and writes each occurrence's number to
+// in_piece; counts the distinct keys per partition into counts[0, kPartitions).
+void DedupPiece(const uint64_t* keys, Ids* table, Piece* piece, uint32_t* in_piece,
+                uint32_t* counts) {
+  table->Reset(false);
+  constexpr uint32_t kAhead = 8;  // occurrences whose buckets are fetched ahead
+  for (uint32_t p = piece->begin; p < piece->end; ++p) {
+    if (p + kAhead < piece->end) table->Prefetch(keys[p + kAhead]);
+    in_piece[p] = table->IdOf(keys[p]);
+  }
+  table->SwapKeys(&piece->keys);
+  piece->part.resize(piece->keys.size());
+  for (size_t d = 0; d < piece->keys.size(); ++d) {
+    const size_t q = PartitionOf(piece->keys[d]);
+    piece->part[d] = static_cast<uint8_t>(q);
+    ++counts[q];
+  }
 }
 
-// A key partition's table from key to partition-local id: open addressing over buckets that
-// hold a key and its id together (a probe touches one cache line), doubled when half full (so
-// it stays about the size of the partition's distinct keys).
-class PartitionIds {
- public:
-  PartitionIds() : buckets_(kInitial), mask_(kInitial - 1) {}
-  // The key's id (h: ProbeBits(key)), numbering new keys in the order they come.
-  uint32_t IdOf(uint64_t key, uint64_t h) {
-    size_t s = h & mask_;
-    while (buckets_[s].id != kNone && buckets_[s].key != key) s = (s + 1) & mask_;
-    if (buckets_[s].id != kNone) return buckets_[s].id;
-    if (2 * (keys_.size() + 1) > buckets_.size()) {
-      Grow();
-      s = h & mask_;
-      while (buckets_[s].id != kNone) s = (s + 1) & mask_;
-    }
-    buckets_[s] = Bucket{key, static_cast<uint32_t>(keys_.size())};
-    keys_.push_back(key);
-    return buckets_[s].id;
-  }
-  const std::vector<uint64_t>& keys() const { return keys_; }
-
- private:
-  static constexpr size_t kInitial = 256;
-  struct Bucket {
-    uint64_t key = 0;
-    uint32_t id = kNone;
-  };
-  void Grow() {
-    buckets_.assign(buckets_.size() * 2, Bucket{});
-    mask_ = buckets_.size() - 1;
-    for (uint32_t id = 0; id < keys_.size(); ++id) {
-      size_t t = ProbeBits(keys_[id]) & mask_;
-      while (buckets_[t].id != kNone) t = (t + 1) & mask_;
-      buckets_[t] = Bucket{keys_[id], id};
-    }
-  }
-  std::vector<Bucket> buckets_;
-  size_t mask_;
-  std::vector<uint64_t> keys_;  // id -> key
-};
-
-// Minibatch b: its rows, key range, cells, and the per-key occurrence lists. seen: the
-// calling thread's scratch over local ids, (b + 1) << 32 | uniq place where met in this
-// minibatch; u_of: scratch for each occurrence's uniq place.
-void BuildMinibatch(const Batch& pass, size_t batch_size, size_t b, std::vector<uint64_t>* seen,
-                    std::vector<uint32_t>* u_of, WorkingSet* out) {
+// Minibatch b, whose occurrences are in pieces [j0, j1): its cells, its distinct local ids in
+// first-occurrence order and each one's occurrence list. seen: the calling thread's marks over
+// local ids, (b + 1) << 32 | uniq place where met in this minibatch (several pieces only).
+void BuildMinibatch(const Batch& pass, size_t b, std::vector<Piece>& pieces, size_t j0, size_t j1,
+                    const uint32_t* in_piece, std::vector<uint64_t>* seen, WorkingSet* out) {
   const uint32_t S = pass.schema.num_slots;
-  const size_t rows = pass.rows();
   Minibatch& mb = out->batches[b];
-  mb.row_begin = static_cast<uint32_t>(b * batch_size);
-  mb.row_end = static_cast<uint32_t>(std::min(rows, (b + 1) * batch_size));
-  mb.key_begin = pass.offsets[size_t{mb.row_begin} * S];
-  mb.key_end = pass.offsets[size_t{mb.row_end} * S];
   uint32_t* cell = out->cell.data();
   const uint32_t* offsets = pass.offsets.data();
   for (uint32_t r = mb.row_begin; r < mb.row_end; ++r) {
@@ -79,34 +50,73 @@ void BuildMinibatch(const Batch& pass, size_t batch_size, size_t b, std::vector<
       }
     }
   }
-  if (seen->size() < out->keys.size()) seen->assign(out->keys.size(), 0);
-  const uint32_t n = mb.key_end - mb.key_begin;
-  if (u_of->size() < n) u_of->resize(n);
-  const uint64_t tag = uint64_t{b + 1} << 32;
-  const uint32_t* local = out->local.data() + mb.key_begin;
-  uint64_t* mark = seen->data();
-  uint32_t* u = u_of->data();
+  // The minibatch's uniq place of each piece's distinct keys: the pieces' own numbers when
+  // it is one piece; else the pieces' lists merged in order.
+  const bool one = j1 - j0 == 1;
   mb.uniq.clear();
-  std::vector<uint32_t> counts;
-  for (uint32_t q = 0; q < n; ++q) {
-    const uint32_t l = local[q];
-    if ((mark[l] & ~uint64_t{0xFFFFFFFF}) != tag) {
-      mark[l] = tag | mb.uniq.size();
-      mb.uniq.push_back(l);
-      counts.push_back(0);
+  if (one) {
+    mb.uniq.assign(pieces[j0].id.begin(), pieces[j0].id.end());
+  } else if (j1 > j0) {
+    if (seen->size() < out->keys.size()) seen->assign(out->keys.size(), 0);
+    uint64_t* mark = seen->data();
+    const uint64_t tag = uint64_t{b + 1} << 32;
+    for (size_t j = j0; j < j1; ++j) {
+      Piece& piece = pieces[j];
+      piece.uniq.resize(piece.id.size());
+      for (size_t d = 0; d < piece.id.size(); ++d) {
+        const uint32_t l = piece.id[d];
+        if ((mark[l] & ~uint64_t{0xFFFFFFFF}) != tag) {
+          mark[l] = tag | mb.uniq.size();
+          mb.uniq.push_back(l);
+        }
+        piece.uniq[d] = static_cast<uint32_t>(mark[l]);
+      }
     }
-    u[q] = static_cast<uint32_t>(mark[l]);
-    ++counts[u[q]];
   }
+  // Occurrence lists: counted, then filled in occurrence order.
   mb.occ_begin.assign(mb.uniq.size() + 1, 0);
-  for (size_t i = 0; i < mb.uniq.size(); ++i) mb.occ_begin[i + 1] = mb.occ_begin[i] + counts[i];
-  std::vector<uint32_t>& fill = counts;  // now each list's next place
-  std::copy(mb.occ_begin.begin(), mb.occ_begin.end() - 1, fill.begin());
-  mb.occ.resize(n);
-  for (uint32_t q = 0; q < n; ++q) mb.occ[fill[u[q]]++] = q;
+  uint32_t* count = mb.occ_begin.data() + 1;
+  for (size_t j = j0; j < j1; ++j) {
+    const uint32_t* to = one ? nullptr : pieces[j].uniq.data();
+    for (uint32_t p = pieces[j].begin; p < pieces[j].end; ++p) {
+      ++count[one ? in_piece[p] : to[in_piece[p]]];
+    }
+  }
+  for (size_t i = 0; i < mb.uniq.size(); ++i) mb.occ_begin[i + 1] += mb.occ_begin[i];
+  std::vector<uint32_t> fill(mb.occ_begin.begin(), mb.occ_begin.end() - 1);
+  mb.occ.resize(mb.key_end - mb.key_begin);
+  for (size_t j = j0; j < j1; ++j) {
+    const uint32_t* to = one ? nullptr : pieces[j].uniq.data();
+    for (uint32_t p = pieces[j].begin; p < pieces[j].end; ++p) {
+      mb.occ[fill[one ? in_piece[p] : to[in_piece[p]]]++] = p - mb.key_begin;
+    }
+  }
 }
 
 }  // namespace
+
+void WorkingSetScratch::Ids::Reset(bool partition) {
+  partition_ = partition;
+  keys_.clear();
+  if (buckets_.empty() || ++stamp_ == 0) {
+    buckets_.assign(std::max<size_t>(buckets_.size(), 256), Bucket{});
+    stamp_ = 1;
+  }
+  mask_ = buckets_.size() - 1;
+  shift_ = 64 - std::countr_zero(buckets_.size());
+}
+
+void WorkingSetScratch::Ids::Grow() {
+  buckets_.assign(buckets_.size() * 2, Bucket{});
+  stamp_ = 1;
+  mask_ = buckets_.size() - 1;
+  shift_ = 64 - std::countr_zero(buckets_.size());
+  for (uint32_t i = 0; i < keys_.size(); ++i) {
+    size_t s = static_cast<size_t>(Hash(keys_[i]) >> shift_);
+    while (buckets_[s].stamp == stamp_) s = (s + 1) & mask_;
+    buckets_[s] = {keys_[i], i, stamp_};
+  }
+}
 
 size_t WorkingSet::MemoryBytes() const {
   size_t b = keys.capacity() * 8 + local.capacity() * 4 + cell.capacity() * 4;
@@ -117,10 +127,15 @@ size_t WorkingSet::MemoryBytes() const {
 }
 
 size_t WorkingSetScratch::MemoryBytes() const {
-  size_t b = part_of.capacity() + counts.capacity() * 4 + grouped_key.capacity() * 8 +
-             grouped_pos.capacity() * 4;
+  size_t b = batch_piece.capacity() * 4 + in_piece.capacity() * 4 + counts.capacity() * 4 +
+             grouped_key.capacity() * 8 + grouped_id.capacity() * 4;
+  for (const Piece& p : pieces) {
+    b += sizeof(Piece) + p.keys.capacity() * 8 + p.part.capacity() +
+         (p.id.capacity() + p.uniq.capacity()) * 4;
+  }
+  for (const Ids& t : tables) b += t.MemoryBytes();
+  for (const Ids& t : partitions) b += t.MemoryBytes();
   for (const auto& v : seen) b += v.capacity() * 8;
-  for (const auto& v : u_of) b += v.capacity() * 4;
   return b;
 }
 
@@ -131,82 +146,108 @@ void BuildWorkingSet(const Batch& pass, size_t batch_size, ThreadPool* pool, Wor
   WorkingSetScratch& sc = scratch != nullptr ? *scratch : own;
   const size_t n = pass.keys.size();
   const uint64_t* keys = pass.keys.data();
+  const int threads = pool ? pool->num_threads() : 1;
+  if (sc.tables.size() < static_cast<size_t>(threads)) {
+    sc.tables.resize(threads);
+    sc.seen.resize(threads);
+  }
 
-  // 1. Each occurrence's key partition.
-  const size_t chunks = (n + kChunk - 1) / kChunk;
-  std::vector<uint8_t>& part_of = sc.part_of;
-  part_of.resize(n);
-  RunParallel(pool, chunks, [&](size_t c, int) {
-    for (size_t p = c * kChunk; p < std::min(n, (c + 1) * kChunk); ++p) {
-      part_of[p] = static_cast<uint8_t>(PartitionOf(keys[p]));
+  // 1. Minibatches and their pieces: each minibatch's occurrences cut into equal pieces of at
+  // most kPieceUses.
+  const uint32_t S = pass.schema.num_slots;
+  const size_t rows = pass.rows();
+  const size_t num_batches = (rows + batch_size - 1) / batch_size;
+  out->batches.resize(num_batches);
+  size_t num_pieces = 0;
+  sc.batch_piece.assign(num_batches + 1, 0);
+  for (size_t b = 0; b < num_batches; ++b) {
+    Minibatch& mb = out->batches[b];
+    mb.row_begin = static_cast<uint32_t>(b * batch_size);
+    mb.row_end = static_cast<uint32_t>(std::min(rows, (b + 1) * batch_size));
+    mb.key_begin = pass.offsets[size_t{mb.row_begin} * S];
+    mb.key_end = pass.offsets[size_t{mb.row_end} * S];
+    const size_t uses = mb.key_end - mb.key_begin;
+    const size_t cut = (uses + kPieceUses - 1) / kPieceUses;
+    if (sc.pieces.size() < num_pieces + cut) sc.pieces.resize(num_pieces + cut);
+    for (size_t k = 0; k < cut; ++k) {
+      Piece& piece = sc.pieces[num_pieces + k];
+      piece.begin = static_cast<uint32_t>(mb.key_begin + uses * k / cut);
+      piece.end = static_cast<uint32_t>(mb.key_begin + uses * (k + 1) / cut);
     }
+    num_pieces += cut;
+    sc.batch_piece[b + 1] = static_cast<uint32_t>(num_pieces);
+  }
+  std::vector<Piece>& pieces = sc.pieces;
+
+  // 2. Each piece's distinct keys, and each occurrence's place among them.
+  sc.in_piece.resize(n);
+  sc.counts.assign(num_pieces * kPartitions, 0);
+  RunParallel(pool, num_pieces, [&](size_t j, int t) {
+    DedupPiece(keys, &sc.tables[t], &pieces[j], sc.in_piece.data(),
+               sc.counts.data() + j * kPartitions);
   });
-  // 2. The occurrences grouped by partition, in occurrence order within each, with their keys
-  // (so numbering reads them in sequence): chunks count, then scatter at their offsets.
-  std::vector<uint32_t>& counts = sc.counts;
-  counts.assign(chunks * kPartitions, 0);
-  RunParallel(pool, chunks, [&](size_t c, int) {
-    uint32_t* cnt = counts.data() + c * kPartitions;
-    for (size_t p = c * kChunk; p < std::min(n, (c + 1) * kChunk); ++p) ++cnt[part_of[p]];
-  });
+  // 3. The pieces' distinct keys grouped by partition, in piece order within each: so a
+  // partition meets its keys in the pass's first-occurrence order.
   std::vector<uint32_t> part_begin(kPartitions + 1, 0);
-  for (size_t q = 0, at = 0; q < kPartitions; ++q) {
+  size_t at = 0;
+  for (size_t q = 0; q < kPartitions; ++q) {
     part_begin[q] = static_cast<uint32_t>(at);
-    for (size_t c = 0; c < chunks; ++c) {
-      const uint32_t k = counts[c * kPartitions + q];
-      counts[c * kPartitions + q] = static_cast<uint32_t>(at);
+    for (size_t j = 0; j < num_pieces; ++j) {
+      const uint32_t k = sc.counts[j * kPartitions + q];
+      sc.counts[j * kPartitions + q] = static_cast<uint32_t>(at);
       at += k;
     }
-    part_begin[q + 1] = static_cast<uint32_t>(at);
   }
-  std::vector<uint64_t>& grouped_key = sc.grouped_key;
-  std::vector<uint32_t>& grouped_pos = sc.grouped_pos;
-  grouped_key.resize(n);
-  grouped_pos.resize(n);
-  RunParallel(pool, chunks, [&](size_t c, int) {
-    uint32_t* at = counts.data() + c * kPartitions;
-    for (size_t p = c * kChunk; p < std::min(n, (c + 1) * kChunk); ++p) {
-      const uint32_t i = at[part_of[p]]++;
-      grouped_key[i] = keys[p];
-      grouped_pos[i] = static_cast<uint32_t>(p);
+  part_begin[kPartitions] = static_cast<uint32_t>(at);
+  sc.grouped_key.resize(at);
+  sc.grouped_id.resize(at);
+  RunParallel(pool, num_pieces, [&](size_t j, int) {
+    Piece& piece = pieces[j];
+    uint32_t* next = sc.counts.data() + j * kPartitions;
+    piece.id.resize(piece.keys.size());
+    for (size_t d = 0; d < piece.keys.size(); ++d) {
+      const uint32_t i = next[piece.part[d]]++;
+      sc.grouped_key[i] = piece.keys[d];
+      piece.id[d] = i;
     }
   });
-  // 3. Each partition numbers its distinct keys in occurrence order (its table stays small:
-  // one partition's keys); then the ids are offset by the partitions' bases.
-  out->local.resize(n);
-  std::vector<PartitionIds> ids(kPartitions);
+  // 4. Each partition numbers its distinct keys in that order (its table stays small: one
+  // partition's keys); the local ids are those numbers offset by the partitions' bases.
+  sc.partitions.resize(kPartitions);
   RunParallel(pool, kPartitions, [&](size_t q, int) {
-    uint32_t* local = out->local.data();
+    Ids& ids = sc.partitions[q];
+    ids.Reset(true);
     for (uint32_t i = part_begin[q]; i < part_begin[q + 1]; ++i) {
-      local[grouped_pos[i]] = ids[q].IdOf(grouped_key[i], ProbeBits(grouped_key[i]));
+      sc.grouped_id[i] = ids.IdOf(sc.grouped_key[i]);
     }
   });
   std::vector<uint32_t> base(kPartitions + 1, 0);
   for (size_t q = 0; q < kPartitions; ++q) {
-    base[q + 1] = base[q] + static_cast<uint32_t>(ids[q].keys().size());
+    base[q + 1] = base[q] + static_cast<uint32_t>(sc.partitions[q].keys().size());
   }
   out->keys.resize(base[kPartitions]);
   RunParallel(pool, kPartitions, [&](size_t q, int) {
-    std::copy(ids[q].keys().begin(), ids[q].keys().end(), out->keys.begin() + base[q]);
+    const std::vector<uint64_t>& k = sc.partitions[q].keys();
+    std::copy(k.begin(), k.end(), out->keys.begin() + base[q]);
   });
-  RunParallel(pool, chunks, [&](size_t c, int) {
-    for (size_t p = c * kChunk; p < std::min(n, (c + 1) * kChunk); ++p) {
-      out->local[p] += base[part_of[p]];
+  // 5. Each piece's local ids, and each occurrence's.
+  out->local.resize(n);
+  RunParallel(pool, num_pieces, [&](size_t j, int) {
+    Piece& piece = pieces[j];
+    for (size_t d = 0; d < piece.id.size(); ++d) {
+      piece.id[d] = sc.grouped_id[piece.id[d]] + base[piece.part[d]];
     }
+    const uint32_t* in_piece = sc.in_piece.data();
+    uint32_t* local = out->local.data();
+    for (uint32_t p = piece.begin; p < piece.end; ++p) local[p] = piece.id[in_piece[p]];
   });
 
-  // 4. Minibatches: rows, key ranges, cells, and the per-key occurrence lists.
-  const size_t num_batches = (pass.rows() + batch_size - 1) / batch_size;
-  out->batches.resize(num_batches);
+  // 6. Minibatches: cells, and the per-key occurrence lists.
   out->cell.resize(n);
-  const int threads = pool ? pool->num_threads() : 1;
-  if (sc.seen.size() < static_cast<size_t>(threads)) {
-    sc.seen.resize(threads);
-    sc.u_of.resize(threads);
-  }
   for (auto& m : sc.seen) m.clear();  // marks are per build: stale ones would match a tag
   RunParallel(pool, num_batches, [&](size_t b, int t) {
-    BuildMinibatch(pass, batch_size, b, &sc.seen[t], &sc.u_of[t], out);
+    BuildMinibatch(pass, b, pieces, sc.batch_piece[b], sc.batch_piece[b + 1], sc.in_piece.data(),
+                   &sc.seen[t], out);
   });
 }
 

@@ -5,6 +5,13 @@
 //
 // Local ids are assigned in 64 fixed partitions of the key space, in first-occurrence order
 // within each, so the numbering is the same whatever the thread count.
+//
+// How (docs/pipeline.md, "Host stages that scale with cores"): each minibatch's key uses are
+// cut into pieces of at most 65 536, and each piece deduplicates its keys on its own (a table
+// in one core's cache); only the pieces' distinct keys are grouped by partition and numbered
+// there (a piece's keys in piece order keep the pass's first-occurrence order); a minibatch
+// of one piece has its uniq list from its piece as is. Every step runs on the pool over
+// pieces, partitions or minibatches.
 #ifndef CTRBOX_WORKING_WORKING_SET_H_
 #define CTRBOX_WORKING_WORKING_SET_H_
 
@@ -51,12 +58,73 @@ struct WorkingSet {
 // BuildWorkingSet's temporary buffers, kept by a caller that builds one working set after
 // another (the read stage) so that each build reuses the memory of the last.
 struct WorkingSetScratch {
-  std::vector<uint8_t> part_of;
-  std::vector<uint32_t> counts;
-  std::vector<uint64_t> grouped_key;
-  std::vector<uint32_t> grouped_pos;
-  std::vector<std::vector<uint64_t>> seen;
-  std::vector<std::vector<uint32_t>> u_of;
+  // A piece: up to kPieceUses key occurrences of one minibatch, deduplicated on its own.
+  struct Piece {
+    uint32_t begin = 0, end = 0;  // key occurrences of the pass
+    std::vector<uint64_t> keys;   // its distinct keys, first-occurrence order
+    std::vector<uint8_t> part;    // their partitions
+    std::vector<uint32_t> id;     // their places among the grouped keys, then their local ids
+    std::vector<uint32_t> uniq;   // their places in the minibatch's uniq (several pieces)
+  };
+  // A table from key to index, numbering keys in the order they come (a piece's, or a
+  // partition's): open addressing over buckets that hold a key and its index together (a
+  // probe touches one cache line), doubled when half full. A bucket is live when its stamp is
+  // the table's, so starting over needs no clearing (and keeps the size the last use needed).
+  class alignas(64) Ids {  // (a cache line of its own: threads use their own)
+   public:
+    // Starts over. Within a partition (all keys have its top Mix64 bits) the probes start from
+    // the Mix64 bits below them; else from Fibonacci hashing's.
+    void Reset(bool partition);
+    // The index of `key`, numbering it next if new.
+    uint32_t IdOf(uint64_t key) {
+      const uint64_t h = Hash(key);
+      size_t s = static_cast<size_t>(h >> shift_);
+      while (buckets_[s].stamp == stamp_ && buckets_[s].key != key) s = (s + 1) & mask_;
+      if (buckets_[s].stamp == stamp_) return buckets_[s].index;
+      if (2 * (keys_.size() + 1) > buckets_.size()) {
+        Grow();
+        s = static_cast<size_t>(h >> shift_);
+        while (buckets_[s].stamp == stamp_) s = (s + 1) & mask_;
+      }
+      buckets_[s] = {key, static_cast<uint32_t>(keys_.size()), stamp_};
+      keys_.push_back(key);
+      return buckets_[s].index;
+    }
+    // Brings the bucket where `key`'s probe starts into the cache.
+    void Prefetch(uint64_t key) const { __builtin_prefetch(&buckets_[Hash(key) >> shift_]); }
+    const std::vector<uint64_t>& keys() const { return keys_; }
+    // Swaps the keys numbered so far with *keys (whose memory the table reuses).
+    void SwapKeys(std::vector<uint64_t>* keys) { keys_.swap(*keys); }
+    size_t MemoryBytes() const {
+      return buckets_.capacity() * sizeof(Bucket) + keys_.capacity() * 8;
+    }
+
+   private:
+    struct Bucket {
+      uint64_t key = 0;
+      uint32_t index = 0, stamp = 0;
+    };
+    // A hash of the key whose top bits are uniform (over a partition's keys).
+    uint64_t Hash(uint64_t key) const {
+      return partition_ ? Mix64(key) << kPartitionBits : key * 0x9E3779B97F4A7C15ULL;
+    }
+    void Grow();
+    bool partition_ = false;
+    std::vector<Bucket> buckets_;
+    uint32_t stamp_ = 0;
+    int shift_ = 64;
+    size_t mask_ = 0;
+    std::vector<uint64_t> keys_;  // index -> key
+  };
+  std::vector<Piece> pieces;
+  std::vector<uint32_t> batch_piece;  // minibatch b's pieces: [batch_piece[b], batch_piece[b + 1])
+  std::vector<uint32_t> in_piece;     // per key occurrence: its piece-local index
+  std::vector<uint32_t> counts;       // per piece and partition: distinct keys, then offsets
+  std::vector<uint64_t> grouped_key;  // the pieces' distinct keys grouped by partition
+  std::vector<uint32_t> grouped_id;   // their partition-local ids
+  std::vector<Ids> tables;            // per thread: a piece's distinct keys
+  std::vector<Ids> partitions;        // per partition: its distinct keys (the local ids)
+  std::vector<std::vector<uint64_t>> seen;  // per thread: marks over local ids
   size_t MemoryBytes() const;
 };
 

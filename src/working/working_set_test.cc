@@ -27,6 +27,98 @@ Batch MakePass(size_t rows, uint32_t slots, uint64_t seed) {
   return b;
 }
 
+// The working set built the plain way: local ids numbered per partition in first-occurrence
+// order, the partitions one after another; each minibatch's uniq and occurrence lists from
+// ordered maps.
+WorkingSet Reference(const Batch& pass, size_t batch_size) {
+  WorkingSet ws;
+  std::vector<std::vector<uint64_t>> by_part(kPartitions);
+  std::map<uint64_t, size_t> seen;  // key -> its place in its partition
+  for (uint64_t key : pass.keys) {
+    if (seen.count(key)) continue;
+    std::vector<uint64_t>& part = by_part[PartitionOf(key)];
+    seen[key] = part.size();
+    part.push_back(key);
+  }
+  std::vector<uint32_t> base(kPartitions + 1, 0);
+  for (size_t q = 0; q < kPartitions; ++q) {
+    base[q + 1] = base[q] + static_cast<uint32_t>(by_part[q].size());
+    ws.keys.insert(ws.keys.end(), by_part[q].begin(), by_part[q].end());
+  }
+  for (uint64_t key : pass.keys) {
+    ws.local.push_back(base[PartitionOf(key)] + static_cast<uint32_t>(seen[key]));
+  }
+  const uint32_t S = pass.schema.num_slots;
+  ws.cell.resize(pass.keys.size());
+  for (size_t begin = 0; begin < pass.rows(); begin += batch_size) {
+    Minibatch mb;
+    mb.row_begin = static_cast<uint32_t>(begin);
+    mb.row_end = static_cast<uint32_t>(std::min(pass.rows(), begin + batch_size));
+    mb.key_begin = pass.offsets[mb.row_begin * S];
+    mb.key_end = pass.offsets[mb.row_end * S];
+    std::map<uint32_t, std::vector<uint32_t>> occ;
+    for (uint32_t p = mb.key_begin; p < mb.key_end; ++p) {
+      const uint32_t l = ws.local[p];
+      if (!occ.count(l)) mb.uniq.push_back(l);
+      occ[l].push_back(p - mb.key_begin);
+    }
+    mb.occ_begin.push_back(0);
+    for (uint32_t l : mb.uniq) {
+      mb.occ.insert(mb.occ.end(), occ[l].begin(), occ[l].end());
+      mb.occ_begin.push_back(static_cast<uint32_t>(mb.occ.size()));
+    }
+    for (uint32_t r = mb.row_begin; r < mb.row_end; ++r) {
+      for (uint32_t s = 0; s < S; ++s) {
+        for (uint32_t p = pass.offsets[r * S + s]; p < pass.offsets[r * S + s + 1]; ++p) {
+          ws.cell[p] = (r - mb.row_begin) * S + s;
+        }
+      }
+    }
+    ws.batches.push_back(std::move(mb));
+  }
+  return ws;
+}
+
+void ExpectSame(const WorkingSet& got, const WorkingSet& want) {
+  ASSERT_EQ(got.keys, want.keys);
+  ASSERT_EQ(got.local, want.local);
+  ASSERT_EQ(got.cell, want.cell);
+  ASSERT_EQ(got.batches.size(), want.batches.size());
+  for (size_t b = 0; b < got.batches.size(); ++b) {
+    const Minibatch &g = got.batches[b], &w = want.batches[b];
+    ASSERT_EQ(g.row_begin, w.row_begin);
+    ASSERT_EQ(g.row_end, w.row_end);
+    ASSERT_EQ(g.key_begin, w.key_begin);
+    ASSERT_EQ(g.key_end, w.key_end);
+    ASSERT_EQ(g.uniq, w.uniq) << "minibatch " << b;
+    ASSERT_EQ(g.occ_begin, w.occ_begin) << "minibatch " << b;
+    ASSERT_EQ(g.occ, w.occ) << "minibatch " << b;
+  }
+}
+
+// Minibatches of one piece and of several (over 65 536 key uses), empty ones, and one
+// scratch reused over passes of other shapes (its tables' stamps), on 1 to 4 threads.
+TEST(WorkingSetTest, EqualsThePlainBuildForEveryPieceCutAndThreadCount) {
+  struct Case {
+    size_t rows;
+    uint32_t slots;
+    size_t batch;
+  };
+  const std::vector<Case> cases = {{1000, 5, 64}, {30000, 9, 30000}, {30000, 9, 9000},
+                                   {40, 3, 7},    {0, 4, 16},        {5000, 6, 1}};
+  for (int threads : {1, 2, 3, 4}) {
+    ThreadPool pool(threads);
+    WorkingSetScratch scratch;
+    for (size_t c = 0; c < cases.size(); ++c) {
+      SCOPED_TRACE("threads " + std::to_string(threads) + ", case " + std::to_string(c));
+      const Batch pass = MakePass(cases[c].rows, cases[c].slots, 100 + c);
+      WorkingSet ws;
+      BuildWorkingSet(pass, cases[c].batch, threads == 1 ? nullptr : &pool, &ws, &scratch);
+      ExpectSame(ws, Reference(pass, cases[c].batch));
+    }
+  }
+}
+
 TEST(WorkingSetTest, MatchesAReferenceAndIgnoresThreadCount) {
   Batch pass = MakePass(1000, 5, 3);
   WorkingSet ref_ws;
