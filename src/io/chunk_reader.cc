@@ -117,7 +117,10 @@ class ParallelChunkReader final : public BatchReader {
         if (!s.ok()) return final_status_ = s;
       }
       if (r.batch.rows() > 0) {
-        *batch = std::move(r.batch);
+        // The caller's old batch goes back to the workers: its memory decodes a later chunk.
+        std::swap(*batch, r.batch);
+        std::lock_guard<std::mutex> l(mu_);
+        if (free_.size() < static_cast<size_t>(max_inflight_)) free_.push_back(std::move(r.batch));
         return Status::OK();
       }
     }
@@ -130,6 +133,7 @@ class ParallelChunkReader final : public BatchReader {
     TextChunk chunk;
     while (true) {
       uint64_t seq;
+      ChunkParseResult r;
       {
         std::unique_lock<std::mutex> l(mu_);
         cv_.wait(l, [&] {
@@ -146,8 +150,11 @@ class ParallelChunkReader final : public BatchReader {
           return;
         }
         seq = next_seq_++;
+        if (!free_.empty()) {
+          r.batch = std::move(free_.back());
+          free_.pop_back();
+        }
       }
-      ChunkParseResult r;
       decode_(chunk, &r);
       {
         std::lock_guard<std::mutex> l(mu_);
@@ -173,6 +180,8 @@ class ParallelChunkReader final : public BatchReader {
   Status source_status_;                // guarded by mu_
   // Decoded chunks by sequence number, with their progress.
   std::map<uint64_t, std::pair<ChunkParseResult, uint64_t>> results_;  // guarded by mu_
+  // Batches handed back by Next, whose memory the workers decode into (no fresh pages).
+  std::vector<Batch> free_;            // guarded by mu_
   const uint64_t total_;               // the source's total (read before the workers start)
   std::atomic<uint64_t> progress_{0};  // of the last chunk Next handed out
 

@@ -22,8 +22,8 @@ PassReader::PassReader(ReaderFactory open, PassReaderOptions options)
 Status PassReader::Open() {
   ASSIGN_OR_RETURN(reader_, open_());
   schema_ = reader_->schema();
-  block_.Reset(schema_);
-  pending_.Reset(schema_);
+  block_.reset();
+  pending_ = RowRange{};
   if (options_.window_keys > 0 || options_.device_pass_bytes > 0) {
     window_ = std::make_unique<KeyWindow>(std::max<uint32_t>(1, options_.window_passes),
                                           options_.table_row_bytes);
@@ -38,38 +38,67 @@ Status PassReader::Open() {
   return Status::OK();
 }
 
-StatusOr<PassReader::Fill> PassReader::FillTo(Batch* out, uint64_t limit) {
-  while (out->rows() < limit) {
-    if (begin_ < block_.rows()) {
-      const size_t take = std::min<size_t>(block_.rows() - begin_, limit - out->rows());
-      out->AppendRows(block_, begin_, begin_ + take);
+StatusOr<PassReader::Fill> PassReader::FillTo(std::vector<RowRange>* out, uint64_t* rows,
+                                              uint64_t limit) {
+  while (*rows < limit) {
+    if (block_ && begin_ < block_->rows()) {
+      const size_t take = std::min<size_t>(block_->rows() - begin_, limit - *rows);
+      out->push_back({block_, begin_, begin_ + take});
       begin_ += take;
+      *rows += take;
       continue;
     }
     if (!reader_) {
       if (epoch_ >= options_.epochs) return Fill::kEnd;  // nothing more was appended
       ASSIGN_OR_RETURN(reader_, open_());
     }
+    block_ = FreeBlock();
     bool end = false;
-    RETURN_IF_ERROR(reader_->Next(&block_, &end));
+    RETURN_IF_ERROR(reader_->Next(block_.get(), &end));
     begin_ = 0;
     const InputProgress p = reader_->progress();
     const double epochs = std::max<uint32_t>(options_.epochs, 1);
     if (end) {
       counts_.Add(reader_->counts());
       reader_.reset();
-      block_.Reset(schema_);
+      block_.reset();
       ++epoch_;
       fraction_.store(p.known() ? epoch_ / epochs : -1.0, std::memory_order_relaxed);
-      return out->rows() > 0 ? Fill::kRowsThenEpochEnd : Fill::kEpochEnd;
+      return *rows > 0 ? Fill::kRowsThenEpochEnd : Fill::kEpochEnd;
     }
-    if (options_.select) options_.select(&block_);  // validation's rows out (holdout.h)
-    ModelKeys(options_.hashing, options_.key_tables, &block_);
-    if (options_.filter) options_.filter(&block_);  // admission (pipeline/admission.h)
-    rows_read_.fetch_add(block_.rows(), std::memory_order_relaxed);
+    if (options_.select) options_.select(block_.get());  // validation's rows out (holdout.h)
+    ModelKeys(options_.hashing, options_.key_tables, block_.get());
+    if (options_.filter) options_.filter(block_.get());  // admission (pipeline/admission.h)
+    rows_read_.fetch_add(block_->rows(), std::memory_order_relaxed);
     fraction_.store(p.known() ? (epoch_ + p.fraction()) / epochs : -1.0, std::memory_order_relaxed);
   }
   return Fill::kRows;
+}
+
+std::shared_ptr<Batch> PassReader::FreeBlock() {
+  // A block of the last few that no range holds any more: the reader decodes into its memory.
+  for (std::shared_ptr<Batch>& b : blocks_) {
+    if (b.use_count() == 1) return b;
+  }
+  if (blocks_.size() == kKeptBlocks) blocks_.erase(blocks_.begin());
+  blocks_.push_back(std::make_shared<Batch>());
+  return blocks_.back();
+}
+
+StatusOr<PassReader::Fill> PassReader::FillPending(uint64_t limit) {
+  ranges_.clear();
+  uint64_t rows = 0;
+  ASSIGN_OR_RETURN(Fill f, FillTo(&ranges_, &rows, limit));
+  if (ranges_.size() == 1) {
+    pending_ = std::move(ranges_[0]);
+  } else if (ranges_.size() > 1) {  // across blocks: its keys must lie in one array
+    auto joined = std::make_shared<Batch>();
+    joined->Reset(schema_);
+    for (const RowRange& r : ranges_) joined->AppendRows(*r.block, r.begin, r.end);
+    pending_ = RowRange{std::move(joined), 0, rows};
+  }
+  ranges_.clear();
+  return f;
 }
 
 void PassReader::ClosePass(const Batch& examples, bool by_keys, bool by_memory, bool by_device) {
@@ -110,8 +139,8 @@ void PassReader::ClosePass(const Batch& examples, bool by_keys, bool by_memory, 
 
 PassReader::Verdict PassReader::Judge() {
   Verdict v;
-  const uint64_t* keys = pending_.keys.data();
-  const size_t n = pending_.keys.size();
+  const uint64_t* keys = pending_.keys();
+  const size_t n = pending_.num_keys();
   v.with = window_->CountWith(keys, n);
   const KeyWindow::Counts& with = v.with;
   // With tables of several row sizes the window's bytes, else its keys.
@@ -161,12 +190,12 @@ PassReader::Verdict PassReader::Judge() {
   return v;
 }
 
-void PassReader::CountUncounted(const Batch& examples) {
+void PassReader::CountUncounted() {
   for (const Uncounted& u : uncounted_) {
-    const uint64_t* keys = examples.keys.data() + u.key_begin;
-    const size_t n = u.key_end - u.key_begin;
+    const uint64_t* keys = u.rows.keys();
+    const size_t n = u.rows.num_keys();
     const KeyWindow::Counts with = window_->CountWith(keys, n);
-    const PassShape alone{u.content_bytes, n, with.batch, 1, with.batch, u.rows, with.batch};
+    const PassShape alone{u.content_bytes, n, with.batch, 1, with.batch, u.rows.rows(), with.batch};
     sizing_.max_batch_bytes =
         std::max(sizing_.max_batch_bytes, PassBytes(alone, options_.row_bytes));
     shape_.content_bytes += alone.content_bytes;
@@ -182,7 +211,7 @@ void PassReader::CountUncounted(const Batch& examples) {
   counting_ = true;
 }
 
-Status PassReader::Take(const Verdict& v, Batch* examples) {
+Status PassReader::Take(const Verdict& v) {
   if (v.keys) {
     // The first minibatch of a pass: the older passes in the window may be pushed before
     // this one is pulled (the pull waits for them), but its own keys must fit the budget.
@@ -196,36 +225,42 @@ Status PassReader::Take(const Verdict& v, Batch* examples) {
           pending_.rows(), own, options_.max_keys, hint.empty() ? "" : "; " + hint));
     }
   }
-  window_->Add(pending_.keys.data(), pending_.keys.size());
+  window_->Add(pending_.keys(), pending_.num_keys());
   for (size_t o = 0; o < owner_windows_.size(); ++o) {  // owner_keys_: Judge's of this minibatch
     owner_windows_[o]->Add(owner_keys_[o].data(), owner_keys_[o].size());
   }
   shape_ = v.shape;
-  examples->AppendRows(pending_, 0, pending_.rows());
   grid_pos_ += pending_.rows();
-  pending_.Reset(schema_);
+  gather_.Add(std::exchange(pending_, RowRange{}), pool_);
   return Status::OK();
 }
 
-Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place) {
-  examples->Reset(schema_);
+Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place, ThreadPool* pool) {
+  pool_ = pool;
+  gather_.Begin(schema_, examples);
   const uint64_t want = options_.pass_examples;
   PassPlace here;
   here.grid_index = grid_count_;
   if (!window_) {
     // Passes of `want` examples, or to the end of an epoch (a pass never spans two).
-    while (examples->rows() < want) {
-      ASSIGN_OR_RETURN(Fill f, FillTo(examples, want));
-      if (f == Fill::kEnd || f == Fill::kRowsThenEpochEnd) break;
-      if (f == Fill::kEpochEnd && (examples->rows() > 0 || epoch_ >= options_.epochs)) break;
+    uint64_t rows = 0;
+    while (rows < want) {
+      ranges_.clear();
+      const StatusOr<Fill> f = FillTo(&ranges_, &rows, want);
+      for (RowRange& r : ranges_) gather_.Add(std::move(r), pool_);
+      if (!f.ok()) return f.status();
+      if (*f == Fill::kEnd || *f == Fill::kRowsThenEpochEnd) break;
+      if (*f == Fill::kEpochEnd && (rows > 0 || epoch_ >= options_.epochs)) break;
     }
+    ranges_.clear();
+    gather_.Finish(pool_);
     ClosePass(*examples, false, false, false);
     *eof = examples->rows() == 0;
     grid_count_ += !*eof;
     if (place != nullptr) *place = here;
     return Status::OK();
   }
-  if (options_.agree) return NextAgreed(examples, eof, place);
+  if (options_.agree) return NextAgreed(examples, eof, place);  // (it finishes the gather)
   here.first = grid_pos_ == 0;
 
   // Key-sized: the passes above, each cut further between minibatches (counted from the
@@ -237,17 +272,17 @@ Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place) {
   while (true) {
     if (pending_.rows() == 0) {
       const uint64_t room = std::min<uint64_t>(options_.batch_size, want - grid_pos_);
-      ASSIGN_OR_RETURN(Fill f, FillTo(&pending_, room));
+      ASSIGN_OR_RETURN(Fill f, FillPending(room));
       if (f == Fill::kEnd) break;
       if (f == Fill::kEpochEnd) {
         grid_pos_ = 0;
-        if (examples->rows() > 0 || epoch_ >= options_.epochs) break;
+        if (gather_.rows() > 0 || epoch_ >= options_.epochs) break;
         continue;
       }
       pending_ends_epoch_ = f == Fill::kRowsThenEpochEnd;
     }
     if (!counting_) {
-      const uint64_t n = pending_.keys.size(), content = pending_.ContentBytes() - sizeof(uint32_t);
+      const uint64_t n = pending_.num_keys(), content = pending_.ContentBytes() - sizeof(uint32_t);
       PassShape b = bound_;
       b.content_bytes += content;
       b.key_uses += n;
@@ -258,11 +293,9 @@ Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place) {
       b.max_batch_keys = std::max(b.max_batch_keys, n);
       if (options_.device_bytes(b) <= options_.device_pass_bytes) {
         bound_ = b;
-        uncounted_.push_back(
-            {examples->keys.size(), examples->keys.size() + n, content, pending_.rows()});
-        examples->AppendRows(pending_, 0, pending_.rows());
+        uncounted_.push_back({pending_, content});
         grid_pos_ += pending_.rows();
-        pending_.Reset(schema_);
+        gather_.Add(std::exchange(pending_, RowRange{}), pool_);
         if (pending_ends_epoch_ || grid_pos_ == want) {
           pending_ends_epoch_ = false;
           grid_pos_ = 0;
@@ -270,22 +303,24 @@ Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place) {
         }
         continue;
       }
-      CountUncounted(*examples);  // the bound no longer fits: count from here on
+      CountUncounted();  // the bound no longer fits: count from here on
     }
     const Verdict v = Judge();
-    if (v.any() && examples->rows() > 0) {
+    if (v.any() && gather_.rows() > 0) {
       by_keys = v.keys;  // the minibatch starts the next pass
       by_memory = v.memory;
       by_device = v.device;
       break;
     }
-    RETURN_IF_ERROR(Take(v, examples));
+    RETURN_IF_ERROR(Take(v));
     if (pending_ends_epoch_ || grid_pos_ == want) {  // the grid pass ends (or the epoch)
       pending_ends_epoch_ = false;
       grid_pos_ = 0;
       break;
     }
   }
+  uncounted_.clear();  // (their blocks released)
+  gather_.Finish(pool_);
   if (options_.pass_memory > 0) examples->ShrinkToFit();  // what PassBytes counts
   if (!counting_) shape_ = bound_;  // a pass never counted: its bound stands for its shape
   ClosePass(*examples, by_keys, by_memory, by_device);
@@ -312,7 +347,7 @@ Status PassReader::NextAgreed(Batch* examples, bool* eof, PassPlace* place) {
     // This rank's next minibatch of its grid pass, unless that ended.
     while (!grid_ended_ && pending_.rows() == 0) {
       const uint64_t room = std::min<uint64_t>(options_.batch_size, want - grid_pos_);
-      ASSIGN_OR_RETURN(Fill f, FillTo(&pending_, room));
+      ASSIGN_OR_RETURN(Fill f, FillPending(room));
       if (f == Fill::kEnd) {
         grid_ended_ = true;
       } else if (f == Fill::kEpochEnd) {
@@ -355,13 +390,14 @@ Status PassReader::NextAgreed(Batch* examples, bool* eof, PassPlace* place) {
     }
     taken = true;
     if (!grid_ended_) {
-      RETURN_IF_ERROR(Take(v, examples));
+      RETURN_IF_ERROR(Take(v));
       if (pending_ends_epoch_ || grid_pos_ == want) {
         pending_ends_epoch_ = false;
         grid_ended_ = true;
       }
     }
   }
+  gather_.Finish(pool_);
   if (SizedByBytes()) examples->ShrinkToFit();  // what PassBytes counts
   ClosePass(*examples, by_keys, by_memory, by_device);
   // No rank had a minibatch at a grid pass's start: every rank's input ended.

@@ -22,6 +22,7 @@
 
 #include "io/key_hashing.h"
 #include "io/reader.h"
+#include "io/row_gather.h"
 #include "pipeline/key_window.h"
 
 namespace ctrbox {
@@ -148,7 +149,9 @@ class PassReader {
   // Fills *examples with the next pass; sets *eof (and leaves it empty) at the end.
   // Fails with the reader's error (I/O, too many malformed records), or ResourceExhausted
   // when one minibatch alone holds more than window_keys distinct keys.
-  Status Next(Batch* examples, bool* eof, PassPlace* place = nullptr);
+  // The pass's rows are copied from the reader's blocks once, at the pass's end, on `pool`
+  // (may be null); *examples's memory is reused.
+  Status Next(Batch* examples, bool* eof, PassPlace* place = nullptr, ThreadPool* pool = nullptr);
 
   // Reads past the first `passes` passes (a resumed job's trained data), which must hold
   // `examples` examples: the same passes the job cut before. FailedPrecondition if not.
@@ -165,9 +168,12 @@ class PassReader {
   const PassReaderOptions options_;
   std::unique_ptr<BatchReader> reader_;
   enum class Fill { kRows, kRowsThenEpochEnd, kEpochEnd, kEnd };
-  // Appends rows to *out until it holds `limit` rows, the epoch ends (the rows read are the
-  // epoch's last), or the input ends.
-  StatusOr<Fill> FillTo(Batch* out, uint64_t limit);
+  // Appends ranges of rows to *out until *rows (their rows, counted up) reaches `limit`, the
+  // epoch ends (the rows read are the epoch's last), or the input ends.
+  StatusOr<Fill> FillTo(std::vector<RowRange>* out, uint64_t* rows, uint64_t limit);
+  // Reads the next minibatch (`limit` rows at most) into pending_: a range of one block (one
+  // spanning two blocks is copied into a block of its own).
+  StatusOr<Fill> FillPending(uint64_t limit);
   void ClosePass(const Batch& examples, bool by_keys, bool by_memory, bool by_device);
   // The pending minibatch against the limits, with the pass so far.
   struct Verdict {
@@ -179,7 +185,7 @@ class PassReader {
   };
   Verdict Judge();
   // The pending minibatch into the pass (ResourceExhausted when over the keys alone).
-  Status Take(const Verdict& v, Batch* examples);
+  Status Take(const Verdict& v);
   // Next with options_.agree: every step agreed with the other ranks. Each votes to take its
   // next minibatch, or to close the pass before it (over a limit), or that its grid pass
   // ended. Any close closes every rank's pass (once a step took something: a pass holds at
@@ -190,12 +196,19 @@ class PassReader {
   bool SizedByBytes() const { return options_.pass_memory > 0 || options_.device_pass_bytes > 0; }
 
   Schema schema_;
-  Batch block_;
-  size_t begin_ = 0;  // rows of block_ already handed out
+  std::shared_ptr<Batch> block_;  // the reader's last block (null: none)
+  // The last blocks read (block_ among them), for their memory; FreeBlock: one no range holds.
+  static constexpr size_t kKeptBlocks = RowGather::kFlushBlocks + 3;
+  std::vector<std::shared_ptr<Batch>> blocks_;
+  std::shared_ptr<Batch> FreeBlock();
+  size_t begin_ = 0;              // rows of block_ already handed out
+  RowGather gather_;              // the pass being read
+  ThreadPool* pool_ = nullptr;    // Next's
+  std::vector<RowRange> ranges_;  // FillTo's scratch
   uint32_t epoch_ = 0;
   uint64_t grid_pos_ = 0;            // key-sized: examples of the current grid pass cut so far
   uint64_t grid_count_ = 0;          // grid passes ended
-  Batch pending_;                    // key-sized: the next minibatch, read but not yet in a pass
+  RowRange pending_;                 // key-sized: the next minibatch, read but not yet in a pass
   bool pending_ends_epoch_ = false;  // ... and it is its epoch's last rows
   bool grid_ended_ = false;          // agreed: this rank's grid pass ended (the others' not)
   bool grid_open_ = false;           // agreed: the last pass ended mid grid pass
@@ -215,14 +228,14 @@ class PassReader {
            options_.pass_memory == 0 && !options_.agree && owner_windows_.empty();
   }
   struct Uncounted {
-    size_t key_begin, key_end;
-    uint64_t content_bytes, rows;
+    RowRange rows;
+    uint64_t content_bytes;
   };
   std::vector<Uncounted> uncounted_;
   PassShape bound_;
   bool counting_ = true;  // the current pass is counted key by key
   // Counts the uncounted minibatches into the window and shape_ (as Judge and Take would have).
-  void CountUncounted(const Batch& examples);
+  void CountUncounted();
   std::deque<uint64_t> recent_bytes_;  // ... and the bytes of the passes before it
   uint64_t recent_sum_ = 0;            // (memory_passes - 1 of them), added up: the report's
                                        // max_window_bytes

@@ -42,6 +42,7 @@ StatusOr<PassPtr> PassStages::Read(ThreadPool* pool) {
     if (spare_ != nullptr) {
       pass->examples = std::move(spare_->examples);
       pass->ws = std::move(spare_->ws);
+      if (spare_->table != nullptr) pass->table = std::move(spare_->table);
       spare_.reset();
       passes_gauge_.Add(-spare_bytes_);
       spare_bytes_ = 0;
@@ -49,7 +50,7 @@ StatusOr<PassPtr> PassStages::Read(ThreadPool* pool) {
   }
   bool eof = local_eof_;
   Stopwatch input;
-  if (!eof) RETURN_IF_ERROR(ctx_.reader->Next(&pass->examples, &eof, &pass->place));
+  if (!eof) RETURN_IF_ERROR(ctx_.reader->Next(&pass->examples, &eof, &pass->place, pool));
   split_.read_input += input.Seconds();
   if (ctx_.comm != nullptr) {
     // A pass while any rank has rows; a rank whose share ran out takes part with none.
@@ -340,7 +341,15 @@ void PassStages::ParkBuffers(Pass* pass) {
   spare_ = std::make_unique<SpareBuffers>();
   spare_->examples = std::move(pass->examples);
   spare_->ws = std::move(pass->ws);
-  spare_bytes_ = static_cast<int64_t>(spare_->examples.MemoryBytes() + spare_->ws.MemoryBytes());
+  // The working table too, unless a pass still in flight reads it (or it is a rank's, whose
+  // pull does not rebuild it): Build and the pull write every row, so its memory is reused.
+  if (ctx_.comm == nullptr && pass->table.use_count() == 1) {
+    spare_->table =
+        std::exchange(pass->table, std::make_shared<WorkingTable>(ctx_.model->value_layout()));
+  }
+  spare_bytes_ = static_cast<int64_t>(
+      spare_->examples.MemoryBytes() + spare_->ws.MemoryBytes() +
+      (spare_->table ? spare_->table->MemoryBytes() + spare_->table->rows().MemoryBytes() : 0));
   passes_gauge_.Add(spare_bytes_);
   pass->Gauge();  // the pass's own count, without them
 }

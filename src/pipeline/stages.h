@@ -176,6 +176,7 @@ class PassStages {
   struct SpareBuffers {
     Batch examples;
     WorkingSet ws;
+    std::shared_ptr<WorkingTable> table;  // when no later pass held it (one process)
   };
   Mutex spare_mu_;
   std::unique_ptr<SpareBuffers> spare_ GUARDED_BY(spare_mu_);
