@@ -120,7 +120,7 @@ class ParallelChunkReader final : public BatchReader {
         // The caller's old batch goes back to the workers: its memory decodes a later chunk.
         std::swap(*batch, r.batch);
         std::lock_guard<std::mutex> l(mu_);
-        if (free_.size() < static_cast<size_t>(max_inflight_)) free_.push_back(std::move(r.batch));
+        if (free_.size() < kFreeBatches) free_.push_back(std::move(r.batch));
         return Status::OK();
       }
     }
@@ -128,6 +128,7 @@ class ParallelChunkReader final : public BatchReader {
 
  private:
   static constexpr uint64_t kNotDone = ~uint64_t{0};
+  static constexpr size_t kFreeBatches = 2;  // kept for their memory at most
 
   void Work() {
     TextChunk chunk;

@@ -37,7 +37,7 @@ void RowGather::Begin(Schema s, Batch* out) {
   rows_ = keys_ = 0;
   weights_ = false;
   pending_.clear();
-  pending_rows_ = pending_blocks_ = 0;
+  pending_rows_ = pending_keys_ = pending_blocks_ = 0;
 }
 
 void RowGather::Add(RowRange r, ThreadPool* pool) {
@@ -45,6 +45,7 @@ void RowGather::Add(RowRange r, ThreadPool* pool) {
   if (r.rows() == 0) return;
   if (pending_.empty() || pending_.back().block != r.block) ++pending_blocks_;
   pending_rows_ += r.rows();
+  pending_keys_ += r.num_keys();
   pending_.push_back(std::move(r));
   if (pending_blocks_ > kFlushBlocks) Flush(pool);
 }
@@ -109,7 +110,7 @@ void RowGather::Flush(ThreadPool* pool) {
   keys_ = keys;
   weights_ = weights;
   pending_.clear();
-  pending_rows_ = pending_blocks_ = 0;
+  pending_rows_ = pending_keys_ = pending_blocks_ = 0;
 }
 
 void RowGather::Finish(ThreadPool* pool) {

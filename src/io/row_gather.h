@@ -30,30 +30,32 @@ struct RowRange {
 
 // Builds a batch from ranges added in order. It writes into the batch's memory as it is: a
 // batch reused pass after pass is neither reallocated nor zeroed. The ranges are copied once
-// they span kFlushBlocks blocks, and at Finish, so at most that many blocks are held beyond
-// the batch.
+// they span more than kFlushBlocks blocks, at Flush and at Finish, so at most that many
+// blocks are held beyond the batch.
 class RowGather {
  public:
-  static constexpr size_t kFlushBlocks = 4;
+  static constexpr size_t kFlushBlocks = 2;
 
   // Starts *out over, as an empty batch of schema s (its memory kept).
   void Begin(Schema s, Batch* out);
   // Appends a range's rows (copied now on `pool`, or later). REQUIRES: Begin; r.block's schema
   // is the batch's.
   void Add(RowRange r, ThreadPool* pool);
+  // Copies the ranges added so far: the batch's first keys() keys are then in place (its
+  // columns may be longer until Finish).
+  void Flush(ThreadPool* pool);
   // Copies the ranges still pending and leaves *out holding exactly the rows added.
   void Finish(ThreadPool* pool);
-  // Rows added since Begin.
+  // Rows and keys added since Begin.
   size_t rows() const { return rows_ + pending_rows_; }
+  size_t keys() const { return keys_ + pending_keys_; }
 
  private:
-  void Flush(ThreadPool* pool);
-
   Batch* out_ = nullptr;
   size_t rows_ = 0, keys_ = 0;  // copied into *out_ so far
   bool weights_ = false;        // *out_ has weights (of its first keys_ keys)
   std::vector<RowRange> pending_;
-  size_t pending_rows_ = 0, pending_blocks_ = 0;
+  size_t pending_rows_ = 0, pending_keys_ = 0, pending_blocks_ = 0;
 };
 
 }  // namespace ctrbox

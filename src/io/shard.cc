@@ -308,7 +308,8 @@ void DecodeShardBlock(Schema schema, const TextChunk& chunk, ChunkParseResult* r
   if (Checksum64(stored, bh.stored_bytes) != bh.payload_checksum) {
     return fail("payload checksum mismatch");
   }
-  std::string raw_buf;
+  // The decoding thread's buffer, kept: a fresh one per block faulted its pages in each time.
+  thread_local std::string raw_buf;
   const char* p = stored;
   if (codec == ShardCodec::kZstd) {
     raw_buf.resize(bh.raw_bytes);

@@ -190,12 +190,12 @@ PassReader::Verdict PassReader::Judge() {
   return v;
 }
 
-void PassReader::CountUncounted() {
+void PassReader::CountUncounted(const Batch& examples) {
   for (const Uncounted& u : uncounted_) {
-    const uint64_t* keys = u.rows.keys();
-    const size_t n = u.rows.num_keys();
+    const uint64_t* keys = examples.keys.data() + u.key_begin;
+    const size_t n = u.key_end - u.key_begin;
     const KeyWindow::Counts with = window_->CountWith(keys, n);
-    const PassShape alone{u.content_bytes, n, with.batch, 1, with.batch, u.rows.rows(), with.batch};
+    const PassShape alone{u.content_bytes, n, with.batch, 1, with.batch, u.rows, with.batch};
     sizing_.max_batch_bytes =
         std::max(sizing_.max_batch_bytes, PassBytes(alone, options_.row_bytes));
     shape_.content_bytes += alone.content_bytes;
@@ -293,7 +293,7 @@ Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place, ThreadPool
       b.max_batch_keys = std::max(b.max_batch_keys, n);
       if (options_.device_bytes(b) <= options_.device_pass_bytes) {
         bound_ = b;
-        uncounted_.push_back({pending_, content});
+        uncounted_.push_back({gather_.keys(), gather_.keys() + n, content, pending_.rows()});
         grid_pos_ += pending_.rows();
         gather_.Add(std::exchange(pending_, RowRange{}), pool_);
         if (pending_ends_epoch_ || grid_pos_ == want) {
@@ -303,7 +303,8 @@ Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place, ThreadPool
         }
         continue;
       }
-      CountUncounted();  // the bound no longer fits: count from here on
+      gather_.Flush(pool_);       // (the uncounted minibatches' keys in the pass's batch)
+      CountUncounted(*examples);  // the bound no longer fits: count from here on
     }
     const Verdict v = Judge();
     if (v.any() && gather_.rows() > 0) {
@@ -319,7 +320,6 @@ Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place, ThreadPool
       break;
     }
   }
-  uncounted_.clear();  // (their blocks released)
   gather_.Finish(pool_);
   if (options_.pass_memory > 0) examples->ShrinkToFit();  // what PassBytes counts
   if (!counting_) shape_ = bound_;  // a pass never counted: its bound stands for its shape

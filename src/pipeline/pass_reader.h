@@ -198,7 +198,7 @@ class PassReader {
   Schema schema_;
   std::shared_ptr<Batch> block_;  // the reader's last block (null: none)
   // The last blocks read (block_ among them), for their memory; FreeBlock: one no range holds.
-  static constexpr size_t kKeptBlocks = RowGather::kFlushBlocks + 3;
+  static constexpr size_t kKeptBlocks = RowGather::kFlushBlocks + 2;
   std::vector<std::shared_ptr<Batch>> blocks_;
   std::shared_ptr<Batch> FreeBlock();
   size_t begin_ = 0;              // rows of block_ already handed out
@@ -228,14 +228,14 @@ class PassReader {
            options_.pass_memory == 0 && !options_.agree && owner_windows_.empty();
   }
   struct Uncounted {
-    RowRange rows;
-    uint64_t content_bytes;
+    size_t key_begin, key_end;  // in the pass's batch (the gather's keys)
+    uint64_t content_bytes, rows;
   };
   std::vector<Uncounted> uncounted_;
   PassShape bound_;
   bool counting_ = true;  // the current pass is counted key by key
   // Counts the uncounted minibatches into the window and shape_ (as Judge and Take would have).
-  void CountUncounted();
+  void CountUncounted(const Batch& examples);
   std::deque<uint64_t> recent_bytes_;  // ... and the bytes of the passes before it
   uint64_t recent_sum_ = 0;            // (memory_passes - 1 of them), added up: the report's
                                        // max_window_bytes

@@ -11,6 +11,7 @@
 #include "io/synth.h"
 #include "table/value.h"
 #include "util/hash.h"
+#include "util/thread_pool.h"
 #include "working/working_set.h"
 #include "working/working_table.h"
 
@@ -369,6 +370,46 @@ TEST(PassReaderTest, UncountedGpuSizedPassesAreTheCountedOnes) {
       EXPECT_EQ(runs[0][p].keys, runs[1][p].keys) << "pass " << p;
     }
     EXPECT_EQ(closed[0], closed[1]);
+  }
+}
+
+// The read stage reads every pass into one batch, the last pass's, gathered on its pool: the
+// same passes as fresh batches read on one thread, for fixed, key-sized and GPU-sized passes
+// (minibatches of 128 rows over blocks of 300: some span two blocks).
+TEST(PassReaderTest, PassesReadIntoAReusedBatchOnAPoolAreTheSame) {
+  const uint64_t row_bytes = RowBlock::BytesPerRow(ValueLayout{});
+  std::vector<PassReaderOptions> configs(3, SizedOptions());
+  configs[1].window_keys = 9000;
+  configs[1].window_passes = 2;
+  configs[2].device_pass_bytes = uint64_t{400} << 10;
+  configs[2].device_bytes = [row_bytes](const PassShape& s) { return PassBytes(s, row_bytes); };
+  configs[2].row_bytes = row_bytes;
+  ThreadPool pool(3);
+  for (size_t c = 0; c < configs.size(); ++c) {
+    SCOPED_TRACE(::testing::Message() << "config " << c);
+    int opens = 0;
+    PassReader plain = Reader(7000, configs[c], &opens);
+    ASSERT_TRUE(plain.Open().ok());
+    const std::vector<Batch> want = AllPasses(&plain);
+    PassReader pooled = Reader(7000, configs[c], &opens);
+    ASSERT_TRUE(pooled.Open().ok());
+    Batch reused;
+    SynthGenerator(SynthOptions{}).GenerateBatch(0, 9000, &reused, nullptr);  // stale, larger
+    for (size_t p = 0;; ++p) {
+      bool eof = false;
+      ASSERT_TRUE(pooled.Next(&reused, &eof, nullptr, &pool).ok());
+      if (eof) {
+        EXPECT_EQ(p, want.size());
+        EXPECT_EQ(reused.rows(), 0u);
+        break;
+      }
+      ASSERT_LT(p, want.size());
+      EXPECT_EQ(reused.labels, want[p].labels) << "pass " << p;
+      EXPECT_EQ(reused.dense, want[p].dense) << "pass " << p;
+      EXPECT_EQ(reused.offsets, want[p].offsets) << "pass " << p;
+      EXPECT_EQ(reused.keys, want[p].keys) << "pass " << p;
+      EXPECT_EQ(reused.weights, want[p].weights) << "pass " << p;
+    }
   }
 }
 

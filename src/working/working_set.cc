@@ -19,11 +19,7 @@ using Ids = WorkingSetScratch::Ids;
 void DedupPiece(const uint64_t* keys, Ids* table, Piece* piece, uint32_t* in_piece,
                 uint32_t* counts) {
   table->Reset(false);
-  constexpr uint32_t kAhead = 8;  // occurrences whose buckets are fetched ahead
-  for (uint32_t p = piece->begin; p < piece->end; ++p) {
-    if (p + kAhead < piece->end) table->Prefetch(keys[p + kAhead]);
-    in_piece[p] = table->IdOf(keys[p]);
-  }
+  for (uint32_t p = piece->begin; p < piece->end; ++p) in_piece[p] = table->IdOf(keys[p]);
   table->SwapKeys(&piece->keys);
   piece->part.resize(piece->keys.size());
   for (size_t d = 0; d < piece->keys.size(); ++d) {

@@ -90,8 +90,6 @@ struct WorkingSetScratch {
       keys_.push_back(key);
       return buckets_[s].index;
     }
-    // Brings the bucket where `key`'s probe starts into the cache.
-    void Prefetch(uint64_t key) const { __builtin_prefetch(&buckets_[Hash(key) >> shift_]); }
     const std::vector<uint64_t>& keys() const { return keys_; }
     // Swaps the keys numbered so far with *keys (whose memory the table reuses).
     void SwapKeys(std::vector<uint64_t>* keys) { keys_.swap(*keys); }
