@@ -11,6 +11,11 @@ read + pull + push busy time of a 1-thread sequential *training* run (--baseline
 binary of the commit to compare with; default this one).
 
   bench/feed_rate.py [--threads 1,2] [--reps 3] [--device cpu|gpu] [--baseline-ctrbox PATH]
+      [--compare-ctrbox PATH]
+
+--compare-ctrbox: another build's dry runs too, each right after this build's of the same
+thread count (an A/B on a noisy machine); the summary adds their medians and this build's
+ratio to them.
 
 With --device gpu the dry run also plans and stages every pass (on a GPU, or in the host
 emulation with --emulate) and drops it untrained.
@@ -47,13 +52,14 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--emulate", action="store_true")
     ap.add_argument("--baseline-ctrbox", default="")
+    ap.add_argument("--compare-ctrbox", default="")
     a = ap.parse_args()
     data = gen_shards(a.ctrbox, a.data_dir, a.rows)
     base = ["--format", "shards", "--data", data, "--fresh", "--set", "pipeline.enabled=false",
             "--model-dir", os.path.join(a.data_dir, "feed_model")]
     dev = ["--set", f"device={a.device}"] + (["--set", "gpu.emulate=true"] if a.emulate else [])
     threads = [int(t) for t in a.threads.split(",")]
-    feed, busy, baseline = {}, {}, []
+    feed, busy, baseline, other = {}, {}, [], {}
     for rep in range(a.reps):
         b = train(a.baseline_ctrbox or a.ctrbox, base + threads_args(1, read_pool=not a.baseline_ctrbox))
         host = sum(b["stages"][s]["busy_seconds"] for s in ("read", "pull", "push"))
@@ -70,6 +76,13 @@ def main():
                               "seconds": r["seconds"], "stages": r["stages"],
                               "stage_split": r.get("stage_split"),
                               "blas_core": r["blas_core"]}), flush=True)
+            if a.compare_ctrbox:
+                c = train(a.compare_ctrbox, base + dev + threads_args(t) + ["--set", "train.dry_run=true"])
+                other.setdefault(t, []).append(c["examples_per_s"])
+                print(json.dumps({"bench": "feed_rate", "run": "compare_dry_run", "threads": t,
+                                  "rep": rep, "ctrbox": a.compare_ctrbox,
+                                  "examples_per_s": c["examples_per_s"], "seconds": c["seconds"],
+                                  "stages": c["stages"], "blas_core": c["blas_core"]}), flush=True)
     med = {t: statistics.median(v) for t, v in feed.items()}
     base_med = statistics.median(baseline)
     us = {t: {s: round(1e6 * statistics.median(x[s] for x in busy[t]) * t / a.rows, 3)
@@ -79,7 +92,11 @@ def main():
                       "baseline_read_pull_push_examples_per_s_median": base_med,
                       "ratio_1_thread_over_baseline": med.get(1, 0) / base_med,
                       "ratio_over_1_thread": {t: v / med[threads[0]] for t, v in med.items()},
-                      "us_per_example_per_core": us}), flush=True)
+                      "us_per_example_per_core": us,
+                      **({"compare_ctrbox": a.compare_ctrbox,
+                          "compare_examples_per_s_median": {t: statistics.median(v) for t, v in other.items()},
+                          "ratio_over_compare": {t: med[t] / statistics.median(v) for t, v in other.items()}}
+                         if other else {})}), flush=True)
 
 
 if __name__ == "__main__":

@@ -57,6 +57,50 @@ class StageClocks {
   std::array<StageClock, kNumStages> c_;
 };
 
+// Working tables of passes done, kept for their memory (one at most) for the read stage's next
+// pass. A table comes back when its last holder lets it go (the deleter of the shared_ptr
+// Take returns runs after every holder's reads), so no one can still read a table reused.
+// Counted in the gauge while kept. Thread safety: thread-safe.
+class TableRecycler : public std::enable_shared_from_this<TableRecycler> {
+ public:
+  explicit TableRecycler(std::shared_ptr<MemoryGauge> gauge) : gauge_(std::move(gauge)) {}
+  // A kept table (to be rebuilt: WorkingTable::Build) or a new one.
+  std::shared_ptr<WorkingTable> Take(const ValueLayout& layout) EXCLUDES(mu_);
+
+ private:
+  void Keep(WorkingTable* table) EXCLUDES(mu_);
+  static int64_t Bytes(const WorkingTable& t) {
+    return static_cast<int64_t>(t.MemoryBytes() + t.rows().MemoryBytes());
+  }
+  const std::shared_ptr<MemoryGauge> gauge_;
+  Mutex mu_;
+  std::unique_ptr<WorkingTable> kept_ GUARDED_BY(mu_);
+};
+
+inline std::shared_ptr<WorkingTable> TableRecycler::Take(const ValueLayout& layout) {
+  std::unique_ptr<WorkingTable> t;
+  {
+    MutexLock l(&mu_);
+    t = std::move(kept_);
+  }
+  if (t != nullptr) {
+    gauge_->Add(-Bytes(*t));
+  } else {
+    t = std::make_unique<WorkingTable>(layout);
+  }
+  return std::shared_ptr<WorkingTable>(
+      t.release(), [self = shared_from_this()](WorkingTable* w) { self->Keep(w); });
+}
+
+inline void TableRecycler::Keep(WorkingTable* table) {
+  std::unique_ptr<WorkingTable> t(table);
+  const int64_t bytes = Bytes(*t);
+  MutexLock l(&mu_);
+  if (kept_ != nullptr) return;  // one is enough: this one is freed
+  gauge_->Add(bytes);
+  kept_ = std::move(t);
+}
+
 // Thread safety: a pass is owned by one stage at a time (it moves through the queues); its
 // working table is shared read-only with the later passes pulled while it is in flight.
 struct Pass {

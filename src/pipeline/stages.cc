@@ -42,9 +42,8 @@ StatusOr<PassPtr> PassStages::Read(ThreadPool* pool) {
     if (spare_ != nullptr) {
       pass->examples = std::move(spare_->examples);
       pass->ws = std::move(spare_->ws);
-      if (spare_->table != nullptr) pass->table = std::move(spare_->table);
       spare_.reset();
-      passes_gauge_.Add(-spare_bytes_);
+      passes_gauge_->Add(-spare_bytes_);
       spare_bytes_ = 0;
     }
   }
@@ -74,9 +73,12 @@ StatusOr<PassPtr> PassStages::Read(ThreadPool* pool) {
   // A distributed pass needs only the rows (the pull sizes them); its in-flight table is the
   // owner's served one.
   Stopwatch table;
-  if (ctx_.comm == nullptr) pass->table->Build(pass->ws.keys, pool);
+  if (ctx_.comm == nullptr) {
+    pass->table = tables_->Take(ctx_.model->value_layout());  // a done pass's memory
+    pass->table->Build(pass->ws.keys, pool);
+  }
   split_.read_pass_table += table.Seconds();
-  pass->gauge = &passes_gauge_;
+  pass->gauge = passes_gauge_.get();
   pass->Gauge();
   pass->clock[StageId::kRead].busy = clock.Seconds();
   return pass;
@@ -341,16 +343,8 @@ void PassStages::ParkBuffers(Pass* pass) {
   spare_ = std::make_unique<SpareBuffers>();
   spare_->examples = std::move(pass->examples);
   spare_->ws = std::move(pass->ws);
-  // The working table too, unless a pass still in flight reads it (or it is a rank's, whose
-  // pull does not rebuild it): Build and the pull write every row, so its memory is reused.
-  if (ctx_.comm == nullptr && pass->table.use_count() == 1) {
-    spare_->table =
-        std::exchange(pass->table, std::make_shared<WorkingTable>(ctx_.model->value_layout()));
-  }
-  spare_bytes_ = static_cast<int64_t>(
-      spare_->examples.MemoryBytes() + spare_->ws.MemoryBytes() +
-      (spare_->table ? spare_->table->MemoryBytes() + spare_->table->rows().MemoryBytes() : 0));
-  passes_gauge_.Add(spare_bytes_);
+  spare_bytes_ = static_cast<int64_t>(spare_->examples.MemoryBytes() + spare_->ws.MemoryBytes());
+  passes_gauge_->Add(spare_bytes_);
   pass->Gauge();  // the pass's own count, without them
 }
 

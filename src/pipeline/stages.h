@@ -108,7 +108,7 @@ class PassStages {
   uint64_t created() const { return created_; }
   uint64_t patched_rows() const { return patched_rows_; }
   // The most bytes the passes in flight held at once (examples, working sets, rows).
-  int64_t passes_peak_bytes() const { return passes_gauge_.peak(); }
+  int64_t passes_peak_bytes() const { return passes_gauge_->peak(); }
   double checkpoint_seconds() const { return checkpoint_seconds_; }
   // Where the read and pull stages' busy time went (read after the run): the input (the
   // reader's rows, decoded by its own threads), the working sets, the pass tables; the
@@ -146,7 +146,9 @@ class PassStages {
 
   const StageContext ctx_;  // immutable after construction
   InFlight in_flight_;
-  MemoryGauge passes_gauge_;
+  const std::shared_ptr<MemoryGauge> passes_gauge_ = std::make_shared<MemoryGauge>();
+  // One process: the passes' working tables, each reused once its pass is done.
+  const std::shared_ptr<TableRecycler> tables_ = std::make_shared<TableRecycler>(passes_gauge_);
   Stopwatch run_clock_;  // reset by Start; read by every stage
 
   uint64_t next_index_;           // read stage
@@ -176,7 +178,6 @@ class PassStages {
   struct SpareBuffers {
     Batch examples;
     WorkingSet ws;
-    std::shared_ptr<WorkingTable> table;  // when no later pass held it (one process)
   };
   Mutex spare_mu_;
   std::unique_ptr<SpareBuffers> spare_ GUARDED_BY(spare_mu_);
