@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "io/batch_test_util.h"
 #include "util/random.h"
 
 namespace ctrbox {
@@ -27,15 +28,6 @@ std::shared_ptr<Batch> MakeBlock(size_t rows, bool weighted, Random* rng) {
     builder.EndRow();
   }
   return b;
-}
-
-void ExpectSameBatch(const Batch& got, const Batch& want) {
-  EXPECT_EQ(got.schema, want.schema);
-  EXPECT_EQ(got.labels, want.labels);
-  EXPECT_EQ(got.dense, want.dense);
-  EXPECT_EQ(got.offsets, want.offsets);
-  EXPECT_EQ(got.keys, want.keys);
-  EXPECT_EQ(got.weights, want.weights);
 }
 
 // Differential against Batch::AppendRows: ranges of blocks with and without weights, empty

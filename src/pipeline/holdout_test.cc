@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "io/batch_test_util.h"
 #include "io/synth.h"
 
 namespace ctrbox {
@@ -31,14 +32,6 @@ Batch Reference(const Batch& b, const HoldOut& h, bool held) {
   return out;
 }
 
-void ExpectSame(const Batch& a, const Batch& b) {
-  EXPECT_EQ(a.labels, b.labels);
-  EXPECT_EQ(a.dense, b.dense);
-  EXPECT_EQ(a.offsets, b.offsets);
-  EXPECT_EQ(a.keys, b.keys);
-  EXPECT_EQ(a.weights, b.weights);
-}
-
 TEST(HoldOutTest, KeepsTheRowsTheReferenceKeepsOnEitherSide) {
   for (bool weights : {false, true}) {
     for (double fraction : {0.01, 0.1, 0.5, 0.9}) {
@@ -47,7 +40,7 @@ TEST(HoldOutTest, KeepsTheRowsTheReferenceKeepsOnEitherSide) {
       for (bool held : {true, false}) {
         Batch kept = rows;
         h.Keep(&kept, held);
-        ExpectSame(kept, Reference(rows, h, held));
+        ExpectSameBatch(kept, Reference(rows, h, held));
       }
     }
   }
@@ -119,7 +112,7 @@ TEST(HoldOutTest, TheHeldBackReaderGivesTheHeldRowsInOrderAndSkipsEmptyBlocks) {
     ASSERT_GT(b.rows(), 0u);
     all.AppendRows(b, 0, b.rows());
   }
-  ExpectSame(all, Reference(rows, h, true));
+  ExpectSameBatch(all, Reference(rows, h, true));
 }
 
 }  // namespace

@@ -60,10 +60,12 @@ class StageClocks {
 // Working tables of passes done, kept for their memory (one at most) for the read stage's next
 // pass. A table comes back when its last holder lets it go (the deleter of the shared_ptr
 // Take returns runs after every holder's reads), so no one can still read a table reused.
-// Counted in the gauge while kept. Thread safety: thread-safe.
+// Counted in the gauge while kept. Passes sized by memory keep none: the bytes of the passes
+// alive are bounded without it. Thread safety: thread-safe.
 class TableRecycler : public std::enable_shared_from_this<TableRecycler> {
  public:
-  explicit TableRecycler(std::shared_ptr<MemoryGauge> gauge) : gauge_(std::move(gauge)) {}
+  TableRecycler(std::shared_ptr<MemoryGauge> gauge, bool keep)
+      : gauge_(std::move(gauge)), keep_(keep) {}
   // A kept table (to be rebuilt: WorkingTable::Build) or a new one.
   std::shared_ptr<WorkingTable> Take(const ValueLayout& layout) EXCLUDES(mu_);
 
@@ -73,6 +75,7 @@ class TableRecycler : public std::enable_shared_from_this<TableRecycler> {
     return static_cast<int64_t>(t.MemoryBytes() + t.rows().MemoryBytes());
   }
   const std::shared_ptr<MemoryGauge> gauge_;
+  const bool keep_;
   Mutex mu_;
   std::unique_ptr<WorkingTable> kept_ GUARDED_BY(mu_);
 };
@@ -94,6 +97,7 @@ inline std::shared_ptr<WorkingTable> TableRecycler::Take(const ValueLayout& layo
 
 inline void TableRecycler::Keep(WorkingTable* table) {
   std::unique_ptr<WorkingTable> t(table);
+  if (!keep_) return;
   const int64_t bytes = Bytes(*t);
   MutexLock l(&mu_);
   if (kept_ != nullptr) return;  // one is enough: this one is freed

@@ -8,6 +8,7 @@
 #include <set>
 #include <vector>
 
+#include "io/batch_test_util.h"
 #include "io/synth.h"
 #include "table/value.h"
 #include "util/hash.h"
@@ -404,11 +405,8 @@ TEST(PassReaderTest, PassesReadIntoAReusedBatchOnAPoolAreTheSame) {
         break;
       }
       ASSERT_LT(p, want.size());
-      EXPECT_EQ(reused.labels, want[p].labels) << "pass " << p;
-      EXPECT_EQ(reused.dense, want[p].dense) << "pass " << p;
-      EXPECT_EQ(reused.offsets, want[p].offsets) << "pass " << p;
-      EXPECT_EQ(reused.keys, want[p].keys) << "pass " << p;
-      EXPECT_EQ(reused.weights, want[p].weights) << "pass " << p;
+      SCOPED_TRACE(::testing::Message() << "pass " << p);
+      ExpectSameBatch(reused, want[p]);
     }
   }
 }

@@ -12,6 +12,8 @@ namespace ctrbox {
 PassStages::PassStages(const StageContext& ctx)
     : ctx_(ctx),
       in_flight_(ctx.start.passes),
+      tables_(std::make_shared<TableRecycler>(
+          passes_gauge_, ctx.reader == nullptr || ctx.reader->options().pass_memory == 0)),
       next_index_(ctx.start.passes),
       predictions_(ctx.job->train.batch_size),
       sink_(ctx.sink) {}

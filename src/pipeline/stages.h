@@ -148,7 +148,7 @@ class PassStages {
   InFlight in_flight_;
   const std::shared_ptr<MemoryGauge> passes_gauge_ = std::make_shared<MemoryGauge>();
   // One process: the passes' working tables, each reused once its pass is done.
-  const std::shared_ptr<TableRecycler> tables_ = std::make_shared<TableRecycler>(passes_gauge_);
+  const std::shared_ptr<TableRecycler> tables_;
   Stopwatch run_clock_;  // reset by Start; read by every stage
 
   uint64_t next_index_;           // read stage
