@@ -77,6 +77,8 @@ StatusOr<PassReader::Fill> PassReader::FillTo(std::vector<RowRange>* out, uint64
 
 std::shared_ptr<Batch> PassReader::FreeBlock() {
   // A block of the last few that no range holds any more: the reader decodes into its memory.
+  // use_count() is a sound test here, unlike across threads: every range lives on this
+  // reader's thread, and the gather's pool tasks that read blocks end before their ranges go.
   for (std::shared_ptr<Batch>& b : blocks_) {
     if (b.use_count() == 1) return b;
   }
