@@ -17,6 +17,7 @@
 #include "io/shard.h"
 #include "io/shard_dir.h"
 #include "io/text_format.h"
+#include "serve/infer.h"
 #include "table/param_file.h"
 #include "table/ssd_store.h"
 #include "table/tiered_table.h"
@@ -451,6 +452,30 @@ std::vector<std::string> BuiltInSeeds(const std::string& target) {
   return {};
 }
 
+int FuzzInferRequest(const uint8_t* data, size_t size) {
+  static const ServedVersion* const version = [] {
+    auto* v = new ServedVersion;
+    v->version = 1;
+    v->spec.schema = Schema{26, 13};
+    return v;
+  }();
+  const std::string_view bytes(reinterpret_cast<const char*>(data), size);
+  const size_t nul = bytes.find('\0');
+  const std::string_view json = bytes.substr(0, nul);
+  const std::string_view binary = nul == std::string_view::npos ? "" : bytes.substr(nul + 1);
+  auto req = ParseInferRequest(json, binary, *version);
+  accepted = req.ok();
+  if (!req.ok()) {
+    if (req.status().code() != StatusCode::kInvalidArgument) std::abort();  // named, as a 400
+    return 0;
+  }
+  const std::vector<float> p(req->rows.rows(), 0.5f);
+  std::string out;
+  auto json_bytes = InferResponse("m", *version, *req, p, &out);
+  if (!json_bytes.ok() || *json_bytes > out.size()) std::abort();
+  return 0;
+}
+
 const std::vector<FuzzTarget>& FuzzTargets() {
   static const std::vector<FuzzTarget> targets = {
       {"text_input", FuzzTextInput},
@@ -464,6 +489,7 @@ const std::vector<FuzzTarget>& FuzzTargets() {
       {"feature_view", FuzzFeatureView},
       {"feature_graph", FuzzFeatureGraph},
       {"serving_donefile", FuzzServingDonefile},
+      {"infer_request", FuzzInferRequest},
   };
   return targets;
 }

@@ -47,6 +47,11 @@ int FuzzFeatureView(const uint8_t* data, size_t size);
 // is then run over rows of its declared columns.
 int FuzzFeatureGraph(const uint8_t* data, size_t size);
 
+// A KServe v2 inference request to `ctrbox serve` (docs/serve.md): its JSON object, then, after
+// a NUL byte, the binary tensor data (the part past Inference-Header-Content-Length), read
+// for a criteo model (26 slots, 13 dense) and answered with probabilities of 0.5.
+int FuzzInferRequest(const uint8_t* data, size_t size);
+
 // Whether the last input a target ran on this thread parsed without any error (for the replay
 // test: a seed must reach the end of its parser, or it fuzzes nothing behind the first check).
 bool LastInputAccepted();

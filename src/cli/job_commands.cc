@@ -210,7 +210,7 @@ Status RunServeCommand(const ServeOptions& options) {
   const std::atomic<bool>* stop = StopOnSignals("ctrbox: serve abandoned at a second signal\n");
   return RunServer(Env::Posix(), options, stop, [&](int port) {
     PrintJson({{"command", "serve"},
-               {"listening", fmt::format("{}:{}", options.host, port)},
+               {"listening", fmt::format("{}:{}", options.http.host, port)},
                {"port", port},
                {"source", options.serving_dir.empty() ? options.model_dir : options.serving_dir}});
   });

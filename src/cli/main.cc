@@ -54,6 +54,121 @@ int Report(const ctrbox::Status& s) {
   return 1;
 }
 
+// `ctrbox serve`'s options (docs/serve.md), sizes as text until parsed.
+struct ServeFlags {
+  ctrbox::ServeOptions options;
+  ctrbox::JobSources job;
+  std::string memory_budget, max_header_bytes, max_body_bytes, max_inflated_bytes;
+};
+
+CLI::App* AddServeCommand(CLI::App* app, ServeFlags* f) {
+  ctrbox::ServeOptions& serve = f->options;
+  auto* serve_cmd = app->add_subcommand(
+      "serve", "answer predictions over HTTP (KServe v2), following new versions (docs/serve.md)");
+  auto* serve_dir =
+      serve_cmd->add_option("--serving-dir", serve.serving_dir, "a stream job's serving.dir");
+  auto* serve_model = serve_cmd->add_option("--model-dir", serve.model_dir, "a model directory");
+  serve_dir->excludes(serve_model);
+  serve_cmd->add_option("--host", serve.http.host, "the address to listen on (127.0.0.1)");
+  serve_cmd->add_option("--port", serve.http.port, "the port (8500; 0: any free one)")
+      ->check(IntegerIn(0, 65535));
+  serve_cmd
+      ->add_option("--threads", serve.http.workers,
+                   "workers predicting requests at once; open connections take none (8)")
+      ->check(IntegerIn(1, 1024));
+  serve_cmd
+      ->add_option("--max-connections", serve.http.max_connections,
+                   "connections open at once; one more is answered 503 (10000)")
+      ->check(IntegerIn(1, 1 << 24));
+  serve_cmd
+      ->add_option("--header-timeout", serve.http.header_timeout_seconds,
+                   "seconds a request's header may take from its first byte (10)")
+      ->check(NumberIn(0, 86400, true));
+  serve_cmd
+      ->add_option("--body-timeout", serve.http.body_timeout_seconds,
+                   "seconds a request's body may take, and an answer's write (60)")
+      ->check(NumberIn(0, 86400, true));
+  serve_cmd
+      ->add_option("--idle-timeout", serve.http.idle_timeout_seconds,
+                   "seconds a kept-alive connection may wait for its next request (30)")
+      ->check(NumberIn(0, 86400, true));
+  serve_cmd->add_option("--max-header-bytes", f->max_header_bytes,
+                        "a request header's largest size (16KB; larger: 431)");
+  serve_cmd->add_option("--max-body-bytes", f->max_body_bytes,
+                        "a request body's largest size as sent (64MB; larger: 413)");
+  serve_cmd->add_option("--max-inflated-bytes", f->max_inflated_bytes,
+                        "a gzip or deflate body's largest size inflated (256MB; larger: 413)");
+  serve_cmd
+      ->add_option("--poll-seconds", serve.poll_seconds,
+                   "how often new versions are looked for (1)")
+      ->check(NumberIn(0.01, 3600, false));
+  serve_cmd->add_option("--model-name", serve.model_name, "the model's name (ctrbox)");
+  serve_cmd->add_option("--rows-dir", serve.rows_dir,
+                        "keep each base's rows in a file here (an SSD), mapped, for a model "
+                        "larger than memory");
+  serve_cmd
+      ->add_option("--batch-max-micros", serve.batch_max_micros,
+                   "batch the requests that come while the cores are busy predicting: a "
+                   "batch's longest wait for a free slot (2000; 0: no batching)")
+      ->check(IntegerIn(0, 1000000));
+  serve_cmd
+      ->add_option("--batch-slots", serve.batch_slots,
+                   "small predictions at once; small requests that come while they run are "
+                   "batched (0: half the cores)")
+      ->check(IntegerIn(0, 1024));
+  serve_cmd
+      ->add_option("--batch-max-rows", serve.batch_max_rows,
+                   "a batch's most rows; requests of as many are predicted alone (16)")
+      ->check(IntegerIn(1, 1 << 20));
+  serve_cmd->add_option("-c,--config", f->job.config_path,
+                        "the training job of a model trained through a feature graph: requests' "
+                        "records are rows of its main view");
+  serve_cmd->add_option("--set", f->job.sets, "override a key of the -c job (repeatable)");
+  serve_cmd->add_option("--memory-budget", f->memory_budget,
+                        "with --rows-dir: the resident bytes of the mapped rows, given back each "
+                        "poll above it (e.g. 512MB)");
+  return serve_cmd;
+}
+
+// The serve command, its options parsed and checked.
+int RunServe(ServeFlags* f) {
+  ctrbox::ServeOptions& serve = f->options;
+  struct Size {
+    const char* flag;
+    const std::string& text;
+    uint64_t* out;
+  };
+  for (const Size& z :
+       {Size{"--memory-budget", f->memory_budget, &serve.memory_budget},
+        Size{"--max-header-bytes", f->max_header_bytes, &serve.http.max_header_bytes},
+        Size{"--max-body-bytes", f->max_body_bytes, &serve.http.max_body_bytes},
+        Size{"--max-inflated-bytes", f->max_inflated_bytes, &serve.http.max_inflated_bytes}}) {
+    if (z.text.empty()) continue;
+    if (!ctrbox::ParseBytes(z.text, z.out) || *z.out == 0 || *z.out > (uint64_t{1} << 40)) {
+      std::fprintf(stderr, "ctrbox: error: %s %s: not a size (16KB, 512MB, 2GB, ...)\n", z.flag,
+                   z.text.c_str());
+      return ctrbox::kExitUsage;
+    }
+  }
+  if (serve.http.max_body_bytes >= (uint64_t{1} << 32)) {
+    std::fprintf(stderr, "ctrbox: error: --max-body-bytes: at most 4GB\n");
+    return ctrbox::kExitUsage;
+  }
+  if (serve.serving_dir.empty() && serve.model_dir.empty()) {
+    std::fprintf(stderr, "ctrbox: error: serve needs --serving-dir or --model-dir\n");
+    return ctrbox::kExitUsage;
+  }
+  if (!f->job.config_path.empty()) {
+    auto job = ctrbox::BuildJobConfig(f->job);
+    if (!job.ok()) return Report(job.status());
+    serve.job = std::make_shared<const ctrbox::JobConfig>(std::move(*job));
+  } else if (!f->job.sets.empty()) {
+    std::fprintf(stderr, "ctrbox: error: serve's --set overrides keys of a -c job\n");
+    return ctrbox::kExitUsage;
+  }
+  return Report(ctrbox::RunServeCommand(serve));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -199,52 +314,8 @@ int main(int argc, char** argv) {
 
   auto* config_cmd = app.add_subcommand("config", "list every job key with its default");
 
-  ctrbox::ServeOptions serve;
-  auto* serve_cmd = app.add_subcommand(
-      "serve", "answer predictions over HTTP (KServe v2), following new versions (docs/serve.md)");
-  auto* serve_dir =
-      serve_cmd->add_option("--serving-dir", serve.serving_dir, "a stream job's serving.dir");
-  auto* serve_model = serve_cmd->add_option("--model-dir", serve.model_dir, "a model directory");
-  serve_dir->excludes(serve_model);
-  serve_cmd->add_option("--host", serve.host, "the address to listen on (127.0.0.1)");
-  serve_cmd->add_option("--port", serve.port, "the port (8500; 0: any free one)")
-      ->check(IntegerIn(0, 65535));
-  serve_cmd
-      ->add_option("--threads", serve.threads,
-                   "HTTP workers, each predicting; each holds an open connection while it lasts "
-                   "(8)")
-      ->check(IntegerIn(1, 1024));
-  serve_cmd
-      ->add_option("--poll-seconds", serve.poll_seconds,
-                   "how often new versions are looked for (1)")
-      ->check(NumberIn(0.01, 3600, false));
-  serve_cmd->add_option("--model-name", serve.model_name, "the model's name (ctrbox)");
-  serve_cmd->add_option("--rows-dir", serve.rows_dir,
-                        "keep each base's rows in a file here (an SSD), mapped, for a model "
-                        "larger than memory");
-  serve_cmd
-      ->add_option("--batch-max-micros", serve.batch_max_micros,
-                   "batch the requests that come while the cores are busy predicting: a "
-                   "batch's longest wait for a free slot (2000; 0: no batching)")
-      ->check(IntegerIn(0, 1000000));
-  serve_cmd
-      ->add_option("--batch-slots", serve.batch_slots,
-                   "small predictions at once; small requests that come while they run are "
-                   "batched (0: half the cores)")
-      ->check(IntegerIn(0, 1024));
-  serve_cmd
-      ->add_option("--batch-max-rows", serve.batch_max_rows,
-                   "a batch's most rows; requests of as many are predicted alone (16)")
-      ->check(IntegerIn(1, 1 << 20));
-  ctrbox::JobSources serve_job;
-  serve_cmd->add_option("-c,--config", serve_job.config_path,
-                        "the training job of a model trained through a feature graph: requests' "
-                        "records are rows of its main view");
-  serve_cmd->add_option("--set", serve_job.sets, "override a key of the -c job (repeatable)");
-  std::string serve_budget;
-  serve_cmd->add_option("--memory-budget", serve_budget,
-                        "with --rows-dir: the resident bytes of the mapped rows, given back each "
-                        "poll above it (e.g. 512MB)");
+  ServeFlags serve;
+  CLI::App* serve_cmd = AddServeCommand(&app, &serve);
 
   try {
     app.parse(argc, argv);
@@ -282,27 +353,7 @@ int main(int argc, char** argv) {
     return Report(
         ctrbox::RunInspectCommand(inspect_dir, inspect_store, inspect_ckpt, inspect_serving));
   if (gen_cmd->parsed()) return Report(ctrbox::RunGenCommand(gen));
-  if (serve_cmd->parsed() && !serve_budget.empty() &&
-      !ctrbox::ParseBytes(serve_budget, &serve.memory_budget)) {
-    std::fprintf(stderr, "ctrbox: error: --memory-budget %s: not a size (512MB, 2GB, ...)\n",
-                 serve_budget.c_str());
-    return ctrbox::kExitUsage;
-  }
-  if (serve_cmd->parsed()) {
-    if (serve.serving_dir.empty() && serve.model_dir.empty()) {
-      std::fprintf(stderr, "ctrbox: error: serve needs --serving-dir or --model-dir\n");
-      return ctrbox::kExitUsage;
-    }
-    if (!serve_job.config_path.empty()) {
-      auto job = ctrbox::BuildJobConfig(serve_job);
-      if (!job.ok()) return Report(job.status());
-      serve.job = std::make_shared<const ctrbox::JobConfig>(std::move(*job));
-    } else if (!serve_job.sets.empty()) {
-      std::fprintf(stderr, "ctrbox: error: serve's --set overrides keys of a -c job\n");
-      return ctrbox::kExitUsage;
-    }
-    return Report(ctrbox::RunServeCommand(serve));
-  }
+  if (serve_cmd->parsed()) return RunServe(&serve);
   if (config_cmd->parsed()) {
     std::cout << ctrbox::ConfigReference();
     return 0;

@@ -227,7 +227,9 @@ TEST_F(ServeCliTest, TheProtocolsEndpointsAndItsErrors) {
   nlohmann::json keys = nlohmann::json::array(), dense = nlohmann::json::array();
   for (int row = 0; row < 3; ++row) {
     nlohmann::json k = nlohmann::json::array(), d = nlohmann::json::array();
-    for (int s = 0; s < 26; ++s) k.push_back(s == 3 ? -1 : 1000 * row + s);
+    for (int s = 0; s < 26; ++s) {  // (null: an empty slot)
+      k.push_back(s == 3 ? nlohmann::json(nullptr) : nlohmann::json(1000 * row + s));
+    }
     for (int j = 0; j < 13; ++j) d.push_back(0.5 * j);
     keys.push_back(k);
     dense.push_back(d);
@@ -256,9 +258,9 @@ TEST_F(ServeCliTest, TheProtocolsEndpointsAndItsErrors) {
            {R"({"inputs":[{"name":"records","datatype":"BYTES","shape":[1],"data":["1\t2"]}]})",
             "records[0]: expected 40 tab-separated fields"},
            {R"({"inputs":[{"name":"keys","datatype":"INT64","shape":[1,25],"data":[[1]]}]})",
-            "inputs[0] (keys).shape: [1, 25], expected [1, 26]"},
-           {R"({"inputs":[{"name":"keys","datatype":"FP32","shape":[1,26],"data":[1]}]})",
-            "datatype: FP32, expected INT64"},
+            "inputs[0] (keys).data: 1 elements, the shape [1, 25] holds 25"},
+           {R"({"inputs":[{"name":"keys","datatype":"FP32","shape":[1,2],"data":[1,2]}]})",
+            "datatype: FP32, expected INT64 or UINT64"},
            {R"({"inputs":[{"name":"pixels","datatype":"FP32","shape":[1],"data":[1]}]})",
             "'pixels' is no input"},
            {R"({"inputs":[{"name":"records","datatype":"BYTES","shape":[1],"data":[7]}]})",

@@ -1,7 +1,11 @@
 #include "serve/infer.h"
 
 #include <fmt/format.h>
-#include <simdjson.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
 
 #include "ckpt/model_files.h"
 #include "io/key_hashing.h"
@@ -12,91 +16,30 @@
 namespace ctrbox {
 namespace {
 
-using simdjson::dom::element;
-using simdjson::dom::element_type;
-
 Status Bad(std::string m) { return InvalidArgumentError(std::move(m)); }
 
-// The leaves of `data` in order (nested arrays flattened), checked to be of `type`.
-Status Leaves(element data, element_type type, const std::string& where,
-              std::vector<element>* out) {
-  if (data.type() == element_type::ARRAY) {
-    simdjson::dom::array a;
-    if (data.get_array().get(a)) return Bad(where + ": not an array");
-    for (element e : a) RETURN_IF_ERROR(Leaves(e, type, where, out));
-    return Status::OK();
-  }
-  const bool number = type == element_type::DOUBLE || type == element_type::INT64;
-  const element_type t = data.type();
-  const bool ok =
-      number ? (t == element_type::DOUBLE || t == element_type::INT64 || t == element_type::UINT64)
-             : t == type;
-  if (!ok) {
-    return Bad(fmt::format("{}: element {} is not {}", where, out->size(),
-                           type == element_type::STRING ? "a string" : "a number"));
-  }
-  out->push_back(data);
-  return Status::OK();
-}
-
-struct Input {
-  std::string name, datatype;
-  std::vector<int64_t> shape;
-  std::vector<element> data;
-};
-
-StatusOr<Input> ReadInput(element e, size_t index) {
-  const std::string where = fmt::format("inputs[{}]", index);
-  simdjson::dom::object o;
-  if (e.get_object().get(o)) return Bad(where + ": not an object");
-  Input in;
-  std::string_view s;
-  if (o["name"].get_string().get(s)) return Bad(where + ".name: missing (a string)");
-  in.name = s;
-  const std::string named = fmt::format("inputs[{}] ({})", index, in.name);
-  if (o["datatype"].get_string().get(s)) return Bad(named + ".datatype: missing (a string)");
-  in.datatype = s;
-  simdjson::dom::array shape;
-  if (o["shape"].get_array().get(shape)) return Bad(named + ".shape: missing (an array)");
-  for (element d : shape) {
-    int64_t v = 0;
-    if (d.get_int64().get(v) || v < 0) return Bad(named + ".shape: not an array of sizes");
-    in.shape.push_back(v);
-  }
-  element data;
-  if (o["data"].get(data)) return Bad(named + ".data: missing");
-  const element_type want = in.datatype == "BYTES"   ? element_type::STRING
-                            : in.datatype == "INT64" ? element_type::INT64
-                                                     : element_type::DOUBLE;
-  RETURN_IF_ERROR(Leaves(data, want, named + ".data", &in.data));
-  return in;
-}
-
-Status CheckInput(const Input& in, const char* datatype, std::vector<int64_t> shape, size_t index) {
-  const std::string named = fmt::format("inputs[{}] ({})", index, in.name);
-  if (in.datatype != datatype) {
-    return Bad(fmt::format("{}.datatype: {}, expected {}", named, in.datatype, datatype));
+// A tensor's datatype and shape are the model's, and its data fills the shape.
+Status CheckInput(const RequestTensor& in, std::initializer_list<const char*> datatypes,
+                  std::vector<int64_t> shape) {
+  bool known = false;
+  for (const char* d : datatypes) known = known || in.datatype == d;
+  if (!known) {
+    return Bad(fmt::format("{}.datatype: {}, expected {}", in.Named(), in.datatype,
+                           fmt::join(datatypes, " or ")));
   }
   if (in.shape != shape) {
-    return Bad(fmt::format("{}.shape: [{}], expected [{}]", named, fmt::join(in.shape, ", "),
+    return Bad(fmt::format("{}.shape: [{}], expected [{}]", in.Named(), fmt::join(in.shape, ", "),
                            fmt::join(shape, ", ")));
   }
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  if (static_cast<int64_t>(in.data.size()) != n) {
-    return Bad(fmt::format("{}.data: {} elements, the shape [{}] holds {}", named, in.data.size(),
-                           fmt::join(shape, ", "), n));
-  }
-  return Status::OK();
+  return Status::OK();  // (ReadRequestTensors checked that the data fills the shape)
 }
 
 // The request's records as one chunk of lines (a record may hold no line break).
-Status RecordLines(const Input& in, TextChunk* chunk) {
+Status RecordLines(const RequestTensor& in, TextChunk* chunk) {
   chunk->file = "records";
   chunk->first_line = 0;  // a line's number is its record's index
-  for (size_t i = 0; i < in.data.size(); ++i) {
-    std::string_view r;
-    if (in.data[i].get_string().get(r)) return Bad(fmt::format("records[{}]: not a string", i));
+  for (size_t i = 0; i < in.bytes.size(); ++i) {
+    const std::string_view r = in.bytes[i];
     if (r.find('\n') != std::string_view::npos) {
       return Bad(fmt::format("records[{}]: holds a line break (one record per element)", i));
     }
@@ -121,7 +64,7 @@ Status FirstBadRecord(const ChunkParseResult& parsed, const std::string& reads) 
 }
 
 // Records of the main view through the feature graph the model was trained with.
-Status ReadGraphRecords(const Input& in, const ServedVersion& v, const Extractor& graph,
+Status ReadGraphRecords(const RequestTensor& in, const ServedVersion& v, const Extractor& graph,
                         InferRequest* req) {
   const std::string want = v.input.value("features", std::string());
   if (want != GraphFingerprint(graph)) {
@@ -142,14 +85,14 @@ Status ReadGraphRecords(const Input& in, const ServedVersion& v, const Extractor
                           : f == ViewFormat::kTsv ? "tsv"
                                                   : "jsonl")));
   req->through_graph = true;
-  req->records = in.data.size();
+  req->records = in.bytes.size();
   req->record_of_row = std::move(parsed.row_lines);
   req->rows = std::move(parsed.batch);
   return Status::OK();
 }
 
 // Text records in the model's input format.
-Status ReadRecords(const Input& in, const ServedVersion& v, const Extractor* graph,
+Status ReadRecords(const RequestTensor& in, const ServedVersion& v, const Extractor* graph,
                    InferRequest* req) {
   Batch* out = &req->rows;
   const Schema& schema = v.spec.schema;
@@ -192,125 +135,189 @@ std::string GraphFingerprint(const Extractor& graph) {
   return fmt::format("{:016x}", graph.plan().Fingerprint());
 }
 
-StatusOr<InferRequest> ParseInferRequest(std::string_view body, const ServedVersion& v,
-                                         const Extractor* graph) {
-  thread_local simdjson::dom::parser parser;
-  element root;
-  if (auto err = parser.parse(body.data(), body.size()).get(root); err) {
-    return Bad(fmt::format("the body is not JSON: {}", simdjson::error_message(err)));
+namespace {
+
+// The outputs a request asked for, checked against the model's (probability, and scored
+// through a feature graph); none asked: all of them.
+Status ResolveOutputs(const RequestTensors& t, bool through_graph, InferRequest* req) {
+  std::vector<std::string> known = {"probability"};
+  if (through_graph) known.push_back("scored");
+  if (t.outputs.empty()) {
+    for (const std::string& name : known) req->outputs.push_back({name, t.binary_output});
+    return Status::OK();
   }
-  simdjson::dom::object o;
-  if (root.get_object().get(o)) return Bad("the body is not a JSON object");
-  InferRequest req;
-  std::string_view id;
-  if (!o["id"].get_string().get(id)) req.id = id;
-  simdjson::dom::array inputs;
-  if (o["inputs"].get_array().get(inputs)) return Bad("inputs: missing (an array of tensors)");
-  const Schema& schema = v.spec.schema;
-  std::optional<Input> records, keys, dense;
-  std::vector<size_t> at(3);
-  size_t index = 0;
-  for (element e : inputs) {
-    ASSIGN_OR_RETURN(Input in, ReadInput(e, index));
-    if (in.name == "records") {
-      records = std::move(in), at[0] = index;
-    } else if (in.name == "keys") {
-      keys = std::move(in), at[1] = index;
-    } else if (in.name == "dense") {
-      dense = std::move(in), at[2] = index;
-    } else {
-      return Bad(
-          fmt::format("inputs[{}].name: '{}' is no input of this model (records, or keys "
-                      "and dense)",
-                      index, in.name));
+  for (size_t i = 0; i < t.outputs.size(); ++i) {
+    if (std::find(known.begin(), known.end(), t.outputs[i].name) == known.end()) {
+      return Bad(fmt::format("outputs[{}].name: '{}' is no output of this model ({})", i,
+                             t.outputs[i].name, fmt::join(known, ", ")));
     }
-    ++index;
   }
-  if (records) {
-    if (keys || dense) return Bad("inputs: records, or keys and dense, not both");
-    const int64_t n = records->shape.empty() ? 0 : records->shape[0];
-    std::vector<int64_t> shape = {n};
-    if (records->shape.size() == 2) shape.push_back(1);  // [N, 1] as Triton clients send it
-    RETURN_IF_ERROR(CheckInput(*records, "BYTES", shape, at[0]));
-    RETURN_IF_ERROR(ReadRecords(*records, v, graph, &req));
-    return req;
+  req->outputs = t.outputs;
+  return Status::OK();
+}
+
+// Rows from keys (one a slot: an integer's 64-bit pattern; JSON null, or false in `present`,
+// for an empty slot) and dense values.
+Status ReadKeyRows(const RequestTensor& keys, const RequestTensor* present,
+                   const RequestTensor* dense, const Schema& schema, InferRequest* req) {
+  const int64_t n = keys.shape.empty() ? 0 : keys.shape[0];
+  RETURN_IF_ERROR(CheckInput(keys, {"INT64", "UINT64"}, {n, int64_t{schema.num_slots}}));
+  if (present != nullptr) {
+    RETURN_IF_ERROR(CheckInput(*present, {"BOOL"}, {n, int64_t{schema.num_slots}}));
   }
-  if (!keys) return Bad("inputs: neither records nor keys");
-  const int64_t n = keys->shape.empty() ? 0 : keys->shape[0];
-  RETURN_IF_ERROR(CheckInput(*keys, "INT64", {n, int64_t{schema.num_slots}}, at[1]));
   if (schema.num_dense > 0) {
-    if (!dense)
+    if (dense == nullptr) {
       return Bad(fmt::format("inputs: dense missing (FP32, shape [{}, {}])", n, schema.num_dense));
-    RETURN_IF_ERROR(CheckInput(*dense, "FP32", {n, int64_t{schema.num_dense}}, at[2]));
-  } else if (dense) {
+    }
+    RETURN_IF_ERROR(CheckInput(*dense, {"FP32"}, {n, int64_t{schema.num_dense}}));
+  } else if (dense != nullptr) {
     return Bad("inputs: dense given, but the model has no dense features");
   }
-  req.rows.Reset(schema);
-  BatchBuilder b(&req.rows);
+  req->rows.Reset(schema);
+  BatchBuilder b(&req->rows);
   for (int64_t r = 0; r < n; ++r) {
     b.BeginRow(0.0f);
     for (uint32_t j = 0; j < schema.num_dense; ++j) {
-      double x = 0;
-      if (dense->data[r * schema.num_dense + j].get_double().get(x)) {
-        return Bad(fmt::format("inputs[{}] (dense).data: element {} is not a number", at[2],
-                               r * schema.num_dense + j));
-      }
-      b.SetDense(j, static_cast<float>(x));
+      b.SetDense(j, dense->floats[r * schema.num_dense + j]);
     }
     for (uint32_t s = 0; s < schema.num_slots; ++s) {
-      const element& e = keys->data[r * schema.num_slots + s];
-      int64_t k = 0;
-      uint64_t u = 0;
-      if (!e.get_int64().get(k)) {
-        if (k >= 0) b.AddKey(s, static_cast<uint64_t>(k));
-      } else if (!e.get_uint64().get(u)) {
-        b.AddKey(s, u);
-      } else {
-        return Bad(fmt::format("inputs[{}] (keys).data: element {} is not an integer", at[1],
-                               r * schema.num_slots + s));
-      }
+      const size_t i = r * schema.num_slots + s;
+      const bool empty =
+          (!keys.nulls.empty() && keys.nulls[i]) || (present != nullptr && !present->bools[i]);
+      if (!empty) b.AddKey(s, keys.ints[i]);
     }
     b.EndRow();
   }
+  return Status::OK();
+}
+
+}  // namespace
+
+StatusOr<InferRequest> ParseInferRequest(std::string_view json, std::string_view binary,
+                                         const ServedVersion& v, const Extractor* graph) {
+  ASSIGN_OR_RETURN(RequestTensors t, ReadRequestTensors(json, binary));
+  InferRequest req;
+  req.id = std::move(t.id);
+  const RequestTensor *records = nullptr, *keys = nullptr, *dense = nullptr, *present = nullptr;
+  for (const RequestTensor& in : t.inputs) {
+    const RequestTensor** slot = in.name == "records"   ? &records
+                                 : in.name == "keys"    ? &keys
+                                 : in.name == "dense"   ? &dense
+                                 : in.name == "present" ? &present
+                                                        : nullptr;
+    if (slot == nullptr) {
+      return Bad(
+          fmt::format("{}.name: '{}' is no input of this model (records, or keys, "
+                      "present and dense)",
+                      in.Named(), in.name));
+    }
+    *slot = &in;
+  }
+  if (records != nullptr) {
+    if (keys || dense || present) return Bad("inputs: records, or keys and dense, not both");
+    const int64_t n = records->shape.empty() ? 0 : records->shape[0];
+    std::vector<int64_t> shape = {n};
+    if (records->shape.size() == 2) shape.push_back(1);  // [N, 1] as Triton clients send it
+    RETURN_IF_ERROR(CheckInput(*records, {"BYTES"}, shape));
+    RETURN_IF_ERROR(ReadRecords(*records, v, graph, &req));
+  } else if (keys != nullptr) {
+    RETURN_IF_ERROR(ReadKeyRows(*keys, present, dense, v.spec.schema, &req));
+  } else {
+    return Bad("inputs: neither records nor keys");
+  }
+  RETURN_IF_ERROR(ResolveOutputs(t, req.through_graph, &req));
   return req;
 }
 
-std::string InferResponse(const std::string& model, const ServedVersion& v, const InferRequest& req,
-                          const std::vector<float>& p) {
+StatusOr<InferRequest> ParseInferRequest(std::string_view body, const ServedVersion& v,
+                                         const Extractor* graph) {
+  return ParseInferRequest(body, std::string_view(), v, graph);
+}
+
+namespace {
+
+// One output's "data" as JSON text, or its binary bytes appended to *binary.
+template <typename Value>
+void WriteOutput(const char* name, const char* datatype, size_t n, bool as_binary, Value value,
+                 std::string* json, std::string* binary) {
+  fmt::format_to(std::back_inserter(*json), R"({{"name":"{}","datatype":"{}","shape":[{}],)", name,
+                 datatype, n);
+  if (as_binary) {
+    const size_t width = std::string_view(datatype) == "BOOL" ? 1 : 4;
+    fmt::format_to(std::back_inserter(*json), R"("parameters":{{"binary_data_size":{}}}}})",
+                   n * width);
+    for (size_t i = 0; i < n; ++i) {
+      const auto x = value(i);
+      if constexpr (std::is_same_v<decltype(x), bool>) {
+        binary->push_back(x ? 1 : 0);
+      } else {
+        char bytes[4];
+        std::memcpy(bytes, &x, 4);  // little-endian float32
+        binary->append(bytes, 4);
+      }
+    }
+    return;
+  }
+  *json += R"("data":[)";
+  for (size_t i = 0; i < n; ++i) {
+    if (i > 0) *json += ',';
+    const auto x = value(i);
+    if constexpr (std::is_same_v<decltype(x), bool>) {
+      *json += x ? "true" : "false";
+    } else {
+      fmt::format_to(std::back_inserter(*json), "{}", x);  // shortest: reads back bit for bit
+    }
+  }
+  *json += "]}";
+}
+
+}  // namespace
+
+StatusOr<size_t> InferResponse(const std::string& model, const ServedVersion& v,
+                               const InferRequest& req, const std::vector<float>& p,
+                               std::string* out) {
+  for (float x : p) {
+    if (!std::isfinite(x)) {
+      return InternalError(fmt::format("{} predicted a non-finite probability", v.name));
+    }
+  }
   const size_t n = req.through_graph ? req.records : p.size();
-  std::string out;
-  out.reserve(160 + n * 14);
-  fmt::format_to(std::back_inserter(out), R"({{"model_name":"{}","model_version":"{}",)", model,
+  std::vector<int64_t> row_of;  // through a graph: each record's row, -1 when dropped
+  if (req.through_graph) {
+    row_of.assign(n, -1);
+    for (size_t r = 0; r < req.record_of_row.size(); ++r) row_of[req.record_of_row[r]] = r;
+  }
+  out->clear();
+  out->reserve(160 + n * 14);
+  std::string binary;
+  fmt::format_to(std::back_inserter(*out), R"({{"model_name":"{}","model_version":"{}",)", model,
                  v.version);
   if (!req.id.empty()) {
-    out += R"("id":)";
-    out += nlohmann::json(req.id).dump();
-    out += ',';
+    *out += R"("id":)";
+    *out += nlohmann::json(req.id).dump();
+    *out += ',';
   }
-  fmt::format_to(std::back_inserter(out),
-                 R"("outputs":[{{"name":"probability","datatype":"FP32","shape":[{}],"data":[)", n);
-  if (!req.through_graph) {
-    for (size_t i = 0; i < n; ++i) {
-      if (i > 0) out += ',';
-      fmt::format_to(std::back_inserter(out), "{}", p[i]);  // shortest: reads back bit for bit
+  *out += R"("outputs":[)";
+  for (size_t o = 0; o < req.outputs.size(); ++o) {
+    if (o > 0) *out += ',';
+    const RequestedOutput& want = req.outputs[o];
+    if (want.name == "probability") {
+      WriteOutput(
+          "probability", "FP32", n, want.binary,
+          [&](size_t i) -> float {
+            if (!req.through_graph) return p[i];
+            return row_of[i] < 0 ? 0.0f : p[row_of[i]];
+          },
+          out, &binary);
+    } else {  // scored
+      WriteOutput(
+          "scored", "BOOL", n, want.binary, [&](size_t i) { return row_of[i] >= 0; }, out, &binary);
     }
-    out += "]}]}";
-    return out;
   }
-  std::vector<int64_t> row_of(n, -1);  // each record's row, -1 when dropped
-  for (size_t r = 0; r < req.record_of_row.size(); ++r) row_of[req.record_of_row[r]] = r;
-  for (size_t i = 0; i < n; ++i) {
-    if (i > 0) out += ',';
-    fmt::format_to(std::back_inserter(out), "{}", row_of[i] < 0 ? 0.0f : p[row_of[i]]);
-  }
-  fmt::format_to(std::back_inserter(out),
-                 R"(]}},{{"name":"scored","datatype":"BOOL","shape":[{}],"data":[)", n);
-  for (size_t i = 0; i < n; ++i) {
-    if (i > 0) out += ',';
-    out += row_of[i] < 0 ? "false" : "true";
-  }
-  out += "]}]}";
-  return out;
+  *out += "]}";
+  const size_t json_bytes = out->size();
+  *out += binary;
+  return json_bytes;
 }
 
 Status Predictor::Predict(const std::shared_ptr<const ServedVersion>& v, Batch* rows,

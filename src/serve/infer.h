@@ -13,6 +13,7 @@
 #include "io/batch.h"
 #include "model/ctr_model.h"
 #include "serve/served_version.h"
+#include "serve/tensors.h"
 #include "util/status.h"
 
 namespace ctrbox {
@@ -25,22 +26,35 @@ struct InferRequest {
   bool through_graph = false;
   size_t records = 0;
   std::vector<uint64_t> record_of_row;
+  // The outputs to answer with, in order (the request's `outputs`, checked; else all), each
+  // as JSON data or binary data.
+  std::vector<RequestedOutput> outputs;
 };
 
-// Reads a request body for version v: input "records" (BYTES, shape [N]: text records in the
-// model's input format, or with `graph` the main view's rows of a model trained through that
-// feature graph), or "keys" (INT64, shape [N, slots]: one key per slot, -1 for none) with
-// "dense" (FP32, shape [N, dense]) when the model has dense features. `data` may be flat or
-// nested as its shape.
+// Reads a request for version v: `json` is its JSON object and `binary` the binary tensor data
+// after it (tensors.h; empty without the extension). Inputs: "records" (BYTES, shape [N] or
+// [N, 1]: text records in the model's input format, or with `graph` the main view's rows of a
+// model trained through that feature graph), or "keys" (INT64 or UINT64, shape [N, slots]: one
+// key per slot, an INT64 taken as its 64-bit pattern; a JSON null for an empty slot) with
+// optionally "present" (BOOL, [N, slots]: false for an empty slot) and "dense" (FP32,
+// [N, dense]) when the model has dense features. JSON data may be flat or nested as its shape.
+// Errors: InvalidArgument naming the field.
+StatusOr<InferRequest> ParseInferRequest(std::string_view json, std::string_view binary,
+                                         const ServedVersion& v, const Extractor* graph = nullptr);
+// The same without binary data.
 StatusOr<InferRequest> ParseInferRequest(std::string_view body, const ServedVersion& v,
                                          const Extractor* graph = nullptr);
 
-// The response: model_name, model_version, id and the output "probability" (FP32, [N]), each
-// float written so that it reads back as the same float32; through a graph also "scored"
-// (BOOL, [N]: false for a record the graph's filters dropped, whose probability is 0). p holds
-// the probabilities of req.rows.
-std::string InferResponse(const std::string& model, const ServedVersion& v, const InferRequest& req,
-                          const std::vector<float>& p);
+// Writes the response to *out: a JSON object of model_name, model_version, id and the outputs
+// req asked for — "probability" (FP32, [N]), each float written so that it reads back as the
+// same float32; through a graph also "scored" (BOOL, [N]: false for a record the graph's
+// filters dropped, whose probability is 0) — followed by the binary data of the outputs asked
+// as binary (little-endian FP32; BOOL as one byte). Returns the JSON object's length (the
+// Inference-Header-Content-Length when binary data follows). p holds the probabilities of
+// req.rows; a non-finite one is an Internal error (a response is always JSON).
+StatusOr<size_t> InferResponse(const std::string& model, const ServedVersion& v,
+                               const InferRequest& req, const std::vector<float>& p,
+                               std::string* out);
 
 // The features record a model trained through `graph` has in its input record (and that a
 // version must have for `graph` to read its records).

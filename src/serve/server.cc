@@ -1,21 +1,21 @@
 #include "serve/server.h"
 
 #include <fmt/format.h>
-#include <httplib.h>
+#include <sys/resource.h>
 
-#include <array>
 #include <chrono>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "pipeline/job.h"
 #include "serve/batcher.h"
+#include "serve/http_server.h"
 #include "serve/infer.h"
 #include "serve/served_version.h"
+#include "serve/server_stats.h"
 #include "util/logging.h"
+#include "util/mutex.h"
 #include "util/parse.h"
 #include "util/sys.h"
 
@@ -25,40 +25,6 @@ namespace {
 double Now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
-
-// A Prometheus histogram with fixed upper bounds.
-template <size_t N>
-class Histogram {
- public:
-  explicit Histogram(std::array<double, N> bounds) : bounds_(bounds) {}
-  void Observe(double v) {
-    size_t b = 0;
-    while (b < N && v > bounds_[b]) ++b;
-    counts_[b].fetch_add(1, std::memory_order_relaxed);
-    sum_.fetch_add(v, std::memory_order_relaxed);
-  }
-  void Write(const std::string& name, const std::string& help, std::string* out) const {
-    fmt::format_to(std::back_inserter(*out), "# HELP {} {}\n# TYPE {} histogram\n", name, help,
-                   name);
-    uint64_t cum = 0;
-    for (size_t b = 0; b <= N; ++b) {
-      cum += counts_[b].load(std::memory_order_relaxed);
-      if (b < N) {
-        fmt::format_to(std::back_inserter(*out), "{}_bucket{{le=\"{}\"}} {}\n", name, bounds_[b],
-                       cum);
-      } else {
-        fmt::format_to(std::back_inserter(*out), "{}_bucket{{le=\"+Inf\"}} {}\n", name, cum);
-      }
-    }
-    fmt::format_to(std::back_inserter(*out), "{}_sum {}\n{}_count {}\n", name, sum_.load(), name,
-                   cum);
-  }
-
- private:
-  std::array<double, N> bounds_;
-  std::array<std::atomic<uint64_t>, N + 1> counts_{};
-  std::atomic<double> sum_{0};
-};
 
 class Server {
  public:
@@ -148,7 +114,7 @@ class Server {
       if (!next.ok()) {
         version_errors_.fetch_add(1);
         {
-          std::lock_guard<std::mutex> l(mu_);
+          MutexLock l(&mu_);
           last_error_ = next.status().ToString();
         }
         LOG_ERROR("serve: a new version did not load; still serving {}: {}", version_.load()->name,
@@ -159,60 +125,85 @@ class Server {
     }
   }
 
-  void Register(httplib::Server* http) {
-    http->Get("/v2/health/live", [](const httplib::Request&, httplib::Response& res) {
-      res.set_content(R"({"live":true})", "application/json");
-    });
-    http->Get("/v2/health/ready", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(R"({"ready":true})", "application/json");
+  // Answers one HTTP request (HttpServer runs GETs on its network thread, POSTs on workers).
+  void Handle(HttpRequest& req, HttpResponse* res) {
+    const std::string& p = req.path;
+    const bool get = req.method == "GET" || req.method == "HEAD";
+    if (p == "/v2/health/live" && get) {
+      res->body = R"({"live":true})";
+    } else if (p == "/v2/health/ready" && get) {
+      res->body = R"({"ready":true})";
       Count("ready", 200);
-    });
-    http->Get("/v2", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(
-          nlohmann::json{{"name", "ctrbox"}, {"extensions", nlohmann::json::array()}}.dump(),
-          "application/json");
-    });
-    http->Get(R"(/v2/models/([^/]+)(?:/versions/([^/]+))?)",
-              [this](const httplib::Request& req, httplib::Response& res) {
-                const auto v = version_.load();
-                if (!Known(req, *v, res)) return;
-                res.set_content(Metadata(*v).dump(), "application/json");
-              });
-    http->Get(R"(/v2/models/([^/]+)(?:/versions/([^/]+))?/ready)",
-              [this](const httplib::Request& req, httplib::Response& res) {
-                const auto v = version_.load();
-                if (!Known(req, *v, res)) return;
-                res.set_content(R"({"ready":true})", "application/json");
-              });
-    http->Post(R"(/v2/models/([^/]+)(?:/versions/([^/]+))?/infer)",
-               // The body read here whatever its Content-Type (curl -d says form-urlencoded,
-               // which httplib would otherwise parse as a form and cap at 8 KB).
-               [this](const httplib::Request& req, httplib::Response& res,
-                      const httplib::ContentReader& content) {
-                 thread_local std::string body;
-                 body.clear();
-                 content([&](const char* data, size_t n) {
-                   body.append(data, n);
-                   return true;
-                 });
-                 Infer(req, body, res);
-               });
-    http->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(Metrics(), "text/plain; version=0.0.4");
-    });
-    http->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (!res.body.empty()) return;  // a handler's own error
-      const std::string m = res.status == 404
-                                ? fmt::format("no such endpoint: {} {}", req.method, req.path)
-                                : fmt::format("HTTP {}", res.status);
-      res.set_content(nlohmann::json{{"error", m}}.dump(), "application/json");
-      Count("other", res.status);
-    });
+    } else if (p == "/v2" && get) {
+      res->body = nlohmann::json{{"name", "ctrbox"},
+                                 {"version", kServerVersion},
+                                 {"extensions",
+                                  {"binary_tensor_data", "model_configuration", "statistics"}}}
+                      .dump();
+    } else if (p == "/metrics" && get) {
+      res->content_type = "text/plain; version=0.0.4";
+      res->body = Metrics();
+    } else if (p == "/v2/models/stats" && get) {
+      res->body = stats_.ToJson(o_.model_name, "").dump();
+    } else if (p.starts_with("/v2/models/")) {
+      ModelRequest(req, get, res);
+    } else {
+      Error(res, 404, fmt::format("no such endpoint: {} {}", req.method, p), "other");
+    }
   }
 
   void Stop() { stopping_.store(true); }
 
  private:
+  static constexpr const char* kServerVersion = "0.1.0";
+
+  void Error(HttpResponse* res, int status, const std::string& message, const char* endpoint) {
+    res->status = status;
+    res->content_type = "application/json";
+    res->headers.clear();
+    res->body = JsonError(message);
+    Count(endpoint, status);
+  }
+
+  // /v2/models/{name}[/versions/{version}][/ready|/config|/stats|/infer]
+  void ModelRequest(HttpRequest& req, bool get, HttpResponse* res) {
+    std::vector<std::string_view> parts;
+    std::string_view rest =
+        std::string_view(req.path).substr(std::string_view("/v2/models/").size());
+    while (!rest.empty()) {
+      const size_t slash = rest.find('/');
+      parts.push_back(rest.substr(0, slash));
+      rest = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
+    }
+    std::string_view name = parts.empty() ? "" : parts[0], version, action;
+    size_t at = 1;
+    if (parts.size() >= 3 && parts[1] == "versions") version = parts[2], at = 3;
+    if (at < parts.size()) action = parts[at++];
+    const bool known_action = action.empty() || action == "ready" || action == "config" ||
+                              action == "stats" || action == "infer";
+    if (name.empty() || at < parts.size() || !known_action) {
+      return Error(res, 404, fmt::format("no such endpoint: {} {}", req.method, req.path), "other");
+    }
+    const bool post = action == "infer";
+    if (post != (req.method == "POST") || (!post && !get)) {
+      return Error(res, 405,
+                   fmt::format("{} {}: use {}", req.method, req.path, post ? "POST" : "GET"),
+                   "other");
+    }
+    const auto v = version_.load();  // the request's version
+    if (post) return Infer(req, v, std::string(name), std::string(version), res);
+    if (!Known(*v, name, version, res, "model")) return;
+    if (action.empty()) {
+      res->body = Metadata(*v).dump();
+    } else if (action == "ready") {
+      res->body = R"({"ready":true})";
+    } else if (action == "config") {
+      res->body = Config(*v).dump();
+    } else {
+      res->body = stats_.ToJson(o_.model_name, std::string(version)).dump();
+    }
+  }
+
   void Took(const std::shared_ptr<const ServedVersion>& v, double seconds) {
     version_.store(v);
     versions_loaded_.fetch_add(1);
@@ -223,9 +214,8 @@ class Server {
   }
 
   // The model (and version) a request names is this one; otherwise 404 with why.
-  bool Known(const httplib::Request& req, const ServedVersion& v, httplib::Response& res) {
-    const std::string name = req.matches[1];
-    const std::string version = req.matches.size() > 2 ? std::string(req.matches[2]) : "";
+  bool Known(const ServedVersion& v, std::string_view name, std::string_view version,
+             HttpResponse* res, const char* endpoint) {
     std::string error;
     if (name != o_.model_name) {
       error = fmt::format("unknown model '{}': this server serves '{}'", name, o_.model_name);
@@ -234,27 +224,41 @@ class Server {
                           version, name, v.version, v.name);
     }
     if (error.empty()) return true;
-    res.status = 404;
-    res.set_content(nlohmann::json{{"error", error}}.dump(), "application/json");
-    Count("model", 404);
+    Error(res, 404, error, endpoint);
     return false;
   }
 
-  nlohmann::json Metadata(const ServedVersion& v) const {
+  struct TensorSpec {
+    const char* name;
+    const char* datatype;
+    std::vector<int64_t> shape;
+  };
+  std::vector<TensorSpec> Inputs(const ServedVersion& v) const {
     const Schema& s = v.spec.schema;
-    nlohmann::json inputs = nlohmann::json::array();
-    inputs.push_back({{"name", "records"}, {"datatype", "BYTES"}, {"shape", {-1}}});
-    inputs.push_back({{"name", "keys"}, {"datatype", "INT64"}, {"shape", {-1, s.num_slots}}});
-    if (s.num_dense > 0) {
-      inputs.push_back({{"name", "dense"}, {"datatype", "FP32"}, {"shape", {-1, s.num_dense}}});
-    }
-    nlohmann::json outputs = {{{"name", "probability"}, {"datatype", "FP32"}, {"shape", {-1}}}};
-    if (graph_) outputs.push_back({{"name", "scored"}, {"datatype", "BOOL"}, {"shape", {-1}}});
+    std::vector<TensorSpec> in = {{"records", "BYTES", {-1}}, {"keys", "INT64", {-1, s.num_slots}}};
+    if (s.num_dense > 0) in.push_back({"dense", "FP32", {-1, s.num_dense}});
+    in.push_back({"present", "BOOL", {-1, s.num_slots}});
+    return in;
+  }
+  std::vector<TensorSpec> Outputs() const {
+    std::vector<TensorSpec> out = {{"probability", "FP32", {-1}}};
+    if (graph_) out.push_back({"scored", "BOOL", {-1}});
+    return out;
+  }
+
+  nlohmann::json Metadata(const ServedVersion& v) const {
+    auto list = [](const std::vector<TensorSpec>& specs) {
+      nlohmann::json out = nlohmann::json::array();
+      for (const TensorSpec& t : specs) {
+        out.push_back({{"name", t.name}, {"datatype", t.datatype}, {"shape", t.shape}});
+      }
+      return out;
+    };
     return {{"name", o_.model_name},
             {"versions", {std::to_string(v.version)}},
             {"platform", "ctrbox"},
-            {"inputs", inputs},
-            {"outputs", outputs},
+            {"inputs", list(Inputs(v))},
+            {"outputs", list(Outputs())},
             {"parameters",
              {{"version_name", v.name},
               {"input_format", v.input.is_object() ? v.input.value("format", "") : ""},
@@ -263,14 +267,60 @@ class Server {
               {"keys", v.keys}}}};
   }
 
-  void Infer(const httplib::Request& req, const std::string& body, httplib::Response& res) {
+  // The model configuration extension, in Triton's model-config form: every input optional
+  // (records, or keys with present and dense); no batch dimension of its own (max_batch_size
+  // 0: the first dimension of every tensor is the request's rows).
+  nlohmann::json Config(const ServedVersion& v) const {
+    auto list = [](const std::vector<TensorSpec>& specs, bool optional) {
+      nlohmann::json out = nlohmann::json::array();
+      for (const TensorSpec& t : specs) {
+        const std::string type = std::string_view(t.datatype) == "BYTES"
+                                     ? "TYPE_STRING"
+                                     : std::string("TYPE_") + t.datatype;
+        nlohmann::json one = {{"name", t.name}, {"data_type", type}, {"dims", t.shape}};
+        if (optional) one["optional"] = true;
+        out.push_back(one);
+      }
+      return out;
+    };
+    return {{"name", o_.model_name},
+            {"platform", "ctrbox"},
+            {"backend", "ctrbox"},
+            {"max_batch_size", 0},
+            {"input", list(Inputs(v), true)},
+            {"output", list(Outputs(), false)},
+            {"version_policy", {{"specific", {{"versions", {v.version}}}}}},
+            {"parameters", {{"version_name", {{"string_value", v.name}}}}}};
+  }
+
+  void Infer(HttpRequest& req, const std::shared_ptr<const ServedVersion>& v,
+             const std::string& name, const std::string& version, HttpResponse* res) {
     Stopwatch clock;
-    const std::shared_ptr<const ServedVersion> v = version_.load();  // the request's version
-    if (!Known(req, *v, res)) return;
+    InferTimes t;
+    t.queue = std::max(0.0, SteadySeconds() - req.received_at);
+    if (!Known(*v, name, version, res, "infer")) return;
     thread_local Predictor predictor;
     thread_local std::vector<float> p;
-    StatusOr<InferRequest> r = ParseInferRequest(body, *v, graph_.get());
-    Status s = r.status();
+    // The binary tensor data extension: the JSON object, then the tensors' bytes.
+    std::string_view json = req.body, binary;
+    const std::string_view header = req.Header("Inference-Header-Content-Length");
+    Status s;
+    if (!header.empty()) {
+      uint64_t n = 0;
+      if (!ParseUint64(header, &n) || n > req.body.size()) {
+        s = InvalidArgumentError(
+            fmt::format("Inference-Header-Content-Length: {}: not a length within the body's {} "
+                        "bytes",
+                        header, req.body.size()));
+      } else {
+        json = json.substr(0, n);
+        binary = std::string_view(req.body).substr(n);
+      }
+    }
+    StatusOr<InferRequest> r =
+        s.ok() ? ParseInferRequest(json, binary, *v, graph_.get()) : StatusOr<InferRequest>(s);
+    s = r.status();
+    t.input = clock.Seconds();
     BatchedAs as;
     if (s.ok()) {
       if (r->rows.rows() > 0) {
@@ -279,27 +329,36 @@ class Server {
         p.clear();  // (every record dropped by the graph's filters)
       }
     }
+    t.infer = clock.Seconds() - t.input;
     if (as.led) {  // one observation a batch
       batch_rows_.Observe(as.batch_rows);
       batch_requests_.Observe(as.batch_requests);
     }
-    if (!s.ok()) {
-      const bool bad = s.code() == StatusCode::kInvalidArgument;
-      res.status = bad ? 400 : 500;
-      res.set_content(nlohmann::json{{"error", s.message()}}.dump(), "application/json");
-      Count("infer", res.status);
-      if (!bad) LOG_ERROR("serve: {}", s.ToString());
+    StatusOr<size_t> json_bytes =
+        s.ok() ? InferResponse(o_.model_name, *v, *r, p, &res->body) : StatusOr<size_t>(s);
+    if (!json_bytes.ok()) {
+      const Status& e = json_bytes.status();
+      const bool bad = e.code() == StatusCode::kInvalidArgument;
+      Error(res, bad ? 400 : 500, e.message(), "infer");
+      if (!bad) LOG_ERROR("serve: {}", e.ToString());
+      stats_.Failure(v->version, t.queue + clock.Seconds());
       return;
     }
-    res.set_content(InferResponse(o_.model_name, *v, *r, p), "application/json");
-    res.set_header("X-Model-Version", std::to_string(v->version));
+    res->headers.emplace_back("X-Model-Version", std::to_string(v->version));
+    if (*json_bytes < res->body.size()) {
+      res->content_type = "application/octet-stream";
+      res->headers.emplace_back("Inference-Header-Content-Length", std::to_string(*json_bytes));
+    }
     Count("infer", 200);
-    rows_.Observe(static_cast<double>(r->through_graph ? r->records : p.size()));
+    const size_t rows = r->through_graph ? r->records : p.size();
+    rows_.Observe(static_cast<double>(rows));
+    t.output = clock.Seconds() - t.input - t.infer;
     latency_.Observe(clock.Seconds());
+    stats_.Success(v->version, rows, t, Now());
   }
 
   void Count(const char* endpoint, int code) {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     ++requests_[{endpoint, code}];
   }
 
@@ -311,7 +370,7 @@ class Server {
     uint64_t errors = 0;
     std::string last_error;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(&mu_);
       for (const auto& [key, n] : requests_) {
         fmt::format_to(std::back_inserter(out),
                        "ctrbox_requests_total{{endpoint=\"{}\",code=\"{}\"}} {}\n", key.first,
@@ -371,9 +430,10 @@ class Server {
   std::atomic<std::shared_ptr<const ServedVersion>> version_;
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> versions_loaded_{0}, version_errors_{0};
-  std::mutex mu_;
-  std::map<std::pair<std::string, int>, uint64_t> requests_;
-  std::string last_error_;
+  Mutex mu_;
+  std::map<std::pair<std::string, int>, uint64_t> requests_ GUARDED_BY(mu_);
+  std::string last_error_ GUARDED_BY(mu_);
+  InferStats stats_;
   Histogram<12> latency_{
       {0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0}};
   Histogram<10> rows_{{1, 4, 16, 64, 128, 256, 512, 1024, 4096, 16384}};
@@ -383,6 +443,45 @@ class Server {
   std::shared_ptr<Extractor> graph_;  // reads records through the job's feature graph, or null
 };
 
+// The options RunServer refuses, named.
+Status CheckOptions(const ServeOptions& o) {
+  if (o.http.workers < 1) return InvalidArgumentError("serve: --threads must be >= 1");
+  if (o.http.max_connections < 1) {
+    return InvalidArgumentError("serve: --max-connections must be >= 1");
+  }
+  for (const auto& [flag, seconds] : {std::pair{"--header-timeout", o.http.header_timeout_seconds},
+                                      std::pair{"--body-timeout", o.http.body_timeout_seconds},
+                                      std::pair{"--idle-timeout", o.http.idle_timeout_seconds}}) {
+    if (!(seconds > 0 && seconds <= 86400)) {
+      return InvalidArgumentError(
+          fmt::format("serve: {} {}: give seconds in (0, 86400]", flag, seconds));
+    }
+  }
+  // The model's name is a path segment of every URL and a label in /metrics.
+  const std::string& name = o.model_name;
+  const bool plain = !name.empty() && name.size() <= 128 && name != "." && name != ".." &&
+                     name.find_first_not_of(
+                         "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                         "0123456789_.-") == std::string::npos;
+  if (!plain || name == "stats") {
+    return InvalidArgumentError(fmt::format(
+        "serve: --model-name '{}': give a plain name of letters, digits, '_', '.' and '-' (not "
+        "'.', '..' or 'stats')",
+        name));
+  }
+  return Status::OK();
+}
+
+// As many descriptors as the hard limit allows (a connection is one; the default soft limit
+// of 1024 would cap the connections below --max-connections).
+void RaiseDescriptorLimit() {
+  struct rlimit r;
+  if (::getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &r);
+  }
+}
+
 }  // namespace
 
 Status RunServer(Env* env, const ServeOptions& options, const std::atomic<bool>* stop,
@@ -390,7 +489,7 @@ Status RunServer(Env* env, const ServeOptions& options, const std::atomic<bool>*
   if (options.serving_dir.empty() == options.model_dir.empty()) {
     return InvalidArgumentError("serve: give --serving-dir or --model-dir (one of them)");
   }
-  if (options.threads < 1) return InvalidArgumentError("serve: --threads must be >= 1");
+  RETURN_IF_ERROR(CheckOptions(options));
   if (options.batch_max_micros < 0 || options.batch_max_micros > 1000000) {
     return InvalidArgumentError(fmt::format(
         "serve: --batch-max-micros {}: give 0 (no batching) to 1000000", options.batch_max_micros));
@@ -409,22 +508,11 @@ Status RunServer(Env* env, const ServeOptions& options, const std::atomic<bool>*
   Server server(env, options);
   RETURN_IF_ERROR(server.Start());
   if (options.job != nullptr) RETURN_IF_ERROR(server.OpenGraph(*options.job));
-  httplib::Server http;
-  const int threads = options.threads;
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  http.set_keep_alive_max_count(1 << 30);
-  http.set_keep_alive_timeout(30);
-  http.set_payload_max_length(options.max_body_bytes);
-  http.set_tcp_nodelay(true);
-  server.Register(&http);
-  const int port = options.port == 0
-                       ? http.bind_to_any_port(options.host)
-                       : (http.bind_to_port(options.host, options.port) ? options.port : -1);
-  if (port < 0) {
-    return IOError(
-        fmt::format("serve: cannot listen on {}:{} (in use?)", options.host, options.port));
-  }
-  std::thread listener([&] { http.listen_after_bind(); });
+  RaiseDescriptorLimit();
+  HttpServer http(options.http,
+                  [&server](HttpRequest& req, HttpResponse* res) { server.Handle(req, res); });
+  ASSIGN_OR_RETURN(const int port, http.Bind());
+  std::thread listener([&] { http.Run(); });
   std::thread follower([&] { server.Follow(stop); });
   if (on_listening) on_listening(port);
   while (stop == nullptr || !stop->load()) {
@@ -432,21 +520,10 @@ Status RunServer(Env* env, const ServeOptions& options, const std::atomic<bool>*
   }
   LOG_INFO("serve: stopping: answering the requests in flight, accepting no more");
   server.Stop();
-  http.stop();  // the workers finish the requests they hold
+  http.Stop();  // idle connections closed; the requests in flight answered
   listener.join();
   follower.join();
   return Status::OK();
 }
 
 }  // namespace ctrbox
-
-#if defined(__SANITIZE_THREAD__)
-// A ThreadSanitizer build: Debian's cpp-httplib is not instrumented. It builds function-local
-// static regexes on the first worker that needs them; later workers see them through the
-// static's inline guard check, which ThreadSanitizer cannot see in uninstrumented code, and
-// it reports their reads as races (frames in std::regex's _BracketMatcher inside the library,
-// nothing of ctrbox's). Races whose frames are all in that library are not reported.
-extern "C" const char* __tsan_default_suppressions() {
-  return "called_from_lib:libcpp-httplib.so\n";
-}
-#endif

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "serve/http_server.h"
 #include "util/env.h"
 #include "util/status.h"
 
@@ -18,11 +19,10 @@ struct JobConfig;
 struct ServeOptions {
   std::string serving_dir;  // a trainer's serving.dir (its donefile), or
   std::string model_dir;    // a model directory
-  std::string host = "127.0.0.1";
-  int port = 8500;  // 0: any free port (said on the listening line)
-  // HTTP workers, each predicting its requests. A worker holds an open (keep-alive)
-  // connection while it lasts (cpp-httplib), so this bounds the connections served at once.
-  int threads = 8;
+  // Where it listens (127.0.0.1:8500; port 0: any free port, said on the listening line),
+  // its workers (`workers`: requests predicted at once, 8), and the limits on connections
+  // (http_server.h). Connections are multiplexed: an open or slow connection takes no worker.
+  HttpServerOptions http;
   double poll_seconds = 1.0;  // how often the donefile (or the model's MANIFEST) is read
   std::string model_name = "ctrbox";
   // Larger than memory (docs/serve.md, "Rows on SSD"): the rows of each base in a file of
@@ -30,7 +30,6 @@ struct ServeOptions {
   // poll once they pass it (0: the kernel alone decides).
   std::string rows_dir;
   uint64_t memory_budget = 0;
-  size_t max_body_bytes = size_t{64} << 20;
   // Batching across requests (docs/serve.md, "Batching"): requests of fewer than
   // batch_max_rows rows that come while batch_slots of them are being predicted (0: half the
   // cores) are batched together, up to batch_max_rows rows; a batch waits at most
@@ -45,8 +44,10 @@ struct ServeOptions {
 };
 
 // Loads the newest version, listens, calls on_listening(port) once it accepts requests, and
-// serves until *stop: then it stops accepting, answers the requests in flight and returns OK.
-// Fails before listening when no version loads or the port cannot be bound.
+// serves until *stop: then it stops accepting, closes idle connections, answers the requests
+// in flight and returns OK. Fails before listening when an option is invalid (a model name
+// that is not a plain name), no version loads, or the port cannot be bound (one in use is
+// never shared).
 Status RunServer(Env* env, const ServeOptions& options, const std::atomic<bool>* stop,
                  const std::function<void(int port)>& on_listening);
 
