@@ -179,14 +179,12 @@ static Status ReadSparseFiles(Env* env, const std::string& dir, const ModelManif
   return Status::OK();
 }
 
-Status LoadModel(Env* env, const std::string& dir, const ModelManifest& m, SparseTable* table,
-                 CtrModel* model, ThreadPool* pool, const KeyFilter& keep) {
+Status StreamModel(Env* env, const std::string& dir, const ModelManifest& m,
+                   const ValueLayout& layout, CtrModel* model,
+                   const std::function<Status(RowBlock&)>& on_block) {
   SparseCounts scan;
   uint64_t checksum = 0;
-  RowBlock kept(table->layout());
-  RETURN_IF_ERROR(ReadSparseFiles(
-      env, dir, m, table->layout(),
-      [&](RowBlock& rows) { return InsertKept(table, rows, keep, &kept, pool); }, &scan));
+  RETURN_IF_ERROR(ReadSparseFiles(env, dir, m, layout, on_block, &scan));
   const std::string dense_path = JoinPath(dir, m.files.back().name);
   ASSIGN_OR_RETURN(std::string payload, ReadDenseFile(env, dense_path, &checksum));
   if (checksum != m.files.back().checksum)
@@ -196,6 +194,13 @@ Status LoadModel(Env* env, const std::string& dir, const ModelManifest& m, Spars
     return CorruptionError(JoinPath(dir, "MANIFEST") + ": the files do not match its digest");
   }
   return Status::OK();
+}
+
+Status LoadModel(Env* env, const std::string& dir, const ModelManifest& m, SparseTable* table,
+                 CtrModel* model, ThreadPool* pool, const KeyFilter& keep) {
+  RowBlock kept(table->layout());
+  return StreamModel(env, dir, m, table->layout(), model,
+                     [&](RowBlock& rows) { return InsertKept(table, rows, keep, &kept, pool); });
 }
 
 StatusOr<ModelManifest> VerifyModel(Env* env, const std::string& dir) {

@@ -85,6 +85,14 @@ Status LoadModel(Env* env, const std::string& dir, const ModelManifest& manifest
                  SparseTable* table, CtrModel* model, ThreadPool* pool,
                  const KeyFilter& keep = nullptr);
 
+// Streams the model named by `manifest` without a table: every row to on_block (blocks of
+// `layout`, the model's value layout), the dense payload applied to *model (built from
+// manifest.spec). Verifies checksums, counts and the digest as LoadModel does; an error
+// names the file.
+Status StreamModel(Env* env, const std::string& dir, const ModelManifest& manifest,
+                   const ValueLayout& layout, CtrModel* model,
+                   const std::function<Status(RowBlock&)>& on_block);
+
 // Reads every file of the model in `dir`, verifying checksums and recomputing the counts and
 // the digest, which must match the MANIFEST. Returns the manifest.
 StatusOr<ModelManifest> VerifyModel(Env* env, const std::string& dir);

@@ -380,6 +380,14 @@ TEST_F(ServeCliTest, VersionsSwapUnderLoadWithoutAMixedOrFailedAnswer) {
       << metrics.second;
   EXPECT_NE(metrics.second.find("ctrbox_version_error_info"), std::string::npos);
   EXPECT_NE(Log().find("did not load; still serving v-000006"), std::string::npos) << Log();
+  // A restarted server starts with the newest version that loads, saying why not the newest.
+  const int again = Serve("--serving-dir " + Path("serving"), "again");
+  ASSERT_GT(again, 0) << Log("again");
+  Result restarted = Client(fmt::format("one {} {}", again, Path("req.tsv")));
+  EXPECT_EQ(restarted.last_json["version"], "6");
+  EXPECT_EQ(restarted.last_json["bits"], before.last_json["bits"]);
+  EXPECT_NE(Log("again").find("v-000007 did not load"), std::string::npos) << Log("again");
+  EXPECT_EQ(StopServer(), 0);
   EXPECT_EQ(StopServer(), 0);
 }
 

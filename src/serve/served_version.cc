@@ -69,6 +69,17 @@ class ServingDirSource final : public VersionSource {
     if (failed_ >= newest.version) return std::shared_ptr<const ServedVersion>();  // said once
     StatusOr<std::shared_ptr<const ServedVersion>> next = Reach(listed, current);
     if (!next.ok()) failed_ = newest.version;
+    if (next.ok() || current) return next;
+    // Starting: the newest listed version that loads, the ones after it refused (said once).
+    for (size_t n = listed.size() - 1; n > 0; --n) {
+      const std::vector<ServingVersion> upto(listed.begin(), listed.begin() + n);
+      StatusOr<std::shared_ptr<const ServedVersion>> older = Reach(upto, nullptr);
+      if (older.ok()) {
+        LOG_WARNING("serve: {} did not load ({}); starting with {}, the newest that does",
+                    ServingVersionName(newest.version), next.status().ToString(), (*older)->name);
+        return older;
+      }
+    }
     return next;
   }
 
@@ -208,29 +219,31 @@ class ModelDirSource final : public VersionSource {
     ASSIGN_OR_RETURN(ModelManifest m, ReadManifest(env_, dir_));
     if (current && current->version == m.generation) return std::shared_ptr<const ServedVersion>();
     if (failed_ == m.generation) return std::shared_ptr<const ServedVersion>();
-    StatusOr<std::shared_ptr<const ServedVersion>> v = Load();
+    StatusOr<std::shared_ptr<const ServedVersion>> v = Load(m);
     if (!v.ok()) failed_ = m.generation;
     return v;
   }
 
  private:
-  StatusOr<std::shared_ptr<const ServedVersion>> Load() {
-    ASSIGN_OR_RETURN(LoadedModel lm, OpenModel(env_, dir_, TieredOptions{}, nullptr));
+  // The model's rows streamed from its files into the served rows (no training table: the
+  // server holds the rows at the served precision, without optimizer state), its dense
+  // parameters through a model of its spec.
+  StatusOr<std::shared_ptr<const ServedVersion>> Load(const ModelManifest& m) {
+    const ModelSpec& s = m.spec;
+    CtrModel model(s.schema, s.model, s.sparse_optimizer, s.dense_optimizer, s.table.seed);
     auto v = std::make_shared<ServedVersion>();
-    v->version = lm.manifest.generation;
-    v->name = fmt::format("generation {}", lm.manifest.generation);
+    v->version = m.generation;
+    v->name = fmt::format("generation {}", m.generation);
     v->loaded_at = Now();
-    v->spec = lm.manifest.spec;
-    // The table's rows as they are stored, less their optimizer state.
-    v->layout = ServingLayout(lm.table->layout(), 0, 1.0f);
-    v->input = lm.manifest.input;
-    v->dense_payload = DenseParamsPayload(*lm.model);
-    ServedRows::Builder rows(v->layout, v->spec.model.wide);
-    RowBlock block(lm.table->layout());
-    for (size_t s = 0; s < lm.table->num_stripes(); ++s) {
-      RETURN_IF_ERROR(lm.table->ExportStripe(s, &block));
+    v->spec = s;
+    v->layout = ServingLayout(model.value_layout(), 0, 1.0f);  // less the optimizer state
+    v->input = m.input;
+    ServedRows::Builder rows(v->layout, s.model.wide);
+    RETURN_IF_ERROR(StreamModel(env_, dir_, m, model.value_layout(), &model, [&](RowBlock& block) {
       rows.Add(block);
-    }
+      return Status::OK();
+    }));
+    v->dense_payload = DenseParamsPayload(model);
     ASSIGN_OR_RETURN(v->base_rows,
                      rows.Finish(RowsFile(rows_dir_, fmt::format("g{}", v->version))));
     v->keys = v->base_rows->size();
