@@ -208,11 +208,14 @@ Status RunPredictCommand(const JobConfig& job) { return RunPredict(Env::Posix(),
 
 Status RunServeCommand(const ServeOptions& options) {
   const std::atomic<bool>* stop = StopOnSignals("ctrbox: serve abandoned at a second signal\n");
-  return RunServer(Env::Posix(), options, stop, [&](int port) {
-    PrintJson({{"command", "serve"},
-               {"listening", fmt::format("{}:{}", options.http.host, port)},
-               {"port", port},
-               {"source", options.serving_dir.empty() ? options.model_dir : options.serving_dir}});
+  return RunServer(Env::Posix(), options, stop, [&](int port, int grpc_port) {
+    nlohmann::json line = {
+        {"command", "serve"},
+        {"listening", fmt::format("{}:{}", options.http.host, port)},
+        {"port", port},
+        {"source", options.serving_dir.empty() ? options.model_dir : options.serving_dir}};
+    if (grpc_port >= 0) line["grpc_port"] = grpc_port;
+    PrintJson(line);
   });
 }
 

@@ -73,6 +73,11 @@ CLI::App* AddServeCommand(CLI::App* app, ServeFlags* f) {
   serve_cmd->add_option("--port", serve.http.port, "the port (8500; 0: any free one)")
       ->check(IntegerIn(0, 65535));
   serve_cmd
+      ->add_option("--grpc-port", serve.grpc_port,
+                   "also answer KServe v2 over gRPC on this port (0: any free one; default: no "
+                   "gRPC)")
+      ->check(IntegerIn(0, 65535));
+  serve_cmd
       ->add_option("--threads", serve.http.workers,
                    "workers predicting requests at once; open connections take none (8)")
       ->check(IntegerIn(1, 1024));

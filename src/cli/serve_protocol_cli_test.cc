@@ -49,6 +49,69 @@ print(json.dumps({"id": j["id"], "shape": out["shape"],
                   "bits": list(struct.unpack(f"<{n}I", data[hl:]))}))
 )PY";
 
+// A KServe v2 gRPC client (Debian's python3-grpcio, run by Debian's /usr/bin/python3; stubs
+// generated from the server's .proto): every RPC, inference with raw_input_contents, with typed
+// contents and with records, and two errors.
+constexpr const char* kGrpcClient = R"PY(
+import json, struct, sys
+import grpc
+sys.path.insert(0, sys.argv[1])
+import grpc_predict_v2_pb2 as pb, grpc_predict_v2_pb2_grpc as pbg
+port, rows, records = int(sys.argv[2]), json.load(open(sys.argv[3])), open(sys.argv[4]).read().splitlines()
+stub = pbg.GRPCInferenceServiceStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+out = {"live": stub.ServerLive(pb.ServerLiveRequest()).live,
+       "ready": stub.ServerReady(pb.ServerReadyRequest()).ready,
+       "model_ready": stub.ModelReady(pb.ModelReadyRequest(name="ctrbox")).ready}
+md = stub.ServerMetadata(pb.ServerMetadataRequest())
+out["extensions"], out["version"] = list(md.extensions), md.version
+mm = stub.ModelMetadata(pb.ModelMetadataRequest(name="ctrbox"))
+out["inputs"] = [[t.name, t.datatype, list(t.shape)] for t in mm.inputs]
+keys, dense = rows["keys"], rows["dense"]
+n, S, D = len(keys), len(keys[0]), len(dense[0])
+flat_keys, flat_dense = [k for r in keys for k in r], [x for r in dense for x in r]
+
+def tensor(req, name, datatype, shape):
+    t = req.inputs.add()
+    t.name, t.datatype = name, datatype
+    t.shape.extend(shape)
+    return t
+
+def bits(res):
+    assert res.outputs[0].name == "probability" and res.outputs[0].datatype == "FP32"
+    raw = res.raw_output_contents[0]
+    return list(struct.unpack(f"<{len(raw) // 4}I", raw))
+
+req = pb.ModelInferRequest(model_name="ctrbox", id="g")
+tensor(req, "keys", "INT64", [n, S])
+tensor(req, "dense", "FP32", [n, D])
+req.raw_input_contents.append(struct.pack(f"<{n * S}q", *flat_keys))
+req.raw_input_contents.append(struct.pack(f"<{n * D}f", *flat_dense))
+res = stub.ModelInfer(req)
+out["raw"], out["id"], out["model_version"] = bits(res), res.id, res.model_version
+req = pb.ModelInferRequest(model_name="ctrbox")
+tensor(req, "keys", "INT64", [n, S]).contents.int64_contents.extend(flat_keys)
+tensor(req, "dense", "FP32", [n, D]).contents.fp32_contents.extend(flat_dense)
+out["typed"] = bits(stub.ModelInfer(req))
+req = pb.ModelInferRequest(model_name="ctrbox")
+tensor(req, "records", "BYTES", [len(records)]).contents.bytes_contents.extend(
+    [r.encode() for r in records])
+out["records"] = bits(stub.ModelInfer(req))
+
+def error(req):
+    try:
+        stub.ModelInfer(req)
+        return ["OK", ""]
+    except grpc.RpcError as e:
+        return [e.code().name, e.details()]
+
+bad = pb.ModelInferRequest(model_name="ctrbox")
+tensor(bad, "keys", "INT64", [1418980313362273202, 26]).contents.int64_contents.extend(range(20))
+out["overflow"] = error(bad)
+req.model_name = "other"
+out["other"] = error(req)
+print(json.dumps(out))
+)PY";
+
 class ServeProtocolTest : public testing::ServeFixture {
  protected:
   void SetUp() override {
@@ -168,8 +231,8 @@ TEST_F(ServeProtocolTest, KeysWithTheTopBitSetScoreAsTheirRecords) {
   EXPECT_EQ(StopServer(), 0);
 }
 
-// Rows without empty slots, as binary tensors from the Python client: the same bits as
-// `ctrbox predict`; and the protocol's other endpoints.
+// Rows without empty slots, as binary tensors from a Python HTTP client and over gRPC from
+// python3-grpcio: the same bits as `ctrbox predict`; and the protocol's other endpoints.
 TEST_F(ServeProtocolTest, BinaryTensorsAndTheProtocolsExtensions) {
   // Records with every categorical field filled: their keys have no empty slot.
   std::string line = "0\t1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t13";
@@ -211,13 +274,51 @@ TEST_F(ServeProtocolTest, BinaryTensorsAndTheProtocolsExtensions) {
                               nlohmann::json{{"keys", keys}, {"dense", dense}}.dump())
                   .ok());
   ASSERT_TRUE(WriteFileAtomic(Env::Posix(), Path("bin.py"), kBinaryClient).ok());
-  const int port = Serve("--model-dir " + Path("m"));
+  const int port = Serve("--model-dir " + Path("m") + " --grpc-port 0");
   ASSERT_GT(port, 0) << Log();
   Result bin = Run("python3 " + Path("bin.py") + fmt::format(" {} ", port) + Path("rows.json"));
   ASSERT_EQ(bin.exit_code, 0) << bin.err;
   EXPECT_EQ(bin.last_json["id"], "b");
   EXPECT_EQ(bin.last_json["shape"], nlohmann::json::array({40}));
   EXPECT_EQ(bin.last_json["bits"].get<std::vector<uint32_t>>(), want);
+
+  // Over gRPC (the server's second port): the same bits, by every form of input.
+  std::string listening;
+  ASSERT_TRUE(ReadFileToString(Env::Posix(), Path("serve.out"), &listening).ok());
+  const int grpc_port =
+      nlohmann::json::parse(listening.substr(0, listening.find('\n')))["grpc_port"];
+  ASSERT_GT(grpc_port, 0) << listening;
+  ASSERT_EQ(Run(fmt::format("protoc --proto_path={0}/src/serve/proto --python_out={1} "
+                            "--grpc_python_out={1} --plugin=protoc-gen-grpc_python=$(command -v "
+                            "grpc_python_plugin) grpc_predict_v2.proto",
+                            CTRBOX_SOURCE_DIR, Path("")))
+                .exit_code,
+            0);
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), Path("grpc_client.py"), kGrpcClient).ok());
+  Result g = Run(fmt::format("/usr/bin/python3 {} {} {} {} {}", Path("grpc_client.py"), Path(""),
+                             grpc_port, Path("rows.json"), Path("full.tsv")));
+  ASSERT_EQ(g.exit_code, 0) << g.err;
+  const nlohmann::json& gj = g.last_json;
+  EXPECT_EQ(gj["live"], true);
+  EXPECT_EQ(gj["ready"], true);
+  EXPECT_EQ(gj["model_ready"], true);
+  EXPECT_EQ(gj["extensions"],
+            nlohmann::json({"binary_tensor_data", "model_configuration", "statistics"}));
+  EXPECT_EQ(gj["inputs"][1], nlohmann::json({"keys", "INT64", {-1, 26}}));
+  EXPECT_EQ(gj["id"], "g");
+  EXPECT_EQ(gj["raw"].get<std::vector<uint32_t>>(), want);
+  EXPECT_EQ(gj["typed"].get<std::vector<uint32_t>>(), want);
+  EXPECT_EQ(gj["records"].get<std::vector<uint32_t>>(), want);
+  EXPECT_EQ(gj["overflow"][0], "INVALID_ARGUMENT");
+  EXPECT_NE(gj["overflow"][1].get<std::string>().find("holds more elements than a request can"),
+            std::string::npos)
+      << gj["overflow"];
+  EXPECT_EQ(gj["other"][0], "NOT_FOUND");
+  // A second server on the gRPC port is refused (gRPC's SO_REUSEPORT is off).
+  Result second = Run(
+      Ctrbox(fmt::format("serve --model-dir {} --port 0 --grpc-port {}", Path("m"), grpc_port)));
+  EXPECT_NE(second.exit_code, 0);
+  EXPECT_NE(second.err.find("cannot listen for gRPC"), std::string::npos) << second.err;
 
   auto server = nlohmann::json::parse(Curl(port, "/v2").second);
   EXPECT_TRUE(server.contains("version")) << server;
@@ -235,9 +336,10 @@ TEST_F(ServeProtocolTest, BinaryTensorsAndTheProtocolsExtensions) {
   ASSERT_EQ(stats.first, 200);
   auto st = nlohmann::json::parse(stats.second)["model_stats"];
   ASSERT_EQ(st.size(), 1u) << stats.second;
-  EXPECT_EQ(st[0]["inference_count"], 40);
-  EXPECT_EQ(st[0]["execution_count"], 1);
-  EXPECT_EQ(st[0]["inference_stats"]["success"]["count"], 1);
+  EXPECT_EQ(st[0]["inference_count"], 4 * 40);  // (HTTP binary, and gRPC raw, typed, records)
+  EXPECT_EQ(st[0]["execution_count"], 4);
+  EXPECT_EQ(st[0]["inference_stats"]["success"]["count"], 4);
+  EXPECT_EQ(st[0]["inference_stats"]["fail"]["count"], 2);
   EXPECT_GT(st[0]["inference_stats"]["compute_infer"]["ns"].get<uint64_t>(), 0u);
   EXPECT_EQ(st[0]["batch_stats"][0]["batch_size"], 40);
   EXPECT_EQ(Curl(port, "/v2/models/ctrbox/versions/999/stats").first, 404);

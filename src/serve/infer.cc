@@ -196,6 +196,11 @@ Status ReadKeyRows(const RequestTensor& keys, const RequestTensor* present,
 StatusOr<InferRequest> ParseInferRequest(std::string_view json, std::string_view binary,
                                          const ServedVersion& v, const Extractor* graph) {
   ASSIGN_OR_RETURN(RequestTensors t, ReadRequestTensors(json, binary));
+  return InferRequestOf(std::move(t), v, graph);
+}
+
+StatusOr<InferRequest> InferRequestOf(RequestTensors t, const ServedVersion& v,
+                                      const Extractor* graph) {
   InferRequest req;
   req.id = std::move(t.id);
   const RequestTensor *records = nullptr, *keys = nullptr, *dense = nullptr, *present = nullptr;
@@ -273,6 +278,21 @@ void WriteOutput(const char* name, const char* datatype, size_t n, bool as_binar
 
 }  // namespace
 
+void RecordOutputs(const InferRequest& req, const std::vector<float>& p,
+                   std::vector<float>* probability, std::vector<uint8_t>* scored) {
+  if (!req.through_graph) {
+    *probability = p;
+    scored->assign(p.size(), 1);
+    return;
+  }
+  probability->assign(req.records, 0.0f);
+  scored->assign(req.records, 0);
+  for (size_t r = 0; r < req.record_of_row.size(); ++r) {
+    (*probability)[req.record_of_row[r]] = p[r];
+    (*scored)[req.record_of_row[r]] = 1;
+  }
+}
+
 StatusOr<size_t> InferResponse(const std::string& model, const ServedVersion& v,
                                const InferRequest& req, const std::vector<float>& p,
                                std::string* out) {
@@ -281,12 +301,10 @@ StatusOr<size_t> InferResponse(const std::string& model, const ServedVersion& v,
       return InternalError(fmt::format("{} predicted a non-finite probability", v.name));
     }
   }
-  const size_t n = req.through_graph ? req.records : p.size();
-  std::vector<int64_t> row_of;  // through a graph: each record's row, -1 when dropped
-  if (req.through_graph) {
-    row_of.assign(n, -1);
-    for (size_t r = 0; r < req.record_of_row.size(); ++r) row_of[req.record_of_row[r]] = r;
-  }
+  std::vector<float> probability;
+  std::vector<uint8_t> scored;
+  RecordOutputs(req, p, &probability, &scored);
+  const size_t n = probability.size();
   out->clear();
   out->reserve(160 + n * 14);
   std::string binary;
@@ -303,15 +321,11 @@ StatusOr<size_t> InferResponse(const std::string& model, const ServedVersion& v,
     const RequestedOutput& want = req.outputs[o];
     if (want.name == "probability") {
       WriteOutput(
-          "probability", "FP32", n, want.binary,
-          [&](size_t i) -> float {
-            if (!req.through_graph) return p[i];
-            return row_of[i] < 0 ? 0.0f : p[row_of[i]];
-          },
-          out, &binary);
+          "probability", "FP32", n, want.binary, [&](size_t i) { return probability[i]; }, out,
+          &binary);
     } else {  // scored
       WriteOutput(
-          "scored", "BOOL", n, want.binary, [&](size_t i) { return row_of[i] >= 0; }, out, &binary);
+          "scored", "BOOL", n, want.binary, [&](size_t i) { return scored[i] != 0; }, out, &binary);
     }
   }
   *out += "]}";

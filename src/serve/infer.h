@@ -41,6 +41,9 @@ struct InferRequest {
 // Errors: InvalidArgument naming the field.
 StatusOr<InferRequest> ParseInferRequest(std::string_view json, std::string_view binary,
                                          const ServedVersion& v, const Extractor* graph = nullptr);
+// The same from tensors read another way (gRPC): the rows of t for version v.
+StatusOr<InferRequest> InferRequestOf(RequestTensors t, const ServedVersion& v,
+                                      const Extractor* graph = nullptr);
 // The same without binary data.
 StatusOr<InferRequest> ParseInferRequest(std::string_view body, const ServedVersion& v,
                                          const Extractor* graph = nullptr);
@@ -55,6 +58,11 @@ StatusOr<InferRequest> ParseInferRequest(std::string_view body, const ServedVers
 StatusOr<size_t> InferResponse(const std::string& model, const ServedVersion& v,
                                const InferRequest& req, const std::vector<float>& p,
                                std::string* out);
+
+// Each record's probability (0 for a record the graph's filters dropped) and whether it was
+// scored, from the probabilities p of req.rows.
+void RecordOutputs(const InferRequest& req, const std::vector<float>& p,
+                   std::vector<float>* probability, std::vector<uint8_t>* scored);
 
 // The features record a model trained through `graph` has in its input record (and that a
 // version must have for `graph` to read its records).

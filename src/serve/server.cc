@@ -4,12 +4,15 @@
 #include <sys/resource.h>
 
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "pipeline/job.h"
 #include "serve/batcher.h"
+#include "serve/describe.h"
+#include "serve/grpc_server.h"
 #include "serve/http_server.h"
 #include "serve/infer.h"
 #include "serve/served_version.h"
@@ -26,7 +29,7 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-class Server {
+class Server final : public InferenceBackend {
  public:
   Server(Env* env, const ServeOptions& o)
       : env_(env), o_(o), batcher_({o.batch_max_micros, o.batch_max_rows, o.batch_slots}) {
@@ -135,11 +138,10 @@ class Server {
       res->body = R"({"ready":true})";
       Count("ready", 200);
     } else if (p == "/v2" && get) {
-      res->body = nlohmann::json{{"name", "ctrbox"},
-                                 {"version", kServerVersion},
-                                 {"extensions",
-                                  {"binary_tensor_data", "model_configuration", "statistics"}}}
-                      .dump();
+      res->body =
+          nlohmann::json{
+              {"name", "ctrbox"}, {"version", ServerVersion()}, {"extensions", Extensions()}}
+              .dump();
     } else if (p == "/metrics" && get) {
       res->content_type = "text/plain; version=0.0.4";
       res->body = Metrics();
@@ -154,9 +156,56 @@ class Server {
 
   void Stop() { stopping_.store(true); }
 
- private:
-  static constexpr const char* kServerVersion = "0.1.0";
+  // InferenceBackend: what the gRPC front end asks.
+  std::string ServerVersion() const override { return "0.1.0"; }
+  std::vector<std::string> Extensions() const override {
+    return {"binary_tensor_data", "model_configuration", "statistics"};
+  }
+  StatusOr<ModelDescription> Describe(std::string_view name, std::string_view version) override {
+    const auto v = version_.load();
+    RETURN_IF_ERROR(Known(*v, name, version));
+    return DescribeModel(o_.model_name, *v, graph_ != nullptr);
+  }
+  Status Infer(std::string_view name, std::string_view version, StatusOr<RequestTensors> tensors,
+               InferAnswer* out) override {
+    Stopwatch clock;
+    InferTimes t;
+    const auto v = version_.load();  // the request's version
+    Status s = Known(*v, name, version);
+    if (s.ok()) s = tensors.status();
+    StatusOr<InferRequest> r =
+        s.ok() ? InferRequestOf(std::move(*tensors), *v, graph_.get()) : StatusOr<InferRequest>(s);
+    s = r.status();
+    t.input = clock.Seconds();
+    thread_local std::vector<float> p;
+    if (s.ok()) s = Predict(v, &*r, &p);
+    t.infer = clock.Seconds() - t.input;
+    if (s.ok()) {
+      RecordOutputs(*r, p, &out->probability, &out->scored);
+      for (float x : out->probability) {
+        if (!std::isfinite(x)) s = InternalError(v->name + " predicted a non-finite probability");
+      }
+    }
+    if (!s.ok()) {
+      const int code = s.code() == StatusCode::kInvalidArgument ? 400
+                       : s.code() == StatusCode::kNotFound      ? 404
+                                                                : 500;
+      Count("grpc_infer", code);
+      if (code == 500) LOG_ERROR("serve: {}", s.ToString());
+      stats_.Failure(v->version, clock.Seconds());
+      return s;
+    }
+    out->model_version = std::to_string(v->version);
+    out->outputs = r->outputs;
+    Count("grpc_infer", 200);
+    rows_.Observe(static_cast<double>(out->probability.size()));
+    t.output = clock.Seconds() - t.input - t.infer;
+    latency_.Observe(clock.Seconds());
+    stats_.Success(v->version, out->probability.size(), t, Now());
+    return Status::OK();
+  }
 
+ private:
   void Error(HttpResponse* res, int status, const std::string& message, const char* endpoint) {
     res->status = status;
     res->content_type = "application/json";
@@ -194,11 +243,13 @@ class Server {
     if (post) return Infer(req, v, std::string(name), std::string(version), res);
     if (!Known(*v, name, version, res, "model")) return;
     if (action.empty()) {
-      res->body = Metadata(*v).dump();
+      res->body =
+          MetadataJson(DescribeModel(o_.model_name, *v, graph_ != nullptr), *v, graph_ != nullptr)
+              .dump();
     } else if (action == "ready") {
       res->body = R"({"ready":true})";
     } else if (action == "config") {
-      res->body = Config(*v).dump();
+      res->body = ConfigJson(DescribeModel(o_.model_name, *v, graph_ != nullptr), *v).dump();
     } else {
       res->body = stats_.ToJson(o_.model_name, std::string(version)).dump();
     }
@@ -213,84 +264,41 @@ class Server {
              FormatBytes(v->MemoryBytes()), source_->Describe(), seconds);
   }
 
-  // The model (and version) a request names is this one; otherwise 404 with why.
+  // The model (and version) a request names is this one; otherwise NotFound saying why.
+  Status Known(const ServedVersion& v, std::string_view name, std::string_view version) const {
+    if (name != o_.model_name) {
+      return NotFoundError(
+          fmt::format("unknown model '{}': this server serves '{}'", name, o_.model_name));
+    }
+    if (!version.empty() && version != std::to_string(v.version)) {
+      return NotFoundError(
+          fmt::format("version '{}' of '{}' is not served: the server serves version {} ({})",
+                      version, name, v.version, v.name));
+    }
+    return Status::OK();
+  }
   bool Known(const ServedVersion& v, std::string_view name, std::string_view version,
              HttpResponse* res, const char* endpoint) {
-    std::string error;
-    if (name != o_.model_name) {
-      error = fmt::format("unknown model '{}': this server serves '{}'", name, o_.model_name);
-    } else if (!version.empty() && version != std::to_string(v.version)) {
-      error = fmt::format("version '{}' of '{}' is not served: the server serves version {} ({})",
-                          version, name, v.version, v.name);
+    Status s = Known(v, name, version);
+    if (!s.ok()) Error(res, 404, s.message(), endpoint);
+    return s.ok();
+  }
+
+  // Predicts the rows of r with version v into *p, for every protocol.
+  Status Predict(const std::shared_ptr<const ServedVersion>& v, InferRequest* r,
+                 std::vector<float>* p) {
+    thread_local Predictor predictor;
+    if (r->rows.rows() == 0) {  // (every record dropped by the graph's filters)
+      p->clear();
+      return Status::OK();
     }
-    if (error.empty()) return true;
-    Error(res, 404, error, endpoint);
-    return false;
-  }
-
-  struct TensorSpec {
-    const char* name;
-    const char* datatype;
-    std::vector<int64_t> shape;
-  };
-  std::vector<TensorSpec> Inputs(const ServedVersion& v) const {
-    const Schema& s = v.spec.schema;
-    std::vector<TensorSpec> in = {{"records", "BYTES", {-1}}, {"keys", "INT64", {-1, s.num_slots}}};
-    if (s.num_dense > 0) in.push_back({"dense", "FP32", {-1, s.num_dense}});
-    in.push_back({"present", "BOOL", {-1, s.num_slots}});
-    return in;
-  }
-  std::vector<TensorSpec> Outputs() const {
-    std::vector<TensorSpec> out = {{"probability", "FP32", {-1}}};
-    if (graph_) out.push_back({"scored", "BOOL", {-1}});
-    return out;
-  }
-
-  nlohmann::json Metadata(const ServedVersion& v) const {
-    auto list = [](const std::vector<TensorSpec>& specs) {
-      nlohmann::json out = nlohmann::json::array();
-      for (const TensorSpec& t : specs) {
-        out.push_back({{"name", t.name}, {"datatype", t.datatype}, {"shape", t.shape}});
-      }
-      return out;
-    };
-    return {{"name", o_.model_name},
-            {"versions", {std::to_string(v.version)}},
-            {"platform", "ctrbox"},
-            {"inputs", list(Inputs(v))},
-            {"outputs", list(Outputs())},
-            {"parameters",
-             {{"version_name", v.name},
-              {"input_format", v.input.is_object() ? v.input.value("format", "") : ""},
-              {"records", graph_ ? "rows of the main view through the feature graph"
-                                 : "records in the input format"},
-              {"keys", v.keys}}}};
-  }
-
-  // The model configuration extension, in Triton's model-config form: every input optional
-  // (records, or keys with present and dense); no batch dimension of its own (max_batch_size
-  // 0: the first dimension of every tensor is the request's rows).
-  nlohmann::json Config(const ServedVersion& v) const {
-    auto list = [](const std::vector<TensorSpec>& specs, bool optional) {
-      nlohmann::json out = nlohmann::json::array();
-      for (const TensorSpec& t : specs) {
-        const std::string type = std::string_view(t.datatype) == "BYTES"
-                                     ? "TYPE_STRING"
-                                     : std::string("TYPE_") + t.datatype;
-        nlohmann::json one = {{"name", t.name}, {"data_type", type}, {"dims", t.shape}};
-        if (optional) one["optional"] = true;
-        out.push_back(one);
-      }
-      return out;
-    };
-    return {{"name", o_.model_name},
-            {"platform", "ctrbox"},
-            {"backend", "ctrbox"},
-            {"max_batch_size", 0},
-            {"input", list(Inputs(v), true)},
-            {"output", list(Outputs(), false)},
-            {"version_policy", {{"specific", {{"versions", {v.version}}}}}},
-            {"parameters", {{"version_name", {{"string_value", v.name}}}}}};
+    BatchedAs as;
+    Status s = batcher_.Predict(v, &r->rows, p, &predictor, &as);
+    if (as.led) {  // one observation a batch
+      batch_rows_.Observe(as.batch_rows);
+      batch_requests_.Observe(as.batch_requests);
+    }
+    return s;
   }
 
   void Infer(HttpRequest& req, const std::shared_ptr<const ServedVersion>& v,
@@ -299,7 +307,6 @@ class Server {
     InferTimes t;
     t.queue = std::max(0.0, SteadySeconds() - req.received_at);
     if (!Known(*v, name, version, res, "infer")) return;
-    thread_local Predictor predictor;
     thread_local std::vector<float> p;
     // The binary tensor data extension: the JSON object, then the tensors' bytes.
     std::string_view json = req.body, binary;
@@ -321,19 +328,8 @@ class Server {
         s.ok() ? ParseInferRequest(json, binary, *v, graph_.get()) : StatusOr<InferRequest>(s);
     s = r.status();
     t.input = clock.Seconds();
-    BatchedAs as;
-    if (s.ok()) {
-      if (r->rows.rows() > 0) {
-        s = batcher_.Predict(v, &r->rows, &p, &predictor, &as);
-      } else {
-        p.clear();  // (every record dropped by the graph's filters)
-      }
-    }
+    if (s.ok()) s = Predict(v, &*r, &p);
     t.infer = clock.Seconds() - t.input;
-    if (as.led) {  // one observation a batch
-      batch_rows_.Observe(as.batch_rows);
-      batch_requests_.Observe(as.batch_requests);
-    }
     StatusOr<size_t> json_bytes =
         s.ok() ? InferResponse(o_.model_name, *v, *r, p, &res->body) : StatusOr<size_t>(s);
     if (!json_bytes.ok()) {
@@ -485,7 +481,7 @@ void RaiseDescriptorLimit() {
 }  // namespace
 
 Status RunServer(Env* env, const ServeOptions& options, const std::atomic<bool>* stop,
-                 const std::function<void(int port)>& on_listening) {
+                 const std::function<void(int port, int grpc_port)>& on_listening) {
   if (options.serving_dir.empty() == options.model_dir.empty()) {
     return InvalidArgumentError("serve: give --serving-dir or --model-dir (one of them)");
   }
@@ -512,15 +508,22 @@ Status RunServer(Env* env, const ServeOptions& options, const std::atomic<bool>*
   HttpServer http(options.http,
                   [&server](HttpRequest& req, HttpResponse* res) { server.Handle(req, res); });
   ASSIGN_OR_RETURN(const int port, http.Bind());
+  GrpcServer grpc(&server, {options.http.host, options.grpc_port, options.http.workers,
+                            options.http.max_body_bytes});
+  int grpc_port = -1;
+  if (options.grpc_port >= 0) {
+    ASSIGN_OR_RETURN(grpc_port, grpc.Start());
+  }
   std::thread listener([&] { http.Run(); });
   std::thread follower([&] { server.Follow(stop); });
-  if (on_listening) on_listening(port);
+  if (on_listening) on_listening(port, grpc_port);
   while (stop == nullptr || !stop->load()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   LOG_INFO("serve: stopping: answering the requests in flight, accepting no more");
   server.Stop();
   http.Stop();  // idle connections closed; the requests in flight answered
+  grpc.Stop();
   listener.join();
   follower.join();
   return Status::OK();

@@ -23,6 +23,9 @@ struct ServeOptions {
   // its workers (`workers`: requests predicted at once, 8), and the limits on connections
   // (http_server.h). Connections are multiplexed: an open or slow connection takes no worker.
   HttpServerOptions http;
+  // KServe v2 over gRPC on this port too (0: any free port; -1: none), at http.host, with
+  // http.workers RPCs at once and http.max_body_bytes per request.
+  int grpc_port = -1;
   double poll_seconds = 1.0;  // how often the donefile (or the model's MANIFEST) is read
   std::string model_name = "ctrbox";
   // Larger than memory (docs/serve.md, "Rows on SSD"): the rows of each base in a file of
@@ -43,13 +46,14 @@ struct ServeOptions {
   std::shared_ptr<const JobConfig> job;
 };
 
-// Loads the newest version, listens, calls on_listening(port) once it accepts requests, and
+// Loads the newest version, listens, calls on_listening once it accepts requests, and
 // serves until *stop: then it stops accepting, closes idle connections, answers the requests
 // in flight and returns OK. Fails before listening when an option is invalid (a model name
 // that is not a plain name), no version loads, or the port cannot be bound (one in use is
 // never shared).
+// on_listening gets the HTTP port and the gRPC port (-1: none).
 Status RunServer(Env* env, const ServeOptions& options, const std::atomic<bool>* stop,
-                 const std::function<void(int port)>& on_listening);
+                 const std::function<void(int port, int grpc_port)>& on_listening);
 
 }  // namespace ctrbox
 

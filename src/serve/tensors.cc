@@ -104,7 +104,9 @@ T LoadLittleEndian(const char* p) {
   return v;
 }
 
-Status BinaryValues(std::string_view raw, RequestTensor* t) {
+}  // namespace
+
+Status DecodeBinaryTensor(std::string_view raw, RequestTensor* t) {
   const std::string& type = t->datatype;
   const int width = ElementBytes(type);
   if (width > 0) {
@@ -161,6 +163,45 @@ Status BinaryValues(std::string_view raw, RequestTensor* t) {
   return Status::OK();
 }
 
+Status CheckTensorDatatype(const RequestTensor& t) {
+  if (ElementBytes(t.datatype) >= 0) return Status::OK();
+  return Bad(
+      fmt::format("{}.datatype: {} is not one this server reads (BYTES, INT64, UINT64, FP32, BOOL)",
+                  t.Named(), t.datatype));
+}
+
+Status SetTensorShape(std::vector<int64_t> shape, RequestTensor* t) {
+  t->shape = std::move(shape);
+  for (int64_t v : t->shape) {
+    if (v < 0) return Bad(t->Named() + ".shape: not an array of sizes");
+  }
+  // The product checked, never trusted: a shape that wraps would pass a size comparison.
+  t->elements = 1;
+  for (int64_t v : t->shape) {
+    if (__builtin_mul_overflow(t->elements, static_cast<uint64_t>(v), &t->elements) ||
+        t->elements > kMaxElements) {
+      return Bad(fmt::format("{}.shape: [{}] holds more elements than a request can (2^48)",
+                             t->Named(), fmt::join(t->shape, ", ")));
+    }
+  }
+  return Status::OK();
+}
+
+Status CheckTensorCount(const RequestTensor& t, size_t count) {
+  if (count == t.elements) return Status::OK();
+  return Bad(fmt::format("{}.data: {} elements, the shape [{}] holds {}", t.Named(), count,
+                         fmt::join(t.shape, ", "), t.elements));
+}
+
+Status AddFloatValue(RequestTensor* t, double x) {
+  float f = 0;
+  RETURN_IF_ERROR(Finite(*t, t->floats.size(), x, &f));
+  t->floats.push_back(f);
+  return Status::OK();
+}
+
+namespace {
+
 // The unsigned integer parameter `key` of an object's `parameters`; false when absent.
 StatusOr<bool> Parameter(simdjson::dom::object o, std::string_view key, const std::string& where,
                          uint64_t* out) {
@@ -197,28 +238,16 @@ StatusOr<RequestTensor> ReadInput(element e, size_t index, std::string_view bina
   t.name = s;
   if (o["datatype"].get_string().get(s)) return Bad(t.Named() + ".datatype: missing (a string)");
   t.datatype = s;
-  if (ElementBytes(t.datatype) < 0) {
-    return Bad(
-        fmt::format("{}.datatype: {} is not one this server reads (BYTES, INT64, UINT64, "
-                    "FP32, BOOL)",
-                    t.Named(), t.datatype));
-  }
+  RETURN_IF_ERROR(CheckTensorDatatype(t));
   simdjson::dom::array shape;
   if (o["shape"].get_array().get(shape)) return Bad(t.Named() + ".shape: missing (an array)");
+  std::vector<int64_t> dims;
   for (element d : shape) {
     int64_t v = 0;
     if (d.get_int64().get(v) || v < 0) return Bad(t.Named() + ".shape: not an array of sizes");
-    t.shape.push_back(v);
+    dims.push_back(v);
   }
-  // The product checked, never trusted: a shape that wraps would pass a size comparison.
-  t.elements = 1;
-  for (int64_t v : t.shape) {
-    if (__builtin_mul_overflow(t.elements, static_cast<uint64_t>(v), &t.elements) ||
-        t.elements > kMaxElements) {
-      return Bad(fmt::format("{}.shape: [{}] holds more elements than a request can (2^48)",
-                             t.Named(), fmt::join(t.shape, ", ")));
-    }
-  }
+  RETURN_IF_ERROR(SetTensorShape(std::move(dims), &t));
   uint64_t binary_size = 0;
   ASSIGN_OR_RETURN(const bool is_binary, Parameter(o, "binary_data_size", t.Named(), &binary_size));
   element data;
@@ -230,17 +259,14 @@ StatusOr<RequestTensor> ReadInput(element e, size_t index, std::string_view bina
                              t.Named(), binary_size, binary.size() - *binary_at));
     }
     t.binary = true;
-    RETURN_IF_ERROR(BinaryValues(binary.substr(*binary_at, binary_size), &t));
+    RETURN_IF_ERROR(DecodeBinaryTensor(binary.substr(*binary_at, binary_size), &t));
     *binary_at += binary_size;
     return t;
   }
   if (!has_data) return Bad(t.Named() + ".data: missing");
   std::vector<element> leaves;
   RETURN_IF_ERROR(Leaves(data, t.Named() + ".data", &leaves));
-  if (leaves.size() != t.elements) {
-    return Bad(fmt::format("{}.data: {} elements, the shape [{}] holds {}", t.Named(),
-                           leaves.size(), fmt::join(t.shape, ", "), t.elements));
-  }
+  RETURN_IF_ERROR(CheckTensorCount(t, leaves.size()));
   RETURN_IF_ERROR(JsonValues(leaves, &t));
   return t;
 }

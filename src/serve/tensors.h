@@ -58,6 +58,20 @@ struct RequestTensors {
 // Thread safety: a thread-local parser; the views stay valid until the thread's next call.
 StatusOr<RequestTensors> ReadRequestTensors(std::string_view json, std::string_view binary);
 
+// The pieces of ReadRequestTensors, for a request that comes in another form (gRPC):
+// Refuses a datatype this server does not read, naming it.
+Status CheckTensorDatatype(const RequestTensor& t);
+// Sets t->shape and t->elements; a negative size or a product past 2^48 (never computed with
+// a wrap) is refused.
+Status SetTensorShape(std::vector<int64_t> shape, RequestTensor* t);
+// Decodes t's data from little-endian bytes (BYTES: length-prefixed elements), checking that
+// they hold exactly t->elements. REQUIRES: t's datatype checked and shape set.
+Status DecodeBinaryTensor(std::string_view raw, RequestTensor* t);
+// Checks that data of `count` elements fills t's shape.
+Status CheckTensorCount(const RequestTensor& t, size_t count);
+// Appends a float32 value to t->floats: finite only.
+Status AddFloatValue(RequestTensor* t, double x);
+
 }  // namespace ctrbox
 
 #endif  // CTRBOX_SERVE_TENSORS_H_
