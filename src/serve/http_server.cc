@@ -13,6 +13,8 @@
 #include <optional>
 #include <unordered_set>
 
+#include "serve/worker_pool.h"
+
 namespace ctrbox {
 
 namespace asio = boost::asio;
@@ -128,13 +130,12 @@ class HttpServer::Impl {
   void Run() {
     Accept();
     ioc_.run();
-    pool_.join();
+    pool_.Join();
   }
 
   void Stop() {
     asio::post(ioc_, [this] {
-      if (stopping_) return;
-      stopping_ = true;
+      if (stopping_.exchange(true)) return;
       error_code ec;
       acceptor_.close(ec);
       retry_.cancel();
@@ -151,12 +152,12 @@ class HttpServer::Impl {
 
   const HttpServerOptions o_;
   const HttpHandler handler_;
-  asio::io_context ioc_{1};
+  asio::io_context ioc_;  // (run by one thread; workers start writes)
   tcp::acceptor acceptor_;
   asio::steady_timer retry_{ioc_};
-  asio::thread_pool pool_;
+  WorkerPool pool_;
+  std::atomic<bool> stopping_{false};  // set on the network thread, read by workers too
   // Owned by the network thread.
-  bool stopping_ = false;
   std::unordered_set<Connection*> open_;
 };
 
@@ -277,15 +278,17 @@ class HttpServer::Impl::Connection : public std::enable_shared_from_this<Connect
     }
     // On a worker (inflating a body too); the guard keeps the network thread running until the
     // answer is posted back.
-    asio::post(server_->pool_, [self = shared_from_this(), req,
-                                guard = asio::make_work_guard(server_->ioc_)]() mutable {
+    auto guard = std::make_shared<asio::executor_work_guard<asio::io_context::executor_type>>(
+        server_->ioc_.get_executor());
+    server_->pool_.Post([self = shared_from_this(), req, guard] {
       auto res = std::make_shared<HttpResponse>();
       const bool inflated = self->Inflate(req.get(), res.get());
       if (inflated) self->server_->handler_(*req, res.get());
-      asio::post(self->server_->ioc_, [self, res, inflated] {
-        if (!inflated) self->keep_alive_ = false;
-        self->Write(std::move(*res));
-      });
+      // Written from here: the connection has no operation pending while its request is
+      // handled, so the worker starts the write (asio sends what the socket takes at once)
+      // and its completion runs on the network thread. No second hop before the answer.
+      if (!inflated) self->keep_alive_ = false;
+      self->Write(std::move(*res));
     });
   }
 
@@ -320,8 +323,10 @@ class HttpServer::Impl::Connection : public std::enable_shared_from_this<Connect
     Write(std::move(res));
   }
 
+  // On the network thread, or on the worker that handled the request (phase_ is kHandling
+  // then, and nothing else touches the connection).
   void Write(HttpResponse res) {
-    phase_ = Phase::kHandling;  // (being answered: Stop lets it finish)
+    if (phase_ != Phase::kHandling) phase_ = Phase::kHandling;  // (Stop lets it finish)
     auto out = std::make_shared<http::response<http::string_body>>();
     out->version(11);
     out->result(static_cast<unsigned>(res.status));
