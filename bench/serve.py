@@ -64,10 +64,13 @@ def body_file(path, lines):
     return path
 
 
-def wrk(port, body, connections, seconds, lua):
+def wrk(port, body, connections, seconds, lua, threads=1, timeout=None):
+    """wrk's requests/s, p50 and p99 (ms), non-2xx answers and its socket-errors line (with
+    `timeout`, a request unanswered that long counts as a timeout; wrk's default is 2 s)."""
     env = dict(os.environ, CTRBOX_BODY=body)
-    out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", lua,
-                          f"http://127.0.0.1:{port}/v2/models/ctrbox/infer"],
+    limit = [f"--timeout={timeout}s"] if timeout else []
+    out = subprocess.run(["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency",
+                          *limit, "-s", lua, f"http://127.0.0.1:{port}/v2/models/ctrbox/infer"],
                          capture_output=True, text=True, env=env).stdout
     def ms(label):
         m = re.search(rf"^\s*{label}\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
@@ -75,7 +78,8 @@ def wrk(port, body, connections, seconds, lua):
             return None
         v = float(m.group(1))
         return v / 1000 if m.group(2) == "us" else v * 1000 if m.group(2) == "s" else v
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    rps_match = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    rps = float(rps_match.group(1)) if rps_match else 0.0
     non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
     errors = re.search(r"Socket errors:.*", out)
     return {"requests_per_s": rps, "p50_ms": ms("50%"), "p99_ms": ms("99%"),

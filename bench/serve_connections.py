@@ -15,14 +15,15 @@ connection) run beside it, interleaved rep by rep:
 4. gRPC (the new server only): the 256 records as a raw BYTES tensor from 4 threads of a
    python3-grpcio client, beside HTTP's wrk -c 4 on the same server (the Python client's own
    cost shares the 2 cores: said beside the figure).
-5. memory: the server's RSS on a model directory after the load, and the model's served bytes.
+5. memory: the server's RSS on a model directory at start (before any request) and after the
+   load, and the model's served bytes.
 
 Prints one JSON line per measurement (medians over --reps), with blas_core.
 
     bench/serve_connections.py [--baseline OLD_CTRBOX] [--train-rows 200000] [--seconds 8]
                                [--reps 3]
 """
-import json, os, re, selectors, socket, statistics, subprocess, sys, tempfile, threading, time
+import json, os, selectors, socket, statistics, subprocess, sys, tempfile, threading, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_data  # noqa: E402
@@ -31,29 +32,9 @@ import serve as sb  # noqa: E402  (bench/serve.py: wrk, servers, bodies)
 PROTO_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "serve", "proto")
 
 
-def wrk(port, body, connections, seconds, lua, threads=1, timeout=10):
-    """wrk's requests/s, p50 and p99 (ms), non-2xx answers and socket errors (a request with
-    no answer within `timeout` counts as a timeout)."""
-    env = dict(os.environ, CTRBOX_BODY=body)
-    out = subprocess.run(["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency",
-                          f"--timeout={timeout}s", "-s", lua,
-                          f"http://127.0.0.1:{port}/v2/models/ctrbox/infer"],
-                         capture_output=True, text=True, env=env).stdout
-    def ms(label):
-        m = re.search(rf"^\s*{label}\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
-        if not m:
-            return None
-        v = float(m.group(1))
-        return v / 1000 if m.group(2) == "us" else v * 1000 if m.group(2) == "s" else v
-    rps = re.search(r"Requests/sec:\s+([\d.]+)", out)
-    non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
-    errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)",
-                       out)
-    return {"requests_per_s": float(rps.group(1)) if rps else 0.0, "p50_ms": ms("50%"),
-            "p99_ms": ms("99%"), "non_2xx": int(non2xx.group(1)) if non2xx else 0,
-            "socket_errors": {k: int(errors.group(i + 1)) for i, k in
-                              enumerate(("connect", "read", "write", "timeout"))}
-            if errors else {}}
+def wrk(port, body, connections, seconds, lua, threads=1):
+    """bench/serve.py's wrk with a 10 s timeout: a request unanswered that long is counted."""
+    return sb.wrk(port, body, connections, seconds, lua, threads=threads, timeout=10)
 
 
 def one_request_per_connection(port, body, n, wait_s):
@@ -235,6 +216,8 @@ def main():
         binaries["baseline"] = a.baseline
     servers = {k: sb.start_server(b, ["--model-dir", model], os.path.join(d, f"{k}.log"))
                for k, b in binaries.items()}
+    time.sleep(1)
+    memory_at_start = {k: sb.rss(p.pid) for k, (p, _) in servers.items()}  # before any request
     med = lambda rs, k: statistics.median(r[k] for r in rs if r.get(k) is not None) \
         if any(r.get(k) is not None for r in rs) else None
     for _, port in servers.values():
@@ -276,7 +259,8 @@ def main():
         print(json.dumps({"bench": "serve_connections", "what": "slow_clients", "server": k,
                           **runs[(k, "slow")][0], "blas_core": blas}), flush=True)
         print(json.dumps({"bench": "serve_connections", "what": "memory", "server": k,
-                          "rss_bytes": memory[k], "model_bytes": model_bytes,
+                          "rss_bytes": memory[k], "rss_at_start_bytes": memory_at_start[k],
+                          "model_bytes": model_bytes,
                           "rss_over_model": memory[k] / model_bytes if model_bytes else None,
                           "blas_core": blas}), flush=True)
     grpc_bench(a, d, model, test, lua, b256, blas)
