@@ -5,8 +5,10 @@
 
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "pipeline/job.h"
@@ -168,41 +170,19 @@ class Server final : public InferenceBackend {
   }
   Status Infer(std::string_view name, std::string_view version, StatusOr<RequestTensors> tensors,
                InferAnswer* out) override {
-    Stopwatch clock;
-    InferTimes t;
-    const auto v = version_.load();  // the request's version
-    Status s = Known(*v, name, version);
-    if (s.ok()) s = tensors.status();
-    StatusOr<InferRequest> r =
-        s.ok() ? InferRequestOf(std::move(*tensors), *v, graph_.get()) : StatusOr<InferRequest>(s);
-    s = r.status();
-    t.input = clock.Seconds();
-    thread_local std::vector<float> p;
-    if (s.ok()) s = Predict(v, &*r, &p);
-    t.infer = clock.Seconds() - t.input;
-    if (s.ok()) {
-      RecordOutputs(*r, p, &out->probability, &out->scored);
-      for (float x : out->probability) {
-        if (!std::isfinite(x)) s = InternalError(v->name + " predicted a non-finite probability");
-      }
-    }
-    if (!s.ok()) {
-      const int code = s.code() == StatusCode::kInvalidArgument ? 400
-                       : s.code() == StatusCode::kNotFound      ? 404
-                                                                : 500;
-      Count("grpc_infer", code);
-      if (code == 500) LOG_ERROR("serve: {}", s.ToString());
-      stats_.Failure(v->version, clock.Seconds());
-      return s;
-    }
-    out->model_version = std::to_string(v->version);
-    out->outputs = r->outputs;
-    Count("grpc_infer", 200);
-    rows_.Observe(static_cast<double>(out->probability.size()));
-    t.output = clock.Seconds() - t.input - t.infer;
-    latency_.Observe(clock.Seconds());
-    stats_.Success(v->version, out->probability.size(), t, Now());
-    return Status::OK();
+    return Answer(
+        name, version, /*queue=*/0, "grpc_infer", [&] { return std::move(tensors); },
+        [&](const ServedVersion& v, const InferRequest& r, const std::vector<float>& p) {
+          RecordOutputs(r, p, &out->probability, &out->scored);
+          for (float x : out->probability) {
+            if (!std::isfinite(x)) {
+              return InternalError(v.name + " predicted a non-finite probability");
+            }
+          }
+          out->model_version = std::to_string(v.version);
+          out->outputs = r.outputs;
+          return Status::OK();
+        });
   }
 
  private:
@@ -211,7 +191,7 @@ class Server final : public InferenceBackend {
     res->content_type = "application/json";
     res->headers.clear();
     res->body = JsonError(message);
-    Count(endpoint, status);
+    if (endpoint != nullptr) Count(endpoint, status);  // (null: counted by its caller)
   }
 
   // /v2/models/{name}[/versions/{version}][/ready|/config|/stats|/infer]
@@ -239,8 +219,8 @@ class Server final : public InferenceBackend {
                    fmt::format("{} {}: use {}", req.method, req.path, post ? "POST" : "GET"),
                    "other");
     }
-    const auto v = version_.load();  // the request's version
-    if (post) return Infer(req, v, std::string(name), std::string(version), res);
+    if (post) return Infer(req, name, version, res);  // (it takes the version it answers with)
+    const auto v = version_.load();
     if (!Known(*v, name, version, res, "model")) return;
     if (action.empty()) {
       res->body =
@@ -301,56 +281,91 @@ class Server final : public InferenceBackend {
     return s;
   }
 
-  void Infer(HttpRequest& req, const std::shared_ptr<const ServedVersion>& v,
-             const std::string& name, const std::string& version, HttpResponse* res) {
+  // 200, or the HTTP status of an inference's error (400 bad input, 404 another model, 500).
+  static int HttpStatusOf(const Status& s) {
+    return s.ok()                                     ? 200
+           : s.code() == StatusCode::kInvalidArgument ? 400
+           : s.code() == StatusCode::kNotFound        ? 404
+                                                      : 500;
+  }
+
+  using ReadTensors = std::function<StatusOr<RequestTensors>()>;
+  using WriteAnswer =
+      std::function<Status(const ServedVersion&, const InferRequest&, const std::vector<float>&)>;
+
+  // One inference, whatever the protocol: the model and version checked against the one
+  // served, the request's tensors read into its rows, predicted, and the answer written; the
+  // outcome counted in /metrics (`endpoint`) and in the statistics (queue: seconds before).
+  Status Answer(std::string_view name, std::string_view version, double queue, const char* endpoint,
+                const ReadTensors& read, const WriteAnswer& write) {
     Stopwatch clock;
     InferTimes t;
-    t.queue = std::max(0.0, SteadySeconds() - req.received_at);
-    if (!Known(*v, name, version, res, "infer")) return;
-    thread_local std::vector<float> p;
-    // The binary tensor data extension: the JSON object, then the tensors' bytes.
-    std::string_view json = req.body, binary;
-    const std::string_view header = req.Header("Inference-Header-Content-Length");
-    Status s;
-    if (!header.empty()) {
-      uint64_t n = 0;
-      if (!ParseUint64(header, &n) || n > req.body.size()) {
-        s = InvalidArgumentError(
-            fmt::format("Inference-Header-Content-Length: {}: not a length within the body's {} "
-                        "bytes",
-                        header, req.body.size()));
-      } else {
-        json = json.substr(0, n);
-        binary = std::string_view(req.body).substr(n);
-      }
+    t.queue = queue;
+    const auto v = version_.load();  // the request's version
+    Status s = Known(*v, name, version);
+    std::optional<InferRequest> r;
+    if (s.ok()) {
+      StatusOr<RequestTensors> tensors = read();
+      StatusOr<InferRequest> rows = tensors.ok()
+                                        ? InferRequestOf(std::move(*tensors), *v, graph_.get())
+                                        : StatusOr<InferRequest>(tensors.status());
+      s = rows.status();
+      if (s.ok()) r = std::move(*rows);
     }
-    StatusOr<InferRequest> r =
-        s.ok() ? ParseInferRequest(json, binary, *v, graph_.get()) : StatusOr<InferRequest>(s);
-    s = r.status();
     t.input = clock.Seconds();
+    thread_local std::vector<float> p;
     if (s.ok()) s = Predict(v, &*r, &p);
     t.infer = clock.Seconds() - t.input;
-    StatusOr<size_t> json_bytes =
-        s.ok() ? InferResponse(o_.model_name, *v, *r, p, &res->body) : StatusOr<size_t>(s);
-    if (!json_bytes.ok()) {
-      const Status& e = json_bytes.status();
-      const bool bad = e.code() == StatusCode::kInvalidArgument;
-      Error(res, bad ? 400 : 500, e.message(), "infer");
-      if (!bad) LOG_ERROR("serve: {}", e.ToString());
+    if (s.ok()) s = write(*v, *r, p);
+    const int code = HttpStatusOf(s);
+    Count(endpoint, code);
+    if (!s.ok()) {
+      if (code == 500) LOG_ERROR("serve: {}", s.ToString());
       stats_.Failure(v->version, t.queue + clock.Seconds());
-      return;
+      return s;
     }
-    res->headers.emplace_back("X-Model-Version", std::to_string(v->version));
-    if (*json_bytes < res->body.size()) {
-      res->content_type = "application/octet-stream";
-      res->headers.emplace_back("Inference-Header-Content-Length", std::to_string(*json_bytes));
-    }
-    Count("infer", 200);
     const size_t rows = r->through_graph ? r->records : p.size();
     rows_.Observe(static_cast<double>(rows));
     t.output = clock.Seconds() - t.input - t.infer;
     latency_.Observe(clock.Seconds());
     stats_.Success(v->version, rows, t, Now());
+    return Status::OK();
+  }
+
+  // A request's tensors over HTTP: its JSON object, then (binary tensor data extension) the
+  // bytes past Inference-Header-Content-Length.
+  static StatusOr<RequestTensors> HttpTensors(const HttpRequest& req) {
+    const std::string_view header = req.Header("Inference-Header-Content-Length");
+    if (header.empty()) return ReadRequestTensors(req.body, {});
+    uint64_t n = 0;
+    if (!ParseUint64(header, &n) || n > req.body.size()) {
+      return InvalidArgumentError(
+          fmt::format("Inference-Header-Content-Length: {}: not a length within the body's {} "
+                      "bytes",
+                      header, req.body.size()));
+    }
+    const std::string_view body = req.body;
+    return ReadRequestTensors(body.substr(0, n), body.substr(n));
+  }
+
+  void Infer(HttpRequest& req, std::string_view name, std::string_view version, HttpResponse* res) {
+    const double queue = std::max(0.0, SteadySeconds() - req.received_at);
+    Status s = Answer(
+        name, version, queue, "infer", [&] { return HttpTensors(req); },
+        [&](const ServedVersion& v, const InferRequest& r, const std::vector<float>& p) {
+          ASSIGN_OR_RETURN(const size_t json_bytes,
+                           InferResponse(o_.model_name, v, r, p, &res->body));
+          res->headers.emplace_back("X-Model-Version", std::to_string(v.version));
+          if (json_bytes < res->body.size()) {
+            res->content_type = "application/octet-stream";
+            res->headers.emplace_back("Inference-Header-Content-Length",
+                                      std::to_string(json_bytes));
+          }
+          return Status::OK();
+        });
+    if (!s.ok()) {
+      Error(res, HttpStatusOf(s), s.message(), nullptr);
+    }
   }
 
   void Count(const char* endpoint, int code) {
