@@ -295,6 +295,20 @@ def test_predict_from_arrays_equals_predict_from_records(data, tmp_path):
     with pytest.raises(ctrbox.Error, match="offsets decrease at entry 6"):
         model.predict(keys=flat, offsets=bad, dense=dense)
 
+    # A dense value that is not finite is named, not scored as NaN.
+    for value in (np.nan, np.inf):
+        d = dense.copy()
+        d[3, 1] = value
+        with pytest.raises(ctrbox.Error, match="dense value .* at row 3, column 1 is not a finite"):
+            model.predict(keys=flat, offsets=offsets, dense=d)
+    # An id of 2^64 or more is named, whatever holds it.
+    too_big = [[None] * slots for _ in range(1)]
+    too_big[0][0] = 1 << 64
+    with pytest.raises(TypeError, match="does not fit in 64 bits"):
+        model.predict(keys=too_big, dense=dense[:1])
+    with pytest.raises(TypeError, match="does not fit in 64 bits"):
+        model.predict(keys=[1 << 64] + [0] * (slots - 1), offsets=np.arange(slots + 1), dense=dense[:1])
+
 
 def test_lookup_reads_the_saved_rows(data, tmp_path):
     # A one-slot libsvm model: its keys are feature_keys(0, ids) of the file's ids.
@@ -437,3 +451,13 @@ def test_a_feature_graph_in_a_dict_trains_as_the_cli_job_file(tmp_path):
         assert float(rows["probability"][i]) == np.float32(cp)
     with pytest.raises(TypeError, match="data=... and id_column"):
         ctrbox.Model(tmp_path / "py", config={"features": features}).predict(data=test)
+
+
+def test_a_python_without_numpy_is_told_which_interpreter_to_use():
+    # (numpy made unimportable, as in a python3 of pyenv's that comes first on PATH)
+    code = "import sys; sys.modules['numpy'] = None; import ctrbox"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert p.returncode != 0
+    assert "ctrbox needs numpy, which this Python ({})".format(sys.executable) in p.stderr, p.stderr
+    assert "/usr/bin/python3" in p.stderr

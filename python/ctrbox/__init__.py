@@ -61,7 +61,13 @@ def _choose_blas_kernels():
 
 _choose_blas_kernels()
 
-import numpy as np  # noqa: E402  (after the kernel choice)
+try:
+    import numpy as np  # noqa: E402  (after the kernel choice)
+except ImportError as e:  # another python3 first on PATH (pyenv, a venv without numpy)
+    raise ImportError(
+        "ctrbox needs numpy, which this Python ({}) does not have: run it with Debian's "
+        "/usr/bin/python3 (scripts/setup installs python3-numpy for it), or a venv made with "
+        "--system-site-packages from it (docs/python.md)".format(sys.executable)) from e
 
 from . import _ctrbox  # noqa: E402
 
@@ -137,6 +143,8 @@ def _ids(values, what, signed=False):
     a = np.asarray(values)
     if a.size == 0:
         return np.zeros(0, dtype=np.uint64)
+    if a.dtype.kind == "O":  # Python ints beyond int64 (or other objects): each one checked
+        return np.asarray([_id(v, what) for v in a.reshape(-1)], dtype=np.uint64)
     if a.dtype.kind == "u" or (a.dtype.kind == "i" and (signed or not (a < 0).any())):
         return np.ascontiguousarray(a.astype(np.uint64, casting="unsafe").reshape(-1))
     if a.dtype.kind == "i":
@@ -151,6 +159,8 @@ def _id(value, what):
         raise TypeError("{}: ids must be integers, not {} ({!r})".format(what, type(value).__name__, value))
     if value < 0:
         raise TypeError("{}: ids are unsigned integers; {} is negative".format(what, value))
+    if value >= 1 << 64:
+        raise TypeError("{}: id {} does not fit in 64 bits (ids are below 2^64)".format(what, value))
     return int(value)
 
 
@@ -339,6 +349,11 @@ class Model:
         dense = np.ascontiguousarray(dense, dtype=np.float32)
         if dense.ndim != 2 or dense.shape != (rows, self.num_dense):
             raise Error("predict: dense has shape {}; expected ({}, {})".format(dense.shape, rows, self.num_dense))
+        bad = np.argwhere(~np.isfinite(dense))
+        if len(bad):
+            r, c = bad[0]
+            raise Error("predict: dense value {} at row {}, column {} is not a finite number (the "
+                        "data readers refuse such values too)".format(dense[r, c], r, c))
         return _call(self._model.predict_arrays, flat, offsets, dense.reshape(-1), rows, not hashed)
 
     def keys(self, slot, values):

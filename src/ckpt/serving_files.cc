@@ -7,6 +7,7 @@
 
 #include "util/coding.h"
 #include "util/json_text.h"
+#include "util/logging.h"
 
 namespace ctrbox {
 namespace {
@@ -161,6 +162,14 @@ ServingVersionWriter::ServingVersionWriter(Env* env, std::string path, ServingVe
       layout_(layout),
       scratch_(layout) {}
 
+ServingVersionWriter::~ServingVersionWriter() {
+  if (finished_) return;
+  sparse_.reset();  // (its file closed first)
+  Status s = DeleteVersionDir(env_, path_);
+  if (!s.ok())
+    LOG_WARNING("{}: a version not written in full, left behind: {}", path_, s.ToString());
+}
+
 StatusOr<std::unique_ptr<ServingVersionWriter>> ServingVersionWriter::Create(
     Env* env, const std::string& dir, ServingVersion v, ModelSpec spec,
     const ValueLayout& table_layout, const ValueLayout& layout) {
@@ -243,6 +252,7 @@ StatusOr<ServingVersion> ServingVersionWriter::Finish(const std::string& dense_p
   v_.bytes = text.size();
   for (const ModelFileInfo& f : files) v_.bytes += f.bytes;
   RETURN_IF_ERROR(env_->SyncDir(DirName(path_)));
+  finished_ = true;
   return v_;
 }
 

@@ -50,9 +50,12 @@ inline constexpr char kServingDonefile[] = "versions.jsonl";
 // embedding as `bits`-bit codes over [-range, range] (0: float32).
 ValueLayout ServingLayout(const ValueLayout& table, uint32_t bits, float range);
 
-// Writes one version's directory (not yet published: AppendVersion does that).
+// Writes one version's directory (not yet published: AppendVersion does that). A writer
+// destroyed before its Finish succeeded deletes the directory: a version that failed to
+// write (a full disk) is never left behind.
 class ServingVersionWriter {
  public:
+  ~ServingVersionWriter();
   // `table_layout`: the rows AddRows takes; `layout`: ServingLayout of it.
   static StatusOr<std::unique_ptr<ServingVersionWriter>> Create(Env* env, const std::string& dir,
                                                                 ServingVersion v, ModelSpec spec,
@@ -81,6 +84,7 @@ class ServingVersionWriter {
   RowBlock scratch_;
   std::vector<uint64_t> deleted_;
   nlohmann::json input_;
+  bool finished_ = false;
 };
 
 // The donefile's versions in order; none when it does not exist. Corruption naming the file

@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include "util/mem_env.h"
 #include "util/random.h"
 #include "util/temp_dir.h"
 
@@ -199,6 +200,49 @@ TEST(ServingFilesTest, PruningKeepsTheNewestBasesAndTheirDeltasAndDropsUnpublish
   EXPECT_TRUE(env->IsDirectory(tmp.File("v-000004")));
   EXPECT_FALSE(env->IsDirectory(tmp.File("v-000006")));
   EXPECT_TRUE(LoadServingState(env, tmp.path(), 4).ok());
+}
+
+// A version whose write fails (a full disk at any of its writes and syncs) leaves no directory
+// behind; a writer abandoned before Finish neither.
+TEST(ServingFilesTest, AVersionThatFailsToWriteLeavesNothing) {
+  const ValueLayout l = ServingLayout(TableLayout(), 0, 1.0f);
+  Random rng(3);
+  RowBlock rows = Rows({1, 2, 3, 4}, &rng);
+  auto write = [&](Env* env) -> StatusOr<ServingVersion> {
+    ServingVersion v;
+    v.version = v.base_version = 1;
+    ASSIGN_OR_RETURN(auto w, ServingVersionWriter::Create(env, "/s", v, Spec(), TableLayout(), l));
+    RETURN_IF_ERROR(w->AddRows(rows));
+    RETURN_IF_ERROR(w->AddDeleted({7}));
+    return w->Finish(Dense(1), 4);
+  };
+  // A full disk fails every write from then on; a sync or a rename fails once.
+  for (FaultOp op : {FaultOp::kWrite, FaultOp::kSync, FaultOp::kRename}) {
+    for (uint64_t n = 1;; ++n) {
+      MemEnv env;
+      ASSERT_TRUE(env.CreateDirs("/s").ok());
+      env.InjectFault(op, n, MemEnv::NoSpace("injected"), op == FaultOp::kWrite);
+      auto done = write(&env);
+      if (env.FaultsFired() == 0) {  // every call of this kind passed: the version is whole
+        ASSERT_TRUE(done.ok()) << done.status().ToString();
+        break;
+      }
+      EXPECT_FALSE(done.ok());
+      EXPECT_FALSE(env.IsDirectory("/s/v-000001")) << "fault at call " << n;
+    }
+  }
+  MemEnv env;
+  ASSERT_TRUE(env.CreateDirs("/s").ok());
+  ServingVersion v;
+  v.version = v.base_version = 1;
+  v.base = true;
+  {
+    auto w = ServingVersionWriter::Create(&env, "/s", v, Spec(), TableLayout(), l);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE((*w)->AddRows(rows).ok());
+    EXPECT_TRUE(env.IsDirectory("/s/v-000001"));
+  }
+  EXPECT_FALSE(env.IsDirectory("/s/v-000001"));
 }
 
 // Versions carry the dense parameters without the optimizer's state: they set a model's

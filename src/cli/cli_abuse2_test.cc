@@ -112,6 +112,64 @@ TEST_F(CliTest, HeldOutDataIsCheckedBeforeTraining) {
   EXPECT_EQ(other.exit_code, 1);
   EXPECT_NE(other.err.find("other.tsv"), std::string::npos) << other.err;
   EXPECT_EQ(other.err.find("pass 0"), std::string::npos) << "it trained first: " << other.err;
+  // A bad held-out row past what that check reads: the model was saved first, and the error
+  // says so and where.
+  ASSERT_EQ(Run(Ctrbox("gen --rows 5000 --seed 7 --out " + Path("late.tsv"))).exit_code, 0);
+  ASSERT_EQ(Run("echo 'not a row' >> " + Path("late.tsv")).exit_code, 0);
+  Result late = Run(Ctrbox("train --data " + Path("g.tsv") + " --eval-data " + Path("late.tsv") +
+                           " --model-dir " + Path("m3") +
+                           " --set data.max_error_rate=0 --set data.chunk_bytes=64KB"));
+  EXPECT_EQ(late.exit_code, 1);
+  EXPECT_NE(late.err.find("late.tsv:5001"), std::string::npos) << late.err;
+  EXPECT_NE(late.err.find("the trained model was saved before the test data was scored: " +
+                          Path("m3") + ", digest "),
+            std::string::npos)
+      << late.err;
+  EXPECT_TRUE(Env::Posix()->FileExists(Path("m3/MANIFEST")));
+}
+
+// A train command run again does not train its saved model further unasked: it says how to
+// continue it or replace it, and leaves it as it was.
+TEST_F(CliTest, ATrainCommandRunAgainDoesNotContinueItsModelUnasked) {
+  ASSERT_EQ(Run(Ctrbox("gen --rows 3000 --out " + Path("g.tsv"))).exit_code, 0);
+  const std::string cmd = "train --data " + Path("g.tsv") + " --model-dir " + Path("m");
+  Result first = Run(Ctrbox(cmd));
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  // (3000 rows are too few for 256 steps of the rule's least batch, 128: the log says so.)
+  EXPECT_NE(first.err.find("train.batch_size 128 for about 3000 rows"), std::string::npos)
+      << first.err;
+  EXPECT_NE(first.err.find("or 128 when the rows are too few for 256 steps"), std::string::npos)
+      << first.err;
+  Result again = Run(Ctrbox(cmd));
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_NE(again.err.find(Path("m") + " holds a trained model (" +
+                           std::to_string(first.last_json["keys"].get<uint64_t>()) +
+                           " keys, 3000 examples trained): pass --continue"),
+            std::string::npos)
+      << again.err;
+  EXPECT_NE(again.err.find("--fresh to replace it"), std::string::npos) << again.err;
+  Result same = Run(Ctrbox("inspect --model-dir " + Path("m")));
+  EXPECT_EQ(same.last_json["digest"], first.last_json["digest"]);
+  Result on = Run(Ctrbox(cmd + " --continue"));
+  ASSERT_EQ(on.exit_code, 0) << on.err;
+  EXPECT_NE(on.err.find("continuing training of the model in"), std::string::npos) << on.err;
+  EXPECT_NE(on.last_json["digest"], first.last_json["digest"]);
+  EXPECT_EQ(Run(Ctrbox(cmd + " --continue --fresh")).exit_code, 2);  // one or the other
+  Result fresh = Run(Ctrbox(cmd + " --fresh"));
+  ASSERT_EQ(fresh.exit_code, 0) << fresh.err;
+  EXPECT_EQ(fresh.last_json["digest"], first.last_json["digest"]);  // a new model, the same
+}
+
+// train.epochs: auto validates on one process: on ranks it is refused before anything is
+// written (each rank would validate its own share, and commit a model the ranks disagree on).
+TEST_F(CliTest, EpochsAutoOnRanksIsRefusedBeforeAnythingIsWritten) {
+  ASSERT_EQ(Run(Ctrbox("gen --rows 3000 --out " + Path("g.tsv"))).exit_code, 0);
+  Result r = Run(Ctrbox("train --data " + Path("g.tsv") + " --local-ranks 2 --model-dir " +
+                        Path("m") + " --set ckpt.dir=" + Path("ck") + " --set train.epochs=auto"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("not built for ranks"), std::string::npos) << r.err;
+  EXPECT_FALSE(Env::Posix()->FileExists(Path("m")));
+  EXPECT_FALSE(Env::Posix()->FileExists(Path("ck")));
 }
 
 // Item 4: inputs that passed quietly. A job over a small main view joined to a side view,
@@ -317,7 +375,7 @@ TEST_F(ViewAbuseTest, AHeldOutViewWithAnotherHeaderIsRefusedBeforeTraining) {
   // The same header, or none (issue 44: line 1 is then data): trains and evaluates.
   for (const std::string& dev : {main, rows}) {
     Write("dev.csv", dev);
-    Result ok = Run(Ctrbox("train" + job));
+    Result ok = Run(Ctrbox("train --fresh" + job));
     EXPECT_EQ(ok.exit_code, 0) << ok.err;
     EXPECT_EQ(ok.last_json["test_examples"], 300);
   }

@@ -319,8 +319,8 @@ TEST_F(CliTest, CompressedLogsAreReadAndMessagesShowWhatIsWrong) {
   EXPECT_EQ(odd.err.find("odd.tsv:1:"), std::string::npos) << odd.err;
 
   // Continuing a model with another shape names both values.
-  Result other = Run(Ctrbox("train --data " + Path("g.tsv") + " --model-dir " + Path("m1") +
-                            " --set model.mlp=16 --set model.embedding_dim=4"));
+  Result other = Run(Ctrbox("train --continue --data " + Path("g.tsv") + " --model-dir " +
+                            Path("m1") + " --set model.mlp=16 --set model.embedding_dim=4"));
   EXPECT_EQ(other.exit_code, 1);
   EXPECT_NE(other.err.find("model.embedding_dim = 16 there, 4 now"), std::string::npos)
       << other.err;

@@ -49,6 +49,10 @@ TEST_F(DataCliTest, LibfmFilesTrainWithTheirFieldsAndEvalReadsThemAsTrained) {
   ASSERT_EQ(one.exit_code, 0) << one.err;
   EXPECT_EQ(one.last_json["records_malformed"], 0);
   EXPECT_NE(one.err.find("0 dense + 1 slots"), std::string::npos) << one.err;
+  EXPECT_NE(one.err.find("has 10 one-hot features, a feature per field: they go into one slot "
+                         "(data.slot_from: one, the default); data.slot_from: position"),
+            std::string::npos)
+      << one.err;
   Result fields =
       Run(Ctrbox("train --format libfm --set data.slot_from=position" + common + Path("fields")));
   ASSERT_EQ(fields.exit_code, 0) << fields.err;
@@ -81,6 +85,15 @@ TEST_F(DataCliTest, LibfmFilesTrainWithTheirFieldsAndEvalReadsThemAsTrained) {
                          "libsvm): --format libfm)"),
             std::string::npos)
       << ffm.err;
+  // Read as libffm without data.num_slots: the format the data reads as comes first.
+  Result ffm_slots = Run(Ctrbox("train --format libffm --data " + Path("train.libfm") +
+                                " --model-dir " + Path("ffm")));
+  EXPECT_EQ(ffm_slots.exit_code, 1);
+  EXPECT_NE(ffm_slots.err.find("data.num_slots must be set (> 0) for format libffm (the data's "
+                               "first line reads as libfm (label idx:val, as libsvm), not libffm: "
+                               "--format libfm?)"),
+            std::string::npos)
+      << ffm_slots.err;
   // slot_from is for the idx:val formats only.
   Result misplaced = Run(Ctrbox("train --set data.slot_from=position --data " +
                                 Path("train.libfm") + " --model-dir " + Path("x")));
@@ -303,6 +316,49 @@ TEST_F(DataCliTest, EpochsAutoTakesTheEpochsTheDataWantsAndNeverEndsWorseThanOne
       Run(Ctrbox("train" + criteo + " --set train.epochs=auto --set train.validation_fraction=0"));
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.err.find("train.validation_fraction is 0"), std::string::npos) << bad.err;
+}
+
+// A headed CSV file trains in one command: the feature graph is guessed from its header and
+// a sample (said in the log), saved beside the model as job.yaml, and eval reads through it.
+TEST_F(DataCliTest, AHeadedCsvFileTrainsInOneCommand) {
+  auto csv = [](int rows, uint64_t seed) {
+    Random rng(seed);
+    std::string t = "id,hour,site,app,price,temp,click\n";
+    for (int r = 0; r < rows; ++r) {
+      const uint64_t hour = rng.Below(24), site = rng.Below(30), app = rng.Below(50);
+      const bool likely = site % 3 == 0 || hour < 6;
+      t += fmt::format("{},{},site{},\"a,{}\",{:.2f},{:.1f},{}\n", seed * 100000 + r, hour, site,
+                       app, rng.Below(10000) / 7.0, double(rng.Below(400)) / 10 - 20,
+                       rng.Below(100) < (likely ? 70u : 10u) ? 1 : 0);
+    }
+    return t;
+  };
+  Write("train.csv", csv(8000, 1));
+  Write("dev.csv", csv(2000, 2));
+  Result t = Run(Ctrbox("train --data " + Path("train.csv") + " --eval-data " + Path("dev.csv") +
+                        " --model-dir " + Path("m")));
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_GT(t.last_json["test_auc"].get<double>(), 0.7) << t.err;
+  EXPECT_NE(t.err.find("is read as CSV with a header (its name; --format chooses another); "
+                       "guessed from its first rows: label click; 3 slots (hour, site, app); "
+                       "2 dense (price, temp: (x - min) / sd); left out: id (every value "
+                       "differs: a row id?)"),
+            std::string::npos)
+      << t.err;
+  EXPECT_NE(t.err.find("the guessed job is " + Path("m/job.yaml")), std::string::npos) << t.err;
+  Result e = Run(Ctrbox("eval -c " + Path("m/job.yaml") + " --model-dir " + Path("m") + " --data " +
+                        Path("dev.csv")));
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  EXPECT_EQ(e.last_json["auc"], t.last_json["test_auc"]);
+  Result f =
+      Run(Ctrbox("eval --format csv --model-dir " + Path("m") + " --data " + Path("dev.csv")));
+  EXPECT_EQ(f.exit_code, 1);
+  EXPECT_NE(f.err.find("-c MODEL_DIR/job.yaml"), std::string::npos) << f.err;
+  // No label column by name: the error names the header and the key that chooses one.
+  Write("nolabel.csv", "a,b\nx,1\ny,0\n");
+  Result n = Run(Ctrbox("train --format csv --data " + Path("nolabel.csv")));
+  EXPECT_EQ(n.exit_code, 1);
+  EXPECT_NE(n.err.find("data.label_column=COLUMN (its header: a, b)"), std::string::npos) << n.err;
 }
 
 }  // namespace

@@ -72,6 +72,15 @@ TEST_F(CliTest, GenConvertTrainEvalPredictInspect) {
   ASSERT_EQ(lines.size(), 3000u);
   double x;
   EXPECT_TRUE(ParseDouble(lines[0], &x) && x > 0 && x < 1) << lines[0];
+  // With a job file naming the training data, predict still scores standard input.
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), Path("job.yaml"),
+                              "data:\n  paths: [" + Path("train.tsv") + "]\n")
+                  .ok());
+  Result pj = Run(Ctrbox("predict -c " + Path("job.yaml") + " --model-dir " + Path("m1")),
+                  Path("test.tsv"));
+  ASSERT_EQ(pj.exit_code, 0) << pj.err;
+  EXPECT_EQ(pj.out, p.out);
+  EXPECT_NE(pj.err.find("predict reads standard input"), std::string::npos) << pj.err;
 
   Result i = Run(Ctrbox("inspect --model-dir " + Path("m1")));
   ASSERT_EQ(i.exit_code, 0) << i.err;
@@ -288,39 +297,77 @@ TEST_F(CliTest, ReportDrawsEveryChartAndChromiumRendersThem) {
   if (std::system("command -v chromium >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "chromium is not installed (scripts/setup installs Debian's chromium)";
   }
-  std::string probe = html;
-  probe.insert(probe.rfind("</body>"), R"(<script>
-const out = [];
-for (const svg of document.querySelectorAll('svg')) {
-  const box = svg.getBoundingClientRect();
-  let drawn = 0;
-  for (const p of svg.querySelectorAll('path')) {
-    const b = p.getBBox();
-    if (p.getTotalLength() > 0 && (b.width > 0 || b.height > 0)) drawn++;
-  }
-  out.push(svg.getAttribute('aria-label') + '|' + Math.round(box.width) + '|' + drawn);
-}
-document.body.insertAdjacentHTML('beforeend', '<pre id="probe">' + out.join(';') + '</pre>');
-</script>)");
-  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), Path("probe.html"), probe).ok());
   const std::string chromium =
       "timeout 120 chromium --headless --no-sandbox --disable-gpu "
       "--hide-scrollbars --user-data-dir=" +
       Path("chromium") + " ";
-  Result dom = Run(chromium + "--dump-dom file://" + Path("probe.html"));
-  ASSERT_EQ(dom.exit_code, 0) << dom.err;
-  const size_t at = dom.out.rfind("<pre id=\"probe\">");  // after the script, which names it
-  ASSERT_NE(at, std::string::npos) << dom.out.substr(0, 2000);
-  const std::string rendered = dom.out.substr(at + 16, dom.out.find("</pre>", at) - at - 16);
-  size_t charts = 0;
-  for (std::string_view item : Split(rendered, ';')) {
-    const auto f = Split(item, '|');
-    ASSERT_EQ(f.size(), 3u) << item;
-    ++charts;
-    EXPECT_GE(std::stoi(std::string(f[1])), 400) << item;  // laid out at its size
-    EXPECT_GE(std::stoi(std::string(f[2])), 1) << item;    // with a visible path
+  // Each chart of a page as the browser lays it out: its width, its drawn paths, and its texts
+  // that cross its edges (a legend label cut off).
+  auto probe = [&](const std::string& page, const char* name) {
+    std::string p = page;
+    p.insert(p.rfind("</body>"), R"(<script>
+const out = [];
+for (const svg of document.querySelectorAll('svg')) {
+  const box = svg.getBoundingClientRect();
+  let drawn = 0, cut = 0;
+  for (const p of svg.querySelectorAll('path')) {
+    const b = p.getBBox();
+    if (p.getTotalLength() > 0 && (b.width > 0 || b.height > 0)) drawn++;
   }
-  EXPECT_EQ(charts, std::size(kCharts)) << rendered;
+  for (const c of svg.querySelectorAll('circle')) drawn += c.r.baseVal.value > 0;
+  for (const t of svg.querySelectorAll('text')) {
+    const r = t.getBoundingClientRect();
+    if (r.left < box.left - 0.5 || r.right > box.right + 0.5) cut++;
+  }
+  out.push(svg.getAttribute('aria-label') + '|' + Math.round(box.width) + '|' + drawn + '|' + cut);
+}
+document.body.insertAdjacentHTML('beforeend', '<pre id="probe">' + out.join(';') + '</pre>');
+</script>)");
+    const std::string file = Path(std::string(name) + ".html");
+    EXPECT_TRUE(WriteFileAtomic(Env::Posix(), file, p).ok());
+    Result dom = Run(chromium + "--dump-dom file://" + file);
+    EXPECT_EQ(dom.exit_code, 0) << dom.err;
+    const size_t at = dom.out.rfind("<pre id=\"probe\">");  // after the script, which names it
+    EXPECT_NE(at, std::string::npos) << dom.out.substr(0, 2000);
+    std::vector<std::vector<std::string>> charts;
+    if (at == std::string::npos) return charts;
+    const std::string rendered = dom.out.substr(at + 16, dom.out.find("</pre>", at) - at - 16);
+    for (std::string_view item : Split(rendered, ';')) {
+      std::vector<std::string> f;
+      for (std::string_view v : Split(item, '|')) f.emplace_back(v);
+      EXPECT_EQ(f.size(), 4u) << item;
+      if (f.size() != 4) continue;
+      EXPECT_GE(std::stoi(f[1]), 400) << name << ": " << item;  // laid out at its size
+      EXPECT_GE(std::stoi(f[2]), 1) << name << ": " << item;    // a visible line or point
+      EXPECT_EQ(f[3], "0") << name << ": " << item << ": a text crosses the chart's edge";
+      charts.push_back(std::move(f));
+    }
+    return charts;
+  };
+  EXPECT_EQ(probe(html, "tiered").size(), std::size(kCharts));
+  // A one-pass run, most users' first, and a job of epochs: every line visible, no label cut.
+  // (A small job's report page, and its train report.)
+  auto page_of = [&](const std::string& dir, const std::string& more, std::string* page) {
+    Result t = Run(Ctrbox("train --fresh --model-dir " + Path(dir) +
+                          " --set data.gen.rows=3000 --set data.gen.test_rows=1000"
+                          " --set model.mlp=32,16 --set pipeline.pass_examples=100000" +
+                          more));
+    EXPECT_EQ(t.exit_code, 0) << t.err;
+    EXPECT_EQ(Run(Ctrbox("report --model-dir " + Path(dir))).exit_code, 0);
+    EXPECT_TRUE(ReadFileToString(Env::Posix(), Path(dir + "/report.html"), page).ok());
+    return t;
+  };
+  std::string epochs_page, single_page;
+  Result one = page_of("one", " --set train.epochs=auto --set train.max_epochs=3", &epochs_page);
+  EXPECT_NE(epochs_page.find("Logloss per epoch"), std::string::npos);
+  const uint64_t epochs = one.last_json["validation"]["epochs"];
+  EXPECT_NE(epochs_page.find("<th>passes</th><td>" + std::to_string(epochs) + "</td>"),
+            std::string::npos)
+      << "one pass an epoch";
+  probe(epochs_page, "epochs");
+  page_of("single", "", &single_page);
+  EXPECT_NE(single_page.find("1 pass."), std::string::npos);
+  probe(single_page, "single");
   Result shot = Run(chromium + "--window-size=1100,2000 --screenshot=" + Path("shot.png") +
                     " file://" + Path("m/report.html"));
   ASSERT_EQ(shot.exit_code, 0) << shot.err;
@@ -354,8 +401,8 @@ TEST_F(CliTest, HashedKeysBoundTheTableAndFollowTheModelToEvalAndPredict) {
     Result ev = Run(Ctrbox("eval --model-dir " + dir + " --data " + Path("test.tsv")));
     ASSERT_EQ(ev.exit_code, 0) << ev.err;
     EXPECT_EQ(ev.last_json["auc"], r.last_json["test_auc"]);
-    Result again = Run(Ctrbox("train --model-dir " + dir + " --data " + Path("train.tsv") +
-                              " --set model.mlp=32,16"));
+    Result again = Run(Ctrbox("train --continue --model-dir " + dir + " --data " +
+                              Path("train.tsv") + " --set model.mlp=32,16"));
     EXPECT_NE(again.exit_code, 0);
     EXPECT_NE(again.err.find("hashing"), std::string::npos) << again.err;
   }
@@ -401,9 +448,10 @@ TEST_F(CliTest, InteractionModelsTrainThroughEveryTierAndFollowTheModelToEval) {
   ASSERT_EQ(ev.exit_code, 0) << ev.err;
   EXPECT_EQ(ev.last_json["auc"], mem.last_json["test_auc"]);
   // Continuing under another shape is refused, naming the key.
-  Result other = Run(Ctrbox("train --model-dir " + Path("mem") + " --data " + Path("train.tsv") +
-                            " --set model.mlp=32,16 --set model.wide=true --set model.fm=true"
-                            " --set model.dot=true --set model.bottom_mlp=64,16"));
+  Result other =
+      Run(Ctrbox("train --continue --model-dir " + Path("mem") + " --data " + Path("train.tsv") +
+                 " --set model.mlp=32,16 --set model.wide=true --set model.fm=true"
+                 " --set model.dot=true --set model.bottom_mlp=64,16"));
   EXPECT_NE(other.exit_code, 0);
   EXPECT_NE(other.err.find("model.cross_layers"), std::string::npos) << other.err;
   // A bottom MLP needs dense features to read.
@@ -453,10 +501,11 @@ TEST_F(CliTest, QuantizedEmbeddingsTrainThroughEveryTier) {
   ASSERT_EQ(eval.exit_code, 0) << eval.err;
 
   // Continuing the model: the rounding may change, the stored codes' width may not.
-  Result cont =
-      Run(Ctrbox(base + " --model-dir " + Path("mem") + " --set storage.quant.rounding=nearest"));
+  Result cont = Run(Ctrbox(base + " --continue --model-dir " + Path("mem") +
+                           " --set storage.quant.rounding=nearest"));
   EXPECT_EQ(cont.exit_code, 0) << cont.err;
-  Result bad = Run(Ctrbox(base + " --model-dir " + Path("mem") + " --set storage.quant.bits=16"));
+  Result bad =
+      Run(Ctrbox(base + " --continue --model-dir " + Path("mem") + " --set storage.quant.bits=16"));
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("model.quant.bits"), std::string::npos) << bad.err;
 
@@ -501,8 +550,8 @@ TEST_F(RowLayoutCliTest, RowwiseAdagradRowsAreSmallAndTrainThroughEveryTier) {
   ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
   EXPECT_EQ(inspect.last_json["spec"]["sparse_optimizer"]["kind"], "rowwise_adagrad");
   // The stored state is one value per row: continuing with per-element Adagrad is refused.
-  Result other =
-      Run(Ctrbox(base + " --model-dir " + Path("mem") + " --set optimizer.sparse.type=adagrad"));
+  Result other = Run(Ctrbox(base + " --continue --model-dir " + Path("mem") +
+                            " --set optimizer.sparse.type=adagrad"));
   EXPECT_EQ(other.exit_code, 1);
   EXPECT_NE(other.err.find("rowwise_adagrad"), std::string::npos) << other.err;
 }
@@ -528,8 +577,8 @@ TEST_F(RowLayoutCliTest, Bf16AdagradStateHalvesTheStateAndTrainsThroughEveryTier
   Result eval = Run(Ctrbox("eval --model-dir " + Path("mem") + " --data " + Path("h.tsv")));
   ASSERT_EQ(eval.exit_code, 0) << eval.err;
   // The stored state's width is part of the model: continuing with float32 state is refused.
-  Result other =
-      Run(Ctrbox(base + " --model-dir " + Path("mem") + " --set optimizer.sparse.state_bits=0"));
+  Result other = Run(Ctrbox(base + " --continue --model-dir " + Path("mem") +
+                            " --set optimizer.sparse.state_bits=0"));
   EXPECT_EQ(other.exit_code, 1);
   EXPECT_NE(other.err.find("state_bits"), std::string::npos) << other.err;
   Result wrong = Run(Ctrbox("train --set optimizer.sparse.state_bits=8"));
@@ -634,7 +683,7 @@ TEST_F(CliTest, SharedSlotsShareRowsAndFollowTheModel) {
   ASSERT_EQ(ev.exit_code, 0) << ev.err;
   EXPECT_EQ(ev.last_json["auc"], shared.last_json["test_auc"]);
   // Continuing the model under other groups is refused, naming the key.
-  Result other = Run(Ctrbox("train --model-dir " + Path("shared") + " --format slots " +
+  Result other = Run(Ctrbox("train --continue --model-dir " + Path("shared") + " --format slots " +
                             "--set data.num_slots=16 --set data.num_dense=4 --set model.mlp=32 " +
                             "--data " + Path("tr.txt") + " --set model.shared_slots=1+6"));
   EXPECT_EQ(other.exit_code, 1);

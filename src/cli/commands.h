@@ -85,7 +85,8 @@ Status RunExtractCommand(const JobConfig& job, const ConvertArgs& args, bool exp
 // by mpirun, the process is one rank of the MPI job.
 Status RunTrainCommand(const JobConfig& job, int local_ranks = 1);
 Status RunEvalCommand(const JobConfig& job);
-Status RunPredictCommand(const JobConfig& job);
+// Scores --data (`data_given`), else standard input: never a job file's training data.
+Status RunPredictCommand(JobConfig job, bool data_given);
 // Inspects a model directory, (store_dir) the SSD store a clean shutdown left, (ckpt_dir) a
 // train job's checkpoints, or (serving_dir) a stream job's published versions.
 Status RunInspectCommand(const std::string& model_dir, const std::string& store_dir,

@@ -10,6 +10,7 @@
 #include <map>
 
 #include "cli/config_grammars.h"
+#include "feature/csv_guess.h"
 #include "feature/graph.h"
 #include "util/logging.h"
 #include "util/parse.h"
@@ -106,12 +107,97 @@ Status JobConfigBuilder::Set(std::string_view key, std::string_view value,
           fmt::format("{}: bad value '{}' for {}: expected {}", origin, value, key, expect));
     }
     set_keys_.insert(std::string(key));
+    origins_[std::string(key)] = std::string(origin);
     job_.settings_given[std::string(key)] = std::string(Trim(value));
     return Status::OK();
   }
   return InvalidArgumentError(
       fmt::format("{}: unknown configuration key '{}' (`ctrbox config` lists them)", origin, key));
 }
+
+namespace {
+
+// train --format csv / tsv, or a first data file named *.csv and no format set: the feature
+// graph guessed from the file (feature/csv_guess.h), said in the log.
+Status GuessCsvGraph(const JobSources& sources, JobConfig* job) {
+  const bool asked = sources.format == "csv" || sources.format == "tsv";
+  const bool named = sources.format.empty() && !job->settings_given.contains("data.format") &&
+                     !job->data.paths.empty() && job->data.paths[0].ends_with(".csv");
+  if (asked && job->features != nullptr) {
+    return InvalidArgumentError(
+        fmt::format("--format {}: this job has a feature graph, whose views name their own formats "
+                    "(features.main.format; docs/features.md)",
+                    sources.format));
+  }
+  if (!sources.guess_csv || job->features != nullptr || !(asked || named)) return Status::OK();
+  CsvGuessOptions o;
+  o.format = sources.format == "tsv" ? ViewFormat::kTsv : ViewFormat::kCsv;
+  o.label = job->label_column;
+  ASSIGN_OR_RETURN(CsvGuess g, GuessCsvFeatures(Env::Posix(), job->data.paths, o));
+  const std::string origin = "the feature graph guessed for " + job->data.paths[0];
+  try {
+    ASSIGN_OR_RETURN(job->features, ParseFeatures(YAML::Load(g.features_yaml), origin));
+  } catch (const YAML::Exception& e) {
+    return InternalError(fmt::format("{}: {}", origin, e.msg));
+  }
+  LOG_INFO("{} is read as {} with a header{}; guessed from its first rows: {}", job->data.paths[0],
+           o.format == ViewFormat::kTsv ? "TSV" : "CSV",
+           asked ? "" : " (its name; --format chooses another)", g.summary);
+  job->guessed_job = std::move(g.job_yaml);
+  return Status::OK();
+}
+
+}  // namespace
+
+namespace {
+
+// A path a job file gives is relative to the job file's folder, as in compose files, not to
+// the working directory: the same job file runs from anywhere. (--set and --data paths stay
+// relative to the working directory, as every command line's do.)
+std::string RelativeToJobFile(const std::string& job_file, std::string_view key,
+                              std::string_view value) {
+  static constexpr std::string_view kPathKeys[] = {
+      "data.paths",  "data.eval_paths",    "ckpt.dir",   "storage.ssd_dir",
+      "serving.dir", "train.metrics_path", "stream.root"};
+  if (std::find(std::begin(kPathKeys), std::end(kPathKeys), key) == std::end(kPathKeys)) {
+    return std::string(value);
+  }
+  const std::string base = DirName(job_file);
+  std::string out;
+  for (std::string_view item : Split(value, ',')) {  // (a list arrives joined by ',')
+    item = Trim(item);
+    std::string resolved(item);
+    if (!item.empty() && item != "-" && item.front() != '/' && base != ".") {
+      resolved = JoinPath(base, item);
+    }
+    out += (out.empty() ? "" : ",") + resolved;
+  }
+  return out;
+}
+
+// train: a data file a job file names that does not exist is named with the job file's line
+// (and the folder its relative paths start from) before anything else is read.
+Status CheckJobFilePaths(const JobConfigBuilder& b, const JobSources& sources) {
+  if (!sources.guess_csv || sources.config_path.empty()) return Status::OK();
+  const JobConfig& job = b.job_const();
+  for (const auto& [key, paths] :
+       {std::pair{"data.paths", &job.data.paths}, std::pair{"data.eval_paths", &job.eval_paths}}) {
+    const std::string origin = b.origin(key);
+    if (!origin.starts_with(sources.config_path + ":")) continue;  // (not the job file's)
+    for (const std::string& p : *paths) {
+      if (p == "-" || p.find_first_of("*?[") != std::string::npos) continue;
+      if (!std::filesystem::exists(p)) {
+        return NotFoundError(fmt::format(
+            "{}: {}: {} does not exist (a job file's relative paths start from its folder, "
+            "{})",
+            origin, key, p, DirName(sources.config_path)));
+      }
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
 
 StatusOr<JobConfig> BuildJobConfig(const JobSources& sources) {
   JobConfigBuilder b;
@@ -128,7 +214,22 @@ StatusOr<JobConfig> BuildJobConfig(const JobSources& sources) {
   }
   for (const std::string& s : sources.sets) RETURN_IF_ERROR(b.ApplySet(s));
   for (const JobSources::Entry& e : sources.keys) RETURN_IF_ERROR(b.Set(e.key, e.value, e.origin));
-  if (!sources.format.empty()) RETURN_IF_ERROR(b.Set("data.format", sources.format, "--format"));
+  const bool csv = sources.format == "csv" || sources.format == "tsv";
+  if (csv && !sources.guess_csv) {
+    return InvalidArgumentError(fmt::format(
+        "--format {}: train guesses a feature graph for a {} file and saves it beside the "
+        "model as job.yaml: give that job file here (-c MODEL_DIR/job.yaml)",
+        sources.format, sources.format));
+  }
+  if (!sources.format.empty() && !csv) {
+    if (b.job().features != nullptr) {  // it would be ignored: said, not accepted
+      return InvalidArgumentError(fmt::format(
+          "--format {}: this job has a feature graph, whose views name their own formats "
+          "(features.main.format, features.views.*.format; docs/features.md)",
+          sources.format));
+    }
+    RETURN_IF_ERROR(b.Set("data.format", sources.format, "--format"));
+  }
   std::map<std::string, std::string>& given = b.job().settings_given;
   if (!sources.data.empty()) {
     b.job().data.paths = sources.data;
@@ -143,6 +244,12 @@ StatusOr<JobConfig> BuildJobConfig(const JobSources& sources) {
   b.job().resume = sources.resume;
   if (sources.fresh) given["--fresh"] = "true";
   if (sources.resume) given["--resume"] = "true";
+  if (sources.continue_model) {
+    b.job().train.continue_model = true;
+    given["--continue"] = "true";
+  }
+  RETURN_IF_ERROR(CheckJobFilePaths(b, sources));
+  RETURN_IF_ERROR(GuessCsvGraph(sources, &b.job()));
   return b.Finish();
 }
 
@@ -189,6 +296,18 @@ Status JobConfigBuilder::LoadYaml(const std::string& path) {
   try {
     if (root.IsMap() && root["features"] && HasFeatureGraph(root["features"])) {
       YAML::Node features = root["features"];
+      // The views' paths, as the job's, start from the job file's folder.
+      if (features["views"] && features["views"].IsMap()) {
+        for (auto view : features["views"]) {
+          YAML::Node paths = view.second["paths"];
+          if (!paths || !paths.IsSequence()) continue;
+          for (size_t i = 0; i < paths.size(); ++i) {
+            if (paths[i].IsScalar()) {
+              paths[i] = RelativeToJobFile(path, "data.paths", paths[i].as<std::string>());
+            }
+          }
+        }
+      }
       ASSIGN_OR_RETURN(job_.features, ParseFeatures(features, path));
       for (const char* k : kFeatureGraphKeys) features.remove(k);
       if (features.size() == 0) root.remove("features");
@@ -203,7 +322,8 @@ Status JobConfigBuilder::LoadYaml(const std::string& path) {
     return InvalidArgumentError(fmt::format("{}:{}: {}", path, e.mark.line + 1, e.msg));
   }
   for (const auto& [key, value, line] : entries) {
-    RETURN_IF_ERROR(Set(key, value, fmt::format("{}:{}", path, line)));
+    RETURN_IF_ERROR(
+        Set(key, RelativeToJobFile(path, key, value), fmt::format("{}:{}", path, line)));
   }
   return Status::OK();
 }

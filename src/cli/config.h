@@ -6,6 +6,7 @@
 #ifndef CTRBOX_CLI_CONFIG_H_
 #define CTRBOX_CLI_CONFIG_H_
 
+#include <map>
 #include <set>
 #include <string>
 #include <string_view>
@@ -29,11 +30,18 @@ class JobConfigBuilder {
   StatusOr<JobConfig> Finish();
 
   bool was_set(const std::string& key) const { return set_keys_.count(key) > 0; }
+  // Where key was set last ("job.yaml:3", "--set"), or "".
+  std::string origin(const std::string& key) const {
+    auto it = origins_.find(key);
+    return it == origins_.end() ? "" : it->second;
+  }
   JobConfig& job() { return job_; }
+  const JobConfig& job_const() const { return job_; }
 
  private:
   JobConfig job_;
   std::set<std::string> set_keys_;
+  std::map<std::string, std::string> origins_;
 };
 
 // Where a job's settings come from besides the defaults, in the order they apply: a YAML job
@@ -48,7 +56,10 @@ struct JobSources {
   std::vector<Entry> keys;
   std::vector<std::string> data, eval_data;
   std::string format, model_dir;
-  bool fresh = false, resume = false;
+  bool fresh = false, resume = false, continue_model = false;
+  // train: --format csv or tsv (or a first data file named *.csv with no format set) guesses
+  // the feature graph from the file's header and a sample (feature/csv_guess.h).
+  bool guess_csv = false;
   // A feature graph given as YAML (or JSON) text of the `features:` node, from `origin` (the
   // Python module's dict config); docs/features.md.
   std::string features_text, features_origin;

@@ -19,9 +19,12 @@ const std::vector<Key>& Keys() {
       {"data.command", "(none)",
        "a shell command whose standard output is the (text) training data, instead of data.paths",
        Text([](JobConfig* j, std::string v) { j->data.command = std::move(v); })},
+      {"data.label_column", "(a column named label, click, clicked, is_click, target or y)",
+       "train --format csv or tsv: the label column of the guessed feature graph",
+       Text([](JobConfig* j, std::string v) { j->label_column = std::move(v); })},
       {"data.format", "criteo",
        "criteo | libsvm | libfm (label idx:val) | libffm (label field:idx:val) | slots | shards "
-       "(also --format)",
+       "(also --format; train --format csv | tsv guesses a feature graph)",
        Format([](JobConfig* j, DataFormat f) { j->data.format = f; }, true)},
       {"data.slot_from", "one",
        "libsvm, libfm: one (every feature in slot 0) | position (the token's place in the row "
@@ -303,6 +306,15 @@ const std::vector<Key>& Keys() {
        "a partition still missing after stream.max_wait: skip (counted and logged; never "
        "trained later) | fail (the job stops) | wait (without end)",
        OnLate()},
+      {"stream.max_ahead", "86400",
+       "seconds a ready partition may begin after the clock (time zones, skew); one further "
+       "ahead is from the future: not taken, and no reason to skip, until the clock reaches it",
+       Float([](JobConfig* j, float v) { j->stream.max_ahead_seconds = v; }, 0, 1e10)},
+      {"stream.max_gap", "1000",
+       "partitions a ready one may lie after the next; one further is not taken, and no reason "
+       "to skip, until the stream reaches it (0: no limit)",
+       UInt([](JobConfig* j, uint64_t v) { j->stream.max_gap = static_cast<uint32_t>(v); }, 0,
+            1u << 30)},
       {"serving.dir", "(none)",
        "publish versions for serving here: deltas and bases, listed in versions.jsonl",
        Text([](JobConfig* j, std::string v) { j->serving.dir = std::move(v); })},
@@ -327,6 +339,10 @@ const std::vector<Key>& Keys() {
        UInt([](JobConfig* j, uint64_t v) { j->train.threads = static_cast<int>(v); }, 1, 1024)},
       {"train.seed", "1", "seed of the MLP and embedding initialisation",
        UInt([](JobConfig* j, uint64_t v) { j->train.seed = v; }, 0, ~uint64_t{0} - 1)},
+      {"train.continue", "false",
+       "train the model already in model_dir further (also --continue); without it, or "
+       "--fresh, a model there is refused",
+       Bool([](JobConfig* j, bool v) { j->train.continue_model = v; })},
       {"train.deterministic", "false",
        "require bit-identical runs; the CPU trainer always is, device: gpu needs "
        "gpu.scatter=segment "

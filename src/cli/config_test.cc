@@ -293,7 +293,7 @@ TEST(ConfigTest, YamlFileWithNestedKeysListsAndLineNumbers) {
   testing::TempDir dir;
   std::string path = dir.File("job.yaml");
   ASSERT_TRUE(WriteFileAtomic(Env::Posix(), path,
-                              "data:\n  format: slots\n  num_slots: 4\n  paths: [a.txt, b.txt]\n"
+                              "data:\n  format: slots\n  num_slots: 4\n  paths: [a.txt, /x/b.txt]\n"
                               "model:\n  mlp: [32, 16]\n  wide: true\n"
                               "optimizer:\n  sparse:\n    type: adam\n")
                   .ok());
@@ -302,7 +302,8 @@ TEST(ConfigTest, YamlFileWithNestedKeysListsAndLineNumbers) {
   auto job = b.Finish();
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   EXPECT_EQ(job->data.format, DataFormat::kSlots);
-  EXPECT_EQ(job->data.paths, (std::vector<std::string>{"a.txt", "b.txt"}));
+  // A relative path starts from the job file's folder; an absolute one stays.
+  EXPECT_EQ(job->data.paths, (std::vector<std::string>{dir.File("a.txt"), "/x/b.txt"}));
   EXPECT_EQ(job->spec.model.mlp, (std::vector<uint32_t>{32, 16}));
   EXPECT_TRUE(job->spec.model.wide);
   EXPECT_FLOAT_EQ(job->spec.sparse_optimizer.epsilon, 1e-8f);  // adam's default

@@ -83,6 +83,18 @@ TEST_F(FeatureCliTest, TrainingThroughTheExtractStageEqualsTrainingOnExtractedSh
   EXPECT_EQ(ev.last_json["auc"], t1.last_json["test_auc"]);
 }
 
+// A job of epochs over views: the report's extraction counts the epochs' training reads, not
+// the reads that score the rows held back after each epoch.
+TEST_F(FeatureCliTest, EpochsCountTheirTrainingExtractionOnly) {
+  Gen(3000);
+  Result t = Run(Ctrbox("train -c " + Path("views/job.yaml") + " --model-dir " + Path("m") +
+                        " --set model.mlp=16 --set train.epochs=2 "
+                        "--set train.validation_fraction=0.2"));
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_EQ(t.last_json["extract"]["rows_in"], 2 * 3000);
+  EXPECT_LE(t.last_json["extract"]["rows_out"].get<uint64_t>(), 2u * 3000);
+}
+
 TEST_F(FeatureCliTest, GraphErrorsNameTheYamlLineAndBadRowsTheirLine) {
   Gen(3000);
   std::ofstream(Path("cycle.yaml")) << "data:\n  paths: [" << Path("views/impressions.csv")
@@ -109,6 +121,12 @@ TEST_F(FeatureCliTest, GraphErrorsNameTheYamlLineAndBadRowsTheirLine) {
                         " --set data.max_error_rate=0"));
   EXPECT_EQ(b.exit_code, 1);
   EXPECT_NE(b.err.find("impressions.csv:4: bad_label"), std::string::npos) << b.err;
+  // A flag the graph's job would ignore is refused.
+  Result f = Run(Ctrbox("train -c " + Path("views/job.yaml") + " --model-dir " + Path("m") +
+                        " --format criteo"));
+  EXPECT_EQ(f.exit_code, 1);
+  EXPECT_NE(f.err.find("--format criteo: this job has a feature graph"), std::string::npos)
+      << f.err;
 }
 
 TEST_F(FeatureCliTest, RanksEachExtractTheirOwnFiles) {
@@ -178,15 +196,29 @@ TEST_F(FeatureCliTest, AKilledJobResumesThroughTheExtractStageToTheSameModel) {
   EXPECT_EQ(resumed.last_json["digest"], full.last_json["digest"]);
 }
 
-TEST_F(FeatureCliTest, TheExampleJobTrainsWhereItsViewsAre) {
+// The example job, beside its views, trains from any working directory: a job file's relative
+// paths start from its folder. A data file it names that is missing is named with its line.
+TEST_F(FeatureCliTest, TheExampleJobTrainsBesideItsViewsFromAnyDirectory) {
   const std::string cd = "cd " + dir_ + " && ";
   Result g = Run(cd + Ctrbox("gen --format views --rows 4000 --out views"));
   ASSERT_EQ(g.exit_code, 0) << g.err;
-  Result t = Run(cd + Ctrbox("train -c " + source_ + "/examples/views_job.yaml --model-dir m " +
-                             "--set pipeline.pass_examples=2048"));
+  Result copy = Run("cp " + source_ + "/examples/views_job.yaml " + dir_ + "/job.yaml");
+  ASSERT_EQ(copy.exit_code, 0) << copy.err;
+  Result t = Run("cd / && " + Ctrbox("train -c " + dir_ + "/job.yaml --model-dir " + dir_ +
+                                     "/m --set pipeline.pass_examples=2048"));
   ASSERT_EQ(t.exit_code, 0) << t.err;
   EXPECT_GT(t.last_json["test_examples"].get<int>(), 600);
   EXPECT_EQ(t.last_json["extract"]["rows_in"], 4000);
+  ASSERT_EQ(std::remove((dir_ + "/views/impressions_test.csv").c_str()), 0);
+  Result missing =
+      Run("cd / && " + Ctrbox("train -c " + dir_ + "/job.yaml --fresh --model-dir " + dir_ + "/m"));
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find(dir_ + "/job.yaml:13: data.eval_paths: " + dir_ +
+                             "/views/impressions_test.csv does not exist (a job file's relative "
+                             "paths start from its folder, " +
+                             dir_ + ")"),
+            std::string::npos)
+      << missing.err;
 }
 
 }  // namespace

@@ -88,7 +88,13 @@ std::string LineChartSvg(const std::string& title, const std::string& x_label,
   if (!(x0 <= x1)) {  // nothing to draw
     return svg + fmt::format("<text x=\"{}\" y=\"{}\">no data</text></svg>", kLeft, kHeight / 2);
   }
-  if (x0 == x1) x0 -= 1, x1 += 1;
+  // Passes, epochs and partitions are whole numbers: no tick between them; one of them (a
+  // one-pass run, most users' first) sits in the middle of the chart.
+  bool whole_x = true;
+  for (const ChartSeries& s : series) {
+    for (double v : s.x) whole_x = whole_x && (!std::isfinite(v) || v == std::floor(v));
+  }
+  if (x0 == x1) x0 -= whole_x ? 0.5 : 1, x1 += whole_x ? 0.5 : 1;
   if (y0 == y1) {
     const double d = y0 == 0 ? 1 : std::abs(y0) * 0.05;
     y0 -= d, y1 += d;
@@ -109,6 +115,7 @@ std::string LineChartSvg(const std::string& title, const std::string& x_label,
         kLeft, kLeft + pw, py(t), kLeft - 4, py(t) + 4, Number(t));
   }
   for (double t : NiceTicks(x0, x1, 6)) {
+    if (whole_x && t != std::floor(t)) continue;
     svg += fmt::format(
         "<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\" class=\"tick\"/>"
         "<text x=\"{0:.1f}\" y=\"{3}\" class=\"xt\">{4}</text>",
@@ -118,8 +125,14 @@ std::string LineChartSvg(const std::string& title, const std::string& x_label,
                      kHeight - 6, Escape(x_label));
   svg += fmt::format("<text transform=\"translate(14,{:.1f}) rotate(-90)\" class=\"yl\">{}</text>",
                      kTop + ph / 2, Escape(y_label));
-  // Series, then the legend.
+  // Series, then the legend, placed so that its longest label ends inside the frame (11 px
+  // text: about 6.2 px a character).
+  size_t longest = 0;
+  for (const ChartSeries& s : series) longest = std::max(longest, s.name.size());
+  const double legend_text =
+      std::max<double>(kLeft + 26, kLeft + pw - 6 - 6.2 * static_cast<double>(longest));
   int legend = 0;
+  std::string legend_svg;
   for (const ChartSeries& s : series) {
     std::string d;
     bool pen_down = false;
@@ -135,6 +148,18 @@ std::string LineChartSvg(const std::string& title, const std::string& x_label,
     }
     if (points == 0) continue;
     d.pop_back();
+    // A reference line (dashed, one value: a held-out metric, calibration) spans the chart,
+    // whatever number of points it has: one pass must not hide it.
+    bool level = s.dashed;
+    double level_y = kNaN;
+    for (double v : s.y) {
+      if (!std::isfinite(v)) continue;
+      if (std::isfinite(level_y) && v != level_y) level = false;
+      level_y = v;
+    }
+    if (level && std::isfinite(level_y)) {
+      d = fmt::format("M{:.1f} {:.1f} L{:.1f} {:.1f}", px(x0), py(level_y), px(x1), py(level_y));
+    }
     svg += fmt::format("<path d=\"{}\" stroke=\"{}\" class=\"s{}\"><title>{}</title></path>", d,
                        s.color, s.dashed ? " dash" : "", Escape(s.name));
     // Few points (a one-pass run has one): each a dot, so that none is an invisible stroke.
@@ -145,16 +170,28 @@ std::string LineChartSvg(const std::string& title, const std::string& x_label,
             "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\" class=\"pt\"><title>{}: "
             "{}</title></circle>",
             px(s.x[i]), py(s.y[i]), s.color, Escape(s.name), Number(s.y[i]));
+        if (points == 1) {  // a lone point says its value
+          svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"pv\">{}</text>",
+                             px(s.x[i]) + 6, py(s.y[i]) - 6, Number(s.y[i]));
+        }
       }
     }
     const double ly = kTop + 12 + 14 * legend++;
-    svg += fmt::format(
+    legend_svg += fmt::format(
         "<line x1=\"{0:.1f}\" x2=\"{1:.1f}\" y1=\"{2:.1f}\" y2=\"{2:.1f}\" stroke=\"{3}\" "
         "class=\"lg{4}\"/><text x=\"{5:.1f}\" y=\"{6:.1f}\" class=\"lt\">{7}</text>",
-        kLeft + pw - 150, kLeft + pw - 132, ly - 4, s.color, s.dashed ? " dash" : "",
-        kLeft + pw - 128, ly, Escape(s.name));
+        legend_text - 22, legend_text - 4, ly - 4, s.color, s.dashed ? " dash" : "", legend_text,
+        ly, Escape(s.name));
   }
-  return svg + "</svg>";
+  // The legend over the lines, on a light ground so that a line behind it does not cross its
+  // labels.
+  if (legend > 0) {
+    svg += fmt::format(
+        "<rect x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"#fff\" "
+        "fill-opacity=\"0.85\"/>",
+        legend_text - 26, kTop + 2, kLeft + pw - 2 - (legend_text - 26), 14 * legend + 2);
+  }
+  return svg + legend_svg + "</svg>";
 }
 
 std::string BarChartSvg(const std::string& title, const std::vector<std::string>& labels,

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <regex>
 
 #include "io/test_util.h"
@@ -38,6 +39,32 @@ TEST(HtmlReportTest, LineChartDrawsOnePathPerSeriesAndBreaksItAtUndefinedValues)
   EXPECT_LT(std::stod(last[2]), std::stod(first[2]));
   EXPECT_GT(std::stod(last[1]), std::stod(first[1]));
   EXPECT_NE(LineChartSvg("t", "x", "y", {}).find("no data"), std::string::npos);
+}
+
+// A one-pass run (most users' first): the lone point says its value, the reference line (the
+// held-out metric) spans the chart, the pass axis has no fractional ticks, and the legend's
+// longest label ends inside the frame.
+TEST(HtmlReportTest, AOnePassChartShowsItsValueAndTheReferenceAcross) {
+  const std::string svg =
+      LineChartSvg("AUC per pass", "pass", "AUC",
+                   {{"progressive AUC", "#000", {0}, {0.61}},
+                    {"training logloss (progressive), a long label", "#111", {0}, {0.65}, true}});
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      svg, m, std::regex("<path d=\"M([0-9.]+) ([0-9.]+) L([0-9.]+) ([0-9.]+)\" stroke=\"#111\"")));
+  EXPECT_EQ(std::stod(m[1]), 64.0);   // the frame's left edge (kLeft)
+  EXPECT_EQ(std::stod(m[3]), 466.0);  // ... to its right edge (kWidth - kRight)
+  EXPECT_EQ(m[2], m[4]);              // level
+  EXPECT_NE(svg.find("class=\"pv\">0.61</text>"), std::string::npos) << svg;
+  EXPECT_EQ(svg.find("class=\"xt\">0.5<"), std::string::npos) << svg;
+  EXPECT_EQ(svg.find("class=\"xt\">-0.5<"), std::string::npos) << svg;
+  EXPECT_NE(svg.find("class=\"xt\">0<"), std::string::npos) << svg;
+  std::smatch lt;
+  ASSERT_TRUE(std::regex_search(svg, lt,
+                                std::regex("<text x=\"([0-9.]+)\" y=\"[0-9.]+\" "
+                                           "class=\"lt\">training logloss")));
+  EXPECT_LE(std::stod(lt[1]) + 6.2 * std::strlen("training logloss (progressive), a long label"),
+            466.0 + 1e-9);
 }
 
 TEST(HtmlReportTest, MetricsLogErrorsNameTheLineAndATruncatedLastLineIsLeftOut) {

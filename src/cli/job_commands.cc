@@ -145,7 +145,26 @@ Status RunStreamCommand(const JobConfig& job) {
 
 }  // namespace
 
+// The feature graph guessed for a CSV or TSV file, as a job file beside the model (written
+// before training: the user has it whatever happens next), or in the log without a model dir.
+Status SaveGuessedJob(const JobConfig& job) {
+  if (job.guessed_job.empty()) return Status::OK();
+  if (job.model_dir.empty()) {
+    LOG_INFO("the guessed job (save it, edit it, train with -c):\n{}", job.guessed_job);
+    return Status::OK();
+  }
+  const std::string path = JoinPath(job.model_dir, "job.yaml");
+  RETURN_IF_ERROR(Env::Posix()->CreateDirs(job.model_dir));
+  RETURN_IF_ERROR(WriteFileAtomic(Env::Posix(), path, job.guessed_job));
+  LOG_INFO(
+      "the guessed job is {}: edit it and train with -c {}; eval, predict and serve read "
+      "through it (-c {})",
+      path, path, path);
+  return Status::OK();
+}
+
 Status RunTrainCommand(const JobConfig& job, int local_ranks) {
+  if (!LaunchedByMpirun()) RETURN_IF_ERROR(SaveGuessedJob(job));
   if (LaunchedByMpirun()) {
     if (local_ranks > 1)
       return InvalidArgumentError("--local-ranks under mpirun: use one or the other");
@@ -204,7 +223,18 @@ Status RunEvalCommand(const JobConfig& job) {
   return Status::OK();
 }
 
-Status RunPredictCommand(const JobConfig& job) { return RunPredict(Env::Posix(), job, stdout); }
+Status RunPredictCommand(JobConfig job, bool data_given) {
+  // predict scores --data, else standard input: a job file's data.paths (or data.command) is
+  // its training data, never the rows to score.
+  if (!data_given && (!job.data.paths.empty() || !job.data.command.empty())) {
+    LOG_INFO(
+        "predict reads standard input (give files with --data): the job file's data is its "
+        "training data, not the rows to score");
+    job.data.paths.clear();
+    job.data.command.clear();
+  }
+  return RunPredict(Env::Posix(), job, stdout);
+}
 
 Status RunServeCommand(const ServeOptions& options) {
   const std::atomic<bool>* stop = StopOnSignals("ctrbox: serve abandoned at a second signal\n");

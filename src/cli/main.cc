@@ -194,11 +194,16 @@ int main(int argc, char** argv) {
 
   auto* train = app.add_subcommand("train", "train a model (generated data if no --data)");
   AddJobOptions(train, &train_args);
+  train_args.guess_csv = true;  // --format csv | tsv: a feature graph guessed from the file
   train->add_option("--model-dir", train_args.model_dir,
                     "where the model is saved (and continued from)");
   train->add_option("--eval-data", train_args.eval_data, "data to evaluate on after training");
-  train->add_flag("--fresh", train_args.fresh,
-                  "start a new model even if --model-dir (or ckpt.dir) holds one");
+  auto* fresh = train->add_flag("--fresh", train_args.fresh,
+                                "start a new model even if --model-dir (or ckpt.dir) holds one");
+  train
+      ->add_flag("--continue", train_args.continue_model,
+                 "train the model in --model-dir further (train.continue)")
+      ->excludes(fresh);
   train
       ->add_flag("--resume", train_args.resume,
                  "continue from the newest complete checkpoint in ckpt.dir (or start the job "
@@ -343,7 +348,7 @@ int main(int argc, char** argv) {
     if (!job.ok()) return Report(job.status());
     if (train->parsed()) return Report(ctrbox::RunTrainCommand(*job, local_ranks));
     if (eval->parsed()) return Report(ctrbox::RunEvalCommand(*job));
-    if (predict->parsed()) return Report(ctrbox::RunPredictCommand(*job));
+    if (predict->parsed()) return Report(ctrbox::RunPredictCommand(*job, !a.data.empty()));
     if (extract_cmd->parsed()) return Report(ctrbox::RunExtractCommand(*job, extract, explain));
     return Report(ctrbox::RunConvertCommand(*job, convert));
   }

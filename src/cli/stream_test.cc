@@ -2,8 +2,10 @@
 // missing partitions by the rule, serving deltas against bases, publication after a crash.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <string>
 #include <thread>
 
@@ -378,6 +380,109 @@ TEST_F(StreamTest, RanksTakeTheirShareOfEveryPartitionAndRankZeroPublishes) {
       Run(Job("ckpt_d", "serving_d", "20261101/00", ranks + " --set table.admit.min_count=2"));
   EXPECT_NE(admit.exit_code, 0);
   EXPECT_NE(admit.err.find("not built yet"), std::string::npos) << admit.err;
+  // A stream of 2 ranks continues on 2 ranks: one process is told so (no re-shard offered).
+  testing::Result one = Run(Job("ckpt_a", "serving_a", "20261101/03"));
+  EXPECT_NE(one.exit_code, 0);
+  EXPECT_NE(one.err.find("holds a stream job of 2 ranks"), std::string::npos) << one.err;
+  EXPECT_EQ(one.err.find("re-shard"), std::string::npos) << one.err;
+}
+
+// A partition named in the future (a typo, a wrong clock) beside the real ones makes no
+// partition late: the late one is trained when it lands, the future one is named once, and a
+// directory the layout cannot read is named. stream.start on the resumed stream is the way
+// past partitions the stream should give up on.
+TEST_F(StreamTest, APartitionFromTheFutureDoesNotDerailTheStream) {
+  Gen(3, 1000);
+  ASSERT_EQ(std::remove(Path("root/20261101/02/_SUCCESS").c_str()), 0);
+  namespace fs = std::filesystem;
+  fs::create_directories(Path("root/20991231"));
+  fs::copy(Path("root/20261101/00"), Path("root/20991231/23"), fs::copy_options::recursive);
+  fs::create_directories(Path("root/20261101/5"));
+  std::thread lands([&] {
+    // Once 00 and 01 are committed (the job waits for 02, the future one ready), and longer
+    // than stream.max_wait: a future partition must not have made 02 late.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (CommittedExamples("ckpt") < 2000 && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    (void)WriteFileAtomic(Env::Posix(), Path("root/20261101/02/_SUCCESS"), "");
+  });
+  testing::Result r = Run(Job("ckpt", "serving", "20261101/02", "--set stream.max_wait=0.3"));
+  lands.join();
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.last_json["stream"]["skipped"], 0);
+  EXPECT_EQ(CommittedExamples("ckpt"), 3000u);
+  const std::string future =
+      "partition 20991231/23 (" + Path("root/20991231/23") + ") is ready but not taken: it begins";
+  ASSERT_NE(r.err.find(future), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(future), r.err.rfind(future)) << "named more than once: " << r.err;
+  EXPECT_NE(r.err.find(Path("root/20261101/5") + ": not a partition of stream.layout"),
+            std::string::npos)
+      << r.err;
+  // Moving on to it on purpose: the partitions between are skipped, counted in one line.
+  testing::Result on = Run(Job("ckpt", "serving", "20991231/23",
+                               "--set stream.start=20991231/23 --set stream.max_ahead=1e10"));
+  ASSERT_EQ(on.exit_code, 0) << on.err;
+  EXPECT_EQ(on.last_json["stream"]["partitions_committed"], 4);
+  EXPECT_EQ(on.last_json["stream"]["partitions_trained_now"], 1);
+  EXPECT_GT(on.last_json["stream"]["skipped"].get<uint64_t>(), 600000u);
+  EXPECT_NE(on.err.find("stream.start 20991231/23: moving on from 20261101/03"), std::string::npos)
+      << on.err;
+}
+
+// A partition's files are the ones marked done: one changed after its done file is refused
+// (nothing of it committed) until the partition is written again, its done file last.
+TEST_F(StreamTest, AFileChangedAfterTheDoneFileIsNotTrained) {
+  Gen(2, 2000);
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(Path("root/20261101/01"))) {
+    if (e.path().filename().string()[0] != '_') files.push_back(e.path().string());
+  }
+  ASSERT_FALSE(files.empty());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::filesystem::resize_file(files[0], std::filesystem::file_size(files[0]) / 2);
+  testing::Result r = Run(Job("ckpt", "serving", "20261101/01"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("partition 20261101/01: " + files[0] + " changed after its done file"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(CommittedExamples("ckpt"), 2000u);  // 00 only
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), Path("root/20261101/01/_SUCCESS"), "").ok());
+  testing::Result again = Run(Job("ckpt", "serving", "20261101/01"));
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(again.last_json["stream"]["partitions_committed"], 2);
+}
+
+// A partition marked done with no data files is committed with nothing trained: no online
+// metrics are made up for it. Entries of a partition that are not files are named.
+TEST_F(StreamTest, AnEmptyPartitionHasNoOnlineMetricsAndOddEntriesAreNamed) {
+  Gen(2, 1000);
+  for (const auto& e : std::filesystem::directory_iterator(Path("root/20261101/01"))) {
+    if (e.path().filename().string()[0] != '_') std::filesystem::remove(e.path());
+  }
+  std::filesystem::create_directories(Path("root/20261101/00/nested"));
+  testing::Result r = Run(
+      Job("ckpt", "serving", "20261101/01", "--set train.metrics_path=" + Path("metrics.jsonl")));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.last_json["stream"]["partitions_committed"], 2);
+  EXPECT_NE(r.err.find("partition 20261101/01: no examples (nothing to test)"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("partition 20261101/00: " + Path("root/20261101/00/nested") + " left out"),
+            std::string::npos)
+      << r.err;
+  std::string log;
+  ASSERT_TRUE(ReadFileToString(Env::Posix(), Path("metrics.jsonl"), &log).ok());
+  int partitions = 0;
+  for (size_t at = 0, end; at < log.size(); at = end + 1) {
+    end = log.find('\n', at);
+    if (end == std::string::npos) end = log.size();
+    const nlohmann::json line = nlohmann::json::parse(log.substr(at, end - at), nullptr, false);
+    if (!line.is_object() || line.value("event", "") != "partition") continue;
+    ++partitions;
+    EXPECT_EQ(line.contains("online"), line["partition"] == "20261101/00") << line.dump();
+  }
+  EXPECT_EQ(partitions, 2);
 }
 
 TEST_F(StreamTest, BadStreamSettingsAreNamed) {
@@ -391,6 +496,10 @@ TEST_F(StreamTest, BadStreamSettingsAreNamed) {
            {"--data " + Path("root"), "data.paths"},
            {"--set serving.quant.bits=4", "serving.quant.bits"},
            {"--set stream.root=" + Path("no_such_root"), "stream.root"},
+           {"--set stream.done_file=", "stream.done_file '' must be a file name"},
+           {"--set stream.done_file=../x", "stream.done_file '../x' must be a file name"},
+           {"--set stream.done_file=a/b", "stream.done_file 'a/b' must be a file name"},
+           {"--set stream.start=20261101/03", "stream.until 20261101/00 comes before"},
        }) {
     testing::Result r = Run(Job("ckpt", "serving", "20261101/00", c.more));
     EXPECT_NE(r.exit_code, 0) << c.more;
@@ -401,6 +510,22 @@ TEST_F(StreamTest, BadStreamSettingsAreNamed) {
   testing::Result fresh = Run(Job("ckpt_x", "serving_x", "20261101/00", "--fresh"));
   EXPECT_NE(fresh.exit_code, 0);
   EXPECT_NE(fresh.err.find("holds versions of another job"), std::string::npos) << fresh.err;
+  // The stream's serving.dir changed between starts: refused, both named.
+  testing::Result moved = Run(Job("ckpt_x", "serving_y", "20261101/00"));
+  EXPECT_NE(moved.exit_code, 0);
+  EXPECT_NE(moved.err.find("serving.dir: this stream publishes into " + Path("serving_x")),
+            std::string::npos)
+      << moved.err;
+  EXPECT_NE(moved.err.find(Path("serving_y")), std::string::npos) << moved.err;
+  // Admission counts that cannot fit the machine are refused, with their cost.
+  if (sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE) < (int64_t{64} << 30)) {
+    testing::Result bloom =
+        Run(Job("ckpt_b", "serving_b", "20261101/00",
+                "--set table.admit.min_count=2 --set table.admit.bloom_bits=34"));
+    EXPECT_NE(bloom.exit_code, 0);
+    EXPECT_NE(bloom.err.find("table.admit.bloom_bits 34: 16.0 GiB of counters"), std::string::npos)
+        << bloom.err;
+  }
   // gen's stream options without --partitions, and views as partitions, are refused.
   testing::Result lone = Run(Ctrbox("gen --rows 10 --interval 1 --out " + Path("x.tsv")));
   EXPECT_NE(lone.exit_code, 0);

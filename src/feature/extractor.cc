@@ -335,6 +335,48 @@ void Extractor::ExtractChunk(const TextChunk& chunk, ChunkParseResult* r) const 
   stats_.assemble_ns += t3 - t2;
 }
 
+ExtractTotals ExtractTotals::Since(const ExtractTotals& e) const {
+  ExtractTotals d = *this;
+  d.chunks -= e.chunks;
+  d.rows_in -= e.rows_in;
+  d.rows_out -= e.rows_out;
+  d.filtered -= e.filtered;
+  d.duplicates -= e.duplicates;
+  d.bad_rows -= e.bad_rows;
+  d.parse_seconds -= e.parse_seconds;
+  d.graph_seconds -= e.graph_seconds;
+  d.assemble_seconds -= e.assemble_seconds;
+  d.device_launches -= e.device_launches;
+  for (size_t j = 0; j < d.join_hits.size() && j < e.join_hits.size(); ++j) {
+    d.join_hits[j] -= e.join_hits[j];
+    d.join_lookups[j] -= e.join_lookups[j];
+  }
+  return d;
+}
+
+void ExtractTotals::Add(const ExtractTotals& m) {
+  chunks += m.chunks;
+  rows_in += m.rows_in;
+  rows_out += m.rows_out;
+  filtered += m.filtered;
+  duplicates += m.duplicates;
+  bad_rows += m.bad_rows;
+  parse_seconds += m.parse_seconds;
+  graph_seconds += m.graph_seconds;
+  assemble_seconds += m.assemble_seconds;
+  device_launches += m.device_launches;
+  join_hits.resize(std::max(join_hits.size(), m.join_hits.size()));
+  join_lookups.resize(join_hits.size());
+  for (size_t j = 0; j < m.join_hits.size(); ++j) {
+    join_hits[j] += m.join_hits[j];
+    join_lookups[j] += m.join_lookups[j];
+  }
+  device = m.device;
+  side_rows = m.side_rows;
+  side_bytes = m.side_bytes;
+  side_counts = m.side_counts;
+}
+
 ExtractTotals Extractor::totals() const {
   ExtractTotals x;
   x.chunks = stats_.chunks;

@@ -43,6 +43,12 @@ struct ExtractTotals {
   uint64_t device_launches = 0;                   // kernel launches there
   uint64_t side_rows = 0, side_bytes = 0;
   RecordCounts side_counts;
+
+  // The extraction since `earlier` (a snapshot of the same extractor): the counts and times
+  // of the chunks read since; the side views (loaded once) as they are.
+  ExtractTotals Since(const ExtractTotals& earlier) const;
+  // Adds `more`'s chunks (counts and times) to these.
+  void Add(const ExtractTotals& more);
 };
 
 class Extractor {

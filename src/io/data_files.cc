@@ -99,6 +99,20 @@ StatusOr<uint64_t> DataFileFingerprint(Env* env, const std::string& path) {
 
 namespace {
 
+// " (f's first line reads as libfm ...: --format libfm?)" when the first line of the data
+// reads as another format than o.format: said before what that format would need.
+std::string OtherFormatHint(Env* env, const DataOptions& o) {
+  if (o.paths.empty() || o.paths[0] == "-") return "";
+  StatusOr<TextChunk> chunk = ReadFirstChunk(env, o);
+  if (!chunk.ok()) return "";
+  const std::string_view line = std::string_view(chunk->data).substr(0, chunk->data.find('\n'));
+  const std::string guess = GuessFormat(line);
+  const std::string name = guess.substr(0, guess.find(' '));
+  if (guess.empty() || name == DataFormatName(o.format)) return "";
+  return fmt::format(" (the data's first line reads as {}, not {}: --format {}?)", guess,
+                     DataFormatName(o.format), name);
+}
+
 // data.slot_from: position without data.num_slots: the most features a row of the input's
 // first 64 KB has (libFM's one-hot files have one per field on every row).
 StatusOr<uint32_t> PositionSlots(Env* env, const DataOptions& o) {
@@ -121,6 +135,30 @@ StatusOr<uint32_t> PositionSlots(Env* env, const DataOptions& o) {
 
 }  // namespace
 
+StatusOr<uint32_t> OneHotFields(Env* env, const DataOptions& o) {
+  if (o.paths.empty() || o.paths[0] == "-") return 0;
+  ASSIGN_OR_RETURN(const TextChunk chunk, ReadFirstChunk(env, o));
+  uint32_t fields = 0;
+  size_t rows = 0;
+  for (size_t start = 0; start < chunk.data.size();) {
+    size_t nl = chunk.data.find('\n', start);
+    if (nl == std::string::npos) break;  // (a last line the chunk may have cut)
+    text_scan::Tokenizer tok(std::string_view(chunk.data).substr(start, nl - start));
+    start = nl + 1;
+    std::string_view t;
+    if (!tok.Next(&t)) continue;  // (the label)
+    uint32_t n = 0;
+    while (tok.Next(&t)) {
+      const size_t colon = t.find(':');
+      if (colon == std::string_view::npos || t.substr(colon + 1) != "1") return 0;
+      ++n;
+    }
+    if (rows++ == 0) fields = n;
+    if (n != fields) return 0;
+  }
+  return fields >= 2 ? fields : 0;
+}
+
 StatusOr<Schema> ResolveSchema(Env* env, const DataOptions& o) {
   if (o.format != DataFormat::kShards) {
     uint32_t num_slots = o.num_slots;
@@ -129,8 +167,8 @@ StatusOr<Schema> ResolveSchema(Env* env, const DataOptions& o) {
     }
     Schema s = SchemaForFormat(o.format, num_slots, o.num_dense, o.slot_from);
     if (s.num_slots == 0) {
-      return InvalidArgumentError(
-          fmt::format("data.num_slots must be set (> 0) for format {}", DataFormatName(o.format)));
+      return InvalidArgumentError(fmt::format("data.num_slots must be set (> 0) for format {}{}",
+                                              DataFormatName(o.format), OtherFormatHint(env, o)));
     }
     return s;
   }

@@ -166,21 +166,39 @@ bool PartitionLayout::LevelMatches(size_t level, const std::string& entry) const
   return level < levels_.size() && Match(levels_[level], entry, &f);
 }
 
+std::optional<int64_t> PartitionLayout::StartSeconds(int64_t ordinal) const {
+  switch (unit_) {
+    case Unit::kIndex:
+      return std::nullopt;
+    case Unit::kDay:
+      return ordinal * 86400;
+    case Unit::kHour:
+      return ordinal * 3600;
+  }
+  return std::nullopt;
+}
+
 StatusOr<std::vector<std::string>> PartitionFiles(Env* env, const std::string& dir,
-                                                  const std::string& done_file) {
+                                                  const std::string& done_file,
+                                                  std::vector<std::string>* ignored) {
   ASSIGN_OR_RETURN(std::vector<std::string> names, env->GetChildren(dir));
   std::vector<std::string> files;
   for (const std::string& n : names) {
     if (n == done_file || n.empty() || n[0] == '.' || n[0] == '_') continue;
     const std::string path = JoinPath(dir, n);
-    if (env->IsRegularFile(path)) files.push_back(path);
+    if (env->IsRegularFile(path)) {
+      files.push_back(path);
+    } else if (ignored != nullptr) {
+      ignored->push_back(path);
+    }
   }
   return files;
 }
 
-StatusOr<std::vector<int64_t>> ReadyPartitions(Env* env, const std::string& root,
-                                               const PartitionLayout& layout,
-                                               const std::string& done_file, int64_t after) {
+StatusOr<PartitionScan> ScanPartitions(Env* env, const std::string& root,
+                                       const PartitionLayout& layout,
+                                       const std::string& done_file) {
+  PartitionScan scan;
   // Walk the levels, keeping only entries that can belong to a partition.
   std::vector<std::string> paths = {""};
   for (size_t level = 0; level < layout.levels(); ++level) {
@@ -190,18 +208,36 @@ StatusOr<std::vector<int64_t>> ReadyPartitions(Env* env, const std::string& root
       if (!env->IsDirectory(dir)) continue;
       ASSIGN_OR_RETURN(std::vector<std::string> names, env->GetChildren(dir));
       for (const std::string& n : names) {
-        if (layout.LevelMatches(level, n)) next.push_back(p.empty() ? n : p + "/" + n);
+        const std::string path = p.empty() ? n : p + "/" + n;
+        if (layout.LevelMatches(level, n)) {
+          next.push_back(path);
+        } else if (n[0] != '.' && n[0] != '_' && env->IsDirectory(JoinPath(dir, n))) {
+          scan.unreadable.push_back(path);
+        }
       }
     }
     paths = std::move(next);
   }
-  std::vector<int64_t> ready;
   for (const std::string& p : paths) {
     const std::optional<int64_t> o = layout.Ordinal(p);
-    if (!o || *o <= after) continue;
-    if (env->FileExists(JoinPath(JoinPath(root, p), done_file))) ready.push_back(*o);
+    if (!o) {
+      scan.unreadable.push_back(p);
+    } else if (env->FileExists(JoinPath(JoinPath(root, p), done_file))) {
+      scan.ready.push_back(*o);
+    }
   }
-  std::sort(ready.begin(), ready.end());
+  std::sort(scan.ready.begin(), scan.ready.end());
+  return scan;
+}
+
+StatusOr<std::vector<int64_t>> ReadyPartitions(Env* env, const std::string& root,
+                                               const PartitionLayout& layout,
+                                               const std::string& done_file, int64_t after) {
+  ASSIGN_OR_RETURN(PartitionScan scan, ScanPartitions(env, root, layout, done_file));
+  std::vector<int64_t> ready;
+  for (int64_t o : scan.ready) {
+    if (o > after) ready.push_back(o);
+  }
   return ready;
 }
 

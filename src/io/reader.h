@@ -111,6 +111,9 @@ StatusOr<uint64_t> DataFileFingerprint(Env* env, const std::string& path);
 
 // The schema of `options` (for shards, read from the first file's header).
 StatusOr<Schema> ResolveSchema(Env* env, const DataOptions& options);
+// k when every row of the data's first 64 KB has the same number k >= 2 of idx:1 tokens (a
+// one-hot file with a feature per field, as libFM's are), else 0.
+StatusOr<uint32_t> OneHotFields(Env* env, const DataOptions& options);
 
 StatusOr<std::unique_ptr<BatchReader>> OpenReader(Env* env, const DataOptions& options);
 

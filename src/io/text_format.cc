@@ -134,8 +134,14 @@ bool ParseCriteo(std::string_view line, const TextFormatOptions& opt, BatchBuild
   } else if (n == kFields - 1 && opt.labels_optional) {
     first = 0;
   } else {
-    return err->Set(BadKind::kFieldCount,
-                    fmt::format("expected {} tab-separated fields, found {}", kFields, n));
+    // A comma-separated line (a CSV file, a header) says what it is.
+    const bool csv = n <= 2 && std::count(line.begin(), line.end(), ',') >= 2;
+    return err->Set(
+        BadKind::kFieldCount,
+        fmt::format("expected {} tab-separated fields, found {}{}", kFields, n,
+                    csv ? " (the line has commas: a CSV file? CSV and headed files are read "
+                          "through a feature graph's views: docs/features.md)"
+                        : ""));
   }
   b->BeginRow(label);
   for (uint32_t j = 0; j < kCriteoDense; ++j) {

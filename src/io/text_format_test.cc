@@ -58,6 +58,7 @@ TEST(CriteoTest, EveryMalformedKindIsCountedWithItsLine) {
   bad_utf8.replace(bad_utf8.rfind("a1b2"), 4, "\xC3\x28zz");
   std::vector<BadCase> cases = {
       {too_few, BadKind::kFieldCount, "expected 40 tab-separated fields, found 39"},
+      {"label,i1,i2,c1", BadKind::kFieldCount, "found 1 (the line has commas: a CSV file?"},
       {CriteoLine() + "\textra", BadKind::kFieldCount, "found 41"},
       {CriteoLine("2"), BadKind::kBadLabel, "label '2'"},
       {CriteoLine("yes"), BadKind::kBadLabel, "label 'yes'"},

@@ -984,11 +984,13 @@ TEST(DistributedTrainTest, AModelSavedByTwoRanksIsContinuedByFourWithEveryRowOnc
   fs::copy(first.model_dir, dir.File("one"), fs::copy_options::recursive);
   JobConfig four = Job(dir.File("four"), /*sgd=*/true);
   four.fresh = false;
+  four.train.continue_model = true;
   four.data.paths = more.files;
   auto ranks = RunRanks(4, four);
   for (int r = 0; r < 4; ++r) ASSERT_TRUE(ranks[r].ok()) << ranks[r].status().ToString();
   JobConfig one = Job(dir.File("one"), /*sgd=*/true);
   one.fresh = false;
+  one.train.continue_model = true;
   one.data.paths = {InterleavedFile(dir, more, 4)};
   auto single = RunTrain(Env::Posix(), one, nullptr);
   ASSERT_TRUE(single.ok()) << single.status().ToString();

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <set>
 
 #include "ckpt/model_dir.h"
@@ -52,6 +53,25 @@ struct EpochState {
     }
   }
 };
+
+// A MetricSummary as MetricSummary::ToJson wrote it (an epoch's history entry).
+MetricSummary MetricsOf(const nlohmann::json& j) {
+  MetricSummary m;
+  m.examples = j.value("examples", uint64_t{0});
+  m.logloss = j.value("logloss", 0.0);
+  m.copc = j.value("copc", 0.0);
+  m.ctr = j.value("ctr", 0.0);
+  m.mean_prediction = j.value("mean_prediction", 0.0);
+  if (j.contains("auc") && j["auc"].is_number()) {
+    m.auc = j["auc"].get<double>();
+  } else {
+    const std::string why = j.value("auc_undefined", std::string());
+    m.auc_undefined = why == "every label is 0"   ? "every label is 0"
+                      : why == "every label is 1" ? "every label is 1"
+                                                  : "no examples";
+  }
+  return m;
+}
 
 std::string CopyName(uint32_t epoch) { return fmt::format("best-epoch-{}", epoch); }
 
@@ -141,7 +161,9 @@ StatusOr<EpochsRun> RunEpochs(Env* env, const JobConfig& job, TrainStart* start,
   });
 
   EpochsRun out;
-  uint64_t examples = 0;
+  uint64_t examples = 0, passes = 0;
+  std::optional<ExtractTotals> extracted;  // the epochs' training reads, summed
+  double extract_busy = 0;
   double seconds = 0;
   RecordCounts counts;
   bool counted = false;
@@ -166,6 +188,12 @@ StatusOr<EpochsRun> RunEpochs(Env* env, const JobConfig& job, TrainStart* start,
     }
     start->position = run.position;
     examples += run.examples;
+    passes += run.report.passes;
+    if (run.report.extract) {  // each epoch's training reads (not its validation's)
+      if (!extracted) extracted.emplace();
+      extracted->Add(*run.report.extract);
+      extract_busy += run.report.extract_busy_seconds.value_or(0);
+    }
     seconds += run.report.seconds;
     if (run.report.counts) {
       counts.Add(*run.report.counts);
@@ -197,7 +225,7 @@ StatusOr<EpochsRun> RunEpochs(Env* env, const JobConfig& job, TrainStart* start,
       state.best_logloss = v.logloss;
     }
     state.done = epoch;
-    state.stopped = job.train.epochs_auto && epoch - state.best >= job.train.patience;
+    state.stopped = job.train.epochs_auto && epoch - state.best >= job.train.Patience();
     nlohmann::json entry = {{"epoch", epoch},
                             {"examples", run.examples},
                             {"train", run.report.metrics.ToJson()},
@@ -221,7 +249,7 @@ StatusOr<EpochsRun> RunEpochs(Env* env, const JobConfig& job, TrainStart* start,
              v.logloss, v.AucText(), v.examples, better ? " (the best so far: kept)" : "",
              state.stopped    ? fmt::format("stopping: no lower logloss for {} epochs "
                                                "(train.early_stop_patience)",
-                                            job.train.patience)
+                                            job.train.Patience())
              : epoch >= limit ? "the last epoch"
                               : fmt::format("the best is epoch {}", state.best));
     out.run = std::move(run);
@@ -235,9 +263,20 @@ StatusOr<EpochsRun> RunEpochs(Env* env, const JobConfig& job, TrainStart* start,
   }
   state.restored = true;
   if (start->ckpt) start->ckpt->SetEpochs(state.ToJson());  // the final commit records it
+  // The job's model is the best epoch's: its position (trained_examples: the examples that
+  // made it) and its training metrics, not the last epoch's.
+  out.run.position = start->position;
+  for (const nlohmann::json& e : state.history) {
+    if (e.value("epoch", 0u) == state.best) out.run.report.metrics = MetricsOf(e.at("train"));
+  }
 
   out.run.examples = examples;
   out.run.report.examples = examples;
+  out.run.report.passes = passes;  // every epoch's (the report's pass count is the run's)
+  if (extracted) {
+    out.run.report.extract = extracted;
+    out.run.report.extract_busy_seconds = extract_busy;
+  }
   out.run.report.seconds = seconds;
   out.run.report.examples_per_s = seconds > 0 ? examples / seconds : 0.0;
   out.run.report.epochs = state.done;

@@ -69,6 +69,15 @@ TEST(EpochsTest, AutoStopsAfterThePatienceAndKeepsTheBestEpochsModel) {
   auto saved = VerifyModel(Env::Posix(), job.model_dir);
   ASSERT_TRUE(saved.ok()) << saved.status().ToString();
   EXPECT_EQ(saved->digest, (*a)["digest"]);
+  // What the report and the MANIFEST say is the kept model's: the training metrics of epoch
+  // `best` (not the discarded last epoch's), and the examples that trained it (epochs 1..best).
+  const nlohmann::json& kept = v["history"][best - 1];
+  EXPECT_EQ((*a)["logloss"], kept["train"]["logloss"]);
+  EXPECT_EQ((*a)["auc"], kept["train"]["auc"]);
+  EXPECT_EQ(saved->trained_examples, uint64_t{best} * kept["examples"].get<uint64_t>());
+  auto fixed_saved = VerifyModel(Env::Posix(), fixed.model_dir);
+  ASSERT_TRUE(fixed_saved.ok()) << fixed_saved.status().ToString();
+  EXPECT_EQ(saved->trained_examples, fixed_saved->trained_examples);
   // The metrics log has one epoch line per epoch.
   std::string log;
   ASSERT_TRUE(ReadFileToString(Env::Posix(), dir.File("auto/metrics.jsonl"), &log).ok());
@@ -78,6 +87,24 @@ TEST(EpochsTest, AutoStopsAfterThePatienceAndKeepsTheBestEpochsModel) {
     ++lines;
   }
   EXPECT_EQ(lines, done);
+}
+
+// train.max_epochs and train.early_stop_patience steer epochs: auto only: without it they are
+// refused, not ignored.
+TEST(EpochsTest, AutoOnlyKeysWithoutAutoAreRefused) {
+  JobConfig job = ValidatedJob("x.tsv", "m");
+  job.train.epochs = 3;
+  job.train.max_epochs = 5;
+  Status s = job.Validate();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.ToString().find("train.max_epochs applies to train.epochs: auto"), std::string::npos)
+      << s.ToString();
+  job.train.max_epochs = 0;
+  job.train.patience = 3;
+  s = job.Validate();
+  EXPECT_NE(s.ToString().find("train.early_stop_patience"), std::string::npos) << s.ToString();
+  job.train.epochs_auto = true;
+  EXPECT_TRUE(job.Validate().ok());
 }
 
 TEST(EpochsTest, TheEpochsTrainOnEveryRowButTheHeldBackOnes) {

@@ -27,7 +27,13 @@ Status TrainOptions::Validate() const {
         "train.epochs: auto stops on the validation logloss, but train.validation_fraction is "
         "0: give it a share of the training rows (0.1 when unset), or a number of epochs");
   }
-  if (patience < 1) return InvalidArgumentError("train.early_stop_patience must be >= 1");
+  if (!epochs_auto && (max_epochs != 0 || patience != 0)) {
+    return InvalidArgumentError(fmt::format(
+        "{} applies to train.epochs: auto (it stops on the validation logloss); this job "
+        "trains train.epochs {}: set train.epochs: auto, or leave {} out",
+        max_epochs != 0 ? "train.max_epochs" : "train.early_stop_patience", epochs,
+        max_epochs != 0 ? "train.max_epochs" : "train.early_stop_patience"));
+  }
   return Status::OK();
 }
 
@@ -205,6 +211,15 @@ Status ValidateStream(const JobConfig& job) {
         "partitions: table.ttl_partitions");
   }
   if (job.stream.poll_seconds <= 0) return InvalidArgumentError("stream.poll_seconds must be > 0");
+  if (const std::string& d = job.stream.done_file;
+      d.empty() || d == "." || d == ".." || d.find('/') != std::string::npos) {
+    return InvalidArgumentError(fmt::format(
+        "stream.done_file '{}' must be a file name in each partition's directory (e.g. "
+        "_SUCCESS), written last by the partition's writer: {}",
+        d,
+        d.empty() ? "with none, a partition would count as ready while its files are written"
+                  : "a path outside the partition's directory would never mark it ready"));
+  }
   const ServingOptions& s = job.serving;
   if (s.delta_every == 0 || s.base_every == 0 || s.keep_bases == 0) {
     return InvalidArgumentError(
@@ -264,6 +279,11 @@ Status JobConfig::Validate() const {
   }
   RETURN_IF_ERROR(train.Validate());
   RETURN_IF_ERROR(pipeline.Validate());
+  if (train.continue_model && fresh) {
+    return InvalidArgumentError(
+        "train.continue (--continue) and --fresh: continue the model in model_dir, or replace "
+        "it, not both");
+  }
   if (train.validating()) RETURN_IF_ERROR(ValidateValidation(*this));
   if (spec.model.quant.bits == 1 || spec.model.quant.bits > 16) {
     return InvalidArgumentError("storage.quant.bits must be 0 (float32) or 2..16");

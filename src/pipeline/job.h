@@ -25,6 +25,9 @@ struct TrainOptions {
   int threads = 2;
   uint64_t seed = 1;
   bool deterministic = false;
+  // train.continue (--continue): train the model already in model_dir further. Without it (or
+  // --fresh) a model there is refused: re-running a command never continues one unasked.
+  bool continue_model = false;
   uint32_t batch_size = 2048;
   uint32_t epochs = 1;
   // Per-epoch validation (docs/model.md, "Validation and early stopping"): this share of the
@@ -35,10 +38,12 @@ struct TrainOptions {
   // train.epochs: auto — epochs until the validation logloss has not improved for
   // `patience` epochs in a row, at most max_epochs.
   bool epochs_auto = false;
-  uint32_t max_epochs = 20;
-  uint32_t patience = 2;
+  uint32_t max_epochs = 0;  // 0: unset (20); set, it needs epochs: auto
+  uint32_t patience = 0;    // 0: unset (2); set, it needs epochs: auto
+  uint32_t MaxEpochs() const { return max_epochs != 0 ? max_epochs : 20; }
+  uint32_t Patience() const { return patience != 0 ? patience : 2; }
   // The epochs the job trains at most.
-  uint32_t EpochLimit() const { return epochs_auto ? max_epochs : epochs; }
+  uint32_t EpochLimit() const { return epochs_auto ? MaxEpochs() : epochs; }
   double ValidationFraction() const {
     return validation_fraction >= 0 ? validation_fraction : epochs_auto ? 0.1 : 0.0;
   }
@@ -137,6 +142,12 @@ struct StreamOptions {
   // fails the job (on_late); kWait waits without end.
   double max_wait_seconds = 3600;
   LateRule on_late = LateRule::kSkip;
+  // Partitions that cannot be the next one yet (docs/routine.md, "Partitions from the future"):
+  // a ready partition that begins more than max_ahead_seconds after the clock (layouts of days
+  // and hours), or that lies more than max_gap partitions after the next one (0: no limit), is
+  // not taken, and makes no partition late, until the clock or the stream reaches it.
+  double max_ahead_seconds = 86400;
+  uint32_t max_gap = 1000;
   // table.ttl_partitions: keys not trained in the last this many partitions are deleted (0:
   // never).
   uint32_t ttl_partitions = 0;
@@ -187,6 +198,11 @@ struct JobConfig {
   std::optional<StreamPlan> stream_plan;
   // The job YAML's feature graph (docs/features.md); null: the data is read as data.format.
   std::shared_ptr<const FeaturePlan> features;
+  // train --format csv / tsv (docs/features.md, "From a CSV file in one command"): the label
+  // column of the guessed graph (data.label_column; "": by its name), and the guessed job as
+  // a file, which the train command writes beside the model.
+  std::string label_column;
+  std::string guessed_job;
   // Every key the job set, with its value as given (YAML, --set, the Python module's keys),
   // and the command's flags (--data, --model-dir, ...): the ranks of a distributed job
   // compare them before anything is read (defaults that follow the machine are not here).

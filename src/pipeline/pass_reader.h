@@ -134,6 +134,8 @@ class PassReader {
 
   // Opens the first reader up front so the schema is known before training starts.
   Status Open();
+  // Closes the input: its readers stop reading ahead (a reader that only probed the schema).
+  void Close() { reader_.reset(); }
   Schema schema() const { return schema_; }
   // Record counts of the epochs read to the end.
   const RecordCounts& counts() const { return counts_; }

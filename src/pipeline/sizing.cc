@@ -59,12 +59,16 @@ Status SizeToTheData(Env* env, int ranks, JobConfig* job) {
   // Each of the ranks trains an equal share of every minibatch.
   if (ranks > 1) batch = std::max<uint32_t>(batch / ranks, 1) * ranks;
   if (batch == job->train.batch_size) return Status::OK();
+  // (Below 128 x kMinStepsPerEpoch rows the rule's floor, 128, makes fewer steps: said so.)
+  const bool floor = e.rows / batch < kMinStepsPerEpoch;
   LOG_INFO(
       "train.batch_size {} for about {} rows ({}): {} steps an epoch, where the default {} "
       "would make {} (the rule: the largest power of two from 128 to 2048 that makes at least "
-      "{} steps an epoch); set train.batch_size to choose",
+      "{} steps an epoch{}); set train.batch_size to choose",
       batch, e.rows, e.how, e.rows / batch, job->train.batch_size, e.rows / job->train.batch_size,
-      kMinStepsPerEpoch);
+      kMinStepsPerEpoch,
+      floor ? fmt::format(", or 128 when the rows are too few for {} steps", kMinStepsPerEpoch)
+            : std::string());
   job->train.batch_size = batch;
   return Status::OK();
 }

@@ -1,7 +1,6 @@
 #include "pipeline/stream.h"
 
 #include <fmt/format.h>
-#include <sys/stat.h>
 #include <xxhash.h>
 
 #include <chrono>
@@ -33,6 +32,75 @@ namespace {
 using namespace train_steps;   // NOLINT: the train job's steps
 using namespace stream_parts;  // NOLINT: its parts
 
+// A stream publishes into one serving.dir for its whole life: a resumed job naming another
+// one (or none) would write versions that follow no base there.
+Status CheckServingDir(const JobConfig& job, const StreamState& state, const std::string& ckpt) {
+  if (state.serving_dir.empty() || state.serving_dir == job.serving.dir) return Status::OK();
+  return InvalidArgumentError(fmt::format(
+      "serving.dir: this stream publishes into {} ({} of ckpt.dir {} says so), but this start "
+      "names {}: give it {} again, or start a new stream (--fresh, a new serving.dir)",
+      state.serving_dir, ckpt, job.ckpt.dir,
+      job.serving.dir.empty() ? std::string("none") : job.serving.dir, state.serving_dir));
+}
+
+// stream.start on a resumed stream: past `next`, the partitions between are skipped (a way
+// past a partition the stream cannot take); before it, the stream goes on at `next`.
+void MoveToStart(const PartitionLayout& layout, std::optional<int64_t> start_at,
+                 StreamState* state) {
+  if (!start_at || *start_at == state->next) return;
+  if (*start_at < state->next) {
+    LOG_INFO("stream.start {}: the stream is past it already (it continues at {})",
+             layout.Name(*start_at), layout.Name(state->next));
+    return;
+  }
+  LOG_WARNING("stream.start {}: moving on from {}: {} partitions skipped (never trained)",
+              layout.Name(*start_at), layout.Name(state->next), *start_at - state->next);
+  state->Skip(state->next, *start_at - 1);
+  state->next = *start_at;
+}
+
+// table.admit.bloom_bits costs 2^bits bytes of counters, encoded again and written with every
+// partition's commit: said when it is large, refused when it cannot fit in this machine.
+Status CheckAdmissionCost(const JobConfig& job) {
+  if (job.stream.admit_min_count <= 1) return Status::OK();
+  const uint64_t counters = uint64_t{1} << job.stream.admit_bloom_bits;
+  const uint64_t peak = 2 * counters;  // the counters and their encoding at a commit
+  const uint64_t memory = PhysicalMemoryBytes();
+  if (memory > 0 && peak > memory / 2) {
+    return InvalidArgumentError(fmt::format(
+        "table.admit.bloom_bits {}: {:.1f} GiB of counters, at least {:.1f} GiB while a "
+        "partition commits, is more than half of this machine's {:.1f} GiB: give fewer bits (24: "
+        "16 MiB "
+        "counts ~5 M keys with few false admissions; docs/routine.md)",
+        job.stream.admit_bloom_bits, counters / 1073741824.0, peak / 1073741824.0,
+        memory / 1073741824.0));
+  }
+  if (counters >= (uint64_t{1} << 28)) {
+    LOG_WARNING(
+        "table.admit.bloom_bits {}: {:.2f} GiB of counters in memory (at least {:.2f} GiB "
+        "while a partition commits), and {:.2f} GiB written to ckpt.dir with every partition",
+        job.stream.admit_bloom_bits, counters / 1073741824.0, peak / 1073741824.0,
+        counters / 1073741824.0);
+  }
+  return Status::OK();
+}
+
+// CheckUnchanged on every rank: one rank's changed file stops them all, before the commit.
+Status CheckUnchangedOnRanks(Env* env, Comm* comm, const Partition& p) {
+  Status mine = CheckUnchanged(env, p);
+  if (comm == nullptr) return mine;
+  uint64_t bad = mine.ok() ? 0 : 1;
+  RETURN_IF_ERROR(AllReduceMax(comm, &bad, 1));
+  if (!mine.ok()) return mine;
+  if (bad != 0) {
+    return FailedPreconditionError(fmt::format(
+        "partition {}: another rank found a file changed while it was read (its log names "
+        "it): nothing of the partition is committed",
+        p.name));
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
@@ -41,6 +109,7 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
   const int ranks = comm != nullptr ? comm->size() : 1;
   const bool rank0 = comm == nullptr || comm->rank() == 0;
   RETURN_IF_ERROR(job.Validate());
+  RETURN_IF_ERROR(CheckAdmissionCost(job));
   if (comm != nullptr) {
     if (job.stream.admit_min_count > 1) {
       return InvalidArgumentError(
@@ -59,10 +128,16 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
                    OrdinalOf(layout, job.stream.start, "stream.start"));
   ASSIGN_OR_RETURN(const std::optional<int64_t> until,
                    OrdinalOf(layout, job.stream.until, "stream.until"));
+  if (start_at && until && *until < *start_at) {
+    return InvalidArgumentError(
+        fmt::format("stream.until {} comes before stream.start {}: the job would train nothing",
+                    job.stream.until, job.stream.start));
+  }
   // The same command starts the job and continues it (--fresh starts over).
   job.resume = !job.fresh;
   job.size_to_data = false;  // partitions differ in size; the batch is the job's
-  Follower follower(env, job.stream, layout, stop);
+  StreamState state;
+  Follower follower(env, job.stream, layout, stop, &state.skipped_runs);
 
   nlohmann::json report = {{"stream", {{"root", job.stream.root}}}};
   auto interrupted = [&] {
@@ -88,8 +163,8 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
   for (bool said = false; !newest && !first; said = true) {
     std::vector<int64_t> ready;
     if (rank0) {
-      ASSIGN_OR_RETURN(ready, ReadyPartitions(env, job.stream.root, layout, job.stream.done_file,
-                                              std::numeric_limits<int64_t>::min()));
+      ASSIGN_OR_RETURN(const std::optional<int64_t> p, follower.FirstReady());
+      if (p) ready.push_back(*p);
     }
     bool stopped = stop != nullptr && stop->load();
     if (comm != nullptr) {  // rank 0's first ready partition, and any rank's stop
@@ -112,13 +187,13 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
     follower.Sleep(job.stream.poll_seconds);
   }
   if (!newest) {
-    Partition probe{*first, "", {}};
+    Partition probe{*first, "", {}, {}, std::nullopt};
     for (int64_t p = *first; probe.files.empty(); ++p) {
       ASSIGN_OR_RETURN(Follower::Take t, follower.WaitOnRanks(comm, p));
       if (t == Follower::Take::kStop) return interrupted();
       if (t == Follower::Take::kTrain) {
-        probe = {p, layout.Name(p), {}};
-        ASSIGN_OR_RETURN(probe.files, PartitionFiles(env, follower.Dir(p), job.stream.done_file));
+        ASSIGN_OR_RETURN(probe,
+                         TakePartition(env, layout, p, follower.Dir(p), job.stream.done_file));
       }
     }
     job.partition = probe.name;
@@ -152,11 +227,12 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
     }
   });
   ASSIGN_OR_RETURN(TrainStart start, StartOnRanks(env, job, comm, ranks_ckpt_dir, nullptr, &pool));
-  StreamState state;
   if (first) state.next = *first;
+  state.serving_dir = job.serving.dir;
   if (start.resumed && !start.resumed->stream.is_null()) {
     ASSIGN_OR_RETURN(
         state, StreamState::FromJson(start.resumed->stream, CheckpointName(start.resumed->id)));
+    RETURN_IF_ERROR(CheckServingDir(job, state, CheckpointName(start.resumed->id)));
   } else if (start.resumed) {
     return InvalidArgumentError(fmt::format(
         "{} in {} is a checkpoint of a job of files, not of a stream: give the stream its own "
@@ -166,6 +242,7 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
   if (start.resumed) {
     LOG_INFO("stream: {} partitions committed (the last {}); continuing at {}", state.partitions,
              state.last.empty() ? "none" : state.last, layout.Name(state.next));
+    MoveToStart(layout, start_at, &state);
   }
   std::optional<ServingPublisher> publisher;
   if (!job.serving.dir.empty() && !start.resumed && rank0) {
@@ -201,21 +278,25 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
   while (!until || state.next <= *until) {
     ASSIGN_OR_RETURN(Follower::Take take, follower.WaitOnRanks(comm, state.next));
     if (take == Follower::Take::kStop) break;
-    Partition p{state.next, layout.Name(state.next), {}};
+    Partition p{state.next, layout.Name(state.next), {}, {}, std::nullopt};
     if (take == Follower::Take::kSkip) {
+      const int64_t to = follower.skip_to();
       LOG_WARNING(
-          "partition {} skipped: still missing after stream.max_wait (it will not be "
-          "trained, even if it arrives later)",
-          p.name);
-      ++state.skipped;
-      ++skipped_now;
-      ++state.next;
+          "{} skipped: still missing after stream.max_wait while {} is ready (never "
+          "trained, even if they arrive later)",
+          to - p.ordinal == 1 ? "partition " + p.name
+                              : fmt::format("{} partitions, {} to {},", to - p.ordinal, p.name,
+                                            layout.Name(to - 1)),
+          layout.Name(to));
+      state.Skip(p.ordinal, to - 1);
+      skipped_now += static_cast<uint64_t>(to - p.ordinal);
+      state.next = to;
       continue;
     }
     Stopwatch clock;
-    const std::optional<double> ready_at =
-        ModifiedAt(JoinPath(follower.Dir(p.ordinal), job.stream.done_file));
-    ASSIGN_OR_RETURN(p.files, PartitionFiles(env, follower.Dir(p.ordinal), job.stream.done_file));
+    ASSIGN_OR_RETURN(
+        p, TakePartition(env, layout, state.next, follower.Dir(state.next), job.stream.done_file));
+    const std::optional<double> ready_at = p.done_at;
     if (job.features != nullptr && job.extractor == nullptr) {
       // A resumed stream job's extract stage, opened on the first partition it reads.
       job.data.paths = p.files;
@@ -282,6 +363,8 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
       if (publisher) publisher->OnDeleted(deleted);
     }
     if (comm != nullptr) RETURN_IF_ERROR(AllReduceSum(comm, &evicted, 1));
+    // What was tested and trained is the partition as it was taken, or nothing is committed.
+    RETURN_IF_ERROR(CheckUnchangedOnRanks(env, comm, p));
     std::optional<ServingVersion> version;
     if (publisher) {
       ASSIGN_OR_RETURN(version, publisher->Prepare(*start.table, *start.model, p.name, comm));
@@ -304,12 +387,12 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
       RETURN_IF_ERROR(CommitRanksCheckpointOf(comm, env, ranks_ckpt_dir, m.id));
     }
     if (publisher) RETURN_IF_ERROR(publisher->Publish());
-    const double published_at = NowSeconds();
+    const double published_at = NowSeconds(env);
     if (admission) RETURN_IF_ERROR(PruneAdmission(env, job.ckpt.dir));
     ++trained_now;
     examples_now += examples;
     commit_seconds += m.write_seconds;
-    line["online"] = online.ToJson();
+    if (online.examples > 0) line["online"] = online.ToJson();  // (none: nothing to test)
     line["examples"] = examples;
     uint64_t keys = start.table->Stats().keys;
     if (comm != nullptr) RETURN_IF_ERROR(AllReduceSum(comm, &keys, 1));
@@ -325,15 +408,17 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
     RETURN_IF_ERROR(start.metrics_log->Write(line));
     // (On ranks rank 0 has the job's online metrics and publishes: it says so.)
     if (rank0)
-      LOG_INFO(
-          "partition {}: online AUC {} logloss {:.4f} COPC {:.3f} over {} examples; trained; "
-          "{} keys ({} evicted){}",
-          p.name, online.AucText(), online.logloss, online.copc, online.examples,
-          line["keys"].get<uint64_t>(), evicted,
-          version ? fmt::format("; published {} ({}, {} rows, {} deleted)",
-                                ServingVersionName(version->version),
-                                version->base ? "base" : "delta", version->rows, version->deleted)
-                  : "");
+      LOG_INFO("partition {}: {}; trained; {} keys ({} evicted){}", p.name,
+               online.examples > 0
+                   ? fmt::format("online AUC {} logloss {:.4f} COPC {:.3f} over {} examples",
+                                 online.AucText(), online.logloss, online.copc, online.examples)
+                   : std::string("no examples (nothing to test)"),
+               line["keys"].get<uint64_t>(), evicted,
+               version
+                   ? fmt::format("; published {} ({}, {} rows, {} deleted)",
+                                 ServingVersionName(version->version),
+                                 version->base ? "base" : "delta", version->rows, version->deleted)
+                   : "");
     last_line = std::move(line);
   }
 

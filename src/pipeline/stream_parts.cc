@@ -1,10 +1,12 @@
 #include "pipeline/stream_parts.h"
 
 #include <fmt/format.h>
-#include <sys/stat.h>
+#include <fmt/ranges.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <chrono>
+#include <limits>
 #include <set>
 #include <thread>
 
@@ -20,12 +22,24 @@ constexpr char kAdmitPrefix[] = "admit-";
 
 }  // namespace
 
+void StreamState::Skip(int64_t first, int64_t last) {
+  skipped += static_cast<uint64_t>(last - first + 1);
+  if (!skipped_runs.empty() && skipped_runs.back().second + 1 == first) {
+    skipped_runs.back().second = last;
+  } else {
+    skipped_runs.emplace_back(first, last);
+  }
+  if (skipped_runs.size() > kSkippedRuns) skipped_runs.erase(skipped_runs.begin());
+}
+
 nlohmann::json StreamState::ToJson() const {
   nlohmann::json j = {{"next", next},
                       {"last", last},
                       {"partitions", partitions},
                       {"skipped", skipped},
                       {"serving", serving}};
+  if (!skipped_runs.empty()) j["skipped_runs"] = skipped_runs;
+  if (!serving_dir.empty()) j["serving_dir"] = serving_dir;
   if (!admit.is_null()) j["admit"] = admit;
   return j;
 }
@@ -37,6 +51,8 @@ StatusOr<StreamState> StreamState::FromJson(const nlohmann::json& j, const std::
     s.last = j.at("last").get<std::string>();
     s.partitions = j.at("partitions").get<uint64_t>();
     s.skipped = j.at("skipped").get<uint64_t>();
+    s.skipped_runs = j.value("skipped_runs", decltype(s.skipped_runs)());
+    s.serving_dir = j.value("serving_dir", std::string());
     s.serving = j.at("serving");
     s.admit = j.value("admit", nlohmann::json());
     return s;
@@ -45,33 +61,83 @@ StatusOr<StreamState> StreamState::FromJson(const nlohmann::json& j, const std::
   }
 }
 
-std::optional<double> ModifiedAt(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
-  return static_cast<double>(st.st_mtim.tv_sec) + st.st_mtim.tv_nsec * 1e-9;
+double NowSeconds(Env* env) { return static_cast<double>(env->NowMicros()) * 1e-6; }
+
+bool Follower::Takeable(int64_t p, std::optional<int64_t> want) {
+  std::string why;
+  if (const std::optional<int64_t> begins = layout_.StartSeconds(p);
+      begins && static_cast<double>(*begins) > NowSeconds(env_) + o_.max_ahead_seconds) {
+    why = fmt::format(
+        "it begins {:.0f} s after the clock, more than stream.max_ahead {} s: it is taken once "
+        "the clock reaches it (a wrong name or a wrong clock?)",
+        static_cast<double>(*begins) - NowSeconds(env_), o_.max_ahead_seconds);
+  } else if (want && o_.max_gap > 0 && p - *want > static_cast<int64_t>(o_.max_gap)) {
+    why = fmt::format(
+        "it lies {} partitions after {}, the next one, more than stream.max_gap {}: it is "
+        "taken once the stream reaches it (to move on to it now, start the job with "
+        "stream.start={})",
+        p - *want, layout_.Name(*want), o_.max_gap, layout_.Name(p));
+  }
+  if (why.empty()) return true;
+  if (named_.insert("ahead " + std::to_string(p)).second) {
+    LOG_WARNING("partition {} ({}) is ready but not taken: {}", layout_.Name(p), Dir(p), why);
+  }
+  return false;
 }
 
-double NowSeconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+void Follower::Notice(const PartitionScan& scan, int64_t want) {
+  for (const std::string& name : scan.unreadable) {
+    if (named_.insert("unreadable " + name).second) {
+      LOG_WARNING("{}: not a partition of stream.layout '{}' (left alone)", JoinPath(o_.root, name),
+                  layout_.text());
+    }
+  }
+  if (skipped_ == nullptr) return;
+  for (int64_t p : scan.ready) {
+    if (p >= want) break;
+    for (const auto& [first, last] : *skipped_) {
+      if (p >= first && p <= last && named_.insert("landed " + std::to_string(p)).second) {
+        LOG_WARNING(
+            "partition {} is ready now, after the stream skipped it: it is not trained "
+            "(stream.on_late: skip; docs/routine.md)",
+            layout_.Name(p));
+      }
+    }
+  }
+}
+
+StatusOr<std::optional<int64_t>> Follower::FirstReady() {
+  ASSIGN_OR_RETURN(PartitionScan scan, ScanPartitions(env_, o_.root, layout_, o_.done_file));
+  Notice(scan, std::numeric_limits<int64_t>::min());
+  for (int64_t p : scan.ready) {
+    if (Takeable(p, std::nullopt)) return std::optional<int64_t>(p);
+  }
+  return std::optional<int64_t>();
 }
 
 StatusOr<Follower::Take> Follower::Poll(int64_t want) {
   if (stop_ != nullptr && stop_->load()) return Take::kStop;
-  if (Ready(want)) {
+  ASSIGN_OR_RETURN(PartitionScan scan, ScanPartitions(env_, o_.root, layout_, o_.done_file));
+  Notice(scan, want);
+  const auto at = std::lower_bound(scan.ready.begin(), scan.ready.end(), want);
+  if (at != scan.ready.end() && *at == want && Takeable(want, want)) {
     late_since_.reset();
     said_waiting_ = false;
     return Take::kTrain;
   }
-  ASSIGN_OR_RETURN(std::vector<int64_t> later,
-                   ReadyPartitions(env_, o_.root, layout_, o_.done_file, want));
-  if (!later.empty()) {
-    const double now = NowSeconds();
+  std::optional<int64_t> later;  // the first partition after `want` that may come next
+  for (auto it = std::upper_bound(scan.ready.begin(), scan.ready.end(), want);
+       it != scan.ready.end() && !later; ++it) {
+    if (Takeable(*it, want)) later = *it;
+  }
+  if (later) {
+    const double now = NowSeconds(env_);
     if (!late_since_) {
       late_since_ = now;
       LOG_WARNING(
           "partition {} is not ready but {} is: waiting up to {} s for it (stream.max_wait), "
           "then {}",
-          layout_.Name(want), layout_.Name(later.front()), o_.max_wait_seconds,
+          layout_.Name(want), layout_.Name(*later), o_.max_wait_seconds,
           o_.on_late == LateRule::kSkip   ? "skipping it (stream.on_late: skip)"
           : o_.on_late == LateRule::kFail ? "failing (stream.on_late: fail)"
                                           : "waiting on (stream.on_late: wait)");
@@ -81,11 +147,13 @@ StatusOr<Follower::Take> Follower::Poll(int64_t want) {
         return FailedPreconditionError(
             fmt::format("partition {} ({}) is missing while {} is ready, after waiting {} s "
                         "(stream.max_wait; stream.on_late: fail): nothing of it was trained",
-                        layout_.Name(want), JoinPath(Dir(want), o_.done_file),
-                        layout_.Name(later.front()), o_.max_wait_seconds));
+                        layout_.Name(want), JoinPath(Dir(want), o_.done_file), layout_.Name(*later),
+                        o_.max_wait_seconds));
       }
-      // The wait is spent for the partitions up to the first ready one: no new wait.
+      // The wait is spent for the partitions up to the first ready one: all are skipped.
+      late_since_.reset();
       said_waiting_ = false;
+      skip_to_ = *later;
       return Take::kSkip;
     }
   } else if (!said_waiting_) {
@@ -114,7 +182,7 @@ StatusOr<Follower::Take> Follower::WaitOnRanks(Comm* comm, int64_t want) {
       StatusOr<Take> t = Poll(want);
       mine = !t.ok()              ? "E" + t.status().ToString()
              : *t == Take::kTrain ? "T"
-             : *t == Take::kSkip  ? "S"
+             : *t == Take::kSkip  ? "S" + std::to_string(skip_to_)
                                   : "W";  // (a stop is each rank's own, below)
     }
     const bool stopped = stop_ != nullptr && stop_->load();
@@ -130,6 +198,7 @@ StatusOr<Follower::Take> Follower::WaitOnRanks(Comm* comm, int64_t want) {
       case 'T':
         return Take::kTrain;
       case 'S':
+        skip_to_ = std::stoll(zero.substr(2));
         return Take::kSkip;
       case 'E':
         return FailedPreconditionError("rank 0: " + zero.substr(2));
@@ -146,6 +215,47 @@ void Follower::Sleep(double seconds) const {
     if (stop_ != nullptr && stop_->load()) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+}
+
+StatusOr<Partition> TakePartition(Env* env, const PartitionLayout& layout, int64_t p,
+                                  const std::string& dir, const std::string& done_file) {
+  Partition part{p, layout.Name(p), {}, {}, std::nullopt};
+  std::vector<std::string> ignored;
+  ASSIGN_OR_RETURN(part.files, PartitionFiles(env, dir, done_file, &ignored));
+  if (!ignored.empty()) {
+    LOG_WARNING("partition {}: {} left out (not regular files: subdirectories, FIFOs, sockets)",
+                part.name, fmt::join(ignored, ", "));
+  }
+  const std::string done = JoinPath(dir, done_file);
+  ASSIGN_OR_RETURN(const FileStat marked, env->Stat(done));
+  part.done_at = marked.modified_ns * 1e-9;
+  for (const std::string& f : part.files) {
+    ASSIGN_OR_RETURN(FileStat st, env->Stat(f));
+    if (st.modified_ns > marked.modified_ns) {
+      return FailedPreconditionError(fmt::format(
+          "partition {}: {} changed after its done file {} was written ({} ns later): the "
+          "partition is not the one marked done, so none of it is trained. Write the partition "
+          "again and its done file last, then start the job again",
+          part.name, f, done, st.modified_ns - marked.modified_ns));
+    }
+    part.stats.push_back(st);
+  }
+  return part;
+}
+
+Status CheckUnchanged(Env* env, const Partition& p) {
+  for (size_t i = 0; i < p.files.size(); ++i) {
+    StatusOr<FileStat> now = env->Stat(p.files[i]);
+    const FileStat& then = p.stats.at(i);
+    if (!now.ok() || now->size != then.size || now->modified_ns != then.modified_ns) {
+      return FailedPreconditionError(fmt::format(
+          "partition {}: {} changed while it was read ({} bytes when taken, {} now): nothing of "
+          "the partition is committed; the next start takes it again",
+          p.name, p.files[i], then.size,
+          now.ok() ? std::to_string(now->size) : now.status().ToString()));
+    }
+  }
+  return Status::OK();
 }
 
 StatusOr<std::optional<int64_t>> OrdinalOf(const PartitionLayout& layout, const std::string& name,

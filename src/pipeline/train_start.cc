@@ -57,7 +57,7 @@ StatusOr<nlohmann::json> ResultSettings(Env* env, const JobConfig& job) {
                                     {"seed", job.train.seed},
                                     {"epochs", job.train.epochs_auto ? "auto" : "fixed"},
                                     {"max_epochs", job.train.EpochLimit()},
-                                    {"patience", job.train.patience}};
+                                    {"patience", job.train.Patience()}};
   }
   // Passes sized by memory are cut where the key window fills: another budget cuts others.
   const PassReaderOptions passes = job.PassOptions();
@@ -230,6 +230,18 @@ Status ContinueModel(Env* env, const JobConfig& job, ThreadPool* pool, const Key
   return Status::OK();
 }
 
+// A model in model_dir is continued only when the job says so (--continue): a command run
+// again must not quietly train an old model further.
+Status RefuseUnaskedContinue(Env* env, const JobConfig& job) {
+  StatusOr<ModelManifest> m = ReadManifest(env, job.model_dir);
+  return FailedPreconditionError(fmt::format(
+      "{} holds a trained model{}: pass --continue (train.continue: true) to train it further "
+      "on this data, or --fresh to replace it with a new one (or give another --model-dir)",
+      job.model_dir,
+      m.ok() ? fmt::format(" ({} keys, {} examples trained)", m->keys, m->trained_examples)
+             : std::string()));
+}
+
 Status NewModel(Env* env, const JobConfig& job, TrainStart* start) {
   start->model =
       std::make_unique<CtrModel>(job.spec.schema, job.spec.model, job.spec.sparse_optimizer,
@@ -285,6 +297,7 @@ StatusOr<TrainStart> StartTrain(Env* env, const JobConfig& job, PassReader* read
   }
   if (!started) {
     if (!job.model_dir.empty() && !job.fresh && ModelExists(env, job.model_dir)) {
+      if (!job.train.continue_model) RETURN_IF_ERROR(RefuseUnaskedContinue(env, job));
       RETURN_IF_ERROR(ContinueModel(env, job, pool, owned, &start));
     } else {
       if (!job.model_dir.empty() && !job.fresh) RETURN_IF_ERROR(CheckNoOrphanModel(env, job));

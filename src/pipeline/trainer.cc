@@ -38,6 +38,9 @@ StatusOr<PassesRun> RunPasses(Env* env, const JobConfig& job, PassReader* reader
                               Comm* comm, const std::string& ranks_ckpt_dir,
                               const PushObserver& on_push) {
   const CtrAccessor accessor(start->model->value_layout(), job.spec.table);
+  // This run's extraction only: the job's extractor also counts earlier runs' reads (epochs,
+  // a stream's partitions) and every read to evaluate (validation, tests).
+  const ExtractTotals extracted_before = job.extractor ? job.extractor->totals() : ExtractTotals();
   std::unique_ptr<GpuTrainer> gpu;
   if (job.gpu) {
     GpuOptions go = job.gpu_options;
@@ -76,7 +79,7 @@ StatusOr<PassesRun> RunPasses(Env* env, const JobConfig& job, PassReader* reader
                            {"seconds", run.seconds},
                            {"stages", StagesJson(run.totals)}};
     if (job.extractor) {
-      const ExtractTotals x = job.extractor->totals();
+      const ExtractTotals x = job.extractor->totals().Since(extracted_before);
       LogExtract(x, run.seconds, job.data.threads, reader->counts().bad_total());
       line["extract"] = ExtractJson(x);
       line["stages"]["extract"] = {
@@ -93,7 +96,7 @@ StatusOr<PassesRun> RunPasses(Env* env, const JobConfig& job, PassReader* reader
   const uint64_t row_bytes = job.StorageFor(start->model->value_layout()).ResidentRowBytes();
   report.pass_sizing = PassSizingJson(reader->options(), reader->sizing(), row_bytes);
   if (job.extractor) {
-    const ExtractTotals x = job.extractor->totals();
+    const ExtractTotals x = job.extractor->totals().Since(extracted_before);
     report.extract = x;
     // In the stage table: the reader workers' extraction (as in the stages line above).
     report.extract_busy_seconds = x.parse_seconds + x.graph_seconds + x.assemble_seconds;
@@ -142,6 +145,12 @@ Status CheckNoRanksCheckpoint(Env* env, const JobConfig& job) {
   StatusOr<RanksCheckpoint> ranks = ReadRanksCheckpoint(env, job.ckpt.dir);
   if (ranks.status().code() == StatusCode::kNotFound) return Status::OK();
   RETURN_IF_ERROR(ranks.status());
+  if (job.stream.enabled()) {  // a stream continues on the ranks that wrote it (no re-shard)
+    return FailedPreconditionError(fmt::format(
+        "ckpt.dir {} holds a stream job of {} ranks (its RANKS file): continue it on {} ranks "
+        "(mpirun -np {}, or --local-ranks {}), or start a new stream with --fresh",
+        job.ckpt.dir, ranks->ranks, ranks->ranks, ranks->ranks, ranks->ranks));
+  }
   return FailedPreconditionError(fmt::format(
       "ckpt.dir {} holds {} of a job of {} ranks (its RANKS file): {} it with {} ranks (mpirun "
       "-np {}, or --local-ranks {}; another number of ranks under mpirun re-shards it), or "
@@ -156,12 +165,28 @@ Status CheckNoRanksCheckpoint(Env* env, const JobConfig& job) {
 // planned), its features attached and its GPU memory resolved.
 Status PrepareJob(Env* env, Comm* comm, const std::atomic<bool>* stop, JobConfig* job,
                   std::string* ranks_ckpt_dir) {
+  // (Validated with the ranks' count: what is not built for ranks is refused before anything
+  // is written.)
+  if (comm != nullptr) job->dist.ranks = comm->size();
   RETURN_IF_ERROR(job->Validate());
   if (comm != nullptr && job->train.dry_run) {
     return InvalidArgumentError("train.dry_run runs on one process (its ranks would not exchange)");
   }
   if (comm == nullptr) RETURN_IF_ERROR(CheckNoRanksCheckpoint(env, *job));
   if (comm != nullptr) RETURN_IF_ERROR(CheckRanksRunOneJob(comm, *job));
+  // libsvm/libfm rows of one-hot fields pooled into one slot (the default): said, with the key
+  // that gives each field its slot.
+  if ((job->data.format == DataFormat::kLibfm || job->data.format == DataFormat::kLibsvm) &&
+      job->data.slot_from == SlotFrom::kOne && !job->settings_given.contains("data.slot_from") &&
+      job->features == nullptr) {
+    if (StatusOr<uint32_t> k = OneHotFields(env, job->data); k.ok() && *k > 0) {
+      LOG_INFO(
+          "every row of {} has {} one-hot features, a feature per field: they go into one "
+          "slot (data.slot_from: one, the default); data.slot_from: position gives each field "
+          "its own slot, as libFM's field-aware files mean",
+          job->data.paths[0], *k);
+    }
+  }
   // The job's batch (before the ranks divide it), from the data when the job leaves it.
   RETURN_IF_ERROR(SizeToTheData(env, comm != nullptr ? comm->size() : 1, job));
   // data.slot_from: position with data.num_slots 0: counted once, from the job's first file
@@ -303,7 +328,16 @@ Status FinishRun(Env* env, const JobConfig& job, Comm* comm, const std::string& 
     } else {
       RETURN_IF_ERROR(CommitModel(env, job, start, run.position, pool, report));
     }
-    if (!run.interrupted) RETURN_IF_ERROR(EvaluateHeldOut(env, job, comm, start, pool, report));
+    if (!run.interrupted) {
+      // (The model is committed already: an error of the test data says so, and where.)
+      if (Status s = EvaluateHeldOut(env, job, comm, start, pool, report); !s.ok()) {
+        return Status(s.code(),
+                      fmt::format("{} (the trained model was saved before the test data was "
+                                  "scored: {}{}; `ctrbox eval` scores it once the data is fixed)",
+                                  s.message(), report->model_dir.value_or("ckpt.dir"),
+                                  report->digest ? ", digest " + *report->digest : ""));
+      }
+    }
     // The report closes the metrics log too (`ctrbox report` draws memory and totals from
     // it), with the peak memory so far: the table's close comes after. A run that saved
     // nothing writes nothing.
@@ -350,7 +384,10 @@ StatusOr<nlohmann::json> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   // A job validated per epoch runs its epochs one at a time from the epoch its checkpoint
   // names (its reader is only this probe of the schema).
   const bool by_epoch = job.train.validating();
-  if (by_epoch) job.ckpt.every_passes = 0;  // it commits after epochs, not passes
+  if (by_epoch) {
+    job.ckpt.every_passes = 0;  // it commits after epochs, not passes
+    reader.Close();             // (the probe reads no further: each epoch reads anew)
+  }
   ASSIGN_OR_RETURN(TrainStart start, StartOnRanks(env, job, comm, ranks_ckpt_dir,
                                                   by_epoch ? nullptr : &reader, &pool));
 

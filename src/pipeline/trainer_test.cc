@@ -169,6 +169,10 @@ TEST(TrainerTest, ContinuingFromTheModelDirEqualsOneRun) {
   two.data.paths = {a};
   ASSERT_TRUE(RunTrain(Env::Posix(), two, nullptr).ok());
   two.data.paths = {b};
+  // Unasked, the model is not continued; asked (--continue), it is.
+  auto unasked = RunTrain(Env::Posix(), two, nullptr);
+  EXPECT_EQ(unasked.status().code(), StatusCode::kFailedPrecondition);
+  two.train.continue_model = true;
   auto r2 = RunTrain(Env::Posix(), two, nullptr);
   ASSERT_TRUE(r2.ok()) << r2.status().ToString();
   EXPECT_EQ((*r2)["generation"], 2u);
@@ -180,12 +184,14 @@ TEST(TrainerTest, ContinuingFromTheModelDirEqualsOneRun) {
   lr.data.paths = {b};
   lr.spec.sparse_optimizer.lr = 0.01f;
   lr.train.seed = 5;
+  lr.train.continue_model = true;
   auto r4 = RunTrain(Env::Posix(), lr, nullptr);
   ASSERT_TRUE(r4.ok()) << r4.status().ToString();
   EXPECT_EQ((*r4)["generation"], 3u);
   JobConfig other = SmallJob(dir.File("two"));
   other.data.paths = {b};
   other.spec.model.embedding_dim = 8;
+  other.train.continue_model = true;
   auto r3 = RunTrain(Env::Posix(), other, nullptr);
   ASSERT_FALSE(r3.ok());
   EXPECT_NE(r3.status().message().find("model.embedding_dim"), std::string::npos)
@@ -319,7 +325,11 @@ TEST(TrainerTest, AnIoErrorAtAnyCallEndsTheRunCleanlyAndKeepsTheCommittedModel) 
   so.seed = 8;
   std::string text;
   SynthGenerator(so).GenerateText(0, 3000, &text, nullptr);
-  auto job_for = [](const std::string& model_dir) { return SmallSsdJobInMemEnv(model_dir); };
+  auto job_for = [](const std::string& model_dir) {
+    JobConfig job = SmallSsdJobInMemEnv(model_dir);
+    job.train.continue_model = true;  // each run after the first continues the committed model
+    return job;
+  };
   // The committed model (generation 1) and the files a power-safe setup starts from.
   std::map<std::string, std::string> committed;
   std::string d1, d2;

@@ -55,6 +55,14 @@ class FileLock {
   virtual ~FileLock() = default;
 };
 
+// What stat(2) says of a path, links followed.
+struct FileStat {
+  enum class Kind { kRegular, kDirectory, kOther };  // kOther: a FIFO, socket or device
+  Kind kind = Kind::kOther;
+  uint64_t size = 0;
+  int64_t modified_ns = 0;  // the last change of its bytes, nanoseconds since the epoch
+};
+
 class Env {
  public:
   virtual ~Env() = default;
@@ -76,6 +84,8 @@ class Env {
   // A regular file (after following links): not a directory, FIFO, socket or device.
   virtual bool IsRegularFile(const std::string& path) = 0;
   virtual StatusOr<uint64_t> GetFileSize(const std::string& path) = 0;
+  // NotFound when `path` does not exist.
+  virtual StatusOr<FileStat> Stat(const std::string& path) = 0;
   // Names (not paths) of the entries of directory `dir`, sorted, without "." and "..".
   virtual StatusOr<std::vector<std::string>> GetChildren(const std::string& dir) = 0;
   // Creates `dir` and its missing parents; OK if it exists.
@@ -94,6 +104,8 @@ class Env {
   // lock when its holder dies, so a killed job never blocks the next one.
   virtual StatusOr<std::unique_ptr<FileLock>> LockFile(const std::string& path) = 0;
 
+  // The wall clock: microseconds since 1970-01-01 00:00 UTC (file times and partition names
+  // are compared with it).
   virtual uint64_t NowMicros() = 0;
 };
 

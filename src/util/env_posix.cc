@@ -188,6 +188,17 @@ class PosixEnv final : public Env {
     if (::stat(path.c_str(), &st) != 0) return PosixError("stat " + path, errno);
     return static_cast<uint64_t>(st.st_size);
   }
+  StatusOr<FileStat> Stat(const std::string& path) override {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) return PosixError("stat " + path, errno);
+    FileStat f;
+    f.kind = S_ISREG(st.st_mode)   ? FileStat::Kind::kRegular
+             : S_ISDIR(st.st_mode) ? FileStat::Kind::kDirectory
+                                   : FileStat::Kind::kOther;
+    f.size = static_cast<uint64_t>(st.st_size);
+    f.modified_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+    return f;
+  }
   StatusOr<std::vector<std::string>> GetChildren(const std::string& dir) override {
     DIR* d = ::opendir(dir.c_str());
     if (d == nullptr) return PosixError("opendir " + dir, errno);

@@ -9,9 +9,16 @@ struct MemEnv::Node {
   std::string data;          // what the file holds now
   std::string synced;        // what a crash leaves of it
   bool sync_failed = false;  // a Sync failed: its unsynced bytes never become durable
+  int64_t modified_ns = 0;   // its creation or last append (the wall clock)
 };
 
 namespace {
+
+int64_t WallNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 // "a//b/" -> "a/b"; "/" stays.
 std::string Normalize(const std::string& path) {
@@ -70,6 +77,7 @@ class MemEnv::Writer : public WritableFile {
     if (closed_) return FailedPreconditionError(name_ + ": append after close");
     RETURN_IF_ERROR(env_->Count(FaultOp::kWrite));
     node_->data.append(data);
+    node_->modified_ns = WallNanos();
     return Status::OK();
   }
   Status Flush() override {
@@ -151,6 +159,7 @@ void MemEnv::SimulateCrash() {
     // before the crash keep writing into the old one, which nothing refers to any more.
     auto fresh = std::make_shared<Node>();
     fresh->data = fresh->synced = node->synced;
+    fresh->modified_ns = node->modified_ns;
     node = fresh;
   }
   durable_ = files_;
@@ -202,9 +211,11 @@ StatusOr<std::unique_ptr<WritableFile>> MemEnv::OpenWritable(const std::string& 
   std::shared_ptr<Node>& node = files_[p];
   if (!node) {
     node = std::make_shared<Node>();
+    node->modified_ns = WallNanos();
   } else if (truncate) {
     node->data.clear();  // the truncation is durable only with the next Sync
     node->sync_failed = false;
+    node->modified_ns = WallNanos();
   }
   return std::unique_ptr<WritableFile>(new Writer(this, node, path));
 }
@@ -238,6 +249,21 @@ StatusOr<uint64_t> MemEnv::GetFileSize(const std::string& path) {
   auto it = files_.find(Normalize(path));
   if (it == files_.end()) return NotFoundError(path + ": No such file or directory");
   return static_cast<uint64_t>(it->second->data.size());
+}
+
+StatusOr<FileStat> MemEnv::Stat(const std::string& path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string p = Normalize(path);
+  FileStat f;
+  if (auto it = files_.find(p); it != files_.end()) {
+    f.kind = FileStat::Kind::kRegular;
+    f.size = it->second->data.size();
+    f.modified_ns = it->second->modified_ns;
+    return f;
+  }
+  if (!dirs_.count(p)) return NotFoundError(path + ": No such file or directory");
+  f.kind = FileStat::Kind::kDirectory;
+  return f;
 }
 
 StatusOr<std::vector<std::string>> MemEnv::GetChildren(const std::string& dir) {
@@ -337,10 +363,6 @@ StatusOr<std::unique_ptr<FileLock>> MemEnv::LockFile(const std::string& path) {
   return std::unique_ptr<FileLock>(new MemFileLock(&mu_, &locks_, path));
 }
 
-uint64_t MemEnv::NowMicros() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
-}
+uint64_t MemEnv::NowMicros() { return static_cast<uint64_t>(WallNanos() / 1000); }
 
 }  // namespace ctrbox

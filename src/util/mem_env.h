@@ -81,6 +81,7 @@ class MemEnv : public Env {
   bool IsDirectory(const std::string& path) override;
   bool IsRegularFile(const std::string& path) override;  // every file MemEnv holds is
   StatusOr<uint64_t> GetFileSize(const std::string& path) override;
+  StatusOr<FileStat> Stat(const std::string& path) override;  // modified: its last append
   StatusOr<std::vector<std::string>> GetChildren(const std::string& dir) override;
   Status CreateDirs(const std::string& dir) override;
   Status DeleteFile(const std::string& path) override;

@@ -11,6 +11,8 @@ namespace ctrbox {
 uint64_t PeakRssBytes();
 // Current resident set size (/proc/self/statm), in bytes; 0 if unavailable.
 uint64_t CurrentRssBytes();
+// The machine's physical memory (sysconf), in bytes; 0 if unavailable.
+uint64_t PhysicalMemoryBytes();
 // Number of online CPUs (at least 1).
 int NumCpus();
 // True when the CPU runs the AVX-512 F/CD/BW/DQ/VL instruction sets.
