@@ -173,6 +173,11 @@ StatusOr<EpochsRun> RunEpochs(Env* env, const JobConfig& job, TrainStart* start,
     PassReaderOptions options = PassOptionsOnRanks(job, nullptr);
     options.epochs = 1;
     options.select = [&hold_out](Batch* b) { hold_out.Keep(b, false); };
+    // The epoch's own extraction: the job's extractor also counts the epochs before and every
+    // read that scores the rows held back (its readers extract ahead once opened: counted
+    // from before this one opens).
+    const ExtractTotals extracted_before =
+        job.extractor ? job.extractor->totals() : ExtractTotals();
     PassReader reader([&] { return OpenData(env, job.data, job.generated, false); }, options);
     RETURN_IF_ERROR(reader.Open());
     ASSIGN_OR_RETURN(PassesRun run,
@@ -189,10 +194,11 @@ StatusOr<EpochsRun> RunEpochs(Env* env, const JobConfig& job, TrainStart* start,
     start->position = run.position;
     examples += run.examples;
     passes += run.report.passes;
-    if (run.report.extract) {  // each epoch's training reads (not its validation's)
+    if (job.extractor) {  // each epoch's training reads (not its validation's)
+      const ExtractTotals x = job.extractor->totals().Since(extracted_before);
       if (!extracted) extracted.emplace();
-      extracted->Add(*run.report.extract);
-      extract_busy += run.report.extract_busy_seconds.value_or(0);
+      extracted->Add(x);
+      extract_busy += x.parse_seconds + x.graph_seconds + x.assemble_seconds;
     }
     seconds += run.report.seconds;
     if (run.report.counts) {

@@ -38,9 +38,6 @@ StatusOr<PassesRun> RunPasses(Env* env, const JobConfig& job, PassReader* reader
                               Comm* comm, const std::string& ranks_ckpt_dir,
                               const PushObserver& on_push) {
   const CtrAccessor accessor(start->model->value_layout(), job.spec.table);
-  // This run's extraction only: the job's extractor also counts earlier runs' reads (epochs,
-  // a stream's partitions) and every read to evaluate (validation, tests).
-  const ExtractTotals extracted_before = job.extractor ? job.extractor->totals() : ExtractTotals();
   std::unique_ptr<GpuTrainer> gpu;
   if (job.gpu) {
     GpuOptions go = job.gpu_options;
@@ -79,7 +76,7 @@ StatusOr<PassesRun> RunPasses(Env* env, const JobConfig& job, PassReader* reader
                            {"seconds", run.seconds},
                            {"stages", StagesJson(run.totals)}};
     if (job.extractor) {
-      const ExtractTotals x = job.extractor->totals().Since(extracted_before);
+      const ExtractTotals x = job.extractor->totals();
       LogExtract(x, run.seconds, job.data.threads, reader->counts().bad_total());
       line["extract"] = ExtractJson(x);
       line["stages"]["extract"] = {
@@ -96,7 +93,7 @@ StatusOr<PassesRun> RunPasses(Env* env, const JobConfig& job, PassReader* reader
   const uint64_t row_bytes = job.StorageFor(start->model->value_layout()).ResidentRowBytes();
   report.pass_sizing = PassSizingJson(reader->options(), reader->sizing(), row_bytes);
   if (job.extractor) {
-    const ExtractTotals x = job.extractor->totals().Since(extracted_before);
+    const ExtractTotals x = job.extractor->totals();
     report.extract = x;
     // In the stage table: the reader workers' extraction (as in the stages line above).
     report.extract_busy_seconds = x.parse_seconds + x.graph_seconds + x.assemble_seconds;
