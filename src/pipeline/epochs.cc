@@ -176,8 +176,7 @@ StatusOr<EpochsRun> RunEpochs(Env* env, const JobConfig& job, TrainStart* start,
     // The epoch's own extraction: the job's extractor also counts the epochs before and every
     // read that scores the rows held back (its readers extract ahead once opened: counted
     // from before this one opens).
-    const ExtractTotals extracted_before =
-        job.extractor ? job.extractor->totals() : ExtractTotals();
+    if (job.extractor) start->extracted_before = job.extractor->totals();
     PassReader reader([&] { return OpenData(env, job.data, job.generated, false); }, options);
     RETURN_IF_ERROR(reader.Open());
     ASSIGN_OR_RETURN(PassesRun run,
@@ -194,11 +193,10 @@ StatusOr<EpochsRun> RunEpochs(Env* env, const JobConfig& job, TrainStart* start,
     start->position = run.position;
     examples += run.examples;
     passes += run.report.passes;
-    if (job.extractor) {  // each epoch's training reads (not its validation's)
-      const ExtractTotals x = job.extractor->totals().Since(extracted_before);
+    if (run.report.extract) {  // each epoch's training reads (not its validation's)
       if (!extracted) extracted.emplace();
-      extracted->Add(x);
-      extract_busy += x.parse_seconds + x.graph_seconds + x.assemble_seconds;
+      extracted->Add(*run.report.extract);
+      extract_busy += run.report.extract_busy_seconds.value_or(0);
     }
     seconds += run.report.seconds;
     if (run.report.counts) {

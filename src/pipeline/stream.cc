@@ -327,7 +327,9 @@ StatusOr<nlohmann::json> RunStream(Env* env, JobConfig job, ProgressSink* sink,
         test_seconds += test_clock.Seconds();
         line["test_seconds"] = test_clock.Seconds();
       }
-      // Then train.
+      // Then train (its extraction counted from here: not the test's reads, nor the
+      // partitions' before).
+      if (job.extractor) start.extracted_before = job.extractor->totals();
       PassReaderOptions passes = PassOptionsOnRanks(pjob, comm);
       if (admission) passes.filter = [&](Batch* b) { admission->Filter(b); };
       PassReader reader([&] { return OpenData(env, pjob.data, pjob.generated, false); }, passes);

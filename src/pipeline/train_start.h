@@ -11,6 +11,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/model_dir.h"
+#include "feature/extractor.h"
 #include "metrics/metrics.h"
 #include "model/ctr_model.h"
 #include "pipeline/job.h"
@@ -28,6 +29,10 @@ struct TrainStart {
   std::vector<std::string> resume_warnings;   // newer checkpoints that did not load, and why
   std::unique_ptr<CheckpointWriter> ckpt;     // null without ckpt.dir
   std::unique_ptr<MetricsLog> metrics_log;
+  // The extract stage's totals before this run's reader opened (a job of epochs, a stream's
+  // partition: the job's extractor also counted the reads before, and every read to score):
+  // the run's log and report count from here. Zero: the whole job's.
+  ExtractTotals extracted_before;
 };
 
 // Chooses and opens the start. A resumed job's reader is moved past the passes its

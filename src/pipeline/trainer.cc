@@ -76,7 +76,7 @@ StatusOr<PassesRun> RunPasses(Env* env, const JobConfig& job, PassReader* reader
                            {"seconds", run.seconds},
                            {"stages", StagesJson(run.totals)}};
     if (job.extractor) {
-      const ExtractTotals x = job.extractor->totals();
+      const ExtractTotals x = job.extractor->totals().Since(start->extracted_before);
       LogExtract(x, run.seconds, job.data.threads, reader->counts().bad_total());
       line["extract"] = ExtractJson(x);
       line["stages"]["extract"] = {
@@ -93,7 +93,7 @@ StatusOr<PassesRun> RunPasses(Env* env, const JobConfig& job, PassReader* reader
   const uint64_t row_bytes = job.StorageFor(start->model->value_layout()).ResidentRowBytes();
   report.pass_sizing = PassSizingJson(reader->options(), reader->sizing(), row_bytes);
   if (job.extractor) {
-    const ExtractTotals x = job.extractor->totals();
+    const ExtractTotals x = job.extractor->totals().Since(start->extracted_before);
     report.extract = x;
     // In the stage table: the reader workers' extraction (as in the stages line above).
     report.extract_busy_seconds = x.parse_seconds + x.graph_seconds + x.assemble_seconds;
