@@ -105,6 +105,29 @@ TEST_F(FollowerTest, ARunOfMissingPartitionsIsSkippedAtOnce) {
   EXPECT_EQ(back->skipped, s.skipped);
 }
 
+// A skipped partition that lands later is named once (never trained); so is a directory the
+// layout cannot read.
+TEST_F(FollowerTest, ASkippedPartitionThatLandsAndAnUnreadableNameAreSaidOnce) {
+  Land("20201101/00");
+  Land("20201101/01");  // skipped before it landed
+  ASSERT_TRUE(Env::Posix()->CreateDirs(dir_.File("20201101/5")).ok());
+  const std::vector<std::pair<int64_t, int64_t>> skipped = {{O("20201101/01"), O("20201101/01")}};
+  Follower f(Env::Posix(), o_, layout_, nullptr, &skipped);
+  // (The log goes to standard output or error, as the process's logger is set up.)
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(*f.Poll(O("20201101/02")), Follower::Take::kWait);
+  std::string said = ::testing::internal::GetCapturedStderr();
+  said += ::testing::internal::GetCapturedStdout();
+  const std::string landed =
+      "partition 20201101/01 is ready now, after the stream skipped it: it is not trained";
+  ASSERT_NE(said.find(landed), std::string::npos) << said;
+  EXPECT_EQ(said.find(landed), said.rfind(landed)) << said;
+  const std::string odd = dir_.File("20201101/5") + ": not a partition of stream.layout";
+  ASSERT_NE(said.find(odd), std::string::npos) << said;
+  EXPECT_EQ(said.find(odd), said.rfind(odd)) << said;
+}
+
 TEST_F(FollowerTest, AFileChangedAfterTheDoneFileIsRefused) {
   Land("20201101/00");
   const std::string dir = dir_.File("20201101/00");
