@@ -129,7 +129,7 @@ Status GuessCsvGraph(const JobSources& sources, JobConfig* job) {
                     "(features.main.format; docs/features.md)",
                     sources.format));
   }
-  if (!sources.guess_csv || job->features != nullptr || !(asked || named)) return Status::OK();
+  if (!sources.train || job->features != nullptr || !(asked || named)) return Status::OK();
   CsvGuessOptions o;
   o.format = sources.format == "tsv" ? ViewFormat::kTsv : ViewFormat::kCsv;
   o.label = job->label_column;
@@ -178,7 +178,7 @@ std::string RelativeToJobFile(const std::string& job_file, std::string_view key,
 // train: a data file a job file names that does not exist is named with the job file's line
 // (and the folder its relative paths start from) before anything else is read.
 Status CheckJobFilePaths(const JobConfigBuilder& b, const JobSources& sources) {
-  if (!sources.guess_csv || sources.config_path.empty()) return Status::OK();
+  if (!sources.train || sources.config_path.empty()) return Status::OK();
   const JobConfig& job = b.job_const();
   for (const auto& [key, paths] :
        {std::pair{"data.paths", &job.data.paths}, std::pair{"data.eval_paths", &job.eval_paths}}) {
@@ -215,7 +215,7 @@ StatusOr<JobConfig> BuildJobConfig(const JobSources& sources) {
   for (const std::string& s : sources.sets) RETURN_IF_ERROR(b.ApplySet(s));
   for (const JobSources::Entry& e : sources.keys) RETURN_IF_ERROR(b.Set(e.key, e.value, e.origin));
   const bool csv = sources.format == "csv" || sources.format == "tsv";
-  if (csv && !sources.guess_csv) {
+  if (csv && !sources.train) {
     return InvalidArgumentError(fmt::format(
         "--format {}: train guesses a feature graph for a {} file and saves it beside the "
         "model as job.yaml: give that job file here (-c MODEL_DIR/job.yaml)",

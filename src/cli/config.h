@@ -57,9 +57,11 @@ struct JobSources {
   std::vector<std::string> data, eval_data;
   std::string format, model_dir;
   bool fresh = false, resume = false, continue_model = false;
-  // train: --format csv or tsv (or a first data file named *.csv with no format set) guesses
-  // the feature graph from the file's header and a sample (feature/csv_guess.h).
-  bool guess_csv = false;
+  // The train command's sources: --format csv or tsv (or a first data file named *.csv with
+  // no format set) guesses the feature graph from the file's header and a sample
+  // (feature/csv_guess.h), and a job file's data files are checked to exist, named with the
+  // job file's line, before anything is read.
+  bool train = false;
   // A feature graph given as YAML (or JSON) text of the `features:` node, from `origin` (the
   // Python module's dict config); docs/features.md.
   std::string features_text, features_origin;

@@ -194,7 +194,7 @@ int main(int argc, char** argv) {
 
   auto* train = app.add_subcommand("train", "train a model (generated data if no --data)");
   AddJobOptions(train, &train_args);
-  train_args.guess_csv = true;  // --format csv | tsv: a feature graph guessed from the file
+  train_args.train = true;  // (--format csv | tsv guesses a graph; job-file data checked)
   train->add_option("--model-dir", train_args.model_dir,
                     "where the model is saved (and continued from)");
   train->add_option("--eval-data", train_args.eval_data, "data to evaluate on after training");

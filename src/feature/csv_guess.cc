@@ -12,6 +12,7 @@
 
 #include "feature/column.h"
 #include "feature/view_parse.h"
+#include "io/compressed_file.h"
 #include "util/parse.h"
 
 namespace ctrbox {
@@ -43,12 +44,6 @@ struct ColumnStats {
     sum2 += x * x;
   }
 };
-
-bool Compressed(const std::string& head) {
-  return (head.size() >= 2 && static_cast<uint8_t>(head[0]) == 0x1f &&
-          static_cast<uint8_t>(head[1]) == 0x8b) ||
-         (head.size() >= 4 && head.compare(0, 4, "\x28\xb5\x2f\xfd") == 0);
-}
 
 std::string Lower(std::string_view s) {
   std::string out(s);
@@ -90,56 +85,51 @@ std::string FreeName(const std::string& want, const std::set<std::string>& taken
   return name;
 }
 
-}  // namespace
+// The sample: the first sample_bytes of the file (decompressed, as every text reader reads
+// it: io/compressed_file.h), cut into its first sample_rows + 1 whole lines.
+struct Sample {
+  std::string text;
+  std::vector<std::string_view> lines;  // into text; lines[0] is the header
+};
 
-StatusOr<CsvGuess> GuessCsvFeatures(Env* env, const std::vector<std::string>& paths,
-                                    const CsvGuessOptions& o) {
-  const char* kind = o.format == ViewFormat::kTsv ? "TSV" : "CSV";
-  if (paths.empty() || paths[0] == "-") {
-    return InvalidArgumentError(fmt::format(
-        "--format {}: the columns are guessed from the first data file: give files with --data "
-        "(standard input cannot be read twice)",
-        Lower(kind)));
-  }
-  const std::string& file = paths[0];
-  // The sample: the first sample_bytes of the first file, whole lines.
-  ASSIGN_OR_RETURN(std::unique_ptr<SequentialFile> f, env->NewSequentialFile(file));
-  std::string text(o.sample_bytes, '\0');
+StatusOr<Sample> ReadSample(Env* env, const std::string& file, const CsvGuessOptions& o) {
+  ASSIGN_OR_RETURN(std::unique_ptr<SequentialFile> raw, env->NewSequentialFile(file));
+  ASSIGN_OR_RETURN(std::unique_ptr<SequentialFile> f, OpenDecompressed(std::move(raw)));
+  Sample s;
+  s.text.assign(o.sample_bytes, '\0');
   size_t got = 0;
-  while (got < text.size()) {
+  while (got < s.text.size()) {
     size_t n = 0;
-    RETURN_IF_ERROR(f->Read(text.size() - got, text.data() + got, &n));
+    RETURN_IF_ERROR(f->Read(s.text.size() - got, s.text.data() + got, &n));
     if (n == 0) break;
     got += n;
   }
-  const bool whole = got < text.size();
-  text.resize(got);
-  if (Compressed(text)) {
-    return InvalidArgumentError(fmt::format(
-        "{}: compressed; --format {} guesses the columns of a plain file. Write the views job "
-        "for it (docs/features.md: a view reads compressed files through `command`)",
-        file, Lower(kind)));
-  }
-  std::vector<std::string_view> lines;
-  for (size_t at = 0; at < text.size();) {
-    size_t end = text.find('\n', at);
+  const bool whole = got < s.text.size();
+  s.text.resize(got);
+  for (size_t at = 0; at < s.text.size() && s.lines.size() <= o.sample_rows;) {
+    size_t end = s.text.find('\n', at);
     if (end == std::string::npos) {
       if (!whole) break;  // cut by the sample's size
-      end = text.size();
+      end = s.text.size();
     }
-    std::string_view line(text.data() + at, end - at);
+    std::string_view line(s.text.data() + at, end - at);
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    lines.push_back(line);
+    s.lines.push_back(line);
     at = end + 1;
-    if (lines.size() > o.sample_rows) break;
   }
-  if (lines.empty() || lines[0].empty()) {
+  if (s.lines.empty() || s.lines[0].empty()) {
     return InvalidArgumentError(
         fmt::format("{}: empty: no header to guess the columns from", file));
   }
+  return s;
+}
+
+// The header's column names: distinct, named, and not data (a line of mostly numbers).
+StatusOr<std::vector<std::string>> ReadHeader(const std::string& file, std::string_view line,
+                                              const CsvGuessOptions& o) {
   ViewLayout layout;
   layout.format = o.format;
-  const std::vector<std::string> header = ViewParser::SplitHeader(layout, lines[0]);
+  std::vector<std::string> header = ViewParser::SplitHeader(layout, line);
   std::set<std::string> names;
   size_t numbers = 0;
   for (const std::string& h : header) {
@@ -156,47 +146,61 @@ StatusOr<CsvGuess> GuessCsvFeatures(Env* env, const std::vector<std::string>& pa
         "{}:1: {} is not a header naming the columns (--format {} needs one{}). Without a "
         "header, write the views job that declares the columns in file order "
         "(docs/features.md)",
-        file, header.size() < 2 ? "a single field" : "mostly numbers", Lower(kind),
-        header.size() < 2 && o.format == ViewFormat::kCsv && lines[0].find('\t') != lines[0].npos
+        file, header.size() < 2 ? "a single field" : "mostly numbers",
+        o.format == ViewFormat::kTsv ? "tsv" : "csv",
+        header.size() < 2 && o.format == ViewFormat::kCsv && line.find('\t') != line.npos
             ? "; the line has tabs: --format tsv?"
             : ""));
   }
-  // The label.
-  size_t label = header.size();
+  return header;
+}
+
+// The label's column: the one o.label names, else the first named as a label.
+StatusOr<size_t> FindLabel(const std::string& file, const std::vector<std::string>& header,
+                           const CsvGuessOptions& o) {
   if (!o.label.empty()) {
-    label = std::find(header.begin(), header.end(), o.label) - header.begin();
-    if (label == header.size()) {
+    const size_t c = std::find(header.begin(), header.end(), o.label) - header.begin();
+    if (c == header.size()) {
       return InvalidArgumentError(
           fmt::format("data.label_column {}: {} has no such column (its header: {})", o.label, file,
                       fmt::format("{}", fmt::join(header, ", "))));
     }
-  } else {
-    for (const char* want : {"label", "click", "clicked", "is_click", "target", "y"}) {
-      for (size_t c = 0; c < header.size() && label == header.size(); ++c) {
-        if (Lower(header[c]) == want) label = c;
-      }
-    }
-    if (label == header.size()) {
-      return InvalidArgumentError(fmt::format(
-          "{}: no column is named as a label (label, click, clicked, is_click, target or y): "
-          "name it with --set data.label_column=COLUMN (its header: {})",
-          file, fmt::format("{}", fmt::join(header, ", "))));
+    return c;
+  }
+  for (const char* want : {"label", "click", "clicked", "is_click", "target", "y"}) {
+    for (size_t c = 0; c < header.size(); ++c) {
+      if (Lower(header[c]) == want) return c;
     }
   }
-  // The columns' statistics over the sample.
-  std::vector<ColumnStats> stats(header.size());
+  return InvalidArgumentError(fmt::format(
+      "{}: no column is named as a label (label, click, clicked, is_click, target or y): "
+      "name it with --set data.label_column=COLUMN (its header: {})",
+      file, fmt::format("{}", fmt::join(header, ", "))));
+}
+
+// Each column's statistics over the sample's rows (a label other than 0 or 1 is refused).
+struct Columns {
+  std::vector<ColumnStats> stats;
+  size_t rows = 0, ragged = 0;  // rows read; lines without the header's fields, skipped
+};
+
+StatusOr<Columns> Measure(const std::string& file, const Sample& sample,
+                          const std::vector<std::string>& header, size_t label,
+                          const CsvGuessOptions& o) {
+  Columns m;
+  m.stats.resize(header.size());
   Arena arena;
   std::vector<Str> fields;
-  size_t rows = 0, ragged = 0;
-  for (size_t i = 1; i < lines.size(); ++i) {
-    if (lines[i].empty()) continue;
+  const char sep = o.format == ViewFormat::kTsv ? '\t' : ',';
+  for (size_t i = 1; i < sample.lines.size(); ++i) {
+    if (sample.lines[i].empty()) continue;
     fields.clear();
-    if (!SplitFields(lines[i], layout.sep(), o.format == ViewFormat::kCsv, &arena, 0, &fields) ||
+    if (!SplitFields(sample.lines[i], sep, o.format == ViewFormat::kCsv, &arena, 0, &fields) ||
         fields.size() != header.size()) {
-      ++ragged;
+      ++m.ragged;
       continue;
     }
-    ++rows;
+    ++m.rows;
     const std::string_view y = fields[label].view();
     double v;
     if (!y.empty() && (!ParseDouble(y, &v) || (v != 0 && v != 1))) {
@@ -205,58 +209,87 @@ StatusOr<CsvGuess> GuessCsvFeatures(Env* env, const std::vector<std::string>& pa
                       "--set data.label_column=COLUMN)",
                       file, i + 1, header[label], y.substr(0, 40)));
     }
-    for (size_t c = 0; c < header.size(); ++c) stats[c].Add(fields[c].view());
+    for (size_t c = 0; c < header.size(); ++c) m.stats[c].Add(fields[c].view());
   }
-  if (rows == 0) {
+  if (m.rows == 0) {
     return InvalidArgumentError(fmt::format(
         "{}: no row of the first {} lines has the header's {} fields: nothing to guess from", file,
-        lines.size(), header.size()));
+        sample.lines.size(), header.size()));
   }
-  // Each column's role.
-  std::string columns, ops;
+  return m;
+}
+
+// Each column's role, as the graph's YAML pieces and the summary's words.
+struct Roles {
+  std::string columns, ops;  // the main view's declared columns; the operators
   std::vector<std::string> slots, dense, dense_said, left_out;
+};
+
+Roles Assign(const std::vector<std::string>& header, size_t label, const Columns& m,
+             const CsvGuessOptions& o) {
+  Roles r;
   std::set<std::string> taken(header.begin(), header.end());
   for (size_t c = 0; c < header.size(); ++c) {
     const std::string& name = header[c];
-    const ColumnStats& s = stats[c];
+    const ColumnStats& s = m.stats[c];
     std::string type;
     if (c == label) {
       type = s.integer ? "int" : "float";
     } else if (name.find('.') != std::string::npos) {
-      left_out.push_back(name + " (a '.' in its name reads as view.column; rename it to use it)");
+      r.left_out.push_back(name + " (a '.' in its name reads as view.column; rename it to use it)");
     } else if (s.values == 0) {
-      left_out.push_back(name + " (empty in the sample)");
+      r.left_out.push_back(name + " (empty in the sample)");
     } else if ((!s.numeric || s.integer) && s.values >= 100 && s.distinct.size() == s.values) {
-      left_out.push_back(name + " (every value differs: a row id?)");
+      r.left_out.push_back(name + " (every value differs: a row id?)");
     } else if (s.numeric && s.distinct.size() > o.max_code_values) {
       // The model takes dense values as log(1 + max(x, 0)) (model.dense_log1p): a column that
       // is never negative goes in as it is; a signed one is shifted to start at 0 first, in
       // units of its spread, so that its negative half is not lost.
       type = "float";
       if (s.min >= 0) {
-        dense.push_back(name);
-        dense_said.push_back(name);
+        r.dense.push_back(name);
+        r.dense_said.push_back(name);
       } else {
         const double mean = s.sum / static_cast<double>(s.values);
         const double var = std::max(0.0, s.sum2 / static_cast<double>(s.values) - mean * mean);
         const double sd = var > 0 ? std::sqrt(var) : 1.0;
         const std::string op = FreeName("shifted_" + name, taken);
         taken.insert(op);
-        ops +=
+        r.ops +=
             fmt::format("  - {{name: {}, op: normalize, input: {}, mean: {:.6g}, std: {:.6g}}}\n",
                         Quote(op), Quote(name), s.min, sd);
-        dense.push_back(op);
-        dense_said.push_back(name + ": (x - min) / sd");
+        r.dense.push_back(op);
+        r.dense_said.push_back(name + ": (x - min) / sd");
       }
     } else {
       type = "string";  // a category, or a number code: one key per value
-      slots.push_back(name);
+      r.slots.push_back(name);
     }
     if (!type.empty()) {
-      columns += fmt::format("{}{}: {}", columns.empty() ? "" : ", ", Quote(name), type);
+      r.columns += fmt::format("{}{}: {}", r.columns.empty() ? "" : ", ", Quote(name), type);
     }
   }
-  if (slots.empty()) {
+  return r;
+}
+
+}  // namespace
+
+StatusOr<CsvGuess> GuessCsvFeatures(Env* env, const std::vector<std::string>& paths,
+                                    const CsvGuessOptions& o) {
+  const char* kind = o.format == ViewFormat::kTsv ? "TSV" : "CSV";
+  if (paths.empty() || paths[0] == "-") {
+    return InvalidArgumentError(fmt::format(
+        "--format {}: the columns are guessed from the first data file: give files with --data "
+        "(standard input cannot be read twice)",
+        Lower(kind)));
+  }
+  const std::string& file = paths[0];
+  ASSIGN_OR_RETURN(const Sample sample, ReadSample(env, file, o));
+  ASSIGN_OR_RETURN(const std::vector<std::string> header, ReadHeader(file, sample.lines[0], o));
+  ASSIGN_OR_RETURN(const size_t label, FindLabel(file, header, o));
+  ASSIGN_OR_RETURN(const Columns m, Measure(file, sample, header, label, o));
+  const Roles r = Assign(header, label, m, o);
+  if (r.slots.empty()) {
     return InvalidArgumentError(fmt::format(
         "{}: no column looks like a categorical feature (every one is numeric with many values, "
         "empty, or an id): the model needs slots; write the views job (docs/features.md)",
@@ -265,8 +298,8 @@ StatusOr<CsvGuess> GuessCsvFeatures(Env* env, const std::vector<std::string>& pa
   CsvGuess g;
   g.features_yaml = fmt::format(
       "main:\n  format: {}\n  header: true\n  columns: {{{}}}\n{}label: {}\nslots: {}\n{}",
-      Lower(kind), columns, ops.empty() ? "" : "ops:\n" + ops, Quote(header[label]),
-      QuotedList(slots), dense.empty() ? "" : fmt::format("dense: {}\n", QuotedList(dense)));
+      Lower(kind), r.columns, r.ops.empty() ? "" : "ops:\n" + r.ops, Quote(header[label]),
+      QuotedList(r.slots), r.dense.empty() ? "" : fmt::format("dense: {}\n", QuotedList(r.dense)));
   std::string indented;
   for (size_t at = 0; at < g.features_yaml.size();) {
     const size_t end = g.features_yaml.find('\n', at);
@@ -278,15 +311,15 @@ StatusOr<CsvGuess> GuessCsvFeatures(Env* env, const std::vector<std::string>& pa
       "# \"From a CSV file in one command\"). Edit it, then: ctrbox train -c THIS_FILE; eval,\n"
       "# predict and serve read the model's data through it (-c THIS_FILE).\n"
       "data:\n  paths: {}\nfeatures:\n{}",
-      file, rows, QuotedList(Absolute(paths)), indented);
+      file, m.rows, QuotedList(Absolute(paths)), indented);
   g.summary = fmt::format(
-      "label {}; {} slot{} ({}); {} dense ({}){}{}", header[label], slots.size(),
-      slots.size() == 1 ? "" : "s", fmt::join(slots, ", "), dense.size(),
-      dense_said.empty() ? "none" : fmt::format("{}", fmt::join(dense_said, ", ")),
-      left_out.empty() ? "" : fmt::format("; left out: {}", fmt::join(left_out, ", ")),
-      ragged > 0 ? fmt::format("; {} sampled line(s) without the header's {} fields skipped",
-                               ragged, header.size())
-                 : "");
+      "label {}; {} slot{} ({}); {} dense ({}){}{}", header[label], r.slots.size(),
+      r.slots.size() == 1 ? "" : "s", fmt::join(r.slots, ", "), r.dense.size(),
+      r.dense_said.empty() ? "none" : fmt::format("{}", fmt::join(r.dense_said, ", ")),
+      r.left_out.empty() ? "" : fmt::format("; left out: {}", fmt::join(r.left_out, ", ")),
+      m.ragged > 0 ? fmt::format("; {} sampled line(s) without the header's {} fields skipped",
+                                 m.ragged, header.size())
+                   : "");
   return g;
 }
 

@@ -35,8 +35,9 @@ struct CsvGuess {
   std::string summary;        // one paragraph: the label, the slots, the dense, the left out
 };
 
-// The guess for `paths` (the first file is sampled; the others must share its header when the
-// job reads them). InvalidArgument naming the file for a file without a header, no label
+// The guess for `paths` (the first file is sampled, decompressed as every text reader
+// decompresses: io/compressed_file.h; the others must share its header when the job reads
+// them). InvalidArgument naming the file for a file without a header, no label
 // column, or a label that is not 0 or 1 (with its line).
 StatusOr<CsvGuess> GuessCsvFeatures(Env* env, const std::vector<std::string>& paths,
                                     const CsvGuessOptions& o);

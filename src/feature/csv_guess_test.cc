@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cstdlib>
 #include <fstream>
 
 #include "util/temp_dir.h"
@@ -75,7 +76,7 @@ TEST(CsvGuessTest, TheLabelIsNamedOrRefusedWithItsLine) {
       << bad.status().ToString();
 }
 
-TEST(CsvGuessTest, AFileWithoutAHeaderOrCompressedIsNamed) {
+TEST(CsvGuessTest, AFileWithoutAHeaderIsNamedAndACompressedOneIsRead) {
   TempDir dir;
   const std::string raw = Write(dir, "raw.csv", "1,0.5,3\n0,0.25,4\n");
   auto r = GuessCsvFeatures(Env::Posix(), {raw}, CsvGuessOptions());
@@ -89,9 +90,17 @@ TEST(CsvGuessTest, AFileWithoutAHeaderOrCompressedIsNamed) {
   CsvGuessOptions tsv;
   tsv.format = ViewFormat::kTsv;
   EXPECT_TRUE(GuessCsvFeatures(Env::Posix(), {tabs}, tsv).ok());
-  const std::string gz = Write(dir, "x.csv.gz", std::string("\x1f\x8b\x08\x00", 4) + "zz");
-  r = GuessCsvFeatures(Env::Posix(), {gz}, CsvGuessOptions());
-  EXPECT_NE(r.status().ToString().find("compressed"), std::string::npos);
+  // A compressed file is read as every text reader reads it; a damaged one names the file.
+  Write(dir, "z.csv", Sample());
+  ASSERT_EQ(std::system(("gzip -k " + dir.File("z.csv")).c_str()), 0);
+  auto gz = GuessCsvFeatures(Env::Posix(), {dir.File("z.csv.gz")}, CsvGuessOptions());
+  ASSERT_TRUE(gz.ok()) << gz.status().ToString();
+  EXPECT_EQ(gz->summary,
+            GuessCsvFeatures(Env::Posix(), {dir.File("z.csv")}, CsvGuessOptions())->summary);
+  const std::string bad = Write(dir, "x.csv.gz", std::string("\x1f\x8b\x08\x00", 4) + "zz");
+  r = GuessCsvFeatures(Env::Posix(), {bad}, CsvGuessOptions());
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.status().ToString().find(bad), std::string::npos) << r.status().ToString();
   EXPECT_NE(GuessCsvFeatures(Env::Posix(), {"-"}, CsvGuessOptions())
                 .status()
                 .ToString()
