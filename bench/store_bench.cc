@@ -30,7 +30,7 @@
 
 #include "bench/bench_util.h"
 #include "io/synth.h"
-#include "pipeline/train_report.h"
+#include "jobs/train_report.h"
 #include "table/tiered_table.h"
 #include "util/random.h"
 

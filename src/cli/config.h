@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "pipeline/job.h"
+#include "jobs/job.h"
 
 namespace ctrbox {
 

@@ -70,6 +70,41 @@ std::string SvgOpen(const std::string& title, int height) {
       kWidth, height, Escape(title), kLeft);
 }
 
+// The plot area of a line chart and its data ranges.
+struct Plot {
+  static constexpr double kW = kWidth - kLeft - kRight, kH = kHeight - kTop - kBottom;
+  double x0, x1, y0, y1;
+  double px(double x) const { return kLeft + (x - x0) / (x1 - x0) * kW; }
+  double py(double y) const { return kTop + (y1 - y) / (y1 - y0) * kH; }
+};
+
+// The frame, the grid with the y ticks, the x ticks (whole numbers only when `whole_x`) and
+// the axis labels.
+std::string AxesSvg(const Plot& p, bool whole_x, const std::string& x_label,
+                    const std::string& y_label) {
+  const double pw = Plot::kW, ph = Plot::kH;
+  std::string svg = fmt::format(
+      "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" class=\"frame\"/>", kLeft, kTop, pw, ph);
+  for (double t : NiceTicks(p.y0, p.y1, 5)) {
+    svg += fmt::format(
+        "<line x1=\"{0}\" x2=\"{1:.1f}\" y1=\"{2:.1f}\" y2=\"{2:.1f}\" class=\"grid\"/>"
+        "<text x=\"{3}\" y=\"{4:.1f}\" class=\"yt\">{5}</text>",
+        kLeft, kLeft + pw, p.py(t), kLeft - 4, p.py(t) + 4, Number(t));
+  }
+  for (double t : NiceTicks(p.x0, p.x1, 6)) {
+    if (whole_x && t != std::floor(t)) continue;
+    svg += fmt::format(
+        "<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\" class=\"tick\"/>"
+        "<text x=\"{0:.1f}\" y=\"{3}\" class=\"xt\">{4}</text>",
+        p.px(t), kTop + ph, kTop + ph + 4, kTop + ph + 16, Number(t));
+  }
+  svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" class=\"xl\">{}</text>", kLeft + pw / 2,
+                     kHeight - 6, Escape(x_label));
+  svg += fmt::format("<text transform=\"translate(14,{:.1f}) rotate(-90)\" class=\"yl\">{}</text>",
+                     kTop + ph / 2, Escape(y_label));
+  return svg;
+}
+
 }  // namespace
 
 std::string LineChartSvg(const std::string& title, const std::string& x_label,
@@ -102,29 +137,11 @@ std::string LineChartSvg(const std::string& title, const std::string& x_label,
     const double pad = (y1 - y0) * 0.05;
     y0 -= pad, y1 += pad;
   }
-  const double pw = kWidth - kLeft - kRight, ph = kHeight - kTop - kBottom;
-  auto px = [&](double x) { return kLeft + (x - x0) / (x1 - x0) * pw; };
-  auto py = [&](double y) { return kTop + (y1 - y) / (y1 - y0) * ph; };
-  // Frame, grid and ticks.
-  svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" class=\"frame\"/>", kLeft,
-                     kTop, pw, ph);
-  for (double t : NiceTicks(y0, y1, 5)) {
-    svg += fmt::format(
-        "<line x1=\"{0}\" x2=\"{1:.1f}\" y1=\"{2:.1f}\" y2=\"{2:.1f}\" class=\"grid\"/>"
-        "<text x=\"{3}\" y=\"{4:.1f}\" class=\"yt\">{5}</text>",
-        kLeft, kLeft + pw, py(t), kLeft - 4, py(t) + 4, Number(t));
-  }
-  for (double t : NiceTicks(x0, x1, 6)) {
-    if (whole_x && t != std::floor(t)) continue;
-    svg += fmt::format(
-        "<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\" class=\"tick\"/>"
-        "<text x=\"{0:.1f}\" y=\"{3}\" class=\"xt\">{4}</text>",
-        px(t), kTop + ph, kTop + ph + 4, kTop + ph + 16, Number(t));
-  }
-  svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" class=\"xl\">{}</text>", kLeft + pw / 2,
-                     kHeight - 6, Escape(x_label));
-  svg += fmt::format("<text transform=\"translate(14,{:.1f}) rotate(-90)\" class=\"yl\">{}</text>",
-                     kTop + ph / 2, Escape(y_label));
+  const Plot plot{x0, x1, y0, y1};
+  auto px = [&](double x) { return plot.px(x); };
+  auto py = [&](double y) { return plot.py(y); };
+  const double pw = Plot::kW;
+  svg += AxesSvg(plot, whole_x, x_label, y_label);
   // Series, then the legend, placed so that its longest label ends inside the frame (11 px
   // text: about 6.2 px a character).
   size_t longest = 0;
@@ -243,15 +260,21 @@ std::string Bytes(double b) {
 
 }  // namespace
 
-StatusOr<std::string> RenderReport(const std::string& metrics_path,
-                                   const std::string& manifest_text) {
-  std::string text;
-  RETURN_IF_ERROR(ReadFileToString(Env::Posix(), metrics_path, &text));
+namespace {
+
+// The records of a metrics file, by event.
+struct MetricsRecords {
   std::vector<nlohmann::json> passes, tests, partitions;
   std::map<uint64_t, nlohmann::json> epochs;  // a validated job's, by epoch (the newest run's)
   nlohmann::json stages, report;
   size_t resumes = 0;  // runs resumed from a checkpoint (their passes follow on)
-  std::string note;
+  std::string note;    // what the page says about the file itself
+};
+
+StatusOr<MetricsRecords> ReadMetricsRecords(const std::string& metrics_path) {
+  std::string text;
+  RETURN_IF_ERROR(ReadFileToString(Env::Posix(), metrics_path, &text));
+  MetricsRecords r;
   size_t line_no = 0, begin = 0;
   while (begin < text.size()) {
     size_t end = text.find('\n', begin);
@@ -264,7 +287,7 @@ StatusOr<std::string> RenderReport(const std::string& metrics_path,
     nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object() || !j.contains("event")) {
       if (last) {  // a job killed while writing it
-        note = fmt::format("The last line ({}) is incomplete and left out.", line_no);
+        r.note = fmt::format("The last line ({}) is incomplete and left out.", line_no);
         break;
       }
       return DataLossError(
@@ -274,35 +297,48 @@ StatusOr<std::string> RenderReport(const std::string& metrics_path,
     }
     const std::string event = j["event"].is_string() ? j["event"].get<std::string>() : "";
     if (event == "pass") {
-      passes.push_back(std::move(j));
+      r.passes.push_back(std::move(j));
     } else if (event == "test") {
-      tests.push_back(std::move(j));
+      r.tests.push_back(std::move(j));
     } else if (event == "stages") {
-      stages = std::move(j);
+      r.stages = std::move(j);
     } else if (event == "report") {
-      report = std::move(j);
+      r.report = std::move(j);
     } else if (event == "resume") {
-      ++resumes;
+      ++r.resumes;
     } else if (event == "partition") {  // a stream job's (docs/routine.md)
-      partitions.push_back(std::move(j));
+      r.partitions.push_back(std::move(j));
     } else if (event == "epoch" && j.contains("epoch") && j["epoch"].is_number_unsigned()) {
       const uint64_t epoch = j["epoch"].get<uint64_t>();  // docs/model.md, "Validation ..."
-      epochs[epoch] = std::move(j);
+      r.epochs[epoch] = std::move(j);
     }
   }
-  if (passes.empty()) {
+  if (r.passes.empty()) {
     return FailedPreconditionError(fmt::format(
         "{}: no pass records: nothing to draw (a train job writes one per pass)", metrics_path));
   }
+  return r;
+}
 
-  // Per pass, in the order written: x is the pass's position in the log (across runs).
-  const size_t n = passes.size();
-  std::vector<double> x(n), auc(n), logloss(n), copc(n), rate(n), hit(n), read_mb(n), write_mb(n);
-  // The extract stage's worker time (docs/features.md) when the job had a feature graph.
-  std::vector<std::vector<double>> busy(5, std::vector<double>(n));
-  const char* kStageNames[] = {"read", "pull", "train", "push", "extract"};
+const char* kStageNames[] = {"read", "pull", "train", "push", "extract"};
+
+// Per pass, in the order written: x is the pass's position in the log (across runs).
+struct PassSeries {
+  explicit PassSeries(const std::vector<nlohmann::json>& passes);
+  std::vector<double> Flat(double v) const { return std::vector<double>(x.size(), v); }
+
+  std::vector<double> x, auc, logloss, copc, rate, hit, read_mb, write_mb;
+  // Each stage's busy share of the pass; the extract stage's worker time (docs/features.md)
+  // when the job had a feature graph.
+  std::vector<std::vector<double>> busy;
   bool extracting = false;
   bool tiered = false;
+};
+
+PassSeries::PassSeries(const std::vector<nlohmann::json>& passes) {
+  const size_t n = passes.size();
+  for (auto* v : {&x, &auc, &logloss, &copc, &rate, &hit, &read_mb, &write_mb}) v->resize(n);
+  busy.assign(5, std::vector<double>(n));
   for (size_t i = 0; i < n; ++i) {
     const nlohmann::json& p = passes[i];
     x[i] = static_cast<double>(i);
@@ -322,98 +358,118 @@ StatusOr<std::string> RenderReport(const std::string& metrics_path,
     write_mb[i] = GetIn(p, "storage", "ssd_bytes_written") / 1e6;
     tiered = tiered || read_mb[i] > 0 || write_mb[i] > 0;
   }
-  auto flat = [&](double v) { return std::vector<double>(n, v); };
+}
 
+// A stream job: each partition tested on before it is trained on (the online metrics).
+void AddPartitionCharts(const std::vector<nlohmann::json>& partitions,
+                        std::vector<std::string>* charts) {
+  if (partitions.empty()) return;
+  const size_t m = partitions.size();
+  std::vector<double> px(m), online(m), keys(m), evicted(m);
+  for (size_t i = 0; i < m; ++i) {
+    px[i] = static_cast<double>(i);
+    online[i] = partitions[i].contains("online") ? Get(partitions[i]["online"], "auc") : kNaN;
+    keys[i] = Get(partitions[i], "keys");
+    evicted[i] = Get(partitions[i], "evicted");
+  }
+  charts->push_back(LineChartSvg("Online AUC per partition (tested before trained on)", "partition",
+                                 "AUC", {{"online AUC", kColors[0], px, online}}));
+  charts->push_back(LineChartSvg("Keys per partition", "partition", "keys",
+                                 {{"keys held", kColors[0], px, keys},
+                                  {"evicted (table.ttl_partitions)", kColors[1], px, evicted}}));
+}
+
+// A job validated per epoch: the rows held back, scored after each epoch, beside the epoch's
+// own progressive metrics; the best epoch is the model kept.
+void AddEpochCharts(const std::map<uint64_t, nlohmann::json>& epochs,
+                    std::vector<std::string>* charts) {
+  if (epochs.empty()) return;
+  const size_t m = epochs.size();
+  std::vector<double> ex(m), v_ll(m), v_auc(m), t_ll(m), t_auc(m);
+  size_t i = 0;
+  for (const auto& [epoch, e] : epochs) {
+    ex[i] = static_cast<double>(epoch);
+    v_ll[i] = e.contains("validation") ? Get(e["validation"], "logloss") : kNaN;
+    v_auc[i] = e.contains("validation") ? Get(e["validation"], "auc") : kNaN;
+    t_ll[i] = e.contains("train") ? Get(e["train"], "logloss") : kNaN;
+    t_auc[i] = e.contains("train") ? Get(e["train"], "auc") : kNaN;
+    ++i;
+  }
+  charts->push_back(LineChartSvg("Logloss per epoch (validation: rows held back)", "epoch",
+                                 "logloss",
+                                 {{"validation logloss", kColors[1], ex, v_ll},
+                                  {"training logloss (progressive)", kColors[0], ex, t_ll}}));
+  charts->push_back(LineChartSvg("AUC per epoch (validation: rows held back)", "epoch", "AUC",
+                                 {{"validation AUC", kColors[1], ex, v_auc},
+                                  {"training AUC (progressive)", kColors[0], ex, t_auc}}));
+}
+
+// The report's peak memory split by owner, beside the peak RSS.
+void AddMemoryChart(const nlohmann::json& report, std::vector<std::string>* charts) {
+  if (!report.contains("memory_peak_by_owner") || !report["memory_peak_by_owner"].is_object()) {
+    return;
+  }
+  std::vector<std::string> labels;
+  std::vector<double> values;
+  for (const auto& [owner, bytes] : report["memory_peak_by_owner"].items()) {
+    if (!bytes.is_number()) continue;
+    labels.push_back(owner);
+    values.push_back(bytes.get<double>());
+  }
+  labels.push_back("peak RSS (all)");
+  values.push_back(Get(report, "peak_rss_bytes"));
+  charts->push_back(BarChartSvg("Memory at the peak, by owner", labels, values, 1e-6, "MB"));
+}
+
+std::vector<std::string> Charts(const MetricsRecords& r, const PassSeries& ps) {
+  const std::vector<double>& x = ps.x;
   std::vector<std::string> charts;
   {
-    std::vector<ChartSeries> s = {{"progressive AUC", kColors[0], x, auc}};
-    if (!tests.empty() && std::isfinite(Get(tests.back(), "auc"))) {
-      s.push_back({"held-out test AUC", kColors[1], x, flat(Get(tests.back(), "auc")), true});
+    std::vector<ChartSeries> s = {{"progressive AUC", kColors[0], x, ps.auc}};
+    if (!r.tests.empty() && std::isfinite(Get(r.tests.back(), "auc"))) {
+      s.push_back({"held-out test AUC", kColors[1], x, ps.Flat(Get(r.tests.back(), "auc")), true});
     }
-    if (std::isfinite(Get(report, "oracle_auc"))) {
-      s.push_back({"oracle AUC", kColors[2], x, flat(Get(report, "oracle_auc")), true});
+    if (std::isfinite(Get(r.report, "oracle_auc"))) {
+      s.push_back({"oracle AUC", kColors[2], x, ps.Flat(Get(r.report, "oracle_auc")), true});
     }
     charts.push_back(LineChartSvg("AUC per pass", "pass", "AUC", s));
   }
-  if (!partitions.empty()) {
-    // A stream job: each partition tested on before it is trained on (the online metrics).
-    const size_t m = partitions.size();
-    std::vector<double> px(m), online(m), keys(m), evicted(m);
-    for (size_t i = 0; i < m; ++i) {
-      px[i] = static_cast<double>(i);
-      online[i] = partitions[i].contains("online") ? Get(partitions[i]["online"], "auc") : kNaN;
-      keys[i] = Get(partitions[i], "keys");
-      evicted[i] = Get(partitions[i], "evicted");
-    }
-    charts.push_back(LineChartSvg("Online AUC per partition (tested before trained on)",
-                                  "partition", "AUC", {{"online AUC", kColors[0], px, online}}));
-    charts.push_back(LineChartSvg("Keys per partition", "partition", "keys",
-                                  {{"keys held", kColors[0], px, keys},
-                                   {"evicted (table.ttl_partitions)", kColors[1], px, evicted}}));
-  }
-  if (!epochs.empty()) {
-    // A job validated per epoch: the rows held back, scored after each epoch, beside the
-    // epoch's own progressive metrics; the best epoch is the model kept.
-    const size_t m = epochs.size();
-    std::vector<double> ex(m), v_ll(m), v_auc(m), t_ll(m), t_auc(m);
-    size_t i = 0;
-    for (const auto& [epoch, e] : epochs) {
-      ex[i] = static_cast<double>(epoch);
-      v_ll[i] = e.contains("validation") ? Get(e["validation"], "logloss") : kNaN;
-      v_auc[i] = e.contains("validation") ? Get(e["validation"], "auc") : kNaN;
-      t_ll[i] = e.contains("train") ? Get(e["train"], "logloss") : kNaN;
-      t_auc[i] = e.contains("train") ? Get(e["train"], "auc") : kNaN;
-      ++i;
-    }
-    charts.push_back(LineChartSvg("Logloss per epoch (validation: rows held back)", "epoch",
-                                  "logloss",
-                                  {{"validation logloss", kColors[1], ex, v_ll},
-                                   {"training logloss (progressive)", kColors[0], ex, t_ll}}));
-    charts.push_back(LineChartSvg("AUC per epoch (validation: rows held back)", "epoch", "AUC",
-                                  {{"validation AUC", kColors[1], ex, v_auc},
-                                   {"training AUC (progressive)", kColors[0], ex, t_auc}}));
-  }
+  AddPartitionCharts(r.partitions, &charts);
+  AddEpochCharts(r.epochs, &charts);
   {
-    std::vector<ChartSeries> s = {{"progressive logloss", kColors[0], x, logloss}};
-    if (!tests.empty() && std::isfinite(Get(tests.back(), "logloss"))) {
+    std::vector<ChartSeries> s = {{"progressive logloss", kColors[0], x, ps.logloss}};
+    if (!r.tests.empty() && std::isfinite(Get(r.tests.back(), "logloss"))) {
       s.push_back(
-          {"held-out test logloss", kColors[1], x, flat(Get(tests.back(), "logloss")), true});
+          {"held-out test logloss", kColors[1], x, ps.Flat(Get(r.tests.back(), "logloss")), true});
     }
     charts.push_back(LineChartSvg("Logloss per pass", "pass", "logloss", s));
   }
   charts.push_back(LineChartSvg(
       "COPC per pass (clicks / predicted clicks)", "pass", "COPC",
-      {{"COPC", kColors[0], x, copc}, {"calibrated (1)", kColors[2], x, flat(1.0), true}}));
-  charts.push_back(
-      LineChartSvg("Training speed", "pass", "examples/s", {{"examples/s", kColors[0], x, rate}}));
+      {{"COPC", kColors[0], x, ps.copc}, {"calibrated (1)", kColors[2], x, ps.Flat(1.0), true}}));
+  charts.push_back(LineChartSvg("Training speed", "pass", "examples/s",
+                                {{"examples/s", kColors[0], x, ps.rate}}));
   {
     std::vector<ChartSeries> s;
-    for (int i = 0; i < (extracting ? 5 : 4); ++i) {
-      s.push_back({kStageNames[i], kColors[i], x, busy[i]});
+    for (int i = 0; i < (ps.extracting ? 5 : 4); ++i) {
+      s.push_back({kStageNames[i], kColors[i], x, ps.busy[i]});
     }
     charts.push_back(LineChartSvg("Stage busy time, % of the pass time", "pass", "% busy", s));
   }
-  if (tiered) {
+  if (ps.tiered) {
     charts.push_back(LineChartSvg("Cache hit rate (memory tier)", "pass", "% of pulled keys",
-                                  {{"hit rate", kColors[0], x, hit}}));
-    charts.push_back(
-        LineChartSvg("SSD traffic", "pass", "MB per pass",
-                     {{"read", kColors[0], x, read_mb}, {"written", kColors[1], x, write_mb}}));
+                                  {{"hit rate", kColors[0], x, ps.hit}}));
+    charts.push_back(LineChartSvg(
+        "SSD traffic", "pass", "MB per pass",
+        {{"read", kColors[0], x, ps.read_mb}, {"written", kColors[1], x, ps.write_mb}}));
   }
-  if (report.contains("memory_peak_by_owner") && report["memory_peak_by_owner"].is_object()) {
-    std::vector<std::string> labels;
-    std::vector<double> values;
-    for (const auto& [owner, bytes] : report["memory_peak_by_owner"].items()) {
-      if (!bytes.is_number()) continue;
-      labels.push_back(owner);
-      values.push_back(bytes.get<double>());
-    }
-    labels.push_back("peak RSS (all)");
-    values.push_back(Get(report, "peak_rss_bytes"));
-    charts.push_back(BarChartSvg("Memory at the peak, by owner", labels, values, 1e-6, "MB"));
-  }
+  AddMemoryChart(r.report, &charts);
+  return charts;
+}
 
-  // The summary: the run's report, the stage totals, the saved model.
+// The summary: the run's report and the saved model.
+std::string SummaryRows(const nlohmann::json& report, const std::string& manifest_text,
+                        bool tiered) {
   std::string summary;
   if (report.is_object()) {
     auto num = [&](const char* k, const char* f) {
@@ -460,37 +516,54 @@ StatusOr<std::string> RenderReport(const std::string& metrics_path,
           Row("saved model: trained examples", fmt::format("{:.0f}", Get(m, "trained_examples")));
     }
   }
-  std::string stage_table;
-  if (stages.contains("stages")) {
-    stage_table = "<table><tr><th>stage</th><th>busy s</th><th>stalled s</th><th>idle s</th></tr>";
-    for (const char* s : kStageNames) {
-      if (!std::isfinite(GetIn(stages["stages"], s, "busy_seconds"))) continue;  // none here
-      stage_table += fmt::format(
-          "<tr><th>{}</th><td>{:.2f}</td><td>{:.2f}</td><td>{:.2f}</td></tr>", s,
-          GetIn(stages["stages"], s, "busy_seconds"), GetIn(stages["stages"], s, "stalled_seconds"),
-          GetIn(stages["stages"], s, "idle_seconds"));
-    }
-    stage_table += "</table>";
-  }
+  return summary;
+}
 
-  std::string html =
-      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-      "<title>ctrbox train report</title><style>"
-      "body{font:14px sans-serif;margin:24px;color:#222}"
-      ".grid2{display:grid;grid-template-columns:repeat(auto-fill,minmax(490px,1fr));gap:12px}"
-      "svg{background:#fff;border:1px solid #ddd}"
-      "svg .t{font:bold 13px sans-serif} svg text{font:11px sans-serif;fill:#333}"
-      "svg .yt{text-anchor:end} svg .xt{text-anchor:middle} svg .xl,svg .yl{text-anchor:middle}"
-      "svg .frame{fill:none;stroke:#999} svg .grid{stroke:#eee} svg .tick{stroke:#999}"
-      "svg path.s{fill:none;stroke-width:1.6} svg .dash{stroke-dasharray:5 4}"
-      "svg line[class^=lg]{stroke-width:2} svg .bar{fill:#1f77b4}"
-      "table{border-collapse:collapse;margin:8px 0 16px}"
-      "th,td{border:1px solid #ddd;padding:3px 8px;text-align:left}"
-      "</style></head><body>\n";
+// The stage totals of the "stages" line.
+std::string StageTable(const nlohmann::json& stages) {
+  if (!stages.contains("stages")) return "";
+  std::string table =
+      "<table><tr><th>stage</th><th>busy s</th><th>stalled s</th><th>idle s</th></tr>";
+  for (const char* s : kStageNames) {
+    if (!std::isfinite(GetIn(stages["stages"], s, "busy_seconds"))) continue;  // none here
+    table += fmt::format("<tr><th>{}</th><td>{:.2f}</td><td>{:.2f}</td><td>{:.2f}</td></tr>", s,
+                         GetIn(stages["stages"], s, "busy_seconds"),
+                         GetIn(stages["stages"], s, "stalled_seconds"),
+                         GetIn(stages["stages"], s, "idle_seconds"));
+  }
+  return table + "</table>";
+}
+
+constexpr const char* kPageHead =
+    "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+    "<title>ctrbox train report</title><style>"
+    "body{font:14px sans-serif;margin:24px;color:#222}"
+    ".grid2{display:grid;grid-template-columns:repeat(auto-fill,minmax(490px,1fr));gap:12px}"
+    "svg{background:#fff;border:1px solid #ddd}"
+    "svg .t{font:bold 13px sans-serif} svg text{font:11px sans-serif;fill:#333}"
+    "svg .yt{text-anchor:end} svg .xt{text-anchor:middle} svg .xl,svg .yl{text-anchor:middle}"
+    "svg .frame{fill:none;stroke:#999} svg .grid{stroke:#eee} svg .tick{stroke:#999}"
+    "svg path.s{fill:none;stroke-width:1.6} svg .dash{stroke-dasharray:5 4}"
+    "svg line[class^=lg]{stroke-width:2} svg .bar{fill:#1f77b4}"
+    "table{border-collapse:collapse;margin:8px 0 16px}"
+    "th,td{border:1px solid #ddd;padding:3px 8px;text-align:left}"
+    "</style></head><body>\n";
+
+}  // namespace
+
+StatusOr<std::string> RenderReport(const std::string& metrics_path,
+                                   const std::string& manifest_text) {
+  ASSIGN_OR_RETURN(const MetricsRecords r, ReadMetricsRecords(metrics_path));
+  const PassSeries ps(r.passes);
+  const std::vector<std::string> charts = Charts(r, ps);
+  const std::string summary = SummaryRows(r.report, manifest_text, ps.tiered);
+  const std::string stage_table = StageTable(r.stages);
+  const size_t n = r.passes.size();
+  std::string html = kPageHead;
   html += "<h1>ctrbox train report</h1>\n<p>From <code>" + Escape(metrics_path) +
           "</code>: " + std::to_string(n) + (n == 1 ? " pass" : " passes") +
-          (resumes == 0 ? std::string() : fmt::format(", {} resumed run(s)", resumes)) + ". " +
-          Escape(note) + "</p>\n";
+          (r.resumes == 0 ? std::string() : fmt::format(", {} resumed run(s)", r.resumes)) + ". " +
+          Escape(r.note) + "</p>\n";
   if (!summary.empty()) html += "<h2>Summary</h2><table>" + summary + "</table>\n";
   if (!stage_table.empty()) html += "<h2>Stage totals</h2>" + stage_table + "\n";
   html += "<h2>Per pass</h2><div class=\"grid2\">\n";

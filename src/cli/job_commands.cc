@@ -1,4 +1,4 @@
-// train, eval and predict: the pipeline's jobs (pipeline/trainer.h, pipeline/evaluator.h).
+// train, eval and predict: the pipeline's jobs (jobs/trainer.h, jobs/evaluator.h).
 // This file includes pipeline/ and util/ headers only.
 #include <malloc.h>
 #include <signal.h>
@@ -9,16 +9,17 @@
 #include <cstdio>
 #include <cstring>
 #include <thread>
+#include <variant>
 #include <vector>
 
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "dist/comm.h"
 #include "dist/mpi_comm.h"
-#include "pipeline/data.h"  // KillDataCommands (io/reader.h, which data.h exports)
-#include "pipeline/evaluator.h"
-#include "pipeline/stream.h"
-#include "pipeline/trainer.h"
+#include "jobs/data.h"  // KillDataCommands (io/reader.h, which data.h exports)
+#include "jobs/evaluator.h"
+#include "jobs/stream.h"
+#include "jobs/trainer.h"
 #include "util/logging.h"
 
 namespace ctrbox {
@@ -72,20 +73,44 @@ const std::atomic<bool>* StopOnSignals(const char* second) {
 namespace {
 
 // The log's last line of a train job that evaluated held-out data.
-void LogTestAuc(const nlohmann::json& report) {
-  if (!report.contains("test_auc")) return;
-  const nlohmann::json& auc = report["test_auc"];
+void LogTestAuc(const TrainReport& report) {
+  if (!report.test) return;
+  const MetricSummary& test = *report.test;
   LOG_INFO(
-      "trained on {} examples at {:.0f} examples/s: test AUC {}{}",
-      report["examples"].get<uint64_t>(), report["examples_per_s"].get<double>(),
-      auc.is_number() ? fmt::format("{:.4f}", auc.get<double>())
-                      : "undefined (" + report.value("test_auc_undefined", "") + ")",
-      report.contains("oracle_auc")
+      "trained on {} examples at {:.0f} examples/s: test AUC {}{}", report.examples,
+      report.examples_per_s,
+      test.auc_undefined == nullptr ? fmt::format("{:.4f}", test.auc)
+                                    : "undefined (" + std::string(test.auc_undefined) + ")",
+      report.oracle_auc
           ? fmt::format("; the oracle's {:.4f} is the generator's own click probability scored on "
                         "the same rows: a ceiling, not a target (a model learns it only from far "
                         "more than {} rows, most of whose ids appear a few times)",
-                        report["oracle_auc"].get<double>(), report["examples"].get<uint64_t>())
+                        *report.oracle_auc, report.examples)
           : "");
+}
+
+// What a rank's job reported: a train job's or a stream job's.
+using JobReport = std::variant<TrainReport, StreamReport>;
+
+// The job the command runs, picked here once: a stream job (stream.root) or a job of files.
+StatusOr<JobReport> RunJob(const JobConfig& job, ProgressSink* sink, const std::atomic<bool>* stop,
+                           Comm* comm) {
+  if (job.stream.enabled()) {
+    ASSIGN_OR_RETURN(StreamReport r, RunStream(Env::Posix(), job, sink, stop, comm));
+    return JobReport(std::move(r));
+  }
+  ASSIGN_OR_RETURN(TrainReport r, RunTrain(Env::Posix(), job, sink, stop, comm));
+  return JobReport(std::move(r));
+}
+
+// Rank 0's lines: the test AUC of a train job, and the report.
+void ShowReport(const JobReport& report) {
+  if (const auto* train = std::get_if<TrainReport>(&report)) {
+    LogTestAuc(*train);
+    PrintJson(train->ToJson());
+  } else {
+    PrintJson(std::get<StreamReport>(report).ToJson());
+  }
 }
 
 // One rank of an mpirun job. Rank 0 prints the report; an error on any rank ends every rank
@@ -93,16 +118,13 @@ void LogTestAuc(const nlohmann::json& report) {
 Status RunMpiTrain(const JobConfig& job) {
   ASSIGN_OR_RETURN(std::unique_ptr<Comm> comm, OpenMpiWorld(job.dist.timeout_seconds));
   LOG_INFO("rank {} of {} (MPI)", comm->rank(), comm->size());
-  StatusOr<nlohmann::json> report = RunTrain(Env::Posix(), job, nullptr, nullptr, comm.get());
+  StatusOr<JobReport> report = RunJob(job, nullptr, nullptr, comm.get());
   if (!report.ok()) {
     const Status s = OnRank(*comm, report.status());
     comm->Abort(s);  // prints it, and does not return under MPI
     return s;
   }
-  if (comm->rank() == 0) {
-    LogTestAuc(*report);
-    PrintJson(*report);
-  }
+  if (comm->rank() == 0) ShowReport(*report);
   return Status::OK();
 }
 
@@ -110,12 +132,12 @@ Status RunMpiTrain(const JobConfig& job) {
 // command's.
 Status RunLocalRanks(const JobConfig& job, int n) {
   LocalGroup group(n, job.dist.timeout_seconds);
-  std::vector<StatusOr<nlohmann::json>> reports(n, InternalError("not run"));
+  std::vector<StatusOr<JobReport>> reports(n, InternalError("not run"));
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       Comm* comm = group.rank(r);
-      reports[r] = RunTrain(Env::Posix(), job, nullptr, nullptr, comm);
+      reports[r] = RunJob(job, nullptr, nullptr, comm);
       // A rank that failed names itself; the others fail with its error (the group's abort).
       if (!reports[r].ok()) {
         reports[r] = OnRank(*comm, reports[r].status());
@@ -125,8 +147,7 @@ Status RunLocalRanks(const JobConfig& job, int n) {
   }
   for (auto& t : threads) t.join();
   for (const auto& r : reports) RETURN_IF_ERROR(r.status());
-  LogTestAuc(*reports[0]);
-  PrintJson(*reports[0]);
+  ShowReport(*reports[0]);
   return Status::OK();
 }
 
@@ -136,10 +157,10 @@ Status RunStreamCommand(const JobConfig& job) {
   const std::atomic<bool>* stop = StopOnSignals(
       "\nctrbox: second interrupt: stopped at once; the stream's checkpoints and published "
       "versions keep what they last committed (exit status 3)\n");
-  ASSIGN_OR_RETURN(nlohmann::json report, RunStream(Env::Posix(), job, nullptr, stop));
+  ASSIGN_OR_RETURN(StreamReport report, RunStream(Env::Posix(), job, nullptr, stop));
   InstallSignalHandlers();
-  PrintJson(report);
-  if (report.value("interrupted", false)) return CancelledError("interrupted");
+  PrintJson(report.ToJson());
+  if (report.interrupted) return CancelledError("interrupted");
   return Status::OK();
 }
 
@@ -187,39 +208,36 @@ Status RunTrainCommand(const JobConfig& job, int local_ranks) {
       "\nctrbox: second interrupt: stopped at once, abandoning the save or the passes in "
       "progress; the model directory and the checkpoints keep what they last committed "
       "(exit status 3)\n");
-  ASSIGN_OR_RETURN(nlohmann::json report, RunTrain(Env::Posix(), job, &progress, stop));
+  ASSIGN_OR_RETURN(TrainReport report, RunTrain(Env::Posix(), job, &progress, stop));
   InstallSignalHandlers();
-  if (report.value("interrupted", false) && !report.value("saved", true)) {
+  if (report.interrupted && !report.saved) {
     LOG_WARNING("interrupted before any example was trained: nothing was saved{}",
                 job.model_dir.empty() ? "" : " (" + job.model_dir + " is as it was)");
-    PrintJson(report);
+    PrintJson(report.ToJson());
     return CancelledError("interrupted");
   }
-  if (report.value("interrupted", false)) {
+  if (report.interrupted) {
     LOG_WARNING("interrupted: stopped after {} examples; the model trained so far is saved{}",
-                report["examples"].get<uint64_t>(),
+                report.examples,
                 job.model_dir.empty() ? " (nowhere: no --model-dir)" : " in " + job.model_dir);
-    PrintJson(report);
+    PrintJson(report.ToJson());
     return CancelledError("interrupted");
   }
   LogTestAuc(report);
-  PrintJson(report);
+  PrintJson(report.ToJson());
   return Status::OK();
 }
 
 Status RunEvalCommand(const JobConfig& job) {
-  ASSIGN_OR_RETURN(nlohmann::json report, RunEval(Env::Posix(), job));
-  const nlohmann::json& auc = report["auc"];
-  const nlohmann::json& exact = report["auc_exact"];
+  ASSIGN_OR_RETURN(EvalReport report, RunEval(Env::Posix(), job));
+  const MetricSummary& m = report.metrics;
   LOG_INFO(
       "evaluated {} examples: AUC {} (as train reports test_auc; exact over {} examples: "
       "{}), logloss {:.4f}",
-      report["examples"].get<uint64_t>(),
-      auc.is_number() ? fmt::format("{:.4f}", auc.get<double>()) : "undefined",
-      report["auc_exact_examples"].get<uint64_t>(),
-      exact.is_number() ? fmt::format("{:.6f}", exact.get<double>()) : "undefined",
-      report["logloss"].get<double>());
-  PrintJson(report);
+      m.examples, m.auc_undefined == nullptr ? fmt::format("{:.4f}", m.auc) : "undefined",
+      report.exact_auc_examples,
+      report.exact_auc ? fmt::format("{:.6f}", *report.exact_auc) : "undefined", m.logloss);
+  PrintJson(report.ToJson());
   return Status::OK();
 }
 

@@ -166,12 +166,209 @@ int RunServe(ServeFlags* f) {
   if (!f->job.config_path.empty()) {
     auto job = ctrbox::BuildJobConfig(f->job);
     if (!job.ok()) return Report(job.status());
-    serve.job = std::make_shared<const ctrbox::JobConfig>(std::move(*job));
+    serve.graph = ctrbox::ServeGraphOptions{job->features, job->data};
   } else if (!f->job.sets.empty()) {
     std::fprintf(stderr, "ctrbox: error: serve's --set overrides keys of a -c job\n");
     return ctrbox::kExitUsage;
   }
   return Report(ctrbox::RunServeCommand(serve));
+}
+
+// Every command's flags, as parsed.
+struct Flags {
+  ctrbox::JobSources train_args, eval_args, predict_args, convert_args, extract_args;
+  ctrbox::GenArgs gen;
+  ctrbox::ConvertArgs convert, extract;
+  bool explain = false;
+  std::string inspect_dir, inspect_store, inspect_ckpt, inspect_serving;
+  std::string report_dir, report_metrics, report_out;
+  int local_ranks = 1;
+  std::string id_column;
+  ServeFlags serve;
+};
+
+struct Commands {
+  CLI::App *train, *eval, *predict, *inspect, *report, *gen, *convert, *extract, *config, *serve;
+};
+
+// train, eval and predict: the jobs.
+void AddJobCommands(CLI::App* app, Flags* f, Commands* c) {
+  c->train = app->add_subcommand("train", "train a model (generated data if no --data)");
+  AddJobOptions(c->train, &f->train_args);
+  f->train_args.train = true;  // (--format csv | tsv guesses a graph; job-file data checked)
+  c->train->add_option("--model-dir", f->train_args.model_dir,
+                       "where the model is saved (and continued from)");
+  c->train->add_option("--eval-data", f->train_args.eval_data,
+                       "data to evaluate on after training");
+  auto* fresh = c->train->add_flag("--fresh", f->train_args.fresh,
+                                   "start a new model even if --model-dir (or ckpt.dir) holds one");
+  c->train
+      ->add_flag("--continue", f->train_args.continue_model,
+                 "train the model in --model-dir further (train.continue)")
+      ->excludes(fresh);
+  c->train
+      ->add_flag("--resume", f->train_args.resume,
+                 "continue from the newest complete checkpoint in ckpt.dir (or start the job "
+                 "if there is none)")
+      ->excludes("--fresh");
+  c->train
+      ->add_option("--local-ranks", f->local_ranks,
+                   "run the job as this many ranks of a distributed job, as threads of this "
+                   "process (to try a job before mpirun; docs/distributed.md)")
+      ->check(IntegerIn(1, 64));
+
+  c->eval = app->add_subcommand("eval", "AUC, logloss and COPC of a model on data");
+  AddJobOptions(c->eval, &f->eval_args);
+  c->eval->add_option("--model-dir", f->eval_args.model_dir, "the model")->required();
+
+  c->predict = app->add_subcommand("predict", "one probability per input line (stdin by default)");
+  AddJobOptions(c->predict, &f->predict_args);
+  c->predict->add_option("--model-dir", f->predict_args.model_dir, "the model")->required();
+  c->predict->add_option("--id-column", f->id_column,
+                         "with a feature graph (-c): write `id<TAB>probability` per row that the "
+                         "graph keeps, the id from this column");
+}
+
+// inspect and report: over the files a job wrote.
+void AddFileCommands(CLI::App* app, Flags* f, Commands* c) {
+  c->inspect = app->add_subcommand(
+      "inspect", "verify a model directory, SSD store or checkpoints and report them");
+  auto* model_opt = c->inspect->add_option("--model-dir", f->inspect_dir, "a model directory");
+  auto* store_opt = c->inspect->add_option("--store", f->inspect_store,
+                                           "an SSD store directory (storage.ssd_dir)");
+  auto* ckpt_opt =
+      c->inspect->add_option("--ckpt-dir", f->inspect_ckpt, "a checkpoint directory (ckpt.dir)");
+  auto* serving_opt = c->inspect->add_option("--serving-dir", f->inspect_serving,
+                                             "a stream job's serving directory (serving.dir)");
+  model_opt->excludes(store_opt)->excludes(ckpt_opt)->excludes(serving_opt);
+  store_opt->excludes(ckpt_opt)->excludes(serving_opt);
+  ckpt_opt->excludes(serving_opt);
+  c->inspect->require_option(1);
+
+  c->report = app->add_subcommand(
+      "report", "an HTML page of a train job's curves, stage times, cache and memory");
+  c->report->add_option("--model-dir", f->report_dir, "the model directory (its metrics.jsonl)");
+  c->report->add_option("--metrics", f->report_metrics,
+                        "the metrics log (default <model-dir>/metrics.jsonl)");
+  c->report->add_option("--out", f->report_out,
+                        "the page to write (default <model-dir>/report.html)");
+  c->report->require_option(1, 3);
+}
+
+CLI::App* AddGenCommand(CLI::App* app, ctrbox::GenArgs* gen) {
+  auto* gen_cmd = app->add_subcommand("gen", "write a synthetic click log with a planted model");
+  gen_cmd->add_option(
+      "--format", gen->format,
+      "criteo | libsvm | libfm | libffm | slots | views (a directory of raw views and "
+      "their job: docs/features.md)");
+  gen_cmd->add_option("--test-rows", gen->test_rows, "views: held-out rows (default rows / 5)")
+      ->check(IntegerIn(1, uint64_t{1} << 40));
+  gen_cmd->add_option("--rows", gen->rows, "rows to write")->check(IntegerIn(1, uint64_t{1} << 40));
+  gen_cmd->add_option("--seed", gen->seed, "seed (the planted model does not depend on it)")
+      ->check(IntegerIn(0, UINT64_MAX));
+  gen_cmd->add_option("--out", gen->out, "output file (views: directory)")->required();
+  gen_cmd->add_option("--threads", gen->threads, "generator threads (default: number of CPUs)")
+      ->check(IntegerIn(0, 1024));
+  gen_cmd->add_option("--vocab-scale", gen->vocab_scale, "multiply every slot's vocabulary")
+      ->check(NumberIn(0, 1e6, /*exclusive_min=*/true));
+  gen_cmd->add_option("--zipf", gen->zipf, "Zipf exponent of the ids (> 1; default 1.15)")
+      ->check(NumberIn(1, 100, /*exclusive_min=*/true) | CLI::IsMember({"0"}));
+
+  auto* partitions_opt =
+      gen_cmd
+          ->add_option("--partitions", gen->partitions,
+                       "write a stream's data root at --out: this many partitions of --rows rows "
+                       "each, with their done files (docs/routine.md)")
+          ->check(IntegerIn(1, 1000000));
+  // The stream's options apply to --partitions alone: given without it, they are an error.
+  gen_cmd->add_option("--layout", gen->layout, "partitions: how they are named ({day}/{hour})")
+      ->needs(partitions_opt);
+  gen_cmd->add_option("--start", gen->start, "partitions: the first one's name (20261101/00)")
+      ->needs(partitions_opt);
+  gen_cmd->add_option("--done-file", gen->done_file, "partitions: the marker of a ready one")
+      ->needs(partitions_opt);
+  gen_cmd
+      ->add_option("--interval", gen->interval,
+                   "partitions: seconds between two landing (0: all at once)")
+      ->check(NumberIn(0, 1e6, false))
+      ->needs(partitions_opt);
+  gen_cmd
+      ->add_option("--ctr-drift", gen->ctr_drift,
+                   "partitions: amplitude of the daily cycle of the click rate (logit)")
+      ->check(NumberIn(0, 10, false))
+      ->needs(partitions_opt);
+  gen_cmd
+      ->add_option("--new-id-share", gen->new_id_share,
+                   "partitions: share of ids that are the partition's own new ids")
+      ->check(NumberIn(0, 1, false))
+      ->needs(partitions_opt);
+
+  return gen_cmd;
+}
+
+// convert and extract: binary shards.
+void AddShardCommands(CLI::App* app, Flags* f, Commands* c) {
+  c->convert = app->add_subcommand("convert", "convert text input to binary shards");
+  AddJobOptions(c->convert, &f->convert_args);
+  c->convert->add_option("--out", f->convert.out, "output directory")->required();
+  c->convert->add_option("--codec", f->convert.codec, "zstd | lz4 | none");
+  c->convert->add_option("--block-rows", f->convert.block_rows, "rows per shard block")
+      ->check(IntegerIn(1, 1 << 24));
+  c->convert->add_option("--rows-per-file", f->convert.rows_per_file, "rows per shard file")
+      ->check(IntegerIn(1, uint64_t{1} << 40));
+
+  c->extract = app->add_subcommand(
+      "extract", "run a job's feature graph over its views; write the rows as binary shards");
+  AddJobOptions(c->extract, &f->extract_args);
+  auto* extract_out = c->extract->add_option("--out", f->extract.out, "output directory");
+  auto* extract_text = c->extract->add_option(
+      "--text", f->extract.text_out,
+      "write the rows as text to this file instead: label, dense values, each slot's keys "
+      "(tab-separated)");
+  extract_out->excludes(extract_text);
+  c->extract->add_option("--codec", f->extract.codec, "zstd | lz4 | none");
+  c->extract->add_option("--block-rows", f->extract.block_rows, "rows per shard block")
+      ->check(IntegerIn(1, 1 << 24));
+  c->extract->add_option("--rows-per-file", f->extract.rows_per_file, "rows per shard file")
+      ->check(IntegerIn(1, uint64_t{1} << 40));
+  c->extract->add_flag("--explain", f->explain, "print the graph's layers and operators first");
+}
+
+// Runs the command parsed.
+int RunParsed(Flags* f, const Commands& c) {
+  if (!f->id_column.empty()) f->predict_args.sets.push_back("data.id_column=" + f->id_column);
+  if (c.train->parsed() || c.eval->parsed() || c.predict->parsed() || c.convert->parsed() ||
+      c.extract->parsed()) {
+    const ctrbox::JobSources& a = c.train->parsed()     ? f->train_args
+                                  : c.eval->parsed()    ? f->eval_args
+                                  : c.predict->parsed() ? f->predict_args
+                                  : c.extract->parsed() ? f->extract_args
+                                                        : f->convert_args;
+    auto job = ctrbox::BuildJobConfig(a);
+    if (!job.ok()) return Report(job.status());
+    if (c.train->parsed()) return Report(ctrbox::RunTrainCommand(*job, f->local_ranks));
+    if (c.eval->parsed()) return Report(ctrbox::RunEvalCommand(*job));
+    if (c.predict->parsed()) return Report(ctrbox::RunPredictCommand(*job, !a.data.empty()));
+    if (c.extract->parsed()) return Report(ctrbox::RunExtractCommand(*job, f->extract, f->explain));
+    return Report(ctrbox::RunConvertCommand(*job, f->convert));
+  }
+  if (c.report->parsed()) {
+    if (f->report_dir.empty() && (f->report_metrics.empty() || f->report_out.empty())) {
+      std::fprintf(stderr, "ctrbox: error: report needs --model-dir, or --metrics and --out\n");
+      return ctrbox::kExitUsage;
+    }
+    return Report(ctrbox::RunReportCommand(f->report_dir, f->report_metrics, f->report_out));
+  }
+  if (c.inspect->parsed())
+    return Report(ctrbox::RunInspectCommand(f->inspect_dir, f->inspect_store, f->inspect_ckpt,
+                                            f->inspect_serving));
+  if (c.gen->parsed()) return Report(ctrbox::RunGenCommand(f->gen));
+  if (c.serve->parsed()) return RunServe(&f->serve);
+  if (c.config->parsed()) {
+    std::cout << ctrbox::ConfigReference();
+    return 0;
+  }
+  return 1;
 }
 
 }  // namespace
@@ -183,149 +380,14 @@ int main(int argc, char** argv) {
 
   CLI::App app{"ctrbox: CTR model training over sparse tables larger than memory"};
   app.require_subcommand(1);
-
-  ctrbox::JobSources train_args, eval_args, predict_args, convert_args, extract_args;
-  ctrbox::GenArgs gen;
-  ctrbox::ConvertArgs convert, extract;
-  bool explain = false;
-  std::string inspect_dir, inspect_store, inspect_ckpt, inspect_serving;
-  std::string report_dir, report_metrics, report_out;
-  int local_ranks = 1;
-
-  auto* train = app.add_subcommand("train", "train a model (generated data if no --data)");
-  AddJobOptions(train, &train_args);
-  train_args.train = true;  // (--format csv | tsv guesses a graph; job-file data checked)
-  train->add_option("--model-dir", train_args.model_dir,
-                    "where the model is saved (and continued from)");
-  train->add_option("--eval-data", train_args.eval_data, "data to evaluate on after training");
-  auto* fresh = train->add_flag("--fresh", train_args.fresh,
-                                "start a new model even if --model-dir (or ckpt.dir) holds one");
-  train
-      ->add_flag("--continue", train_args.continue_model,
-                 "train the model in --model-dir further (train.continue)")
-      ->excludes(fresh);
-  train
-      ->add_flag("--resume", train_args.resume,
-                 "continue from the newest complete checkpoint in ckpt.dir (or start the job "
-                 "if there is none)")
-      ->excludes("--fresh");
-  train
-      ->add_option("--local-ranks", local_ranks,
-                   "run the job as this many ranks of a distributed job, as threads of this "
-                   "process (to try a job before mpirun; docs/distributed.md)")
-      ->check(IntegerIn(1, 64));
-
-  auto* eval = app.add_subcommand("eval", "AUC, logloss and COPC of a model on data");
-  AddJobOptions(eval, &eval_args);
-  eval->add_option("--model-dir", eval_args.model_dir, "the model")->required();
-
-  auto* predict =
-      app.add_subcommand("predict", "one probability per input line (stdin by default)");
-  AddJobOptions(predict, &predict_args);
-  predict->add_option("--model-dir", predict_args.model_dir, "the model")->required();
-  std::string id_column;
-  predict->add_option("--id-column", id_column,
-                      "with a feature graph (-c): write `id<TAB>probability` per row that the "
-                      "graph keeps, the id from this column");
-
-  auto* inspect = app.add_subcommand(
-      "inspect", "verify a model directory, SSD store or checkpoints and report them");
-  auto* model_opt = inspect->add_option("--model-dir", inspect_dir, "a model directory");
-  auto* store_opt =
-      inspect->add_option("--store", inspect_store, "an SSD store directory (storage.ssd_dir)");
-  auto* ckpt_opt =
-      inspect->add_option("--ckpt-dir", inspect_ckpt, "a checkpoint directory (ckpt.dir)");
-  auto* serving_opt = inspect->add_option("--serving-dir", inspect_serving,
-                                          "a stream job's serving directory (serving.dir)");
-  model_opt->excludes(store_opt)->excludes(ckpt_opt)->excludes(serving_opt);
-  store_opt->excludes(ckpt_opt)->excludes(serving_opt);
-  ckpt_opt->excludes(serving_opt);
-  inspect->require_option(1);
-
-  auto* report = app.add_subcommand(
-      "report", "an HTML page of a train job's curves, stage times, cache and memory");
-  report->add_option("--model-dir", report_dir, "the model directory (its metrics.jsonl)");
-  report->add_option("--metrics", report_metrics,
-                     "the metrics log (default <model-dir>/metrics.jsonl)");
-  report->add_option("--out", report_out, "the page to write (default <model-dir>/report.html)");
-  report->require_option(1, 3);
-
-  auto* gen_cmd = app.add_subcommand("gen", "write a synthetic click log with a planted model");
-  gen_cmd->add_option(
-      "--format", gen.format,
-      "criteo | libsvm | libfm | libffm | slots | views (a directory of raw views and "
-      "their job: docs/features.md)");
-  gen_cmd->add_option("--test-rows", gen.test_rows, "views: held-out rows (default rows / 5)")
-      ->check(IntegerIn(1, uint64_t{1} << 40));
-  gen_cmd->add_option("--rows", gen.rows, "rows to write")->check(IntegerIn(1, uint64_t{1} << 40));
-  gen_cmd->add_option("--seed", gen.seed, "seed (the planted model does not depend on it)")
-      ->check(IntegerIn(0, UINT64_MAX));
-  gen_cmd->add_option("--out", gen.out, "output file (views: directory)")->required();
-  gen_cmd->add_option("--threads", gen.threads, "generator threads (default: number of CPUs)")
-      ->check(IntegerIn(0, 1024));
-  gen_cmd->add_option("--vocab-scale", gen.vocab_scale, "multiply every slot's vocabulary")
-      ->check(NumberIn(0, 1e6, /*exclusive_min=*/true));
-  gen_cmd->add_option("--zipf", gen.zipf, "Zipf exponent of the ids (> 1; default 1.15)")
-      ->check(NumberIn(1, 100, /*exclusive_min=*/true) | CLI::IsMember({"0"}));
-
-  auto* partitions_opt =
-      gen_cmd
-          ->add_option("--partitions", gen.partitions,
-                       "write a stream's data root at --out: this many partitions of --rows rows "
-                       "each, with their done files (docs/routine.md)")
-          ->check(IntegerIn(1, 1000000));
-  // The stream's options apply to --partitions alone: given without it, they are an error.
-  gen_cmd->add_option("--layout", gen.layout, "partitions: how they are named ({day}/{hour})")
-      ->needs(partitions_opt);
-  gen_cmd->add_option("--start", gen.start, "partitions: the first one's name (20261101/00)")
-      ->needs(partitions_opt);
-  gen_cmd->add_option("--done-file", gen.done_file, "partitions: the marker of a ready one")
-      ->needs(partitions_opt);
-  gen_cmd
-      ->add_option("--interval", gen.interval,
-                   "partitions: seconds between two landing (0: all at once)")
-      ->check(NumberIn(0, 1e6, false))
-      ->needs(partitions_opt);
-  gen_cmd
-      ->add_option("--ctr-drift", gen.ctr_drift,
-                   "partitions: amplitude of the daily cycle of the click rate (logit)")
-      ->check(NumberIn(0, 10, false))
-      ->needs(partitions_opt);
-  gen_cmd
-      ->add_option("--new-id-share", gen.new_id_share,
-                   "partitions: share of ids that are the partition's own new ids")
-      ->check(NumberIn(0, 1, false))
-      ->needs(partitions_opt);
-
-  auto* convert_cmd = app.add_subcommand("convert", "convert text input to binary shards");
-  AddJobOptions(convert_cmd, &convert_args);
-  convert_cmd->add_option("--out", convert.out, "output directory")->required();
-  convert_cmd->add_option("--codec", convert.codec, "zstd | lz4 | none");
-  convert_cmd->add_option("--block-rows", convert.block_rows, "rows per shard block")
-      ->check(IntegerIn(1, 1 << 24));
-  convert_cmd->add_option("--rows-per-file", convert.rows_per_file, "rows per shard file")
-      ->check(IntegerIn(1, uint64_t{1} << 40));
-
-  auto* extract_cmd = app.add_subcommand(
-      "extract", "run a job's feature graph over its views; write the rows as binary shards");
-  AddJobOptions(extract_cmd, &extract_args);
-  auto* extract_out = extract_cmd->add_option("--out", extract.out, "output directory");
-  auto* extract_text = extract_cmd->add_option(
-      "--text", extract.text_out,
-      "write the rows as text to this file instead: label, dense values, each slot's keys "
-      "(tab-separated)");
-  extract_out->excludes(extract_text);
-  extract_cmd->add_option("--codec", extract.codec, "zstd | lz4 | none");
-  extract_cmd->add_option("--block-rows", extract.block_rows, "rows per shard block")
-      ->check(IntegerIn(1, 1 << 24));
-  extract_cmd->add_option("--rows-per-file", extract.rows_per_file, "rows per shard file")
-      ->check(IntegerIn(1, uint64_t{1} << 40));
-  extract_cmd->add_flag("--explain", explain, "print the graph's layers and operators first");
-
-  auto* config_cmd = app.add_subcommand("config", "list every job key with its default");
-
-  ServeFlags serve;
-  CLI::App* serve_cmd = AddServeCommand(&app, &serve);
+  Flags f;
+  Commands c;
+  AddJobCommands(&app, &f, &c);
+  AddFileCommands(&app, &f, &c);
+  c.gen = AddGenCommand(&app, &f.gen);
+  AddShardCommands(&app, &f, &c);
+  c.config = app.add_subcommand("config", "list every job key with its default");
+  c.serve = AddServeCommand(&app, &f.serve);
 
   try {
     app.parse(argc, argv);
@@ -334,39 +396,6 @@ int main(int argc, char** argv) {
     // or missing value) is a usage error, with the conventional status 2.
     return app.exit(e) == 0 ? 0 : ctrbox::kExitUsage;
   }
-
-  if (!id_column.empty()) predict_args.sets.push_back("data.id_column=" + id_column);
   ctrbox::InstallSignalHandlers();
-  if (train->parsed() || eval->parsed() || predict->parsed() || convert_cmd->parsed() ||
-      extract_cmd->parsed()) {
-    const ctrbox::JobSources& a = train->parsed()         ? train_args
-                                  : eval->parsed()        ? eval_args
-                                  : predict->parsed()     ? predict_args
-                                  : extract_cmd->parsed() ? extract_args
-                                                          : convert_args;
-    auto job = ctrbox::BuildJobConfig(a);
-    if (!job.ok()) return Report(job.status());
-    if (train->parsed()) return Report(ctrbox::RunTrainCommand(*job, local_ranks));
-    if (eval->parsed()) return Report(ctrbox::RunEvalCommand(*job));
-    if (predict->parsed()) return Report(ctrbox::RunPredictCommand(*job, !a.data.empty()));
-    if (extract_cmd->parsed()) return Report(ctrbox::RunExtractCommand(*job, extract, explain));
-    return Report(ctrbox::RunConvertCommand(*job, convert));
-  }
-  if (report->parsed()) {
-    if (report_dir.empty() && (report_metrics.empty() || report_out.empty())) {
-      std::fprintf(stderr, "ctrbox: error: report needs --model-dir, or --metrics and --out\n");
-      return ctrbox::kExitUsage;
-    }
-    return Report(ctrbox::RunReportCommand(report_dir, report_metrics, report_out));
-  }
-  if (inspect->parsed())
-    return Report(
-        ctrbox::RunInspectCommand(inspect_dir, inspect_store, inspect_ckpt, inspect_serving));
-  if (gen_cmd->parsed()) return Report(ctrbox::RunGenCommand(gen));
-  if (serve_cmd->parsed()) return RunServe(&serve);
-  if (config_cmd->parsed()) {
-    std::cout << ctrbox::ConfigReference();
-    return 0;
-  }
-  return 1;
+  return RunParsed(&f, c);
 }

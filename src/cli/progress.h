@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "pipeline/trainer.h"
+#include "jobs/trainer.h"
 
 namespace ctrbox {
 

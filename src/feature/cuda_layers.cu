@@ -1,5 +1,5 @@
 // The feature graph's device layers on CUDA (feature/device_layers.h): ExecDeviceLayers on
-// the CUDA executor (gpu/cuda_exec.cuh) — one stream on GPU 0, memory kept across chunks,
+// the CUDA executor (exec/cuda_exec.cuh) — one stream on GPU 0, memory kept across chunks,
 // kernels from the layer's lambda, every call through the one checked path. Built only with
 // CTRBOX_CUDA; tested in emulation everywhere (device_layers.cc) and against it on a GPU
 // (docs/features.md).
@@ -8,9 +8,9 @@
 #include <memory>
 #include <string>
 
+#include "exec/cuda_check.h"
+#include "exec/cuda_exec.cuh"
 #include "feature/device_layers_impl.h"
-#include "gpu/cuda_check.h"
-#include "gpu/cuda_exec.cuh"
 
 namespace ctrbox {
 

@@ -2,9 +2,9 @@
 
 #include <cstring>
 
+#include "exec/exec.h"
 #include "feature/device_layers_impl.h"
 #include "feature/op_spec.h"
-#include "gpu/exec.h"
 
 namespace ctrbox {
 

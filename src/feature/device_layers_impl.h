@@ -1,4 +1,4 @@
-// DeviceLayers written once against an executor (gpu/exec.h: HostExec for the host emulation
+// DeviceLayers written once against an executor (exec/exec.h: HostExec for the host emulation
 // in device_layers.cc, CudaExec in cuda_layers.cu). Internal to src/feature.
 #ifndef CTRBOX_FEATURE_DEVICE_LAYERS_IMPL_H_
 #define CTRBOX_FEATURE_DEVICE_LAYERS_IMPL_H_

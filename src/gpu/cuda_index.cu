@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "exec/cuda_check.h"
+#include "exec/cuda_exec.cuh"
 #include "gpu/cuda_backend.h"
-#include "gpu/cuda_check.h"
-#include "gpu/cuda_exec.cuh"
 #include "gpu/hbm_index.h"
 
 namespace ctrbox {

@@ -1,4 +1,4 @@
-// The CUDA GpuTrainer (docs/gpu.md): GpuStep on CudaExec (gpu/cuda_exec.cuh), one compute
+// The CUDA GpuTrainer (docs/gpu.md): GpuStep on CudaExec (exec/cuda_exec.cuh), one compute
 // and one copy stream per GPU, with NCCL all-reduce when every GPU is its own device.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "exec/cuda_check.h"
+#include "exec/cuda_exec.cuh"
 #include "gpu/cuda_backend.h"
-#include "gpu/cuda_check.h"
-#include "gpu/cuda_exec.cuh"
 #include "gpu/step_impl.h"
 
 namespace ctrbox {

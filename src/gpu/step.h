@@ -1,5 +1,5 @@
 // GpuStep: the train stage on N GPUs (docs/gpu.md), written once against an executor
-// (gpu/exec.h): CudaExec (gpu/cuda_trainer.cu) runs it on CUDA streams, HostExec
+// (exec/exec.h): CudaExec (gpu/cuda_trainer.cu) runs it on CUDA streams, HostExec
 // (gpu/trainer.cc) on host threads — the emulation the CPU-only tests run.
 //
 // A pass goes through two calls:
@@ -31,9 +31,9 @@
 #include <memory>
 #include <vector>
 
+#include "exec/options.h"
 #include "gpu/hbm_index.h"
 #include "gpu/hbm_plan.h"
-#include "gpu/options.h"
 #include "gpu/step_buffers.h"
 #include "gpu/trainer.h"
 #include "io/batch.h"

@@ -1,6 +1,6 @@
 // The GPU step's buffers (gpu/step.h): what a staged pass holds on each GPU, and each GPU's
 // replica of the dense model with its minibatch buffers. Device buffers are Exec's
-// (gpu/exec.h); every one is sized by Reserve before use and only grows.
+// (exec/exec.h); every one is sized by Reserve before use and only grows.
 #ifndef CTRBOX_GPU_STEP_BUFFERS_H_
 #define CTRBOX_GPU_STEP_BUFFERS_H_
 

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "gpu/exec.h"
+#include "exec/exec.h"
 #include "gpu/step_impl.h"
 
 #if defined(CTRBOX_WITH_CUDA)

@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "gpu/exec.h"
-#include "gpu/options.h"
+#include "exec/exec.h"
+#include "exec/options.h"
 #include "io/batch.h"
 #include "model/ctr_model.h"
 #include "table/accessor.h"
@@ -58,7 +58,7 @@ class RankExchange {
 // What the train stage's side of a GpuTrainer did (cumulative; GpuTrainer::Stats).
 struct GpuStepStats {
   uint64_t passes = 0, minibatches = 0;
-  // The compute queues' calls (gpu/exec.h: kernel launches, copies, host synchronizations),
+  // The compute queues' calls (exec/exec.h: kernel launches, copies, host synchronizations),
   // constructor and Train together, as the executor counts them (the host emulation counts
   // the same calls a GPU would see).
   ExecCounters train;

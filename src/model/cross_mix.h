@@ -10,7 +10,7 @@
 // Parameters of layer l, from base + l * layer_params(): for each expert k V_k, C_k, U_k (row
 // major [in x out], as the Mlp's), then Wg, then b. Weights start Glorot-uniform, b at zero.
 //
-// Written once against an executor (gpu/exec.h's contract), as model/towers.h: the CPU
+// Written once against an executor (exec/exec.h's contract), as model/towers.h: the CPU
 // model runs the forward and backward per row block on a HostExec and the weight gradients per
 // (layer, expert) over the minibatch; the GPU step runs all of them on its GPUs. Same steps,
 // same order: the emulated GPU is bit-identical to the CPU model.

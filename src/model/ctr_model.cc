@@ -10,7 +10,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "gpu/exec.h"
+#include "exec/exec.h"
 #include "model/ctr_model_internal.h"
 #include "util/blas.h"
 #include "util/hash.h"

@@ -280,6 +280,9 @@ class CtrModel {
   // callers that cut the same rows into the same blocks get the same bits
   // (pipeline/eval_chunks.h).
   static constexpr uint32_t kPredictBlockRows = 256;
+  // The minibatch size prediction uses for batch_size: whole prediction blocks, so that a
+  // row's block, and so its prediction, does not depend on the batch size.
+  static uint32_t PredictMinibatchRows(uint32_t batch_size);
   // Row-wise predictions (`ctrbox predict`, `ctrbox serve`): the forward GEMMs are
   // blas::SgemmRowwise, so a row's prediction depends on that row alone, whatever its block
   // (bit for bit; docs/serve.md, "Predictions"). Off by default (eval, training: OpenBLAS).

@@ -16,7 +16,7 @@
 // Parameters, from param_base: tower 0's layers (as an Mlp without a head lays them out), ...,
 // tower T-1's, then w (w_0 | ... | w_{T-1}, one weight per column of each hL_t) and b.
 //
-// TowersForward / TowersBackward are written once against an executor (gpu/exec.h's
+// TowersForward / TowersBackward are written once against an executor (exec/exec.h's
 // contract: Gemm, ForEach, Fill): the CPU model runs them on a HostExec per row block and the
 // GPU step on its GPUs, so both take the same floating-point steps in the same order. The
 // weight gradients are Mlp::TileGrad's (CPU) or a whole-layer GEMM (GPU) per tower layer, and

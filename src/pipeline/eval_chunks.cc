@@ -10,11 +10,6 @@ namespace {
 constexpr uint64_t kBlock = CtrModel::kPredictBlockRows;
 }  // namespace
 
-uint32_t EvalMinibatchRows(uint32_t batch_size) {
-  const uint32_t block = CtrModel::kPredictBlockRows;
-  return (std::max(batch_size, 1u) + block - 1) / block * block;
-}
-
 EvalChunks::EvalChunks(BatchReader* reader, uint64_t chunk_rows, uint64_t chunk_keys)
     : reader_(reader),
       chunk_rows_(std::max<uint64_t>(kBlock, (chunk_rows + kBlock - 1) / kBlock * kBlock)),

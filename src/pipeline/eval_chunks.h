@@ -23,9 +23,6 @@
 
 namespace ctrbox {
 
-// The minibatch size evaluation uses for batch_size: whole prediction blocks.
-uint32_t EvalMinibatchRows(uint32_t batch_size);
-
 class EvalChunks {
  public:
   // `reader` must outlive this.

@@ -68,7 +68,7 @@ StatusOr<PassReader::Fill> PassReader::FillTo(std::vector<RowRange>* out, uint64
     }
     if (options_.select) options_.select(block_.get());  // validation's rows out (holdout.h)
     ModelKeys(options_.hashing, options_.key_tables, block_.get());
-    if (options_.filter) options_.filter(block_.get());  // admission (pipeline/admission.h)
+    if (options_.filter) options_.filter(block_.get());  // admission (jobs/admission.h)
     rows_read_.fetch_add(block_->rows(), std::memory_order_relaxed);
     fraction_.store(p.known() ? (epoch_ + p.fraction()) / epochs : -1.0, std::memory_order_relaxed);
   }

@@ -46,7 +46,7 @@ struct PassReaderOptions {
   uint64_t pass_examples = 262144;  // the most examples of a pass; REQUIRES: >= 1
   uint32_t epochs = 1;
   // When set, changes every block read first, before its keys are hashed (per-epoch
-  // validation's training side, pipeline/holdout.h: the rows held back are left out).
+  // validation's training side, jobs/holdout.h: the rows held back are left out).
   std::function<void(Batch*)> select;
   // features.hashing: every block read is hashed (io/key_hashing.h) before passes are cut,
   // so that passes are sized by the keys the table will see.
@@ -54,7 +54,7 @@ struct PassReaderOptions {
   // model.slot_dims: ... then their keys tagged with their slots' tables.
   KeyTables key_tables;
   // ... then, when set, changed by this in read order (a stream job's admission by count,
-  // pipeline/admission.h: keys not admitted yet are left out).
+  // jobs/admission.h: keys not admitted yet are left out).
   std::function<void(Batch*)> filter;
   // Pass sizing by keys (0: off): the distinct keys of window_passes consecutive passes stay
   // within window_keys, passes holding whole minibatches of batch_size examples. A pass of one

@@ -209,7 +209,7 @@ StatusOr<MetricSummary> EvaluateOnRanks(Comm* comm, BatchReader* reader, SparseT
                                         uint64_t chunk_keys, ThreadPool* pool) {
   MetricAccumulator metrics;
   // Minibatches of whole prediction blocks (as Evaluate's: pipeline/eval_chunks.h).
-  const uint32_t minibatch = EvalMinibatchRows(batch_size);
+  const uint32_t minibatch = CtrModel::PredictMinibatchRows(batch_size);
   std::vector<float> predictions(minibatch);
   EvalChunks chunks(reader, chunk_rows, chunk_keys);
   for (;;) {

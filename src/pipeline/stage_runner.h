@@ -13,7 +13,7 @@
 
 #include <atomic>
 
-#include "pipeline/job.h"
+#include "pipeline/options.h"
 #include "pipeline/pass.h"
 #include "pipeline/stages.h"
 

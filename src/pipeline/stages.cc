@@ -4,7 +4,8 @@
 
 #include "ckpt/model_files.h"
 #include "dist/collectives.h"
-#include "pipeline/train_report.h"
+#include "feature/extractor.h"
+#include "pipeline/pass_record.h"
 #include "working/working_set.h"
 
 namespace ctrbox {
@@ -15,7 +16,7 @@ PassStages::PassStages(const StageContext& ctx)
       tables_(std::make_shared<TableRecycler>(
           passes_gauge_, ctx.reader == nullptr || ctx.reader->options().pass_memory == 0)),
       next_index_(ctx.start.passes),
-      predictions_(ctx.job->train.batch_size),
+      predictions_(ctx.options.batch_size),
       sink_(ctx.sink) {}
 
 void PassStages::Start() {
@@ -63,14 +64,14 @@ StatusOr<PassPtr> PassStages::Read(ThreadPool* pool) {
   }
   if (eof) return PassPtr();
   pass->index = next_index_++;
-  if (ctx_.job->extractor) {
-    const ExtractTotals x = ctx_.job->extractor->totals();
+  if (ctx_.options.extractor) {
+    const ExtractTotals x = ctx_.options.extractor->totals();
     const double busy = x.parse_seconds + x.graph_seconds + x.assemble_seconds;
     pass->extract_busy = busy - extract_busy_;
     extract_busy_ = busy;
   }
   Stopwatch ws;
-  BuildWorkingSet(pass->examples, ctx_.job->train.batch_size, pool, &pass->ws, &ws_scratch_);
+  BuildWorkingSet(pass->examples, ctx_.options.batch_size, pool, &pass->ws, &ws_scratch_);
   split_.read_working_set += ws.Seconds();
   // A distributed pass needs only the rows (the pull sizes them); its in-flight table is the
   // owner's served one.
@@ -91,7 +92,7 @@ StatusOr<PassPtr> PassStages::Read(ThreadPool* pool) {
 Status PassStages::Pull(Pass* pass, ThreadPool* pool) {
   // Shrinking runs after every `every` grid passes (ShrinkDue): the first pass of the grid
   // pass after one waits until every pass before it is pushed.
-  const uint32_t every = ctx_.job->train.shrink_every_passes;
+  const uint32_t every = ctx_.options.shrink_every_passes;
   const PassPlace& at = pass->place;
   if (every > 0 && at.first && at.grid_index > 0 && at.grid_index % every == 0) {
     Stopwatch wait;  // the shrink barrier
@@ -104,7 +105,7 @@ Status PassStages::Pull(Pass* pass, ThreadPool* pool) {
     // working table of the pass (docs/distributed.md, "Overlap").
     pass->ranked = std::make_unique<RankPass>();
     RankPass* sp = pass->ranked.get();
-    sp->owner_updates = ctx_.job->dist.owner_updates;
+    sp->owner_updates = ctx_.options.owner_updates;
     InFlight::Tables ahead;
     RETURN_IF_ERROR(PullRankPass(ctx_.comm->channel(kPullChannel), ctx_.table, ctx_.accessor,
                                  pass->ws, &pass->table->rows(), sp, pool,
@@ -167,7 +168,7 @@ Status PassStages::Train(Pass* pass, const std::atomic<bool>* failed) {
   }
   pass->ahead.clear();
   MetricAccumulator pass_metrics;
-  if (ctx_.job->train.dry_run) {  // the pass's rows were read, pulled and staged: no more
+  if (ctx_.options.dry_run) {  // the pass's rows were read, pulled and staged: no more
     if (ctx_.gpu != nullptr) RETURN_IF_ERROR(ctx_.gpu->Drop(pass->index));
     trained_examples_ += pass->examples.rows();
     pass->clock[StageId::kTrain].busy = clock.Seconds();
@@ -259,7 +260,7 @@ Status PassStages::TrainOnGpu(Pass* pass, const std::vector<uint32_t>& patched,
 }
 
 void PassStages::ReportProgress() {
-  if (sink_ == nullptr || progress_clock_.Seconds() < ctx_.job->train.progress_seconds) return;
+  if (sink_ == nullptr || progress_clock_.Seconds() < ctx_.options.progress_seconds) return;
   progress_clock_.Reset();
   const double s = run_clock_.Seconds();
   TrainProgress p{trained_examples_, s, trained_examples_ / s, total_.Summary()};
@@ -295,7 +296,7 @@ Status PassStages::Push(Pass* pass, ThreadPool* pool) {
     RETURN_IF_ERROR(
         ctx_.on_push(pass->ranked != nullptr ? pass->ranked->served->rows() : pass->table->rows()));
   }
-  const uint32_t every = ctx_.job->train.shrink_every_passes;
+  const uint32_t every = ctx_.options.shrink_every_passes;
   if (every > 0 && pass->place.last && (pass->place.grid_index + 1) % every == 0) {
     ASSIGN_OR_RETURN(uint64_t deleted, ctx_.table->Shrink(*ctx_.accessor, pool));
     shrunk_ += deleted;
@@ -353,7 +354,7 @@ void PassStages::ParkBuffers(Pass* pass) {
 // Checkpoints, like shrinking, follow grid passes: after the last pass of every
 // ckpt.every_passes-th one.
 bool PassStages::CheckpointDue(const Pass& pass) const {
-  return ctx_.ckpt != nullptr && !ctx_.job->train.dry_run && pass.place.last &&
+  return ctx_.ckpt != nullptr && !ctx_.options.dry_run && pass.place.last &&
          ctx_.ckpt->Due(pass.place.grid_index + 1);
 }
 

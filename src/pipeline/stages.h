@@ -22,7 +22,7 @@
 #include "metrics/metrics.h"
 #include "model/ctr_model.h"
 #include "pipeline/in_flight.h"
-#include "pipeline/job.h"
+#include "pipeline/options.h"
 #include "pipeline/pass.h"
 #include "pipeline/pass_reader.h"
 #include "pipeline/progress_sink.h"
@@ -36,11 +36,11 @@ namespace ctrbox {
 
 // What the stages work with, owned by the caller and borrowed for the run.
 // Sees the rows a pass pushed (the values the table now holds for its keys), in push order:
-// a stream job's serving versions (pipeline/stream.h).
+// a stream job's serving versions (jobs/stream.h).
 using PushObserver = std::function<Status(const RowBlock& rows)>;
 
 struct StageContext {
-  const JobConfig* job = nullptr;
+  PassStageOptions options;
   PassReader* reader = nullptr;
   SparseTable* table = nullptr;
   CtrModel* model = nullptr;

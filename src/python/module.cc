@@ -25,9 +25,10 @@
 #include "cli/config.h"
 #include "io/line_chunker.h"
 #include "io/text_format.h"
-#include "pipeline/data.h"
-#include "pipeline/evaluator.h"
-#include "pipeline/trainer.h"
+#include "jobs/data.h"
+#include "jobs/evaluator.h"
+#include "jobs/stream.h"
+#include "jobs/trainer.h"
 #include "util/blas.h"
 #include "util/hash.h"
 #include "util/json_text.h"
@@ -107,6 +108,18 @@ class PySink : public ProgressSink {
   std::atomic<bool>* stop_;
 };
 
+// The job's report as `ctrbox train` prints it: a stream job's (stream.root) or a job of
+// files'.
+StatusOr<nlohmann::json> RunTrainOrStream(const JobConfig& job, ProgressSink* sink,
+                                          const std::atomic<bool>* stop) {
+  if (job.stream.enabled()) {
+    ASSIGN_OR_RETURN(StreamReport r, RunStream(Env::Posix(), job, sink, stop));
+    return r.ToJson();
+  }
+  ASSIGN_OR_RETURN(TrainReport r, RunTrain(Env::Posix(), job, sink, stop));
+  return r.ToJson();
+}
+
 // Trains `job` on a thread of its own while this (the caller's) thread waits without the GIL,
 // taking it every 100 ms to let Python run its signal handlers: Ctrl-C (KeyboardInterrupt)
 // stops the job as the CLI's first Ctrl-C does — after the pass in training is pushed, with
@@ -121,7 +134,7 @@ std::pair<std::string, bool> Train(const JobConfig& job, py::object progress) {
   std::optional<py::error_already_set> handler_error;  // raised by another signal's handler
   {
     py::gil_scoped_release nogil;
-    std::thread worker([&] { done.set_value(RunTrain(Env::Posix(), job, &sink, &stop)); });
+    std::thread worker([&] { done.set_value(RunTrainOrStream(job, &sink, &stop)); });
     while (result.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
       py::gil_scoped_acquire gil;
       if (PyErr_CheckSignals() == 0) continue;
@@ -210,7 +223,7 @@ class Model {
       job.data.key_slots = lm_.manifest.spec.model.KeySlotMap();
       Check(AttachFeatures(Env::Posix(), &job));
     }
-    return JsonText(Check(EvalLoadedModel(Env::Posix(), job, lm_, &pool_)));
+    return JsonText(Check(EvalLoadedModel(Env::Posix(), job, lm_, &pool_)).ToJson());
   }
 
   // Per-row scores of raw views through the job's feature graph: (ids, probabilities) of the

@@ -10,7 +10,7 @@
 #include "ckpt/model_files.h"
 #include "io/key_hashing.h"
 #include "io/text_format.h"
-#include "pipeline/eval_chunks.h"
+#include "model/ctr_model.h"
 #include "working/working_set.h"
 
 namespace ctrbox {
@@ -349,7 +349,7 @@ Status Predictor::Predict(const std::shared_ptr<const ServedVersion>& v, Batch* 
   ModelKeys(model_->options().hashing, model_->options().KeyTableMap(), rows);
   WorkingSet ws;
   // Minibatches of whole prediction blocks (any size: a row's block is fixed by its request).
-  BuildWorkingSet(*rows, EvalMinibatchRows(2048), nullptr, &ws);
+  BuildWorkingSet(*rows, CtrModel::PredictMinibatchRows(2048), nullptr, &ws);
   rows_.Resize(ws.keys.size());
   for (size_t i = 0; i < ws.keys.size(); ++i) {
     if (!v->Lookup(ws.keys[i], &rows_, i)) rows_.ClearRow(i, ws.keys[i]);

@@ -11,7 +11,7 @@
 #include <optional>
 #include <thread>
 
-#include "pipeline/job.h"
+#include "feature/extractor.h"
 #include "serve/batcher.h"
 #include "serve/describe.h"
 #include "serve/grpc_server.h"
@@ -50,8 +50,8 @@ class Server final : public InferenceBackend {
     return Status::OK();
   }
 
-  // The feature graph of the training job that reads requests' records (ServeOptions::job).
-  Status OpenGraph(const JobConfig& job) {
+  // The feature graph of the training job that reads requests' records (ServeOptions::graph).
+  Status OpenGraph(const ServeGraphOptions& job) {
     const auto v = version_.load();
     const std::string format = v->input.is_object() ? v->input.value("format", "") : "";
     if (format != "views") {
@@ -518,7 +518,7 @@ Status RunServer(Env* env, const ServeOptions& options, const std::atomic<bool>*
   }
   Server server(env, options);
   RETURN_IF_ERROR(server.Start());
-  if (options.job != nullptr) RETURN_IF_ERROR(server.OpenGraph(*options.job));
+  if (options.graph) RETURN_IF_ERROR(server.OpenGraph(*options.graph));
   RaiseDescriptorLimit();
   HttpServer http(options.http,
                   [&server](HttpRequest& req, HttpResponse* res) { server.Handle(req, res); });

@@ -6,15 +6,23 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "feature/graph.h"
+#include "io/reader.h"
 #include "serve/http_server.h"
 #include "util/env.h"
 #include "util/status.h"
 
 namespace ctrbox {
 
-struct JobConfig;
+// A feature graph that reads the records of requests: the training job's `features:` and
+// the data.* keys its main view was read with.
+struct ServeGraphOptions {
+  std::shared_ptr<const FeaturePlan> features;  // null: the job has no feature graph
+  DataOptions data;  // the main view's files (for its column order), chunk and line limits
+};
 
 struct ServeOptions {
   std::string serving_dir;  // a trainer's serving.dir (its donefile), or
@@ -40,10 +48,10 @@ struct ServeOptions {
   int64_t batch_max_micros = 2000;
   uint32_t batch_max_rows = 16;
   int batch_slots = 0;
-  // The training job (`-c job.yaml`) of a model trained on raw views through a feature graph:
-  // its graph reads the records of requests (docs/serve.md, "Records through a feature
-  // graph"). Null: records in the model's input format.
-  std::shared_ptr<const JobConfig> job;
+  // The feature graph of the training job (`-c job.yaml`) of a model trained on raw views: it
+  // reads the records of requests (docs/serve.md, "Records through a feature graph"). Unset:
+  // records in the model's input format.
+  std::optional<ServeGraphOptions> graph;
 };
 
 // Loads the newest version, listens, calls on_listening once it accepts requests, and

@@ -1,5 +1,5 @@
 // A counting Bloom filter over 64-bit keys: how often each key was seen, within a fixed
-// memory, never below the true count (admission by count: pipeline/admission.h).
+// memory, never below the true count (admission by count: jobs/admission.h).
 #ifndef CTRBOX_TABLE_COUNTING_BLOOM_H_
 #define CTRBOX_TABLE_COUNTING_BLOOM_H_
 

@@ -56,11 +56,11 @@ struct TableStats {
   uint64_t memory_bytes = 0;   // cache: index, slabs, metadata, group index, Bloom filters
 };
 
-// Storage counters for reports (reports turn them into JSON: pipeline/train_report.h).
+// Storage counters for reports (reports turn them into JSON: jobs/train_report.h).
 // Counters count since the table was opened; the byte and key figures are current.
 // The table's counters, each declared once: the StorageStats fields, the tiered table's
 // atomic counters, the copy between them, DebugString and the train report's "storage" object
-// and pass lines (pipeline/train_report.cc) are all made from these lists.
+// and pass lines (jobs/train_report.cc) are all made from these lists.
 // X(name, in_pass_lines): in_pass_lines, also per pass (as differences) in the metrics file.
 //
 // Kept by every table (pulled_keys: train, eval and predict; hits: found in the cache;

@@ -107,6 +107,8 @@ class Env {
   // The wall clock: microseconds since 1970-01-01 00:00 UTC (file times and partition names
   // are compared with it).
   virtual uint64_t NowMicros() = 0;
+  // The same in seconds.
+  double NowSeconds() { return static_cast<double>(NowMicros()) * 1e-6; }
 };
 
 // Reads the whole file at `path` into *out (for small files: manifests, configs).

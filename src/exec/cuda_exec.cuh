@@ -1,0 +1,462 @@
+// CudaExec: the executor contract of exec/exec.h on one CUDA stream — kernels from CTRBOX_HD
+// lambdas (a grid-stride kernel), cuBLAS GEMMs, memory from the stream-ordered allocator
+// (cudaMallocAsync; never managed memory), uploads through pinned staging blocks, and every
+// call through the one checked path (exec/cuda_check.h). The GPU step (gpu/cuda_trainer.cu)
+// and the feature graph's device layers (feature/cuda_layers.cu) run on it.
+// Include only from CUDA sources.
+#ifndef CTRBOX_EXEC_CUDA_EXEC_CUH_
+#define CTRBOX_EXEC_CUDA_EXEC_CUH_
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "exec/cuda_check.h"
+#include "exec/exec.h"
+#include "exec/options.h"
+
+namespace ctrbox {
+
+// f(i) for every i in [0, n), whatever the grid.
+template <class F>
+__global__ void ForEachKernel(size_t n, F f) {
+  for (size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    f(i);
+  }
+}
+
+// out[j] = sum over r < rows of g[r * n + j]: block (32 columns x 32 row groups); each thread
+// sums its row group's rows of one column, then the block adds the 32 partial sums in a fixed
+// order (deterministic from run to run).
+template <class T>
+__global__ void ColumnSumsKernel(const T* g, uint32_t rows, uint32_t n, T* out) {
+  __shared__ T part[32][33];
+  const uint32_t j = blockIdx.x * 32 + threadIdx.x;
+  T acc = 0;
+  if (j < n) {
+    for (uint32_t r = threadIdx.y; r < rows; r += 32) acc += g[size_t{r} * n + j];
+  }
+  part[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < n) {
+    T s = 0;
+    for (int y = 0; y < 32; ++y) s += part[y][threadIdx.x];
+    out[j] = s;
+  }
+}
+
+// out[u * width + j] = the sum over q in [offsets[u] - base, offsets[u + 1] - base) of
+// vals[j * n + q], one warp per segment: a short segment's columns by the lanes, each summing
+// in row order; a long one's rows strided over the lanes, each column's 32 partial sums then
+// added in a fixed shuffle tree (deterministic from run to run).
+template <class T>
+__global__ void SegmentSumsKernel(const T* vals, size_t n, const uint32_t* offsets, uint32_t base,
+                                  uint32_t segments, uint32_t width, T* out) {
+  constexpr uint32_t kShort = 32;
+  const uint32_t lane = threadIdx.x & 31;
+  const size_t warps = (size_t{gridDim.x} * blockDim.x) >> 5;
+  for (size_t u = (size_t{blockIdx.x} * blockDim.x + threadIdx.x) >> 5; u < segments; u += warps) {
+    const uint32_t begin = offsets[u] - base, end = offsets[u + 1] - base;
+    if (end - begin <= kShort) {
+      for (uint32_t j = lane; j < width; j += 32) {
+        T acc = 0;
+        for (uint32_t q = begin; q < end; ++q) acc += vals[j * n + q];
+        out[u * width + j] = acc;
+      }
+      continue;
+    }
+    for (uint32_t j = 0; j < width; ++j) {
+      const T* col = vals + j * n;
+      T acc = 0;
+      for (uint32_t q = begin + lane; q < end; q += 32) acc += col[q];
+      for (int d = 16; d > 0; d >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, d);
+      if (lane == 0) out[u * width + j] = acc;
+    }
+  }
+}
+
+// Records the first failure; every later call is skipped.
+#define CTRBOX_EXEC_CHECK(call) Check((call), #call, __FILE__, __LINE__)
+
+// One GPU queue: a stream on `device`. Used by one thread at a time; the FirstError may be
+// shared with other executors.
+class CudaExec {
+ public:
+  template <class T>
+  class Buffer {
+   public:
+    Buffer() = default;
+    Buffer(Buffer&& o) noexcept : p_(o.p_), n_(o.n_), device_(o.device_) {
+      o.p_ = nullptr;
+      o.n_ = 0;
+    }
+    Buffer& operator=(Buffer&& o) noexcept {
+      std::swap(p_, o.p_);
+      std::swap(n_, o.n_);
+      std::swap(device_, o.device_);
+      return *this;
+    }
+    Buffer(const Buffer&) = delete;
+    ~Buffer() {
+      if (p_ != nullptr) {
+        cudaSetDevice(device_);
+        cudaFree(p_);  // the owner synchronized its streams before
+      }
+    }
+    T* data() { return p_; }
+    const T* data() const { return p_; }
+    size_t size() const { return n_; }
+
+   private:
+    friend class CudaExec;
+    T* p_ = nullptr;
+    size_t n_ = 0;
+    int device_ = 0;
+  };
+  struct Event {
+    cudaEvent_t e = nullptr;
+  };
+  using TimeMark = cudaEvent_t;
+
+  CudaExec(int device, GemmPrecision precision, std::shared_ptr<FirstError> errors)
+      : device_(device), precision_(precision), errors_(std::move(errors)) {
+    CTRBOX_EXEC_CHECK(cudaSetDevice(device_));
+    CTRBOX_EXEC_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    events_.resize(kEvents);
+    for (auto& e : events_) CTRBOX_EXEC_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    cudaDeviceProp prop;
+    CTRBOX_EXEC_CHECK(cudaGetDeviceProperties(&prop, device_));
+    max_blocks_ = std::max(1, prop.multiProcessorCount * 16);
+  }
+  ~CudaExec() {
+    cudaSetDevice(device_);
+    if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+    for (auto& e : events_) cudaEventDestroy(e);
+    for (auto& e : marks_) cudaEventDestroy(e);
+    for (auto& b : staging_) cudaFreeHost(b.p);
+    for (auto& [key, plan] : lt_plans_) plan.Destroy();
+    if (lt_workspace_ != nullptr) cudaFree(lt_workspace_);
+    if (lt_ != nullptr) cublasLtDestroy(lt_);
+    if (blas_ != nullptr) cublasDestroy(blas_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+  CudaExec(const CudaExec&) = delete;
+  CudaExec& operator=(const CudaExec&) = delete;
+
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+  Status status() const { return errors_->Get(); }
+  const ExecCounters& counters() const { return counters_; }
+
+  template <class T>
+  void Reserve(Buffer<T>* b, size_t n) {
+    if (b->n_ >= n || !ok()) return;
+    Use();
+    if (b->p_ != nullptr) CTRBOX_EXEC_CHECK(cudaFreeAsync(b->p_, stream_));
+    b->p_ = nullptr;
+    b->n_ = 0;
+    const size_t cap = n + n / 4;  // room to grow without a reallocation every pass
+    void* p = nullptr;
+    CTRBOX_EXEC_CHECK(cudaMallocAsync(&p, cap * sizeof(T), stream_));
+    if (!ok()) return;
+    b->p_ = static_cast<T*>(p);
+    b->n_ = cap;
+    b->device_ = device_;
+  }
+  template <class T>
+  void Upload(Buffer<T>* dst, const T* src, size_t n) {
+    Reserve(dst, n);
+    if (n == 0 || !ok()) return;
+    void* staged = Stage(src, n * sizeof(T));
+    if (staged == nullptr) return;
+    ++counters_.copies;
+    CTRBOX_EXEC_CHECK(
+        cudaMemcpyAsync(dst->data(), staged, n * sizeof(T), cudaMemcpyHostToDevice, stream_));
+  }
+  template <class T>
+  void Download(T* dst, const T* src, size_t n) {
+    if (n == 0 || !ok()) return;
+    DownloadAsync(dst, src, n);
+    Synchronize();
+  }
+  template <class T>
+  void DownloadAsync(T* dst, const T* src, size_t n) {
+    if (n == 0 || !ok()) return;
+    Use();
+    ++counters_.copies;
+    CTRBOX_EXEC_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToHost, stream_));
+  }
+  template <class T>
+  void Copy(T* dst, const T* src, size_t n) {
+    if (n == 0 || !ok()) return;
+    Use();  // cudaMemcpyDefault: unified addressing finds a peer GPU's memory
+    ++counters_.copies;
+    CTRBOX_EXEC_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDefault, stream_));
+  }
+  template <class T>
+  void Fill(T* dst, T value, size_t n) {
+    ForEach(n, [=] __device__(size_t i) { dst[i] = value; });
+  }
+  template <class F>
+  void ForEach(size_t n, F f) {
+    if (n == 0 || !ok()) return;
+    const HostClock clock(&counters_.launch_host_seconds);
+    Use();
+    ++counters_.launches;
+    const size_t blocks = std::min<size_t>((n + kThreads - 1) / kThreads, max_blocks_);
+    ForEachKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream_>>>(n, f);
+    CTRBOX_EXEC_CHECK(cudaGetLastError());  // the launch (errors while it runs come later)
+  }
+  void ColumnSums(const float* g, uint32_t rows, uint32_t n, float* out) {
+    if (n == 0 || !ok()) return;
+    const HostClock clock(&counters_.launch_host_seconds);
+    Use();
+    ++counters_.launches;
+    ColumnSumsKernel<float><<<(n + 31) / 32, dim3(32, 32), 0, stream_>>>(g, rows, n, out);
+    CTRBOX_EXEC_CHECK(cudaGetLastError());
+  }
+  void SegmentSums(const float* vals, size_t n, const uint32_t* offsets, uint32_t base,
+                   uint32_t segments, uint32_t width, float* out) {
+    if (segments == 0 || width == 0 || !ok()) return;
+    const HostClock clock(&counters_.launch_host_seconds);
+    Use();
+    ++counters_.launches;
+    const size_t blocks = std::min<size_t>((size_t{segments} + 7) / 8, max_blocks_);
+    SegmentSumsKernel<float><<<static_cast<unsigned>(blocks), 256, 0, stream_>>>(
+        vals, n, offsets, base, segments, width, out);
+    CTRBOX_EXEC_CHECK(cudaGetLastError());
+  }
+  void UseHostPool(ThreadPool* pool) { host_pool_ = pool; }
+  // Row-major C = op(A) op(B) as column-major C^T = op(B)^T op(A)^T: cuBLASLt with the
+  // algorithm its heuristic chose for the shape (and the operands' alignment) the first time,
+  // kept (cublasGemmEx asked the heuristic again on every call: ~38 us of host time a GEMM on
+  // an H200 machine, more than the GEMMs of a minibatch took on the GPU); cublasGemmEx where
+  // the heuristic offers none.
+  void Gemm(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+            float* c, int ldc) {
+    if (m == 0 || n == 0 || !ok()) return;
+    const HostClock clock(&counters_.gemm_host_seconds);
+    Use();
+    if (const LtPlan* plan = LtPlanFor(ta, tb, m, n, k, lda, ldb, ldc, a, b, c)) {
+      ++counters_.launches;
+      ++counters_.gemm_calls;
+      const float one = 1.0f, zero = 0.0f;
+      CTRBOX_EXEC_CHECK(cublasLtMatmul(lt_, plan->desc, &one, b, plan->a, a, plan->b, &zero, c,
+                                       plan->c, c, plan->c, &plan->algo, lt_workspace_,
+                                       kLtWorkspace, stream_));
+      return;
+    }
+    if (!ok()) return;
+    if (blas_ == nullptr) {  // made on first use: the feature layers' executors never need one
+      CTRBOX_EXEC_CHECK(cublasCreate(&blas_));
+      CTRBOX_EXEC_CHECK(cublasSetStream(blas_, stream_));
+      if (!ok()) return;
+    }
+    ++counters_.launches;
+    ++counters_.gemm_calls;
+    const float one = 1.0f, zero = 0.0f;
+    const cublasComputeType_t compute =
+        precision_ == GemmPrecision::kTf32   ? CUBLAS_COMPUTE_32F_FAST_TF32
+        : precision_ == GemmPrecision::kBf16 ? CUBLAS_COMPUTE_32F_FAST_16BF
+                                             : CUBLAS_COMPUTE_32F;
+    CTRBOX_EXEC_CHECK(cublasGemmEx(blas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                   ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &one, b, CUDA_R_32F,
+                                   ldb, a, CUDA_R_32F, lda, &zero, c, CUDA_R_32F, ldc, compute,
+                                   CUBLAS_GEMM_DEFAULT));
+  }
+  Event Record() {
+    Event e{events_[next_event_++ % kEvents]};
+    Use();
+    CTRBOX_EXEC_CHECK(cudaEventRecord(e.e, stream_));
+    return e;
+  }
+  void Wait(const Event& e) {
+    if (e.e == nullptr) return;
+    Use();
+    CTRBOX_EXEC_CHECK(cudaStreamWaitEvent(stream_, e.e, 0));
+  }
+  void Recycle() {
+    Synchronize();
+    for (auto& b : staging_) b.used = 0;
+  }
+  void Synchronize() {
+    Use();
+    ++counters_.syncs;
+    CTRBOX_EXEC_CHECK(cudaStreamSynchronize(stream_));
+  }
+  // Timing marks: events with timing, from a pool that ReleaseMarks makes reusable.
+  TimeMark Mark() {
+    Use();
+    if (next_mark_ == marks_.size()) {
+      cudaEvent_t e = nullptr;
+      CTRBOX_EXEC_CHECK(cudaEventCreate(&e));
+      marks_.push_back(e);
+    }
+    cudaEvent_t e = marks_[next_mark_++];
+    CTRBOX_EXEC_CHECK(cudaEventRecord(e, stream_));
+    return e;
+  }
+  static double Seconds(TimeMark a, TimeMark b) {
+    float ms = 0;
+    return cudaEventElapsedTime(&ms, a, b) == cudaSuccess ? ms * 1e-3 : 0.0;
+  }
+  // The marks handed out may be recorded again. REQUIRES: their Seconds were read.
+  void ReleaseMarks() { next_mark_ = 0; }
+
+ private:
+  static constexpr int kThreads = 256;
+  // Adds the host time of its scope to *sum.
+  struct HostClock {
+    explicit HostClock(double* sum) : sum_(sum), start_(std::chrono::steady_clock::now()) {}
+    ~HostClock() {
+      *sum_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    }
+    double* sum_;
+    std::chrono::steady_clock::time_point start_;
+  };
+  static constexpr size_t kEvents = 1024;
+  static constexpr size_t kStagingBlock = size_t{64} << 20;
+  struct Pinned {
+    char* p = nullptr;
+    size_t size = 0, used = 0;
+  };
+
+  // A cuBLASLt matmul of one shape: its descriptors and the heuristic's algorithm.
+  struct LtPlan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    bool ok = false;  // false: no algorithm (cublasGemmEx does the shape)
+    void Destroy() {
+      if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
+      if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
+      if (c != nullptr) cublasLtMatrixLayoutDestroy(c);
+      if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+    }
+  };
+  static constexpr size_t kLtWorkspace = size_t{32} << 20;
+  // The alignment in bytes (4, 8 or 16) a pointer offers.
+  static uint32_t AlignmentOf(const void* p) {
+    const auto v = reinterpret_cast<uintptr_t>(p);
+    return v % 16 == 0 ? 16 : v % 8 == 0 ? 8 : 4;
+  }
+  // The plan of a GEMM (see Gemm), made the first time its shape and alignment come; null
+  // when cuBLASLt has no algorithm for it (or failed: the error is kept).
+  const LtPlan* LtPlanFor(bool ta, bool tb, int m, int n, int k, int lda, int ldb, int ldc,
+                          const float* a, const float* b, const float* c) {
+    const uint32_t al_a = AlignmentOf(b), al_b = AlignmentOf(a), al_c = AlignmentOf(c);
+    const auto key = std::make_tuple(ta, tb, m, n, k, lda, ldb, ldc, al_a * 256 + al_b * 16 + al_c);
+    auto it = lt_plans_.find(key);
+    if (it != lt_plans_.end()) return it->second.ok ? &it->second : nullptr;
+    LtPlan& p = lt_plans_[key];
+    if (lt_ == nullptr) {
+      CTRBOX_EXEC_CHECK(cublasLtCreate(&lt_));
+      CTRBOX_EXEC_CHECK(cudaMalloc(&lt_workspace_, kLtWorkspace));
+      if (!ok()) return nullptr;
+    }
+    const cublasComputeType_t compute =
+        precision_ == GemmPrecision::kTf32   ? CUBLAS_COMPUTE_32F_FAST_TF32
+        : precision_ == GemmPrecision::kBf16 ? CUBLAS_COMPUTE_32F_FAST_16BF
+                                             : CUBLAS_COMPUTE_32F;
+    // Column-major: C' [n x m] = op(B') [n x k] op(A') [k x m], B' and A' the row-major
+    // operands as stored.
+    const cublasOperation_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CTRBOX_EXEC_CHECK(cublasLtMatmulDescCreate(&p.desc, compute, CUDA_R_32F));
+    CTRBOX_EXEC_CHECK(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+    CTRBOX_EXEC_CHECK(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+    CTRBOX_EXEC_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, tb ? k : n, tb ? n : k, ldb));
+    CTRBOX_EXEC_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, ta ? m : k, ta ? k : m, lda));
+    CTRBOX_EXEC_CHECK(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, n, m, ldc));
+    cublasLtMatmulPreference_t pref = nullptr;
+    CTRBOX_EXEC_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    if (!ok()) return nullptr;
+    const uint64_t workspace = kLtWorkspace;
+    const uint32_t align[4] = {al_a, al_b, al_c, al_c};
+    CTRBOX_EXEC_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)));
+    const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; ++i) {
+      CTRBOX_EXEC_CHECK(
+          cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof(align[i])));
+    }
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(lt_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    p.ok = ok() && st == CUBLAS_STATUS_SUCCESS && found > 0 &&
+           result.state == CUBLAS_STATUS_SUCCESS && result.workspaceSize <= kLtWorkspace;
+    if (p.ok) p.algo = result.algo;
+    return p.ok ? &p : nullptr;
+  }
+
+  template <class Code>
+  void Check(Code code, const char* what, const char* file, int line) {
+    errors_->Record(CheckCall(code, what, file, line));
+  }
+  bool ok() const { return errors_->ok(); }
+  void Use() { cudaSetDevice(device_); }
+
+  // Copies n bytes into pinned memory that stays untouched until the next Recycle.
+  void* Stage(const void* src, size_t n) {
+    Pinned* block = nullptr;
+    for (auto& b : staging_) {
+      if (b.size - b.used >= n) {
+        block = &b;
+        break;
+      }
+    }
+    if (block == nullptr) {
+      Pinned b;
+      b.size = std::max(kStagingBlock, n);
+      void* p = nullptr;
+      CTRBOX_EXEC_CHECK(cudaHostAlloc(&p, b.size, cudaHostAllocPortable));
+      if (!ok()) return nullptr;
+      b.p = static_cast<char*>(p);
+      staging_.push_back(b);
+      block = &staging_.back();
+    }
+    char* dst = block->p + block->used;
+    ParallelCopy(host_pool_, dst, src, n);
+    block->used += (n + 255) / 256 * 256;
+    return dst;
+  }
+
+  const int device_;
+  const GemmPrecision precision_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  void* lt_workspace_ = nullptr;
+  std::map<std::tuple<bool, bool, int, int, int, int, int, int, uint32_t>, LtPlan> lt_plans_;
+  std::vector<cudaEvent_t> events_;
+  size_t next_event_ = 0;
+  std::vector<cudaEvent_t> marks_;
+  size_t next_mark_ = 0;
+  int max_blocks_ = 1;
+  std::vector<Pinned> staging_;
+  std::shared_ptr<FirstError> errors_;
+  ExecCounters counters_;
+  ThreadPool* host_pool_ = nullptr;
+};
+
+#undef CTRBOX_EXEC_CHECK
+
+}  // namespace ctrbox
+
+#endif  // CTRBOX_EXEC_CUDA_EXEC_CUH_

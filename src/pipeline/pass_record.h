@@ -1,0 +1,34 @@
+// The pass's metrics line and the JSON of its parts (docs/pipeline.md, "Stage report"): the
+// push stage writes one per pass; the train job's report (jobs/train_report.h) reuses the parts.
+#ifndef CTRBOX_PIPELINE_PASS_RECORD_H_
+#define CTRBOX_PIPELINE_PASS_RECORD_H_
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/checkpoint.h"
+#include "io/bad_input.h"
+#include "pipeline/pass.h"
+#include "table/sparse_table.h"
+
+namespace ctrbox {
+
+// {"records_good", "records_malformed", "malformed": {kind: count}}.
+nlohmann::json CountsJson(const RecordCounts& counts);
+// The table's storage counters ("storage" in the train report).
+nlohmann::json StorageJson(const StorageStats& s);
+// The counters that change per pass, as differences, with the current byte figures.
+nlohmann::json StorageDeltaJson(const StorageStats& before, const StorageStats& after);
+// {"read": {"busy_seconds", "stalled_seconds", "idle_seconds"}, "pull": ..., ...}.
+nlohmann::json StagesJson(const StageClocks& clocks);
+// A committed checkpoint in a pass line.
+nlohmann::json CheckpointJson(const CheckpointManifest& m, double seconds);
+
+// The metrics line of a pushed pass. `examples`: the run's examples so far; `checkpoint`:
+// null, or CheckpointJson of the checkpoint committed after it.
+nlohmann::json PassRecord(const Pass& pass, uint64_t examples, uint64_t table_keys,
+                          double pass_seconds, const nlohmann::json& checkpoint,
+                          nlohmann::json storage_delta);
+
+}  // namespace ctrbox
+
+#endif  // CTRBOX_PIPELINE_PASS_RECORD_H_
