@@ -205,6 +205,47 @@ Status Extractor::RunGraph(ColumnTable* table, Arena* arena) const {
   return Status::OK();
 }
 
+void Extractor::AppendRow(const ColumnTable& t, uint32_t row, double y, ChunkParseResult* r) const {
+  const FeaturePlan& p = *plan_;
+  const uint32_t num_slots = static_cast<uint32_t>(p.slots.size());
+  Batch& b = r->batch;
+  b.labels.push_back(static_cast<float>(y));
+  for (int c : p.dense) {
+    const Column& col = t.cols[c];
+    b.dense.push_back(col.valid[row] ? static_cast<float>(NumberOf(col, row)) : 0.0f);
+  }
+  for (uint32_t slot = 0; slot < num_slots; ++slot) {
+    const Column& col = t.cols[p.slots[slot]];
+    const uint32_t n = ItemCount(col, row);
+    const uint32_t seed = KeySlotOf(options_.key_slots, slot);
+    for (uint32_t i = 0; i < n; ++i) b.keys.push_back(SlotKey(seed, col, row, i));
+    b.offsets.push_back(static_cast<uint32_t>(b.keys.size()));
+  }
+  if (options_.serving) r->row_lines.push_back(t.lines[row]);
+  if (id_col_ >= 0) {
+    const Column& id = t.cols[id_col_];
+    r->row_ids.push_back(!id.valid[row]             ? std::string()
+                         : id.type == ColType::kInt ? std::to_string(id.ints()[row])
+                                                    : std::string(id.strs()[row].view()));
+  }
+  for (int d : p.dedupes) {
+    const Hash128 h = t.cols[p.ops[d].output].tags()[row];
+    r->row_tags.push_back(h.lo);
+    r->row_tags.push_back(h.hi);
+  }
+}
+
+void Extractor::CountJoinHits(const ColumnTable& t) const {
+  const FeaturePlan& p = *plan_;
+  for (size_t j = 0; j < joins_.size(); ++j) {
+    const Column& c = t.cols[p.ops[joins_[j]].output];
+    uint64_t hits = 0;
+    for (uint32_t row = 0; row < t.rows; ++row) hits += c.ints()[row] >= 0;
+    stats_.join_hits[j] += hits;
+    stats_.join_lookups[j] += t.rows;
+  }
+}
+
 void Extractor::ExtractChunk(const TextChunk& chunk, ChunkParseResult* r) const {
   const FeaturePlan& p = *plan_;
   const Schema schema = this->schema();
@@ -289,41 +330,12 @@ void Extractor::ExtractChunk(const TextChunk& chunk, ChunkParseResult* r) const 
                           row_keys, p.max_row_keys, p.columns[p.slots[widest]].name, widest_keys));
       continue;
     }
-    b.labels.push_back(static_cast<float>(y));
-    for (int c : p.dense) {
-      const Column& col = t.cols[c];
-      b.dense.push_back(col.valid[row] ? static_cast<float>(NumberOf(col, row)) : 0.0f);
-    }
-    for (uint32_t slot = 0; slot < schema.num_slots; ++slot) {
-      const Column& col = t.cols[p.slots[slot]];
-      const uint32_t n = ItemCount(col, row);
-      const uint32_t seed = KeySlotOf(options_.key_slots, slot);
-      for (uint32_t i = 0; i < n; ++i) b.keys.push_back(SlotKey(seed, col, row, i));
-      b.offsets.push_back(static_cast<uint32_t>(b.keys.size()));
-    }
-    if (options_.serving) r->row_lines.push_back(t.lines[row]);
-    if (id_col_ >= 0) {
-      const Column& id = t.cols[id_col_];
-      r->row_ids.push_back(!id.valid[row]             ? std::string()
-                           : id.type == ColType::kInt ? std::to_string(id.ints()[row])
-                                                      : std::string(id.strs()[row].view()));
-    }
-    for (int d : p.dedupes) {
-      const Hash128 h = t.cols[p.ops[d].output].tags()[row];
-      r->row_tags.push_back(h.lo);
-      r->row_tags.push_back(h.hi);
-    }
+    AppendRow(t, row, y, r);
   }
   // In line order, parse errors and operators' alike: the tracker's "first" is the first.
   std::stable_sort(r->samples.begin(), r->samples.end(),
                    [](const BadRecord& a, const BadRecord& b) { return a.line < b.line; });
-  for (size_t j = 0; j < joins_.size(); ++j) {
-    const Column& c = t.cols[p.ops[joins_[j]].output];
-    uint64_t hits = 0;
-    for (uint32_t row = 0; row < t.rows; ++row) hits += c.ints()[row] >= 0;
-    stats_.join_hits[j] += hits;
-    stats_.join_lookups[j] += t.rows;
-  }
+  CountJoinHits(t);
   const uint64_t t3 = NowNs();
   stats_.chunks++;
   stats_.rows_in += t.rows;

@@ -92,6 +92,10 @@ class Extractor {
   // The columns of the parsed `table` for every operator (tests). Fails only on a device
   // error.
   Status RunGraph(ColumnTable* table, Arena* arena) const;
+  // ExtractChunk's assembly: row `row` of the graph's output, kept with label y, appended to
+  // r's batch (with its line, id and dedupe tags where asked for); the joins' hits counted.
+  void AppendRow(const ColumnTable& t, uint32_t row, double y, ChunkParseResult* r) const;
+  void CountJoinHits(const ColumnTable& t) const;
   // Parses a chunk into its main-view columns (tests); the table's other columns are empty.
   Status ParseMain(const TextChunk& chunk, Arena* arena, ColumnTable* table,
                    ParseOutcome* outcome) const;

@@ -56,23 +56,22 @@ uint64_t SideTable::HashKeyOf(const ColumnTable& t, const std::vector<int>& cols
   return Mix64(h);
 }
 
-StatusOr<std::unique_ptr<SideTable>> SideTable::Load(Env* env, const SideView& view,
-                                                     const SideLoadOptions& options,
-                                                     RecordCounts* counts) {
-  std::unique_ptr<SideTable> t(new SideTable());
-  t->view_ = &view;
-  t->arena_ = std::make_unique<Arena>();
+struct SideTable::Parts {
+  std::vector<ColumnTable> tables;
+  std::vector<std::string> files;  // the file of each part, for messages
+};
+
+Status SideTable::ReadParts(Env* env, const SideLoadOptions& options, RecordCounts* counts,
+                            BadInputTracker* tracker, Parts* parts) {
+  const SideView& view = *view_;
   DataOptions o;
   o.paths = view.paths;
   o.command = view.command;
   o.chunk_bytes = options.chunk_bytes;
   o.max_line_bytes = options.max_line_bytes;
   ASSIGN_OR_RETURN(auto source, OpenTextChunks(env, o));
-  BadInputTracker tracker(options.bad_input);
   std::unique_ptr<ViewParser> parser;
   std::vector<std::string> header_fields;
-  std::vector<ColumnTable> parts;
-  std::vector<std::string> part_files;  // the file of each part, for messages
   auto where = [&] { return "view " + view.name + ": "; };
   while (true) {
     auto chunk = std::make_unique<TextChunk>();
@@ -96,85 +95,109 @@ StatusOr<std::unique_ptr<SideTable>> SideTable::Load(Env* env, const SideView& v
     }
     ColumnTable part;
     ParseOutcome outcome;
-    RETURN_IF_ERROR(parser->Parse(*chunk, 0, t->arena_.get(), 0, &part, &outcome));
+    RETURN_IF_ERROR(parser->Parse(*chunk, 0, arena_.get(), 0, &part, &outcome));
     counts->Add(outcome.counts);
-    Status added = tracker.Add(outcome.counts, outcome.samples);
+    Status added = tracker->Add(outcome.counts, outcome.samples);
     if (!added.ok()) return Status(added.code(), where() + added.message());
-    t->texts_.push_back(std::make_unique<std::string>(std::move(chunk->data)));
-    parts.push_back(std::move(part));
-    part_files.push_back(chunk->file);
+    texts_.push_back(std::make_unique<std::string>(std::move(chunk->data)));
+    parts->tables.push_back(std::move(part));
+    parts->files.push_back(chunk->file);
   }
-  // One contiguous column per declared column.
+  return Status::OK();
+}
+
+// One contiguous column per declared column.
+Status SideTable::Concatenate(const Parts& parts) {
   uint64_t total = 0;
-  for (const ColumnTable& p : parts) total += p.rows;
+  for (const ColumnTable& p : parts.tables) total += p.rows;
   if (total >= UINT32_MAX) {
-    return ResourceExhaustedError(where() +
-                                  "more than 2^32 - 1 rows; a side view is held in memory");
+    return ResourceExhaustedError("view " + view_->name +
+                                  ": more than 2^32 - 1 rows; a side view is held in memory");
   }
-  const size_t ncols = view.layout.columns.size();
-  t->cols_.resize(ncols);
+  const size_t ncols = view_->layout.columns.size();
+  cols_.resize(ncols);
   for (size_t c = 0; c < ncols; ++c) {
-    Column& col = t->cols_[c];
-    col.type = view.layout.columns[c].type;
-    col.valid = t->arena_->Alloc<uint8_t>(total + 1);
-    col.cells = t->arena_->Allocate((total + 1) * CellBytes(col.type));
+    Column& col = cols_[c];
+    col.type = view_->layout.columns[c].type;
+    col.valid = arena_->Alloc<uint8_t>(total + 1);
+    col.cells = arena_->Allocate((total + 1) * CellBytes(col.type));
     uint64_t at = 0;
-    for (const ColumnTable& p : parts) {
+    for (const ColumnTable& p : parts.tables) {
       std::memcpy(col.valid + at, p.cols[c].valid, p.rows);
       std::memcpy(static_cast<char*>(col.cells) + at * CellBytes(col.type), p.cols[c].cells,
                   p.rows * CellBytes(col.type));
       at += p.rows;
     }
   }
-  t->rows_ = static_cast<uint32_t>(total);
-  // The key index: the first row of each key; later ones are duplicate_key bad rows.
-  const uint64_t size = std::bit_ceil(std::max<uint64_t>(16, total * 2));
-  t->buckets_.assign(size, 0);
-  t->mask_ = size - 1;
+  rows_ = static_cast<uint32_t>(total);
+  return Status::OK();
+}
+
+// The key index: the first row of each key; later ones are duplicate_key bad rows.
+void SideTable::IndexKeys(const Parts& parts, RecordCounts* dup, std::vector<BadRecord>* samples,
+                          uint64_t* null_keys) {
+  const std::vector<ColumnTable>& tables = parts.tables;
+  const uint64_t size = std::bit_ceil(std::max<uint64_t>(16, uint64_t{rows_} * 2));
+  buckets_.assign(size, 0);
+  mask_ = size - 1;
   std::vector<const Column*> key_cols;
-  for (int k : view.key) key_cols.push_back(&t->cols_[k]);
-  RecordCounts dup;
-  std::vector<BadRecord> samples;
-  uint64_t null_keys = 0;
+  for (int k : view_->key) key_cols.push_back(&cols_[k]);
   uint64_t row_base = 0;
   size_t part_index = 0;
   // Where row r0 was read: "line L" when in `file`, else "file:line" (a sample's detail).
   auto where_row = [&](uint32_t r0, const std::string& file) {
     uint64_t base = 0;
     size_t p = 0;
-    while (r0 >= base + parts[p].rows) base += parts[p++].rows;
-    if (part_files[p] == file) return fmt::format("line {}", parts[p].lines[r0 - base]);
-    return fmt::format("{}:{}", part_files[p], parts[p].lines[r0 - base]);
+    while (r0 >= base + tables[p].rows) base += tables[p++].rows;
+    if (parts.files[p] == file) return fmt::format("line {}", tables[p].lines[r0 - base]);
+    return fmt::format("{}:{}", parts.files[p], tables[p].lines[r0 - base]);
   };
-  for (uint32_t r = 0; r < t->rows_; ++r) {
-    while (r >= row_base + parts[part_index].rows) row_base += parts[part_index++].rows;
-    const uint64_t line = parts[part_index].lines[r - row_base];
+  for (uint32_t r = 0; r < rows_; ++r) {
+    while (r >= row_base + tables[part_index].rows) row_base += tables[part_index++].rows;
+    const uint64_t line = tables[part_index].lines[r - row_base];
     bool null = false;
     for (const Column* c : key_cols) null |= !c->valid[r];
     if (null) {  // a row without a key can never be found: said in the load line
-      ++null_keys;
+      ++*null_keys;
       continue;
     }
-    const uint64_t h = t->HashRow(key_cols.data(), r);
-    for (uint64_t i = h & t->mask_;; i = (i + 1) & t->mask_) {
-      const uint32_t s = t->buckets_[i];
+    const uint64_t h = HashRow(key_cols.data(), r);
+    for (uint64_t i = h & mask_;; i = (i + 1) & mask_) {
+      const uint32_t s = buckets_[i];
       if (s == 0) {
-        t->buckets_[i] = r + 1;
+        buckets_[i] = r + 1;
         break;
       }
       bool equal = true;
       for (const Column* c : key_cols) equal &= EqualValue(c->type, Cell(*c, s - 1), Cell(*c, r));
       if (equal) {
-        dup.bad[static_cast<int>(BadKind::kDuplicateKey)]++;
-        if (samples.size() < 5) {
-          samples.push_back({BadKind::kDuplicateKey, part_files[part_index], line,
-                             fmt::format("view {}: the key of {} again (the first row is kept)",
-                                         view.name, where_row(s - 1, part_files[part_index]))});
+        dup->bad[static_cast<int>(BadKind::kDuplicateKey)]++;
+        if (samples->size() < 5) {
+          samples->push_back({BadKind::kDuplicateKey, parts.files[part_index], line,
+                              fmt::format("view {}: the key of {} again (the first row is kept)",
+                                          view_->name, where_row(s - 1, parts.files[part_index]))});
         }
         break;
       }
     }
   }
+}
+
+StatusOr<std::unique_ptr<SideTable>> SideTable::Load(Env* env, const SideView& view,
+                                                     const SideLoadOptions& options,
+                                                     RecordCounts* counts) {
+  std::unique_ptr<SideTable> t(new SideTable());
+  t->view_ = &view;
+  t->arena_ = std::make_unique<Arena>();
+  BadInputTracker tracker(options.bad_input);
+  Parts parts;
+  RETURN_IF_ERROR(t->ReadParts(env, options, counts, &tracker, &parts));
+  RETURN_IF_ERROR(t->Concatenate(parts));
+  RecordCounts dup;
+  std::vector<BadRecord> samples;
+  uint64_t null_keys = 0;
+  t->IndexKeys(parts, &dup, &samples, &null_keys);
+  auto where = [&] { return "view " + view.name + ": "; };
   // A duplicate row parsed well and was counted good: it is counted once, as bad.
   counts->good -= std::min(counts->good, dup.bad_total());
   counts->Add(dup);

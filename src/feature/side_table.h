@@ -40,6 +40,14 @@ class SideTable {
 
  private:
   SideTable() = default;
+  struct Parts;  // the view's chunks as parsed (side_table.cc)
+  // Load's steps: the chunks parsed, their columns made one, the key index built (the rows
+  // of a key seen before counted in *dup, the first few in *samples).
+  Status ReadParts(Env* env, const SideLoadOptions& options, RecordCounts* counts,
+                   BadInputTracker* tracker, Parts* parts);
+  Status Concatenate(const Parts& parts);
+  void IndexKeys(const Parts& parts, RecordCounts* dup, std::vector<BadRecord>* samples,
+                 uint64_t* null_keys);
   uint64_t HashRow(const Column* const* cols, uint32_t r) const;
   uint64_t HashKeyOf(const ColumnTable& t, const std::vector<int>& cols, uint32_t r,
                      bool* null) const;

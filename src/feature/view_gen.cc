@@ -79,27 +79,14 @@ Status WriteFile(Env* env, const std::string& path, const std::string& text, Vie
 
 }  // namespace
 
-StatusOr<ViewGenResult> GenerateViews(Env* env, const std::string& dir_in,
-                                      const ViewGenOptions& o) {
-  if (o.rows == 0 || o.users == 0 || o.ads == 0) {
-    return InvalidArgumentError("gen --format views: rows, users and ads must be >= 1");
-  }
-  std::error_code ec;
-  const std::string dir = std::filesystem::absolute(dir_in, ec).lexically_normal().string();
-  if (ec) return InvalidArgumentError("gen --out " + dir_in + ": " + ec.message());
-  if (env->FileExists(dir) && !env->IsDirectory(dir)) {
-    return InvalidArgumentError("gen --format views --out " + dir_in +
-                                ": is a file; give a directory to write the views into");
-  }
-  RETURN_IF_ERROR(env->CreateDirs(dir));
-  const uint64_t seed = o.seed;
-  ViewGenResult res;
+namespace {
 
-  // Users: a CSV with a header; interests is a comma-separated list, so quoted.
+// Users: a CSV with a header; interests is a comma-separated list, so quoted.
+std::vector<User> MakeUsers(const ViewGenOptions& o, std::string* text) {
   std::vector<User> users(o.users);
-  std::string text = "user_id,age,gender,city,interests\n";
+  *text = "user_id,age,gender,city,interests\n";
   for (uint32_t u = 0; u < o.users; ++u) {
-    Random r(Mix64(seed * 31 + 1) ^ Mix64(u));
+    Random r(Mix64(o.seed * 31 + 1) ^ Mix64(u));
     User& x = users[u];
     x.age = r.Uniform() < 0.12 ? -1 : 14 + static_cast<int>(r.Below(57));
     x.gender = r.Uniform() < 0.05 ? 2 : static_cast<int>(r.Below(2));
@@ -108,18 +95,20 @@ StatusOr<ViewGenResult> GenerateViews(Env* env, const std::string& dir_in,
     for (int k = 0; k < n; ++k) x.interests.push_back(static_cast<int>(r.Below(kCategories)));
     std::string interests;
     for (int c : x.interests) interests += fmt::format("{}cat{}", interests.empty() ? "" : ",", c);
-    fmt::format_to(std::back_inserter(text), "u{:07d},{},{},city{},{}\n", u,
+    fmt::format_to(std::back_inserter(*text), "u{:07d},{},{},city{},{}\n", u,
                    x.age < 0 ? "" : std::to_string(x.age),
                    x.gender == 2 ? "" : (x.gender ? "m" : "f"), x.city,
                    n > 1 ? "\"" + interests + "\"" : interests);
   }
-  RETURN_IF_ERROR(WriteFile(env, dir + "/users.csv", text, &res));
+  return users;
+}
 
-  // Ads: JSON lines.
+// Ads: JSON lines.
+std::vector<Ad> MakeAds(const ViewGenOptions& o, std::string* text) {
   std::vector<Ad> ads(o.ads);
-  text.clear();
+  text->clear();
   for (uint32_t a = 0; a < o.ads; ++a) {
-    Random r(Mix64(seed * 31 + 2) ^ Mix64(a));
+    Random r(Mix64(o.seed * 31 + 2) ^ Mix64(a));
     Ad& x = ads[a];
     x.advertiser = static_cast<int>(r.Below(kAdvertisers));
     x.category = static_cast<int>(r.Below(kCategories));
@@ -130,85 +119,75 @@ StatusOr<ViewGenResult> GenerateViews(Env* env, const std::string& dir_in,
       title += fmt::format("{}w{}", title.empty() ? "" : " ", x.words.back());
     }
     fmt::format_to(
-        std::back_inserter(text),
+        std::back_inserter(*text),
         "{{\"ad_id\": {}, \"advertiser\": {}, \"category\": \"cat{}\", \"title\": \"{}\"}}\n",
         100000 + a, x.advertiser, x.category, title);
   }
-  RETURN_IF_ERROR(WriteFile(env, dir + "/ads.jsonl", text, &res));
+  return ads;
+}
 
-  // Impressions: train and test rows from the same users, ads and planted model.
-  std::vector<std::pair<double, int>> oracle;
-  uint64_t clicks = 0;
-  for (int part = 0; part < 2; ++part) {
-    const uint64_t rows = part == 0 ? o.rows : o.test_rows;
-    const uint64_t part_seed = Mix64(seed * 31 + 3 + part);
-    text = "instance_id,ts,user_id,ad_id,ctx,hist,price,basic,label\n";
-    std::string prev;
-    for (uint64_t i = 0; i < rows; ++i) {
-      Random r(part_seed ^ Mix64(i));
-      if (!prev.empty() && r.Uniform() < 0.005) {  // a logged twice impression
-        text += prev;
-        continue;
-      }
-      const double su = r.Uniform(), sa = r.Uniform();
-      // 2 % of the impressions come from users the profile table does not have yet.
-      const uint32_t u = r.Uniform() < 0.02 ? o.users + static_cast<uint32_t>(r.Below(o.users))
-                                            : static_cast<uint32_t>(o.users * su * su);
-      const uint32_t a = static_cast<uint32_t>(o.ads * sa * sa);
-      static const User kUnknown{-1, 2, 0, {}};
-      const User& user = u < o.users ? users[u] : kUnknown;
-      const Ad& ad = ads[a];
-      const double d = r.Uniform();
-      const int device = d < 0.45 ? 0 : d < 0.80 ? 1 : d < 0.95 ? 2 : 3;
-      const int64_t ts = kStartTs + static_cast<int64_t>(i * (30.0 * 86400 / rows)) +
-                         static_cast<int64_t>(r.Below(600));
-      const int hour = static_cast<int>(((ts % 86400) + 86400) % 86400 / 3600);
-      const int pos = static_cast<int>(r.Below(kPositions));
-      const int site = static_cast<int>(r.Below(kSites));
-      const int page = static_cast<int>(r.Below(100));
-      const double price = std::exp(r.Gaussian() * 0.8);
-      const int hist_n = static_cast<int>(r.Below(9));
-      std::string hist;
-      double hist_w = 0;
-      for (int k = 0; k < hist_n; ++k) {
-        const uint32_t h = static_cast<uint32_t>(r.Below(o.ads));
-        hist += fmt::format("{}{}", hist.empty() ? "" : "|", 100000 + h);
-        if (k >= hist_n - 5) hist_w += ads[h].category == ad.category ? 0.25 : 0;  // last 5
-      }
-      // The planted logit: what the job's features can express.
-      const int bucket = AgeBucket(user.age);
-      bool interested = false;
-      for (int c : user.interests) interested |= c == ad.category;
-      double z = -1.6 + Weight(seed, 1, u, 0.5) + Weight(seed, 2, a, 0.5) +
-                 Weight(seed, 3, ad.advertiser, 0.3) +
-                 Weight(seed, 4, bucket * kCategories + ad.category, 0.6) +
-                 Weight(seed, 5, device, 0.3) + Weight(seed, 6, hour, 0.2) +
-                 (interested ? 0.8 : 0.0) - 0.15 * pos + Weight(seed, 7, site, 0.2) + hist_w +
-                 0.3 * std::log1p(price) - 0.3;
-      double p = 1.0 / (1.0 + std::exp(-z));
-      if (device == 3) p = 0.0;  // bots never click
-      const int label = r.Uniform() < p ? 1 : 0;
-      std::string row = fmt::format(
-          "i{}-{},{},u{:07d},{},\"{{\"\"device\"\": \"\"{}\"\", \"\"page\"\": {{\"\"id\"\": {}, "
-          "\"\"pos\"\": {}}}}}\",{},{:.4f},{} {},{}\n",
-          part, i, ts, u, 100000 + a, kDevices[device], page, pos, hist, price, pos, 1000 + site,
-          label);
-      text += row;
-      prev = std::move(row);
-      if (part == 1 && device != 3) {
-        oracle.emplace_back(p, label);
-        clicks += label;
-      }
-    }
-    RETURN_IF_ERROR(WriteFile(env, dir + (part == 0 ? "/impressions.csv" : "/impressions_test.csv"),
-                              text, &res));
+// One impression, row i of `rows` in part `part` (0: train, 1: test): its CSV line, its
+// click probability under the planted model and its label; whether it is a bot's.
+struct Impression {
+  std::string line;
+  double p = 0;
+  int label = 0;
+  bool bot = false;
+};
+
+Impression MakeImpression(const ViewGenOptions& o, const std::vector<User>& users,
+                          const std::vector<Ad>& ads, int part, uint64_t i, uint64_t rows,
+                          Random& r) {
+  const uint64_t seed = o.seed;
+  const double su = r.Uniform(), sa = r.Uniform();
+  // 2 % of the impressions come from users the profile table does not have yet.
+  const uint32_t u = r.Uniform() < 0.02 ? o.users + static_cast<uint32_t>(r.Below(o.users))
+                                        : static_cast<uint32_t>(o.users * su * su);
+  const uint32_t a = static_cast<uint32_t>(o.ads * sa * sa);
+  static const User kUnknown{-1, 2, 0, {}};
+  const User& user = u < o.users ? users[u] : kUnknown;
+  const Ad& ad = ads[a];
+  const double d = r.Uniform();
+  const int device = d < 0.45 ? 0 : d < 0.80 ? 1 : d < 0.95 ? 2 : 3;
+  const int64_t ts = kStartTs + static_cast<int64_t>(i * (30.0 * 86400 / rows)) +
+                     static_cast<int64_t>(r.Below(600));
+  const int hour = static_cast<int>(((ts % 86400) + 86400) % 86400 / 3600);
+  const int pos = static_cast<int>(r.Below(kPositions));
+  const int site = static_cast<int>(r.Below(kSites));
+  const int page = static_cast<int>(r.Below(100));
+  const double price = std::exp(r.Gaussian() * 0.8);
+  const int hist_n = static_cast<int>(r.Below(9));
+  std::string hist;
+  double hist_w = 0;
+  for (int k = 0; k < hist_n; ++k) {
+    const uint32_t h = static_cast<uint32_t>(r.Below(o.ads));
+    hist += fmt::format("{}{}", hist.empty() ? "" : "|", 100000 + h);
+    if (k >= hist_n - 5) hist_w += ads[h].category == ad.category ? 0.25 : 0;  // last 5
   }
-  res.oracle_auc = Auc(oracle);
-  res.kept_test_rows = oracle.size();
-  res.ctr = oracle.empty() ? 0 : static_cast<double>(clicks) / oracle.size();
+  // The planted logit: what the job's features can express.
+  const int bucket = AgeBucket(user.age);
+  bool interested = false;
+  for (int c : user.interests) interested |= c == ad.category;
+  double z = -1.6 + Weight(seed, 1, u, 0.5) + Weight(seed, 2, a, 0.5) +
+             Weight(seed, 3, ad.advertiser, 0.3) +
+             Weight(seed, 4, bucket * kCategories + ad.category, 0.6) +
+             Weight(seed, 5, device, 0.3) + Weight(seed, 6, hour, 0.2) + (interested ? 0.8 : 0.0) -
+             0.15 * pos + Weight(seed, 7, site, 0.2) + hist_w + 0.3 * std::log1p(price) - 0.3;
+  Impression imp;
+  imp.p = 1.0 / (1.0 + std::exp(-z));
+  imp.bot = device == 3;
+  if (imp.bot) imp.p = 0.0;  // bots never click
+  imp.label = r.Uniform() < imp.p ? 1 : 0;
+  imp.line = fmt::format(
+      "i{}-{},{},u{:07d},{},\"{{\"\"device\"\": \"\"{}\"\", \"\"page\"\": {{\"\"id\"\": {}, "
+      "\"\"pos\"\": {}}}}}\",{},{:.4f},{} {},{}\n",
+      part, i, ts, u, 100000 + a, kDevices[device], page, pos, hist, price, pos, 1000 + site,
+      imp.label);
+  return imp;
+}
 
-  const std::string job =
-      fmt::format(R"(# A job over the views of `ctrbox gen --format views` (docs/features.md).
+constexpr const char* kJobTemplate =
+    R"(# A job over the views of `ctrbox gen --format views` (docs/features.md).
 # ctrbox train -c {0}/job.yaml
 data:
   paths: [{0}/impressions.csv]
@@ -252,9 +231,61 @@ features:
   slots: [user_id, ad_id, ads.advertiser, ads.category, users.gender, users.city, device, pos,
           hour, age_x_category, interest_x_category, recent_x_category, title, basic]
   dense: [log_price, age]
-)",
-                  dir);
-  RETURN_IF_ERROR(WriteFile(env, dir + "/job.yaml", job, &res));
+)";
+
+}  // namespace
+
+StatusOr<ViewGenResult> GenerateViews(Env* env, const std::string& dir_in,
+                                      const ViewGenOptions& o) {
+  if (o.rows == 0 || o.users == 0 || o.ads == 0) {
+    return InvalidArgumentError("gen --format views: rows, users and ads must be >= 1");
+  }
+  std::error_code ec;
+  const std::string dir = std::filesystem::absolute(dir_in, ec).lexically_normal().string();
+  if (ec) return InvalidArgumentError("gen --out " + dir_in + ": " + ec.message());
+  if (env->FileExists(dir) && !env->IsDirectory(dir)) {
+    return InvalidArgumentError("gen --format views --out " + dir_in +
+                                ": is a file; give a directory to write the views into");
+  }
+  RETURN_IF_ERROR(env->CreateDirs(dir));
+  ViewGenResult res;
+  std::string text;
+  const std::vector<User> users = MakeUsers(o, &text);
+  RETURN_IF_ERROR(WriteFile(env, dir + "/users.csv", text, &res));
+  const std::vector<Ad> ads = MakeAds(o, &text);
+  RETURN_IF_ERROR(WriteFile(env, dir + "/ads.jsonl", text, &res));
+
+  // Impressions: train and test rows from the same users, ads and planted model.
+  std::vector<std::pair<double, int>> oracle;
+  uint64_t clicks = 0;
+  for (int part = 0; part < 2; ++part) {
+    const uint64_t rows = part == 0 ? o.rows : o.test_rows;
+    const uint64_t part_seed = Mix64(o.seed * 31 + 3 + part);
+    text = "instance_id,ts,user_id,ad_id,ctx,hist,price,basic,label\n";
+    std::string prev;
+    for (uint64_t i = 0; i < rows; ++i) {
+      Random r(part_seed ^ Mix64(i));
+      if (!prev.empty() && r.Uniform() < 0.005) {  // a logged twice impression
+        text += prev;
+        continue;
+      }
+      Impression imp = MakeImpression(o, users, ads, part, i, rows, r);
+      text += imp.line;
+      prev = std::move(imp.line);
+      if (part == 1 && !imp.bot) {
+        oracle.emplace_back(imp.p, imp.label);
+        clicks += imp.label;
+      }
+    }
+    RETURN_IF_ERROR(WriteFile(env, dir + (part == 0 ? "/impressions.csv" : "/impressions_test.csv"),
+                              text, &res));
+  }
+  res.oracle_auc = Auc(oracle);
+  res.kept_test_rows = oracle.size();
+  res.ctr = oracle.empty() ? 0 : static_cast<double>(clicks) / oracle.size();
+
+  RETURN_IF_ERROR(
+      WriteFile(env, dir + "/job.yaml", fmt::format(fmt::runtime(kJobTemplate), dir), &res));
   RETURN_IF_ERROR(WriteFile(env, dir + "/oracle.json",
                             fmt::format("{{\"oracle_auc\": {:.6f}, \"test_rows\": {}, \"ctr\": "
                                         "{:.6f}}}\n",

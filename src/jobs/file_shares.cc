@@ -197,7 +197,7 @@ StatusOr<OldRank> ReadOldRank(Env* env, const JobConfig& job, const std::vector<
   std::vector<DataSegment> stream;
   uint64_t consumed = mf.position.examples;
   if (data.contains("plan")) {  // a job resumed on other ranks before: its plan is its input
-    ASSIGN_OR_RETURN(StreamPlan plan, StreamPlan::FromJson(data["plan"]));
+    ASSIGN_OR_RETURN(SegmentPlan plan, SegmentPlan::FromJson(data["plan"]));
     if (plan.examples > consumed) {
       return CorruptionError(fmt::format("{}: its plan starts at {} examples, its position is {}",
                                          name, plan.examples, consumed));
@@ -234,9 +234,9 @@ StatusOr<OldRank> ReadOldRank(Env* env, const JobConfig& job, const std::vector<
 
 }  // namespace
 
-StatusOr<StreamPlan> PlanFileShares(Env* env, Comm* comm, const JobConfig& job,
-                                    const std::vector<std::string>& files,
-                                    const std::string& ranks_dir, const RanksCheckpoint& c) {
+StatusOr<SegmentPlan> PlanFileShares(Env* env, Comm* comm, const JobConfig& job,
+                                     const std::vector<std::string>& files,
+                                     const std::string& ranks_dir, const RanksCheckpoint& c) {
   if (job.features != nullptr) {
     return InvalidArgumentError(fmt::format(
         "ckpt.dir {} holds the checkpoints of a job of {} ranks: a job with a feature graph "
@@ -266,7 +266,7 @@ StatusOr<StreamPlan> PlanFileShares(Env* env, Comm* comm, const JobConfig& job,
       return InternalError(fmt::format("resume: a rank's plan: {}", e.what()));
     }
   }
-  StreamPlan plan;
+  SegmentPlan plan;
   plan.from_ranks = c.ranks;
   plan.passes = old[0].passes;
   std::vector<SizedSegment> left;

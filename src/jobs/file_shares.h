@@ -47,9 +47,9 @@ std::vector<std::vector<DataSegment>> ShareSegments(const std::vector<SizedSegme
 // `c` that c.ranks != comm->size() ranks committed in `ranks_dir`. Each rank works out what
 // the old ranks m with m mod N = rank had left; the ranks exchange that, and share it out.
 // Refused (InvalidArgument) when the input changed since, naming the file.
-StatusOr<StreamPlan> PlanFileShares(Env* env, Comm* comm, const JobConfig& job,
-                                    const std::vector<std::string>& files,
-                                    const std::string& ranks_dir, const RanksCheckpoint& c);
+StatusOr<SegmentPlan> PlanFileShares(Env* env, Comm* comm, const JobConfig& job,
+                                     const std::vector<std::string>& files,
+                                     const std::string& ranks_dir, const RanksCheckpoint& c);
 
 }  // namespace ctrbox
 

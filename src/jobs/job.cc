@@ -37,7 +37,7 @@ Status TrainOptions::Validate() const {
   return Status::OK();
 }
 
-nlohmann::json StreamPlan::ToJson() const {
+nlohmann::json SegmentPlan::ToJson() const {
   nlohmann::json list = nlohmann::json::array();
   for (const DataSegment& s : segments) {
     list.push_back({{"path", s.path}, {"part", {s.part.index, s.part.count}}, {"skip", s.skip}});
@@ -48,8 +48,8 @@ nlohmann::json StreamPlan::ToJson() const {
           {"segments", std::move(list)}};
 }
 
-StatusOr<StreamPlan> StreamPlan::FromJson(const nlohmann::json& j) {
-  StreamPlan p;
+StatusOr<SegmentPlan> SegmentPlan::FromJson(const nlohmann::json& j) {
+  SegmentPlan p;
   try {
     p.from_ranks = j.at("from_ranks").get<uint32_t>();
     p.passes = j.at("passes").get<uint64_t>();
@@ -75,7 +75,7 @@ StatusOr<StreamPlan> StreamPlan::FromJson(const nlohmann::json& j) {
 PassReaderOptions JobConfig::PassOptions() const {
   PassReaderOptions o;
   o.pass_examples = pipeline.pass_examples;
-  o.epochs = stream_plan ? 1 : train.epochs;  // a plan's segments hold the epochs left
+  o.epochs = segment_plan ? 1 : train.epochs;  // a plan's segments hold the epochs left
   o.hashing = spec.model.hashing;
   o.key_tables = spec.model.KeyTableMap();
   const TieredOptions table = StorageFor(CtrModel::LayoutFor(spec.model, spec.sparse_optimizer));

@@ -92,8 +92,8 @@ struct GeneratedData {
 
 // A rank's input as an explicit list of file segments (data.segments): a job of files resumed
 // on another number of ranks (docs/distributed.md, "Resuming files on another number of
-// ranks"). The stream starts where the job stood at the checkpoint it was planned from.
-struct StreamPlan {
+// ranks"). Its segments start where the job stood at the checkpoint it was planned from.
+struct SegmentPlan {
   uint32_t from_ranks = 0;  // the ranks that committed that checkpoint
   uint64_t passes = 0;      // the job's passes before the stream's first
   uint64_t examples = 0;    // this rank's examples counted before the stream's first
@@ -101,7 +101,7 @@ struct StreamPlan {
 
   nlohmann::json ToJson() const;
   // Corruption naming the field when `j` is no plan.
-  static StatusOr<StreamPlan> FromJson(const nlohmann::json& j);
+  static StatusOr<SegmentPlan> FromJson(const nlohmann::json& j);
 };
 
 // A stream job (docs/routine.md): partitions of stream.root taken in order as they land, each
@@ -174,7 +174,7 @@ struct JobConfig {
   // job has read none yet (its schema comes from its checkpoint). Not a key.
   std::string partition;
   // Set: data.segments is this plan's (one pass over them: the epochs are in the segments).
-  std::optional<StreamPlan> stream_plan;
+  std::optional<SegmentPlan> segment_plan;
   // The job YAML's feature graph (docs/features.md); null: the data is read as data.format.
   std::shared_ptr<const FeaturePlan> features;
   // train --format csv / tsv (docs/features.md, "From a CSV file in one command"): the label

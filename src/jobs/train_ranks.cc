@@ -118,7 +118,7 @@ StatusOr<std::optional<RanksCheckpoint>> PrepareRanksResume(Env* env, const Comm
   if (!c.ok() && c.status().code() != StatusCode::kNotFound) return c.status();
   if (c.ok() && c->ranks != static_cast<uint32_t>(comm.size())) {
     if (!job.resume) return std::optional<RanksCheckpoint>();
-    if (!IsGenerated(job.data) && !job.stream_plan) {
+    if (!IsGenerated(job.data) && !job.segment_plan) {
       return InternalError("a job of files resumed on another number of ranks without a plan");
     }
     // Repartitioned by RepartitionFromRanks; this rank's chain of an older job of N ranks goes.
@@ -135,7 +135,7 @@ StatusOr<std::optional<RanksCheckpoint>> PrepareRanksResume(Env* env, const Comm
 // goes to exactly one rank, and the dense state (the same in every chain). On generated data
 // its reader skips its share of the rows the M ranks trained (they are one stream whatever
 // the number of ranks); on files its input is already the plan of what they had left
-// (PlanResumedStream), read from its start.
+// (PlanResumedSegments), read from its start.
 Status RepartitionFromRanks(Env* env, const JobConfig& job, const std::string& ranks_dir,
                             const RanksCheckpoint& c, const KeyFilter& owned, PassReader* reader,
                             ThreadPool* pool, TrainStart* start) {
@@ -166,12 +166,12 @@ Status RepartitionFromRanks(Env* env, const JobConfig& job, const std::string& r
     examples += mf.position.examples;
   }
   start->resumed = first;
-  if (job.stream_plan) {
+  if (job.segment_plan) {
     start->position = TrainPosition();
-    start->position.passes = job.stream_plan->passes;
+    start->position.passes = job.segment_plan->passes;
     start->position.grid_passes = first.position.grid_passes;
-    start->position.examples = job.stream_plan->examples;
-    start->position.trained_examples = job.stream_plan->examples;
+    start->position.examples = job.segment_plan->examples;
+    start->position.trained_examples = job.segment_plan->examples;
     return Status::OK();
   }
   // This rank's share of the first `examples` generated rows (the ones the M ranks trained).
@@ -199,24 +199,24 @@ Status RepartitionFromRanks(Env* env, const JobConfig& job, const std::string& r
 // of the files (docs/distributed.md, "Resuming files on another number of ranks"): planned now
 // when another number of ranks committed it, or read back from this rank's checkpoint when
 // ranks that ran such a plan did. `files`: the whole job's input files.
-Status PlanResumedStream(Env* env, Comm* comm, const std::vector<std::string>& files,
-                         const std::string& ranks_dir, JobConfig* job) {
+Status PlanResumedSegments(Env* env, Comm* comm, const std::vector<std::string>& files,
+                           const std::string& ranks_dir, JobConfig* job) {
   StatusOr<RanksCheckpoint> c = ReadRanksCheckpoint(env, ranks_dir);
   if (!c.ok()) return c.status().code() == StatusCode::kNotFound ? Status::OK() : c.status();
-  std::optional<StreamPlan> plan;
+  std::optional<SegmentPlan> plan;
   if (c->ranks != static_cast<uint32_t>(comm->size())) {
     ASSIGN_OR_RETURN(plan, PlanFileShares(env, comm, *job, files, ranks_dir, *c));
   } else {
     ASSIGN_OR_RETURN(CheckpointManifest mf, ReadCheckpointManifest(env, job->ckpt.dir, c->id));
     if (mf.settings.contains("data") && mf.settings["data"].contains("plan")) {
-      ASSIGN_OR_RETURN(plan, StreamPlan::FromJson(mf.settings["data"]["plan"]));
+      ASSIGN_OR_RETURN(plan, SegmentPlan::FromJson(mf.settings["data"]["plan"]));
     }
   }
   if (!plan) return Status::OK();
   job->data.paths = files;  // the schema, and the files a later resume fingerprints
   job->data.byte_share = {};
   job->data.segments = plan->segments;
-  job->stream_plan = std::move(plan);
+  job->segment_plan = std::move(plan);
   return Status::OK();
 }
 

@@ -42,7 +42,7 @@ StatusOr<nlohmann::json> ResultSettings(Env* env, const JobConfig& job) {
       list.push_back(std::move(entry));
     }
     data = {{"format", DataFormatName(job.data.format)}, {"files", list}};
-    if (job.stream_plan) data["plan"] = job.stream_plan->ToJson();
+    if (job.segment_plan) data["plan"] = job.segment_plan->ToJson();
   }
   // A changed feature graph is changed data (the side views' contents are not compared).
   if (job.features != nullptr)
@@ -193,7 +193,7 @@ Status Resume(Env* env, const JobConfig& job, const nlohmann::json& settings, Pa
   LOG_INFO("resuming from {} in {}: {} passes, {} examples done", CheckpointName(r.manifest.id),
            job.ckpt.dir, start->position.passes, start->position.examples);
   // A plan's stream starts where the job stood when it was planned.
-  const StreamPlan from = job.stream_plan.value_or(StreamPlan());
+  const SegmentPlan from = job.segment_plan.value_or(SegmentPlan());
   if (start->position.passes < from.passes || start->position.examples < from.examples) {
     return CorruptionError(fmt::format(
         "{} in {}: its position ({} passes, {} examples) is before its input plan's start ({}, "

@@ -90,8 +90,8 @@ Status RepartitionFromRanks(Env* env, const JobConfig& job, const std::string& r
                             const RanksCheckpoint& ckpt, const KeyFilter& owned, PassReader* reader,
                             ThreadPool* pool, TrainStart* start);
 // A job of files resumed on another number of ranks: this rank's segments of the files.
-Status PlanResumedStream(Env* env, Comm* comm, const std::vector<std::string>& files,
-                         const std::string& ranks_dir, JobConfig* job);
+Status PlanResumedSegments(Env* env, Comm* comm, const std::vector<std::string>& files,
+                           const std::string& ranks_dir, JobConfig* job);
 // Every rank was started with the same job (its settings as given, its feature graph);
 // otherwise InvalidArgument on every rank naming each key that differs with every rank's value.
 Status CheckRanksRunOneJob(Comm* comm, const JobConfig& job);

@@ -202,7 +202,7 @@ Status PrepareJob(Env* env, Comm* comm, const std::atomic<bool>* stop, JobConfig
     RETURN_IF_ERROR(ShareJob(env, *comm, job, ranks_ckpt_dir, &files));
     // (A stream job's position is its partitions, not a plan of files.)
     if (job->resume && !ranks_ckpt_dir->empty() && !files.empty() && !job->stream.enabled()) {
-      RETURN_IF_ERROR(PlanResumedStream(env, comm, files, *ranks_ckpt_dir, job));
+      RETURN_IF_ERROR(PlanResumedSegments(env, comm, files, *ranks_ckpt_dir, job));
     }
   }
   if (job->features != nullptr && job->data.paths.empty() && job->data.command.empty() &&

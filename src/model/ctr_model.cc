@@ -94,6 +94,11 @@ CtrModel::CtrModel(Schema schema, ModelOptions model, OptimizerOptions sparse,
     mlp_.Init(params_.data(), seed);
   }
   bottom_.Init(params_.data() + bottom_base_, Mix64(seed ^ 0xB0770DULL));
+  InitInteractionWeights(seed);
+  PlanTiles();
+}
+
+void CtrModel::InitInteractionWeights(uint64_t seed) {
   if (cross_.layers > 0) {
     // Weights Glorot-uniform (W_l, or V_l and U_l), b_l zero, as DCN-v2's reference code.
     Random rng(Mix64(seed ^ 0xC2055ULL));
@@ -126,6 +131,9 @@ CtrModel::CtrModel(Schema schema, ModelOptions model, OptimizerOptions sparse,
       glorot(mix_.g_offset(l), W, K);
     }
   }
+}
+
+void CtrModel::PlanTiles() {
   for (uint32_t l = 0; !towers_.on() && l < mlp_.num_layers(); ++l) {
     for (uint32_t c0 = 0; c0 < mlp_.out(l); c0 += kTileColumns) {
       tiles_.push_back(Tile{TileKind::kMlp, l, c0, std::min(mlp_.out(l), c0 + kTileColumns)});

@@ -304,6 +304,10 @@ class CtrModel {
   static constexpr uint32_t kSparseChunk = 1024;
 
   void EnsureBuffers(uint32_t rows);
+  // The constructor's steps: the cross and mixture layers' initial weights; the dense
+  // backward's tiles, largest first.
+  void InitInteractionWeights(uint64_t seed);
+  void PlanTiles();
   // Builds the input rows [r0, r1) of the minibatch and their wide sums, into buffer rows
   // [at + r0, at + r1).
   void BuildInputs(const Batch& pass, const WorkingSet& ws, const Minibatch& mb,

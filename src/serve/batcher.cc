@@ -19,16 +19,16 @@ BatcherOptions WithSlots(BatcherOptions o) {
 Batcher::Batcher(BatcherOptions o) : o_(WithSlots(o)) {}
 
 int Batcher::SlotsBusy() {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   return running_;
 }
 
-Status Batcher::RunInSlot(std::unique_lock<std::mutex>* l, const std::function<Status()>& predict) {
-  l->unlock();
+Status Batcher::RunInSlot(const std::function<Status()>& predict) {
+  mu_.Unlock();
   Status s = predict();
-  l->lock();
+  mu_.Lock();
   --running_;
-  slot_free_.notify_all();
+  slot_free_.SignalAll();
   return s;
 }
 
@@ -40,33 +40,34 @@ Status Batcher::Predict(const std::shared_ptr<const ServedVersion>& v, Batch* ro
     *as = {static_cast<uint32_t>(n), 1, true};
     return alone();
   }
-  std::unique_lock<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   if (!open_ && running_ < o_.slots) {  // not busy: at once
     *as = {static_cast<uint32_t>(n), 1, true};
     ++running_;
-    return RunInSlot(&l, alone);
+    return RunInSlot(alone);
   }
   if (open_ && open_->v == v && open_->rows + n <= o_.max_rows) {  // join the waiting batch
     const std::shared_ptr<Group> g = open_;
     g->members.push_back({rows, out});
     g->rows += n;
     if (g->rows >= o_.max_rows) open_ = nullptr;  // full: no more joins
-    g->cv.wait(l, [&] { return g->done; });
+    while (!g->done) g->cv.Wait(&mu_);
     *as = {static_cast<uint32_t>(g->rows), static_cast<uint32_t>(g->members.size()), false};
     return g->status;
   }
   // Lead a new batch (one waiting for another version, or without room, keeps its members and
   // its place in the wait for a slot).
-  const auto g = std::make_shared<Group>();
+  const auto g = std::make_shared<Group>(&mu_);
   g->v = v;
   g->members.push_back({rows, out});
   g->rows = n;
   open_ = g;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(o_.max_micros);
-  slot_free_.wait_until(l, deadline, [&] { return running_ < o_.slots; });
+  while (running_ >= o_.slots && slot_free_.WaitUntil(&mu_, deadline)) {
+  }
   if (open_ == g) open_ = nullptr;  // the members are fixed now
   ++running_;
-  const Status s = RunInSlot(&l, [&]() -> Status {
+  const Status s = RunInSlot([&]() -> Status {
     if (g->members.size() == 1) return alone();
     thread_local Batch all;
     thread_local std::vector<float> p;
@@ -84,7 +85,7 @@ Status Batcher::Predict(const std::shared_ptr<const ServedVersion>& v, Batch* ro
   });
   g->status = s;
   g->done = true;
-  g->cv.notify_all();
+  g->cv.SignalAll();
   *as = {static_cast<uint32_t>(g->rows), static_cast<uint32_t>(g->members.size()), true};
   return s;
 }

@@ -16,17 +16,17 @@
 #ifndef CTRBOX_SERVE_BATCHER_H_
 #define CTRBOX_SERVE_BATCHER_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "io/batch.h"
 #include "serve/infer.h"
 #include "serve/served_version.h"
+#include "util/mutex.h"
 #include "util/status.h"
+#include "util/thread_annotations.h"
 
 namespace ctrbox {
 
@@ -60,22 +60,25 @@ class Batcher {
     Batch* rows;
     std::vector<float>* out;
   };
+  // A batch; its fields are guarded by the batcher's mu_.
   struct Group {
+    explicit Group(Mutex* mu) : cv(mu) {}
     std::shared_ptr<const ServedVersion> v;
     std::vector<Member> members;
     size_t rows = 0;
     bool done = false;
     Status status;
-    std::condition_variable cv;  // the members wait for done
+    CondVar cv;  // the members wait for done
   };
   // Runs `predict` in a slot (taken by the caller: running_ counts it) and frees the slot.
-  Status RunInSlot(std::unique_lock<std::mutex>* l, const std::function<Status()>& predict);
+  // Releases mu_ while predict runs.
+  Status RunInSlot(const std::function<Status()>& predict) REQUIRES(mu_);
 
   const BatcherOptions o_;
-  std::mutex mu_;
-  std::condition_variable slot_free_;
-  int running_ = 0;              // predictions running (slots taken)
-  std::shared_ptr<Group> open_;  // the batch waiting for a slot that requests may join
+  Mutex mu_;
+  CondVar slot_free_{&mu_};
+  int running_ GUARDED_BY(mu_) = 0;              // predictions running (slots taken)
+  std::shared_ptr<Group> open_ GUARDED_BY(mu_);  // the batch waiting for a slot that requests may join
 };
 
 }  // namespace ctrbox

@@ -25,10 +25,6 @@ std::string RowsFile(const std::string& rows_dir, const std::string& name) {
   return JoinPath(rows_dir, fmt::format("rows-{}-{}-{}.bin", name, ::getpid(), made++));
 }
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 // "2026-11-27T05:01:02Z" as unix seconds (0 when it is not one).
 double ParseUtc(const std::string& t) {
   std::tm tm{};
@@ -116,13 +112,13 @@ class ServingDirSource final : public VersionSource {
     return v;
   }
 
-  static void Describe(const ServingVersion& line, const ServingVersionData& d, ServedVersion* v) {
+  void Describe(const ServingVersion& line, const ServingVersionData& d, ServedVersion* v) const {
     v->version = line.version;
     v->name = ServingVersionName(line.version);
     v->base = line.base;
     v->partition = line.partition;
     v->published_at = ParseUtc(line.time);
-    v->loaded_at = Now();
+    v->loaded_at = env_->NowSeconds();
     v->spec = d.spec;
     v->layout = d.layout;
     v->input = d.input;
@@ -234,7 +230,7 @@ class ModelDirSource final : public VersionSource {
     auto v = std::make_shared<ServedVersion>();
     v->version = m.generation;
     v->name = fmt::format("generation {}", m.generation);
-    v->loaded_at = Now();
+    v->loaded_at = env_->NowSeconds();
     v->spec = s;
     v->layout = ServingLayout(model.value_layout(), 0, 1.0f);  // less the optimizer state
     v->input = m.input;

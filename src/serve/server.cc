@@ -27,10 +27,6 @@
 namespace ctrbox {
 namespace {
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 class Server final : public InferenceBackend {
  public:
   Server(Env* env, const ServeOptions& o)
@@ -328,7 +324,7 @@ class Server final : public InferenceBackend {
     rows_.Observe(static_cast<double>(rows));
     t.output = clock.Seconds() - t.input - t.infer;
     latency_.Observe(clock.Seconds());
-    stats_.Success(v->version, rows, t, Now());
+    stats_.Success(v->version, rows, t, env_->NowSeconds());
     return Status::OK();
   }
 
@@ -400,7 +396,7 @@ class Server final : public InferenceBackend {
                       "Rows per batch predicted (the rows of the requests batched together).",
                       &out);
     batch_requests_.Write("ctrbox_batch_requests", "Requests per batch predicted.", &out);
-    const double now = Now();
+    const double now = env_->NowSeconds();
     fmt::format_to(
         std::back_inserter(out),
         "# HELP ctrbox_model_version The version served.\n# TYPE ctrbox_model_version gauge\n"

@@ -3,38 +3,40 @@
 namespace ctrbox {
 
 WorkerPool::WorkerPool(int workers) {
-  for (int i = 0; i < workers; ++i) workers_.push_back(std::make_unique<Worker>());
+  for (int i = 0; i < workers; ++i) workers_.push_back(std::make_unique<Worker>(&mu_));
   for (auto& w : workers_) threads_.emplace_back([this, w = w.get()] { Loop(w); });
 }
 
 WorkerPool::~WorkerPool() { Join(); }
 
 void WorkerPool::Post(std::function<void()> task) {
-  std::unique_lock<std::mutex> l(mu_);
-  if (idle_.empty()) {
-    queue_.push_back(std::move(task));
-    return;
+  Worker* w;
+  {
+    MutexLock l(&mu_);
+    if (idle_.empty()) {
+      queue_.push_back(std::move(task));
+      return;
+    }
+    w = idle_.back();  // the one that went idle last: its caches are the warmest
+    idle_.pop_back();
+    w->task = std::move(task);
   }
-  Worker* w = idle_.back();  // the one that went idle last: its caches are the warmest
-  idle_.pop_back();
-  w->task = std::move(task);
-  l.unlock();
-  w->cv.notify_one();
+  w->cv.Signal();
 }
 
 void WorkerPool::Join() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     if (stopping_ && threads_.empty()) return;
     stopping_ = true;
-    for (Worker* w : idle_) w->cv.notify_one();
+    for (Worker* w : idle_) w->cv.Signal();
   }
   for (std::thread& t : threads_) t.join();
   threads_.clear();
 }
 
 void WorkerPool::Loop(Worker* self) {
-  std::unique_lock<std::mutex> l(mu_);
+  mu_.Lock();
   while (true) {
     std::function<void()> task;
     if (self->task) {
@@ -44,19 +46,20 @@ void WorkerPool::Loop(Worker* self) {
       task = std::move(queue_.front());
       queue_.pop_front();
     } else if (stopping_) {
+      mu_.Unlock();
       return;
     } else {
       idle_.push_back(self);
-      self->cv.wait(l, [&] { return self->task != nullptr || stopping_; });
+      while (self->task == nullptr && !stopping_) self->cv.Wait(&mu_);
       if (!self->task) {  // stopping: leave the idle list, then finish the queue
         std::erase(idle_, self);
       }
       continue;
     }
-    l.unlock();
+    mu_.Unlock();
     task();
     task = nullptr;  // (its captures released outside the lock)
-    l.lock();
+    mu_.Lock();
   }
 }
 

@@ -7,13 +7,14 @@
 #ifndef CTRBOX_SERVE_WORKER_POOL_H_
 #define CTRBOX_SERVE_WORKER_POOL_H_
 
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "util/mutex.h"
+#include "util/thread_annotations.h"
 
 namespace ctrbox {
 
@@ -34,15 +35,16 @@ class WorkerPool {
 
  private:
   struct Worker {
-    std::condition_variable cv;
-    std::function<void()> task;  // handed over by Post (guarded by mu_)
+    explicit Worker(Mutex* mu) : cv(mu) {}
+    CondVar cv;
+    std::function<void()> task;  // handed over by Post (guarded by the pool's mu_)
   };
   void Loop(Worker* self);
 
-  std::mutex mu_;
-  std::deque<std::function<void()>> queue_;  // guarded by mu_: tasks no idle worker took
-  std::vector<Worker*> idle_;                // guarded by mu_: the last to go idle at the back
-  bool stopping_ = false;                    // guarded by mu_
+  Mutex mu_;
+  std::deque<std::function<void()>> queue_ GUARDED_BY(mu_);  // tasks no idle worker took
+  std::vector<Worker*> idle_ GUARDED_BY(mu_);                // the last to go idle at the back
+  bool stopping_ GUARDED_BY(mu_) = false;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::thread> threads_;
 };
