@@ -77,8 +77,9 @@ class Batcher {
   const BatcherOptions o_;
   Mutex mu_;
   CondVar slot_free_{&mu_};
-  int running_ GUARDED_BY(mu_) = 0;              // predictions running (slots taken)
-  std::shared_ptr<Group> open_ GUARDED_BY(mu_);  // the batch waiting for a slot that requests may join
+  int running_ GUARDED_BY(mu_) = 0;  // predictions running (slots taken)
+  std::shared_ptr<Group> open_
+      GUARDED_BY(mu_);  // the batch waiting for a slot that requests may join
 };
 
 }  // namespace ctrbox
