@@ -132,12 +132,12 @@ Status PullRankPass(Comm* comm, SparseTable* table, const CtrAccessor* accessor,
                     const std::function<void()>& before_read) {
   Stopwatch exchange;
   RETURN_IF_ERROR(AgreeOnMinibatches(comm, ws, out));
-  // Served keys grouped by partition, as a working table's local ids are.
-  const KeyOrder by_partition = [](uint64_t a, uint64_t b) {
-    const size_t pa = PartitionOf(a), pb = PartitionOf(b);
+  // Served keys grouped by key range, as a working table's local ids are.
+  const KeyOrder by_key_range = [](uint64_t a, uint64_t b) {
+    const size_t pa = KeyRangeOf(a), pb = KeyRangeOf(b);
     return pa != pb ? pa < pb : a < b;
   };
-  ASSIGN_OR_RETURN(out->routes, RouteKeys(comm, ws.keys.data(), ws.keys.size(), by_partition));
+  ASSIGN_OR_RETURN(out->routes, RouteKeys(comm, ws.keys.data(), ws.keys.size(), by_key_range));
   out->exchange_seconds += exchange.Seconds();
   out->served = std::make_shared<WorkingTable>(table->layout());
   out->served->Build(out->routes.served, pool);

@@ -3,7 +3,7 @@
 //
 // Thread safety: one thread at a time may Add (the SSD store's writer); MayContain may run
 // concurrently with it (the words are atomics). A reader is guaranteed to see a key added
-// before an operation that synchronises with it (ctrbox adds a key under the slot lock that
+// before an operation that synchronises with it (ctrbox adds a key under the stripe lock that
 // also guards the group index the reader consults first).
 #ifndef CTRBOX_TABLE_BLOOM_H_
 #define CTRBOX_TABLE_BLOOM_H_

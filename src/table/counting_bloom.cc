@@ -18,33 +18,33 @@ constexpr char kMagic[8] = {'C', 'T', 'R', 'B', 'X', 'C', 'B', 'F'};
 CountingBloom::CountingBloom(uint32_t log2_counters)
     : log2_(log2_counters), counters_(size_t{1} << log2_counters, 0) {}
 
-void CountingBloom::Slots(uint64_t key, uint64_t* slot) const {
+void CountingBloom::CounterIndexes(uint64_t key, uint64_t* at) const {
   // Double hashing from two independent mixes of the key.
   const uint64_t mask = (uint64_t{1} << log2_) - 1;
   const uint64_t h1 = Mix64(key ^ 0x9E3779B97F4A7C15ULL),
                  h2 = Mix64(key + 0xC2B2AE3D27D4EB4FULL) | 1;
-  for (int i = 0; i < kHashes; ++i) slot[i] = (h1 + static_cast<uint64_t>(i) * h2) & mask;
+  for (int i = 0; i < kHashes; ++i) at[i] = (h1 + static_cast<uint64_t>(i) * h2) & mask;
 }
 
 uint32_t CountingBloom::Add(uint64_t key) {
-  uint64_t slot[kHashes];
-  Slots(key, slot);
+  uint64_t at[kHashes];
+  CounterIndexes(key, at);
   uint8_t least = 255;
-  for (uint64_t s : slot) least = std::min(least, counters_[s]);
+  for (uint64_t s : at) least = std::min(least, counters_[s]);
   if (least == 255) return 255;
   // Conservative update: only the counters at the least value rise (a shared counter
   // already above it holds another key's count).
-  for (uint64_t s : slot) {
+  for (uint64_t s : at) {
     if (counters_[s] == least) counters_[s] = static_cast<uint8_t>(least + 1);
   }
   return least + 1u;
 }
 
 uint32_t CountingBloom::Count(uint64_t key) const {
-  uint64_t slot[kHashes];
-  Slots(key, slot);
+  uint64_t at[kHashes];
+  CounterIndexes(key, at);
   uint8_t least = 255;
-  for (uint64_t s : slot) least = std::min(least, counters_[s]);
+  for (uint64_t s : at) least = std::min(least, counters_[s]);
   return least;
 }
 

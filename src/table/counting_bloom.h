@@ -35,7 +35,8 @@ class CountingBloom {
   static StatusOr<CountingBloom> Decode(const std::string& bytes, const std::string& where);
 
  private:
-  void Slots(uint64_t key, uint64_t* slot) const;
+  // The kHashes counters of `key`: their indexes into counters_.
+  void CounterIndexes(uint64_t key, uint64_t* at) const;
   uint32_t log2_;
   std::vector<uint8_t> counters_;
 };

@@ -2,7 +2,7 @@
 // in-memory group index, per-file Bloom filters, stale accounting, and the INDEX written at a
 // clean shutdown.
 //
-// Thread safety: the group index entry of group g is guarded by the lock of the cache slot
+// Thread safety: the group index entry of group g is guarded by the lock of the cache stripe
 // that holds g (the caller's). Everything else may be called concurrently: appends go through
 // an internal mutex, the counters through their own mutex, file lookups through the file
 // table's shared lock (taken for writing only when a file comes or goes). WriteIndex needs
@@ -127,7 +127,7 @@ class SsdStore {
   uint32_t group_bits() const { return options_.group_bits; }
   uint32_t GroupOf(uint64_t key) const { return GroupOfKey(layout_, options_.group_bits, key); }
 
-  // The records of group g. REQUIRES: g's slot lock.
+  // The records of group g. REQUIRES: g's stripe lock.
   const GroupEntry& entry(uint32_t g) const { return index_[g]; }
   // Whether the record at loc may hold key: false if there is no record, or the Bloom filter
   // of its file rules the key out.
@@ -154,7 +154,7 @@ class SsdStore {
   // Hands appended records to the operating system, making them readable.
   Status FlushAppends();
   // Sets group g's entry; records it no longer names become stale, and a file left with no
-  // live record is deleted. REQUIRES: g's slot lock; appends flushed.
+  // live record is deleted. REQUIRES: g's stripe lock; appends flushed.
   void Replace(uint32_t g, const GroupEntry& entry);
   // Sealed files whose stale bytes exceed `stale_fraction` of their records (any stale byte
   // if stale_fraction is 0), most stale first.
@@ -180,7 +180,7 @@ class SsdStore {
   Env* const env_;
   const SsdOptions options_;
   const ValueLayout layout_;
-  std::vector<GroupEntry> index_;  // by group; each entry guarded by its slot's lock
+  std::vector<GroupEntry> index_;  // by group; each entry guarded by its stripe's lock
 
   // Appends take append_mu_, then counts_mu_ to publish what they wrote. The file table has
   // its own lock, taken for writing only when a file is added or dropped (a few times per

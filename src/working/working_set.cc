@@ -14,8 +14,8 @@ using Piece = WorkingSetScratch::Piece;
 using Ids = WorkingSetScratch::Ids;
 
 // Numbers the distinct keys of occurrences [piece->begin, piece->end) in first-occurrence
-// order (piece->keys, with their partitions) and writes each occurrence's number to
-// in_piece; counts the distinct keys per partition into counts[0, kPartitions).
+// order (piece->keys, with their key ranges) and writes each occurrence's number to
+// in_piece; counts the distinct keys per key range into counts[0, kKeyRanges).
 void DedupPiece(const uint64_t* keys, Ids* table, Piece* piece, uint32_t* in_piece,
                 uint32_t* counts) {
   table->Reset(false);
@@ -23,7 +23,7 @@ void DedupPiece(const uint64_t* keys, Ids* table, Piece* piece, uint32_t* in_pie
   table->SwapKeys(&piece->keys);
   piece->part.resize(piece->keys.size());
   for (size_t d = 0; d < piece->keys.size(); ++d) {
-    const size_t q = PartitionOf(piece->keys[d]);
+    const size_t q = KeyRangeOf(piece->keys[d]);
     piece->part[d] = static_cast<uint8_t>(q);
     ++counts[q];
   }
@@ -91,8 +91,8 @@ void BuildMinibatch(const Batch& pass, size_t b, std::vector<Piece>& pieces, siz
 
 }  // namespace
 
-void WorkingSetScratch::Ids::Reset(bool partition) {
-  partition_ = partition;
+void WorkingSetScratch::Ids::Reset(bool key_range) {
+  key_range_ = key_range;
   keys_.clear();
   if (buckets_.empty() || ++stamp_ == 0) {
     buckets_.assign(std::max<size_t>(buckets_.size(), 256), Bucket{});
@@ -130,7 +130,7 @@ size_t WorkingSetScratch::MemoryBytes() const {
          (p.id.capacity() + p.uniq.capacity()) * 4;
   }
   for (const Ids& t : tables) b += t.MemoryBytes();
-  for (const Ids& t : partitions) b += t.MemoryBytes();
+  for (const Ids& t : key_ranges) b += t.MemoryBytes();
   for (const auto& v : seen) b += v.capacity() * 8;
   return b;
 }
@@ -177,29 +177,29 @@ void BuildWorkingSet(const Batch& pass, size_t batch_size, ThreadPool* pool, Wor
 
   // 2. Each piece's distinct keys, and each occurrence's place among them.
   sc.in_piece.resize(n);
-  sc.counts.assign(num_pieces * kPartitions, 0);
+  sc.counts.assign(num_pieces * kKeyRanges, 0);
   RunParallel(pool, num_pieces, [&](size_t j, int t) {
     DedupPiece(keys, &sc.tables[t], &pieces[j], sc.in_piece.data(),
-               sc.counts.data() + j * kPartitions);
+               sc.counts.data() + j * kKeyRanges);
   });
-  // 3. The pieces' distinct keys grouped by partition, in piece order within each: so a
-  // partition meets its keys in the pass's first-occurrence order.
-  std::vector<uint32_t> part_begin(kPartitions + 1, 0);
+  // 3. The pieces' distinct keys grouped by key range, in piece order within each: so a
+  // key range meets its keys in the pass's first-occurrence order.
+  std::vector<uint32_t> part_begin(kKeyRanges + 1, 0);
   size_t at = 0;
-  for (size_t q = 0; q < kPartitions; ++q) {
+  for (size_t q = 0; q < kKeyRanges; ++q) {
     part_begin[q] = static_cast<uint32_t>(at);
     for (size_t j = 0; j < num_pieces; ++j) {
-      const uint32_t k = sc.counts[j * kPartitions + q];
-      sc.counts[j * kPartitions + q] = static_cast<uint32_t>(at);
+      const uint32_t k = sc.counts[j * kKeyRanges + q];
+      sc.counts[j * kKeyRanges + q] = static_cast<uint32_t>(at);
       at += k;
     }
   }
-  part_begin[kPartitions] = static_cast<uint32_t>(at);
+  part_begin[kKeyRanges] = static_cast<uint32_t>(at);
   sc.grouped_key.resize(at);
   sc.grouped_id.resize(at);
   RunParallel(pool, num_pieces, [&](size_t j, int) {
     Piece& piece = pieces[j];
-    uint32_t* next = sc.counts.data() + j * kPartitions;
+    uint32_t* next = sc.counts.data() + j * kKeyRanges;
     piece.id.resize(piece.keys.size());
     for (size_t d = 0; d < piece.keys.size(); ++d) {
       const uint32_t i = next[piece.part[d]]++;
@@ -207,23 +207,23 @@ void BuildWorkingSet(const Batch& pass, size_t batch_size, ThreadPool* pool, Wor
       piece.id[d] = i;
     }
   });
-  // 4. Each partition numbers its distinct keys in that order (its table stays small: one
-  // partition's keys); the local ids are those numbers offset by the partitions' bases.
-  sc.partitions.resize(kPartitions);
-  RunParallel(pool, kPartitions, [&](size_t q, int) {
-    Ids& ids = sc.partitions[q];
+  // 4. Each key range numbers its distinct keys in that order (its table stays small: one
+  // key range's keys); the local ids are those numbers offset by the key ranges' bases.
+  sc.key_ranges.resize(kKeyRanges);
+  RunParallel(pool, kKeyRanges, [&](size_t q, int) {
+    Ids& ids = sc.key_ranges[q];
     ids.Reset(true);
     for (uint32_t i = part_begin[q]; i < part_begin[q + 1]; ++i) {
       sc.grouped_id[i] = ids.IdOf(sc.grouped_key[i]);
     }
   });
-  std::vector<uint32_t> base(kPartitions + 1, 0);
-  for (size_t q = 0; q < kPartitions; ++q) {
-    base[q + 1] = base[q] + static_cast<uint32_t>(sc.partitions[q].keys().size());
+  std::vector<uint32_t> base(kKeyRanges + 1, 0);
+  for (size_t q = 0; q < kKeyRanges; ++q) {
+    base[q + 1] = base[q] + static_cast<uint32_t>(sc.key_ranges[q].keys().size());
   }
-  out->keys.resize(base[kPartitions]);
-  RunParallel(pool, kPartitions, [&](size_t q, int) {
-    const std::vector<uint64_t>& k = sc.partitions[q].keys();
+  out->keys.resize(base[kKeyRanges]);
+  RunParallel(pool, kKeyRanges, [&](size_t q, int) {
+    const std::vector<uint64_t>& k = sc.key_ranges[q].keys();
     std::copy(k.begin(), k.end(), out->keys.begin() + base[q]);
   });
   // 5. Each piece's local ids, and each occurrence's.

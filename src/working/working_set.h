@@ -3,15 +3,15 @@
 // each minibatch the distinct local ids it touches with the positions of their occurrences,
 // so gradients reduce per key in a fixed order without locks.
 //
-// Local ids are assigned in 64 fixed partitions of the key space, in first-occurrence order
+// Local ids are assigned in 64 fixed key ranges of the key space, in first-occurrence order
 // within each, so the numbering is the same whatever the thread count.
 //
 // How (docs/pipeline.md, "Host stages that scale with cores"): each minibatch's key uses are
 // cut into pieces of at most 65 536, and each piece deduplicates its keys on its own (a table
-// in one core's cache); only the pieces' distinct keys are grouped by partition and numbered
+// in one core's cache); only the pieces' distinct keys are grouped by key range and numbered
 // there (a piece's keys in piece order keep the pass's first-occurrence order); a minibatch
 // of one piece has its uniq list from its piece as is. Every step runs on the pool over
-// pieces, partitions or minibatches.
+// pieces, key ranges or minibatches.
 #ifndef CTRBOX_WORKING_WORKING_SET_H_
 #define CTRBOX_WORKING_WORKING_SET_H_
 
@@ -24,11 +24,11 @@
 
 namespace ctrbox {
 
-// Local ids are numbered per key partition: partition(key) = the top kPartitionBits bits of
-// Mix64(key). Partition p owns a contiguous range of local ids, in ascending p.
-constexpr int kPartitionBits = 6;
-constexpr size_t kPartitions = size_t{1} << kPartitionBits;
-inline size_t PartitionOf(uint64_t key) { return Mix64(key) >> (64 - kPartitionBits); }
+// Local ids are numbered per key key range: key range(key) = the top kKeyRangeBits bits of
+// Mix64(key). Key range p owns a contiguous range of local ids, in ascending p.
+constexpr int kKeyRangeBits = 6;
+constexpr size_t kKeyRanges = size_t{1} << kKeyRangeBits;
+inline size_t KeyRangeOf(uint64_t key) { return Mix64(key) >> (64 - kKeyRangeBits); }
 
 struct Minibatch {
   uint32_t row_begin = 0, row_end = 0;  // rows of the pass
@@ -62,19 +62,19 @@ struct WorkingSetScratch {
   struct Piece {
     uint32_t begin = 0, end = 0;  // key occurrences of the pass
     std::vector<uint64_t> keys;   // its distinct keys, first-occurrence order
-    std::vector<uint8_t> part;    // their partitions
+    std::vector<uint8_t> part;    // their key ranges
     std::vector<uint32_t> id;     // their places among the grouped keys, then their local ids
     std::vector<uint32_t> uniq;   // their places in the minibatch's uniq (several pieces)
   };
   // A table from key to index, numbering keys in the order they come (a piece's, or a
-  // partition's): open addressing over buckets that hold a key and its index together (a
+  // key range's): open addressing over buckets that hold a key and its index together (a
   // probe touches one cache line), doubled when half full. A bucket is live when its stamp is
   // the table's, so starting over needs no clearing (and keeps the size the last use needed).
   class alignas(64) Ids {  // (a cache line of its own: threads use their own)
    public:
-    // Starts over. Within a partition (all keys have its top Mix64 bits) the probes start from
+    // Starts over. Within a key range (all keys have its top Mix64 bits) the probes start from
     // the Mix64 bits below them; else from Fibonacci hashing's.
-    void Reset(bool partition);
+    void Reset(bool key_range);
     // The index of `key`, numbering it next if new.
     uint32_t IdOf(uint64_t key) {
       const uint64_t h = Hash(key);
@@ -102,12 +102,12 @@ struct WorkingSetScratch {
       uint64_t key = 0;
       uint32_t index = 0, stamp = 0;
     };
-    // A hash of the key whose top bits are uniform (over a partition's keys).
+    // A hash of the key whose top bits are uniform (over a key range's keys).
     uint64_t Hash(uint64_t key) const {
-      return partition_ ? Mix64(key) << kPartitionBits : key * 0x9E3779B97F4A7C15ULL;
+      return key_range_ ? Mix64(key) << kKeyRangeBits : key * 0x9E3779B97F4A7C15ULL;
     }
     void Grow();
-    bool partition_ = false;
+    bool key_range_ = false;
     std::vector<Bucket> buckets_;
     uint32_t stamp_ = 0;
     int shift_ = 64;
@@ -117,11 +117,11 @@ struct WorkingSetScratch {
   std::vector<Piece> pieces;
   std::vector<uint32_t> batch_piece;  // minibatch b's pieces: [batch_piece[b], batch_piece[b + 1])
   std::vector<uint32_t> in_piece;     // per key occurrence: its piece-local index
-  std::vector<uint32_t> counts;       // per piece and partition: distinct keys, then offsets
-  std::vector<uint64_t> grouped_key;  // the pieces' distinct keys grouped by partition
-  std::vector<uint32_t> grouped_id;   // their partition-local ids
+  std::vector<uint32_t> counts;       // per piece and key range: distinct keys, then offsets
+  std::vector<uint64_t> grouped_key;  // the pieces' distinct keys grouped by key range
+  std::vector<uint32_t> grouped_id;   // their key-range-local ids
   std::vector<Ids> tables;            // per thread: a piece's distinct keys
-  std::vector<Ids> partitions;        // per partition: its distinct keys (the local ids)
+  std::vector<Ids> key_ranges;        // per key range: its distinct keys (the local ids)
   std::vector<std::vector<uint64_t>> seen;  // per thread: marks over local ids
   size_t MemoryBytes() const;
 };

@@ -27,26 +27,26 @@ Batch MakePass(size_t rows, uint32_t slots, uint64_t seed) {
   return b;
 }
 
-// The working set built the plain way: local ids numbered per partition in first-occurrence
-// order, the partitions one after another; each minibatch's uniq and occurrence lists from
+// The working set built the plain way: local ids numbered per key range in first-occurrence
+// order, the key ranges one after another; each minibatch's uniq and occurrence lists from
 // ordered maps.
 WorkingSet Reference(const Batch& pass, size_t batch_size) {
   WorkingSet ws;
-  std::vector<std::vector<uint64_t>> by_part(kPartitions);
-  std::map<uint64_t, size_t> seen;  // key -> its place in its partition
+  std::vector<std::vector<uint64_t>> by_part(kKeyRanges);
+  std::map<uint64_t, size_t> seen;  // key -> its place in its key range
   for (uint64_t key : pass.keys) {
     if (seen.count(key)) continue;
-    std::vector<uint64_t>& part = by_part[PartitionOf(key)];
+    std::vector<uint64_t>& part = by_part[KeyRangeOf(key)];
     seen[key] = part.size();
     part.push_back(key);
   }
-  std::vector<uint32_t> base(kPartitions + 1, 0);
-  for (size_t q = 0; q < kPartitions; ++q) {
+  std::vector<uint32_t> base(kKeyRanges + 1, 0);
+  for (size_t q = 0; q < kKeyRanges; ++q) {
     base[q + 1] = base[q] + static_cast<uint32_t>(by_part[q].size());
     ws.keys.insert(ws.keys.end(), by_part[q].begin(), by_part[q].end());
   }
   for (uint64_t key : pass.keys) {
-    ws.local.push_back(base[PartitionOf(key)] + static_cast<uint32_t>(seen[key]));
+    ws.local.push_back(base[KeyRangeOf(key)] + static_cast<uint32_t>(seen[key]));
   }
   const uint32_t S = pass.schema.num_slots;
   ws.cell.resize(pass.keys.size());

@@ -6,10 +6,10 @@
 namespace ctrbox {
 namespace {
 
-// The probe start of a key inside its partition: bits below the partition bits of Mix64, so
-// the position does not repeat the partition choice.
+// The probe start of a key inside its key range: bits below the key range bits of Mix64, so
+// the position does not repeat the key range choice.
 inline uint64_t ProbeStart(uint64_t key) {
-  return Mix64(key) & ((uint64_t{1} << (64 - kPartitionBits)) - 1);
+  return Mix64(key) & ((uint64_t{1} << (64 - kKeyRangeBits)) - 1);
 }
 
 }  // namespace
@@ -17,12 +17,12 @@ inline uint64_t ProbeStart(uint64_t key) {
 void WorkingTable::Build(const std::vector<uint64_t>& keys, ThreadPool* pool) {
   keys_ = keys;
   rows_.Resize(keys_.size());
-  // Partition boundaries: the keys are grouped by ascending partition.
+  // Key range boundaries: the keys are grouped by ascending key range.
   std::fill(part_begin_.begin(), part_begin_.end(), 0);
-  for (uint64_t k : keys_) ++part_begin_[PartitionOf(k) + 1];
-  for (size_t p = 0; p < kPartitions; ++p) part_begin_[p + 1] += part_begin_[p];
+  for (uint64_t k : keys_) ++part_begin_[KeyRangeOf(k) + 1];
+  for (size_t p = 0; p < kKeyRanges; ++p) part_begin_[p + 1] += part_begin_[p];
   size_t buckets = 0;
-  for (size_t p = 0; p < kPartitions; ++p) {
+  for (size_t p = 0; p < kKeyRanges; ++p) {
     const size_t n = part_begin_[p + 1] - part_begin_[p];
     size_t cap = 4;
     while (cap < n * 2) cap <<= 1;  // load factor <= 1/2
@@ -32,13 +32,13 @@ void WorkingTable::Build(const std::vector<uint64_t>& keys, ThreadPool* pool) {
   }
   bucket_key_.resize(buckets);
   bucket_id_.assign(buckets, kNotFound);
-  RunParallel(pool, kPartitions, [&](size_t p, int) {
-    const Partition& part = parts_[p];
+  RunParallel(pool, kKeyRanges, [&](size_t p, int) {
+    const KeyRange& part = parts_[p];
     uint64_t* skey = bucket_key_.data() + part.first;
     uint32_t* sid = bucket_id_.data() + part.first;
     for (uint32_t i = part_begin_[p]; i < part_begin_[p + 1]; ++i) {
       const uint64_t k = keys_[i];
-      assert(PartitionOf(k) == p);
+      assert(KeyRangeOf(k) == p);
       uint64_t s = ProbeStart(k) & part.mask;
       while (sid[s] != kNotFound) {
         assert(skey[s] != k);  // keys are distinct
@@ -52,7 +52,7 @@ void WorkingTable::Build(const std::vector<uint64_t>& keys, ThreadPool* pool) {
 
 uint32_t WorkingTable::Find(uint64_t key) const {
   if (keys_.empty()) return kNotFound;
-  const Partition& part = parts_[PartitionOf(key)];
+  const KeyRange& part = parts_[KeyRangeOf(key)];
   const uint64_t* skey = bucket_key_.data() + part.first;
   const uint32_t* sid = bucket_id_.data() + part.first;
   for (uint64_t s = ProbeStart(key) & part.mask;; s = (s + 1) & part.mask) {
@@ -62,8 +62,8 @@ uint32_t WorkingTable::Find(uint64_t key) const {
 }
 
 void WorkingTable::FindShared(const WorkingTable& other, SharedRows* out, ThreadPool* pool) const {
-  std::vector<SharedRows> per(kPartitions);
-  RunParallel(pool, kPartitions, [&](size_t p, int) {
+  std::vector<SharedRows> per(kKeyRanges);
+  RunParallel(pool, kKeyRanges, [&](size_t p, int) {
     const uint32_t here_n = part_begin_[p + 1] - part_begin_[p];
     const uint32_t there_n = other.part_begin_[p + 1] - other.part_begin_[p];
     if (here_n == 0 || there_n == 0) return;

@@ -3,9 +3,9 @@
 // the trainer updates them in place, the push stage writes them back.
 //
 // Rows are contiguous, row i holding key i of the working set (WorkingSet::keys). An
-// open-addressing index per key partition (working_set.h: PartitionOf) maps key -> local id;
-// partition p owns local ids [partition_begin(p), partition_begin(p + 1)), so building and
-// searching run per partition without locks — the split a multi-device table shards by.
+// open-addressing index per key key range (working_set.h: KeyRangeOf) maps key -> local id;
+// key range p owns local ids [key_range_begin(p), key_range_begin(p + 1)), so building and
+// searching run per key range without locks — the split a multi-device table shards by.
 //
 // The per-key gradient accumulation of a minibatch is the working set's occurrence lists
 // (Minibatch::uniq / occ), reduced in a fixed order by the model; see docs/pipeline.md.
@@ -33,7 +33,7 @@ class WorkingTable {
 
   explicit WorkingTable(ValueLayout layout = {}) : rows_(layout) {}
 
-  // Insert: indexes `keys` (distinct, grouped by ascending partition as BuildWorkingSet
+  // Insert: indexes `keys` (distinct, grouped by ascending key range as BuildWorkingSet
   // numbers them; key i gets local id i) and sizes the rows (contents unspecified until a
   // pull fills them). pool may be null.
   void Build(const std::vector<uint64_t>& keys, ThreadPool* pool);
@@ -41,12 +41,12 @@ class WorkingTable {
   size_t size() const { return keys_.size(); }
   uint64_t key(uint32_t local) const { return keys_[local]; }
   const std::vector<uint64_t>& keys() const { return keys_; }
-  uint32_t partition_begin(size_t p) const { return part_begin_[p]; }
+  uint32_t key_range_begin(size_t p) const { return part_begin_[p]; }
 
   // Get: the local id of key, or kNotFound.
   uint32_t Find(uint64_t key) const;
-  // The keys this table shares with `other`, ordered by partition, then by this table's
-  // local id (or other's, whichever partition is smaller: the order is fixed by the two key
+  // The keys this table shares with `other`, ordered by key range, then by this table's
+  // local id (or other's, whichever key range is smaller: the order is fixed by the two key
   // sets). pool may be null.
   void FindShared(const WorkingTable& other, SharedRows* out, ThreadPool* pool) const;
   // Copies, for every pair (here, there), row `there` of `from` into row `here`.
@@ -56,21 +56,21 @@ class WorkingTable {
   const RowBlock& rows() const { return rows_; }
   size_t MemoryBytes() const;
   // At least MemoryBytes() + rows().MemoryBytes() of a table built on `keys` distinct keys
-  // with rows of `row_bytes` (RowBlock::BytesPerRow): each partition's index has fewer than
+  // with rows of `row_bytes` (RowBlock::BytesPerRow): each key range's index has fewer than
   // 4 buckets per key, and at least 4.
   static size_t BytesBound(size_t keys, size_t row_bytes) {
-    return keys * (8 + row_bytes) + (4 * keys + 4 * kPartitions) * (8 + 4);
+    return keys * (8 + row_bytes) + (4 * keys + 4 * kKeyRanges) * (8 + 4);
   }
 
  private:
-  struct Partition {
+  struct KeyRange {
     uint64_t mask = 0;  // capacity - 1 (a power of two)
     size_t first = 0;   // its first bucket in bucket_key_ / bucket_id_
   };
 
   std::vector<uint64_t> keys_;
-  std::vector<uint32_t> part_begin_ = std::vector<uint32_t>(kPartitions + 1, 0);
-  std::vector<Partition> parts_ = std::vector<Partition>(kPartitions);
+  std::vector<uint32_t> part_begin_ = std::vector<uint32_t>(kKeyRanges + 1, 0);
+  std::vector<KeyRange> parts_ = std::vector<KeyRange>(kKeyRanges);
   std::vector<uint64_t> bucket_key_;
   std::vector<uint32_t> bucket_id_;  // kNotFound: empty
   RowBlock rows_;

@@ -39,12 +39,12 @@ TEST(WorkingTableTest, FindMatchesAMapReference) {
       auto it = ref.find(k);
       ASSERT_EQ(t.Find(k), it == ref.end() ? WorkingTable::kNotFound : it->second) << k;
     }
-    // Partitions: contiguous local-id ranges of keys of that partition.
-    for (size_t p = 0; p < kPartitions; ++p) {
-      for (uint32_t i = t.partition_begin(p); i < t.partition_begin(p + 1); ++i)
-        ASSERT_EQ(PartitionOf(t.key(i)), p);
+    // Key ranges: contiguous local-id ranges of keys of that key range.
+    for (size_t p = 0; p < kKeyRanges; ++p) {
+      for (uint32_t i = t.key_range_begin(p); i < t.key_range_begin(p + 1); ++i)
+        ASSERT_EQ(KeyRangeOf(t.key(i)), p);
     }
-    EXPECT_EQ(t.partition_begin(kPartitions), keys.size());
+    EXPECT_EQ(t.key_range_begin(kKeyRanges), keys.size());
   }
   WorkingTable empty;
   empty.Build({}, nullptr);
@@ -55,7 +55,7 @@ TEST(WorkingTableTest, SharedKeysAndRowCopiesMatchAReference) {
   ThreadPool pool(2);
   const ValueLayout layout{4, 1, 1};
   WorkingTable older(layout), newer(layout);
-  // Both orders of partition size (this side smaller, the other side smaller) occur.
+  // Both orders of key range size (this side smaller, the other side smaller) occur.
   older.Build(PassKeys(3000, 4000, 7), &pool);
   newer.Build(PassKeys(500, 6000, 8), &pool);
   for (uint32_t i = 0; i < older.size(); ++i) {
