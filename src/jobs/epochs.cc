@@ -124,10 +124,10 @@ StatusOr<EpochState> EpochsSoFar(const JobConfig& job, const TrainStart& start, 
   EpochState state;
   if (!start.resumed) return state;
   if (start.resumed->epochs.is_null()) {
-    return InvalidArgumentError(fmt::format(
-        "{} in {} was not written by a job validated per epoch: give this job its own "
-        "ckpt.dir (or --fresh)",
-        CheckpointName(start.resumed->id), job.ckpt.dir));
+    return InvalidArgumentError(
+        fmt::format("{} in {} was not written by a job validated per epoch: give this job its own "
+                    "ckpt.dir (or --fresh)",
+                    CheckpointName(start.resumed->id), job.ckpt.dir));
   }
   ASSIGN_OR_RETURN(state,
                    EpochState::FromJson(start.resumed->epochs, CheckpointName(start.resumed->id)));
@@ -143,8 +143,8 @@ StatusOr<std::string> MakeCopiesDir() {
   std::string path =
       JoinPath(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "ctrbox-epochs-XXXXXX");
   if (::mkdtemp(path.data()) == nullptr) {
-    return IOError(fmt::format("cannot make a directory for the best epoch's copy at {}: {}",
-                               path, std::strerror(errno)));
+    return IOError(fmt::format("cannot make a directory for the best epoch's copy at {}: {}", path,
+                               std::strerror(errno)));
   }
   return path;
 }
@@ -188,8 +188,8 @@ struct EpochTotals {
 
 // One epoch's training pass over the rows not held back.
 StatusOr<PassesRun> TrainEpoch(Env* env, const JobConfig& job, const HoldOut& hold_out,
-                               TrainStart* start, ProgressSink* sink,
-                               const std::atomic<bool>* stop, ThreadPool* pool) {
+                               TrainStart* start, ProgressSink* sink, const std::atomic<bool>* stop,
+                               ThreadPool* pool) {
   PassReaderOptions options = PassOptionsOnRanks(job, nullptr);
   options.epochs = 1;
   options.select = [&hold_out](Batch* b) { hold_out.Keep(b, false); };
@@ -305,9 +305,9 @@ StatusOr<EpochsRun> RunEpochs(Env* env, const JobConfig& job, TrainStart* start,
     totals.Add(run);
     Stopwatch eval_clock;
     ASSIGN_OR_RETURN(const MetricSummary v, ScoreHeldBack(env, job, hold_out, start, pool));
-    ASSIGN_OR_RETURN(const bool better, EndEpoch(env, job, copies, epoch, run, v,
-                                                 eval_clock.Seconds(), clock.Seconds(), start,
-                                                 pool, &state));
+    ASSIGN_OR_RETURN(const bool better,
+                     EndEpoch(env, job, copies, epoch, run, v, eval_clock.Seconds(),
+                              clock.Seconds(), start, pool, &state));
     LOG_INFO("epoch {}: validation logloss {:.5f} AUC {} over {} held-back rows{}; {}", epoch,
              v.logloss, v.AucText(), v.examples, better ? " (the best so far: kept)" : "",
              state.stopped    ? fmt::format("stopping: no lower logloss for {} epochs "
