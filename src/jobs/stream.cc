@@ -1,12 +1,8 @@
 #include "jobs/stream.h"
 
 #include <fmt/format.h>
-#include <xxhash.h>
 
-#include <chrono>
 #include <optional>
-#include <set>
-#include <thread>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/model_files.h"
@@ -23,9 +19,7 @@
 #include "jobs/train_start.h"
 #include "jobs/train_steps.h"
 #include "pipeline/rank_pass.h"
-#include "table/ssd_store.h"
 #include "util/blas.h"
-#include "util/cleanup.h"
 #include "util/logging.h"
 #include "util/sys.h"
 

@@ -23,8 +23,6 @@
 #include "pipeline/rank_pass.h"
 #include "pipeline/stage_runner.h"
 #include "pipeline/stages.h"
-#include "table/ssd_store.h"
-#include "util/cleanup.h"
 #include "util/dir_lock.h"
 #include "util/logging.h"
 #include "util/parse.h"
