@@ -59,8 +59,6 @@ Status AttachFeatures(Env* env, JobConfig* job) {
   }
   DataOptions main = job->data;
   if (main.paths.empty() && main.command.empty()) main.paths = job->eval_paths;
-  // A resumed stream job attaches it at the next partition it reads (jobs/stream.cc).
-  if (main.paths.empty() && main.command.empty() && !job->partition.empty()) return Status::OK();
   if (main.paths.empty() && main.command.empty()) {
     return InvalidArgumentError(
         "features: the job has a feature graph but no main view: set data.paths (or "

@@ -178,7 +178,7 @@ Status ValidateStream(const JobConfig& job) {
     }
     return Status::OK();
   }
-  if ((!job.data.paths.empty() && job.partition.empty()) || !job.data.command.empty()) {
+  if (!job.data.command.empty()) {
     return InvalidArgumentError(
         "stream.root is the job's data: leave data.paths and data.command (and --data) unset");
   }

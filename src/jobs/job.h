@@ -148,6 +148,11 @@ struct ServingOptions {
   float quant_range = 1.0f;
 };
 
+// Where the job's data comes from: its files (data.paths, data.command, generated data), or a
+// stream's partitions, the first one's files in data.paths or, for a resumed stream job, none
+// yet (its schema is its checkpoint's; its extract stage opens on the first partition read).
+enum class JobData { kFiles, kStream };
+
 struct JobConfig {
   DataOptions data;                     // training (or eval / predict) input
   std::vector<std::string> eval_paths;  // train: data to evaluate on after training
@@ -170,9 +175,6 @@ struct JobConfig {
   GpuOptions gpu_options;
   StreamOptions stream;
   ServingOptions serving;
-  // A stream job: the partition data.paths holds the files of, or "(resumed)" while a resumed
-  // job has read none yet (its schema comes from its checkpoint). Not a key.
-  std::string partition;
   // Set: data.segments is this plan's (one pass over them: the epochs are in the segments).
   std::optional<SegmentPlan> segment_plan;
   // The job YAML's feature graph (docs/features.md); null: the data is read as data.format.

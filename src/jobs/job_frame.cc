@@ -18,8 +18,8 @@ JobFrame::~JobFrame() {
   }
 }
 
-Status JobFrame::Prepare() {
-  RETURN_IF_ERROR(PrepareJob(env_, comm_, stop_, job_, &ranks_ckpt_dir_));
+Status JobFrame::Prepare(JobData data) {
+  RETURN_IF_ERROR(PrepareJob(env_, comm_, stop_, data, job_, &ranks_ckpt_dir_));
   // Before anything is written, and released last (after the SSD scratch is removed).
   return HoldJobDirs(env_, comm_, ranks_ckpt_dir_, job_, &held_);
 }

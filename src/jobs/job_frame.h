@@ -38,7 +38,7 @@ class JobFrame {
   JobFrame& operator=(const JobFrame&) = delete;
 
   // Validated, shared among the ranks, its features attached; its directories held.
-  Status Prepare();
+  Status Prepare(JobData data);
   // Holds one more directory the job writes (`role` names it in the error of a second job).
   Status Hold(const std::string& dir, std::string_view role) { return held_.Add(env_, dir, role); }
   // The data's schema adopted (see the file comment); the pool opened.

@@ -122,6 +122,11 @@ class StreamJob {
 };
 
 Status StreamJob::CheckOptions() {
+  // (Not in JobConfig::Validate: the job validated again later reads its first partition's.)
+  if (!job_.data.paths.empty()) {
+    return InvalidArgumentError(
+        "stream.root is the job's data: leave data.paths and data.command (and --data) unset");
+  }
   RETURN_IF_ERROR(job_.Validate());
   RETURN_IF_ERROR(CheckAdmissionCost(job_));
   if (comm_ != nullptr) {
@@ -189,7 +194,6 @@ StatusOr<bool> StreamJob::ProbeFirst() {
                        TakePartition(env_, *layout_, p, follower_->Dir(p), job_.stream.done_file));
     }
   }
-  job_.partition = probe.name;
   job_.data.paths = probe.files;
   return true;
 }
@@ -198,7 +202,7 @@ StatusOr<bool> StreamJob::ProbeFirst() {
 // partition is shared alike later), the schema adopted, the model started.
 Status StreamJob::Prepare() {
   const std::vector<std::string> probe_files = job_.data.paths;
-  RETURN_IF_ERROR(frame_.Prepare());
+  RETURN_IF_ERROR(frame_.Prepare(JobData::kStream));
   job_.data.paths = probe_files;
   job_.data.byte_share = ByteShare{};
   if (!job_.serving.dir.empty() && rank0_) {
@@ -475,7 +479,6 @@ StatusOr<StreamReport> StreamJob::Run() {
   ASSIGN_OR_RETURN(newest_, NewestManifest(env_, job_, ranks_));
   first_ = start_at_;
   if (newest_) {
-    job_.partition = "(resumed)";
     job_.spec.schema = newest_->spec.schema;
     if (job_.data.slot_from == SlotFrom::kPosition && job_.data.num_slots == 0) {
       job_.data.num_slots = newest_->spec.schema.num_slots;
@@ -506,7 +509,7 @@ StatusOr<StreamReport> StreamJob::Run() {
   ttl_.emplace(start_->model->value_layout(), ttl_options_);
 
   while (!until_ || state_.next <= *until_) {
-    Follower::Take take;
+    Follower::Take take = Follower::Take::kStop;
     ASSIGN_OR_RETURN(go, Wait(&take));
     if (!go) break;
     if (take == Follower::Take::kSkip) {

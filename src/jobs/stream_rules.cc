@@ -82,7 +82,6 @@ Status CheckUnchangedOnRanks(Env* env, Comm* comm, const Partition& p) {
 // of every file when there are fewer files than ranks).
 JobConfig PartitionJob(const JobConfig& job, const Partition& p, int rank) {
   JobConfig j = job;
-  j.partition = p.name;
   j.data.paths = p.files;
   const int n = job.dist.ranks;
   if (n > 1) {

@@ -42,7 +42,7 @@ StatusOr<PassesRun> RunPasses(Env* env, const JobConfig& job, PassReader* reader
                               const PushObserver& on_push);
 // The job as it will run: validated, shared among the ranks (and their resumed stream
 // planned), its features attached and its GPU memory resolved.
-Status PrepareJob(Env* env, Comm* comm, const std::atomic<bool>* stop, JobConfig* job,
+Status PrepareJob(Env* env, Comm* comm, const std::atomic<bool>* stop, JobData data, JobConfig* job,
                   std::string* ranks_ckpt_dir);
 // Holds the directories the job writes until it ends (util/dir_lock.h).
 Status HoldJobDirs(Env* env, const Comm* comm, const std::string& ranks_ckpt_dir, JobConfig* job,

@@ -158,7 +158,7 @@ Status CheckNoRanksCheckpoint(Env* env, const JobConfig& job) {
 
 // The job as it will run: validated, shared among the ranks (and their resumed stream
 // planned), its features attached and its GPU memory resolved.
-Status PrepareJob(Env* env, Comm* comm, const std::atomic<bool>* stop, JobConfig* job,
+Status PrepareJob(Env* env, Comm* comm, const std::atomic<bool>* stop, JobData data, JobConfig* job,
                   std::string* ranks_ckpt_dir) {
   // (Validated with the ranks' count: what is not built for ranks is refused before anything
   // is written.)
@@ -203,15 +203,16 @@ Status PrepareJob(Env* env, Comm* comm, const std::atomic<bool>* stop, JobConfig
       RETURN_IF_ERROR(PlanResumedSegments(env, comm, files, *ranks_ckpt_dir, job));
     }
   }
-  if (job->features != nullptr && job->data.paths.empty() && job->data.command.empty() &&
-      job->partition.empty()) {  // (a resumed stream job reads its partitions later)
+  const bool no_files = job->data.paths.empty() && job->data.command.empty();
+  if (job->features != nullptr && no_files && data == JobData::kFiles) {
     return InvalidArgumentError(
         "features: the job has a feature graph but no main view: set data.paths (or "
         "data.command) to the main view's files (generated data has no views)");
   }
   // model.shared_slots: the readers key a group's slots with one seed.
   job->data.key_slots = job->spec.model.KeySlotMap();
-  RETURN_IF_ERROR(AttachFeatures(env, job));  // the extract stage: side views loaded
+  // The extract stage, side views loaded (a resumed stream job's: at its first partition).
+  if (!no_files || data == JobData::kFiles) RETURN_IF_ERROR(AttachFeatures(env, job));
   if (job->gpu) RETURN_IF_ERROR(ResolveGpuStagedMemory(&job->gpu_options));
   job->data.cancel = stop;  // a stalled data.command or standard input gives way to Ctrl-C
   return Status::OK();
@@ -355,7 +356,7 @@ StatusOr<TrainReport> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   }
   JobFrame frame(env, comm, stop, &job);
   // Validate, and learn the schema from the data.
-  RETURN_IF_ERROR(frame.Prepare());
+  RETURN_IF_ERROR(frame.Prepare(JobData::kFiles));
   PassReader reader([&] { return OpenData(env, job.data, job.generated, false); },
                     PassOptionsOnRanks(job, comm));
   RETURN_IF_ERROR(reader.Open());
