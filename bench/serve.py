@@ -12,7 +12,7 @@ the machine with the server:
    (ctrbox_model_bytes / ctrbox_model_keys) against the training row's bytes.
 4. batching: requests of 1, 4 and 16 records from 8 connections, against a server that
    predicts each request alone (--batch-max-micros 0) and ones that batch them (one batch
-   slot, the default on 2 cores, and two): requests/s, p50, p99, and the requests a batch held.
+   lane, the default on 2 cores, and two): requests/s, p50, p99, and the requests a batch held.
 5. freshness and swaps: a stream job publishes a delta per partition (a base every 3) while
    wrk loads the server: the seconds from a version's donefile line to the server answering
    with it (the server polls every --poll-seconds), failed requests, and p99 against the
@@ -111,11 +111,11 @@ def served_version(port):
 
 def batching(a, d, model, lines, lua, blas, med):
     """Small requests from 8 connections: each predicted alone, against batched together with
-    one or two batch slots (--batch-slots)."""
+    one or two batch lanes (--batch-lanes)."""
     bodies = {n: body_file(os.path.join(d, f"small{n}.json"), lines[:n]) for n in (1, 4, 16)}
     configs = {"alone": ["--batch-max-micros", "0"],
-               "slots_1": ["--batch-max-micros", "2000", "--batch-slots", "1"],
-               "slots_2": ["--batch-max-micros", "2000", "--batch-slots", "2"]}
+               "lanes_1": ["--batch-max-micros", "2000", "--batch-lanes", "1"],
+               "lanes_2": ["--batch-max-micros", "2000", "--batch-lanes", "2"]}
     # The three servers up at once, the runs interleaved (rep by rep, size by size), so that
     # the machine's drift falls on all three alike.
     servers = {name: start_server(a.ctrbox, ["--model-dir", model, *args],
@@ -147,7 +147,7 @@ def batching(a, d, model, lines, lua, blas, med):
                 "model_set": a.model_set, "connections": 8, "batch_max_micros": 2000,
                 "batch_max_rows": 16, "alone_predictions_per_s": alone["requests_per_s"] * n,
                 "alone_p50_ms": alone["p50_ms"], "alone_p99_ms": alone["p99_ms"]}
-        for name in ("slots_1", "slots_2"):
+        for name in ("lanes_1", "lanes_2"):
             b = results[(name, n)]
             line[name] = {"predictions_per_s": b["requests_per_s"] * n,
                           "speedup": b["requests_per_s"] / alone["requests_per_s"],

@@ -114,13 +114,24 @@ CLI::App* AddServeCommand(CLI::App* app, ServeFlags* f) {
   serve_cmd
       ->add_option("--batch-max-micros", serve.batch_max_micros,
                    "batch the requests that come while the cores are busy predicting: a "
-                   "batch's longest wait for a free slot (2000; 0: no batching)")
+                   "batch's longest wait for a free lane (2000; 0: no batching)")
       ->check(IntegerIn(0, 1000000));
   serve_cmd
-      ->add_option("--batch-slots", serve.batch_slots,
+      ->add_option("--batch-lanes", serve.batch_lanes,
                    "small predictions at once; small requests that come while they run are "
                    "batched (0: half the cores)")
       ->check(IntegerIn(0, 1024));
+  // Its old name (docs/architecture.md, "Words": a slot is a feature field), still taken.
+  serve_cmd
+      ->add_option_function<int>(
+          "--batch-slots",
+          [&serve](int n) {
+            LOG_WARNING("serve: --batch-slots is now --batch-lanes (it still works)");
+            serve.batch_lanes = n;
+          },
+          "")
+      ->check(IntegerIn(0, 1024))
+      ->group("");
   serve_cmd
       ->add_option("--batch-max-rows", serve.batch_max_rows,
                    "a batch's most rows; requests of as many are predicted alone (16)")

@@ -120,10 +120,12 @@ TEST_F(ServeCliTest, ServedProbabilitiesEqualPredictsBitForBit) {
                                 " --data " + Path("test.tsv") + " >" + Path("predict.txt")));
   ASSERT_EQ(predicted.exit_code, 0) << predicted.err;
   // Batching on, one prediction at a time: the requests that come meanwhile are batched.
+  // (--batch-lanes by its old name: still taken, with a warning.)
   const int port = Serve("--model-dir " + Path("m") +
                          " --batch-max-micros 5000 --batch-slots 1 "
                          "--batch-max-rows 256");
   ASSERT_GT(port, 0) << Log();
+  EXPECT_NE(Log().find("--batch-slots is now --batch-lanes"), std::string::npos) << Log();
   Result cmp = Client(fmt::format("compare {} {} {}", port, Path("test.tsv"), Path("predict.txt")));
   ASSERT_EQ(cmp.exit_code, 0) << cmp.err;
   EXPECT_EQ(cmp.last_json["n"], 10000);

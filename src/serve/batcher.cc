@@ -8,27 +8,27 @@ namespace ctrbox {
 
 namespace {
 
-BatcherOptions WithSlots(BatcherOptions o) {
-  if (o.slots <= 0)
-    o.slots = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2);
+BatcherOptions WithLanes(BatcherOptions o) {
+  if (o.lanes <= 0)
+    o.lanes = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2);
   return o;
 }
 
 }  // namespace
 
-Batcher::Batcher(BatcherOptions o) : o_(WithSlots(o)) {}
+Batcher::Batcher(BatcherOptions o) : o_(WithLanes(o)) {}
 
-int Batcher::SlotsBusy() {
+int Batcher::LanesBusy() {
   MutexLock l(&mu_);
   return running_;
 }
 
-Status Batcher::RunInSlot(const std::function<Status()>& predict) {
+Status Batcher::RunInLane(const std::function<Status()>& predict) {
   mu_.Unlock();
   Status s = predict();
   mu_.Lock();
   --running_;
-  slot_free_.SignalAll();
+  lane_free_.SignalAll();
   return s;
 }
 
@@ -36,15 +36,15 @@ Status Batcher::Predict(const std::shared_ptr<const ServedVersion>& v, Batch* ro
                         std::vector<float>* out, Predictor* predictor, BatchedAs* as) {
   const size_t n = rows->rows();
   auto alone = [&] { return predictor->Predict(v, rows, out); };
-  if (o_.max_micros <= 0 || n == 0 || n >= o_.max_rows) {  // never batched, takes no slot
+  if (o_.max_micros <= 0 || n == 0 || n >= o_.max_rows) {  // never batched, takes no lane
     *as = {static_cast<uint32_t>(n), 1, true};
     return alone();
   }
   MutexLock l(&mu_);
-  if (!open_ && running_ < o_.slots) {  // not busy: at once
+  if (!open_ && running_ < o_.lanes) {  // not busy: at once
     *as = {static_cast<uint32_t>(n), 1, true};
     ++running_;
-    return RunInSlot(alone);
+    return RunInLane(alone);
   }
   if (open_ && open_->v == v && open_->rows + n <= o_.max_rows) {  // join the waiting batch
     const std::shared_ptr<Group> g = open_;
@@ -56,18 +56,18 @@ Status Batcher::Predict(const std::shared_ptr<const ServedVersion>& v, Batch* ro
     return g->status;
   }
   // Lead a new batch (one waiting for another version, or without room, keeps its members and
-  // its place in the wait for a slot).
+  // its place in the wait for a lane).
   const auto g = std::make_shared<Group>(&mu_);
   g->v = v;
   g->members.push_back({rows, out});
   g->rows = n;
   open_ = g;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(o_.max_micros);
-  while (running_ >= o_.slots && slot_free_.WaitUntil(&mu_, deadline)) {
+  while (running_ >= o_.lanes && lane_free_.WaitUntil(&mu_, deadline)) {
   }
   if (open_ == g) open_ = nullptr;  // the members are fixed now
   ++running_;
-  const Status s = RunInSlot([&]() -> Status {
+  const Status s = RunInLane([&]() -> Status {
     if (g->members.size() == 1) return alone();
     thread_local Batch all;
     thread_local std::vector<float> p;

@@ -4,11 +4,11 @@
 // (model/ctr_model.h, set_rowwise_predictions), so a row's probability is the same bits alone
 // or batched: batching changes the speed, not the answers.
 //
-// Batch when busy: at most `slots` small predictions (of requests under max_rows rows; larger
-// ones run at once, alone, and take no slot) run at once. A request that finds
-// a slot free and no batch waiting is predicted at once, alone: batching adds no latency to a
-// server that is not busy. Otherwise it joins the batch that waits for a slot (while the batch
-// has room: max_rows), or opens one and leads it: the leader waits for a slot (at most
+// Batch when busy: at most `lanes` small predictions (of requests under max_rows rows; larger
+// ones run at once, alone, and take no lane) run at once. A request that finds
+// a lane free and no batch waiting is predicted at once, alone: batching adds no latency to a
+// server that is not busy. Otherwise it joins the batch that waits for a lane (while the batch
+// has room: max_rows), or opens one and leads it: the leader waits for a lane (at most
 // max_micros, then it runs anyway), predicts the batch on its thread and hands each member its
 // probabilities.
 //
@@ -31,9 +31,9 @@
 namespace ctrbox {
 
 struct BatcherOptions {
-  int64_t max_micros = 0;  // a batch's longest wait for a slot (0: no batching)
+  int64_t max_micros = 0;  // a batch's longest wait for a lane (0: no batching)
   uint32_t max_rows = 16;  // a batch's most rows; a request of as many is predicted alone
-  int slots = 0;           // predictions at once (0: half the machine's cores, at least 1)
+  int lanes = 0;           // predictions at once (0: half the machine's cores, at least 1)
 };
 
 // What Predict did for one request (for the metrics).
@@ -52,8 +52,8 @@ class Batcher {
   // is the calling worker's (used when this request leads or runs alone).
   Status Predict(const std::shared_ptr<const ServedVersion>& v, Batch* rows,
                  std::vector<float>* out, Predictor* predictor, BatchedAs* as);
-  // The slots taken now (small predictions running).
-  int SlotsBusy();
+  // The lanes taken now (small predictions running).
+  int LanesBusy();
 
  private:
   struct Member {
@@ -70,16 +70,16 @@ class Batcher {
     Status status;
     CondVar cv;  // the members wait for done
   };
-  // Runs `predict` in a slot (taken by the caller: running_ counts it) and frees the slot.
+  // Runs `predict` in a lane (taken by the caller: running_ counts it) and frees the lane.
   // Releases mu_ while predict runs.
-  Status RunInSlot(const std::function<Status()>& predict) REQUIRES(mu_);
+  Status RunInLane(const std::function<Status()>& predict) REQUIRES(mu_);
 
   const BatcherOptions o_;
   Mutex mu_;
-  CondVar slot_free_{&mu_};
-  int running_ GUARDED_BY(mu_) = 0;  // predictions running (slots taken)
+  CondVar lane_free_{&mu_};
+  int running_ GUARDED_BY(mu_) = 0;  // predictions running (lanes taken)
   std::shared_ptr<Group> open_
-      GUARDED_BY(mu_);  // the batch waiting for a slot that requests may join
+      GUARDED_BY(mu_);  // the batch waiting for a lane that requests may join
 };
 
 }  // namespace ctrbox

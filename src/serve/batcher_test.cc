@@ -89,7 +89,7 @@ TEST(BatcherTest, BatchedRequestsGetTheBitsOfTheirRowsPredictedAlone) {
       want[t].push_back(Alone(versions[(t + i) % 2], requests[t].back()));
     }
   }
-  Batcher batcher({/*max_micros=*/100000, /*max_rows=*/128, /*slots=*/1});
+  Batcher batcher({/*max_micros=*/100000, /*max_rows=*/128, /*lanes=*/1});
   std::atomic<int> mismatches{0}, shared{0}, failures{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
@@ -118,12 +118,12 @@ TEST(BatcherTest, BatchedRequestsGetTheBitsOfTheirRowsPredictedAlone) {
   EXPECT_GE(shared.load(), kThreads) << "requests were not batched together";
 }
 
-// Requests that come while every slot is busy wait for one together, as one batch; a batch
-// waits at most max_micros; a request that finds a slot free is predicted at once.
-TEST(BatcherTest, RequestsBatchWhileTheSlotsAreBusyAndWaitAtMostTheWindow) {
+// Requests that come while every lane is busy wait for one together, as one batch; a batch
+// waits at most max_micros; a request that finds a lane free is predicted at once.
+TEST(BatcherTest, RequestsBatchWhileTheLanesAreBusyAndWaitAtMostTheWindow) {
   using Clock = std::chrono::steady_clock;
   const auto v = MakeVersion(3, 1);
-  // A request that holds the one slot a while: rows enough for 500 ms alone on this machine.
+  // A request that holds the one lane a while: rows enough for 500 ms alone on this machine.
   Batch big;
   for (size_t n = 50000;; n *= 2) {
     big = Request(n, 9);
@@ -133,7 +133,7 @@ TEST(BatcherTest, RequestsBatchWhileTheSlotsAreBusyAndWaitAtMostTheWindow) {
   }
   for (int64_t micros : {int64_t{30'000'000}, int64_t{150'000}}) {
     SCOPED_TRACE(micros);
-    Batcher batcher({micros, 1000000, /*slots=*/1});
+    Batcher batcher({micros, 1000000, /*lanes=*/1});
     Clock::time_point big_begin, big_end, small_end[2];
     std::atomic<bool> holding{true}, holding_at_end[2];
     BatchedAs as[2];
@@ -148,7 +148,7 @@ TEST(BatcherTest, RequestsBatchWhileTheSlotsAreBusyAndWaitAtMostTheWindow) {
       holding = false;
       big_end = Clock::now();
     });
-    std::latch go(1);  // the two small requests come together, once the holder has the slot
+    std::latch go(1);  // the two small requests come together, once the holder has the lane
     std::vector<std::thread> smalls;
     for (int i = 0; i < 2; ++i) {
       smalls.emplace_back([&, i] {
@@ -160,7 +160,7 @@ TEST(BatcherTest, RequestsBatchWhileTheSlotsAreBusyAndWaitAtMostTheWindow) {
         small_end[i] = Clock::now();
       });
     }
-    while (batcher.SlotsBusy() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    while (batcher.LanesBusy() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     go.count_down();
     for (auto& t : smalls) t.join();
     holder.join();

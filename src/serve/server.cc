@@ -30,7 +30,7 @@ namespace {
 class Server final : public InferenceBackend {
  public:
   Server(Env* env, const ServeOptions& o)
-      : env_(env), o_(o), batcher_({o.batch_max_micros, o.batch_max_rows, o.batch_slots}) {
+      : env_(env), o_(o), batcher_({o.batch_max_micros, o.batch_max_rows, o.batch_lanes}) {
     source_ = o.serving_dir.empty() ? VersionSource::ModelDir(env, o.model_dir, o.rows_dir)
                                     : VersionSource::ServingDir(env, o.serving_dir, o.rows_dir);
   }

@@ -42,12 +42,12 @@ struct ServeOptions {
   std::string rows_dir;
   uint64_t memory_budget = 0;
   // Batching across requests (docs/serve.md, "Batching"): requests of fewer than
-  // batch_max_rows rows that come while batch_slots of them are being predicted (0: half the
+  // batch_max_rows rows that come while batch_lanes of them are being predicted (0: half the
   // cores) are batched together, up to batch_max_rows rows; a batch waits at most
-  // batch_max_micros for a slot (0: no batching).
+  // batch_max_micros for a lane (0: no batching).
   int64_t batch_max_micros = 2000;
   uint32_t batch_max_rows = 16;
-  int batch_slots = 0;
+  int batch_lanes = 0;
   // The feature graph of the training job (`-c job.yaml`) of a model trained on raw views: it
   // reads the records of requests (docs/serve.md, "Records through a feature graph"). Unset:
   // records in the model's input format.

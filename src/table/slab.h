@@ -35,7 +35,7 @@ class SlabArena {
   }
 
  private:
-  static constexpr uint32_t kSlabShift = 8;  // 256 records: little waste per slot
+  static constexpr uint32_t kSlabShift = 8;  // 256 records: little waste per stripe
   static constexpr uint32_t kSlabMask = (1u << kSlabShift) - 1;
   size_t words_;
   std::vector<std::unique_ptr<uint32_t[]>> slabs_;
