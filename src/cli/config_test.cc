@@ -137,7 +137,11 @@ TEST(ConfigTest, InteractionKeysComposeAndAreValidated) {
   EXPECT_NE(narrow.Validate().message().find("model.bottom_mlp must end at model.embedding_dim"),
             std::string::npos)
       << narrow.Validate().message();
-  JobConfigBuilder shared;  // slots sharing one table
+}
+
+// model.shared_slots: groups of slots whose equal raw ids are one key.
+TEST(ConfigTest, SharedSlotGroupsParseAndAreValidated) {
+  JobConfigBuilder shared;
   ASSERT_TRUE(shared.ApplySet("model.shared_slots=0+5, 3+7+9").ok());
   auto with_shared = shared.Finish();
   ASSERT_TRUE(with_shared.ok());
@@ -149,7 +153,13 @@ TEST(ConfigTest, InteractionKeysComposeAndAreValidated) {
     Status st = b3.ApplySet(std::string("model.shared_slots=") + bad_groups);
     EXPECT_NE(st.message().find("model.shared_slots"), std::string::npos) << bad_groups;
   }
-  JobConfigBuilder towers;  // AIBox's towers with a dense group each
+}
+
+// AIBox's towers with a dense group each: parsed, and checked by the job and by the data.
+TEST(ConfigTest, TowersAndDenseGroupsParseAndAreValidated) {
+  auto plain = JobConfigBuilder().Finish();
+  ASSERT_TRUE(plain.ok());
+  JobConfigBuilder towers;
   ASSERT_TRUE(towers.ApplySet("model.towers=3").ok());
   ASSERT_TRUE(towers.ApplySet("model.dense_groups=0-2, 3+5, 4+6-7").ok());
   auto with_towers = towers.Finish();
@@ -221,7 +231,13 @@ TEST(ConfigTest, InteractionKeysComposeAndAreValidated) {
     EXPECT_NE(TowersError(m, 0).find("the data has no dense features"), std::string::npos);
     EXPECT_EQ(TowersError(m, kUnknownDense), "");
   }
-  JobConfig experts = *plain;  // DCN-Mix needs low-rank cross layers
+}
+
+// DCN-Mix's experts need low-rank cross layers; a rank needs cross layers.
+TEST(ConfigTest, CrossExpertsAndRanksAreValidated) {
+  auto plain = JobConfigBuilder().Finish();
+  ASSERT_TRUE(plain.ok());
+  JobConfig experts = *plain;
   experts.spec.model.cross_experts = 4;
   experts.spec.model.cross_layers = 2;
   EXPECT_NE(experts.Validate().message().find("model.cross_experts needs"), std::string::npos)

@@ -343,6 +343,123 @@ void ExpectSame(const Ref& want, const Ref& got, const std::string& what) {
   EXPECT_EQ(want.keys, got.keys) << what;
 }
 
+// The side view's rows (SideCsv) by id: the name and the optional score.
+using SideRows = std::map<int64_t, std::pair<std::string, std::optional<int64_t>>>;
+
+SideRows SideById() {
+  SideRows m;
+  for (int id = 0; id < 8; ++id) {
+    m[id] = {"n" + std::to_string(id % 3),
+             id == 5 ? std::nullopt : std::optional<int64_t>(id * 10)};
+  }
+  return m;
+}
+
+// The row-at-a-time reference: every column the graph makes for row w, by name (an operator
+// that fails on it: Error()).
+std::map<std::string, Ref> RowAtATime(const Row& w, const SideRows& side) {
+  std::map<std::string, Ref> want;
+  want["i0"] = Int(w.i.value_or(7));
+  want["f0"] = Float(w.f.value_or(-1.5));
+  want["s0"] = String(w.s.empty() ? "none" : w.s);
+  {
+    auto v = RefParseInt(w.n);
+    want["n_int"] = w.n.empty() ? Null() : v ? Int(*v) : Error();
+    want["n_float"] = w.n.empty() ? Null() : v ? Float(static_cast<double>(*v)) : Error();
+  }
+  want["i_str"] = w.i ? String(std::to_string(*w.i)) : Null();
+  want["f_int"] = w.f ? Int(static_cast<int64_t>(std::trunc(*w.f))) : Null();
+  if (w.f) {
+    char buf[64];
+    auto res = std::to_chars(buf, buf + 64, *w.f);
+    want["f_str"] = String(std::string(buf, res.ptr));
+    // The shortest text reads back to the same double.
+    EXPECT_EQ(std::stod(want["f_str"].s), *w.f);
+  } else {
+    want["f_str"] = Null();
+  }
+  want["jb"] = RefJson(w.j, {"a", "b"}, ColType::kInt);
+  want["jc"] = RefJson(w.j, {"c"}, ColType::kString);
+  want["jd"] = RefJson(w.j, {"d"}, ColType::kFloat);
+  want["jz"] = RefJson(w.j, {"a", "z"}, ColType::kString);
+  // Filters.
+  const bool f1 = w.i && *w.i >= 0;
+  const bool f2 = w.s == "alpha" || w.s == "beta" || w.s == "x,y";
+  const bool f3 = !w.f || *w.f != 3;
+  const bool f4 = !want["jc"].null;
+  want["filter#13"] = Int(f1);
+  want["filter#14"] = Int(f2);
+  want["filter#15"] = Int(f3);
+  want["filter#16"] = Int(f4);
+  // Join and gathers.
+  auto hit = side.find(w.side);
+  want["join side"] = Int(hit == side.end() ? -1 : w.side);
+  want["side.id"] = hit == side.end() ? Null() : Int(w.side);
+  want["side.name"] = hit == side.end() ? Null() : String(hit->second.first);
+  want["side.score"] = hit == side.end() || !hit->second.second ? Null() : Int(*hit->second.second);
+  want["score0"] = want["side.score"].null ? Int(-3) : want["side.score"];
+  // Extract.
+  {
+    Ref h = w.s.empty() ? Null() : Ref{};
+    if (!w.s.empty()) {
+      h.null = false;
+      h.keys = {H(w.s, Seed("h_s"))};
+    }
+    want["h_s"] = h;
+    Ref hk;
+    if (!w.keys.empty()) {
+      hk.null = false;
+      for (uint64_t k : w.keys) hk.keys.push_back(H(static_cast<int64_t>(k), Seed("h_k")));
+    }
+    want["h_k"] = hk;
+  }
+  const std::vector<std::string> pieces = RefSplit(w.lst, '|');
+  {
+    Ref l;
+    if (!pieces.empty()) {
+      l.null = false;
+      l.list = pieces;
+    }
+    want["pieces"] = l;
+    Ref l2 = l, l3 = l;
+    if (!l2.null && l2.list.size() > 2) l2.list.erase(l2.list.begin(), l2.list.end() - 2);
+    if (!l3.null && l3.list.size() > 3) l3.list.erase(l3.list.begin(), l3.list.end() - 3);
+    want["last2"] = l2;
+    want["last3s"] = l3;
+  }
+  {
+    Ref x;
+    if (!pieces.empty() && !want["side.name"].null) {
+      x.null = false;
+      for (const std::string& a : pieces) {
+        const uint64_t h[3] = {H(a, 0), H(want["side.name"].s, 0), H(want["i0"].i, 0)};
+        x.keys.push_back(XXH3_64bits_withSeed(h, sizeof(h), Seed("x")));
+      }
+    }
+    want["x"] = x;
+  }
+  if (w.f) {
+    const double b[] = {-10, 0, 10.5, 40};
+    int64_t k = 0;
+    for (double v : b) k += v <= *w.f;
+    want["b"] = Int(k);
+    want["lg"] = Float(std::log1p(*w.f > 0.0 ? *w.f : 0.0));
+  } else {
+    want["b"] = Null();
+    want["lg"] = Null();
+  }
+  want["cl"] = w.i ? Float(std::min(std::max(static_cast<double>(*w.i), -5.0), 20.0)) : Null();
+  want["nz"] = Float((want["f0"].f - 3) / 4);
+  // Unix seconds from 1990 to 2100 decode; others mark the row (default range).
+  const bool plausible = w.ts && *w.ts >= 631152000 && *w.ts < 4102444800;
+  for (const char* part : {"hour", "day", "month", "year", "minute"}) {
+    want[part] = !w.ts ? Null() : plausible ? Int(RefTimePart(*w.ts, 0, part)) : Error();
+  }
+  want["wday"] = !w.ts ? Null() : plausible ? Int(RefTimePart(*w.ts, -19800, "weekday")) : Error();
+
+  return want;
+}
+
 TEST_F(OpsTest, EveryOperatorMatchesTheRowAtATimeReference) {
   const std::vector<Row> rows = RandomRows(7, 3000);
   ASSERT_TRUE(WriteStringToFile(&env_, ToCsv(rows), "/v/main.csv").ok());
@@ -371,121 +488,15 @@ TEST_F(OpsTest, EveryOperatorMatchesTheRowAtATimeReference) {
     ADD_FAILURE() << name;
     return -1;
   };
-  const std::map<int64_t, std::pair<std::string, std::optional<int64_t>>> side = [] {
-    std::map<int64_t, std::pair<std::string, std::optional<int64_t>>> m;
-    for (int id = 0; id < 8; ++id) {
-      m[id] = {"n" + std::to_string(id % 3),
-               id == 5 ? std::nullopt : std::optional<int64_t>(id * 10)};
-    }
-    return m;
-  }();
+  const SideRows side = SideById();
   int errors_seen = 0, joined = 0, filtered_in = 0;
   for (uint32_t r = 0; r < t.rows; ++r) {
     const Row& w = rows[r];
     const std::string at = "row " + std::to_string(r);
-    std::map<std::string, Ref> want;
-    want["i0"] = Int(w.i.value_or(7));
-    want["f0"] = Float(w.f.value_or(-1.5));
-    want["s0"] = String(w.s.empty() ? "none" : w.s);
-    {
-      auto v = RefParseInt(w.n);
-      want["n_int"] = w.n.empty() ? Null() : v ? Int(*v) : Error();
-      want["n_float"] = w.n.empty() ? Null() : v ? Float(static_cast<double>(*v)) : Error();
-    }
-    want["i_str"] = w.i ? String(std::to_string(*w.i)) : Null();
-    want["f_int"] = w.f ? Int(static_cast<int64_t>(std::trunc(*w.f))) : Null();
-    if (w.f) {
-      char buf[64];
-      auto res = std::to_chars(buf, buf + 64, *w.f);
-      want["f_str"] = String(std::string(buf, res.ptr));
-      // The shortest text reads back to the same double.
-      EXPECT_EQ(std::stod(want["f_str"].s), *w.f);
-    } else {
-      want["f_str"] = Null();
-    }
-    want["jb"] = RefJson(w.j, {"a", "b"}, ColType::kInt);
-    want["jc"] = RefJson(w.j, {"c"}, ColType::kString);
-    want["jd"] = RefJson(w.j, {"d"}, ColType::kFloat);
-    want["jz"] = RefJson(w.j, {"a", "z"}, ColType::kString);
-    // Filters.
-    const bool f1 = w.i && *w.i >= 0;
-    const bool f2 = w.s == "alpha" || w.s == "beta" || w.s == "x,y";
-    const bool f3 = !w.f || *w.f != 3;
-    const bool f4 = !want["jc"].null;
-    want["filter#13"] = Int(f1);
-    want["filter#14"] = Int(f2);
-    want["filter#15"] = Int(f3);
-    want["filter#16"] = Int(f4);
-    filtered_in += f1 && f2 && f3 && f4;
-    // Join and gathers.
-    auto hit = side.find(w.side);
-    want["join side"] = Int(hit == side.end() ? -1 : w.side);
-    joined += hit != side.end();
-    want["side.id"] = hit == side.end() ? Null() : Int(w.side);
-    want["side.name"] = hit == side.end() ? Null() : String(hit->second.first);
-    want["side.score"] =
-        hit == side.end() || !hit->second.second ? Null() : Int(*hit->second.second);
-    want["score0"] = want["side.score"].null ? Int(-3) : want["side.score"];
-    // Extract.
-    {
-      Ref h = w.s.empty() ? Null() : Ref{};
-      if (!w.s.empty()) {
-        h.null = false;
-        h.keys = {H(w.s, Seed("h_s"))};
-      }
-      want["h_s"] = h;
-      Ref hk;
-      if (!w.keys.empty()) {
-        hk.null = false;
-        for (uint64_t k : w.keys) hk.keys.push_back(H(static_cast<int64_t>(k), Seed("h_k")));
-      }
-      want["h_k"] = hk;
-    }
-    const std::vector<std::string> pieces = RefSplit(w.lst, '|');
-    {
-      Ref l;
-      if (!pieces.empty()) {
-        l.null = false;
-        l.list = pieces;
-      }
-      want["pieces"] = l;
-      Ref l2 = l, l3 = l;
-      if (!l2.null && l2.list.size() > 2) l2.list.erase(l2.list.begin(), l2.list.end() - 2);
-      if (!l3.null && l3.list.size() > 3) l3.list.erase(l3.list.begin(), l3.list.end() - 3);
-      want["last2"] = l2;
-      want["last3s"] = l3;
-    }
-    {
-      Ref x;
-      if (!pieces.empty() && !want["side.name"].null) {
-        x.null = false;
-        for (const std::string& a : pieces) {
-          const uint64_t h[3] = {H(a, 0), H(want["side.name"].s, 0), H(want["i0"].i, 0)};
-          x.keys.push_back(XXH3_64bits_withSeed(h, sizeof(h), Seed("x")));
-        }
-      }
-      want["x"] = x;
-    }
-    if (w.f) {
-      const double b[] = {-10, 0, 10.5, 40};
-      int64_t k = 0;
-      for (double v : b) k += v <= *w.f;
-      want["b"] = Int(k);
-      want["lg"] = Float(std::log1p(*w.f > 0.0 ? *w.f : 0.0));
-    } else {
-      want["b"] = Null();
-      want["lg"] = Null();
-    }
-    want["cl"] = w.i ? Float(std::min(std::max(static_cast<double>(*w.i), -5.0), 20.0)) : Null();
-    want["nz"] = Float((want["f0"].f - 3) / 4);
-    // Unix seconds from 1990 to 2100 decode; others mark the row (default range).
-    const bool plausible = w.ts && *w.ts >= 631152000 && *w.ts < 4102444800;
-    for (const char* part : {"hour", "day", "month", "year", "minute"}) {
-      want[part] = !w.ts ? Null() : plausible ? Int(RefTimePart(*w.ts, 0, part)) : Error();
-    }
-    want["wday"] = !w.ts       ? Null()
-                   : plausible ? Int(RefTimePart(*w.ts, -19800, "weekday"))
-                               : Error();
+    std::map<std::string, Ref> want = RowAtATime(w, side);
+    filtered_in +=
+        want["filter#13"].i && want["filter#14"].i && want["filter#15"].i && want["filter#16"].i;
+    joined += side.contains(w.side);
 
     // The lowest operator that failed marks the row.
     int first_error = 0;

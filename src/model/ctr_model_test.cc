@@ -95,8 +95,205 @@ TEST(CtrModelTest, GradientsOfEmbeddingsWideAndDenseMatchFiniteDifferences) {
   }
 }
 
-// A plain double-precision reference of the composed model, row at a time, with FM in its
-// pairwise form (sum over slot pairs of <e_i, e_j>), against the model's predictions.
+// A plain double-precision reference of the composed model, row at a time, each part from its
+// formula (docs/model.md, model/cross_mix.h), with FM in its pairwise form (sum over slot
+// pairs of <e_i, e_j>).
+class PlainReference {
+ public:
+  PlainReference(const Fixture& f, const ModelOptions& shape)
+      : f_(f), shape_(shape), params_(f.model.dense_params()), Dx_(f.model.dense_width()) {
+    // x0: Dx (D, or z's dim), then each slot's embedding of its own dimension (model.slot_dims).
+    W0_ = Dx_;
+    for (uint32_t s = 0; s < kSchema.num_slots; ++s) {
+      sdim_.push_back(shape.SlotDim(s));
+      col_.push_back(W0_);
+      W0_ += sdim_.back();
+    }
+  }
+
+  // The logit of the pass's row R.
+  double Logit(size_t R) const {
+    double wide = 0;
+    const std::vector<double> x0 = Input(R, &wide);
+    std::vector<double> x = Mix(Cross(x0), x0);
+    const double fm = Interactions(x0, &x);
+    EXPECT_EQ(x.size(), f_.model.mlp().in(0));
+    const double top = shape_.HasTowers() ? TowersTop(x) : TopMlp(x);
+    return top + (shape_.wide ? wide : 0.0) + (shape_.fm ? fm : 0.0);
+  }
+
+ private:
+  // y = in W + b of layer l of `m` at parameter offset `at` (ReLU with `relu`).
+  std::vector<double> Layer(const Mlp& m, size_t at, uint32_t l, const std::vector<double>& in,
+                            bool relu) const {
+    std::vector<double> y(m.out(l));
+    for (uint32_t c = 0; c < m.out(l); ++c) {
+      double v = params_[at + m.b_offset(l) + c];
+      for (uint32_t i = 0; i < m.in(l) && i < in.size(); ++i) {
+        v += in[i] * params_[at + m.w_offset(l) + size_t{i} * m.out(l) + c];
+      }
+      y[c] = relu ? std::max(v, 0.0) : v;
+    }
+    return y;
+  }
+
+  std::vector<double> MatMul(const std::vector<double>& in, size_t at, uint32_t n_in,
+                             uint32_t n_out) const {
+    std::vector<double> y(n_out, 0.0);
+    for (uint32_t c = 0; c < n_out; ++c) {
+      for (uint32_t i = 0; i < n_in; ++i) y[c] += in[i] * params_[at + size_t{i} * n_out + c];
+    }
+    return y;
+  }
+
+  // x0 of row R: z = ReLU layers of f(dense) (f(dense) itself without a bottom MLP), then the
+  // slots' pooled embeddings; *wide the row's wide part.
+  std::vector<double> Input(size_t R, double* wide) const {
+    const uint32_t D = kSchema.num_dense, S = kSchema.num_slots;
+    const Mlp& bm = f_.model.bottom();
+    std::vector<double> fx(D);
+    for (uint32_t j = 0; j < D; ++j) fx[j] = std::log1p(std::max(f_.pass.dense[R * D + j], 0.0f));
+    for (uint32_t l = 0; l < bm.num_layers(); ++l)
+      fx = Layer(bm, f_.model.bottom_base(), l, fx, true);
+    EXPECT_EQ(fx.size(), Dx_);
+    std::vector<double> x0(W0_, 0.0);
+    for (uint32_t j = 0; j < Dx_ && j < fx.size(); ++j) x0[j] = fx[j];
+    for (uint32_t s = 0; s < S; ++s) {
+      for (uint32_t q = f_.pass.offsets[R * S + s]; q < f_.pass.offsets[R * S + s + 1]; ++q) {
+        const uint32_t l = f_.ws.local[q];
+        const double w = f_.pass.weights[q];
+        *wide += w * f_.rows.wide(l);
+        if (!f_.rows.has_emb(l)) continue;
+        for (uint32_t k = 0; k < sdim_[s]; ++k) x0[col_[s] + k] += w * f_.rows.emb(l)[k];
+        for (uint32_t k = sdim_[s]; k < f_.rows.layout().dim; ++k) {
+          EXPECT_EQ(f_.rows.emb(l)[k], 0.0f) << "a smaller table's row past its dimension";
+        }
+      }
+    }
+    return x0;
+  }
+
+  // The cross layers: x_{l+1} = x0 * (x_l W_l + b_l) + x_l, a low-rank W_l = V_l U_l first
+  // made a plain W0 x W0 matrix.
+  std::vector<double> Cross(const std::vector<double>& x0) const {
+    const CrossLayout& cl = f_.model.cross();
+    std::vector<double> x = x0;
+    for (uint32_t l = 0; l < cl.layers; ++l) {
+      std::vector<double> W(size_t{W0_} * W0_, 0.0);
+      for (uint32_t i = 0; i < W0_; ++i) {
+        for (uint32_t c = 0; c < W0_; ++c) {
+          if (cl.rank == 0) {
+            W[size_t{i} * W0_ + c] = params_[cl.w_offset(l) + size_t{i} * W0_ + c];
+            continue;
+          }
+          for (uint32_t q = 0; q < cl.rank; ++q) {
+            W[size_t{i} * W0_ + c] += double(params_[cl.w_offset(l) + size_t{i} * cl.rank + q]) *
+                                      params_[cl.u_offset(l) + size_t{q} * W0_ + c];
+          }
+        }
+      }
+      std::vector<double> next(W0_);
+      for (uint32_t c = 0; c < W0_; ++c) {
+        double u = params_[cl.b_offset(l) + c];
+        for (uint32_t i = 0; i < W0_; ++i) u += x[i] * W[size_t{i} * W0_ + c];
+        next[c] = x0[c] * u + x[c];
+      }
+      x = next;
+    }
+    return x;
+  }
+
+  // The mixture of low-rank experts (model/cross_mix.h).
+  std::vector<double> Mix(std::vector<double> x, const std::vector<double>& x0) const {
+    const MixLayout& mx = f_.model.mix();
+    for (uint32_t l = 0; l < mx.layers; ++l) {
+      const uint32_t K = mx.experts, R = mx.rank;
+      std::vector<double> logits = MatMul(x, mx.g_offset(l), W0_, K), next = x;
+      double top = *std::max_element(logits.begin(), logits.end()), sum = 0;
+      for (double& z : logits) sum += (z = std::exp(z - top));
+      for (uint32_t k = 0; k < K; ++k) {
+        std::vector<double> a = MatMul(x, mx.v_offset(l, k), W0_, R);
+        for (double& v : a) v = std::max(v, 0.0);
+        std::vector<double> c = MatMul(a, mx.c_offset(l, k), R, R);
+        for (double& v : c) v = std::max(v, 0.0);
+        std::vector<double> u = MatMul(c, mx.u_offset(l, k), R, W0_);
+        for (uint32_t i = 0; i < W0_; ++i) {
+          next[i] += logits[k] / sum * x0[i] * (u[i] + params_[mx.b_offset(l) + i]);
+        }
+      }
+      x = next;
+    }
+    return x;
+  }
+
+  // Dot products among z (with a bottom MLP) and the slots' embeddings, appended to *x; the
+  // FM sum over the slots' pairs returned. (Only with them: model.slot_dims shapes, which
+  // refuse both, have slots of other widths.)
+  double Interactions(const std::vector<double>& x0, std::vector<double>* x) const {
+    const uint32_t S = kSchema.num_slots, dim = 4;
+    const uint32_t shift = f_.model.bottom().num_layers() > 0 ? 1 : 0, vec0 = Dx_ - shift * dim;
+    double fm = 0;
+    for (uint32_t i = 0; (shape_.dot || shape_.fm) && i < S + shift; ++i) {
+      for (uint32_t j = i + 1; j < S + shift; ++j) {
+        double d = 0;
+        for (uint32_t k = 0; k < dim; ++k) d += x0[vec0 + i * dim + k] * x0[vec0 + j * dim + k];
+        if (shape_.dot) x->push_back(d);
+        if (i >= shift) fm += d;
+      }
+    }
+    return fm;
+  }
+
+  // The towers, read from docs/model.md's description: tower t sees the input less the other
+  // towers' dense groups, and the earlier towers' first and last hidden layers.
+  double TowersTop(const std::vector<double>& x) const {
+    const Towers& tw = f_.model.towers();
+    std::vector<std::vector<double>> h1(shape_.towers), hL(shape_.towers);
+    double z = params_[tw.out_b()];
+    for (uint32_t t = 0; t < shape_.towers; ++t) {
+      std::vector<double> in;
+      for (uint32_t c = 0; c < x.size(); ++c) {
+        bool other = false;  // a dense feature of another tower's group
+        for (uint32_t g = 0; g < shape_.dense_groups.size(); ++g) {
+          for (uint32_t d : shape_.dense_groups[g]) other |= g != t && d == c;
+        }
+        if (!other) in.push_back(x[c]);
+      }
+      for (uint32_t s = 0; s < t; ++s) {
+        in.insert(in.end(), h1[s].begin(), h1[s].end());
+        if (shape_.TowerWidths()[s].size() > 1) in.insert(in.end(), hL[s].begin(), hL[s].end());
+      }
+      const Mlp& m = tw.tower(t);
+      EXPECT_EQ(in.size(), m.in(0));
+      for (uint32_t l = 0; l < m.num_layers(); ++l) {
+        in = Layer(m, tw.base(t), l, in, true);
+        if (l == 0) h1[t] = in;
+      }
+      hL[t] = in;
+      size_t w = tw.out_w();  // w_t follows the earlier towers' weights
+      for (uint32_t s = 0; s < t; ++s) w += hL[s].size();
+      for (uint32_t j = 0; j < in.size(); ++j) z += in[j] * params_[w + j];
+    }
+    return z;
+  }
+
+  // The top MLP, its last layer linear.
+  double TopMlp(std::vector<double> x) const {
+    const Mlp& mlp = f_.model.mlp();
+    for (uint32_t l = 0; l < mlp.num_layers(); ++l) {
+      x = Layer(mlp, 0, l, x, l + 1 < mlp.num_layers());
+    }
+    return x[0];
+  }
+
+  const Fixture& f_;
+  const ModelOptions& shape_;
+  const std::vector<float>& params_;
+  const uint32_t Dx_;
+  uint32_t W0_ = 0;
+  std::vector<uint32_t> col_, sdim_;
+};
+
 TEST(CtrModelTest, PredictionsMatchAPlainReferenceOfEveryShape) {
   for (const auto& [name, shape] : Shapes()) {
     SCOPED_TRACE(name);
@@ -105,171 +302,13 @@ TEST(CtrModelTest, PredictionsMatchAPlainReferenceOfEveryShape) {
     const Minibatch& mb = f.ws.batches[0];
     std::vector<float> p(mb.rows());
     f.model.Predict(f.pass, f.ws, mb, f.rows, nullptr, p.data());
-    const uint32_t D = kSchema.num_dense, S = kSchema.num_slots, dim = 4;
-    // Dx: D, or z's dim; then each slot's embedding of its own dimension (model.slot_dims).
-    std::vector<uint32_t> col(S), sdim(S);
-    uint32_t W0 = f.model.dense_width();
-    for (uint32_t s = 0; s < S; ++s) {
-      sdim[s] = shape.SlotDim(s);
-      col[s] = W0;
-      W0 += sdim[s];
-    }
-    const uint32_t Dx = f.model.dense_width();
-    const std::vector<float>& params = f.model.dense_params();
-    const CrossLayout& cl = f.model.cross();
-    const Mlp& mlp = f.model.mlp();
-    const Mlp& bm = f.model.bottom();
-    const Towers& tw = f.model.towers();
-    const MixLayout& mx = f.model.mix();
-    ASSERT_EQ(params.size(), (shape.HasTowers() ? tw.num_params() : mlp.num_params()) +
-                                 cl.num_params() + bm.num_params() + mx.num_params());
+    const CtrModel& m = f.model;
+    ASSERT_EQ(m.dense_params().size(),
+              (shape.HasTowers() ? m.towers().num_params() : m.mlp().num_params()) +
+                  m.cross().num_params() + m.bottom().num_params() + m.mix().num_params());
+    const PlainReference ref(f, shape);
     for (uint32_t r = 0; r < mb.rows(); ++r) {
-      const size_t R = mb.row_begin + r;
-      std::vector<double> x0(W0, 0.0);
-      double wide = 0;
-      std::vector<double> fx(D);
-      for (uint32_t j = 0; j < D; ++j) fx[j] = std::log1p(std::max(f.pass.dense[R * D + j], 0.0f));
-      for (uint32_t l = 0; l < bm.num_layers(); ++l) {  // z = ReLU layers of f(dense)
-        std::vector<double> y(bm.out(l));
-        for (uint32_t c = 0; c < bm.out(l); ++c) {
-          double v = params[f.model.bottom_base() + bm.b_offset(l) + c];
-          for (uint32_t i = 0; i < bm.in(l); ++i) {
-            v += fx[i] * params[f.model.bottom_base() + bm.w_offset(l) + size_t{i} * bm.out(l) + c];
-          }
-          y[c] = std::max(v, 0.0);
-        }
-        fx = y;
-      }
-      ASSERT_EQ(fx.size(), Dx);
-      for (uint32_t j = 0; j < Dx; ++j) x0[j] = fx[j];
-      for (uint32_t s = 0; s < S; ++s) {
-        for (uint32_t q = f.pass.offsets[R * S + s]; q < f.pass.offsets[R * S + s + 1]; ++q) {
-          const uint32_t l = f.ws.local[q];
-          const double w = f.pass.weights[q];
-          wide += w * f.rows.wide(l);
-          if (!f.rows.has_emb(l)) continue;
-          for (uint32_t k = 0; k < sdim[s]; ++k) x0[col[s] + k] += w * f.rows.emb(l)[k];
-          for (uint32_t k = sdim[s]; k < f.rows.layout().dim; ++k) {
-            EXPECT_EQ(f.rows.emb(l)[k], 0.0f) << "a smaller table's row past its dimension";
-          }
-        }
-      }
-      std::vector<double> x = x0;
-      for (uint32_t l = 0; l < cl.layers; ++l) {
-        std::vector<double> next(W0);
-        // Low rank: W_l = V_l U_l as a plain W0 x W0 matrix first.
-        std::vector<double> W(size_t{W0} * W0, 0.0);
-        for (uint32_t i = 0; i < W0; ++i) {
-          for (uint32_t c = 0; c < W0; ++c) {
-            if (cl.rank == 0) {
-              W[size_t{i} * W0 + c] = params[cl.w_offset(l) + size_t{i} * W0 + c];
-              continue;
-            }
-            for (uint32_t q = 0; q < cl.rank; ++q) {
-              W[size_t{i} * W0 + c] += double(params[cl.w_offset(l) + size_t{i} * cl.rank + q]) *
-                                       params[cl.u_offset(l) + size_t{q} * W0 + c];
-            }
-          }
-        }
-        for (uint32_t c = 0; c < W0; ++c) {
-          double u = params[cl.b_offset(l) + c];
-          for (uint32_t i = 0; i < W0; ++i) u += x[i] * W[size_t{i} * W0 + c];
-          next[c] = x0[c] * u + x[c];
-        }
-        x = next;
-      }
-      // The mixture of experts, from its formula (model/cross_mix.h).
-      auto matmul = [&](const std::vector<double>& in, size_t at, uint32_t n_in, uint32_t n_out) {
-        std::vector<double> y(n_out, 0.0);
-        for (uint32_t c = 0; c < n_out; ++c) {
-          for (uint32_t i = 0; i < n_in; ++i) y[c] += in[i] * params[at + size_t{i} * n_out + c];
-        }
-        return y;
-      };
-      for (uint32_t l = 0; l < mx.layers; ++l) {
-        const uint32_t K = mx.experts, R = mx.rank;
-        std::vector<double> logits = matmul(x, mx.g_offset(l), W0, K), next = x;
-        double top = *std::max_element(logits.begin(), logits.end()), sum = 0;
-        for (double& z : logits) sum += (z = std::exp(z - top));
-        for (uint32_t k = 0; k < K; ++k) {
-          std::vector<double> a = matmul(x, mx.v_offset(l, k), W0, R);
-          for (double& v : a) v = std::max(v, 0.0);
-          std::vector<double> c = matmul(a, mx.c_offset(l, k), R, R);
-          for (double& v : c) v = std::max(v, 0.0);
-          std::vector<double> u = matmul(c, mx.u_offset(l, k), R, W0);
-          for (uint32_t i = 0; i < W0; ++i) {
-            next[i] += logits[k] / sum * x0[i] * (u[i] + params[mx.b_offset(l) + i]);
-          }
-        }
-        x = next;
-      }
-      // Dot products among z (with a bottom MLP) and the slots' embeddings; FM over the slots.
-      const uint32_t shift = bm.num_layers() > 0 ? 1 : 0, vec0 = Dx - shift * dim;
-      double fm = 0;
-      // (Only with them: model.slot_dims shapes, which refuse both, have slots of other widths.)
-      for (uint32_t i = 0; (shape.dot || shape.fm) && i < S + shift; ++i) {
-        for (uint32_t j = i + 1; j < S + shift; ++j) {
-          double d = 0;
-          for (uint32_t k = 0; k < dim; ++k) d += x0[vec0 + i * dim + k] * x0[vec0 + j * dim + k];
-          if (shape.dot) x.push_back(d);
-          if (i >= shift) fm += d;
-        }
-      }
-      ASSERT_EQ(x.size(), mlp.in(0));
-      // A layer y = x W + b of `m` (ReLU unless `linear`) at parameter offset `at`.
-      auto layer = [&](const Mlp& m, size_t at, uint32_t l, const std::vector<double>& in,
-                       bool relu) {
-        std::vector<double> y(m.out(l));
-        for (uint32_t c = 0; c < m.out(l); ++c) {
-          double v = params[at + m.b_offset(l) + c];
-          for (uint32_t i = 0; i < m.in(l); ++i) {
-            v += in[i] * params[at + m.w_offset(l) + size_t{i} * m.out(l) + c];
-          }
-          y[c] = relu ? std::max(v, 0.0) : v;
-        }
-        return y;
-      };
-      if (shape.HasTowers()) {  // the towers, read from docs/model.md's description
-        std::vector<std::vector<double>> h1(shape.towers), hL(shape.towers);
-        double z = params[tw.out_b()];
-        for (uint32_t t = 0; t < shape.towers; ++t) {
-          std::vector<double> in;
-          for (uint32_t c = 0; c < x.size(); ++c) {
-            bool other = false;  // a dense feature of another tower's group
-            for (uint32_t g = 0; g < shape.dense_groups.size(); ++g) {
-              for (uint32_t d : shape.dense_groups[g]) other |= g != t && d == c;
-            }
-            if (!other) in.push_back(x[c]);
-          }
-          for (uint32_t s = 0; s < t; ++s) {
-            in.insert(in.end(), h1[s].begin(), h1[s].end());
-            if (shape.TowerWidths()[s].size() > 1) in.insert(in.end(), hL[s].begin(), hL[s].end());
-          }
-          const Mlp& m = tw.tower(t);
-          ASSERT_EQ(in.size(), m.in(0));
-          for (uint32_t l = 0; l < m.num_layers(); ++l) {
-            in = layer(m, tw.base(t), l, in, true);
-            if (l == 0) h1[t] = in;
-          }
-          hL[t] = in;
-          size_t w = tw.out_w();  // w_t follows the earlier towers' weights
-          for (uint32_t s = 0; s < t; ++s) w += hL[s].size();
-          for (uint32_t j = 0; j < in.size(); ++j) z += in[j] * params[w + j];
-        }
-        x = {z};
-      }
-      for (uint32_t l = 0; !shape.HasTowers() && l < mlp.num_layers(); ++l) {
-        std::vector<double> y(mlp.out(l));
-        for (uint32_t c = 0; c < mlp.out(l); ++c) {
-          double v = params[mlp.b_offset(l) + c];
-          for (uint32_t i = 0; i < mlp.in(l); ++i) {
-            v += x[i] * params[mlp.w_offset(l) + size_t{i} * mlp.out(l) + c];
-          }
-          y[c] = l + 1 < mlp.num_layers() ? std::max(v, 0.0) : v;
-        }
-        x = y;
-      }
-      const double logit = x[0] + (shape.wide ? wide : 0.0) + (shape.fm ? fm : 0.0);
+      const double logit = ref.Logit(mb.row_begin + r);
       EXPECT_NEAR(p[r], 1.0 / (1.0 + std::exp(-logit)), 2e-6) << "row " << r;
     }
   }

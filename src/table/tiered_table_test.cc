@@ -105,6 +105,57 @@ std::vector<uint64_t> RandomKeys(Random* rng, size_t n, uint64_t space, uint32_t
   return keys;
 }
 
+// A pulled row i changed as training does: counters, the wide weight, an embedding created or
+// changed and put back on the quantizer's grid, bfloat16 state rounded.
+void ChangeAsTraining(const CtrAccessor& acc, const Quantizer& quant, uint64_t seed, Random* rng_in,
+                      RowBlock* rows_in, size_t i) {
+  Random& rng = *rng_in;
+  RowBlock& rows = *rows_in;
+  const ValueLayout& layout = rows.layout();
+  const uint64_t key = rows.key(i);
+  rows.show(i) += static_cast<float>(rng.Below(3));
+  rows.click(i) += static_cast<float>(rng.Below(2));
+  rows.unseen(i) = 0;
+  rows.wide(i) += 0.5f;
+  acc.MaybeCreateEmbedding(&rows, i);
+  if (rows.has_emb(i)) {
+    const uint32_t dim = layout.DimOf(key);  // the key's table's (model.slot_dims)
+    rows.emb(i)[rng.Below(dim)] += 1.0f;
+    if (rng.Below(2)) rows.emb(i)[rng.Below(dim)] = static_cast<float>(rng.Uniform() - 0.5);
+    // As the trainer does after every update: back onto the grid.
+    quant.Round(rows.emb(i), dim, QuantRounding::kStochastic, seed, rng.Next());
+    if (layout.state_bits == 16) {  // bfloat16 state, rounded as the trainer does
+      float& s = rows.emb_state(i)[rng.Below(layout.StateOf(key))];
+      s = RoundBf16(s + static_cast<float>(rng.Uniform()), static_cast<uint32_t>(rng.Next()));
+    }
+  }
+}
+
+// Shrink against the reference: the same rows decayed, the same deleted and their keys named.
+void ShrinkAgainst(const CtrAccessor& acc, ThreadPool* pool, TieredTable* table, Reference* ref) {
+  std::vector<uint64_t> deleted_keys, expect_keys;
+  auto deleted = table->Shrink(acc, pool, &deleted_keys);
+  ASSERT_TRUE(deleted.ok()) << deleted.status().ToString();
+  uint64_t expect_deleted = 0;
+  for (auto it = ref->begin(); it != ref->end();) {
+    RowBlock r(acc.layout());
+    r.Resize(1);
+    r.DecodeRow(it->second.data(), it->second.size(), 0);
+    if (acc.ShrinkRow(&r.show(0), &r.click(0), &r.unseen(0))) {
+      it->second = Encode(r, 0);
+      ++it;
+    } else {
+      expect_keys.push_back(it->first);
+      it = ref->erase(it);
+      ++expect_deleted;
+    }
+  }
+  ASSERT_EQ(*deleted, expect_deleted);
+  std::sort(deleted_keys.begin(), deleted_keys.end());
+  std::sort(expect_keys.begin(), expect_keys.end());
+  ASSERT_EQ(deleted_keys, expect_keys);  // the keys a serving delta deletes
+}
+
 // A random mix of every table operation against the reference; with a quantized layout the
 // rows' embeddings are stored as codes in every tier and must come back as the same codes.
 void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayout) {
@@ -153,22 +204,7 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
           acc.InitRow(&fresh, 0, keys[i]);
           ASSERT_EQ(Encode(rows, i), Encode(fresh, 0));
         }
-        rows.show(i) += static_cast<float>(rng.Below(3));
-        rows.click(i) += static_cast<float>(rng.Below(2));
-        rows.unseen(i) = 0;
-        rows.wide(i) += 0.5f;
-        acc.MaybeCreateEmbedding(&rows, i);
-        if (rows.has_emb(i)) {
-          const uint32_t dim = layout.DimOf(keys[i]);  // the key's table's (model.slot_dims)
-          rows.emb(i)[rng.Below(dim)] += 1.0f;
-          if (rng.Below(2)) rows.emb(i)[rng.Below(dim)] = static_cast<float>(rng.Uniform() - 0.5);
-          // As the trainer does after every update: back onto the grid.
-          quant.Round(rows.emb(i), dim, QuantRounding::kStochastic, seed, rng.Next());
-          if (layout.state_bits == 16) {  // bfloat16 state, rounded as the trainer does
-            float& s = rows.emb_state(i)[rng.Below(layout.StateOf(keys[i]))];
-            s = RoundBf16(s + static_cast<float>(rng.Uniform()), static_cast<uint32_t>(rng.Next()));
-          }
-        }
+        ChangeAsTraining(acc, quant, seed, &rng, &rows, i);
         ref[keys[i]] = Encode(rows, i);
       }
       ASSERT_TRUE(table->Push(&*pins, rows, rng.Below(2) ? &pool : nullptr).ok());
@@ -187,27 +223,7 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
         }
       }
     } else if (op == 14) {
-      std::vector<uint64_t> deleted_keys, expect_keys;
-      auto deleted = table->Shrink(acc, &pool, &deleted_keys);
-      ASSERT_TRUE(deleted.ok()) << deleted.status().ToString();
-      uint64_t expect_deleted = 0;
-      for (auto it = ref.begin(); it != ref.end();) {
-        RowBlock r(layout);
-        r.Resize(1);
-        r.DecodeRow(it->second.data(), it->second.size(), 0);
-        if (acc.ShrinkRow(&r.show(0), &r.click(0), &r.unseen(0))) {
-          it->second = Encode(r, 0);
-          ++it;
-        } else {
-          expect_keys.push_back(it->first);
-          it = ref.erase(it);
-          ++expect_deleted;
-        }
-      }
-      ASSERT_EQ(*deleted, expect_deleted);
-      std::sort(deleted_keys.begin(), deleted_keys.end());
-      std::sort(expect_keys.begin(), expect_keys.end());
-      ASSERT_EQ(deleted_keys, expect_keys);  // the keys a serving delta deletes
+      ASSERT_NO_FATAL_FAILURE(ShrinkAgainst(acc, &pool, table.get(), &ref));
     } else if (op == 15) {
       ASSERT_TRUE(table->FlushAll().ok());
     } else if (op == 16) {
