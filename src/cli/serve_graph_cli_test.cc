@@ -75,9 +75,23 @@ csv.writer(out, lineterminator="").writerow(row)
 code, r = post(port, records([out.getvalue(), lines[0]]))
 no_label = code == 200 and r["outputs"][0]["data"][0] == r["outputs"][0]["data"][1] \
     and r["outputs"][1]["data"] == [True, True]
+# The first 37 records asked back as binary tensors (FP32 probabilities, a byte per BOOL):
+# the JSON answers' bits.
+ask = dict(records(lines[:37]), outputs=[{"name": n, "parameters": {"binary_data": True}}
+                                         for n in ("probability", "scored")])
+req = urllib.request.Request(f"http://127.0.0.1:{port}/v2/models/ctrbox/infer",
+                             data=json.dumps(ask).encode())
+with urllib.request.urlopen(req, timeout=60) as r:
+    hl, data = int(r.headers["Inference-Header-Content-Length"]), r.read()
+outs = json.loads(data[:hl])["outputs"]
+sizes = [o["parameters"]["binary_data_size"] for o in outs]
+probs = struct.unpack("<37f", data[hl:hl + 148])
+flags = [b != 0 for b in data[hl + 148:]]
+binary_ok = sizes == [148, 37] and len(data) == hl + 185 and \
+    [bits(x) for x in probs] == [bits(p) for p, _ in got[:37]] and flags == [s for _, s in got[:37]]
 print(json.dumps({"records": len(lines), "scored": scored, "predicted": len(want),
                   "matched": matched, "mismatches": mismatches, "unexplained": unexplained,
-                  "no_label": no_label}))
+                  "no_label": no_label, "binary_ok": binary_ok}))
 )PY";
 
 class ServeGraphCliTest : public testing::ServeFixture {
@@ -122,6 +136,7 @@ TEST_F(ServeGraphCliTest, RecordsOfTheMainViewGoThroughTheJobsGraph) {
   EXPECT_EQ(j["mismatches"], 0) << j;
   EXPECT_EQ(j["unexplained"], 0) << j;
   EXPECT_EQ(j["no_label"], true) << j;
+  EXPECT_EQ(j["binary_ok"], true) << j;  // (BOOL was sent as 4 bytes an element before)
   auto [code, meta] = Curl(port, "/v2/models/ctrbox");
   EXPECT_EQ(code, 200);
   EXPECT_NE(meta.find(R"("name":"scored")"), std::string::npos) << meta;

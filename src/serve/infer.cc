@@ -253,7 +253,7 @@ void WriteOutput(const char* name, const char* datatype, size_t n, bool as_binar
                    n * width);
     for (size_t i = 0; i < n; ++i) {
       const auto x = value(i);
-      if constexpr (std::is_same_v<decltype(x), bool>) {
+      if constexpr (std::is_same_v<std::remove_cv_t<decltype(x)>, bool>) {
         binary->push_back(x ? 1 : 0);
       } else {
         char bytes[4];
@@ -267,7 +267,7 @@ void WriteOutput(const char* name, const char* datatype, size_t n, bool as_binar
   for (size_t i = 0; i < n; ++i) {
     if (i > 0) *json += ',';
     const auto x = value(i);
-    if constexpr (std::is_same_v<decltype(x), bool>) {
+    if constexpr (std::is_same_v<std::remove_cv_t<decltype(x)>, bool>) {
       *json += x ? "true" : "false";
     } else {
       fmt::format_to(std::back_inserter(*json), "{}", x);  // shortest: reads back bit for bit
