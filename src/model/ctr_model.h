@@ -265,6 +265,26 @@ class CtrModel {
                              const RowBlock& rows, ThreadPool* pool, float* predictions,
                              uint32_t global_rows, std::vector<float>* records);
   std::vector<float>& dense_grads() { return grads_; }
+
+  // ---- The order of the gradient sums (docs/distributed.md, "The same model on any number of
+  // ranks"). By default a sum runs in the fastest fixed order for this process's rows: the
+  // same bits from run to run and for any thread count, other bits for another number of
+  // ranks. Canonical sums (train.deterministic) cut every global minibatch of batch_rows rows
+  // into kSumBlocks fixed blocks (block b: rows [b B / 16, (b + 1) B / 16)); each block is
+  // one row block of the forward and backward passes and one leaf of every gradient sum,
+  // summed within in row order, and the blocks' sums add up a fixed pairwise tree
+  // (util/pairwise_sum.h), an empty block skipped. A rank holding rows [first_row, first_row +
+  // its rows) of each global minibatch, a share of whole blocks that is a node of that tree,
+  // computes the node's sums; the ranks' sums added up the same tree (over their indices) are
+  // one process's sums, bit for bit.
+  static constexpr uint32_t kSumBlocks = 16;
+  struct SumOrder {
+    bool canonical = false;
+    uint32_t batch_rows = 0;  // the global minibatch's (train.batch_size over all the ranks)
+    uint32_t first_row = 0;   // this rank's first row in it
+  };
+  void set_sum_order(const SumOrder& o);
+  const SumOrder& sum_order() const { return sum_order_; }
   // Starts the optimizer step and applies dense_grads() (summed over the ranks).
   void ApplyDense(ThreadPool* pool);
   // Applies summed records to rows local[0..n) of *rows (distinct), after ApplyDense of the
@@ -328,14 +348,29 @@ class CtrModel {
   void SparseRecord(const Batch& pass, const WorkingSet& ws, const Minibatch& mb, size_t u,
                     float* record) const;
   bool ApplyRecord(uint32_t l, const float* record, RowBlock* rows, const CtrAccessor& accessor);
+  // The sparse record's canonical sum (SumOrder): per block in occurrence order, the blocks
+  // added up the pairwise tree.
+  void SparseRecordCanonical(const Batch& pass, const WorkingSet& ws, const Minibatch& mb, size_t u,
+                             float* record) const;
   // A weight-gradient tile: its gradient, then the dense optimizer's update of its columns.
   void DenseTile(size_t tile, uint32_t batch_rows);
+  // The tile's gradient over the minibatch's rows (canonically: by blocks, added up the tree).
   void DenseTileGrad(size_t tile, uint32_t batch_rows);
+  // The tile's gradient over buffer rows [r0, r1), written into `grads` (laid out like the
+  // parameters; only the tile's ranges are written).
+  void DenseTileRows(size_t tile, uint32_t r0, uint32_t r1, float* grads);
   void DenseTileUpdate(size_t tile);
-  // The dense optimizer's update of a tile's columns [c0, c1): of `rows` rows of the matrix at
-  // `matrix` (row stride ld), and of the bias at `bias` unless kNoBias.
+  // Calls fn(offset, n) for every range of parameters tile `tile` holds (its gradient and
+  // update touch these alone).
+  void ForTileRanges(size_t tile, const std::function<void(size_t, size_t)>& fn) const;
+  // The training row blocks of a minibatch of `rows` rows: [blocks[i], blocks[i + 1]) (of
+  // kRowBlock rows; with canonical sums, this rank's parts of the sum blocks), and each one's
+  // sum block (its leaf in the tree).
+  void RowBlocks(uint32_t rows, std::vector<uint32_t>* blocks, std::vector<uint32_t>* leaf) const;
+  // The sum block of the global minibatch's row `row` (SumOrder).
+  uint32_t SumBlockOf(uint32_t row) const;
+  uint32_t SumBlockBegin(uint32_t block) const;
   static constexpr size_t kNoBias = ~size_t{0};
-  void UpdateTile(size_t matrix, uint32_t rows, uint32_t ld, size_t bias, uint32_t c0, uint32_t c1);
   // The interactions' halves of a row block: forward after BuildInputs (cross layers, dot
   // products into the MLP's input), and backward from the MLP's input gradient (dmi_) to the
   // embedding gradients (dx_).
@@ -364,6 +399,10 @@ class CtrModel {
   size_t bottom_base_;
   MixLayout mix_;
   std::vector<float> params_, grads_;
+  SumOrder sum_order_;
+  // Canonical sums: the tree's pending sums of the dense gradient (slots 1.., slot 0 is
+  // grads_), each laid out like the parameters.
+  std::vector<std::vector<float>> sum_slots_;
   DenseOptimizer dense_opt_;
   Quantizer quant_;      // of the stored embeddings (disabled: float32)
   uint64_t quant_seed_;  // stochastic rounding of updates

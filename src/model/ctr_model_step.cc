@@ -12,6 +12,7 @@
 #include "model/ctr_model_internal.h"
 #include "util/blas.h"
 #include "util/hash.h"
+#include "util/pairwise_sum.h"
 #include "util/random.h"
 
 namespace ctrbox {
@@ -104,12 +105,14 @@ double CtrModel::ForwardBackward(const Batch& pass, const WorkingSet& ws, const 
   const uint32_t B = mb.rows();
   EnsureBuffers(std::max(B, 1u));
   const uint32_t hidden = towers_.on() ? 0 : mlp_.num_layers() - 1, D = schema_.num_dense;
-  const size_t blocks = (B + kRowBlock - 1) / kRowBlock;
+  std::vector<uint32_t> bounds, leaf;
+  RowBlocks(B, &bounds, &leaf);
+  const size_t blocks = bounds.size() - 1;
   std::vector<double> block_loss(blocks, 0.0);
 
   // Phase A (row blocks): inputs, forward, loss gradient, backward to the inputs.
   RunParallel(pool, blocks, [&](size_t blk, int) {
-    const uint32_t r0 = static_cast<uint32_t>(blk * kRowBlock), r1 = std::min(B, r0 + kRowBlock);
+    const uint32_t r0 = bounds[blk], r1 = bounds[blk + 1];
     BuildInputs(pass, ws, mb, rows, r0, r1);
     ForwardBlock(r0, r1);
     double loss = 0;
@@ -159,130 +162,164 @@ double CtrModel::ForwardBackward(const Batch& pass, const WorkingSet& ws, const 
   return loss;
 }
 
-void CtrModel::UpdateTile(size_t matrix, uint32_t rows, uint32_t ld, size_t bias, uint32_t c0,
-                          uint32_t c1) {
-  for (uint32_t i = 0; i < rows; ++i) {
-    dense_opt_.Update(params_.data(), grads_.data(), matrix + size_t{i} * ld + c0, c1 - c0);
-  }
-  if (bias != kNoBias) dense_opt_.Update(params_.data(), grads_.data(), bias + c0, c1 - c0);
-}
-
 void CtrModel::DenseTile(size_t t, uint32_t batch_rows) {
   DenseTileGrad(t, batch_rows);
   DenseTileUpdate(t);
 }
 
 void CtrModel::DenseTileGrad(size_t t, uint32_t batch_rows) {
+  if (!sum_order_.canonical) {
+    DenseTileRows(t, 0, batch_rows, grads_.data());
+    return;
+  }
+  // By sum blocks, added up the pairwise tree: slot 0 is grads_ itself.
+  std::vector<uint32_t> blocks, leaf;
+  RowBlocks(batch_rows, &blocks, &leaf);
+  auto slot = [&](int i) { return i == 0 ? grads_.data() : sum_slots_[i - 1].data(); };
+  auto merge = [&](int into, int from) {
+    float* a = slot(into);
+    const float* b = slot(from);
+    ForTileRanges(t, [&](size_t at, size_t n) {
+      for (size_t i = at; i < at + n; ++i) a[i] += b[i];
+    });
+  };
+  PairwiseStack stack;
+  for (size_t i = 0; i + 1 < blocks.size(); ++i) {
+    DenseTileRows(t, blocks[i], blocks[i + 1], slot(stack.Push(leaf[i], merge)));
+  }
+  if (stack.empty()) {  // no rows: a zero gradient
+    float* g = grads_.data();
+    ForTileRanges(t, [&](size_t at, size_t n) { std::fill(g + at, g + at + n, 0.0f); });
+  }
+  stack.Finish(merge);
+}
+
+void CtrModel::DenseTileRows(size_t t, uint32_t r0, uint32_t r1, float* out) {
   const Tile& tile = tiles_[t];
   const uint32_t l = tile.layer, c0 = tile.c0, c1 = tile.c1, width = c1 - c0;
+  const uint32_t batch_rows = r1 - r0;
   const int B = static_cast<int>(batch_rows);
+  const size_t r = r0;  // every row-major buffer from row r0
   switch (tile.kind) {
     case TileKind::kMlp: {
       const uint32_t last = mlp_.num_layers() - 1;
-      const float* xin = l == 0 ? MlpInput() : acts_[l - 1].data();
-      const float* g = l == last ? dlogit_.data() : grads_hidden_[l].data();
-      mlp_.TileGrad(l, c0, c1, xin, g, B, grads_.data());
+      const float* xin = (l == 0 ? MlpInput() : acts_[l - 1].data()) + r * mlp_.in(l);
+      const float* g = (l == last ? dlogit_.data() : grads_hidden_[l].data()) + r * mlp_.out(l);
+      mlp_.TileGrad(l, c0, c1, xin, g, B, out);
       return;
     }
     case TileKind::kTower: {
       const uint32_t t = tile.tower;
-      const float* xin = l == 0 ? tw_tin_[t].data() : tw_acts_[t][l - 1].data();
-      towers_.tower(t).TileGrad(l, c0, c1, xin, tw_grads_[t][l].data(), B,
-                                grads_.data() + towers_.base(t));
+      const Mlp& m = towers_.tower(t);
+      const float* xin = (l == 0 ? tw_tin_[t].data() : tw_acts_[t][l - 1].data()) + r * m.in(l);
+      m.TileGrad(l, c0, c1, xin, tw_grads_[t][l].data() + r * m.out(l), B, out + towers_.base(t));
       return;
     }
     case TileKind::kTowerOut: {  // dw_t = hL_t^T dlogit, db = the sum of dlogit in row order
       for (uint32_t t = 0; t < towers_.count(); ++t) {
         const uint32_t last = towers_.last(t);
         blas::Sgemm(true, false, static_cast<int>(last), 1, B, 1.0f,
-                    tw_acts_[t][towers_.layers(t) - 1].data(), static_cast<int>(last),
-                    dlogit_.data(), 1, 0.0f, grads_.data() + towers_.out_w() + towers_.out_begin(t),
-                    1);
+                    tw_acts_[t][towers_.layers(t) - 1].data() + r * last, static_cast<int>(last),
+                    dlogit_.data() + r, 1, 0.0f, out + towers_.out_w() + towers_.out_begin(t), 1);
       }
       float db = 0.0f;
-      for (uint32_t r = 0; r < batch_rows; ++r) db += dlogit_[r];
-      grads_[towers_.out_b()] = db;
+      for (uint32_t i = r0; i < r1; ++i) db += dlogit_[i];
+      out[towers_.out_b()] = db;
       return;
     }
     case TileKind::kMixExpert: {
       HostExec e;
-      MixExpertGrads(e, mix_, MixBlock(0), batch_rows, l, tile.tower, grads_.data());
+      MixExpertGrads(e, mix_, MixBlock(r0), batch_rows, l, tile.tower, out);
       return;
     }
     case TileKind::kMixLayer: {
       HostExec e;
-      MixLayerGrads(e, mix_, MixBlock(0), batch_rows, l, grads_.data());
+      MixLayerGrads(e, mix_, MixBlock(r0), batch_rows, l, out);
       return;
     }
     case TileKind::kBottom: {
-      const float* xin = l == 0 ? bottom_in_.data() : bottom_acts_[l - 1].data();
-      bottom_.TileGrad(l, c0, c1, xin, bottom_grads_[l].data(), B, grads_.data() + bottom_base_);
+      const float* xin =
+          (l == 0 ? bottom_in_.data() : bottom_acts_[l - 1].data()) + r * bottom_.in(l);
+      bottom_.TileGrad(l, c0, c1, xin, bottom_grads_[l].data() + r * bottom_.out(l), B,
+                       out + bottom_base_);
       return;
     }
     case TileKind::kCross: {
       // dW_l = x_l^T gu_l (full rank) or dU_l = (x_l V_l)^T gu_l, db_l = column sums of gu_l.
       const uint32_t W0 = cross_.width, R = cross_.rank;
-      const float* gu = cross_gu_[l].data();
+      const float* gu = cross_gu_[l].data() + r * W0;
       const uint32_t k = R > 0 ? R : W0;  // the matrix's rows
-      const float* in = R > 0 ? cross_low_[l].data() : CrossInput(l);
+      const float* in = (R > 0 ? cross_low_[l].data() : CrossInput(l)) + r * k;
       const size_t w = R > 0 ? cross_.u_offset(l) : cross_.w_offset(l);
-      blas::Sgemm(true, false, k, width, B, 1.0f, in, k, gu + c0, W0, 0.0f, grads_.data() + w + c0,
-                  W0);
-      float* db = grads_.data() + cross_.b_offset(l) + c0;
+      blas::Sgemm(true, false, k, width, B, 1.0f, in, k, gu + c0, W0, 0.0f, out + w + c0, W0);
+      float* db = out + cross_.b_offset(l) + c0;
       std::memset(db, 0, width * sizeof(float));
-      for (uint32_t r = 0; r < batch_rows; ++r) {
-        const float* gr = gu + size_t{r} * W0 + c0;
+      for (uint32_t i = 0; i < batch_rows; ++i) {
+        const float* gr = gu + size_t{i} * W0 + c0;
         for (uint32_t j = 0; j < width; ++j) db[j] += gr[j];
       }
       return;
     }
     case TileKind::kCrossV: {  // dV_l = x_l^T (gu_l U_l^T): columns [c0, c1) of r
       const uint32_t W0 = cross_.width, R = cross_.rank;
-      blas::Sgemm(true, false, W0, width, B, 1.0f, CrossInput(l), W0, cross_glow_[l].data() + c0, R,
-                  0.0f, grads_.data() + cross_.w_offset(l) + c0, R);
+      blas::Sgemm(true, false, W0, width, B, 1.0f, CrossInput(l) + r * W0, W0,
+                  cross_glow_[l].data() + r * R + c0, R, 0.0f, out + cross_.w_offset(l) + c0, R);
       return;
     }
   }
 }
 
-void CtrModel::DenseTileUpdate(size_t t) {
+// The parameter ranges of a tile: `rows` rows of columns [c0, c1) of the matrix at `matrix`
+// (row stride ld), then the bias's columns unless kNoBias.
+namespace {
+void MatrixRanges(size_t matrix, uint32_t rows, uint32_t ld, size_t bias, uint32_t c0, uint32_t c1,
+                  const std::function<void(size_t, size_t)>& fn) {
+  for (uint32_t i = 0; i < rows; ++i) fn(matrix + size_t{i} * ld + c0, c1 - c0);
+  if (bias != ~size_t{0}) fn(bias + c0, c1 - c0);
+}
+}  // namespace
+
+void CtrModel::ForTileRanges(size_t t, const std::function<void(size_t, size_t)>& fn) const {
   const Tile& tile = tiles_[t];
   const uint32_t l = tile.layer, c0 = tile.c0, c1 = tile.c1;
   switch (tile.kind) {
     case TileKind::kMlp:
-      UpdateTile(mlp_.w_offset(l), mlp_.in(l), mlp_.out(l), mlp_.b_offset(l), c0, c1);
+      MatrixRanges(mlp_.w_offset(l), mlp_.in(l), mlp_.out(l), mlp_.b_offset(l), c0, c1, fn);
       return;
     case TileKind::kBottom:
-      UpdateTile(bottom_base_ + bottom_.w_offset(l), bottom_.in(l), bottom_.out(l),
-                 bottom_base_ + bottom_.b_offset(l), c0, c1);
+      MatrixRanges(bottom_base_ + bottom_.w_offset(l), bottom_.in(l), bottom_.out(l),
+                   bottom_base_ + bottom_.b_offset(l), c0, c1, fn);
       return;
     case TileKind::kTower: {
       const Mlp& m = towers_.tower(tile.tower);
       const size_t base = towers_.base(tile.tower);
-      UpdateTile(base + m.w_offset(l), m.in(l), m.out(l), base + m.b_offset(l), c0, c1);
+      MatrixRanges(base + m.w_offset(l), m.in(l), m.out(l), base + m.b_offset(l), c0, c1, fn);
       return;
     }
     case TileKind::kTowerOut:
-      UpdateTile(towers_.out_w(), towers_.out_width(), 1, towers_.out_b(), 0, 1);
+      MatrixRanges(towers_.out_w(), towers_.out_width(), 1, towers_.out_b(), 0, 1, fn);
       return;
     case TileKind::kMixExpert:
-      dense_opt_.Update(params_.data(), grads_.data(), mix_.v_offset(l, tile.tower),
-                        mix_.expert_params());
+      fn(mix_.v_offset(l, tile.tower), mix_.expert_params());
       return;
     case TileKind::kMixLayer:
-      dense_opt_.Update(params_.data(), grads_.data(), mix_.g_offset(l),
-                        size_t{mix_.width} * (mix_.experts + 1));
+      fn(mix_.g_offset(l), size_t{mix_.width} * (mix_.experts + 1));
       return;
     case TileKind::kCross: {
       const uint32_t R = cross_.rank;
-      UpdateTile(R > 0 ? cross_.u_offset(l) : cross_.w_offset(l), R > 0 ? R : cross_.width,
-                 cross_.width, cross_.b_offset(l), c0, c1);
+      MatrixRanges(R > 0 ? cross_.u_offset(l) : cross_.w_offset(l), R > 0 ? R : cross_.width,
+                   cross_.width, cross_.b_offset(l), c0, c1, fn);
       return;
     }
     case TileKind::kCrossV:
-      UpdateTile(cross_.w_offset(l), cross_.width, cross_.rank, kNoBias, c0, c1);
+      MatrixRanges(cross_.w_offset(l), cross_.width, cross_.rank, kNoBias, c0, c1, fn);
       return;
   }
+}
+
+void CtrModel::DenseTileUpdate(size_t t) {
+  ForTileRanges(
+      t, [&](size_t at, size_t n) { dense_opt_.Update(params_.data(), grads_.data(), at, n); });
 }
 
 }  // namespace ctrbox

@@ -32,6 +32,10 @@ void CtrModel::UpdateSparseChunk(const Batch& pass, const WorkingSet& ws, const 
 
 void CtrModel::SparseRecord(const Batch& pass, const WorkingSet& ws, const Minibatch& mb, size_t u,
                             float* record) const {
+  if (sum_order_.canonical) {
+    SparseRecordCanonical(pass, ws, mb, u, record);
+    return;
+  }
   const uint32_t S = schema_.num_slots, E = emb_width_, rd = row_dim_;
   const bool weighted = pass.has_weights();
   float* g = record;
