@@ -1,0 +1,149 @@
+// Canonical sums (CtrModel::SumOrder): a minibatch trained on N simulated ranks — each
+// computing its share's gradients, the shares added up the pairwise tree over the ranks — is
+// the one-process step bit for bit, for every model shape and N = 1, 2, 4, 8.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "model/ctr_model.h"
+#include "model/ctr_model_test_util.h"
+#include "util/pairwise_sum.h"
+#include "util/thread_pool.h"
+
+namespace ctrbox::model_test {
+namespace {
+
+constexpr uint32_t kBatch = 64;
+
+// Every key's row, encoded, by key.
+std::map<uint64_t, std::string> Rows(const Fixture& f) {
+  std::map<uint64_t, std::string> out;
+  for (size_t i = 0; i < f.ws.keys.size(); ++i) f.rows.EncodeRow(i, &out[f.ws.keys[i]]);
+  return out;
+}
+
+// The model after one canonical step of the fixture's first minibatch on `ranks` simulated
+// ranks (rank-order sums instead of the tree with pairwise = false), and its rows by key.
+struct Stepped {
+  std::vector<float> dense;
+  std::map<uint64_t, std::string> rows;
+};
+
+Stepped StepOnRanks(const ModelOptions& shape, uint32_t ranks, bool pairwise) {
+  OptimizerOptions sparse, dense;  // Adagrad and Adam, the defaults
+  Fixture whole(sparse, dense, true, kBatch, shape, kBatch);
+  const uint32_t share = kBatch / ranks;
+  std::vector<float> grads;
+  std::map<uint64_t, std::vector<std::pair<uint32_t, std::vector<float>>>> records;  // by key
+  for (uint32_t r = 0; r < ranks; ++r) {
+    Fixture f(sparse, dense, true, share, shape, kBatch);  // the same model and rows...
+    Batch mine;  // ... and this rank's rows of the minibatch
+    mine.Reset(kSchema);
+    mine.AppendRows(whole.pass, r * share, (r + 1) * share);
+    f.pass = mine;
+    BuildWorkingSet(f.pass, share, nullptr, &f.ws);
+    const std::map<uint64_t, std::string> init = Rows(whole);
+    f.rows.Resize(f.ws.keys.size());
+    for (size_t i = 0; i < f.ws.keys.size(); ++i) {
+      const std::string& row = init.at(f.ws.keys[i]);
+      f.rows.DecodeRow(row.data(), row.size(), i);
+    }
+    f.model.set_sum_order({true, kBatch, r * share});
+    const Minibatch& mb = f.ws.batches[0];
+    std::vector<float> p(mb.rows()), rec;
+    f.model.ComputeGradients(f.pass, f.ws, mb, f.rows, nullptr, p.data(), kBatch, &rec);
+    const uint32_t width = f.model.SparseRecordWidth();
+    for (size_t u = 0; u < mb.uniq.size(); ++u) {
+      records[f.ws.keys[mb.uniq[u]]].push_back(
+          {r, std::vector<float>(rec.begin() + u * width, rec.begin() + (u + 1) * width)});
+    }
+    // The dense gradient over the ranks.
+    const std::vector<float>& g = f.model.dense_grads();
+    if (r == 0) {
+      grads = g;
+    } else if (!pairwise) {
+      for (size_t i = 0; i < g.size(); ++i) grads[i] += g[i];
+    } else {
+      grads.resize(g.size() * (r + 1));
+      std::copy(g.begin(), g.end(), grads.begin() + g.size() * r);
+    }
+  }
+  const size_t n = whole.model.dense_grads().size();
+  std::vector<float>& out = whole.model.dense_grads();
+  if (pairwise) {  // each element up the tree over the ranks
+    for (size_t i = 0; i < n; ++i) {
+      float slot[PairwiseStack::kMaxSlots];
+      PairwiseStack stack;
+      auto merge = [&](int a, int b) { slot[a] += slot[b]; };
+      for (uint32_t r = 0; r < ranks; ++r) slot[stack.Push(r, merge)] = grads[r * n + i];
+      stack.Finish(merge);
+      out[i] = slot[0];
+    }
+  } else {
+    out = grads;
+  }
+  whole.model.ApplyDense(nullptr);
+  // Each key's records up the tree over the ranks that touched it (or in rank order).
+  const uint32_t width = whole.model.SparseRecordWidth();
+  std::vector<uint32_t> locals;
+  std::vector<float> summed;
+  for (size_t i = 0; i < whole.ws.keys.size(); ++i) {
+    auto it = records.find(whole.ws.keys[i]);
+    if (it == records.end()) continue;
+    std::vector<std::vector<float>> slot(PairwiseStack::kMaxSlots);
+    PairwiseStack stack;
+    auto merge = [&](int a, int b) {
+      for (uint32_t d = 0; d < width; ++d) slot[a][d] += slot[b][d];
+    };
+    for (const auto& [r, rec] : it->second) {
+      if (pairwise) {
+        slot[stack.Push(r, merge)] = rec;
+      } else if (stack.empty()) {
+        slot[stack.Push(0, merge)] = rec;
+      } else {
+        for (uint32_t d = 0; d < width; ++d) slot[0][d] += rec[d];
+      }
+    }
+    stack.Finish(merge);
+    locals.push_back(static_cast<uint32_t>(i));
+    summed.insert(summed.end(), slot[0].begin(), slot[0].end());
+  }
+  whole.model.ApplySparse(locals.data(), summed.data(), locals.size(), &whole.rows, whole.accessor,
+                          nullptr);
+  return {whole.model.dense_params(), Rows(whole)};
+}
+
+Stepped StepInOneProcess(const ModelOptions& shape, ThreadPool* pool) {
+  OptimizerOptions sparse, dense;
+  Fixture f(sparse, dense, true, kBatch, shape, kBatch);
+  f.model.set_sum_order({true, kBatch, r * share});
+  std::vector<float> p(kBatch);
+  f.model.TrainMinibatch(f.pass, f.ws, f.ws.batches[0], &f.rows, f.accessor, pool, p.data());
+  return {f.model.dense_params(), Rows(f)};
+}
+
+TEST(CtrModelSumsTest, RanksAddingUpThePairwiseTreeTrainTheOneProcessStep) {
+  ThreadPool pool(3);
+  int differs_in_rank_order = 0;
+  for (const auto& [name, shape] : Shapes()) {
+    SCOPED_TRACE(name);
+    const Stepped one = StepInOneProcess(shape, nullptr);
+    const Stepped threads = StepInOneProcess(shape, &pool);
+    EXPECT_EQ(threads.dense, one.dense);
+    EXPECT_EQ(threads.rows, one.rows);
+    for (uint32_t ranks : {1u, 2u, 4u, 8u}) {
+      const Stepped got = StepOnRanks(shape, ranks, /*pairwise=*/true);
+      EXPECT_EQ(got.dense, one.dense) << ranks << " ranks";
+      EXPECT_EQ(got.rows, one.rows) << ranks << " ranks";
+      const Stepped rank_order = StepOnRanks(shape, ranks, /*pairwise=*/false);
+      differs_in_rank_order += rank_order.dense != one.dense || rank_order.rows != one.rows;
+    }
+  }
+  // (Adding the ranks' shares in rank order instead does not give the one-process step.)
+  EXPECT_GT(differs_in_rank_order, 0);
+}
+
+}  // namespace
+}  // namespace ctrbox::model_test
