@@ -118,7 +118,7 @@ Stepped StepOnRanks(const ModelOptions& shape, uint32_t ranks, bool pairwise) {
 Stepped StepInOneProcess(const ModelOptions& shape, ThreadPool* pool) {
   OptimizerOptions sparse, dense;
   Fixture f(sparse, dense, true, kBatch, shape, kBatch);
-  f.model.set_sum_order({true, kBatch, r * share});
+  f.model.set_sum_order({true, kBatch, 0});
   std::vector<float> p(kBatch);
   f.model.TrainMinibatch(f.pass, f.ws, f.ws.batches[0], &f.rows, f.accessor, pool, p.data());
   return {f.model.dense_params(), Rows(f)};
