@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "dist/comm.h"
 #include "util/hash.h"
@@ -20,6 +21,11 @@ namespace ctrbox {
 Status AllReduceSum(Comm* comm, float* data, size_t n);
 Status AllReduceSum(Comm* comm, double* data, size_t n);
 Status AllReduceSum(Comm* comm, uint64_t* data, size_t n);
+// The sum up the pairwise tree over the ranks' indices (util/pairwise_sum.h), the ranks with
+// present[r] == 0 left out (present empty: every rank): the same bits as one process adding
+// up the same tree (CtrModel::SumOrder). Every rank passes the same present.
+Status AllReduceSumPairwise(Comm* comm, float* data, size_t n,
+                            const std::vector<uint8_t>& present = {});
 // The largest of the ranks' values, element-wise.
 Status AllReduceMax(Comm* comm, uint64_t* data, size_t n);
 

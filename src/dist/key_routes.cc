@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "dist/collectives.h"
+#include "util/pairwise_sum.h"
 
 namespace ctrbox {
 namespace {
@@ -46,6 +47,14 @@ Status SumAtOwner(const char* p, size_t count, int r, uint32_t width, KeyRoutes*
     const uint32_t s = routes->asked[r][pos];
     const char* rec = p + sizeof(uint32_t);
     int32_t& slot = routes->slot_of[s];
+    if (routes->pairwise) {  // summed once every rank's are in (SumPending)
+      if (slot < 0) {
+        slot = static_cast<int32_t>(out->served.size());
+        out->served.push_back(s);
+      }
+      routes->pending.push_back({static_cast<uint32_t>(slot), r, rec});
+      continue;
+    }
     if (slot < 0) {
       slot = static_cast<int32_t>(out->served.size());
       out->served.push_back(s);
@@ -57,6 +66,39 @@ Status SumAtOwner(const char* p, size_t count, int r, uint32_t width, KeyRoutes*
     for (uint32_t d = 0; d < width; ++d) acc[d] += Read<float>(rec + d * sizeof(float));
   }
   return Status::OK();
+}
+
+// With routes->pairwise: each served key's records (routes->pending, in rank order) summed up
+// the pairwise tree over the ranks into out->served_records.
+void SumPending(uint32_t width, KeyRoutes* routes, ReducedRecords* out) {
+  if (!routes->pairwise) return;
+  const size_t keys = out->served.size(), rec_bytes = size_t{width} * sizeof(float);
+  out->served_records.assign(keys * width, 0.0f);
+  // The pending records grouped by key, each key's in rank order (a stable counting sort).
+  std::vector<uint32_t> begin(keys + 1, 0);
+  for (const KeyRoutes::Pending& e : routes->pending) ++begin[e.slot + 1];
+  for (size_t k = 0; k < keys; ++k) begin[k + 1] += begin[k];
+  std::vector<uint32_t> at(begin.begin(), begin.end() - 1);
+  std::vector<const KeyRoutes::Pending*> by_key(routes->pending.size());
+  for (const KeyRoutes::Pending& e : routes->pending) by_key[at[e.slot]++] = &e;
+  std::vector<float> slots;
+  auto slot = [&](int i) { return slots.data() + size_t(i) * width; };
+  auto merge = [&](int into, int from) {
+    float* a = slot(into);
+    const float* b = slot(from);
+    for (uint32_t d = 0; d < width; ++d) a[d] += b[d];
+  };
+  for (size_t k = 0; k < keys; ++k) {
+    PairwiseStack stack;
+    for (uint32_t i = begin[k]; i < begin[k + 1]; ++i) {
+      const int s = stack.Push(static_cast<uint64_t>(by_key[i]->rank), merge);
+      if (slots.size() < size_t(s + 1) * width) slots.resize(size_t(s + 1) * width);
+      std::memcpy(slot(s), by_key[i]->record, rec_bytes);
+    }
+    stack.Finish(merge);
+    std::memcpy(out->served_records.data() + k * width, slot(0), rec_bytes);
+  }
+  routes->pending.clear();
 }
 
 // The requester's side of an owner's (position, record) messages: each record decoded into the
@@ -199,10 +241,12 @@ Status ReduceToHolders(Comm* comm, KeyRoutes* routes, const uint32_t* touched, c
   // The owner: each key's records summed in rank order.
   out->served.clear();
   out->served_records.clear();
+  routes->pending.clear();
   for (int r = 0; r < N; ++r) {
     if (recv[r].size() % entry != 0) return Malformed("gradients", r);
     RETURN_IF_ERROR(SumAtOwner(recv[r].data(), recv[r].size() / entry, r, width, routes, out));
   }
+  SumPending(width, routes, out);
   // The sums to every holder.
   std::vector<std::string> back(N);
   for (size_t i = 0; i < out->served.size(); ++i) {
@@ -261,6 +305,7 @@ Status ReduceToOwners(Comm* comm, KeyRoutes* routes, const uint32_t* touched, co
   out->served.clear();
   out->served_records.clear();
   out->next.resize(N);
+  routes->pending.clear();
   for (int r = 0; r < N; ++r) {
     const char* p = recv[r].data();
     const size_t size = recv[r].size();
@@ -279,6 +324,7 @@ Status ReduceToOwners(Comm* comm, KeyRoutes* routes, const uint32_t* touched, co
       out->next[r].push_back(pos);
     }
   }
+  SumPending(width, routes, out);
   for (uint32_t s : out->served) {
     routes->slot_of[s] = -1;
     routes->changed_at[s] = routes->version;

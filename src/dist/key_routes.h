@@ -47,6 +47,15 @@ struct KeyRoutes {
 
   // Scratch of ReduceToHolders: per served key its slot in the sums, or -1.
   std::vector<int32_t> slot_of;
+  // The owner sums each key's records up the pairwise tree over the ranks' indices
+  // (util/pairwise_sum.h: CtrModel::SumOrder's canonical sums), not in rank order.
+  bool pairwise = false;
+  struct Pending {
+    uint32_t slot;
+    int rank;
+    const char* record;
+  };
+  std::vector<Pending> pending;  // scratch of the pairwise sums
 
   // Owner updates (ReduceToOwners, RefreshHolders). version counts the minibatches reduced;
   // changed_at[s]: the version whose sum served key s last took (0: as pulled); synced[r][p]:

@@ -295,6 +295,13 @@ Status ShareJob(Env* env, const Comm& comm, JobConfig* job, std::string* ranks_c
         "of every minibatch)",
         b, n));
   }
+  if (job->train.deterministic && me == 0 && (job->gpu || !CanonicalRanks(n))) {
+    LOG_WARNING(
+        "train.deterministic on {} ranks{}: the same model run after run, not the one process's "
+        "model (that takes the CPU train stage and a power of two of ranks up to {}: "
+        "docs/distributed.md, \"The same model on any number of ranks\")",
+        n, job->gpu ? " with device: gpu" : "", CtrModel::kSumBlocks);
+  }
   if (IsGenerated(job->data)) {
     // Rank r generates the blocks of b / n rows whose index mod n is r: global minibatch m is
     // rows [m b, (m + 1) b) of the generated stream, as for one process.

@@ -270,6 +270,17 @@ Status CheckModelAgainstSchema(const JobConfig& job) {
   return Status::OK();
 }
 
+// The order of the job's gradient sums (CtrModel::SumOrder, docs/distributed.md): canonical
+// with train.deterministic on the CPU, so that any power of two of ranks up to 16 trains one
+// process's model; the fastest fixed order otherwise. (job.train.batch_size is a rank's
+// share on ranks.)
+CtrModel::SumOrder SumOrderOf(const JobConfig& job, const Comm* comm) {
+  const uint32_t n = comm != nullptr ? static_cast<uint32_t>(comm->size()) : 1;
+  const uint32_t rank = comm != nullptr ? static_cast<uint32_t>(comm->rank()) : 0;
+  if (!job.train.deterministic || job.gpu || !CanonicalRanks(n)) return {};
+  return {true, job.train.batch_size * n, job.train.batch_size * rank};
+}
+
 // Start: resume, continue the model in model_dir, or a new model; on ranks resumed from
 // another number of ranks, a new model with the rows this rank owns now.
 StatusOr<TrainStart> StartOnRanks(Env* env, const JobConfig& job, Comm* comm,
@@ -300,6 +311,7 @@ StatusOr<TrainStart> StartOnRanks(Env* env, const JobConfig& job, Comm* comm,
                                      start.resumed ? CheckpointName(start.resumed->id) : "nothing",
                                      CheckpointName(ranks_ckpt->id)));
   }
+  start.model->set_sum_order(SumOrderOf(job, comm));
   return start;
 }
 

@@ -1,0 +1,119 @@
+// The same model on any number of ranks (docs/distributed.md, "The same model on any number of
+// ranks"): with train.deterministic, the default optimizers (Adagrad, Adam) and generated data,
+// 1, 2, 4 and 8 thread ranks train one digest, pipelined and sequential, in memory and over
+// the SSD tier, with owner and replicated updates, and across a resume on another number of
+// ranks. Without it, the digests of 1 and 4 ranks differ (the sums' order).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/ranks_checkpoint.h"
+#include "dist/comm.h"
+#include "dist/dist_test_util.h"
+#include "jobs/trainer_test_util.h"
+#include "util/env.h"
+#include "util/temp_dir.h"
+
+namespace ctrbox {
+namespace {
+
+using testing::TempDir;
+using testing::TrainJson;
+
+JobConfig GeneratedJob(const std::string& model_dir) {
+  JobConfig job = testing::SmallJob(model_dir);  // Adam for the dense weights
+  job.spec.model.wide = true;
+  job.spec.table.embedx_threshold = 1.5f;  // embeddings created from counts summed by owners
+  job.generated.rows = 6 * 1024 + 300;     // a last minibatch some ranks have no rows of
+  job.generated.test_rows = 2000;
+  job.train.batch_size = 512;
+  job.pipeline.pass_examples = 2048;
+  job.train.deterministic = true;
+  job.fresh = true;
+  return job;
+}
+
+// The digest of the job on n thread ranks (one process for n = 1).
+std::string Digest(int n, const JobConfig& job) {
+  if (n == 1) {
+    auto one = TrainJson(Env::Posix(), job, nullptr);
+    EXPECT_TRUE(one.ok()) << one.status().ToString();
+    return one.ok() ? (*one)["digest"].get<std::string>() : "";
+  }
+  std::vector<std::string> digests(n);
+  std::vector<Status> status = RunRanks(n, [&](Comm* comm) -> Status {
+    auto rep = TrainJson(Env::Posix(), job, nullptr, nullptr, comm);
+    if (!rep.ok()) return rep.status();
+    digests[comm->rank()] = (*rep)["digest"].get<std::string>();
+    return Status::OK();
+  });
+  for (int r = 0; r < n; ++r) EXPECT_TRUE(status[r].ok()) << status[r].ToString();
+  return digests[0];
+}
+
+TEST(SameModelTest, AnyPowerOfTwoOfRanksTrainsTheOneProcessDigest) {
+  TempDir dir;
+  struct Case {
+    std::string name;
+    bool pipelined, ssd, replicated;
+  };
+  for (const Case& c :
+       {Case{"pipelined", true, false, false}, Case{"sequential", false, false, false},
+        Case{"over the SSD tier", true, true, false},
+        Case{"replicated updates", true, false, true}}) {
+    SCOPED_TRACE(c.name);
+    std::string want;
+    for (int n : {1, 2, 4, 8}) {
+      if ((c.ssd || c.replicated) && n == 8) continue;  // (the slow cases on fewer)
+      const std::string tag = c.name + std::to_string(n);
+      JobConfig job = GeneratedJob(dir.File("m " + tag));
+      job.pipeline.enabled = c.pipelined;
+      job.dist.owner_updates = !c.replicated;
+      if (c.ssd) {
+        job.storage.ssd.dir = dir.File("ssd " + tag);
+        job.storage.memory_budget = 1536 << 10;  // a fraction of the model
+        job.storage.ssd.group_bits = 8;
+        job.storage.ssd.file_bytes = 1 << 20;
+      }
+      const std::string got = Digest(n, job);
+      if (want.empty()) want = got;
+      EXPECT_EQ(got, want) << n << " ranks";
+    }
+  }
+  // Without canonical sums the ranks add their shares in rank order: another model.
+  JobConfig fast = GeneratedJob(dir.File("fast1"));
+  fast.train.deterministic = false;
+  const std::string one = Digest(1, fast);
+  fast.model_dir = dir.File("fast4");
+  EXPECT_NE(Digest(4, fast), one);
+}
+
+// 2 ranks stopped after a checkpoint and resumed on 4 (and 4 on 2) give the one-process digest.
+TEST(SameModelTest, AResumeOnAnotherNumberOfRanksKeepsTheDigest) {
+  TempDir dir;
+  const std::string want = Digest(1, GeneratedJob(dir.File("one")));
+  for (auto [from, to] : {std::pair{2, 4}, std::pair{4, 2}}) {
+    const std::string tag = std::to_string(from) + "to" + std::to_string(to);
+    JobConfig job = GeneratedJob(dir.File("first" + tag));
+    job.ckpt.dir = dir.File("ckpt" + tag);
+    job.ckpt.every_passes = 1;
+    job.ckpt.keep = 20;
+    EXPECT_EQ(Digest(from, job), want) << tag;
+    // As if the job had stopped after its second pass.
+    auto ids = ListCheckpoints(Env::Posix(), RankCheckpointDir(job.ckpt.dir, 0, from));
+    ASSERT_TRUE(ids.ok() && ids->size() >= 3) << tag;
+    ASSERT_TRUE(
+        CommitRanksCheckpoint(Env::Posix(), job.ckpt.dir, {static_cast<uint32_t>(from), (*ids)[1]})
+            .ok());
+    job.resume = true;
+    job.fresh = false;
+    job.model_dir = dir.File("resumed" + tag);
+    EXPECT_EQ(Digest(to, job), want) << tag;
+  }
+}
+
+}  // namespace
+}  // namespace ctrbox
