@@ -29,30 +29,32 @@ JobConfig GeneratedJob(const std::string& model_dir) {
   job.spec.table.embedx_threshold = 1.5f;  // embeddings created from counts summed by owners
   job.generated.rows = 6 * 1024 + 300;     // a last minibatch some ranks have no rows of
   job.generated.test_rows = 2000;
-  job.train.batch_size = 512;
+  job.train.batch_size = 1024;  // 8 sum blocks of 128 rows: up to 8 ranks
   job.pipeline.pass_examples = 2048;
   job.train.deterministic = true;
   job.fresh = true;
   return job;
 }
 
-// The digest of the job on n thread ranks (one process for n = 1).
-std::string Digest(int n, const JobConfig& job) {
+// The report of the job on n thread ranks (rank 0's; one process for n = 1).
+nlohmann::json Report(int n, const JobConfig& job) {
   if (n == 1) {
     auto one = TrainJson(Env::Posix(), job, nullptr);
     EXPECT_TRUE(one.ok()) << one.status().ToString();
-    return one.ok() ? (*one)["digest"].get<std::string>() : "";
+    return one.ok() ? *one : nlohmann::json{{"digest", ""}};
   }
-  std::vector<std::string> digests(n);
+  nlohmann::json first = {{"digest", ""}};
   std::vector<Status> status = RunRanks(n, [&](Comm* comm) -> Status {
     auto rep = TrainJson(Env::Posix(), job, nullptr, nullptr, comm);
     if (!rep.ok()) return rep.status();
-    digests[comm->rank()] = (*rep)["digest"].get<std::string>();
+    if (comm->rank() == 0) first = *rep;
     return Status::OK();
   });
   for (int r = 0; r < n; ++r) EXPECT_TRUE(status[r].ok()) << status[r].ToString();
-  return digests[0];
+  return first;
 }
+
+std::string Digest(int n, const JobConfig& job) { return Report(n, job)["digest"]; }
 
 TEST(SameModelTest, AnyPowerOfTwoOfRanksTrainsTheOneProcessDigest) {
   TempDir dir;
@@ -74,11 +76,16 @@ TEST(SameModelTest, AnyPowerOfTwoOfRanksTrainsTheOneProcessDigest) {
       job.dist.owner_updates = !c.replicated;
       if (c.ssd) {
         job.storage.ssd.dir = dir.File("ssd " + tag);
-        job.storage.memory_budget = 1536 << 10;  // a fraction of the model
+        job.train.batch_size = 512;          // (a smaller minibatch: a smaller budget)
+        job.storage.memory_budget = 1 << 20;  // about half the 2 MB model
         job.storage.ssd.group_bits = 8;
         job.storage.ssd.file_bytes = 1 << 20;
       }
-      const std::string got = Digest(n, job);
+      const nlohmann::json rep = Report(n, job);
+      const std::string got = rep["digest"];
+      if (c.ssd && n == 1) {  // rows went to the SSD files and came back
+        EXPECT_GT(rep["storage"]["loaded_from_ssd"].get<uint64_t>(), 0u) << rep["storage"];
+      }
       if (want.empty()) want = got;
       EXPECT_EQ(got, want) << n << " ranks";
     }

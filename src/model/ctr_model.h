@@ -269,19 +269,23 @@ class CtrModel {
   // ---- The order of the gradient sums (docs/distributed.md, "The same model on any number of
   // ranks"). By default a sum runs in the fastest fixed order for this process's rows: the
   // same bits from run to run and for any thread count, other bits for another number of
-  // ranks. Canonical sums (train.deterministic) cut every global minibatch of batch_rows rows
-  // into kSumBlocks fixed blocks (block b: rows [b B / 16, (b + 1) B / 16)); each block is
-  // one row block of the forward and backward passes and one leaf of every gradient sum,
-  // summed within in row order, and the blocks' sums add up a fixed pairwise tree
-  // (util/pairwise_sum.h), an empty block skipped. A rank holding rows [first_row, first_row +
-  // its rows) of each global minibatch, a share of whole blocks that is a node of that tree,
-  // computes the node's sums; the ranks' sums added up the same tree (over their indices) are
-  // one process's sums, bit for bit.
-  static constexpr uint32_t kSumBlocks = 16;
+  // ranks. Canonical sums (train.deterministic) cut every global minibatch of B = batch_rows
+  // rows into SumBlocksFor(B) fixed blocks of about kSumBlockRows rows (block b of K: rows
+  // [b B / K, (b + 1) B / K)); each block is one row block of the forward and backward passes
+  // and one leaf of every gradient sum, summed within in row order, and the blocks' sums add
+  // up a fixed pairwise tree (util/pairwise_sum.h), an empty block skipped. A rank holding rows
+  // [first_row, first_row + its rows) of each global minibatch, a share of whole blocks that is
+  // a node of that tree (a power of two of ranks, at most K), computes the node's sums; the
+  // ranks' sums added up the same tree (over their indices) are one process's, bit for bit.
+  static constexpr uint32_t kMaxSumBlocks = 16;
+  static constexpr uint32_t kSumBlockRows = 128;
+  // K: the largest power of two of blocks of at least block_rows rows (1 to kMaxSumBlocks).
+  static uint32_t SumBlocksFor(uint32_t batch_rows, uint32_t block_rows = kSumBlockRows);
   struct SumOrder {
     bool canonical = false;
     uint32_t batch_rows = 0;  // the global minibatch's (train.batch_size over all the ranks)
     uint32_t first_row = 0;   // this rank's first row in it
+    uint32_t block_rows = kSumBlockRows;  // (the tests' small batches take smaller blocks)
   };
   void set_sum_order(const SumOrder& o);
   const SumOrder& sum_order() const { return sum_order_; }
@@ -400,6 +404,7 @@ class CtrModel {
   MixLayout mix_;
   std::vector<float> params_, grads_;
   SumOrder sum_order_;
+  uint32_t sum_blocks_ = 1;  // SumBlocksFor(sum_order_.batch_rows)
   // Canonical sums: the tree's pending sums of the dense gradient (slots 1.., slot 0 is
   // grads_), each laid out like the parameters.
   std::vector<std::vector<float>> sum_slots_;

@@ -8,23 +8,29 @@
 
 namespace ctrbox {
 
+uint32_t CtrModel::SumBlocksFor(uint32_t batch_rows, uint32_t block_rows) {
+  uint32_t k = 1;
+  while (k < kMaxSumBlocks && uint64_t{2} * k * block_rows <= batch_rows) k *= 2;
+  return k;
+}
+
 void CtrModel::set_sum_order(const SumOrder& o) {
   sum_order_ = o;
+  sum_blocks_ = SumBlocksFor(o.batch_rows, std::max(o.block_rows, 1u));
   sum_slots_.clear();
   if (!o.canonical) return;
-  // 16 leaves: at most 5 pending sums, slot 0 being grads_.
+  // At most 16 leaves: 5 pending sums, slot 0 being grads_.
   sum_slots_.assign(PairwiseStack::Depth(4) - 1, std::vector<float>(grads_.size(), 0.0f));
 }
 
 uint32_t CtrModel::SumBlockBegin(uint32_t block) const {
-  return static_cast<uint32_t>(uint64_t{block} * sum_order_.batch_rows / kSumBlocks);
+  return static_cast<uint32_t>(uint64_t{block} * sum_order_.batch_rows / sum_blocks_);
 }
 
 uint32_t CtrModel::SumBlockOf(uint32_t row) const {
-  // The last block that begins at or before row: b B / 16 <= row < (b + 1) B / 16 (a block
-  // may be empty when B < 16, never the one returned).
-  const uint64_t b = (uint64_t{kSumBlocks} * (uint64_t{row} + 1) - 1) / sum_order_.batch_rows;
-  return static_cast<uint32_t>(std::min<uint64_t>(b, kSumBlocks - 1));
+  // The block b with b B / K <= row < (b + 1) B / K.
+  const uint64_t b = (uint64_t{sum_blocks_} * (uint64_t{row} + 1) - 1) / sum_order_.batch_rows;
+  return static_cast<uint32_t>(std::min<uint64_t>(b, sum_blocks_ - 1));
 }
 
 void CtrModel::RowBlocks(uint32_t rows, std::vector<uint32_t>* blocks,
@@ -42,7 +48,7 @@ void CtrModel::RowBlocks(uint32_t rows, std::vector<uint32_t>* blocks,
   for (uint32_t r0 = 0; r0 < rows;) {
     const uint32_t b = SumBlockOf(first + r0);
     // (Rows past the global minibatch's last block stay in it: the caller's batch is wrong.)
-    const uint32_t end = b + 1 < kSumBlocks ? SumBlockBegin(b + 1) - first : rows;
+    const uint32_t end = b + 1 < sum_blocks_ ? SumBlockBegin(b + 1) - first : rows;
     r0 = std::min(rows, std::max(end, r0 + 1));
     blocks->push_back(r0);
     leaf->push_back(b);
@@ -63,7 +69,7 @@ void CtrModel::SparseRecordCanonical(const Batch& pass, const WorkingSet& ws, co
   };
   PairwiseStack stack;
   float* g = nullptr;  // the current block's record
-  uint32_t block = kSumBlocks;
+  uint32_t block = ~0u;  // none yet
   for (uint32_t q = mb.occ_begin[u]; q < mb.occ_begin[u + 1]; ++q) {
     const uint32_t p = mb.key_begin + mb.occ[q];
     const uint32_t cell = ws.cell[p], r = cell / S, s = cell - r * S;

@@ -50,7 +50,7 @@ Stepped StepOnRanks(const ModelOptions& shape, uint32_t ranks, bool pairwise) {
       const std::string& row = init.at(f.ws.keys[i]);
       f.rows.DecodeRow(row.data(), row.size(), i);
     }
-    f.model.set_sum_order({true, kBatch, r * share});
+    f.model.set_sum_order({true, kBatch, r * share, /*block_rows=*/4});
     const Minibatch& mb = f.ws.batches[0];
     std::vector<float> p(mb.rows()), rec;
     f.model.ComputeGradients(f.pass, f.ws, mb, f.rows, nullptr, p.data(), kBatch, &rec);
@@ -118,7 +118,7 @@ Stepped StepOnRanks(const ModelOptions& shape, uint32_t ranks, bool pairwise) {
 Stepped StepInOneProcess(const ModelOptions& shape, ThreadPool* pool) {
   OptimizerOptions sparse, dense;
   Fixture f(sparse, dense, true, kBatch, shape, kBatch);
-  f.model.set_sum_order({true, kBatch, 0});
+  f.model.set_sum_order({true, kBatch, 0, /*block_rows=*/4});
   std::vector<float> p(kBatch);
   f.model.TrainMinibatch(f.pass, f.ws, f.ws.batches[0], &f.rows, f.accessor, pool, p.data());
   return {f.model.dense_params(), Rows(f)};
