@@ -344,9 +344,9 @@ const std::vector<Key>& Keys() {
        "--fresh, a model there is refused",
        Bool([](JobConfig* j, bool v) { j->train.continue_model = v; })},
       {"train.deterministic", "false",
-       "require bit-identical runs; the CPU trainer always is, device: gpu needs "
-       "gpu.scatter=segment "
-       "(docs/model.md)",
+       "canonical sums: any power of two of ranks trains the one-process model bit for bit "
+       "(CPU, generated data; docs/distributed.md); runs repeat bit for bit either way; "
+       "device: gpu needs gpu.scatter=segment",
        Bool([](JobConfig* j, bool v) { j->train.deterministic = v; })},
       {"train.batch_size", "2048",
        "examples per minibatch; unset, sized from the data's rows (128 to 2048, at least 256 "

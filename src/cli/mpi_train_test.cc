@@ -136,6 +136,22 @@ TEST_F(MpiTrainTest, MpiRanksTrainTheModelTheThreadRanksTrainAndEvalReadsIt) {
 
 // A bad file read by rank 1 only: every rank stops, the error names the rank and the file,
 // and nothing is saved.
+// train.deterministic on generated data (docs/distributed.md, "The same model on any number of
+// ranks"): 2 and 4 processes under mpirun train the one-process digest with Adagrad and Adam.
+TEST_F(MpiTrainTest, DeterministicRanksTrainTheOneProcessModel) {
+  const std::string job =
+      " train --set data.gen.rows=8500 --set data.gen.test_rows=1000 --set train.batch_size=1024"
+      " --set pipeline.pass_examples=4096 --set model.mlp=64,32 --set train.deterministic=true"
+      " --fresh --model-dir ";
+  Result one = Run(Ctrbox(job + Path("one")));
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  for (int n : {2, 4}) {
+    Result mpi = Run(Mpirun(n) + job + Path("mpi" + std::to_string(n)));
+    ASSERT_EQ(mpi.exit_code, 0) << mpi.err;
+    EXPECT_EQ(mpi.last_json["digest"], one.last_json["digest"]) << n << " ranks";
+  }
+}
+
 TEST_F(MpiTrainTest, ARanksBadInputStopsEveryRank) {
   std::string data = Files(1000);
   std::string bad;

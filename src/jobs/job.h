@@ -25,6 +25,8 @@ namespace ctrbox {
 struct TrainOptions {
   int threads = 2;
   uint64_t seed = 1;
+  // train.deterministic: canonical gradient sums (CtrModel::SumOrder), the same model on any
+  // power of two of ranks; also requires the GPU step's deterministic sums.
   bool deterministic = false;
   // train.continue (--continue): train the model already in model_dir further. Without it (or
   // --fresh) a model there is refused: re-running a command never continues one unasked.
