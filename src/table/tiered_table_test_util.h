@@ -1,0 +1,109 @@
+// The TieredTable tests' helpers (tiered_table_test.cc, tiered_table_budget_test.cc): a
+// temporary directory, small table options, the reference (key -> canonical row encoding) and
+// random keys.
+#ifndef CTRBOX_TABLE_TIERED_TABLE_TEST_UTIL_H_
+#define CTRBOX_TABLE_TIERED_TABLE_TEST_UTIL_H_
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "table/tiered_table.h"
+#include "util/random.h"
+
+namespace ctrbox::tiered_test {
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/ctrbox_tiered_XXXXXX";
+    path_ = mkdtemp(tmpl);
+  }
+  ~TempDir() { (void)std::system(("rm -rf '" + path_ + "'").c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+constexpr ValueLayout kLayout{4, 4, 1};
+
+inline TieredOptions Options(const std::string& dir, uint64_t budget, uint32_t group_bits = 8,
+                             uint64_t file_bytes = 64 << 10) {
+  TieredOptions o;
+  o.layout = kLayout;
+  o.stripe_bits = 3;
+  o.memory_budget = budget;
+  o.ssd.dir = dir;
+  o.ssd.group_bits = group_bits;
+  o.ssd.file_bytes = file_bytes;
+  o.io_threads = 2;
+  o.min_evict_rows = 4;
+  return o;
+}
+
+inline std::unique_ptr<TieredTable> Open(const TieredOptions& o) {
+  auto t = TieredTable::Open(Env::Posix(), o);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  return t.ok() ? std::move(*t) : nullptr;
+}
+
+inline std::string Encode(const RowBlock& rows, size_t i) {
+  std::string e;
+  rows.EncodeRow(i, &e);
+  return e;
+}
+
+// The reference: key -> canonical encoding.
+using Reference = std::unordered_map<uint64_t, std::string>;
+
+inline void ExpectSame(TieredTable& table, const Reference& ref) {
+  std::map<uint64_t, std::string> got;
+  RowBlock rows(table.layout());
+  for (size_t s = 0; s < table.num_stripes(); ++s) {
+    ASSERT_TRUE(table.ExportStripe(s, &rows).ok());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      ASSERT_TRUE(got.emplace(rows.key(i), Encode(rows, i)).second)
+          << "duplicate key " << rows.key(i);
+    }
+  }
+  ASSERT_EQ(got.size(), ref.size());
+  uint64_t value_bytes = 0, with_emb = 0;
+  for (const auto& [k, v] : got) {
+    auto it = ref.find(k);
+    ASSERT_NE(it, ref.end()) << k;
+    ASSERT_EQ(it->second, v) << k;
+    value_bytes += v.size() - 8;
+    with_emb += v.size() == table.layout().EncodedBytesOf(k, true);
+  }
+  TableStats st = table.Stats();
+  EXPECT_EQ(st.keys, ref.size());
+  EXPECT_EQ(table.CountKeys(), ref.size());
+  EXPECT_EQ(st.value_bytes, value_bytes);
+  EXPECT_EQ(st.keys_with_emb, with_emb);
+}
+
+// Distinct random keys from a small space, so they repeat across steps; with several tables
+// (model.slot_dims) spread over them as the readers tag them.
+inline std::vector<uint64_t> RandomKeys(Random* rng, size_t n, uint64_t space,
+                                        uint32_t tables = 1) {
+  std::vector<uint64_t> keys;
+  std::map<uint64_t, bool> seen;
+  while (keys.size() < n) {
+    uint64_t k = Mix64(rng->Below(space));
+    if (tables > 1) k = TableKey(k, static_cast<uint32_t>((k >> 7) % tables));
+    if (!seen[k]) {
+      seen[k] = true;
+      keys.push_back(k);
+    }
+  }
+  return keys;
+}
+
+}  // namespace ctrbox::tiered_test
+
+#endif  // CTRBOX_TABLE_TIERED_TABLE_TEST_UTIL_H_
