@@ -16,9 +16,10 @@ uint32_t CtrModel::SumBlocksFor(uint32_t batch_rows, uint32_t block_rows) {
 
 void CtrModel::set_sum_order(const SumOrder& o) {
   sum_order_ = o;
+  if (o.batch_rows == 0) sum_order_.canonical = false;  // (no minibatch to cut)
   sum_blocks_ = SumBlocksFor(o.batch_rows, std::max(o.block_rows, 1u));
   sum_slots_.clear();
-  if (!o.canonical) return;
+  if (!sum_order_.canonical) return;
   // At most 16 leaves: 5 pending sums, slot 0 being grads_.
   sum_slots_.assign(PairwiseStack::Depth(4) - 1, std::vector<float>(grads_.size(), 0.0f));
 }
