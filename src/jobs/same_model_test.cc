@@ -76,7 +76,7 @@ TEST(SameModelTest, AnyPowerOfTwoOfRanksTrainsTheOneProcessDigest) {
       job.dist.owner_updates = !c.replicated;
       if (c.ssd) {
         job.storage.ssd.dir = dir.File("ssd " + tag);
-        job.train.batch_size = 512;          // (a smaller minibatch: a smaller budget)
+        job.train.batch_size = 512;           // (a smaller minibatch: a smaller budget)
         job.storage.memory_budget = 1 << 20;  // about half the 2 MB model
         job.storage.ssd.group_bits = 8;
         job.storage.ssd.file_bytes = 1 << 20;

@@ -69,7 +69,7 @@ void CtrModel::SparseRecordCanonical(const Batch& pass, const WorkingSet& ws, co
     for (uint32_t d = 0; d < width; ++d) a[d] += b[d];
   };
   PairwiseStack stack;
-  float* g = nullptr;  // the current block's record
+  float* g = nullptr;    // the current block's record
   uint32_t block = ~0u;  // none yet
   for (uint32_t q = mb.occ_begin[u]; q < mb.occ_begin[u + 1]; ++q) {
     const uint32_t p = mb.key_begin + mb.occ[q];
