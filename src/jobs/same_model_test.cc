@@ -90,6 +90,14 @@ TEST(SameModelTest, AnyPowerOfTwoOfRanksTrainsTheOneProcessDigest) {
       EXPECT_EQ(got, want) << n << " ranks";
     }
   }
+  // 3 ranks (not a power of two: warned) keep their own fixed order: the same model run after
+  // run.
+  JobConfig three = GeneratedJob(dir.File("three"));
+  three.train.batch_size = 768;
+  const std::string first = Digest(3, three);
+  three.model_dir = dir.File("three again");
+  EXPECT_EQ(Digest(3, three), first);
+  EXPECT_FALSE(first.empty());
   // Without canonical sums the ranks add their shares in rank order: another model.
   JobConfig fast = GeneratedJob(dir.File("fast1"));
   fast.train.deterministic = false;
