@@ -4,7 +4,8 @@
 Trains ctrbox's built-in generated data (the default model, Adagrad + Adam) as one process and
 as 2 and 4 ranks (threads of one process, --local-ranks), each with train.deterministic=false
 (the fastest fixed order: bit-identical run to run for a fixed number of ranks) and =true
-(canonical sums: one digest for every power of two of ranks). The runs are interleaved, --reps
+(canonical sums: one digest for every power of two of ranks up to one per 128 rows of the
+batch; a small --rows sizes a small batch, which allows fewer). The runs are interleaved, --reps
 times each; one JSON line per configuration (median examples/s, its spread, the digests),
 then a summary line: deterministic / non-deterministic speed per rank count and whether the
 deterministic digests agree across the rank counts. The baseline is ctrbox's own
@@ -12,17 +13,10 @@ non-deterministic mode: no peer trains the same bits on another number of ranks.
 
     bench/same_model.py [--reps 3] [--rows 500000] [--ranks 1,2,4]
 """
-import json, os, statistics, subprocess, sys
+import json, os, statistics, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_data  # noqa: E402
-
-
-def run(cmd):
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        sys.exit(f"{' '.join(cmd[:4])}... failed:\n{p.stderr[-3000:]}")
-    return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 def main():
@@ -36,20 +30,20 @@ def main():
     got = {c: [] for c in configs}
     for _ in range(a.reps):
         for n, det in configs:
-            cmd = [a.ctrbox, "train", "--model-dir", model_dir, "--fresh",
-                   "--set", f"data.gen.rows={a.rows}", "--set", f"train.threads={max(1, cores // n)}",
-                   "--set", "train.progress_seconds=1e9",
-                   "--set", f"train.deterministic={'true' if det else 'false'}"]
+            args = ["--model-dir", model_dir, "--fresh",
+                    "--set", f"data.gen.rows={a.rows}", "--set", f"train.threads={max(1, cores // n)}",
+                    "--set", f"train.deterministic={'true' if det else 'false'}"]
             if n > 1:
-                cmd += ["--local-ranks", str(n)]
-            got[(n, det)].append(run(cmd))
+                args += ["--local-ranks", str(n)]
+            got[(n, det)].append(bench_data.train(a.ctrbox, args))
     median = {}
     for (n, det), reports in got.items():
         eps = [r["examples_per_s"] for r in reports]
         median[(n, det)] = statistics.median(eps)
         print(json.dumps({
             "bench": "same_model", "ranks": n, "deterministic": det, "reps": a.reps,
-            "examples": reports[-1]["examples"], "examples_per_s": median[(n, det)],
+            "examples": reports[-1]["examples"], "batch_size": reports[-1]["batch_size"],
+            "examples_per_s": median[(n, det)],
             "examples_per_s_min": min(eps), "examples_per_s_max": max(eps),
             "test_auc": reports[-1].get("test_auc"), "digests": sorted({r["digest"] for r in reports}),
             "cores": cores, "blas_core": reports[-1]["blas_core"]}), flush=True)

@@ -25,7 +25,6 @@ Status AllReduceChunks(Comm* comm, T* data, size_t n, Combine combine) {
   RETURN_IF_ERROR(comm->AllToAll(send, &recv));
   const size_t b = ChunkBegin(n, me, N), e = ChunkBegin(n, me + 1, N);
   std::vector<T> mine(e - b);
-  std::vector<std::vector<T>> copies(N);  // (aligned copies of the received parts)
   std::vector<const T*> parts(N);
   for (int from = 0; from < N; ++from) {
     if (recv[from].size() != mine.size() * sizeof(T)) {
@@ -33,9 +32,7 @@ Status AllReduceChunks(Comm* comm, T* data, size_t n, Combine combine) {
                            std::to_string(recv[from].size()) + " bytes for a chunk of " +
                            std::to_string(mine.size() * sizeof(T)));
     }
-    copies[from].resize(mine.size());
-    if (!mine.empty()) std::memcpy(copies[from].data(), recv[from].data(), recv[from].size());
-    parts[from] = copies[from].data();
+    parts[from] = reinterpret_cast<const T*>(recv[from].data());
   }
   combine(&mine, parts);
   std::vector<std::string> all;

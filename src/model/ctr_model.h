@@ -408,6 +408,8 @@ class CtrModel {
   // Canonical sums: the tree's pending sums of the dense gradient (slots 1.., slot 0 is
   // grads_), each laid out like the parameters.
   std::vector<std::vector<float>> sum_slots_;
+  // The step's row blocks (RowBlocks), cut by ForwardBackward; the dense tiles' sums read them.
+  std::vector<uint32_t> step_blocks_, step_leaves_;
   DenseOptimizer dense_opt_;
   Quantizer quant_;      // of the stored embeddings (disabled: float32)
   uint64_t quant_seed_;  // stochastic rounding of updates

@@ -105,8 +105,8 @@ double CtrModel::ForwardBackward(const Batch& pass, const WorkingSet& ws, const 
   const uint32_t B = mb.rows();
   EnsureBuffers(std::max(B, 1u));
   const uint32_t hidden = towers_.on() ? 0 : mlp_.num_layers() - 1, D = schema_.num_dense;
-  std::vector<uint32_t> bounds, leaf;
-  RowBlocks(B, &bounds, &leaf);
+  RowBlocks(B, &step_blocks_, &step_leaves_);  // (the tiles' sums read them too)
+  const std::vector<uint32_t>& bounds = step_blocks_;
   const size_t blocks = bounds.size() - 1;
   std::vector<double> block_loss(blocks, 0.0);
 
@@ -172,9 +172,11 @@ void CtrModel::DenseTileGrad(size_t t, uint32_t batch_rows) {
     DenseTileRows(t, 0, batch_rows, grads_.data());
     return;
   }
-  // By sum blocks, added up the pairwise tree: slot 0 is grads_ itself.
-  std::vector<uint32_t> blocks, leaf;
-  RowBlocks(batch_rows, &blocks, &leaf);
+  // By sum blocks (the step's, cut by ForwardBackward), added up the pairwise tree: slot 0 is
+  // grads_ itself.
+  const std::vector<uint32_t>& blocks = step_blocks_;
+  const std::vector<uint32_t>& leaf = step_leaves_;
+  assert(blocks.back() == batch_rows);
   auto slot = [&](int i) { return i == 0 ? grads_.data() : sum_slots_[i - 1].data(); };
   auto merge = [&](int into, int from) {
     float* a = slot(into);

@@ -1,12 +1,11 @@
-// The TieredTable tests' helpers (tiered_table_test.cc, tiered_table_budget_test.cc): a
-// temporary directory, small table options, the reference (key -> canonical row encoding) and
+// The TieredTable tests' helpers (tiered_table_test.cc, tiered_table_budget_test.cc): small
+// table options, the reference (key -> canonical row encoding) and
 // random keys.
 #ifndef CTRBOX_TABLE_TIERED_TABLE_TEST_UTIL_H_
 #define CTRBOX_TABLE_TIERED_TABLE_TEST_UTIL_H_
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -14,21 +13,11 @@
 
 #include "table/tiered_table.h"
 #include "util/random.h"
+#include "util/temp_dir.h"
 
 namespace ctrbox::tiered_test {
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/ctrbox_tiered_XXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() { (void)std::system(("rm -rf '" + path_ + "'").c_str()); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using ::ctrbox::testing::TempDir;  // util/temp_dir.h
 
 constexpr ValueLayout kLayout{4, 4, 1};
 
