@@ -2,16 +2,17 @@
 """The same model on any number of ranks (docs/distributed.md): the cost of canonical sums.
 
 Trains ctrbox's built-in generated data (the default model, Adagrad + Adam) as one process and
-as 2 and 4 ranks (threads of one process, --local-ranks), each with train.deterministic=false
+as several ranks (threads of one process, --local-ranks), each with train.deterministic=false
 (the fastest fixed order: bit-identical run to run for a fixed number of ranks) and =true
-(canonical sums: one digest for every power of two of ranks up to one per 128 rows of the
-batch; a small --rows sizes a small batch, which allows fewer). The runs are interleaved, --reps
+(canonical sums: one digest for every number of ranks dividing the batch's sum blocks: 8 at
+--batch 1024 (1, 2, 4, 8 ranks), 12 at 1536 (1, 2, 3, 4, 6, 12); unset, the batch is sized
+from --rows). The runs are interleaved, --reps
 times each; one JSON line per configuration (median examples/s, its spread, the digests),
 then a summary line: deterministic / non-deterministic speed per rank count and whether the
 deterministic digests agree across the rank counts. The baseline is ctrbox's own
 non-deterministic mode: no peer trains the same bits on another number of ranks.
 
-    bench/same_model.py [--reps 3] [--rows 500000] [--ranks 1,2,4]
+    bench/same_model.py [--reps 3] [--rows 500000] [--ranks 1,2,4] [--batch N]
 """
 import json, os, statistics, sys
 
@@ -23,6 +24,7 @@ def main():
     ap = bench_data.arg_parser(__doc__, 3)
     ap.add_argument("--rows", type=int, default=500000)
     ap.add_argument("--ranks", default="1,2,4")
+    ap.add_argument("--batch", type=int, default=0, help="train.batch_size (0: sized from the rows)")
     a = ap.parse_args()
     cores = os.cpu_count() or 1
     model_dir = os.path.join(a.data_dir, "same-model")
@@ -33,6 +35,8 @@ def main():
             args = ["--model-dir", model_dir, "--fresh",
                     "--set", f"data.gen.rows={a.rows}", "--set", f"train.threads={max(1, cores // n)}",
                     "--set", f"train.deterministic={'true' if det else 'false'}"]
+            if a.batch:
+                args += ["--set", f"train.batch_size={a.batch}"]
             if n > 1:
                 args += ["--local-ranks", str(n)]
             got[(n, det)].append(bench_data.train(a.ctrbox, args))

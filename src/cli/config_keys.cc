@@ -344,7 +344,8 @@ const std::vector<Key>& Keys() {
        "--fresh, a model there is refused",
        Bool([](JobConfig* j, bool v) { j->train.continue_model = v; })},
       {"train.deterministic", "false",
-       "canonical sums: any power of two of ranks trains the one-process model bit for bit "
+       "canonical sums: any number of ranks dividing the batch's sum blocks trains the "
+       "one-process model bit for bit "
        "(CPU, generated data; docs/distributed.md); runs repeat bit for bit either way; "
        "device: gpu needs gpu.scatter=segment",
        Bool([](JobConfig* j, bool v) { j->train.deterministic = v; })},

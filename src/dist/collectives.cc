@@ -13,6 +13,21 @@ namespace {
 // Chunk c of n elements split over N ranks: [n c / N, n (c + 1) / N).
 size_t ChunkBegin(size_t n, int c, int N) { return n * static_cast<size_t>(c) / N; }
 
+// Every rank's chunk (this rank's is `mine`) into data[0..n).
+template <typename T>
+Status GatherChunks(Comm* comm, const std::vector<T>& mine, T* data, size_t n) {
+  const int N = comm->size();
+  std::vector<std::string> all;
+  RETURN_IF_ERROR(comm->AllGather(
+      std::string_view(reinterpret_cast<const char*>(mine.data()), mine.size() * sizeof(T)), &all));
+  for (int c = 0; c < N; ++c) {
+    const size_t cb = ChunkBegin(n, c, N), ce = ChunkBegin(n, c + 1, N);
+    if (all[c].size() != (ce - cb) * sizeof(T)) return InternalError("all-reduce: short chunk");
+    if (!all[c].empty()) std::memcpy(data + cb, all[c].data(), all[c].size());
+  }
+  return Status::OK();
+}
+
 template <typename T, typename Combine>
 Status AllReduceChunks(Comm* comm, T* data, size_t n, Combine combine) {
   const int N = comm->size(), me = comm->rank();
@@ -35,15 +50,7 @@ Status AllReduceChunks(Comm* comm, T* data, size_t n, Combine combine) {
     parts[from] = reinterpret_cast<const T*>(recv[from].data());
   }
   combine(&mine, parts);
-  std::vector<std::string> all;
-  RETURN_IF_ERROR(comm->AllGather(
-      std::string_view(reinterpret_cast<const char*>(mine.data()), mine.size() * sizeof(T)), &all));
-  for (int c = 0; c < N; ++c) {
-    const size_t cb = ChunkBegin(n, c, N), ce = ChunkBegin(n, c + 1, N);
-    if (all[c].size() != (ce - cb) * sizeof(T)) return InternalError("all-reduce: short chunk");
-    if (!all[c].empty()) std::memcpy(data + cb, all[c].data(), all[c].size());
-  }
-  return Status::OK();
+  return GatherChunks(comm, mine, data, n);
 }
 
 // combine(mine, parts): this rank's chunk from every rank's part of it (parts[r], r in rank
@@ -74,29 +81,53 @@ Status AllReduceSum(Comm* comm, double* data, size_t n) {
 Status AllReduceSum(Comm* comm, uint64_t* data, size_t n) {
   return AllReduce(comm, data, n, [](uint64_t a, uint64_t b) { return a + b; });
 }
-Status AllReduceSumPairwise(Comm* comm, float* data, size_t n,
-                            const std::vector<uint8_t>& present) {
-  return AllReduceChunks<float>(
-      comm, data, n, [&](std::vector<float>* mine, const std::vector<const float*>& parts) {
-        const size_t m = mine->size();
-        std::vector<std::vector<float>> slots;
-        PairwiseStack stack;
-        auto merge = [&](int into, int from) {
-          for (size_t i = 0; i < m; ++i) slots[into][i] += slots[from][i];
-        };
-        for (size_t r = 0; r < parts.size(); ++r) {
-          if (!present.empty() && present[r] == 0) continue;
-          const int s = stack.Push(r, merge);
-          if (slots.size() <= static_cast<size_t>(s)) slots.resize(s + 1);
-          slots[s].assign(parts[r], parts[r] + m);
-        }
-        stack.Finish(merge);
-        if (stack.empty()) {
-          std::fill(mine->begin(), mine->end(), 0.0f);
-        } else {
-          *mine = std::move(slots[0]);
-        }
-      });
+Status AllReduceSumPairwise(Comm* comm, const std::vector<TreeNodeSum>& nodes, size_t n,
+                            float* out) {
+  const int N = comm->size(), me = comm->rank();
+  // To the rank of chunk c: (leaf, the node's chunk c) for every node of this rank.
+  std::vector<std::string> send(N), recv;
+  for (int c = 0; c < N; ++c) {
+    const size_t b = ChunkBegin(n, c, N), e = ChunkBegin(n, c + 1, N);
+    for (const TreeNodeSum& node : nodes) {
+      send[c].append(reinterpret_cast<const char*>(&node.leaf), sizeof(uint32_t));
+      send[c].append(reinterpret_cast<const char*>(node.data + b), (e - b) * sizeof(float));
+    }
+  }
+  RETURN_IF_ERROR(comm->AllToAll(send, &recv));
+  const size_t b = ChunkBegin(n, me, N), m = ChunkBegin(n, me + 1, N) - b;
+  const size_t entry = sizeof(uint32_t) + m * sizeof(float);
+  std::vector<float> slots;
+  auto slot = [&](int i) { return slots.data() + size_t(i) * m; };
+  auto merge = [&](int into, int from) {
+    float* x = slot(into);
+    const float* y = slot(from);
+    for (size_t i = 0; i < m; ++i) x[i] += y[i];
+  };
+  PairwiseStack stack;
+  int64_t last = -1;
+  for (int from = 0; from < N; ++from) {
+    if (recv[from].size() % entry != 0) {
+      return InternalError("all-reduce: rank " + std::to_string(from) + " sent " +
+                           std::to_string(recv[from].size()) + " bytes, not whole nodes of " +
+                           std::to_string(entry));
+    }
+    for (size_t at = 0; at < recv[from].size(); at += entry) {
+      uint32_t leaf;
+      std::memcpy(&leaf, recv[from].data() + at, sizeof(leaf));
+      if (int64_t{leaf} <= last) {
+        return InternalError("all-reduce: rank " + std::to_string(from) + " sent leaf " +
+                             std::to_string(leaf) + " after leaf " + std::to_string(last));
+      }
+      last = leaf;
+      const int s = stack.Push(leaf, merge);
+      if (slots.size() < size_t(s + 1) * m) slots.resize(size_t(s + 1) * m);
+      std::memcpy(slot(s), recv[from].data() + at + sizeof(uint32_t), m * sizeof(float));
+    }
+  }
+  stack.Finish(merge);
+  std::vector<float> mine(m, 0.0f);
+  if (!stack.empty() && m > 0) std::copy(slot(0), slot(0) + m, mine.begin());
+  return GatherChunks(comm, mine, out, n);
 }
 Status AllReduceMax(Comm* comm, uint64_t* data, size_t n) {
   return AllReduce(comm, data, n, [](uint64_t a, uint64_t b) { return std::max(a, b); });

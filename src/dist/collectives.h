@@ -21,11 +21,16 @@ namespace ctrbox {
 Status AllReduceSum(Comm* comm, float* data, size_t n);
 Status AllReduceSum(Comm* comm, double* data, size_t n);
 Status AllReduceSum(Comm* comm, uint64_t* data, size_t n);
-// The sum up the pairwise tree over the ranks' indices (util/pairwise_sum.h), the ranks with
-// present[r] == 0 left out (present empty: every rank): the same bits as one process adding
-// up the same tree (CtrModel::SumOrder). Every rank passes the same present.
-Status AllReduceSumPairwise(Comm* comm, float* data, size_t n,
-                            const std::vector<uint8_t>& present = {});
+// Canonical sums (CtrModel::SumOrder): each rank gives the sums of some nodes of a fixed
+// pairwise tree (util/pairwise_sum.h), each named by its first leaf; the nodes of all ranks,
+// in rank order, have increasing leaves. Every rank ends with the sum of all the nodes up the
+// tree in *out: the same bits as one process adding up the same tree. A rank may give no
+// node (its share has no rows). Fails (on the rank that sees it) if the leaves do not increase.
+struct TreeNodeSum {
+  uint32_t leaf;
+  const float* data;  // n elements
+};
+Status AllReduceSumPairwise(Comm* comm, const std::vector<TreeNodeSum>& mine, size_t n, float* out);
 // The largest of the ranks' values, element-wise.
 Status AllReduceMax(Comm* comm, uint64_t* data, size_t n);
 

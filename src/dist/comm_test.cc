@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -142,6 +143,60 @@ TEST(CollectivesTest, AllReduceSumAddsInRankOrderOnEveryRank) {
       }
     }
   }
+}
+
+// Canonical sums: 12 leaves (some empty) shared by 1, 2, 3, 4 or 6 ranks, each giving the sums
+// of the tree's nodes its leaves make, sum to the bits of one process's tree over all leaves.
+TEST(CollectivesTest, PairwiseNodeSumsOnAnyRanksAreOneProcessTree) {
+  constexpr uint32_t kLeaves = 12;
+  for (size_t len : {size_t{1}, size_t{7}, size_t{1000}}) {
+    std::mt19937 rng(static_cast<uint32_t>(len));
+    std::uniform_real_distribution<float> u(-1e3f, 1e3f);
+    std::vector<std::optional<std::vector<float>>> leaves(kLeaves);
+    std::vector<LeafValue> all;
+    for (uint32_t l = 0; l < kLeaves; ++l) {
+      if (l == 5 || l >= 10) continue;  // empty leaves (a short last minibatch)
+      leaves[l].emplace(len);
+      for (float& f : *leaves[l]) f = u(rng) * (u(rng) > 0 ? 1e-4f : 1.0f);
+      all.push_back({l, *leaves[l]});
+    }
+    const std::vector<float> want = TreeSum(all);
+    int differs_in_rank_order = 0;
+    for (int n : {1, 2, 3, 4, 6}) {
+      std::vector<std::vector<float>> got(n, std::vector<float>(len, -1.0f));
+      auto status = RunRanks(n, [&](Comm* comm) {
+        const uint32_t r = comm->rank();
+        const auto nodes = NodeSums(leaves, r * kLeaves / n, (r + 1) * kLeaves / n);
+        std::vector<TreeNodeSum> mine;
+        for (const LeafValue& node : nodes) mine.push_back({node.first, node.second.data()});
+        return AllReduceSumPairwise(comm, mine, len, got[r].data());
+      });
+      for (int r = 0; r < n; ++r) {
+        ASSERT_TRUE(status[r].ok()) << status[r].ToString();
+        ASSERT_EQ(got[r], want) << "rank " << r << " of " << n << ", " << len << " elements";
+      }
+      // (The ranks' shares added in rank order instead are another sum.)
+      std::vector<float> rank_order(len, 0.0f);
+      for (int r = 0; r < n; ++r) {
+        const auto nodes = NodeSums(leaves, r * kLeaves / n, (r + 1) * kLeaves / n);
+        const std::vector<float> s = TreeSum(nodes);  // (empty: no rows)
+        for (size_t i = 0; i < s.size(); ++i) rank_order[i] += s[i];
+      }
+      differs_in_rank_order += rank_order != want;
+    }
+    if (len == 1000) EXPECT_GT(differs_in_rank_order, 0);
+  }
+  // Leaves that do not increase over the ranks are refused.
+  std::vector<float> x(4, 1.0f), out(4);
+  auto status = RunRanks(2, [&](Comm* comm) {
+    const uint32_t leaf = comm->rank() == 0 ? 4 : 2;
+    return AllReduceSumPairwise(comm, {{leaf, x.data()}}, x.size(), out.data());
+  });
+  bool named = false;
+  for (const Status& s : status) {
+    named |= s.ToString().find("sent leaf 2 after leaf 4") != std::string::npos;
+  }
+  EXPECT_TRUE(named) << status[0].ToString() << " / " << status[1].ToString();
 }
 
 TEST(CollectivesTest, AllReduceOfCountsAndMaxima) {

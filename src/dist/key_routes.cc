@@ -1,6 +1,7 @@
 #include "dist/key_routes.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "dist/collectives.h"
@@ -36,25 +37,58 @@ Status Malformed(const char* what, int from) {
                        " sent a message of the wrong size");
 }
 
-// Adds requester r's `count` entries (position, record of width floats) at p to the owner's
-// sums in out->served / served_records (a key's first record starts its sum).
+// The records of touched[0..m) to their owners: (position, record) entries, or with
+// routes->pairwise (position, leaf, record) for each of a key's records not all zeros;
+// count[o]: the entries to owner o.
+void AppendRecords(const KeyRoutes& routes, const uint32_t* touched, const float* records, size_t m,
+                   uint32_t width, std::vector<std::string>* send, std::vector<uint32_t>* count) {
+  const size_t rec_bytes = size_t{width} * sizeof(float);
+  const size_t per_key = routes.pairwise ? std::max<size_t>(routes.leaves.size(), 1) : 1;
+  for (size_t t = 0; t < m; ++t) {
+    const KeyRoutes::Where w = routes.where[touched[t]];
+    for (size_t i = 0; i < per_key; ++i) {
+      const float* rec = records + (t * per_key + i) * width;
+      if (routes.pairwise) {
+        if (std::all_of(rec, rec + width,
+                        [](float x) { return std::bit_cast<uint32_t>(x) == 0; })) {
+          continue;  // the key has no rows in this node
+        }
+        Append(&(*send)[w.owner], w.pos);
+        Append(&(*send)[w.owner], routes.leaves.empty() ? 0u : routes.leaves[i]);
+      } else {
+        Append(&(*send)[w.owner], w.pos);
+      }
+      (*send)[w.owner].append(reinterpret_cast<const char*>(rec), rec_bytes);
+      if (count != nullptr) ++(*count)[w.owner];
+    }
+  }
+}
+
+// The bytes of one entry AppendRecords wrote.
+size_t EntryBytes(const KeyRoutes& routes, uint32_t width) {
+  return sizeof(uint32_t) * (routes.pairwise ? 2 : 1) + size_t{width} * sizeof(float);
+}
+
+// Adds requester r's `count` entries (AppendRecords) at p to the owner's sums in out->served /
+// served_records (a key's first record starts its sum).
 Status SumAtOwner(const char* p, size_t count, int r, uint32_t width, KeyRoutes* routes,
                   ReducedRecords* out) {
   const size_t rec_bytes = size_t{width} * sizeof(float);
-  for (size_t e = 0; e < count; ++e, p += sizeof(uint32_t) + rec_bytes) {
+  for (size_t e = 0; e < count; ++e, p += EntryBytes(*routes, width)) {
     const auto pos = Read<uint32_t>(p);
     if (pos >= routes->asked[r].size()) return Malformed("gradients", r);
     const uint32_t s = routes->asked[r][pos];
-    const char* rec = p + sizeof(uint32_t);
     int32_t& slot = routes->slot_of[s];
     if (routes->pairwise) {  // summed once every rank's are in (SumPending)
       if (slot < 0) {
         slot = static_cast<int32_t>(out->served.size());
         out->served.push_back(s);
       }
-      routes->pending.push_back({static_cast<uint32_t>(slot), r, rec});
+      const auto leaf = Read<uint32_t>(p + sizeof(uint32_t));
+      routes->pending.push_back({static_cast<uint32_t>(slot), leaf, p + 2 * sizeof(uint32_t)});
       continue;
     }
+    const char* rec = p + sizeof(uint32_t);
     if (slot < 0) {
       slot = static_cast<int32_t>(out->served.size());
       out->served.push_back(s);
@@ -68,10 +102,10 @@ Status SumAtOwner(const char* p, size_t count, int r, uint32_t width, KeyRoutes*
   return Status::OK();
 }
 
-// With routes->pairwise: each served key's records (routes->pending, in rank order) summed up
-// the pairwise tree over the ranks into out->served_records.
-void SumPending(uint32_t width, KeyRoutes* routes, ReducedRecords* out) {
-  if (!routes->pairwise) return;
+// With routes->pairwise: each served key's records (routes->pending, in rank order and so in
+// leaf order) summed up the pairwise tree into out->served_records.
+Status SumPending(uint32_t width, KeyRoutes* routes, ReducedRecords* out) {
+  if (!routes->pairwise) return Status::OK();
   const size_t keys = out->served.size(), rec_bytes = size_t{width} * sizeof(float);
   out->served_records.assign(keys * width, 0.0f);
   // The pending records grouped by key, each key's in rank order (a stable counting sort).
@@ -90,8 +124,14 @@ void SumPending(uint32_t width, KeyRoutes* routes, ReducedRecords* out) {
   };
   for (size_t k = 0; k < keys; ++k) {
     PairwiseStack stack;
+    int64_t last = -1;
     for (uint32_t i = begin[k]; i < begin[k + 1]; ++i) {
-      const int s = stack.Push(static_cast<uint64_t>(by_key[i]->rank), merge);
+      if (int64_t{by_key[i]->leaf} <= last) {
+        return InternalError("gradients: leaf " + std::to_string(by_key[i]->leaf) + " after leaf " +
+                             std::to_string(last) + " (the ranks' sum nodes are out of order)");
+      }
+      last = by_key[i]->leaf;
+      const int s = stack.Push(by_key[i]->leaf, merge);
       if (slots.size() < size_t(s + 1) * width) slots.resize(size_t(s + 1) * width);
       std::memcpy(slot(s), by_key[i]->record, rec_bytes);
     }
@@ -99,6 +139,7 @@ void SumPending(uint32_t width, KeyRoutes* routes, ReducedRecords* out) {
     std::memcpy(out->served_records.data() + k * width, slot(0), rec_bytes);
   }
   routes->pending.clear();
+  return Status::OK();
 }
 
 // The requester's side of an owner's (position, record) messages: each record decoded into the
@@ -230,23 +271,20 @@ Status ReduceToHolders(Comm* comm, KeyRoutes* routes, const uint32_t* touched, c
   const int N = comm->size();
   const size_t rec_bytes = size_t{width} * sizeof(float), entry = sizeof(uint32_t) + rec_bytes;
   std::vector<std::string> send(N), recv;
-  for (size_t t = 0; t < m; ++t) {
-    const KeyRoutes::Where w = routes->where[touched[t]];
-    Append(&send[w.owner], w.pos);
-    send[w.owner].append(reinterpret_cast<const char*>(records + t * width), rec_bytes);
-  }
+  AppendRecords(*routes, touched, records, m, width, &send, nullptr);
   RETURN_IF_ERROR(comm->AllToAll(send, &recv));
   Count(*comm, send, recv, routes);
 
-  // The owner: each key's records summed in rank order.
+  // The owner: each key's records summed in rank order (or up the tree).
   out->served.clear();
   out->served_records.clear();
   routes->pending.clear();
+  const size_t sent_entry = EntryBytes(*routes, width);
   for (int r = 0; r < N; ++r) {
-    if (recv[r].size() % entry != 0) return Malformed("gradients", r);
-    RETURN_IF_ERROR(SumAtOwner(recv[r].data(), recv[r].size() / entry, r, width, routes, out));
+    if (recv[r].size() % sent_entry != 0) return Malformed("gradients", r);
+    RETURN_IF_ERROR(SumAtOwner(recv[r].data(), recv[r].size() / sent_entry, r, width, routes, out));
   }
-  SumPending(width, routes, out);
+  RETURN_IF_ERROR(SumPending(width, routes, out));
   // The sums to every holder.
   std::vector<std::string> back(N);
   for (size_t i = 0; i < out->served.size(); ++i) {
@@ -281,16 +319,14 @@ Status ReduceToOwners(Comm* comm, KeyRoutes* routes, const uint32_t* touched, co
                       size_t m, uint32_t width, const uint32_t* next, size_t n_next,
                       ReducedRecords* out) {
   const int N = comm->size();
-  const size_t rec_bytes = size_t{width} * sizeof(float), entry = sizeof(uint32_t) + rec_bytes;
-  // To each owner: [touched count][(position, record) ...][position of a next key ...].
-  std::vector<std::string> send(N), recv;
+  const size_t entry = EntryBytes(*routes, width);
+  // To each owner: [entry count][entries (AppendRecords) ...][position of a next key ...].
+  std::vector<std::string> send(N), recv, entries(N);
   std::vector<uint32_t> count(N, 0);
-  for (size_t t = 0; t < m; ++t) ++count[routes->where[touched[t]].owner];
-  for (int o = 0; o < N; ++o) Append(&send[o], count[o]);
-  for (size_t t = 0; t < m; ++t) {
-    const KeyRoutes::Where w = routes->where[touched[t]];
-    Append(&send[w.owner], w.pos);
-    send[w.owner].append(reinterpret_cast<const char*>(records + t * width), rec_bytes);
+  AppendRecords(*routes, touched, records, m, width, &entries, &count);
+  for (int o = 0; o < N; ++o) {
+    Append(&send[o], count[o]);
+    send[o] += entries[o];
   }
   for (size_t t = 0; t < n_next; ++t) {
     const KeyRoutes::Where w = routes->where[next[t]];
@@ -324,7 +360,7 @@ Status ReduceToOwners(Comm* comm, KeyRoutes* routes, const uint32_t* touched, co
       out->next[r].push_back(pos);
     }
   }
-  SumPending(width, routes, out);
+  RETURN_IF_ERROR(SumPending(width, routes, out));
   for (uint32_t s : out->served) {
     routes->slot_of[s] = -1;
     routes->changed_at[s] = routes->version;

@@ -47,12 +47,16 @@ struct KeyRoutes {
 
   // Scratch of ReduceToHolders: per served key its slot in the sums, or -1.
   std::vector<int32_t> slot_of;
-  // The owner sums each key's records up the pairwise tree over the ranks' indices
-  // (util/pairwise_sum.h: CtrModel::SumOrder's canonical sums), not in rank order.
+  // Canonical sums (CtrModel::SumOrder): this rank's records of a key are the sums of nodes of
+  // a fixed pairwise tree (util/pairwise_sum.h), the first leaf of each in `leaves`
+  // (increasing over the ranks in rank order); the reductions take leaves.size() records per
+  // touched key, send those that are not all zeros (+0.0: a node without the key) with their
+  // leaf, and the owner sums each key's records up the tree, not in rank order.
   bool pairwise = false;
+  std::vector<uint32_t> leaves;
   struct Pending {
     uint32_t slot;
-    int rank;
+    uint32_t leaf;
     const char* record;
   };
   std::vector<Pending> pending;  // scratch of the pairwise sums
@@ -101,7 +105,8 @@ struct ReducedRecords {
 };
 
 // Per minibatch. touched[0..m): indices of keys given to RouteKeys (distinct); records: m x
-// width floats. REQUIRES: every rank passes the same width.
+// width floats (m x leaves x width with routes->pairwise). REQUIRES: every rank passes the
+// same width.
 Status ReduceToHolders(Comm* comm, KeyRoutes* routes, const uint32_t* touched, const float* records,
                        size_t m, uint32_t width, ReducedRecords* out);
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <vector>
@@ -155,6 +156,79 @@ TEST(KeyRoutesTest, ReduceToHoldersSumsInRankOrderForEveryHolder) {
           EXPECT_EQ(0, std::memcmp(out.served_records.data() + i * kWidth, sum.data(),
                                    kWidth * sizeof(float)));
         }
+      }
+      return Status::OK();
+    });
+    for (const Status& s : status) EXPECT_TRUE(s.ok()) << s.ToString();
+  }
+}
+
+// Canonical sums: each rank's share of 12 leaves is made of tree nodes; a key's records are the
+// sums of its leaves in each node (zeros for a node without it). Every holder and the owner get,
+// from ReduceToHolders as from ReduceToOwners, the bits of one process's tree over the key's
+// leaves, for 1, 2, 3 and 4 ranks.
+TEST(KeyRoutesTest, PairwiseReductionsSumTheNodesAsOneProcessTree) {
+  constexpr uint32_t kWidth = 4, kLeaves = 12;
+  for (int n : {1, 2, 3, 4}) {
+    auto keys = RankKeys(n, 200, 300 + n);
+    std::mt19937 rng(n);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    // Per rank: the touched keys, their records (node-major within a key), the nodes' leaves.
+    std::vector<std::vector<uint32_t>> touched(n), leaves(n);
+    std::vector<std::vector<float>> records(n);
+    std::map<uint64_t, std::vector<LeafValue>> occurs;  // key -> its (leaf, value)s, all ranks
+    for (int r = 0; r < n; ++r) {
+      const auto nodes = DyadicNodes(r * kLeaves / n, (r + 1) * kLeaves / n);
+      for (auto [first, size] : nodes) leaves[r].push_back(first);
+      for (uint32_t i = 0; i < keys[r].size(); ++i) {
+        std::vector<std::optional<std::vector<float>>> mine(kLeaves);
+        for (uint32_t l = r * kLeaves / n; l < (r + 1) * kLeaves / n; ++l) {
+          if (rng() % 2 != 0) continue;
+          mine[l].emplace(kWidth);
+          for (float& f : *mine[l]) f = u(rng) * 1e3f;
+          occurs[keys[r][i]].push_back({l, *mine[l]});
+        }
+        const std::vector<LeafValue> sums = NodeSums(mine, r * kLeaves / n, (r + 1) * kLeaves / n);
+        if (sums.empty()) continue;
+        touched[r].push_back(i);
+        for (auto [first, size] : nodes) {
+          std::vector<float> rec(kWidth, 0.0f);
+          for (const LeafValue& s : sums) {
+            if (s.first == first) rec = s.second;
+          }
+          records[r].insert(records[r].end(), rec.begin(), rec.end());
+        }
+      }
+    }
+    std::map<uint64_t, std::vector<float>> want;
+    for (auto& [k, lv] : occurs) {
+      std::sort(lv.begin(), lv.end(), [](auto& a, auto& b) { return a.first < b.first; });
+      want[k] = TreeSum(lv);
+    }
+    auto status = RunRanks(n, [&](Comm* comm) -> Status {
+      const int me = comm->rank();
+      ASSIGN_OR_RETURN(KeyRoutes routes, RouteKeys(comm, keys[me].data(), keys[me].size()));
+      routes.pairwise = true;
+      routes.leaves = leaves[me];
+      ReducedRecords out;
+      RETURN_IF_ERROR(ReduceToHolders(comm, &routes, touched[me].data(), records[me].data(),
+                                      touched[me].size(), kWidth, &out));
+      for (size_t i = 0; i < out.keys.size(); ++i) {
+        const std::vector<float>& sum = want.at(keys[me][out.keys[i]]);
+        EXPECT_EQ(0,
+                  std::memcmp(out.records.data() + i * kWidth, sum.data(), sizeof(float) * kWidth));
+      }
+      for (int round = 0; round < 2; ++round) {
+        for (size_t i = 0; i < out.served.size(); ++i) {
+          const std::vector<float>& sum = want.at(routes.served[out.served[i]]);
+          EXPECT_EQ(0, std::memcmp(out.served_records.data() + i * kWidth, sum.data(),
+                                   sizeof(float) * kWidth));
+        }
+        size_t served = 0;
+        for (const auto& [k, sum] : want) served += OwnerOf(k, n) == me;
+        EXPECT_EQ(out.served.size(), served);
+        RETURN_IF_ERROR(ReduceToOwners(comm, &routes, touched[me].data(), records[me].data(),
+                                       touched[me].size(), kWidth, nullptr, 0, &out));
       }
       return Status::OK();
     });

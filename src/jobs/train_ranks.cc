@@ -298,11 +298,10 @@ Status ShareJob(Env* env, const Comm& comm, JobConfig* job, std::string* ranks_c
   if (job->train.deterministic && me == 0 && (job->gpu || !CanonicalRanks(n, b))) {
     LOG_WARNING(
         "train.deterministic on {} ranks{}: the same model run after run, not the one process's "
-        "model (that takes the CPU train stage and a power of two of ranks up to {} for "
-        "train.batch_size {}, one per {} rows: docs/distributed.md, \"The same model on any "
-        "number of ranks\")",
-        n, job->gpu ? " with device: gpu" : "", CtrModel::SumBlocksFor(b), b,
-        CtrModel::kSumBlockRows);
+        "model (that takes the CPU train stage and a number of ranks dividing the {} sum blocks "
+        "of train.batch_size {}: docs/distributed.md, \"The same model on any number of "
+        "ranks\")",
+        n, job->gpu ? " with device: gpu" : "", CtrModel::SumBlocksFor(b), b);
   }
   if (IsGenerated(job->data)) {
     // Rank r generates the blocks of b / n rows whose index mod n is r: global minibatch m is

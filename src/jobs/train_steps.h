@@ -49,11 +49,11 @@ Status HoldJobDirs(Env* env, const Comm* comm, const std::string& ranks_ckpt_dir
                    DirLocks* held);
 // How the reader cuts passes (the ranks agree on every cut).
 PassReaderOptions PassOptionsOnRanks(const JobConfig& job, Comm* comm);
-// Canonical sums on n ranks for a global minibatch of batch_rows: a power of two up to its
-// number of sum blocks (each rank's share of a global minibatch is then a node of the sums'
-// tree: CtrModel::SumOrder).
+// Canonical sums on n ranks for a global minibatch of batch_rows: n divides its number of sum
+// blocks (each rank's equal share of a global minibatch is then whole blocks: nodes of the
+// sums' tree, CtrModel::SumOrder).
 inline bool CanonicalRanks(uint32_t n, uint32_t batch_rows) {
-  return n >= 1 && n <= CtrModel::SumBlocksFor(batch_rows) && (n & (n - 1)) == 0;
+  return n >= 1 && batch_rows % n == 0 && CtrModel::SumBlocksFor(batch_rows) % n == 0;
 }
 // The model the data's schema allows.
 Status CheckModelAgainstSchema(const JobConfig& job);

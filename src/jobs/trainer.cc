@@ -271,8 +271,8 @@ Status CheckModelAgainstSchema(const JobConfig& job) {
 }
 
 // The order of the job's gradient sums (CtrModel::SumOrder, docs/distributed.md): canonical
-// with train.deterministic on the CPU, so that any power of two of ranks up to the batch's
-// sum blocks trains one process's model; the fastest fixed order otherwise. (job.train.batch_size
+// with train.deterministic on the CPU, so that any number of ranks dividing the batch's sum
+// blocks trains one process's model; the fastest fixed order otherwise. (job.train.batch_size
 // is a rank's share on ranks.)
 CtrModel::SumOrder SumOrderOf(const JobConfig& job, const Comm* comm) {
   const uint32_t n = comm != nullptr ? static_cast<uint32_t>(comm->size()) : 1;
@@ -280,7 +280,8 @@ CtrModel::SumOrder SumOrderOf(const JobConfig& job, const Comm* comm) {
   if (!job.train.deterministic || job.gpu || !CanonicalRanks(n, job.train.batch_size * n)) {
     return {};
   }
-  return {true, job.train.batch_size * n, job.train.batch_size * rank};
+  return {true, job.train.batch_size * n, job.train.batch_size * rank, CtrModel::kSumBlockRows,
+          job.train.batch_size};
 }
 
 // Start: resume, continue the model in model_dir, or a new model; on ranks resumed from

@@ -258,7 +258,8 @@ class CtrModel {
   // (dim: the widest table's with model.slot_dims; a smaller table's key leaves the rest zero.)
   uint32_t SparseRecordWidth() const { return row_dim_ + 3; }
   // Predictions (before any update) and gradients of minibatch mb, updating nothing: the dense
-  // gradient into dense_grads(), each distinct key's record (mb.uniq order) into *records.
+  // gradient into dense_grads(), each distinct key's record (mb.uniq order) into *records
+  // (with canonical sums, one per node of sum_nodes(): record u * nodes + i).
   // global_rows: the rows of the minibatch over all ranks (the loss is their mean); mb may have
   // no rows (a rank whose share ran out).
   StepStats ComputeGradients(const Batch& pass, const WorkingSet& ws, const Minibatch& mb,
@@ -274,21 +275,33 @@ class CtrModel {
   // [b B / K, (b + 1) B / K)); each block is one row block of the forward and backward passes
   // and one leaf of every gradient sum, summed within in row order, and the blocks' sums add
   // up a fixed pairwise tree (util/pairwise_sum.h), an empty block skipped. A rank holding rows
-  // [first_row, first_row + its rows) of each global minibatch, a share of whole blocks that is
-  // a node of that tree (a power of two of ranks, at most K), computes the node's sums; the
-  // ranks' sums added up the same tree (over their indices) are one process's, bit for bit.
-  static constexpr uint32_t kMaxSumBlocks = 16;
+  // [first_row, first_row + share_rows) of each global minibatch, a share of whole blocks,
+  // computes the sums of the tree's nodes its share is made of (sum_nodes(): one node for a
+  // whole batch or a power-of-two share); the ranks' node sums added up the same tree are one
+  // process's, bit for bit.
+  static constexpr uint32_t kMaxSumBlocks = 24;
   static constexpr uint32_t kSumBlockRows = 128;
-  // K: the largest power of two of blocks of at least block_rows rows (1 to kMaxSumBlocks).
+  // K, for blocks of at least block_rows rows: when 3 divides the batch (and it has 3 such
+  // blocks), the largest 3 2^a up to 24, so that 3, 6 or 12 ranks share whole blocks; otherwise
+  // the largest power of two up to 16.
   static uint32_t SumBlocksFor(uint32_t batch_rows, uint32_t block_rows = kSumBlockRows);
   struct SumOrder {
     bool canonical = false;
     uint32_t batch_rows = 0;  // the global minibatch's (train.batch_size over all the ranks)
     uint32_t first_row = 0;   // this rank's first row in it
     uint32_t block_rows = kSumBlockRows;  // (the tests' small batches take smaller blocks)
+    uint32_t share_rows = 0;              // this rank's rows of it (0: to its end)
   };
   void set_sum_order(const SumOrder& o);
   const SumOrder& sum_order() const { return sum_order_; }
+  // The tree's nodes this rank's share is made of, in order: the first leaf (sum block) of
+  // each (one node, leaf 0, without canonical sums or for a whole batch). ComputeGradients
+  // computes a dense gradient and a record per key for each: node 0's gradient is
+  // dense_grads(), node i's node_grads(i); a node without rows of the minibatch has zeros
+  // (node_has_rows(i) false), and so has a key's record for a node with none of its rows.
+  const std::vector<uint32_t>& sum_nodes() const { return sum_nodes_; }
+  std::vector<float>& node_grads(size_t i) { return i == 0 ? grads_ : node_grads_[i - 1]; }
+  bool node_has_rows(size_t i) const { return node_rows_[i] != 0; }
   // Starts the optimizer step and applies dense_grads() (summed over the ranks).
   void ApplyDense(ThreadPool* pool);
   // Applies summed records to rows local[0..n) of *rows (distinct), after ApplyDense of the
@@ -371,6 +384,8 @@ class CtrModel {
   // kRowBlock rows; with canonical sums, this rank's parts of the sum blocks), and each one's
   // sum block (its leaf in the tree).
   void RowBlocks(uint32_t rows, std::vector<uint32_t>* blocks, std::vector<uint32_t>* leaf) const;
+  // node_rows_ from the step's leaves (ForwardBackward).
+  void MarkNodeRows();
   // The sum block of the global minibatch's row `row` (SumOrder).
   uint32_t SumBlockOf(uint32_t row) const;
   uint32_t SumBlockBegin(uint32_t block) const;
@@ -408,6 +423,11 @@ class CtrModel {
   // Canonical sums: the tree's pending sums of the dense gradient (slots 1.., slot 0 is
   // grads_), each laid out like the parameters.
   std::vector<std::vector<float>> sum_slots_;
+  // The nodes of this rank's share: [sum_nodes_[i], node_end_[i]) of the leaves; the dense
+  // gradients of nodes 1.. (node 0's is grads_); whether each has rows in the step.
+  std::vector<uint32_t> sum_nodes_{0}, node_end_{~0u};
+  std::vector<std::vector<float>> node_grads_;
+  std::vector<uint8_t> node_rows_{1};
   // The step's row blocks (RowBlocks), cut by ForwardBackward; the dense tiles' sums read them.
   std::vector<uint32_t> step_blocks_, step_leaves_;
   DenseOptimizer dense_opt_;

@@ -77,6 +77,7 @@ StepStats CtrModel::TrainMinibatch(const Batch& pass, const WorkingSet& ws, cons
                                    RowBlock* rows, const CtrAccessor& accessor, ThreadPool* pool,
                                    float* predictions) {
   const uint32_t B = mb.rows();
+  assert(sum_nodes_.size() == 1);  // (one process: the whole batch)
   StepStats stats;
   stats.loss_sum = ForwardBackward(pass, ws, mb, *rows, pool, predictions, B);
 
@@ -106,6 +107,7 @@ double CtrModel::ForwardBackward(const Batch& pass, const WorkingSet& ws, const 
   EnsureBuffers(std::max(B, 1u));
   const uint32_t hidden = towers_.on() ? 0 : mlp_.num_layers() - 1, D = schema_.num_dense;
   RowBlocks(B, &step_blocks_, &step_leaves_);  // (the tiles' sums read them too)
+  if (sum_order_.canonical) MarkNodeRows();
   const std::vector<uint32_t>& bounds = step_blocks_;
   const size_t blocks = bounds.size() - 1;
   std::vector<double> block_loss(blocks, 0.0);
@@ -172,28 +174,32 @@ void CtrModel::DenseTileGrad(size_t t, uint32_t batch_rows) {
     DenseTileRows(t, 0, batch_rows, grads_.data());
     return;
   }
-  // By sum blocks (the step's, cut by ForwardBackward), added up the pairwise tree: slot 0 is
-  // grads_ itself.
+  // By sum blocks (the step's, cut by ForwardBackward), added up the pairwise tree, one tree
+  // per node of this rank's share: slot 0 is the node's gradient itself.
   const std::vector<uint32_t>& blocks = step_blocks_;
   const std::vector<uint32_t>& leaf = step_leaves_;
   assert(blocks.back() == batch_rows);
-  auto slot = [&](int i) { return i == 0 ? grads_.data() : sum_slots_[i - 1].data(); };
-  auto merge = [&](int into, int from) {
-    float* a = slot(into);
-    const float* b = slot(from);
-    ForTileRanges(t, [&](size_t at, size_t n) {
-      for (size_t i = at; i < at + n; ++i) a[i] += b[i];
-    });
-  };
-  PairwiseStack stack;
-  for (size_t i = 0; i + 1 < blocks.size(); ++i) {
-    DenseTileRows(t, blocks[i], blocks[i + 1], slot(stack.Push(leaf[i], merge)));
+  size_t i = 0;  // the next block
+  for (size_t node = 0; node < sum_nodes_.size(); ++node) {
+    float* out = node_grads(node).data();
+    auto slot = [&](int s) { return s == 0 ? out : sum_slots_[s - 1].data(); };
+    auto merge = [&](int into, int from) {
+      float* a = slot(into);
+      const float* b = slot(from);
+      ForTileRanges(t, [&](size_t at, size_t n) {
+        for (size_t k = at; k < at + n; ++k) a[k] += b[k];
+      });
+    };
+    PairwiseStack stack;
+    for (; i + 1 < blocks.size() && (node + 1 == sum_nodes_.size() || leaf[i] < node_end_[node]);
+         ++i) {
+      DenseTileRows(t, blocks[i], blocks[i + 1], slot(stack.Push(leaf[i], merge)));
+    }
+    if (stack.empty()) {  // no rows: a zero gradient
+      ForTileRanges(t, [&](size_t at, size_t n) { std::fill(out + at, out + at + n, 0.0f); });
+    }
+    stack.Finish(merge);
   }
-  if (stack.empty()) {  // no rows: a zero gradient
-    float* g = grads_.data();
-    ForTileRanges(t, [&](size_t at, size_t n) { std::fill(g + at, g + at + n, 0.0f); });
-  }
-  stack.Finish(merge);
 }
 
 void CtrModel::DenseTileRows(size_t t, uint32_t r0, uint32_t r1, float* out) {

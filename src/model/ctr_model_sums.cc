@@ -1,6 +1,7 @@
 // CtrModel (model/ctr_model.h): canonical sums (SumOrder), the row blocks they cut and the
 // sparse records they add up.
 #include <algorithm>
+#include <bit>
 #include <vector>
 
 #include "model/ctr_model.h"
@@ -9,8 +10,10 @@
 namespace ctrbox {
 
 uint32_t CtrModel::SumBlocksFor(uint32_t batch_rows, uint32_t block_rows) {
-  uint32_t k = 1;
-  while (k < kMaxSumBlocks && uint64_t{2} * k * block_rows <= batch_rows) k *= 2;
+  const bool three = batch_rows % 3 == 0 && uint64_t{3} * block_rows <= batch_rows;
+  const uint32_t most = three ? 24 : 16;
+  uint32_t k = three ? 3 : 1;
+  while (2 * k <= most && uint64_t{2} * k * block_rows <= batch_rows) k *= 2;
   return k;
 }
 
@@ -19,9 +22,45 @@ void CtrModel::set_sum_order(const SumOrder& o) {
   if (o.batch_rows == 0) sum_order_.canonical = false;  // (no minibatch to cut)
   sum_blocks_ = SumBlocksFor(o.batch_rows, std::max(o.block_rows, 1u));
   sum_slots_.clear();
+  node_grads_.clear();
+  sum_nodes_.assign(1, 0);
+  node_end_.assign(1, ~0u);
+  node_rows_.assign(1, 1);
   if (!sum_order_.canonical) return;
-  // At most 16 leaves: 5 pending sums, slot 0 being grads_.
-  sum_slots_.assign(PairwiseStack::Depth(4) - 1, std::vector<float>(grads_.size(), 0.0f));
+  // At most 24 leaves (positions below 32): 6 pending sums, slot 0 being the node's output.
+  sum_slots_.assign(PairwiseStack::Depth(5) - 1, std::vector<float>(grads_.size(), 0.0f));
+  // The share's leaves [b0, b1), made of the tree's largest nodes. A share that reaches the
+  // last leaf reaches the tree's end (the leaves past K are empty), so that a whole batch is
+  // one node, the root.
+  const uint32_t K = sum_blocks_, first = sum_order_.first_row;
+  const uint32_t end =
+      o.share_rows == 0 ? o.batch_rows : std::min(o.batch_rows, first + o.share_rows);
+  const uint32_t b0 = SumBlockOf(first);
+  uint32_t b1 = end >= o.batch_rows ? std::bit_ceil(K) : SumBlockOf(end - 1) + 1;
+  sum_nodes_.clear();
+  node_end_.clear();
+  for (uint32_t b = b0; b < b1 && b < K;) {
+    uint32_t size = 1;
+    while (b % (2 * size) == 0 && b + 2 * size <= b1) size *= 2;
+    sum_nodes_.push_back(b);
+    node_end_.push_back(b + size);
+    b += size;
+  }
+  if (sum_nodes_.empty()) {  // (a share of no rows)
+    sum_nodes_.push_back(b0);
+    node_end_.push_back(b0 + 1);
+  }
+  node_grads_.assign(sum_nodes_.size() - 1, std::vector<float>(grads_.size(), 0.0f));
+  node_rows_.assign(sum_nodes_.size(), 0);
+}
+
+void CtrModel::MarkNodeRows() {
+  std::fill(node_rows_.begin(), node_rows_.end(), 0);
+  size_t node = 0;
+  for (uint32_t leaf : step_leaves_) {
+    while (node + 1 < node_end_.size() && leaf >= node_end_[node]) ++node;
+    node_rows_[node] = 1;
+  }
 }
 
 uint32_t CtrModel::SumBlockBegin(uint32_t block) const {
@@ -61,14 +100,22 @@ void CtrModel::SparseRecordCanonical(const Batch& pass, const WorkingSet& ws, co
   const uint32_t S = schema_.num_slots, E = emb_width_, rd = row_dim_, width = SparseRecordWidth();
   const bool weighted = pass.has_weights();
   thread_local std::vector<float> slots;
-  slots.resize(size_t{PairwiseStack::Depth(4)} * width);
+  slots.resize(size_t{PairwiseStack::Depth(5)} * width);
   auto slot = [&](int i) { return slots.data() + size_t(i) * width; };
   auto merge = [&](int into, int from) {
     float* a = slot(into);
     const float* b = slot(from);
     for (uint32_t d = 0; d < width; ++d) a[d] += b[d];
   };
+  std::fill(record, record + sum_nodes_.size() * width, 0.0f);  // (a node without the key)
   PairwiseStack stack;
+  size_t node = 0;
+  auto close_node = [&] {  // the node's sum into its record
+    if (stack.empty()) return;
+    stack.Finish(merge);
+    std::copy(slot(0), slot(0) + width, record + node * width);
+    stack.Reset();
+  };
   float* g = nullptr;    // the current block's record
   uint32_t block = ~0u;  // none yet
   for (uint32_t q = mb.occ_begin[u]; q < mb.occ_begin[u + 1]; ++q) {
@@ -76,6 +123,10 @@ void CtrModel::SparseRecordCanonical(const Batch& pass, const WorkingSet& ws, co
     const uint32_t cell = ws.cell[p], r = cell / S, s = cell - r * S;
     const uint32_t b = SumBlockOf(sum_order_.first_row + r);
     if (b != block) {  // the occurrences are in row order: a new leaf
+      while (node + 1 < node_end_.size() && b >= node_end_[node]) {
+        close_node();
+        ++node;
+      }
       block = b;
       g = slot(stack.Push(b, merge));
       std::fill(g, g + width, 0.0f);
@@ -88,12 +139,7 @@ void CtrModel::SparseRecordCanonical(const Batch& pass, const WorkingSet& ws, co
     g[rd + 1] += 1.0f;
     g[rd + 2] += pass.labels[mb.row_begin + r];
   }
-  stack.Finish(merge);
-  if (stack.empty()) {
-    std::fill(record, record + width, 0.0f);
-    return;
-  }
-  std::copy(slot(0), slot(0) + width, record);
+  close_node();
 }
 
 }  // namespace ctrbox

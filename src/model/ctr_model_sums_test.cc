@@ -1,6 +1,6 @@
 // Canonical sums (CtrModel::SumOrder): a minibatch trained on N simulated ranks — each
-// computing its share's gradients, the shares added up the pairwise tree over the ranks — is
-// the one-process step bit for bit, for every model shape and N = 1, 2, 4, 8.
+// computing its share's node sums, the nodes added up the pairwise tree — is the one-process
+// step bit for bit, for every model shape and N = 1, 2, 3, 4, 6, 8 (24 sum blocks).
 #include <gtest/gtest.h>
 
 #include <map>
@@ -15,7 +15,7 @@
 namespace ctrbox::model_test {
 namespace {
 
-constexpr uint32_t kBatch = 64;
+constexpr uint32_t kBatch = 96;  // 24 blocks of 4 rows
 
 // Every key's row, encoded, by key.
 std::map<uint64_t, std::string> Rows(const Fixture& f) {
@@ -35,7 +35,7 @@ Stepped StepOnRanks(const ModelOptions& shape, uint32_t ranks, bool pairwise) {
   OptimizerOptions sparse, dense;  // Adagrad and Adam, the defaults
   Fixture whole(sparse, dense, true, kBatch, shape, kBatch);
   const uint32_t share = kBatch / ranks;
-  std::vector<float> grads;
+  std::vector<std::pair<uint32_t, std::vector<float>>> nodes;  // (leaf, dense gradient)
   std::map<uint64_t, std::vector<std::pair<uint32_t, std::vector<float>>>> records;  // by key
   for (uint32_t r = 0; r < ranks; ++r) {
     Fixture f(sparse, dense, true, share, shape, kBatch);  // the same model and rows...
@@ -50,39 +50,46 @@ Stepped StepOnRanks(const ModelOptions& shape, uint32_t ranks, bool pairwise) {
       const std::string& row = init.at(f.ws.keys[i]);
       f.rows.DecodeRow(row.data(), row.size(), i);
     }
-    f.model.set_sum_order({true, kBatch, r * share, /*block_rows=*/4});
+    f.model.set_sum_order({true, kBatch, r * share, /*block_rows=*/4, share});
     const Minibatch& mb = f.ws.batches[0];
     std::vector<float> p(mb.rows()), rec;
     f.model.ComputeGradients(f.pass, f.ws, mb, f.rows, nullptr, p.data(), kBatch, &rec);
     const uint32_t width = f.model.SparseRecordWidth();
+    const std::vector<uint32_t>& leaves = f.model.sum_nodes();
+    EXPECT_EQ(leaves.size() == 1,
+              ((kBatch / 4 / ranks) & (kBatch / 4 / ranks - 1)) == 0 || ranks == 1)
+        << "one node for a power-of-two share";
     for (size_t u = 0; u < mb.uniq.size(); ++u) {
-      records[f.ws.keys[mb.uniq[u]]].push_back(
-          {r, std::vector<float>(rec.begin() + u * width, rec.begin() + (u + 1) * width)});
+      for (size_t i = 0; i < leaves.size(); ++i) {
+        auto at = rec.begin() + (u * leaves.size() + i) * width;
+        std::vector<float> one(at, at + width);
+        if (one[f.model.SparseRecordWidth() - 2] == 0.0f) continue;  // no occurrence there
+        records[f.ws.keys[mb.uniq[u]]].push_back({pairwise ? leaves[i] : r, one});
+      }
     }
-    // The dense gradient over the ranks.
-    const std::vector<float>& g = f.model.dense_grads();
-    if (r == 0) {
-      grads = g;
-    } else if (!pairwise) {
-      for (size_t i = 0; i < g.size(); ++i) grads[i] += g[i];
-    } else {
-      grads.resize(g.size() * (r + 1));
-      std::copy(g.begin(), g.end(), grads.begin() + g.size() * r);
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      EXPECT_TRUE(f.model.node_has_rows(i));
+      nodes.push_back({leaves[i], f.model.node_grads(i)});
     }
   }
+  // The dense gradient: each element up the tree over the nodes' leaves (or in rank order).
   const size_t n = whole.model.dense_grads().size();
   std::vector<float>& out = whole.model.dense_grads();
-  if (pairwise) {  // each element up the tree over the ranks
-    for (size_t i = 0; i < n; ++i) {
-      float slot[PairwiseStack::kMaxSlots];
-      PairwiseStack stack;
-      auto merge = [&](int a, int b) { slot[a] += slot[b]; };
-      for (uint32_t r = 0; r < ranks; ++r) slot[stack.Push(r, merge)] = grads[r * n + i];
-      stack.Finish(merge);
-      out[i] = slot[0];
+  for (size_t i = 0; i < n; ++i) {
+    float slot[PairwiseStack::kMaxSlots];
+    PairwiseStack stack;
+    auto merge = [&](int a, int b) { slot[a] += slot[b]; };
+    for (size_t k = 0; k < nodes.size(); ++k) {
+      if (pairwise) {
+        slot[stack.Push(nodes[k].first, merge)] = nodes[k].second[i];
+      } else if (k == 0) {
+        slot[stack.Push(0, merge)] = nodes[k].second[i];
+      } else {
+        slot[0] += nodes[k].second[i];
+      }
     }
-  } else {
-    out = grads;
+    stack.Finish(merge);
+    out[i] = slot[0];
   }
   whole.model.ApplyDense(nullptr);
   // Each key's records up the tree over the ranks that touched it (or in rank order).
@@ -97,9 +104,9 @@ Stepped StepOnRanks(const ModelOptions& shape, uint32_t ranks, bool pairwise) {
     auto merge = [&](int a, int b) {
       for (uint32_t d = 0; d < width; ++d) slot[a][d] += slot[b][d];
     };
-    for (const auto& [r, rec] : it->second) {
+    for (const auto& [leaf, rec] : it->second) {
       if (pairwise) {
-        slot[stack.Push(r, merge)] = rec;
+        slot[stack.Push(leaf, merge)] = rec;
       } else if (stack.empty()) {
         slot[stack.Push(0, merge)] = rec;
       } else {
@@ -133,7 +140,7 @@ TEST(CtrModelSumsTest, RanksAddingUpThePairwiseTreeTrainTheOneProcessStep) {
     const Stepped threads = StepInOneProcess(shape, &pool);
     EXPECT_EQ(threads.dense, one.dense);
     EXPECT_EQ(threads.rows, one.rows);
-    for (uint32_t ranks : {1u, 2u, 4u, 8u}) {
+    for (uint32_t ranks : {1u, 2u, 3u, 4u, 6u, 8u}) {
       const Stepped got = StepOnRanks(shape, ranks, /*pairwise=*/true);
       EXPECT_EQ(got.dense, one.dense) << ranks << " ranks";
       EXPECT_EQ(got.rows, one.rows) << ranks << " ranks";

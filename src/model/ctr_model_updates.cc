@@ -90,11 +90,14 @@ StepStats CtrModel::ComputeGradients(const Batch& pass, const WorkingSet& ws, co
   StepStats stats;
   stats.loss_sum = ForwardBackward(pass, ws, mb, rows, pool, predictions, global_rows);
   if (B == 0) {
-    std::fill(grads_.begin(), grads_.end(), 0.0f);
+    for (size_t i = 0; i < sum_nodes_.size(); ++i) {
+      std::fill(node_grads(i).begin(), node_grads(i).end(), 0.0f);
+      node_rows_[i] = 0;
+    }
   } else {
     RunParallel(pool, tiles_.size(), [&](size_t t, int) { DenseTileGrad(t, B); });
   }
-  const uint32_t width = SparseRecordWidth();
+  const size_t width = size_t{SparseRecordWidth()} * sum_nodes_.size();  // a key's records
   records->resize(mb.uniq.size() * width);
   const size_t chunks = (mb.uniq.size() + kSparseChunk - 1) / kSparseChunk;
   RunParallel(pool, chunks, [&](size_t c, int) {

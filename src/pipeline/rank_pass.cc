@@ -23,22 +23,17 @@ Status AgreeOnMinibatches(Comm* comm, const WorkingSet& ws, RankPass* out) {
   std::vector<std::string> all;
   RETURN_IF_ERROR(comm->AllGather(mine, &all));
   out->global_rows.clear();
-  out->rank_has_rows.clear();
   out->global_examples = 0;
   const size_t N = all.size();
   for (size_t r = 0; r < N; ++r) {
     const std::string& ranks = all[r];
     const size_t m = ranks.size() / sizeof(uint32_t);
-    if (out->global_rows.size() < m) {
-      out->global_rows.resize(m, 0);
-      out->rank_has_rows.resize(m, std::vector<uint8_t>(N, 0));
-    }
+    if (out->global_rows.size() < m) out->global_rows.resize(m, 0);
     for (size_t i = 0; i < m; ++i) {
       uint32_t rows;
       std::memcpy(&rows, ranks.data() + i * sizeof(uint32_t), sizeof(rows));
       out->global_rows[i] += rows;
       out->global_examples += rows;
-      out->rank_has_rows[i][r] = rows > 0 ? 1 : 0;
     }
   }
   return Status::OK();
@@ -187,7 +182,13 @@ StatusOr<StepStats> TrainRankMinibatch(Comm* comm, CtrModel* model, const Batch&
   // adds its blocks up (CtrModel::SumOrder), dense and sparse alike.
   sp->routes.pairwise = model->sum_order().canonical;
   if (sp->routes.pairwise) {
-    RETURN_IF_ERROR(AllReduceSumPairwise(comm, dense.data(), dense.size(), sp->rank_has_rows[m]));
+    sp->routes.leaves = model->sum_nodes();
+    std::vector<TreeNodeSum> nodes;  // the nodes with rows (one process has no empty block)
+    for (size_t i = 0; i < model->sum_nodes().size(); ++i) {
+      if (model->node_has_rows(i))
+        nodes.push_back({model->sum_nodes()[i], model->node_grads(i).data()});
+    }
+    RETURN_IF_ERROR(AllReduceSumPairwise(comm, nodes, dense.size(), dense.data()));
   } else {
     RETURN_IF_ERROR(AllReduceSum(comm, dense.data(), dense.size()));
   }

@@ -54,9 +54,6 @@ struct RankPass {
   // Per global minibatch of the pass, its rows over all ranks (a rank whose share of the pass
   // has fewer minibatches trains empty ones).
   std::vector<uint32_t> global_rows;
-  // rank_has_rows[m][r]: rank r has rows in global minibatch m (canonical sums leave the
-  // others out, as one process has no empty block).
-  std::vector<std::vector<uint8_t>> rank_has_rows;
   uint64_t global_examples = 0;  // the pass's rows over all ranks
   // dist.sparse_updates: only the owner's served copy takes the sparse updates and a holder's
   // copy is refreshed before the holder's next minibatch uses it (true, "owner"), or every
