@@ -184,6 +184,16 @@ Status PrepareJob(Env* env, Comm* comm, const std::atomic<bool>* stop, JobData d
   }
   // The job's batch (before the ranks divide it), from the data when the job leaves it.
   RETURN_IF_ERROR(SizeToTheData(env, comm != nullptr ? comm->size() : 1, job));
+  // Canonical sums: passes of whole global minibatches, so that a pass's last minibatch holds
+  // the same rows on any number of ranks (each rank's pass is its share of the pass).
+  const uint64_t batch = job->train.batch_size, pass = job->pipeline.pass_examples;
+  if (job->train.deterministic && pass % batch != 0) {
+    job->pipeline.pass_examples = std::max(batch, pass - pass % batch);
+    LOG_INFO(
+        "pipeline.pass_examples {} for {}: whole minibatches of train.batch_size {} "
+        "(train.deterministic: docs/distributed.md, \"The same model on any number of ranks\")",
+        job->pipeline.pass_examples, pass, batch);
+  }
   // data.slot_from: position with data.num_slots 0: counted once, from the job's first file
   // (not each rank's, not at every reader's open), and said.
   if (job->data.slot_from == SlotFrom::kPosition && job->data.num_slots == 0 &&
