@@ -46,7 +46,7 @@ JobConfig Job(const std::string& model_dir, const std::string& data) {
   job.train.threads = 2;
   job.train.deterministic = true;
   job.train.progress_seconds = 1e9;
-  job.pipeline.pass_examples = 1000;
+  job.pipeline.pass_examples = 1024;  // (whole minibatches: train.deterministic)
   return job;
 }
 
@@ -93,7 +93,7 @@ TEST(PipelineTest, PipelinedEqualsSequentialWithOverlapSmallBudgetAndShrink) {
       pipe.pipeline.queue_depth = depth;
       if (tiered) {
         UseTiers(&pipe, dir, model_bytes / 10);  // 10 % of the model
-        pipe.pipeline.pass_examples = 200;
+        pipe.pipeline.pass_examples = 256;
       }
       auto r = TrainJson(Env::Posix(), pipe, nullptr);
       ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -397,7 +397,7 @@ TEST(PipelineTest, InterruptStopsAfterAPushedPassAndSavesExactlyThatModel) {
     const uint64_t examples = (*r)["examples"];
     EXPECT_GE(examples, 3000u);
     EXPECT_LT(examples, 20000u);
-    EXPECT_EQ(examples % 1000, 0u);  // whole passes only
+    EXPECT_EQ(examples % 1024, 0u);  // whole passes only
     ASSERT_TRUE(ModelExists(Env::Posix(), dir.File("m")));
 
     // The saved model is exactly the model of the examples trained: nothing from the passes

@@ -68,6 +68,7 @@ TEST(SameModelTest, AnyRanksDividingTheSumBlocksTrainTheOneProcessDigest) {
         Case{"replicated updates", true, false, true}}) {
     SCOPED_TRACE(c.name);
     std::string want;
+    nlohmann::json want_metrics;
     for (int n : {1, 2, 3, 4, 6}) {
       if ((c.ssd || c.replicated) && n == 6) continue;  // (the slow cases on fewer)
       if (c.ssd && n == 4) continue;                    // (6 sum blocks)
@@ -89,6 +90,13 @@ TEST(SameModelTest, AnyRanksDividingTheSumBlocksTrainTheOneProcessDigest) {
       }
       if (want.empty()) want = got;
       EXPECT_EQ(got, want) << n << " ranks";
+      // The reported metrics too: the progressive (training) and the held-out ones.
+      nlohmann::json metrics;
+      for (const char* key : {"auc", "logloss", "copc", "test_auc", "test_logloss", "test_copc"}) {
+        metrics[key] = rep.value(key, nlohmann::json());
+      }
+      if (want_metrics.is_null()) want_metrics = metrics;
+      EXPECT_EQ(metrics, want_metrics) << n << " ranks";
     }
   }
   // 8 ranks (not dividing the 12 sum blocks: warned) keep their own fixed order: the same

@@ -198,6 +198,10 @@ Status EvaluateHeldOut(Env* env, const JobConfig& job, Comm* comm, TrainStart* s
   ASSIGN_OR_RETURN(std::unique_ptr<BatchReader> eval_reader, OpenHeldOut(env, job));
   if (eval_reader == nullptr) eval_reader = std::make_unique<NoRows>(job.spec.schema);
   MetricSummary t;
+  // train.deterministic: a row's prediction from that row alone, not from its place in a
+  // prediction block (which starts at each rank's first row): the same on any number of ranks.
+  std::optional<ScopedRowwisePredictions> rowwise;
+  if (job.train.deterministic) rowwise.emplace(start->model.get());
   if (comm != nullptr) {
     ASSIGN_OR_RETURN(
         t, EvaluateOnRanks(comm, eval_reader.get(), start->table.get(), start->model.get(),

@@ -24,44 +24,67 @@ std::string MetricSummary::AucText() const {
   return buf;
 }
 
+double ExactSum::value() const {
+  if (nan_) return std::nan("");
+  return std::ldexp(static_cast<double>(v_), -64);
+}
+
+void ExactSum::Encode(std::string* out) const {
+  const auto u = static_cast<unsigned __int128>(v_);
+  const uint64_t words[3] = {static_cast<uint64_t>(u), static_cast<uint64_t>(u >> 64),
+                             nan_ ? 1u : 0u};
+  out->append(reinterpret_cast<const char*>(words), sizeof(words));
+}
+
+bool ExactSum::Decode(std::string_view* bytes) {
+  uint64_t words[3];
+  if (bytes->size() < sizeof(words)) return false;
+  std::memcpy(words, bytes->data(), sizeof(words));
+  if (words[2] > 1) return false;
+  bytes->remove_prefix(sizeof(words));
+  v_ = static_cast<__int128>((static_cast<unsigned __int128>(words[1]) << 64) | words[0]);
+  nan_ = words[2] != 0;
+  return true;
+}
+
 void MetricAccumulator::Add(float label, double p) {
   auc_.Add(label, p);
   ++examples_;
-  clicks_ += label;
-  sum_pred_ += p;
+  clicks_.Add(label);
+  sum_pred_.Add(p);
   double q = std::clamp(p, 1e-7, 1.0 - 1e-7);
-  sum_loss_ -= label > 0.5f ? std::log(q) : std::log1p(-q);
+  sum_loss_.Add(label > 0.5f ? -std::log(q) : -std::log1p(-q));
 }
 
 void MetricAccumulator::Merge(const MetricAccumulator& o) {
   auc_.Merge(o.auc_);
   examples_ += o.examples_;
-  clicks_ += o.clicks_;
-  sum_pred_ += o.sum_pred_;
-  sum_loss_ += o.sum_loss_;
+  clicks_.Merge(o.clicks_);
+  sum_pred_.Merge(o.sum_pred_);
+  sum_loss_.Merge(o.sum_loss_);
 }
 
 std::string MetricAccumulator::Encode() const {
   std::string out(reinterpret_cast<const char*>(&examples_), sizeof(examples_));
-  for (double v : {clicks_, sum_pred_, sum_loss_}) {
-    out.append(reinterpret_cast<const char*>(&v), sizeof(v));
-  }
+  for (const ExactSum* v : {&clicks_, &sum_pred_, &sum_loss_}) v->Encode(&out);
   auc_.Encode(&out);
   return out;
 }
 
 bool MetricAccumulator::MergeEncoded(std::string_view bytes) {
   uint64_t examples;
-  double v[3];
-  if (bytes.size() < sizeof(examples) + sizeof(v)) return false;
+  ExactSum v[3];
+  if (bytes.size() < sizeof(examples)) return false;
   std::memcpy(&examples, bytes.data(), sizeof(examples));
-  std::memcpy(v, bytes.data() + sizeof(examples), sizeof(v));
-  bytes.remove_prefix(sizeof(examples) + sizeof(v));
+  bytes.remove_prefix(sizeof(examples));
+  for (ExactSum& x : v) {
+    if (!x.Decode(&bytes)) return false;
+  }
   if (!auc_.MergeEncoded(bytes)) return false;
   examples_ += examples;
-  clicks_ += v[0];
-  sum_pred_ += v[1];
-  sum_loss_ += v[2];
+  clicks_.Merge(v[0]);
+  sum_pred_.Merge(v[1]);
+  sum_loss_.Merge(v[2]);
   return true;
 }
 
@@ -73,20 +96,21 @@ MetricSummary MetricAccumulator::Summary() const {
     return s;
   }
   const double n = static_cast<double>(examples_);
+  const double clicks = clicks_.value(), sum_pred = sum_pred_.value();
   s.auc = auc_.Auc();
-  if (clicks_ == 0) s.auc_undefined = "every label is 0";
-  if (clicks_ == n) s.auc_undefined = "every label is 1";
-  s.logloss = sum_loss_ / n;
-  s.copc = sum_pred_ > 0 ? clicks_ / sum_pred_ : 0;
-  s.ctr = clicks_ / n;
-  s.mean_prediction = sum_pred_ / n;
+  if (clicks == 0) s.auc_undefined = "every label is 0";
+  if (clicks == n) s.auc_undefined = "every label is 1";
+  s.logloss = sum_loss_.value() / n;
+  s.copc = sum_pred > 0 ? clicks / sum_pred : 0;
+  s.ctr = clicks / n;
+  s.mean_prediction = sum_pred / n;
   return s;
 }
 
 void MetricAccumulator::Reset() {
   auc_.Reset();
   examples_ = 0;
-  clicks_ = sum_pred_ = sum_loss_ = 0;
+  clicks_ = sum_pred_ = sum_loss_ = ExactSum();
 }
 
 StatusOr<std::unique_ptr<MetricsLog>> MetricsLog::Open(Env* env, const std::string& path) {

@@ -2,10 +2,12 @@
 #ifndef CTRBOX_METRICS_METRICS_H_
 #define CTRBOX_METRICS_METRICS_H_
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 
 #include "metrics/auc.h"
 #include "util/env.h"
@@ -29,7 +31,36 @@ struct MetricSummary {
   std::string AucText() const;
 };
 
-// Accumulates one stream. Thread safety: not thread-safe; merge per-thread instances.
+// A sum of doubles that does not depend on the order of its terms or how they were split up
+// (accumulators merged in any order): each term in fixed point (a multiple of 2^-64, rounded
+// toward zero, |term| < 2^62) added exactly in 128 bits, rounded once when read. A term that
+// is not finite or too large makes the sum NaN. Thread safety: not thread-safe.
+class ExactSum {
+ public:
+  void Add(double x) {
+    if (!(std::fabs(x) < 0x1p62)) {
+      nan_ = true;
+      return;
+    }
+    v_ += static_cast<__int128>(std::ldexp(x, 64));
+  }
+  void Merge(const ExactSum& o) {
+    v_ += o.v_;
+    nan_ = nan_ || o.nan_;
+  }
+  double value() const;
+  void Encode(std::string* out) const;
+  // Reads what Encode wrote at the front of *bytes (and drops it); false if malformed.
+  bool Decode(std::string_view* bytes);
+
+ private:
+  __int128 v_ = 0;
+  bool nan_ = false;
+};
+
+// Accumulates one stream; the sums are ExactSums, so that the same (label, prediction) pairs
+// give the same metrics however they were split (ranks, threads) and merged. Thread safety:
+// not thread-safe; merge per-thread instances.
 class MetricAccumulator {
  public:
   explicit MetricAccumulator(size_t auc_buckets = size_t{1} << 20) : auc_(auc_buckets) {}
@@ -46,7 +77,7 @@ class MetricAccumulator {
  private:
   BucketAuc auc_;
   uint64_t examples_ = 0;
-  double clicks_ = 0, sum_pred_ = 0, sum_loss_ = 0;
+  ExactSum clicks_, sum_pred_, sum_loss_;
 };
 
 // A JSON-lines log of metrics (one object per line, flushed per line).

@@ -2,8 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <random>
+#include <vector>
 
 namespace ctrbox {
 namespace {
@@ -72,6 +75,70 @@ TEST(MetricsTest, EncodedAccumulatorsMergeAsTheAccumulatorsDo) {
     EXPECT_FALSE(other_buckets.MergeEncoded(bytes));
     EXPECT_EQ(via_bytes.Summary().examples, x.examples);
   }
+}
+
+// The metrics of the same (label, prediction) pairs are the same bits however the pairs were
+// split over accumulators and merged (ranks, threads): the sums are exact. A plain double sum
+// of the same terms in another order differs in its last bits.
+TEST(MetricsTest, TheSamePairsSplitAnyWayGiveTheSameBits) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> u(1e-6, 1.0 - 1e-6);
+  std::vector<std::pair<float, double>> pairs(100000);
+  for (auto& [y, p] : pairs) {
+    p = u(rng);
+    y = u(rng) < p ? 1.0f : 0.0f;
+  }
+  MetricAccumulator one;
+  double naive = 0;
+  for (const auto& [y, p] : pairs) {
+    one.Add(y, p);
+    naive += p;
+  }
+  const MetricSummary want = one.Summary();
+  int naive_differs = 0;
+  for (int parts : {2, 3, 7}) {
+    std::shuffle(pairs.begin(), pairs.end(), rng);
+    std::vector<MetricAccumulator> split(parts);
+    double shuffled = 0;
+    for (size_t i = 0; i < pairs.size(); ++i) {
+      split[i % parts].Add(pairs[i].first, pairs[i].second);
+      shuffled += pairs[i].second;
+    }
+    naive_differs += shuffled != naive;
+    MetricAccumulator merged;
+    for (int k = parts - 1; k >= 0; --k) ASSERT_TRUE(merged.MergeEncoded(split[k].Encode()));
+    const MetricSummary got = merged.Summary();
+    EXPECT_EQ(got.auc, want.auc) << parts;
+    EXPECT_EQ(got.logloss, want.logloss) << parts;
+    EXPECT_EQ(got.copc, want.copc) << parts;
+    EXPECT_EQ(got.mean_prediction, want.mean_prediction) << parts;
+  }
+  EXPECT_GT(naive_differs, 0);
+  EXPECT_NEAR(want.mean_prediction, naive / pairs.size(), 1e-12);
+}
+
+TEST(MetricsTest, ExactSumsAreExactAndSayWhenATermIsNotFinite) {
+  ExactSum s;
+  for (double x : {1e-3, 0.5, -0.25, 3.0}) s.Add(x);
+  EXPECT_EQ(s.value(), 1e-3 + 0.5 - 0.25 + 3.0);
+  ExactSum big;
+  big.Add(1e15);
+  big.Add(1e-10);
+  big.Add(-1e15);
+  EXPECT_NEAR(big.value(), 1e-10, 1e-18);  // (a double sum gives 0 here)
+  ExactSum bad = s;
+  bad.Add(std::nan(""));
+  EXPECT_TRUE(std::isnan(bad.value()));
+  std::string bytes;
+  bad.Encode(&bytes);
+  s.Encode(&bytes);
+  std::string_view in = bytes;
+  ExactSum a, b;
+  ASSERT_TRUE(a.Decode(&in));
+  ASSERT_TRUE(b.Decode(&in));
+  EXPECT_TRUE(in.empty());
+  EXPECT_TRUE(std::isnan(a.value()));
+  EXPECT_EQ(b.value(), s.value());
 }
 
 }  // namespace

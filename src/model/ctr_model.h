@@ -277,8 +277,8 @@ class CtrModel {
   // up a fixed pairwise tree (util/pairwise_sum.h), an empty block skipped. A rank holding rows
   // [first_row, first_row + share_rows) of each global minibatch, a share of whole blocks,
   // computes the sums of the tree's nodes its share is made of (sum_nodes(): one node for a
-  // whole batch or a power-of-two share); the ranks' node sums added up the same tree are one
-  // process's, bit for bit.
+  // whole batch, or a half, a quarter...: SumPosition); the ranks' node sums added up the same
+  // tree are one process's, bit for bit.
   static constexpr uint32_t kMaxSumBlocks = 24;
   static constexpr uint32_t kSumBlockRows = 128;
   // K, for blocks of at least block_rows rows: when 3 divides the batch (and it has 3 such
@@ -294,8 +294,9 @@ class CtrModel {
   };
   void set_sum_order(const SumOrder& o);
   const SumOrder& sum_order() const { return sum_order_; }
-  // The tree's nodes this rank's share is made of, in order: the first leaf (sum block) of
-  // each (one node, leaf 0, without canonical sums or for a whole batch). ComputeGradients
+  // The tree's nodes this rank's share is made of, in order: the first position
+  // (SumPosition) of each (one node, position 0, without canonical sums or for a whole batch).
+  // ComputeGradients
   // computes a dense gradient and a record per key for each: node 0's gradient is
   // dense_grads(), node i's node_grads(i); a node without rows of the minibatch has zeros
   // (node_has_rows(i) false), and so has a key's record for a node with none of its rows.
@@ -382,12 +383,17 @@ class CtrModel {
   void ForTileRanges(size_t tile, const std::function<void(size_t, size_t)>& fn) const;
   // The training row blocks of a minibatch of `rows` rows: [blocks[i], blocks[i + 1]) (of
   // kRowBlock rows; with canonical sums, this rank's parts of the sum blocks), and each one's
-  // sum block (its leaf in the tree).
+  // leaf: its sum block's position in the tree (SumPosition).
   void RowBlocks(uint32_t rows, std::vector<uint32_t>* blocks, std::vector<uint32_t>* leaf) const;
   // node_rows_ from the step's leaves (ForwardBackward).
   void MarkNodeRows();
   // The sum block of the global minibatch's row `row` (SumOrder).
   uint32_t SumBlockOf(uint32_t row) const;
+  // The block's position in the sums' tree (PairwiseStack's): the block itself when K is a
+  // power of two. With K = 3 x 2^a, block 3t + i is at 4t + (0, 2, 3)[i]: a triple is a node
+  // (its first block plus the sum of the other two; position 4t + 1 stays empty), and the
+  // triples add up a dyadic tree, so that 2 or 4 ranks (whole triples) hold one node each.
+  uint32_t SumPosition(uint32_t block) const;
   uint32_t SumBlockBegin(uint32_t block) const;
   static constexpr size_t kNoBias = ~size_t{0};
   // The interactions' halves of a row block: forward after BuildInputs (cross layers, dot

@@ -29,26 +29,29 @@ void CtrModel::set_sum_order(const SumOrder& o) {
   if (!sum_order_.canonical) return;
   // At most 24 leaves (positions below 32): 6 pending sums, slot 0 being the node's output.
   sum_slots_.assign(PairwiseStack::Depth(5) - 1, std::vector<float>(grads_.size(), 0.0f));
-  // The share's leaves [b0, b1), made of the tree's largest nodes. A share that reaches the
-  // last leaf reaches the tree's end (the leaves past K are empty), so that a whole batch is
-  // one node, the root.
+  // The share's positions [p0, p1), made of the tree's largest nodes. A share that reaches the
+  // last block reaches the tree's end, and one whose last block starts a triple reaches the
+  // triple's empty position (no block is there), so that a whole batch is one node, the root.
   const uint32_t K = sum_blocks_, first = sum_order_.first_row;
   const uint32_t end =
       o.share_rows == 0 ? o.batch_rows : std::min(o.batch_rows, first + o.share_rows);
-  const uint32_t b0 = SumBlockOf(first);
-  uint32_t b1 = end >= o.batch_rows ? std::bit_ceil(K) : SumBlockOf(end - 1) + 1;
+  const uint32_t p0 = SumPosition(SumBlockOf(first)), last = SumBlockOf(end - 1);
+  const uint32_t positions = K % 3 == 0 ? K / 3 * 4 : std::bit_ceil(K);
+  uint32_t p1 = SumPosition(last) + 1;
+  if (end >= o.batch_rows) p1 = positions;
+  if (K % 3 == 0 && last % 3 == 0) p1 = std::max(p1, SumPosition(last) + 2);
   sum_nodes_.clear();
   node_end_.clear();
-  for (uint32_t b = b0; b < b1 && b < K;) {
+  for (uint32_t p = p0; p < p1;) {
     uint32_t size = 1;
-    while (b % (2 * size) == 0 && b + 2 * size <= b1) size *= 2;
-    sum_nodes_.push_back(b);
-    node_end_.push_back(b + size);
-    b += size;
+    while (p % (2 * size) == 0 && p + 2 * size <= p1) size *= 2;
+    sum_nodes_.push_back(p);
+    node_end_.push_back(p + size);
+    p += size;
   }
   if (sum_nodes_.empty()) {  // (a share of no rows)
-    sum_nodes_.push_back(b0);
-    node_end_.push_back(b0 + 1);
+    sum_nodes_.push_back(p0);
+    node_end_.push_back(p0 + 1);
   }
   node_grads_.assign(sum_nodes_.size() - 1, std::vector<float>(grads_.size(), 0.0f));
   node_rows_.assign(sum_nodes_.size(), 0);
@@ -61,6 +64,12 @@ void CtrModel::MarkNodeRows() {
     while (node + 1 < node_end_.size() && leaf >= node_end_[node]) ++node;
     node_rows_[node] = 1;
   }
+}
+
+uint32_t CtrModel::SumPosition(uint32_t block) const {
+  if (sum_blocks_ % 3 != 0) return block;
+  const uint32_t t = block / 3, i = block - 3 * t;
+  return 4 * t + (i == 0 ? 0 : i + 1);
 }
 
 uint32_t CtrModel::SumBlockBegin(uint32_t block) const {
@@ -91,7 +100,7 @@ void CtrModel::RowBlocks(uint32_t rows, std::vector<uint32_t>* blocks,
     const uint32_t end = b + 1 < sum_blocks_ ? SumBlockBegin(b + 1) - first : rows;
     r0 = std::min(rows, std::max(end, r0 + 1));
     blocks->push_back(r0);
-    leaf->push_back(b);
+    leaf->push_back(SumPosition(b));
   }
 }
 
@@ -121,7 +130,7 @@ void CtrModel::SparseRecordCanonical(const Batch& pass, const WorkingSet& ws, co
   for (uint32_t q = mb.occ_begin[u]; q < mb.occ_begin[u + 1]; ++q) {
     const uint32_t p = mb.key_begin + mb.occ[q];
     const uint32_t cell = ws.cell[p], r = cell / S, s = cell - r * S;
-    const uint32_t b = SumBlockOf(sum_order_.first_row + r);
+    const uint32_t b = SumPosition(SumBlockOf(sum_order_.first_row + r));
     if (b != block) {  // the occurrences are in row order: a new leaf
       while (node + 1 < node_end_.size() && b >= node_end_[node]) {
         close_node();
