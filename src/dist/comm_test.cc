@@ -184,7 +184,9 @@ TEST(CollectivesTest, PairwiseNodeSumsOnAnyRanksAreOneProcessTree) {
       }
       differs_in_rank_order += rank_order != want;
     }
-    if (len == 1000) EXPECT_GT(differs_in_rank_order, 0);
+    if (len == 1000) {
+      EXPECT_GT(differs_in_rank_order, 0);
+    }
   }
   // Leaves that do not increase over the ranks are refused.
   std::vector<float> x(4, 1.0f), out(4);

@@ -1,6 +1,7 @@
 // Canonical sums (CtrModel::SumOrder): a minibatch trained on N simulated ranks — each
 // computing its share's node sums, the nodes added up the pairwise tree — is the one-process
-// step bit for bit, for every model shape and N = 1, 2, 3, 4, 6, 8 (24 sum blocks).
+// step bit for bit, for every model shape and N = 1, 2, 3, 4, 6, 8 (24 sum blocks) and
+// N = 1, 2, 4, 8 (16 blocks).
 #include <gtest/gtest.h>
 
 #include <map>
@@ -14,8 +15,6 @@
 
 namespace ctrbox::model_test {
 namespace {
-
-constexpr uint32_t kBatch = 96;  // 24 blocks of 4 rows
 
 // Every key's row, encoded, by key.
 std::map<uint64_t, std::string> Rows(const Fixture& f) {
@@ -31,14 +30,14 @@ struct Stepped {
   std::map<uint64_t, std::string> rows;
 };
 
-Stepped StepOnRanks(const ModelOptions& shape, uint32_t ranks, bool pairwise) {
+Stepped StepOnRanks(const ModelOptions& shape, uint32_t batch, uint32_t ranks, bool pairwise) {
   OptimizerOptions sparse, dense;  // Adagrad and Adam, the defaults
-  Fixture whole(sparse, dense, true, kBatch, shape, kBatch);
-  const uint32_t share = kBatch / ranks;
+  Fixture whole(sparse, dense, true, batch, shape, batch);
+  const uint32_t share = batch / ranks;
   std::vector<std::pair<uint32_t, std::vector<float>>> nodes;  // (leaf, dense gradient)
   std::map<uint64_t, std::vector<std::pair<uint32_t, std::vector<float>>>> records;  // by key
   for (uint32_t r = 0; r < ranks; ++r) {
-    Fixture f(sparse, dense, true, share, shape, kBatch);  // the same model and rows...
+    Fixture f(sparse, dense, true, share, shape, batch);  // the same model and rows...
     Batch mine;  // ... and this rank's rows of the minibatch
     mine.Reset(kSchema);
     mine.AppendRows(whole.pass, r * share, (r + 1) * share);
@@ -50,10 +49,10 @@ Stepped StepOnRanks(const ModelOptions& shape, uint32_t ranks, bool pairwise) {
       const std::string& row = init.at(f.ws.keys[i]);
       f.rows.DecodeRow(row.data(), row.size(), i);
     }
-    f.model.set_sum_order({true, kBatch, r * share, /*block_rows=*/4, share});
+    f.model.set_sum_order({true, batch, r * share, /*block_rows=*/4, share});
     const Minibatch& mb = f.ws.batches[0];
     std::vector<float> p(mb.rows()), rec;
-    f.model.ComputeGradients(f.pass, f.ws, mb, f.rows, nullptr, p.data(), kBatch, &rec);
+    f.model.ComputeGradients(f.pass, f.ws, mb, f.rows, nullptr, p.data(), batch, &rec);
     const uint32_t width = f.model.SparseRecordWidth();
     const std::vector<uint32_t>& leaves = f.model.sum_nodes();
     // (One node for a half, a quarter or an eighth of the 8 triples; several for the thirds
@@ -123,11 +122,11 @@ Stepped StepOnRanks(const ModelOptions& shape, uint32_t ranks, bool pairwise) {
   return {whole.model.dense_params(), Rows(whole)};
 }
 
-Stepped StepInOneProcess(const ModelOptions& shape, ThreadPool* pool) {
+Stepped StepInOneProcess(const ModelOptions& shape, uint32_t batch, ThreadPool* pool) {
   OptimizerOptions sparse, dense;
-  Fixture f(sparse, dense, true, kBatch, shape, kBatch);
-  f.model.set_sum_order({true, kBatch, 0, /*block_rows=*/4});
-  std::vector<float> p(kBatch);
+  Fixture f(sparse, dense, true, batch, shape, batch);
+  f.model.set_sum_order({true, batch, 0, /*block_rows=*/4});
+  std::vector<float> p(batch);
   f.model.TrainMinibatch(f.pass, f.ws, f.ws.batches[0], &f.rows, f.accessor, pool, p.data());
   return {f.model.dense_params(), Rows(f)};
 }
@@ -135,18 +134,25 @@ Stepped StepInOneProcess(const ModelOptions& shape, ThreadPool* pool) {
 TEST(CtrModelSumsTest, RanksAddingUpThePairwiseTreeTrainTheOneProcessStep) {
   ThreadPool pool(3);
   int differs_in_rank_order = 0;
-  for (const auto& [name, shape] : Shapes()) {
-    SCOPED_TRACE(name);
-    const Stepped one = StepInOneProcess(shape, nullptr);
-    const Stepped threads = StepInOneProcess(shape, &pool);
-    EXPECT_EQ(threads.dense, one.dense);
-    EXPECT_EQ(threads.rows, one.rows);
-    for (uint32_t ranks : {1u, 2u, 3u, 4u, 6u, 8u}) {
-      const Stepped got = StepOnRanks(shape, ranks, /*pairwise=*/true);
-      EXPECT_EQ(got.dense, one.dense) << ranks << " ranks";
-      EXPECT_EQ(got.rows, one.rows) << ranks << " ranks";
-      const Stepped rank_order = StepOnRanks(shape, ranks, /*pairwise=*/false);
-      differs_in_rank_order += rank_order.dense != one.dense || rank_order.rows != one.rows;
+  struct Case {
+    uint32_t batch;  // in blocks of 4 rows
+    std::vector<uint32_t> ranks;
+  };
+  // 24 blocks (triples under a dyadic tree) and 16 (a dyadic tree).
+  for (const Case& c : {Case{96, {1, 2, 3, 4, 6, 8}}, Case{64, {1, 2, 4, 8}}}) {
+    for (const auto& [name, shape] : Shapes()) {
+      SCOPED_TRACE(name + " batch " + std::to_string(c.batch));
+      const Stepped one = StepInOneProcess(shape, c.batch, nullptr);
+      const Stepped threads = StepInOneProcess(shape, c.batch, &pool);
+      EXPECT_EQ(threads.dense, one.dense);
+      EXPECT_EQ(threads.rows, one.rows);
+      for (uint32_t ranks : c.ranks) {
+        const Stepped got = StepOnRanks(shape, c.batch, ranks, /*pairwise=*/true);
+        EXPECT_EQ(got.dense, one.dense) << ranks << " ranks";
+        EXPECT_EQ(got.rows, one.rows) << ranks << " ranks";
+        const Stepped rank_order = StepOnRanks(shape, c.batch, ranks, /*pairwise=*/false);
+        differs_in_rank_order += rank_order.dense != one.dense || rank_order.rows != one.rows;
+      }
     }
   }
   // (Adding the ranks' shares in rank order instead does not give the one-process step.)
