@@ -121,7 +121,7 @@ Status AllReduceSumPairwise(Comm* comm, const std::vector<TreeNodeSum>& nodes, s
       last = leaf;
       const int s = stack.Push(leaf, merge);
       if (slots.size() < size_t(s + 1) * m) slots.resize(size_t(s + 1) * m);
-      std::memcpy(slot(s), recv[from].data() + at + sizeof(uint32_t), m * sizeof(float));
+      if (m > 0) std::memcpy(slot(s), recv[from].data() + at + sizeof(uint32_t), m * sizeof(float));
     }
   }
   stack.Finish(merge);
