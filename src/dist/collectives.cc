@@ -96,11 +96,12 @@ Status AllReduceSumPairwise(Comm* comm, const std::vector<TreeNodeSum>& nodes, s
   RETURN_IF_ERROR(comm->AllToAll(send, &recv));
   const size_t b = ChunkBegin(n, me, N), m = ChunkBegin(n, me + 1, N) - b;
   const size_t entry = sizeof(uint32_t) + m * sizeof(float);
-  std::vector<float> slots;
-  auto slot = [&](int i) { return slots.data() + size_t(i) * m; };
+  // The tree's pending sums, in place in the received messages (the lower positions' on the
+  // left, as PairwiseStack merges them).
+  float* slot[PairwiseStack::kMaxSlots] = {};
   auto merge = [&](int into, int from) {
-    float* x = slot(into);
-    const float* y = slot(from);
+    float* x = slot[into];
+    const float* y = slot[from];
     for (size_t i = 0; i < m; ++i) x[i] += y[i];
   };
   PairwiseStack stack;
@@ -119,14 +120,13 @@ Status AllReduceSumPairwise(Comm* comm, const std::vector<TreeNodeSum>& nodes, s
                              std::to_string(leaf) + " after leaf " + std::to_string(last));
       }
       last = leaf;
-      const int s = stack.Push(leaf, merge);
-      if (slots.size() < size_t(s + 1) * m) slots.resize(size_t(s + 1) * m);
-      if (m > 0) std::memcpy(slot(s), recv[from].data() + at + sizeof(uint32_t), m * sizeof(float));
+      slot[stack.Push(leaf, merge)] =
+          reinterpret_cast<float*>(recv[from].data() + at + sizeof(uint32_t));
     }
   }
   stack.Finish(merge);
   std::vector<float> mine(m, 0.0f);
-  if (!stack.empty() && m > 0) std::copy(slot(0), slot(0) + m, mine.begin());
+  if (!stack.empty()) std::copy(slot[0], slot[0] + m, mine.begin());
   return GatherChunks(comm, mine, out, n);
 }
 Status AllReduceMax(Comm* comm, uint64_t* data, size_t n) {
