@@ -150,6 +150,12 @@ TEST_F(MpiTrainTest, DeterministicRanksTrainTheOneProcessModel) {
     ASSERT_EQ(mpi.exit_code, 0) << mpi.err;
     EXPECT_EQ(mpi.last_json["digest"], one.last_json["digest"]) << n << " ranks";
   }
+  // Files are not covered (a global minibatch is each rank's rows of its own files): said.
+  Result files = Run(Mpirun(2) + " train" + Files(500) + kJob +
+                     " --set train.deterministic=true --model-dir " + Path("files"));
+  ASSERT_EQ(files.exit_code, 0) << files.err;
+  EXPECT_NE(files.err.find("train.deterministic on 2 ranks reading files"), std::string::npos)
+      << files.err;
 }
 
 TEST_F(MpiTrainTest, ARanksBadInputStopsEveryRank) {

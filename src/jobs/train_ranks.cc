@@ -302,6 +302,13 @@ Status ShareJob(Env* env, const Comm& comm, JobConfig* job, std::string* ranks_c
         "of train.batch_size {}: docs/distributed.md, \"The same model on any number of "
         "ranks\")",
         n, job->gpu ? " with device: gpu" : "", CtrModel::SumBlocksFor(b), b);
+  } else if (job->train.deterministic && me == 0 && n > 1 && !IsGenerated(job->data)) {
+    LOG_WARNING(
+        "train.deterministic on {} ranks reading files: the same model run after run, not the "
+        "one process's model (a global minibatch is each rank's rows of its own share of the "
+        "files, so its rows depend on the number of ranks; generated data does not: "
+        "docs/distributed.md, \"The same model on any number of ranks\")",
+        n);
   }
   if (IsGenerated(job->data)) {
     // Rank r generates the blocks of b / n rows whose index mod n is r: global minibatch m is
