@@ -105,7 +105,22 @@ TEST(PipelineTest, PipelinedEqualsSequentialWithOverlapSmallBudgetAndShrink) {
         ASSERT_TRUE(r1.ok()) << r1.status().ToString();
         EXPECT_EQ((*r)["digest"], (*r1)["digest"]);
         EXPECT_GT((*r)["storage"]["loaded_from_ssd"].get<uint64_t>(), (*r)["keys"].get<uint64_t>());
+        // The disk's view: its reads timed (the reading threads' time in them).
+        const nlohmann::json& disk = (*r)["disk"];
+        EXPECT_EQ(disk["reads"], (*r)["storage"]["records_read"]) << disk;
+        EXPECT_GT(disk["reads"].get<uint64_t>(), 0u) << disk;
+        EXPECT_GT(disk["read_seconds"].get<double>(), 0.0) << disk;
+        EXPECT_NEAR(disk["mean_read_us"].get<double>() * disk["reads"].get<double>() * 1e-6,
+                    disk["read_seconds"].get<double>(), 1e-9)
+            << disk;
+        EXPECT_NEAR(disk["reads_in_flight"].get<double>() * (*r)["seconds"].get<double>(),
+                    disk["read_seconds"].get<double>(), 1e-9)
+            << disk;
+        EXPECT_LE(disk["read_seconds"].get<double>(),
+                  (*r)["seconds"].get<double>() * (pipe.data.threads + pipe.train.threads + 2))
+            << disk;
       } else {
+        EXPECT_FALSE(r->contains("disk"));  // (no SSD tier)
         EXPECT_EQ((*r)["digest"], (*r0)["digest"]);
       }
       EXPECT_TRUE((*r)["pipelined"].get<bool>());

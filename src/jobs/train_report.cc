@@ -145,6 +145,7 @@ nlohmann::json TrainReport::ToJson() const {
       {"saved", saved},
   };
   if (metrics.auc_undefined) j["auc_undefined"] = metrics.auc_undefined;
+  if (storage.has_disk) j["disk"] = DiskJson(storage, seconds);
   if (extract_busy_seconds) j["stages"]["extract"] = {{"busy_seconds", *extract_busy_seconds}};
   if (!pass_sizing.is_null()) j["pass_sizing"] = pass_sizing;
   if (extract) j["extract"] = ExtractJson(*extract);

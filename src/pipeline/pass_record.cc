@@ -44,6 +44,19 @@ nlohmann::json StorageJson(const StorageStats& s) {
   return r;
 }
 
+nlohmann::json DiskJson(const StorageStats& s, double seconds) {
+  if (!s.has_disk) return nullptr;
+  const double per_s = seconds > 0 ? 1.0 / seconds : 0.0;
+  const double read_seconds = static_cast<double>(s.ssd_read_nanos) * 1e-9;
+  return {{"reads", s.records_read},
+          {"reads_per_s", static_cast<double>(s.records_read) * per_s},
+          {"read_mb_per_s", static_cast<double>(s.ssd_bytes_read) * 1e-6 * per_s},
+          {"mean_read_us",
+           s.records_read ? read_seconds * 1e6 / static_cast<double>(s.records_read) : 0.0},
+          {"read_seconds", read_seconds},
+          {"reads_in_flight", read_seconds * per_s}};
+}
+
 nlohmann::json StorageDeltaJson(const StorageStats& before, const StorageStats& after) {
   StorageStats d;
   nlohmann::json j;

@@ -16,6 +16,11 @@ namespace ctrbox {
 nlohmann::json CountsJson(const RecordCounts& counts);
 // The table's storage counters ("storage" in the train report).
 nlohmann::json StorageJson(const StorageStats& s);
+// The SSD tier's reads over a run of `seconds` (null without the tier): reads and MB per
+// second, the mean read's latency, and the reads in flight on average (the reading threads'
+// time in reads / the run's: near the threads that read, the disk sets the speed; near 0,
+// it does not).
+nlohmann::json DiskJson(const StorageStats& s, double seconds);
 // The counters that change per pass, as differences, with the current byte figures.
 nlohmann::json StorageDeltaJson(const StorageStats& before, const StorageStats& after);
 // {"read": {"busy_seconds", "stalled_seconds", "idle_seconds"}, "pull": ..., ...}.

@@ -93,11 +93,13 @@ struct TableStats {
   X(evict_rounds, false)          \
   X(compactions, true)            \
   X(compaction_bytes, false)
-// Kept by the SSD store (its DiskStats): records and bytes read and written, read retries.
+// Kept by the SSD store (its DiskStats): records and bytes read and written, read retries,
+// the reading threads' nanoseconds in the file reads (summed over the threads).
 #define CTRBOX_DISK_COUNTERS(X) \
   X(records_read, false)        \
   X(read_retries, false)        \
   X(ssd_bytes_read, true)       \
+  X(ssd_read_nanos, true)       \
   X(records_written, false)     \
   X(ssd_bytes_written, true)
 

@@ -177,7 +177,12 @@ Status SsdStore::ReadRecord(const ParamFile& file, const RecordLoc& loc, uint32_
   // network-filesystem error); a short or corrupt record is not: it is not going to change.
   constexpr int kReadRetries = 3;
   for (int attempt = 0;; ++attempt) {
+    const auto start = std::chrono::steady_clock::now();
     Status st = file.reader->Read(loc.offset, loc.length, out->bytes.data(), &got);
+    read_nanos_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              std::chrono::steady_clock::now() - start)
+                              .count(),
+                          std::memory_order_relaxed);
     if (st.ok()) break;
     if (st.code() != StatusCode::kIOError || attempt == kReadRetries) {
       return Status(st.code(), fmt::format("{}: {}{}", where(), st.message(),
@@ -425,6 +430,7 @@ DiskStats SsdStore::Stats() const {
   s.records_read = records_read_.load();
   s.read_retries = read_retries_.load();
   s.bytes_read = bytes_read_.load();
+  s.read_nanos = read_nanos_.load();
   s.records_written = records_written_.load();
   s.bytes_written = bytes_written_.load();
   return s;

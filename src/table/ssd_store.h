@@ -95,6 +95,9 @@ struct DiskStats {
   uint64_t index_bytes = 0, bloom_bytes = 0;
   uint64_t records_read = 0, bytes_read = 0, records_written = 0, bytes_written = 0;
   uint64_t read_retries = 0;  // reads retried after an I/O error
+  // Nanoseconds the reading threads spent in the file reads (summed over threads: divided by a
+  // run's seconds, the mean number of reads in flight; by records_read, the mean latency).
+  uint64_t read_nanos = 0;
 };
 
 // What the INDEX of a cleanly closed store says (SsdStore::Inspect).
@@ -212,7 +215,7 @@ class SsdStore {
   mutable SharedMutex files_mu_;
   std::vector<std::shared_ptr<ParamFile>> files_ GUARDED_BY(files_mu_);
 
-  mutable std::atomic<uint64_t> records_read_{0}, bytes_read_{0}, read_retries_{0};
+  mutable std::atomic<uint64_t> records_read_{0}, bytes_read_{0}, read_retries_{0}, read_nanos_{0};
   std::atomic<uint64_t> records_written_{0}, bytes_written_{0};
 };
 

@@ -299,6 +299,7 @@ StorageStats TieredTable::Storage() const {
   r.records_read = d.records_read;
   r.read_retries = d.read_retries;
   r.ssd_bytes_read = d.bytes_read;
+  r.ssd_read_nanos = d.read_nanos;
   r.records_written = d.records_written;
   r.ssd_bytes_written = d.bytes_written;
   r.files = d.files;
