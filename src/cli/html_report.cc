@@ -328,6 +328,9 @@ struct PassSeries {
   std::vector<double> Flat(double v) const { return std::vector<double>(x.size(), v); }
 
   std::vector<double> x, auc, logloss, copc, rate, hit, read_mb, write_mb;
+  // The SSD tier's reads in flight on average: their summed time over the pass's (storage's
+  // ssd_read_nanos; NaN in a log from before it was counted).
+  std::vector<double> in_flight;
   // Each stage's busy share of the pass; the extract stage's worker time (docs/features.md)
   // when the job had a feature graph.
   std::vector<std::vector<double>> busy;
@@ -337,7 +340,9 @@ struct PassSeries {
 
 PassSeries::PassSeries(const std::vector<nlohmann::json>& passes) {
   const size_t n = passes.size();
-  for (auto* v : {&x, &auc, &logloss, &copc, &rate, &hit, &read_mb, &write_mb}) v->resize(n);
+  for (auto* v : {&x, &auc, &logloss, &copc, &rate, &hit, &read_mb, &write_mb, &in_flight}) {
+    v->resize(n);
+  }
   busy.assign(5, std::vector<double>(n));
   for (size_t i = 0; i < n; ++i) {
     const nlohmann::json& p = passes[i];
@@ -356,6 +361,7 @@ PassSeries::PassSeries(const std::vector<nlohmann::json>& passes) {
     hit[i] = 100.0 * GetIn(p, "storage", "hit_rate");
     read_mb[i] = GetIn(p, "storage", "ssd_bytes_read") / 1e6;
     write_mb[i] = GetIn(p, "storage", "ssd_bytes_written") / 1e6;
+    in_flight[i] = seconds > 0 ? GetIn(p, "storage", "ssd_read_nanos") * 1e-9 / seconds : kNaN;
     tiered = tiered || read_mb[i] > 0 || write_mb[i] > 0;
   }
 }
@@ -462,6 +468,12 @@ std::vector<std::string> Charts(const MetricsRecords& r, const PassSeries& ps) {
     charts.push_back(LineChartSvg(
         "SSD traffic", "pass", "MB per pass",
         {{"read", kColors[0], x, ps.read_mb}, {"written", kColors[1], x, ps.write_mb}}));
+    if (std::any_of(ps.in_flight.begin(), ps.in_flight.end(),
+                    [](double v) { return std::isfinite(v); })) {
+      // (Near the threads that pull, the disk sets the speed; near 0, the CPU does.)
+      charts.push_back(LineChartSvg("Disk reads in flight", "pass", "reads under way, on average",
+                                    {{"reads in flight", kColors[0], x, ps.in_flight}}));
+    }
   }
   AddMemoryChart(r.report, &charts);
   return charts;
@@ -501,6 +513,13 @@ std::string SummaryRows(const nlohmann::json& report, const std::string& manifes
     const double hit_rate = GetIn(report, "storage", "hit_rate");
     if (std::isfinite(hit_rate) && tiered) {
       summary += Row("cache hit rate", fmt::format("{:.1f} %", 100.0 * hit_rate));
+    }
+    const double in_flight = GetIn(report, "disk", "reads_in_flight");
+    if (std::isfinite(in_flight)) {
+      summary += Row(
+          "disk reads in flight",
+          fmt::format("{:.2f} on average ({:.0f} reads/s, {:.1f} µs each)", in_flight,
+                      GetIn(report, "disk", "reads_per_s"), GetIn(report, "disk", "mean_read_us")));
     }
     const double wa = GetIn(report, "storage", "write_amplification");
     if (std::isfinite(wa)) summary += Row("write amplification", fmt::format("{:.2f}", wa));

@@ -31,11 +31,13 @@ TEST_F(CliTest, ReportDrawsEveryChartAndChromiumRendersThem) {
   EXPECT_EQ(report.last_json["out"], Path("m") + "/report.html");
   std::string html;
   ASSERT_TRUE(ReadFileToString(Env::Posix(), Path("m/report.html"), &html).ok());
-  // AUC, logloss, COPC, speed, stages, hit rate, SSD traffic, memory by owner.
+  // AUC, logloss, COPC, speed, stages, hit rate, SSD traffic, reads in flight, memory by owner.
   const char* kCharts[] = {
-      "AUC per pass",    "Logloss per pass", "COPC per pass", "Training speed",
-      "Stage busy time", "Cache hit rate",   "SSD traffic",   "Memory at the peak, by owner"};
+      "AUC per pass",   "Logloss per pass",     "COPC per pass",
+      "Training speed", "Stage busy time",      "Cache hit rate",
+      "SSD traffic",    "Disk reads in flight", "Memory at the peak, by owner"};
   for (const char* c : kCharts) EXPECT_NE(html.find(c), std::string::npos) << c;
+  EXPECT_NE(html.find("disk reads in flight"), std::string::npos);  // (the summary's row)
   EXPECT_EQ(html.find("<script"), std::string::npos);  // self-contained, nothing to run
   EXPECT_NE(html.find(train.last_json["digest"].get<std::string>()), std::string::npos);
   // The model's shape, escaped ("->" is text).
