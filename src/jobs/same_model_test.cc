@@ -29,7 +29,7 @@ JobConfig GeneratedJob(const std::string& model_dir) {
   job.spec.table.embedx_threshold = 1.5f;  // embeddings created from counts summed by owners
   job.generated.rows = 4 * 1536 + 300;     // a last minibatch some ranks have no rows of
   job.generated.test_rows = 2000;
-  job.train.batch_size = 1536;  // 12 sum blocks of 128 rows: 1, 2, 3, 4, 6 or 12 ranks
+  job.train.batch_size = 1536;        // 12 sum blocks of 128 rows: 1, 2, 3, 4, 6 or 12 ranks
   job.pipeline.pass_examples = 4000;  // (cut to 3072: whole minibatches)
   job.train.deterministic = true;
   job.fresh = true;
