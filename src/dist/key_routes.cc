@@ -321,13 +321,11 @@ Status ReduceToOwners(Comm* comm, KeyRoutes* routes, const uint32_t* touched, co
   const int N = comm->size();
   const size_t entry = EntryBytes(*routes, width);
   // To each owner: [entry count][entries (AppendRecords) ...][position of a next key ...].
-  std::vector<std::string> send(N), recv, entries(N);
+  std::vector<std::string> send(N), recv;
   std::vector<uint32_t> count(N, 0);
-  AppendRecords(*routes, touched, records, m, width, &entries, &count);
-  for (int o = 0; o < N; ++o) {
-    Append(&send[o], count[o]);
-    send[o] += entries[o];
-  }
+  for (int o = 0; o < N; ++o) Append(&send[o], count[o]);  // (filled in below)
+  AppendRecords(*routes, touched, records, m, width, &send, &count);
+  for (int o = 0; o < N; ++o) std::memcpy(send[o].data(), &count[o], sizeof(uint32_t));
   for (size_t t = 0; t < n_next; ++t) {
     const KeyRoutes::Where w = routes->where[next[t]];
     Append(&send[w.owner], w.pos);
