@@ -90,9 +90,9 @@ StepStats CtrModel::ComputeGradients(const Batch& pass, const WorkingSet& ws, co
   StepStats stats;
   stats.loss_sum = ForwardBackward(pass, ws, mb, rows, pool, predictions, global_rows);
   if (B == 0) {
+    // (ForwardBackward marked every node without rows.)
     for (size_t i = 0; i < sum_nodes_.size(); ++i) {
       std::fill(node_grads(i).begin(), node_grads(i).end(), 0.0f);
-      node_rows_[i] = 0;
     }
   } else {
     RunParallel(pool, tiles_.size(), [&](size_t t, int) { DenseTileGrad(t, B); });
