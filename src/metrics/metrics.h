@@ -42,7 +42,7 @@ class ExactSum {
       nan_ = true;
       return;
     }
-    v_ += static_cast<__int128>(std::ldexp(x, 64));
+    v_ += static_cast<__int128>(x * 0x1p64);  // (exact: a power of two, no overflow)
   }
   void Merge(const ExactSum& o) {
     v_ += o.v_;
