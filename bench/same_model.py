@@ -11,8 +11,11 @@ times each; one JSON line per configuration (median examples/s, its spread, the 
 then a summary line: deterministic / non-deterministic speed per rank count and whether the
 deterministic digests agree across the rank counts. The baseline is ctrbox's own
 non-deterministic mode: no peer trains the same bits on another number of ranks.
+With --files K the same rows come from K files (`ctrbox gen`, seeds 1..K, rows / K each):
+deterministic ranks then read every file and keep their share of each global minibatch,
+non-deterministic ones read their own files.
 
-    bench/same_model.py [--reps 3] [--rows 500000] [--ranks 1,2,4] [--batch N]
+    bench/same_model.py [--reps 3] [--rows 500000] [--ranks 1,2,4] [--batch N] [--files K]
 """
 import json, os, statistics, sys
 
@@ -25,15 +28,22 @@ def main():
     ap.add_argument("--rows", type=int, default=500000)
     ap.add_argument("--ranks", default="1,2,4")
     ap.add_argument("--batch", type=int, default=0, help="train.batch_size (0: sized from the rows)")
+    ap.add_argument("--files", type=int, default=0, help="read the rows from this many files")
     a = ap.parse_args()
+    data = ["--set", f"data.gen.rows={a.rows}"]
+    if a.files:
+        data = []
+        for f in range(a.files):
+            path = os.path.join(a.data_dir, f"same-model-{a.rows // a.files}-{f + 1}.tsv")
+            data += ["--data", bench_data.ctrbox_gen(a.ctrbox, path, a.rows // a.files, f + 1)]
     cores = os.cpu_count() or 1
     model_dir = os.path.join(a.data_dir, "same-model")
     configs = [(n, det) for n in (int(x) for x in a.ranks.split(",")) for det in (False, True)]
     got = {c: [] for c in configs}
     for _ in range(a.reps):
         for n, det in configs:
-            args = ["--model-dir", model_dir, "--fresh",
-                    "--set", f"data.gen.rows={a.rows}", "--set", f"train.threads={max(1, cores // n)}",
+            args = ["--model-dir", model_dir, "--fresh", *data,
+                    "--set", f"train.threads={max(1, cores // n)}",
                     "--set", f"train.deterministic={'true' if det else 'false'}"]
             if a.batch:
                 args += ["--set", f"train.batch_size={a.batch}"]
@@ -45,7 +55,7 @@ def main():
         eps = [r["examples_per_s"] for r in reports]
         median[(n, det)] = statistics.median(eps)
         print(json.dumps({
-            "bench": "same_model", "ranks": n, "deterministic": det, "reps": a.reps,
+            "bench": "same_model", "ranks": n, "deterministic": det, "reps": a.reps, "files": a.files,
             "examples": reports[-1]["examples"], "batch_size": reports[-1]["batch_size"],
             "examples_per_s": median[(n, det)],
             "examples_per_s_min": min(eps), "examples_per_s_max": max(eps),

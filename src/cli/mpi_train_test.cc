@@ -150,12 +150,19 @@ TEST_F(MpiTrainTest, DeterministicRanksTrainTheOneProcessModel) {
     ASSERT_EQ(mpi.exit_code, 0) << mpi.err;
     EXPECT_EQ(mpi.last_json["digest"], one.last_json["digest"]) << n << " ranks";
   }
-  // Files are not covered (a global minibatch is each rank's rows of its own files): said.
-  Result files = Run(Mpirun(2) + " train" + Files(500) + kJob +
-                     " --set train.deterministic=true --model-dir " + Path("files"));
-  ASSERT_EQ(files.exit_code, 0) << files.err;
-  EXPECT_NE(files.err.find("train.deterministic on 2 ranks reading files"), std::string::npos)
-      << files.err;
+  // Files too: every rank reads them all and keeps its share of each global minibatch.
+  const std::string files = " train" + Files(1500) +
+                            " --set train.batch_size=1536 --set pipeline.pass_examples=3072"
+                            " --set model.mlp=64,32 --set train.deterministic=true --model-dir ";
+  Result one_files = Run(Ctrbox(files + Path("files1")));
+  ASSERT_EQ(one_files.exit_code, 0) << one_files.err;
+  for (int n : {2, 3}) {
+    Result mpi = Run(Mpirun(n) + files + Path("files" + std::to_string(n)));
+    ASSERT_EQ(mpi.exit_code, 0) << mpi.err;
+    EXPECT_EQ(mpi.last_json["digest"], one_files.last_json["digest"]) << n << " ranks";
+    EXPECT_EQ(mpi.last_json["examples"], 6000u) << n << " ranks";
+    EXPECT_NE(mpi.err.find("every rank reads all 4 files"), std::string::npos) << mpi.err;
+  }
 }
 
 TEST_F(MpiTrainTest, ARanksBadInputStopsEveryRank) {

@@ -76,6 +76,14 @@ PassReaderOptions JobConfig::PassOptions() const {
   PassReaderOptions o;
   o.pass_examples = pipeline.pass_examples;
   o.epochs = segment_plan ? 1 : train.epochs;  // a plan's segments hold the epochs left
+  // A rank's share of every global minibatch: kept from the files it reads whole, or
+  // generated so (each epoch's shares start anew).
+  if (file_share) {
+    o.share = *file_share;
+  } else if (data.paths.empty() && data.command.empty() && !generated.share.whole()) {
+    o.share = generated.share;
+    o.shared_epoch_rows = generated.rows;
+  }
   o.hashing = spec.model.hashing;
   o.key_tables = spec.model.KeyTableMap();
   const TieredOptions table = StorageFor(CtrModel::LayoutFor(spec.model, spec.sparse_optimizer));

@@ -179,6 +179,10 @@ struct JobConfig {
   ServingOptions serving;
   // Set: data.segments is this plan's (one pass over them: the epochs are in the segments).
   std::optional<SegmentPlan> segment_plan;
+  // Set: this rank reads every file of data.paths and trains this share of the rows, blocks
+  // of its global minibatches (train.deterministic on ranks of files, docs/distributed.md).
+  // Not a job key: ShareJob sets it.
+  std::optional<RowShare> file_share;
   // The job YAML's feature graph (docs/features.md); null: the data is read as data.format.
   std::shared_ptr<const FeaturePlan> features;
   // train --format csv / tsv (docs/features.md, "From a CSV file in one command"): the label

@@ -13,6 +13,7 @@
 #include "ckpt/ranks_checkpoint.h"
 #include "dist/comm.h"
 #include "dist/dist_test_util.h"
+#include "io/synth.h"
 #include "jobs/trainer_test_util.h"
 #include "util/env.h"
 #include "util/temp_dir.h"
@@ -130,6 +131,121 @@ TEST(SameModelTest, AResumeOnAnotherNumberOfRanksKeepsTheDigest) {
     ASSERT_TRUE(ids.ok() && ids->size() >= 3) << tag;
     ASSERT_TRUE(
         CommitRanksCheckpoint(Env::Posix(), job.ckpt.dir, {static_cast<uint32_t>(from), (*ids)[1]})
+            .ok());
+    job.resume = true;
+    job.fresh = false;
+    job.model_dir = dir.File("resumed" + tag);
+    EXPECT_EQ(Digest(to, job), want) << tag;
+  }
+}
+
+// Two epochs of generated rows: each epoch's shares start anew, and a rank with no rows of an
+// epoch's last pass has an empty pass there.
+TEST(SameModelTest, EpochsOfGeneratedRowsTrainTheOneProcessDigest) {
+  TempDir dir;
+  std::string want;
+  for (int n : {1, 2, 3}) {
+    JobConfig job = GeneratedJob(dir.File("m" + std::to_string(n)));
+    job.train.epochs = 2;
+    const std::string got = Digest(n, job);
+    if (want.empty()) want = got;
+    EXPECT_EQ(got, want) << n << " ranks";
+  }
+}
+
+// A job of three files of uneven sizes (one with malformed lines, which every rank skips
+// alike) and a held-out file, read whole by every rank: each keeps its share of every global
+// minibatch (io/row_share.h), so the rows of minibatch m do not depend on the ranks.
+JobConfig FilesJob(const TempDir& dir, const std::string& model_dir) {
+  JobConfig job = GeneratedJob(model_dir);
+  std::vector<std::string> files;
+  const uint64_t sizes[] = {2000, 2900, 1700};
+  uint64_t begin = 0;
+  for (int f = 0; f < 3; ++f) {
+    const std::string path = dir.File("part" + std::to_string(f) + ".tsv");
+    if (!Env::Posix()->FileExists(path)) {
+      SynthOptions o;
+      o.seed = 5;
+      std::string text;
+      SynthGenerator(o).GenerateText(begin, begin + sizes[f], &text, nullptr);
+      if (f == 1) {  // two malformed lines after the file's 700th and 1400th lines
+        for (size_t at : {size_t{1400}, size_t{700}}) {
+          size_t pos = 0;
+          for (size_t l = 0; l < at; ++l) pos = text.find('\n', pos) + 1;
+          text.insert(pos, "not a criteo line\n");
+        }
+      }
+      EXPECT_TRUE(WriteFileAtomic(Env::Posix(), path, text).ok());
+    }
+    files.push_back(path);
+    begin += sizes[f];
+  }
+  job.data.paths = files;
+  job.data.format = DataFormat::kCriteo;
+  job.eval_paths = {testing::WriteCriteo(dir, "test.tsv", 0, 2000, 6)};
+  return job;
+}
+
+TEST(SameModelTest, RanksReadingFilesTrainTheOneProcessDigest) {
+  TempDir dir;
+  std::string want;
+  nlohmann::json want_metrics;
+  for (int n : {1, 2, 3, 4}) {  // (4 ranks: more ranks than files)
+    for (bool pipelined : {true, false}) {
+      if (!pipelined && n != 3) continue;
+      const std::string tag = std::to_string(n) + (pipelined ? "" : " sequential");
+      JobConfig job = FilesJob(dir, dir.File("m " + tag));
+      job.pipeline.enabled = pipelined;
+      const nlohmann::json rep = Report(n, job);
+      const std::string got = rep["digest"];
+      if (want.empty()) want = got;
+      EXPECT_EQ(got, want) << tag << " ranks";
+      EXPECT_EQ(rep["examples"], 6600u) << tag;
+      nlohmann::json metrics;
+      for (const char* key : {"auc", "logloss", "copc", "test_auc", "test_logloss", "test_copc"}) {
+        metrics[key] = rep.value(key, nlohmann::json());
+      }
+      if (want_metrics.is_null()) want_metrics = metrics;
+      EXPECT_EQ(metrics, want_metrics) << tag << " ranks";
+    }
+  }
+  // Over the SSD tier, passes sized by memory (agreed by the ranks) and two epochs.
+  std::string ssd_want;
+  for (int n : {1, 2, 3}) {
+    const std::string tag = "ssd" + std::to_string(n);
+    JobConfig job = FilesJob(dir, dir.File("m " + tag));
+    job.train.epochs = 2;
+    job.storage.ssd.dir = dir.File("ssd " + tag);
+    job.train.batch_size = 768;  // (6 sum blocks)
+    job.storage.memory_budget = 3 << 19;
+    job.storage.ssd.group_bits = 8;
+    job.storage.ssd.file_bytes = 1 << 20;
+    const std::string got = Digest(n, job);
+    if (ssd_want.empty()) ssd_want = got;
+    EXPECT_EQ(got, ssd_want) << tag;
+  }
+}
+
+// Two epochs of files: stopped in the second (whose shares start anew) and resumed on 3 ranks
+// from 2 and on 2 from 3.
+TEST(SameModelTest, FilesResumedOnAnotherNumberOfRanksKeepTheDigest) {
+  TempDir dir;
+  JobConfig one = FilesJob(dir, dir.File("one"));
+  one.train.epochs = 2;
+  const std::string want = Digest(1, one);
+  for (auto [from, to] : {std::pair{2, 3}, std::pair{3, 2}}) {
+    const std::string tag = std::to_string(from) + "to" + std::to_string(to);
+    JobConfig job = FilesJob(dir, dir.File("first" + tag));
+    job.train.epochs = 2;
+    job.ckpt.dir = dir.File("ckpt" + tag);
+    job.ckpt.every_passes = 1;
+    job.ckpt.keep = 20;
+    EXPECT_EQ(Digest(from, job), want) << tag;
+    // As if the job had stopped after its fourth pass (the second epoch's first).
+    auto ids = ListCheckpoints(Env::Posix(), RankCheckpointDir(job.ckpt.dir, 0, from));
+    ASSERT_TRUE(ids.ok() && ids->size() >= 5) << tag;
+    ASSERT_TRUE(
+        CommitRanksCheckpoint(Env::Posix(), job.ckpt.dir, {static_cast<uint32_t>(from), (*ids)[3]})
             .ok());
     job.resume = true;
     job.fresh = false;

@@ -118,7 +118,7 @@ StatusOr<std::optional<RanksCheckpoint>> PrepareRanksResume(Env* env, const Comm
   if (!c.ok() && c.status().code() != StatusCode::kNotFound) return c.status();
   if (c.ok() && c->ranks != static_cast<uint32_t>(comm.size())) {
     if (!job.resume) return std::optional<RanksCheckpoint>();
-    if (!IsGenerated(job.data) && !job.segment_plan) {
+    if (!IsGenerated(job.data) && !job.segment_plan && !job.file_share) {
       return InternalError("a job of files resumed on another number of ranks without a plan");
     }
     // Repartitioned by RepartitionFromRanks; this rank's chain of an older job of N ranks goes.
@@ -134,8 +134,8 @@ StatusOr<std::optional<RanksCheckpoint>> PrepareRanksResume(Env* env, const Comm
 // "Checkpoints"): this rank loads the rows it owns from each of the M chains, so every row
 // goes to exactly one rank, and the dense state (the same in every chain). On generated data
 // its reader skips its share of the rows the M ranks trained (they are one stream whatever
-// the number of ranks); on files its input is already the plan of what they had left
-// (PlanResumedSegments), read from its start.
+// the number of ranks), as on files read by share (JobConfig::file_share); on other files its
+// input is already the plan of what they had left (PlanResumedSegments), read from its start.
 Status RepartitionFromRanks(Env* env, const JobConfig& job, const std::string& ranks_dir,
                             const RanksCheckpoint& c, const KeyFilter& owned, PassReader* reader,
                             ThreadPool* pool, TrainStart* start) {
@@ -174,25 +174,34 @@ Status RepartitionFromRanks(Env* env, const JobConfig& job, const std::string& r
     start->position.trained_examples = job.segment_plan->examples;
     return Status::OK();
   }
-  // This rank's share of the first `examples` generated rows (the ones the M ranks trained).
-  const RowShare& s = job.generated.share;
-  uint64_t mine = 0;
-  for (uint64_t b = s.index * s.unit; b < examples; b += uint64_t{s.count} * s.unit) {
-    mine += std::min(s.unit, examples - b);
+  // This rank's share of the first `examples` rows of the stream (the ones the M ranks
+  // trained): generated, or every file's rows read in order (train.deterministic). Each epoch
+  // starts the shares anew, so past the first epoch it is what the skipped passes hold.
+  const RowShare s = job.file_share.value_or(job.generated.share);
+  std::optional<uint64_t> mine;
+  if (job.train.epochs <= 1) {
+    mine = 0;
+    for (uint64_t b = s.index * s.unit; b < examples; b += uint64_t{s.count} * s.unit) {
+      *mine += std::min(s.unit, examples - b);
+    }
+  }
+  // Passes sized by memory cut other pieces on another number of ranks: skip whole grid
+  // passes (a checkpoint is taken at the end of one).
+  uint64_t seen = 0;
+  if (reader->options().agree) {
+    RETURN_IF_ERROR(reader->SkipGridPasses(first.position.grid_passes, mine,
+                                           /*may_end_early=*/true, &seen));
+  } else {
+    RETURN_IF_ERROR(reader->Skip(first.position.passes, mine, /*may_end_early=*/true, &seen));
   }
   start->position = TrainPosition();
   start->position.passes = first.position.passes;
   start->position.grid_passes = first.position.grid_passes;
-  start->position.examples = mine;
-  start->position.trained_examples = mine;
+  start->position.examples = seen;
+  start->position.trained_examples = seen;
   LOG_INFO("resuming {} of {} ranks with {}: {} passes, {} examples done ({} in this rank's share)",
-           CheckpointName(c.id), c.ranks, job.dist.ranks, first.position.passes, examples, mine);
-  // Passes sized by memory cut other pieces on another number of ranks: skip whole grid
-  // passes (a checkpoint is taken at the end of one).
-  if (reader->options().agree) {
-    return reader->SkipGridPasses(first.position.grid_passes, mine, /*may_end_early=*/true);
-  }
-  return reader->Skip(first.position.passes, mine, /*may_end_early=*/true);
+           CheckpointName(c.id), c.ranks, job.dist.ranks, first.position.passes, examples, seen);
+  return Status::OK();
 }
 
 // A job of files that resumes the checkpoint of its ranks reads a plan instead of its split
@@ -201,6 +210,8 @@ Status RepartitionFromRanks(Env* env, const JobConfig& job, const std::string& r
 // ranks that ran such a plan did. `files`: the whole job's input files.
 Status PlanResumedSegments(Env* env, Comm* comm, const std::vector<std::string>& files,
                            const std::string& ranks_dir, JobConfig* job) {
+  // Every rank reads every file and skips its share of what was trained, as generated data.
+  if (job->file_share) return Status::OK();
   StatusOr<RanksCheckpoint> c = ReadRanksCheckpoint(env, ranks_dir);
   if (!c.ok()) return c.status().code() == StatusCode::kNotFound ? Status::OK() : c.status();
   std::optional<SegmentPlan> plan;
@@ -295,30 +306,44 @@ Status ShareJob(Env* env, const Comm& comm, JobConfig* job, std::string* ranks_c
         "of every minibatch)",
         b, n));
   }
-  if (job->train.deterministic && me == 0 && (job->gpu || !CanonicalRanks(n, b))) {
+  if (job->train.validating()) {
+    return InvalidArgumentError(
+        "train.validation_fraction: per-epoch validation runs in one process, not on ranks; a "
+        "job of ranks is scored on its held-out files (data.eval_paths)");
+  }
+  // train.deterministic with canonical sums: one process's model on any n. Every rank then
+  // reads the whole input and keeps its share of each global minibatch, as the generator
+  // makes it for generated data.
+  const bool canonical = job->train.deterministic && !job->gpu && CanonicalRanks(n, b);
+  if (job->train.deterministic && me == 0 && !canonical) {
     LOG_WARNING(
         "train.deterministic on {} ranks{}: the same model run after run, not the one process's "
         "model (that takes the CPU train stage and a number of ranks dividing the {} sum blocks "
         "of train.batch_size {}: docs/distributed.md, \"The same model on any number of "
         "ranks\")",
         n, job->gpu ? " with device: gpu" : "", CtrModel::SumBlocksFor(b), b);
-  } else if (job->train.deterministic && me == 0 && n > 1 && !IsGenerated(job->data)) {
-    LOG_WARNING(
-        "train.deterministic on {} ranks reading files: the same model run after run, not the "
-        "one process's model (a global minibatch is each rank's rows of its own share of the "
-        "files, so its rows depend on the number of ranks; generated data does not: "
-        "docs/distributed.md, \"The same model on any number of ranks\")",
-        n);
   }
+  const RowShare share{static_cast<uint32_t>(me), static_cast<uint32_t>(n), b / n};
   if (IsGenerated(job->data)) {
     // Rank r generates the blocks of b / n rows whose index mod n is r: global minibatch m is
     // rows [m b, (m + 1) b) of the generated stream, as for one process.
-    job->generated.share = RowShare{static_cast<uint32_t>(me), static_cast<uint32_t>(n), b / n};
+    job->generated.share = share;
   } else {
     ASSIGN_OR_RETURN(std::vector<std::string> files,
                      ExpandDataPaths(env, job->data.paths, job->data.format));
     *all_files = files;
-    if (files.size() >= static_cast<size_t>(n)) {
+    if (canonical) {
+      // Every file, every row parsed; the pass reader keeps this rank's blocks (io/row_share.h).
+      job->data.paths = files;
+      job->file_share = share;
+      if (me == 0 && n > 1) {
+        LOG_INFO(
+            "train.deterministic on {} ranks reading files: every rank reads all {} files and "
+            "trains its share of each global minibatch (docs/distributed.md, \"The same model "
+            "on any number of ranks\")",
+            n, files.size());
+      }
+    } else if (files.size() >= static_cast<size_t>(n)) {
       // Whole files: rank r reads files i with i mod n = r.
       job->data.paths.clear();
       for (size_t i = me; i < files.size(); i += n) job->data.paths.push_back(files[i]);

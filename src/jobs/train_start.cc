@@ -43,6 +43,9 @@ StatusOr<nlohmann::json> ResultSettings(Env* env, const JobConfig& job) {
     }
     data = {{"format", DataFormatName(job.data.format)}, {"files", list}};
     if (job.segment_plan) data["plan"] = job.segment_plan->ToJson();
+    // Ranks that read every file and keep their share of each global minibatch: a resume
+    // skips its share of the stream's rows, not of its own files.
+    if (job.file_share) data["rows"] = "every file in order, shared by global minibatch";
   }
   // A changed feature graph is changed data (the side views' contents are not compared).
   if (job.features != nullptr)

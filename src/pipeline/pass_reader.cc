@@ -63,10 +63,17 @@ StatusOr<PassReader::Fill> PassReader::FillTo(std::vector<RowRange>* out, uint64
       reader_.reset();
       block_.reset();
       ++epoch_;
+      ended_epoch_rows_ = std::exchange(epoch_rows_, 0);
+      if (options_.shared_epoch_rows > 0) ended_epoch_rows_ = options_.shared_epoch_rows;
       fraction_.store(p.known() ? epoch_ / epochs : -1.0, std::memory_order_relaxed);
       return *rows > 0 ? Fill::kRowsThenEpochEnd : Fill::kEpochEnd;
     }
     if (options_.select) options_.select(block_.get());  // validation's rows out (holdout.h)
+    if (!options_.share.whole() && options_.shared_epoch_rows == 0) {  // (io/row_share.h)
+      const size_t rows = block_->rows();
+      KeepRowShare(options_.share, epoch_rows_, block_.get());
+      epoch_rows_ += rows;
+    }
     ModelKeys(options_.hashing, options_.key_tables, block_.get());
     if (options_.filter) options_.filter(block_.get());  // admission (jobs/admission.h)
     rows_read_.fetch_add(block_->rows(), std::memory_order_relaxed);
@@ -246,6 +253,7 @@ Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place, ThreadPool
   if (!window_) {
     // Passes of `want` examples, or to the end of an epoch (a pass never spans two).
     uint64_t rows = 0;
+    bool empty_pass = false;
     while (rows < want) {
       ranges_.clear();
       const StatusOr<Fill> f = FillTo(&ranges_, &rows, want);
@@ -253,11 +261,15 @@ Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place, ThreadPool
       if (!f.ok()) return f.status();
       if (*f == Fill::kEnd || *f == Fill::kRowsThenEpochEnd) break;
       if (*f == Fill::kEpochEnd && (rows > 0 || epoch_ >= options_.epochs)) break;
+      if (*f == Fill::kEpochEnd && ShareMissesEpochTail()) {
+        empty_pass = true;  // the other ranks' epoch ends with a pass this rank has no rows of
+        break;
+      }
     }
     ranges_.clear();
     gather_.Finish(pool_);
     ClosePass(*examples, false, false, false);
-    *eof = examples->rows() == 0;
+    *eof = examples->rows() == 0 && !empty_pass;
     grid_count_ += !*eof;
     if (place != nullptr) *place = here;
     return Status::OK();
@@ -338,6 +350,15 @@ Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place, ThreadPool
   return Status::OK();
 }
 
+bool PassReader::ShareMissesEpochTail() const {
+  // The epoch's last (global) pass holds its rows past the last whole pass of pass_examples
+  // on every rank; this rank's share of it starts index x unit rows in (io/row_share.h).
+  const RowShare& s = options_.share;
+  if (s.whole()) return false;
+  const uint64_t tail = ended_epoch_rows_ % (options_.pass_examples * s.count);
+  return tail > 0 && s.index * s.unit >= tail;
+}
+
 Status PassReader::NextAgreed(Batch* examples, bool* eof, PassPlace* place) {
   const uint64_t want = options_.pass_examples;
   PassPlace here;
@@ -353,9 +374,12 @@ Status PassReader::NextAgreed(Batch* examples, bool* eof, PassPlace* place) {
       if (f == Fill::kEnd) {
         grid_ended_ = true;
       } else if (f == Fill::kEpochEnd) {
-        // At the start of its grid pass the next epoch begins in it; else the epoch's end
-        // ended the grid pass.
-        if (grid_pos_ > 0 || epoch_ >= options_.epochs) grid_ended_ = true;
+        // At the start of its grid pass the next epoch begins in it (unless the other ranks'
+        // epoch ends with a grid pass this rank has no rows of); else the epoch's end ended
+        // the grid pass.
+        if (grid_pos_ > 0 || epoch_ >= options_.epochs || ShareMissesEpochTail()) {
+          grid_ended_ = true;
+        }
       } else {
         pending_ends_epoch_ = f == Fill::kRowsThenEpochEnd;
       }
@@ -421,13 +445,13 @@ namespace {
 // `want`; they must hold `examples` examples. `what` names what is counted, for the messages.
 template <typename Count>
 Status SkipTo(PassReader* reader, uint64_t want, Count count, std::string_view what,
-              uint64_t examples, bool may_end_early) {
+              std::optional<uint64_t> examples, bool may_end_early, uint64_t* seen_out) {
   Batch scratch;
   uint64_t seen = 0, read = 0;
   while (count(read) < want) {
     bool eof = false;
     RETURN_IF_ERROR(reader->Next(&scratch, &eof));
-    if (eof && may_end_early && seen == examples) return Status::OK();
+    if (eof && may_end_early && (!examples || seen == *examples)) break;
     if (eof) {
       return FailedPreconditionError(fmt::format(
           "the input ended after {} {}, but the checkpoint was cut after {}: the data changed "
@@ -437,26 +461,29 @@ Status SkipTo(PassReader* reader, uint64_t want, Count count, std::string_view w
     seen += scratch.rows();
     ++read;
   }
-  if (seen != examples) {
+  if (examples && seen != *examples) {
     return FailedPreconditionError(fmt::format(
         "the first {} {} of the input hold {} examples, the checkpoint says {}: the data "
         "changed since",
-        want, what, seen, examples));
+        want, what, seen, *examples));
   }
+  if (seen_out != nullptr) *seen_out = seen;
   return Status::OK();
 }
 
 }  // namespace
 
-Status PassReader::SkipGridPasses(uint64_t grid_passes, uint64_t examples, bool may_end_early) {
+Status PassReader::SkipGridPasses(uint64_t grid_passes, std::optional<uint64_t> examples,
+                                  bool may_end_early, uint64_t* seen) {
   return SkipTo(
       this, grid_passes, [this](uint64_t) { return grid_count_; }, "grid passes", examples,
-      may_end_early);
+      may_end_early, seen);
 }
 
-Status PassReader::Skip(uint64_t passes, uint64_t examples, bool may_end_early) {
+Status PassReader::Skip(uint64_t passes, std::optional<uint64_t> examples, bool may_end_early,
+                        uint64_t* seen) {
   return SkipTo(
-      this, passes, [](uint64_t read) { return read; }, "passes", examples, may_end_early);
+      this, passes, [](uint64_t read) { return read; }, "passes", examples, may_end_early, seen);
 }
 
 }  // namespace ctrbox

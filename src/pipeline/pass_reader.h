@@ -17,6 +17,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,13 @@ struct PassReaderOptions {
   // When set, changes every block read first, before its keys are hashed (per-epoch
   // validation's training side, jobs/holdout.h: the rows held back are left out).
   std::function<void(Batch*)> select;
+  // ... then, when not whole, only this rank's share of the rows left is kept, counted from
+  // the epoch's start (train.deterministic on ranks of files, io/row_share.h: every rank reads
+  // every file and keeps its blocks of each global minibatch).
+  RowShare share;
+  // Not 0: the reader yields only `share`'s rows already, of epochs of this many rows each
+  // (generated rows, io/reader.h NewSynthReader); they are all kept.
+  uint64_t shared_epoch_rows = 0;
   // features.hashing: every block read is hashed (io/key_hashing.h) before passes are cut,
   // so that passes are sized by the keys the table will see.
   HashingOptions hashing;
@@ -156,14 +164,17 @@ class PassReader {
   Status Next(Batch* examples, bool* eof, PassPlace* place = nullptr, ThreadPool* pool = nullptr);
 
   // Reads past the first `passes` passes (a resumed job's trained data), which must hold
-  // `examples` examples: the same passes the job cut before. FailedPrecondition if not.
+  // `examples` examples (nullopt: not checked; *seen, when given, gets what they held): the
+  // same passes the job cut before. FailedPrecondition if not.
   // may_end_early: a rank of a distributed job, whose passes after its input ended were empty
   // (the input may end before `passes` passes, having held `examples` examples).
-  Status Skip(uint64_t passes, uint64_t examples, bool may_end_early = false);
+  Status Skip(uint64_t passes, std::optional<uint64_t> examples, bool may_end_early = false,
+              uint64_t* seen = nullptr);
   // Reads past the first `grid_passes` passes of pass_examples (the pieces the window cut
   // them into, whatever they were), which must hold `examples` examples: the data a job of
   // another number of ranks trained, its checkpoint at the end of a grid pass.
-  Status SkipGridPasses(uint64_t grid_passes, uint64_t examples, bool may_end_early = false);
+  Status SkipGridPasses(uint64_t grid_passes, std::optional<uint64_t> examples,
+                        bool may_end_early = false, uint64_t* seen = nullptr);
 
  private:
   ReaderFactory open_;
@@ -208,6 +219,11 @@ class PassReader {
   ThreadPool* pool_ = nullptr;    // Next's
   std::vector<RowRange> ranges_;  // FillTo's scratch
   uint32_t epoch_ = 0;
+  uint64_t epoch_rows_ = 0;        // rows of the epoch so far (after select), for options_.share
+  uint64_t ended_epoch_rows_ = 0;  // ... of the epoch that ended last
+  // With a share: whether the epoch that just ended closes with a pass of the stream (every
+  // rank's) that holds none of this rank's rows; the rank then has an empty pass there.
+  bool ShareMissesEpochTail() const;
   uint64_t grid_pos_ = 0;            // key-sized: examples of the current grid pass cut so far
   uint64_t grid_count_ = 0;          // grid passes ended
   RowRange pending_;                 // key-sized: the next minibatch, read but not yet in a pass
