@@ -346,7 +346,8 @@ const std::vector<Key>& Keys() {
       {"train.deterministic", "false",
        "canonical sums: any number of ranks dividing the batch's sum blocks trains the "
        "one-process model bit for bit "
-       "(CPU, generated data; docs/distributed.md); runs repeat bit for bit either way; "
+       "(CPU; files are then read whole by every rank; docs/distributed.md); runs repeat bit "
+       "for bit either way; "
        "device: gpu needs gpu.scatter=segment",
        Bool([](JobConfig* j, bool v) { j->train.deterministic = v; })},
       {"train.batch_size", "2048",

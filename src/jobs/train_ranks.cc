@@ -306,11 +306,6 @@ Status ShareJob(Env* env, const Comm& comm, JobConfig* job, std::string* ranks_c
         "of every minibatch)",
         b, n));
   }
-  if (job->train.validating()) {
-    return InvalidArgumentError(
-        "train.validation_fraction: per-epoch validation runs in one process, not on ranks; a "
-        "job of ranks is scored on its held-out files (data.eval_paths)");
-  }
   // train.deterministic with canonical sums: one process's model on any n. Every rank then
   // reads the whole input and keeps its share of each global minibatch, as the generator
   // makes it for generated data.
