@@ -133,6 +133,14 @@ TEST_F(CliTest, TrainsOverAnSsdStoreAndInspectsIt) {
   EXPECT_EQ(in.last_json["keys"], ssd.last_json["keys"]) << in.out;
   EXPECT_EQ(in.last_json["tiers"]["disk_keys"], ssd.last_json["keys"]) << in.out;
   EXPECT_EQ(in.last_json["bytes_live"], ssd.last_json["bytes_live"]);
+  // The disk under the store's files, measured (or why not: a file system without O_DIRECT).
+  const nlohmann::json& ceiling = in.last_json["disk_ceiling"];
+  if (ceiling["measured"].get<bool>()) {
+    EXPECT_GT(ceiling["random_4k_reads_qd1_per_s"].get<double>(), 0) << ceiling;
+    EXPECT_GT(ceiling["seq_read_mb_per_s"].get<double>(), 0) << ceiling;
+  } else {
+    EXPECT_NE(ceiling["why_not"].get<std::string>().find("O_DIRECT"), std::string::npos);
+  }
   // The compaction bound (docs/storage.md): no sealed file is more than compact_stale (0.5)
   // stale, so the files take at most 2 x the live records plus the active file.
   EXPECT_GT(in.last_json["files"].get<int>(), 1) << in.out;

@@ -134,6 +134,23 @@ Setter Epochs() {
   };
 }
 
+Setter DiskProbe() {
+  return [](JobConfig* j, std::string_view v, std::string* expect) {
+    double s = 0;
+    if (v == "auto") {
+      j->storage.disk_probe_seconds = -1;
+    } else if (v == "off") {
+      j->storage.disk_probe_seconds = 0;
+    } else if (ParseDouble(v, &s) && s >= 0.05 && s <= 60) {
+      j->storage.disk_probe_seconds = s;
+    } else {
+      *expect = "auto, off, or seconds from 0.05 to 60";
+      return false;
+    }
+    return true;
+  };
+}
+
 Setter Gemm() {
   return [](JobConfig* j, std::string_view v, std::string* expect) {
     if (!ParseGemmPrecision(v, &j->gpu_options.precision)) {

@@ -46,6 +46,7 @@ Setter Optimizer(std::function<OptimizerOptions*(JobConfig*)> field, bool sparse
 Setter Device();
 Setter Epochs();
 Setter Gemm();
+Setter DiskProbe();
 Setter Scatter();
 Setter OnLate();
 Setter SparseUpdates();

@@ -224,6 +224,11 @@ const std::vector<Key>& Keys() {
       {"storage.keep_store", "false",
        "train: close the SSD store cleanly at the end (for inspect --store) instead of deleting it",
        Bool([](JobConfig* j, bool v) { j->storage.keep_store = v; })},
+      {"storage.disk_probe", "auto",
+       "train: measure the disk under the SSD files at the job's end (random 4 KiB reads/s at 1 "
+       "and 16 in flight, sequential MB/s; O_DIRECT) for the report's disk ceiling: auto (0.5 s "
+       "when training took at least 10 s), off, or seconds",
+       DiskProbe()},
       {"storage.disk_budget", "0 (unlimited)", "bytes the parameter files may take",
        Bytes([](JobConfig* j, uint64_t v) { j->storage.ssd.disk_budget = v; }, 0)},
       {"storage.group_bits", "log2(memory_budget / 960)",

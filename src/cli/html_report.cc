@@ -521,6 +521,26 @@ std::string SummaryRows(const nlohmann::json& report, const std::string& manifes
           fmt::format("{:.2f} on average ({:.0f} reads/s, {:.1f} µs each)", in_flight,
                       GetIn(report, "disk", "reads_per_s"), GetIn(report, "disk", "mean_read_us")));
     }
+    // The disk's own ceiling (storage.disk_probe), so that the reads above have a scale.
+    const nlohmann::json ceiling =
+        report.contains("disk") ? report["disk"].value("ceiling", nlohmann::json()) : nullptr;
+    if (ceiling.is_object() && ceiling.value("measured", false)) {
+      summary += Row(
+          "disk ceiling",
+          fmt::format("{:.0f} random 4 KiB reads/s with 16 in flight, {:.0f} with 1; "
+                      "{:.0f} MB/s in order — the job's reads: {:.1f} % of it",
+                      Get(ceiling, "random_4k_reads_qd16_per_s"),
+                      Get(ceiling, "random_4k_reads_qd1_per_s"), Get(ceiling, "seq_read_mb_per_s"),
+                      100.0 * GetIn(report, "disk", "reads_of_ceiling")) +
+              // Reads far faster than the disk's: the page cache served them.
+              (GetIn(report, "disk", "mean_read_us") < 0.5 * Get(ceiling, "read_us_qd1")
+                   ? fmt::format(" (a read took {:.1f} µs, the disk's {:.0f} µs: the page cache "
+                                 "answered most)",
+                                 GetIn(report, "disk", "mean_read_us"), Get(ceiling, "read_us_qd1"))
+                   : std::string()));
+    } else if (ceiling.is_object()) {
+      summary += Row("disk ceiling", "not measured: " + ceiling.value("why_not", std::string()));
+    }
     const double wa = GetIn(report, "storage", "write_amplification");
     if (std::isfinite(wa)) summary += Row("write amplification", fmt::format("{:.2f}", wa));
     summary += Row("model digest", report.value("digest", std::string("-")));

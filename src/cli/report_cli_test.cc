@@ -24,8 +24,17 @@ TEST_F(CliTest, ReportDrawsEveryChartAndChromiumRendersThem) {
                             " --set data.gen.rows=30000 --set data.gen.test_rows=3000"
                             " --set model.mlp=32,16 --set pipeline.pass_examples=3000"
                             " --set storage.ssd_dir=" +
-                            Path("ssd") + " --set storage.memory_budget=3MB"));
+                            Path("ssd") + " --set storage.memory_budget=3MB" +
+                            " --set storage.disk_probe=0.2"));
   ASSERT_EQ(train.exit_code, 0) << train.err;
+  // The disk under the SSD files, measured at the job's end (or why not).
+  const nlohmann::json ceiling = train.last_json["disk"]["ceiling"];
+  ASSERT_TRUE(ceiling.is_object()) << train.last_json["disk"];
+  const bool measured = ceiling["measured"].get<bool>();
+  if (measured) {
+    EXPECT_GT(ceiling["random_4k_reads_qd16_per_s"].get<double>(), 0) << ceiling;
+    EXPECT_GE(train.last_json["disk"]["reads_of_ceiling"].get<double>(), 0) << ceiling;
+  }
   Result report = Run(Ctrbox("report --model-dir " + Path("m")));
   ASSERT_EQ(report.exit_code, 0) << report.err;
   EXPECT_EQ(report.last_json["out"], Path("m") + "/report.html");
@@ -38,6 +47,8 @@ TEST_F(CliTest, ReportDrawsEveryChartAndChromiumRendersThem) {
       "SSD traffic",    "Disk reads in flight", "Memory at the peak, by owner"};
   for (const char* c : kCharts) EXPECT_NE(html.find(c), std::string::npos) << c;
   EXPECT_NE(html.find("disk reads in flight"), std::string::npos);  // (the summary's row)
+  EXPECT_NE(html.find(measured ? "random 4 KiB reads/s with 16 in flight" : "not measured"),
+            std::string::npos);
   EXPECT_EQ(html.find("<script"), std::string::npos);  // self-contained, nothing to run
   EXPECT_NE(html.find(train.last_json["digest"].get<std::string>()), std::string::npos);
   // The model's shape, escaped ("->" is text).

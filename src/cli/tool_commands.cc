@@ -16,9 +16,11 @@
 #include "io/shard_dir.h"
 #include "jobs/data.h"
 #include "jobs/train_report.h"
+#include "pipeline/pass_record.h"
 #include "table/ssd_store.h"
 #include "util/cleanup.h"
 #include "util/dir_lock.h"
+#include "util/disk_probe.h"
 #include "util/json_text.h"
 #include "util/logging.h"
 #include "util/parse.h"
@@ -374,7 +376,14 @@ Status RunInspectCommand(const std::string& model_dir, const std::string& store_
   }
   if (!store_dir.empty()) {
     ASSIGN_OR_RETURN(StoreSummary summary, SsdStore::Inspect(Env::Posix(), store_dir));
-    PrintJson(StoreJson(store_dir, summary));
+    nlohmann::json report = StoreJson(store_dir, summary);
+    // The disk under the store's files: what a job reading them can get at most.
+    ASSIGN_OR_RETURN(std::vector<std::string> names, Env::Posix()->GetChildren(store_dir));
+    std::vector<std::string> files;
+    for (const std::string& n : names) files.push_back(JoinPath(store_dir, n));
+    ASSIGN_OR_RETURN(const DiskCeiling ceiling, ProbeDisk(files, 0.5));
+    report["disk_ceiling"] = DiskCeilingJson(ceiling);
+    PrintJson(report);
     return Status::OK();
   }
   if (model_dir.empty())

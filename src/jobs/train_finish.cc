@@ -221,6 +221,39 @@ Status EvaluateHeldOut(Env* env, const JobConfig& job, Comm* comm, TrainStart* s
   return start->metrics_log->Write(line);
 }
 
+void ProbeTierDisk(Env* env, const JobConfig& job, const Comm* comm, TrainReport* report) {
+  const std::string& dir = job.storage.ssd.dir;
+  if (!report->storage.has_disk || dir.empty() || (comm != nullptr && comm->rank() != 0)) return;
+  double seconds = job.storage.disk_probe_seconds;
+  if (seconds < 0) seconds = report->seconds >= 10 ? 0.5 : 0;  // auto: at most 5 % of the job
+  if (seconds == 0) return;
+  std::vector<std::string> files;
+  StatusOr<DiskCeiling> c = [&]() -> StatusOr<DiskCeiling> {
+    ASSIGN_OR_RETURN(std::vector<std::string> names, env->GetChildren(dir));
+    for (const std::string& n : names) files.push_back(JoinPath(dir, n));
+    return ProbeDisk(files, seconds);
+  }();
+  if (!c.ok()) {
+    LOG_WARNING("storage.disk_probe: the disk under {} was not measured: {}", dir,
+                c.status().ToString());
+    return;
+  }
+  report->disk_ceiling = *c;
+  if (!c->measured) {
+    LOG_INFO("storage.disk_probe: the disk under {} was not measured: {}", dir, c->why_not);
+    return;
+  }
+  const double reads_per_s =
+      report->seconds > 0 ? static_cast<double>(report->storage.records_read) / report->seconds
+                          : 0.0;
+  LOG_INFO(
+      "the disk under {}: {:.0f} random 4 KiB reads/s with 1 in flight, {:.0f} with 16, {:.0f} "
+      "MB/s in order (O_DIRECT, {:.2f} s); the job read {:.0f} records/s, {:.1f} % of the "
+      "16-in-flight ceiling",
+      dir, c->random_reads_qd1_per_s, c->random_reads_qd16_per_s, c->seq_mb_per_s, c->seconds,
+      reads_per_s, 100.0 * reads_per_s / std::max(c->random_reads_qd16_per_s, 1.0));
+}
+
 // The SSD files are this job's scratch space (the model is in the model directory) unless
 // storage.keep_store asks for a cleanly closed store to inspect or reopen.
 Status CloseTable(Env* env, const JobConfig& job, std::unique_ptr<SparseTable> table) {

@@ -145,7 +145,18 @@ nlohmann::json TrainReport::ToJson() const {
       {"saved", saved},
   };
   if (metrics.auc_undefined) j["auc_undefined"] = metrics.auc_undefined;
-  if (storage.has_disk) j["disk"] = DiskJson(storage, seconds);
+  if (storage.has_disk) {
+    j["disk"] = DiskJson(storage, seconds);
+    if (disk_ceiling) {
+      j["disk"]["ceiling"] = DiskCeilingJson(*disk_ceiling);
+      // The job's reads against the most the disk gave (16 in flight): near 1, the disk
+      // sets the speed.
+      if (disk_ceiling->measured && disk_ceiling->random_reads_qd16_per_s > 0) {
+        j["disk"]["reads_of_ceiling"] =
+            j["disk"]["reads_per_s"].get<double>() / disk_ceiling->random_reads_qd16_per_s;
+      }
+    }
+  }
   if (extract_busy_seconds) j["stages"]["extract"] = {{"busy_seconds", *extract_busy_seconds}};
   if (!pass_sizing.is_null()) j["pass_sizing"] = pass_sizing;
   if (extract) j["extract"] = ExtractJson(*extract);

@@ -56,6 +56,8 @@ struct TrainReport {
   uint64_t bytes_live = 0, table_memory_bytes = 0, keys_in_memory = 0, keys_on_disk = 0;
   double table_bytes_per_key = 0, value_bytes_per_key = 0;
   StorageStats storage;
+  // The disk under the SSD files, measured at the job's end (storage.disk_probe).
+  std::optional<DiskCeiling> disk_ceiling;
   // The model and the machine.
   QuantOptions quant;
   uint64_t dense_params = 0;

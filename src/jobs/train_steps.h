@@ -124,6 +124,10 @@ Status CheckHeldOut(Env* env, const JobConfig& job);
 // Held-out evaluation (--eval-data or the generated test rows) into the report.
 Status EvaluateHeldOut(Env* env, const JobConfig& job, Comm* comm, TrainStart* start,
                        ThreadPool* pool, TrainReport* report);
+// The disk under this rank's SSD files measured into the report (storage.disk_probe; rank 0
+// only: ranks sharing a disk would measure each other). A probe that fails is logged, not
+// the job's error.
+void ProbeTierDisk(Env* env, const JobConfig& job, const Comm* comm, TrainReport* report);
 // Closes (storage.keep_store) or drops the table and its SSD files.
 Status CloseTable(Env* env, const JobConfig& job, std::unique_ptr<SparseTable> table);
 // The run's peak resident memory split by owner.

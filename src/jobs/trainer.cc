@@ -359,6 +359,7 @@ Status FinishRun(Env* env, const JobConfig& job, Comm* comm, const std::string& 
                                   report->digest ? ", digest " + *report->digest : ""));
       }
     }
+    ProbeTierDisk(env, job, comm, report);
     // The report closes the metrics log too (`ctrbox report` draws memory and totals from
     // it), with the peak memory so far: the table's close comes after. A run that saved
     // nothing writes nothing.

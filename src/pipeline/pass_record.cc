@@ -57,6 +57,17 @@ nlohmann::json DiskJson(const StorageStats& s, double seconds) {
           {"reads_in_flight", read_seconds * per_s}};
 }
 
+nlohmann::json DiskCeilingJson(const DiskCeiling& c) {
+  if (!c.measured) return {{"measured", false}, {"why_not", c.why_not}};
+  return {{"measured", true},
+          {"random_4k_reads_qd1_per_s", c.random_reads_qd1_per_s},
+          {"random_4k_reads_qd16_per_s", c.random_reads_qd16_per_s},
+          {"seq_read_mb_per_s", c.seq_mb_per_s},
+          // A read's latency on the disk alone, beside the job's mean_read_us.
+          {"read_us_qd1", c.random_reads_qd1_per_s > 0 ? 1e6 / c.random_reads_qd1_per_s : 0.0},
+          {"probe_seconds", c.seconds}};
+}
+
 nlohmann::json StorageDeltaJson(const StorageStats& before, const StorageStats& after) {
   StorageStats d;
   nlohmann::json j;

@@ -9,6 +9,7 @@
 #include "io/bad_input.h"
 #include "pipeline/pass.h"
 #include "table/sparse_table.h"
+#include "util/disk_probe.h"
 
 namespace ctrbox {
 
@@ -21,6 +22,9 @@ nlohmann::json StorageJson(const StorageStats& s);
 // time in reads / the run's: near the threads that read, the disk sets the speed; near 0,
 // it does not).
 nlohmann::json DiskJson(const StorageStats& s, double seconds);
+// The disk's measured ceiling (util/disk_probe.h; "ceiling" in the report's "disk", and in
+// inspect --store): {measured, why_not} or the three rates and the probe's seconds.
+nlohmann::json DiskCeilingJson(const DiskCeiling& c);
 // The counters that change per pass, as differences, with the current byte figures.
 nlohmann::json StorageDeltaJson(const StorageStats& before, const StorageStats& after);
 // {"read": {"busy_seconds", "stalled_seconds", "idle_seconds"}, "pull": ..., ...}.

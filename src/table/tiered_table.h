@@ -34,6 +34,9 @@ struct TieredOptions {
   SsdOptions ssd;              // ssd.dir empty: no disk tier
   bool reopen = false;         // reopen the store a clean shutdown left in ssd.dir
   bool keep_store = false;     // train: close the store cleanly at the end instead of deleting it
+  // train: seconds of the disk probe run on the SSD files at the job's end (util/disk_probe.h,
+  // storage.disk_probe): < 0 auto (0.5 s when training took at least 10 s), 0 never.
+  double disk_probe_seconds = -1;
   // The caller holds ssd.dir's DirLock (a train job, which also removes the files); otherwise
   // Open locks ssd.dir for the table's life (util/dir_lock.h).
   bool dir_held = false;
