@@ -27,6 +27,9 @@ std::string LineChartSvg(const std::string& title, const std::string& x_label,
 std::string BarChartSvg(const std::string& title, const std::vector<std::string>& labels,
                         const std::vector<double>& values, double scale, const std::string& unit);
 
+// `s` as HTML text (&, <, > and " escaped).
+std::string HtmlEscape(const std::string& s);
+
 // The page for the metrics log at `metrics_path` (the JSON lines a train job writes); the
 // model's MANIFEST text, when given, adds the saved model's summary. A malformed line is an
 // error naming the file and line, except a truncated last line (a job killed mid-write),

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <string>
 
+#include "exec/cublas_lazy.h"
 #include "util/status.h"
 
 namespace ctrbox {
@@ -37,7 +38,8 @@ inline Status CheckCall(cudaError_t e, const char* what, const char* file, int l
 inline Status CheckCall(cublasStatus_t e, const char* what, const char* file, int line) {
   if (e == CUBLAS_STATUS_SUCCESS) return Status::OK();
   return CudaCallStatus(what, file, line,
-                        std::string(cublasGetStatusName(e)) + ": " + cublasGetStatusString(e));
+                        std::string(cublas_lazy::cublasGetStatusName(e)) + ": " +
+                            cublas_lazy::cublasGetStatusString(e));
 }
 
 inline Status CheckCall(ncclResult_t e, const char* what, const char* file, int line) {

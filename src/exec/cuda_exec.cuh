@@ -20,6 +20,7 @@
 #include <tuple>
 #include <vector>
 
+#include "exec/cublas_lazy.h"
 #include "exec/cuda_check.h"
 #include "exec/exec.h"
 #include "exec/options.h"
@@ -146,8 +147,8 @@ class CudaExec {
     for (auto& b : staging_) cudaFreeHost(b.p);
     for (auto& [key, plan] : lt_plans_) plan.Destroy();
     if (lt_workspace_ != nullptr) cudaFree(lt_workspace_);
-    if (lt_ != nullptr) cublasLtDestroy(lt_);
-    if (blas_ != nullptr) cublasDestroy(blas_);
+    if (lt_ != nullptr) cublas_lazy::cublasLtDestroy(lt_);
+    if (blas_ != nullptr) cublas_lazy::cublasDestroy(blas_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
   CudaExec(const CudaExec&) = delete;
@@ -251,15 +252,15 @@ class CudaExec {
       ++counters_.launches;
       ++counters_.gemm_calls;
       const float one = 1.0f, zero = 0.0f;
-      CTRBOX_EXEC_CHECK(cublasLtMatmul(lt_, plan->desc, &one, b, plan->a, a, plan->b, &zero, c,
-                                       plan->c, c, plan->c, &plan->algo, lt_workspace_,
-                                       kLtWorkspace, stream_));
+      CTRBOX_EXEC_CHECK(cublas_lazy::cublasLtMatmul(lt_, plan->desc, &one, b, plan->a, a, plan->b,
+                                                    &zero, c, plan->c, c, plan->c, &plan->algo,
+                                                    lt_workspace_, kLtWorkspace, stream_));
       return;
     }
     if (!ok()) return;
     if (blas_ == nullptr) {  // made on first use: the feature layers' executors never need one
-      CTRBOX_EXEC_CHECK(cublasCreate(&blas_));
-      CTRBOX_EXEC_CHECK(cublasSetStream(blas_, stream_));
+      CTRBOX_EXEC_CHECK(cublas_lazy::cublasCreate(&blas_));
+      CTRBOX_EXEC_CHECK(cublas_lazy::cublasSetStream(blas_, stream_));
       if (!ok()) return;
     }
     ++counters_.launches;
@@ -269,10 +270,10 @@ class CudaExec {
         precision_ == GemmPrecision::kTf32   ? CUBLAS_COMPUTE_32F_FAST_TF32
         : precision_ == GemmPrecision::kBf16 ? CUBLAS_COMPUTE_32F_FAST_16BF
                                              : CUBLAS_COMPUTE_32F;
-    CTRBOX_EXEC_CHECK(cublasGemmEx(blas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                   ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &one, b, CUDA_R_32F,
-                                   ldb, a, CUDA_R_32F, lda, &zero, c, CUDA_R_32F, ldc, compute,
-                                   CUBLAS_GEMM_DEFAULT));
+    CTRBOX_EXEC_CHECK(cublas_lazy::cublasGemmEx(blas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                                ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &one, b,
+                                                CUDA_R_32F, ldb, a, CUDA_R_32F, lda, &zero, c,
+                                                CUDA_R_32F, ldc, compute, CUBLAS_GEMM_DEFAULT));
   }
   Event Record() {
     Event e{events_[next_event_++ % kEvents]};
@@ -338,10 +339,10 @@ class CudaExec {
     cublasLtMatmulAlgo_t algo{};
     bool ok = false;  // false: no algorithm (cublasGemmEx does the shape)
     void Destroy() {
-      if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
-      if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
-      if (c != nullptr) cublasLtMatrixLayoutDestroy(c);
-      if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+      if (a != nullptr) cublas_lazy::cublasLtMatrixLayoutDestroy(a);
+      if (b != nullptr) cublas_lazy::cublasLtMatrixLayoutDestroy(b);
+      if (c != nullptr) cublas_lazy::cublasLtMatrixLayoutDestroy(c);
+      if (desc != nullptr) cublas_lazy::cublasLtMatmulDescDestroy(desc);
     }
   };
   static constexpr size_t kLtWorkspace = size_t{32} << 20;
@@ -360,7 +361,7 @@ class CudaExec {
     if (it != lt_plans_.end()) return it->second.ok ? &it->second : nullptr;
     LtPlan& p = lt_plans_[key];
     if (lt_ == nullptr) {
-      CTRBOX_EXEC_CHECK(cublasLtCreate(&lt_));
+      CTRBOX_EXEC_CHECK(cublas_lazy::cublasLtCreate(&lt_));
       CTRBOX_EXEC_CHECK(cudaMalloc(&lt_workspace_, kLtWorkspace));
       if (!ok()) return nullptr;
     }
@@ -372,33 +373,35 @@ class CudaExec {
     // operands as stored.
     const cublasOperation_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-    CTRBOX_EXEC_CHECK(cublasLtMatmulDescCreate(&p.desc, compute, CUDA_R_32F));
+    CTRBOX_EXEC_CHECK(cublas_lazy::cublasLtMatmulDescCreate(&p.desc, compute, CUDA_R_32F));
+    CTRBOX_EXEC_CHECK(cublas_lazy::cublasLtMatmulDescSetAttribute(
+        p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+    CTRBOX_EXEC_CHECK(cublas_lazy::cublasLtMatmulDescSetAttribute(
+        p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
     CTRBOX_EXEC_CHECK(
-        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+        cublas_lazy::cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, tb ? k : n, tb ? n : k, ldb));
     CTRBOX_EXEC_CHECK(
-        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
-    CTRBOX_EXEC_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, tb ? k : n, tb ? n : k, ldb));
-    CTRBOX_EXEC_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, ta ? m : k, ta ? k : m, lda));
-    CTRBOX_EXEC_CHECK(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, n, m, ldc));
+        cublas_lazy::cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, ta ? m : k, ta ? k : m, lda));
+    CTRBOX_EXEC_CHECK(cublas_lazy::cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, n, m, ldc));
     cublasLtMatmulPreference_t pref = nullptr;
-    CTRBOX_EXEC_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    CTRBOX_EXEC_CHECK(cublas_lazy::cublasLtMatmulPreferenceCreate(&pref));
     if (!ok()) return nullptr;
     const uint64_t workspace = kLtWorkspace;
     const uint32_t align[4] = {al_a, al_b, al_c, al_c};
-    CTRBOX_EXEC_CHECK(cublasLtMatmulPreferenceSetAttribute(
+    CTRBOX_EXEC_CHECK(cublas_lazy::cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)));
     const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
     for (int i = 0; i < 4; ++i) {
-      CTRBOX_EXEC_CHECK(
-          cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof(align[i])));
+      CTRBOX_EXEC_CHECK(cublas_lazy::cublasLtMatmulPreferenceSetAttribute(
+          pref, align_attr[i], &align[i], sizeof(align[i])));
     }
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    const cublasStatus_t st =
-        cublasLtMatmulAlgoGetHeuristic(lt_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
+    const cublasStatus_t st = cublas_lazy::cublasLtMatmulAlgoGetHeuristic(
+        lt_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+    cublas_lazy::cublasLtMatmulPreferenceDestroy(pref);
     p.ok = ok() && st == CUBLAS_STATUS_SUCCESS && found > 0 &&
            result.state == CUBLAS_STATUS_SUCCESS && result.workspaceSize <= kLtWorkspace;
     if (p.ok) p.algo = result.algo;
