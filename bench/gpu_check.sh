@@ -40,11 +40,18 @@ step() {
   return 0
 }
 
+# No GPU (no driver, no device, or GPU_CHECK_NVIDIA_SMI naming a probe that fails): say so and
+# exit 0, so that a CPU machine (CI, a session without a lent GPU) runs it harmlessly.
+if ! gpus=$(${GPU_CHECK_NVIDIA_SMI:-nvidia-smi} -L 2>&1) || ! grep -q '^GPU ' <<<"$gpus"; then
+  echo "gpu_check: skipped: no GPU here (${GPU_CHECK_NVIDIA_SMI:-nvidia-smi} -L: ${gpus:-nothing})"
+  exit 0
+fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 echo "cpus $(nproc); $(lscpu | grep -m1 'Model name')"
 reps=3; [ "$mode" = quick ] && reps=1
 
 step cuda-tests 180 bash -c "$B/src/gpu/gpu_test --gtest_filter='Cuda*:GpuEmulation*' 2>&1 | tail -40;
+  $B/src/exec/exec_test 2>&1 | tail -3;
   $B/src/feature/feature_test --gtest_filter='*Cuda*' 2>&1 | tail -5" > "$out/tests.log"
 grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/tests.log"
 e2e=(--reps "$reps" --ctrbox "$CTR")
