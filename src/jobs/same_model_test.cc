@@ -13,6 +13,8 @@
 #include "ckpt/ranks_checkpoint.h"
 #include "dist/comm.h"
 #include "dist/dist_test_util.h"
+#include "io/reader.h"
+#include "io/shard.h"
 #include "io/synth.h"
 #include "jobs/trainer_test_util.h"
 #include "util/env.h"
@@ -223,6 +225,41 @@ TEST(SameModelTest, RanksReadingFilesTrainTheOneProcessDigest) {
     const std::string got = Digest(n, job);
     if (ssd_want.empty()) ssd_want = got;
     EXPECT_EQ(got, ssd_want) << tag;
+  }
+}
+
+// The same rows as shard files (blocks of 500 rows: blocks cross the ranks' shares): one
+// digest on 1, 2 and 3 ranks, the text files' digest.
+TEST(SameModelTest, ShardsReadByEveryRankTrainTheTextFilesDigest) {
+  TempDir dir;
+  const JobConfig text = FilesJob(dir, dir.File("text"));
+  const std::string want = Digest(1, text);
+  std::vector<std::string> shards;
+  for (const std::string& path : text.data.paths) {
+    DataOptions one = text.data;
+    one.paths = {path};
+    auto reader = OpenReader(Env::Posix(), one);
+    ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+    shards.push_back(path + ".ctrshard");
+    ShardWriterOptions o;
+    o.block_rows = 500;
+    auto writer = ShardWriter::Open(Env::Posix(), shards.back(), (*reader)->schema(), o);
+    ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+    Batch b;
+    bool eof = false;
+    while (true) {
+      ASSERT_TRUE((*reader)->Next(&b, &eof).ok());
+      if (eof) break;
+      ASSERT_TRUE((*writer)->Add(b).ok());
+    }
+    ASSERT_TRUE((*writer)->Finish().ok());
+  }
+  for (int n : {1, 2, 3}) {
+    JobConfig job = FilesJob(dir, dir.File("shards" + std::to_string(n)));
+    job.data.paths = shards;
+    job.data.format = DataFormat::kShards;
+    job.eval_paths.clear();  // (text; the digest is the model's)
+    EXPECT_EQ(Digest(n, job), want) << n << " ranks";
   }
 }
 
