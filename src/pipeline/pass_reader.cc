@@ -353,8 +353,10 @@ Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place, ThreadPool
 bool PassReader::ShareMissesEpochTail() const {
   // The epoch's last (global) pass holds its rows past the last whole pass of pass_examples
   // on every rank; this rank's share of it starts index x unit rows in (io/row_share.h).
+  // (Only where a rank's pass is whole blocks of the share, so that the ranks' passes are the
+  // stream's: train.deterministic cuts the passes so.)
   const RowShare& s = options_.share;
-  if (s.whole()) return false;
+  if (s.whole() || options_.pass_examples % s.unit != 0) return false;
   const uint64_t tail = ended_epoch_rows_ % (options_.pass_examples * s.count);
   return tail > 0 && s.index * s.unit >= tail;
 }
