@@ -378,10 +378,7 @@ Status RunInspectCommand(const std::string& model_dir, const std::string& store_
     ASSIGN_OR_RETURN(StoreSummary summary, SsdStore::Inspect(Env::Posix(), store_dir));
     nlohmann::json report = StoreJson(store_dir, summary);
     // The disk under the store's files: what a job reading them can get at most.
-    ASSIGN_OR_RETURN(std::vector<std::string> names, Env::Posix()->GetChildren(store_dir));
-    std::vector<std::string> files;
-    for (const std::string& n : names) files.push_back(JoinPath(store_dir, n));
-    ASSIGN_OR_RETURN(const DiskCeiling ceiling, ProbeDisk(files, 0.5));
+    ASSIGN_OR_RETURN(const DiskCeiling ceiling, ProbeDiskDir(Env::Posix(), store_dir, 0.5));
     report["disk_ceiling"] = DiskCeilingJson(ceiling);
     PrintJson(report);
     return Status::OK();

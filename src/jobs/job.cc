@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "gpu/trainer.h"
+#include "jobs/data.h"
 #include "model/ctr_model.h"
 #include "table/cache_stripe.h"
 #include "util/parse.h"
@@ -80,7 +81,7 @@ PassReaderOptions JobConfig::PassOptions() const {
   // generated so (each epoch's shares start anew).
   if (file_share) {
     o.share = *file_share;
-  } else if (data.paths.empty() && data.command.empty() && !generated.share.whole()) {
+  } else if (IsGenerated(data) && !generated.share.whole()) {
     o.share = generated.share;
     o.shared_epoch_rows = generated.rows;
   }

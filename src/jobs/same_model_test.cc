@@ -59,6 +59,28 @@ nlohmann::json Report(int n, const JobConfig& job) {
 
 std::string Digest(int n, const JobConfig& job) { return Report(n, job)["digest"]; }
 
+// Trains `job` on `from` ranks with a checkpoint per pass (the one-process digest `want`),
+// commits the ranks' checkpoint after pass `stop_after` as if the job had stopped there, and
+// resumes it on `to` ranks: the digest must still be `want`.
+void ExpectResumeKeepsTheDigest(JobConfig job, const TempDir& dir, int from, int to,
+                                size_t stop_after, const std::string& want) {
+  const std::string tag = std::to_string(from) + "to" + std::to_string(to);
+  job.model_dir = dir.File("first" + tag);
+  job.ckpt.dir = dir.File("ckpt" + tag);
+  job.ckpt.every_passes = 1;
+  job.ckpt.keep = 20;
+  EXPECT_EQ(Digest(from, job), want) << tag;
+  auto ids = ListCheckpoints(Env::Posix(), RankCheckpointDir(job.ckpt.dir, 0, from));
+  ASSERT_TRUE(ids.ok() && ids->size() > stop_after) << tag;
+  ASSERT_TRUE(CommitRanksCheckpoint(Env::Posix(), job.ckpt.dir,
+                                    {static_cast<uint32_t>(from), (*ids)[stop_after - 1]})
+                  .ok());
+  job.resume = true;
+  job.fresh = false;
+  job.model_dir = dir.File("resumed" + tag);
+  EXPECT_EQ(Digest(to, job), want) << tag;
+}
+
 TEST(SameModelTest, AnyRanksDividingTheSumBlocksTrainTheOneProcessDigest) {
   TempDir dir;
   struct Case {
@@ -121,23 +143,9 @@ TEST(SameModelTest, AnyRanksDividingTheSumBlocksTrainTheOneProcessDigest) {
 TEST(SameModelTest, AResumeOnAnotherNumberOfRanksKeepsTheDigest) {
   TempDir dir;
   const std::string want = Digest(1, GeneratedJob(dir.File("one")));
+  // As if the job had stopped after its second pass.
   for (auto [from, to] : {std::pair{2, 3}, std::pair{4, 2}}) {
-    const std::string tag = std::to_string(from) + "to" + std::to_string(to);
-    JobConfig job = GeneratedJob(dir.File("first" + tag));
-    job.ckpt.dir = dir.File("ckpt" + tag);
-    job.ckpt.every_passes = 1;
-    job.ckpt.keep = 20;
-    EXPECT_EQ(Digest(from, job), want) << tag;
-    // As if the job had stopped after its second pass.
-    auto ids = ListCheckpoints(Env::Posix(), RankCheckpointDir(job.ckpt.dir, 0, from));
-    ASSERT_TRUE(ids.ok() && ids->size() >= 3) << tag;
-    ASSERT_TRUE(
-        CommitRanksCheckpoint(Env::Posix(), job.ckpt.dir, {static_cast<uint32_t>(from), (*ids)[1]})
-            .ok());
-    job.resume = true;
-    job.fresh = false;
-    job.model_dir = dir.File("resumed" + tag);
-    EXPECT_EQ(Digest(to, job), want) << tag;
+    ExpectResumeKeepsTheDigest(GeneratedJob(""), dir, from, to, 2, want);
   }
 }
 
@@ -267,27 +275,12 @@ TEST(SameModelTest, ShardsReadByEveryRankTrainTheTextFilesDigest) {
 // from 2 and on 2 from 3.
 TEST(SameModelTest, FilesResumedOnAnotherNumberOfRanksKeepTheDigest) {
   TempDir dir;
-  JobConfig one = FilesJob(dir, dir.File("one"));
-  one.train.epochs = 2;
-  const std::string want = Digest(1, one);
+  JobConfig job = FilesJob(dir, dir.File("one"));
+  job.train.epochs = 2;
+  const std::string want = Digest(1, job);
+  // As if the job had stopped after its fourth pass (the second epoch's first).
   for (auto [from, to] : {std::pair{2, 3}, std::pair{3, 2}}) {
-    const std::string tag = std::to_string(from) + "to" + std::to_string(to);
-    JobConfig job = FilesJob(dir, dir.File("first" + tag));
-    job.train.epochs = 2;
-    job.ckpt.dir = dir.File("ckpt" + tag);
-    job.ckpt.every_passes = 1;
-    job.ckpt.keep = 20;
-    EXPECT_EQ(Digest(from, job), want) << tag;
-    // As if the job had stopped after its fourth pass (the second epoch's first).
-    auto ids = ListCheckpoints(Env::Posix(), RankCheckpointDir(job.ckpt.dir, 0, from));
-    ASSERT_TRUE(ids.ok() && ids->size() >= 5) << tag;
-    ASSERT_TRUE(
-        CommitRanksCheckpoint(Env::Posix(), job.ckpt.dir, {static_cast<uint32_t>(from), (*ids)[3]})
-            .ok());
-    job.resume = true;
-    job.fresh = false;
-    job.model_dir = dir.File("resumed" + tag);
-    EXPECT_EQ(Digest(to, job), want) << tag;
+    ExpectResumeKeepsTheDigest(job, dir, from, to, 4, want);
   }
 }
 

@@ -227,12 +227,7 @@ void ProbeTierDisk(Env* env, const JobConfig& job, const Comm* comm, TrainReport
   double seconds = job.storage.disk_probe_seconds;
   if (seconds < 0) seconds = report->seconds >= 10 ? 0.5 : 0;  // auto: at most 5 % of the job
   if (seconds == 0) return;
-  std::vector<std::string> files;
-  StatusOr<DiskCeiling> c = [&]() -> StatusOr<DiskCeiling> {
-    ASSIGN_OR_RETURN(std::vector<std::string> names, env->GetChildren(dir));
-    for (const std::string& n : names) files.push_back(JoinPath(dir, n));
-    return ProbeDisk(files, seconds);
-  }();
+  StatusOr<DiskCeiling> c = ProbeDiskDir(env, dir, seconds);
   if (!c.ok()) {
     LOG_WARNING("storage.disk_probe: the disk under {} was not measured: {}", dir,
                 c.status().ToString());

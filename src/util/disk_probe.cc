@@ -165,4 +165,11 @@ StatusOr<DiskCeiling> ProbeDisk(const std::vector<std::string>& paths, double se
   return c;
 }
 
+StatusOr<DiskCeiling> ProbeDiskDir(Env* env, const std::string& dir, double seconds) {
+  ASSIGN_OR_RETURN(std::vector<std::string> names, env->GetChildren(dir));
+  std::vector<std::string> files;
+  for (const std::string& n : names) files.push_back(JoinPath(dir, n));
+  return ProbeDisk(files, seconds);
+}
+
 }  // namespace ctrbox

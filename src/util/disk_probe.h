@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "util/env.h"
 #include "util/status.h"
 
 namespace ctrbox {
@@ -30,6 +31,8 @@ struct DiskCeiling {
 // Measures `files` (regular files, at least one of >= 4 KiB) for about `seconds` in all: 40 %
 // at queue depth 1, 40 % at 16, 20 % sequential. An I/O error fails it, naming the file.
 StatusOr<DiskCeiling> ProbeDisk(const std::vector<std::string>& files, double seconds);
+// ProbeDisk over the files of `dir` (listed through `env`; an SSD tier's or a kept store's).
+StatusOr<DiskCeiling> ProbeDiskDir(Env* env, const std::string& dir, double seconds);
 
 }  // namespace ctrbox
 
