@@ -105,6 +105,47 @@ void PredictForward(uint32_t per_call, int reps) {
         {"rowwise_vs_openblas", r / b}});
 }
 
+// The row-wise kernel alone on the default model's layers (429-512-256-128-1) at 256 rows a
+// call (a served request of 256 records): the median of `reps` timings of 10 calls each, on
+// one thread and on `threads` threads at once (cores that share their vector units, as
+// hyperthreads or some VMs' vCPUs do, show it there).
+void RowwiseLayers(int threads, int reps) {
+  const int m = 256;
+  const int shapes[][2] = {{429, 512}, {512, 256}, {256, 128}, {128, 1}};  // (k, n)
+  for (const auto& [k, n] : shapes) {
+    for (int t : {1, threads}) {
+      std::vector<double> seconds(t);
+      std::vector<std::thread> workers;
+      for (int w = 0; w < t; ++w) {
+        workers.emplace_back([&, w] {
+          std::vector<float> a(size_t(m) * k, 0.5f), b(size_t(k) * n, 0.25f), c(size_t(m) * n);
+          std::vector<double> s;
+          for (int rep = 0; rep <= reps; ++rep) {
+            Stopwatch clock;
+            for (int i = 0; i < 10; ++i) {
+              blas::SgemmRowwise(m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n);
+            }
+            if (rep > 0) s.push_back(clock.Seconds() / 10);  // rep 0: warm
+          }
+          seconds[w] = Median(s);
+        });
+      }
+      for (auto& w : workers) w.join();
+      const double sec = Median(seconds);
+      Emit({{"bench", "rowwise_layer"},
+            {"rowwise_kernel", blas::RowwiseKernel()},
+            {"rows", m},
+            {"k", k},
+            {"n", n},
+            {"threads_at_once", t},
+            {"reps", reps},
+            {"us_per_call", sec * 1e6},
+            {"gflops_per_thread", 2.0 * m * n * k / sec / 1e9}});
+      if (threads == 1) break;
+    }
+  }
+}
+
 int Main(int argc, char** argv) {
   int threads = NumCpus(), steps = 60;
   bool predict_only = false;
@@ -115,6 +156,7 @@ int Main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
   }
   blas::UseSingleThreadedBlas();
+  RowwiseLayers(threads, 15);
   for (uint32_t per_call : {1u, 4u, 16u, 64u, 256u}) PredictForward(per_call, 5);
   if (predict_only) return 0;
   const double peak1 = ConcurrentPeak(1, 2.0);

@@ -35,9 +35,9 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
 TEST(RowwiseGemmTest, EveryKernelGivesTheScalarReferencesBits) {
   std::mt19937 rng(7);
   int ran = 0;
-  for (int m : {1, 2, 3, 4, 5, 7, 9, 33}) {
+  for (int m : {1, 2, 3, 4, 5, 6, 7, 9, 11, 33}) {
     for (int n : {1, 5, 8, 16, 17, 24, 47, 64, 65, 129}) {
-      for (int k : {0, 1, 3, 64, 129}) {
+      for (int k : {0, 1, 3, 64, 96, 97, 129, 193, 429}) {
         for (auto [alpha, beta] : {std::pair{1.0f, 0.0f}, {0.5f, 0.0f}, {1.0f, 0.75f}}) {
           const int lda = k + 3, ldb = n + 5, ldc = n + 2;
           const auto a = Random(size_t(m) * lda, &rng), b = Random(size_t(k) * ldb + 1, &rng);
