@@ -7,7 +7,9 @@ in the same run with fio on the same file system, so that each figure has its ce
 it.
 
   bench/confined.py [--rows 2000000] [--fraction 0.1] [--limit-factor 1.25] [--reps 1]
-                    [--data-dir DIR] [--ctrbox build/ctrbox]
+                    [--set KEY=VALUE ...] [--data-dir DIR] [--ctrbox build/ctrbox]
+
+(--set: a setting of the budgeted runs, e.g. storage.group_bits=17.)
 
 Steps: an in-memory run (its bytes_live sets the budget: --fraction of it); the budgeted run
 unconfined (its peak RSS sets the limit: --limit-factor x it, or --limit BYTES); then, per
@@ -167,6 +169,7 @@ def main():
     ap.add_argument("--fraction", type=float, default=0.1)
     ap.add_argument("--limit-factor", type=float, default=1.25)
     ap.add_argument("--limit", type=int, default=0)
+    ap.add_argument("--set", action="append", default=[], help="KEY=VALUE for the budgeted runs")
     a = ap.parse_args()
     kind, why = cgroup_kind()
     if kind is None:
@@ -184,6 +187,8 @@ def main():
     budget = int(a.fraction * mem["bytes_live"])
     row_bytes = mem["bytes_live"] / max(mem["keys"], 1)  # a row's live bytes
     tiered = common + ["--set", f"storage.ssd_dir={ssd}", "--set", f"storage.memory_budget={budget}"]
+    for kv in a.set:
+        tiered += ["--set", kv]
     print(json.dumps({"bench": "confined", "run": "memory", "examples_per_s": mem["examples_per_s"],
                       "bytes_live": mem["bytes_live"], "digest": mem["digest"], "budget": budget,
                       "peak_rss_bytes": mem["peak_rss_bytes"], "blas_core": mem["blas_core"]}), flush=True)
@@ -231,6 +236,7 @@ def main():
     print(json.dumps({"bench": "confined", "run": "fio", "dir": a.data_dir, **disk}), flush=True)
     med = {k: statistics.median(v) for k, v in rates.items() if v}
     summary = {"bench": "confined_summary", "rows": a.rows, "reps": a.reps, "cgroup": kind,
+               "settings": a.set, "group_bits": first["storage"].get("group_bits"),
                "limit_bytes": limit, "fraction": a.fraction, "examples_per_s": med,
                "confined_vs_unconfined": med["confined"] / med["unconfined"]
                if "confined" in med and "unconfined" in med else None,

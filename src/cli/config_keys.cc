@@ -237,6 +237,11 @@ const std::vector<Key>& Keys() {
             1, 30)},
       {"storage.file_bytes", "64MB", "size at which a parameter file is sealed",
        Bytes([](JobConfig* j, uint64_t v) { j->storage.ssd.file_bytes = v; }, 4096)},
+      {"storage.direct_reads", "false",
+       "read the SSD files with O_DIRECT, bypassing the page cache (for a box whose memory "
+       "cannot cache them: no page cache to fill and reclaim); false reads through the cache "
+       "with read-ahead off; a file system without O_DIRECT (tmpfs) reads through the cache",
+       Bool([](JobConfig* j, bool v) { j->storage.ssd.direct_reads = v; })},
       {"storage.quant.bits", "0 (float32)",
        "store embeddings as b-bit integer codes (2..16; 8 and 16 are the paper's; "
        "docs/quantization.md); every sparse update is rounded onto the grid",

@@ -9,6 +9,7 @@
 
 #include "table/ssd_store_internal.h"
 #include "util/coding.h"
+#include "util/logging.h"
 
 namespace ctrbox {
 namespace {
@@ -23,6 +24,26 @@ bool IsStoreFile(const std::string& name) {
 }
 
 }  // namespace
+
+namespace ssd_internal {
+
+StatusOr<std::unique_ptr<RandomAccessFile>> OpenRecordReader(Env* env, const std::string& path,
+                                                             bool direct, bool* taken) {
+  *taken = false;
+  if (direct) {
+    auto reader = env->NewDirectRandomAccessFile(path);
+    if (reader.ok()) {
+      *taken = true;
+      return reader;
+    }
+    if (reader.status().code() != StatusCode::kFailedPrecondition) return reader.status();
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> reader, env->NewRandomAccessFile(path));
+  reader->AdviseRandomReads();  // records are read one at a time, here and there
+  return reader;
+}
+
+}  // namespace ssd_internal
 
 SsdStore::SsdStore(Env* env, SsdOptions options, ValueLayout layout)
     : env_(env), options_(std::move(options)), layout_(layout) {
@@ -158,7 +179,15 @@ Status SsdStore::Roll() {
   }
   auto file = std::make_shared<ParamFile>(env_, id, path,
                                           std::make_unique<BloomFilter>(expected_rows, bits));
-  ASSIGN_OR_RETURN(file->reader, env_->NewRandomAccessFile(path));
+  bool direct = false;
+  ASSIGN_OR_RETURN(file->reader,
+                   ssd_internal::OpenRecordReader(env_, path, options_.direct_reads, &direct));
+  if (options_.direct_reads && direct_.exchange(direct ? 1 : 0) == -1 && !direct) {
+    LOG_WARNING(
+        "storage.direct_reads: {} takes no O_DIRECT reads; the SSD tier reads through "
+        "the page cache",
+        options_.dir);
+  }
   file->bytes = header.size();
   // The new file is published and becomes the current one in one step, so that a Replace in
   // between cannot leave the old current file empty but kept.
@@ -337,6 +366,7 @@ DiskStats SsdStore::Stats() const {
   s.read_retries = read_retries_.load();
   s.bytes_read = bytes_read_.load();
   s.read_nanos = read_nanos_.load();
+  s.direct_reads = direct_.load() == 1;
   s.records_written = records_written_.load();
   s.bytes_written = bytes_written_.load();
   return s;

@@ -87,6 +87,9 @@ struct SsdOptions {
   // bloom_bits_per_key and none below 2; older files keep theirs until compaction frees them,
   // so the filters may pass the budget by up to a quarter meanwhile (docs/storage.md).
   uint64_t bloom_budget = 0;
+  // Record reads bypass the page cache (O_DIRECT, storage.direct_reads) where the file system
+  // takes them; otherwise, and without it, they go through the cache with read-ahead off.
+  bool direct_reads = false;
 };
 
 struct DiskStats {
@@ -98,6 +101,7 @@ struct DiskStats {
   // Nanoseconds the reading threads spent in the file reads (summed over threads: divided by a
   // run's seconds, the mean number of reads in flight; by records_read, the mean latency).
   uint64_t read_nanos = 0;
+  bool direct_reads = false;  // the files are read with O_DIRECT (SsdOptions::direct_reads)
 };
 
 // What the INDEX of a cleanly closed store says (SsdStore::Inspect).
@@ -183,6 +187,8 @@ class SsdStore {
   Env* const env_;
   const SsdOptions options_;
   const ValueLayout layout_;
+  // Whether O_DIRECT reads were asked and taken: -1 not yet known (no file opened), 0 no, 1 yes.
+  std::atomic<int> direct_{-1};
   std::vector<GroupEntry> index_;  // by group; each entry guarded by its stripe's lock
 
   // Appends take append_mu_, then counts_mu_ to publish what they wrote. The file table has

@@ -232,7 +232,10 @@ StatusOr<std::unique_ptr<SsdStore>> SsdStore::Reopen(Env* env, const SsdOptions&
     const std::string fpath = JoinPath(o.dir, FileNameOf(e.id));
     auto f = std::make_shared<ParamFile>(env, e.id, fpath,
                                          std::make_unique<BloomFilter>(words, e.bloom_hashes));
-    ASSIGN_OR_RETURN(f->reader, env->NewRandomAccessFile(fpath));
+    bool direct = false;
+    ASSIGN_OR_RETURN(f->reader,
+                     ssd_internal::OpenRecordReader(env, fpath, o.direct_reads, &direct));
+    store->direct_.store(direct ? 1 : 0);
     if (f->reader->size() < e.bytes) {
       return CorruptionError(fpath + ": shorter than the INDEX says");
     }

@@ -33,6 +33,11 @@ class RandomAccessFile {
   virtual Status Read(uint64_t offset, size_t n, char* scratch, size_t* bytes_read) const = 0;
   virtual uint64_t size() const = 0;
   virtual const std::string& name() const = 0;
+  // Says that the reads will be scattered (the SSD tier's group records): the OS then reads
+  // nothing ahead of them, where its read-ahead would fill the page cache with the neighbours
+  // of every record read (docs/storage.md, "Where the page cache cannot hide the disk"). A
+  // no-op where the Env has no such hint.
+  virtual void AdviseRandomReads() const {}
 };
 
 class WritableFile {
@@ -74,6 +79,16 @@ class Env {
   virtual StatusOr<std::unique_ptr<SequentialFile>> NewSequentialFile(const std::string& path) = 0;
   virtual StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
       const std::string& path) = 0;
+  // The same with reads that bypass the page cache (O_DIRECT): each read is widened to whole
+  // blocks in the reader's own aligned buffer and the asked bytes copied out, so callers read
+  // any range. For files read here and there whose pages the cache cannot keep (the SSD tier
+  // on a box whose memory is mostly the model's): they then cost the box no page cache, and
+  // the kernel no reclaim of it. FailedPrecondition where the file system or the Env takes no
+  // such reads (tmpfs, MemEnv).
+  virtual StatusOr<std::unique_ptr<RandomAccessFile>> NewDirectRandomAccessFile(
+      const std::string& path) {
+    return FailedPreconditionError(path + ": this Env has no reads that bypass the page cache");
+  }
   // Creates or truncates `path`.
   virtual StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) = 0;
   // Opens `path` for appending, creating it if needed.
