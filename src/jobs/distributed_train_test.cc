@@ -26,20 +26,7 @@
 namespace ctrbox {
 namespace {
 
-using dist_testing::Data;
-using dist_testing::Distance;
-using dist_testing::InterleavedFile;
-using dist_testing::Job;
-using dist_testing::kBatch;
-using dist_testing::kFiles;
-using dist_testing::kPass;
-using dist_testing::kRowsPerFile;
-using dist_testing::Lines;
-using dist_testing::Load;
-using dist_testing::Model;
-using dist_testing::RunRanks;
-using dist_testing::TestAuc;
-using dist_testing::WriteFiles;
+using namespace dist_testing;  // NOLINT: the tests' helpers
 using testing::SmallJob;
 using testing::TempDir;
 using testing::TrainJson;

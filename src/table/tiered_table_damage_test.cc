@@ -1,8 +1,6 @@
 // The tiered table's SSD tier damaged or failing (tiered_table_test.cc has its differential
 // runs): flipped bits in the files and the INDEX, a damaged INDEX, read errors, and the reads
 // a Bloom filter saves.
-#include "table/tiered_table.h"
-
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -14,6 +12,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "table/tiered_table.h"
 #include "table/tiered_table_test_util.h"
 #include "util/bf16.h"
 #include "util/mem_env.h"
