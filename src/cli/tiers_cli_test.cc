@@ -51,6 +51,18 @@ TEST_F(CliTest, TrainsOverAnSsdStoreAndInspectsIt) {
       << in.out;
   Result both = Run(Ctrbox("inspect --store " + Path("ssd") + " --model-dir " + Path("m2")));
   EXPECT_NE(both.exit_code, 0);
+  // The files read around the page cache (storage.direct_reads): the same model; the JSON says
+  // whether O_DIRECT was taken, which is whether this file system takes it.
+  Result direct = Run(Ctrbox("train --model-dir " + Path("m3") + common +
+                             " --set storage.ssd_dir=" + Path("ssd3") +
+                             " --set storage.memory_budget=3MB --set storage.file_bytes=4MB"
+                             " --set storage.direct_reads=true"));
+  ASSERT_EQ(direct.exit_code, 0) << direct.err;
+  EXPECT_EQ(direct.last_json["digest"], mem.last_json["digest"]);
+  EXPECT_GT(direct.last_json["storage"]["loaded_from_ssd"].get<uint64_t>(), 0u);
+  const bool takes_direct = Env::Posix()->NewDirectRandomAccessFile(Path("train.tsv")).ok();
+  EXPECT_EQ(direct.last_json["storage"]["direct_reads"].get<bool>(), takes_direct);
+  EXPECT_FALSE(st["direct_reads"].get<bool>());
 }
 
 // Row layouts: a job trained in memory and over the SSD tier gives one model.
