@@ -200,7 +200,11 @@ class GrpcServer::Impl {
         static_cast<int>(std::min<uint64_t>(o_.max_message_bytes, INT32_MAX)));
     builder.SetMaxSendMessageSize(INT32_MAX);
     grpc::ResourceQuota quota("ctrbox-serve-grpc");
-    quota.SetMaxThreads(std::max(4, o_.workers + 2));
+    // gRPC's synchronous server answers RESOURCE_EXHAUSTED to an RPC that finds every thread
+    // busy, where the HTTP core queues it: so at least 8 RPCs at once (and 2 threads that poll)
+    // whatever --threads, or a client of 4 threads against 2 workers got errors (1 036 of them
+    // in bench/serve_connections.py's gRPC run at --threads 2).
+    quota.SetMaxThreads(std::max(8, o_.workers) + 2);
     builder.SetResourceQuota(quota);
     builder.RegisterService(&service_);
     server_ = builder.BuildAndStart();

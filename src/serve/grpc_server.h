@@ -52,8 +52,8 @@ class InferenceBackend {
 
 struct GrpcServerOptions {
   std::string host = "127.0.0.1";
-  int port = 0;                                     // 0: any free port
-  int workers = 8;                                  // the most RPCs answered at once
+  int port = 0;     // 0: any free port
+  int workers = 8;  // the most RPCs answered at once (at least 8: grpc_server.cc says why)
   uint64_t max_message_bytes = uint64_t{64} << 20;  // a request's most bytes (larger: refused)
 };
 
