@@ -51,7 +51,7 @@ print(json.dumps({"id": j["id"], "shape": out["shape"],
 
 // A KServe v2 gRPC client (Debian's python3-grpcio, run by Debian's /usr/bin/python3; stubs
 // generated from the server's .proto): every RPC, inference with raw_input_contents, with typed
-// contents and with records, and two errors.
+// contents and with records, two errors, and 64 calls from 8 threads at once.
 constexpr const char* kGrpcClient = R"PY(
 import json, struct, sys
 import grpc
@@ -109,6 +109,13 @@ tensor(bad, "keys", "INT64", [1418980313362273202, 26]).contents.int64_contents.
 out["overflow"] = error(bad)
 req.model_name = "other"
 out["other"] = error(req)
+# More RPCs at once than the server has workers (one per CPU): each is answered, none refused
+# (gRPC's synchronous server refuses one that finds every thread busy).
+from concurrent.futures import ThreadPoolExecutor
+req.model_name = "ctrbox"
+with ThreadPoolExecutor(8) as pool:
+    calls = list(pool.map(lambda _: error(req)[0], range(64)))
+out["concurrent"] = sorted(set(calls))
 print(json.dumps(out))
 )PY";
 
@@ -310,6 +317,7 @@ TEST_F(ServeProtocolTest, BinaryTensorsAndTheProtocolsExtensions) {
             std::string::npos)
       << gj["overflow"];
   EXPECT_EQ(gj["other"][0], "NOT_FOUND");
+  EXPECT_EQ(gj["concurrent"], nlohmann::json({"OK"}));
   // A second server on the gRPC port is refused (gRPC's SO_REUSEPORT is off).
   Result second = Run(
       Ctrbox(fmt::format("serve --model-dir {} --port 0 --grpc-port {}", Path("m"), grpc_port)));
@@ -332,9 +340,10 @@ TEST_F(ServeProtocolTest, BinaryTensorsAndTheProtocolsExtensions) {
   ASSERT_EQ(stats.first, 200);
   auto st = nlohmann::json::parse(stats.second)["model_stats"];
   ASSERT_EQ(st.size(), 1u) << stats.second;
-  EXPECT_EQ(st[0]["inference_count"], 4 * 40);  // (HTTP binary, and gRPC raw, typed, records)
-  EXPECT_EQ(st[0]["execution_count"], 4);
-  EXPECT_EQ(st[0]["inference_stats"]["success"]["count"], 4);
+  // (HTTP binary; gRPC raw, typed, records, and the 64 concurrent calls of the records)
+  EXPECT_EQ(st[0]["inference_count"], 68 * 40);
+  EXPECT_EQ(st[0]["execution_count"], 68);
+  EXPECT_EQ(st[0]["inference_stats"]["success"]["count"], 68);
   EXPECT_EQ(st[0]["inference_stats"]["fail"]["count"], 2);
   EXPECT_GT(st[0]["inference_stats"]["compute_infer"]["ns"].get<uint64_t>(), 0u);
   EXPECT_EQ(st[0]["batch_stats"][0]["batch_size"], 40);
