@@ -19,12 +19,12 @@ TEST_F(CliTest, TrainsOverAnSsdStoreAndInspectsIt) {
   const std::string common = " --data " + Path("train.tsv") +
                              " --set model.mlp=32 --set train.batch_size=512 --fresh"
                              " --set pipeline.pass_examples=2048";
+  const std::string budget = " --set storage.memory_budget=3MB --set storage.file_bytes=4MB";
   Result mem = Run(Ctrbox("train --model-dir " + Path("m1") + common));
   ASSERT_EQ(mem.exit_code, 0) << mem.err;
-  Result ssd = Run(Ctrbox("train --model-dir " + Path("m2") + common +
-                          " --set storage.ssd_dir=" + Path("ssd") +
-                          " --set storage.memory_budget=3MB --set storage.file_bytes=4MB"
-                          " --set storage.keep_store=true"));
+  Result ssd =
+      Run(Ctrbox("train --model-dir " + Path("m2") + common + budget +
+                 " --set storage.ssd_dir=" + Path("ssd") + " --set storage.keep_store=true"));
   ASSERT_EQ(ssd.exit_code, 0) << ssd.err;
   EXPECT_EQ(mem.last_json["digest"], ssd.last_json["digest"]);
   const auto& st = ssd.last_json["storage"];
@@ -53,10 +53,9 @@ TEST_F(CliTest, TrainsOverAnSsdStoreAndInspectsIt) {
   EXPECT_NE(both.exit_code, 0);
   // The files read around the page cache (storage.direct_reads): the same model; the JSON says
   // whether O_DIRECT was taken, which is whether this file system takes it.
-  Result direct = Run(Ctrbox("train --model-dir " + Path("m3") + common +
-                             " --set storage.ssd_dir=" + Path("ssd3") +
-                             " --set storage.memory_budget=3MB --set storage.file_bytes=4MB"
-                             " --set storage.direct_reads=true"));
+  Result direct =
+      Run(Ctrbox("train --model-dir " + Path("m3") + common + budget +
+                 " --set storage.ssd_dir=" + Path("ssd3") + " --set storage.direct_reads=true"));
   ASSERT_EQ(direct.exit_code, 0) << direct.err;
   EXPECT_EQ(direct.last_json["digest"], mem.last_json["digest"]);
   EXPECT_GT(direct.last_json["storage"]["loaded_from_ssd"].get<uint64_t>(), 0u);

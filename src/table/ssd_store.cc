@@ -23,10 +23,8 @@ bool IsStoreFile(const std::string& name) {
          name == kIndexName || name == std::string(kIndexName) + ".tmp";
 }
 
-}  // namespace
-
-namespace ssd_internal {
-
+// The reader of a parameter file: with O_DIRECT when `direct` is asked and the file system
+// takes it (*taken then true), otherwise through the page cache with read-ahead off.
 StatusOr<std::unique_ptr<RandomAccessFile>> OpenRecordReader(Env* env, const std::string& path,
                                                              bool direct, bool* taken) {
   *taken = false;
@@ -43,7 +41,20 @@ StatusOr<std::unique_ptr<RandomAccessFile>> OpenRecordReader(Env* env, const std
   return reader;
 }
 
-}  // namespace ssd_internal
+}  // namespace
+
+Status SsdStore::OpenReader(ParamFile* file) {
+  bool direct = false;
+  ASSIGN_OR_RETURN(file->reader,
+                   OpenRecordReader(env_, file->path, options_.direct_reads, &direct));
+  if (direct_.exchange(direct ? 1 : 0) == -1 && options_.direct_reads && !direct) {
+    LOG_WARNING(
+        "storage.direct_reads: {} takes no O_DIRECT reads; the SSD tier reads through "
+        "the page cache",
+        options_.dir);
+  }
+  return Status::OK();
+}
 
 SsdStore::SsdStore(Env* env, SsdOptions options, ValueLayout layout)
     : env_(env), options_(std::move(options)), layout_(layout) {
@@ -179,15 +190,7 @@ Status SsdStore::Roll() {
   }
   auto file = std::make_shared<ParamFile>(env_, id, path,
                                           std::make_unique<BloomFilter>(expected_rows, bits));
-  bool direct = false;
-  ASSIGN_OR_RETURN(file->reader,
-                   ssd_internal::OpenRecordReader(env_, path, options_.direct_reads, &direct));
-  if (options_.direct_reads && direct_.exchange(direct ? 1 : 0) == -1 && !direct) {
-    LOG_WARNING(
-        "storage.direct_reads: {} takes no O_DIRECT reads; the SSD tier reads through "
-        "the page cache",
-        options_.dir);
-  }
+  RETURN_IF_ERROR(OpenReader(file.get()));
   file->bytes = header.size();
   // The new file is published and becomes the current one in one step, so that a Replace in
   // between cannot leave the old current file empty but kept.

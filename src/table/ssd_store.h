@@ -177,6 +177,9 @@ class SsdStore {
  private:
   SsdStore(Env* env, SsdOptions options, ValueLayout layout);
   Status Roll() REQUIRES(append_mu_) EXCLUDES(counts_mu_, files_mu_);
+  // Opens file->reader (O_DIRECT as options_.direct_reads asks and the file system allows; a
+  // refusal is logged once) and notes which in direct_.
+  Status OpenReader(ParamFile* file);
   Status ReserveSpace(uint64_t bytes) EXCLUDES(counts_mu_);
   // File counters of a record becoming live (+1) or stale (-1). A file left with no record is
   // marked obsolete and its id added to *dropped, for DropFiles.

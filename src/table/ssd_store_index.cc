@@ -232,10 +232,7 @@ StatusOr<std::unique_ptr<SsdStore>> SsdStore::Reopen(Env* env, const SsdOptions&
     const std::string fpath = JoinPath(o.dir, FileNameOf(e.id));
     auto f = std::make_shared<ParamFile>(env, e.id, fpath,
                                          std::make_unique<BloomFilter>(words, e.bloom_hashes));
-    bool direct = false;
-    ASSIGN_OR_RETURN(f->reader,
-                     ssd_internal::OpenRecordReader(env, fpath, o.direct_reads, &direct));
-    store->direct_.store(direct ? 1 : 0);
+    RETURN_IF_ERROR(store->OpenReader(f.get()));
     if (f->reader->size() < e.bytes) {
       return CorruptionError(fpath + ": shorter than the INDEX says");
     }

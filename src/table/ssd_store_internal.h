@@ -6,11 +6,7 @@
 #include <fmt/format.h>
 
 #include <cstdint>
-#include <memory>
 #include <string>
-
-#include "util/env.h"
-#include "util/status.h"
 
 namespace ctrbox::ssd_internal {
 
@@ -18,11 +14,6 @@ inline constexpr const char* kIndexName = "INDEX";
 
 // The name of parameter file `id` in the store's directory.
 inline std::string FileNameOf(uint32_t id) { return fmt::format("params-{:06d}.dat", id); }
-
-// The reader of a parameter file: with O_DIRECT when `direct` is asked and the file system
-// takes it (*taken then true), otherwise through the page cache with read-ahead off.
-StatusOr<std::unique_ptr<RandomAccessFile>> OpenRecordReader(Env* env, const std::string& path,
-                                                             bool direct, bool* taken);
 
 }  // namespace ctrbox::ssd_internal
 
