@@ -404,6 +404,10 @@ const std::vector<Key>& Keys() {
       {"gpu.emulate", "false",
        "run the GPU train step on CPU threads (no GPU needed; slow; for tests and debugging)",
        Bool([](JobConfig* j, bool v) { j->gpu_options.emulate = v; })},
+      {"gpu.replay", "true",
+       "record each minibatch shape's step once (a CUDA graph) and replay it: one launch per "
+       "minibatch (one GPU per process; docs/gpu.md, \"A replayed step\")",
+       Bool([](JobConfig* j, bool v) { j->gpu_options.replay = v; })},
       {"gpu.staged_memory", "0 (auto: half of GPU 0's memory; no limit with gpu.emulate)",
        "GPU memory the staged passes may take together (queue_depth + 2 of them): the read "
        "stage closes a pass before its bytes pass its share (docs/gpu.md, \"Pass sizing\"); "

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -61,8 +62,8 @@ __global__ void ColumnSumsKernel(const T* g, uint32_t rows, uint32_t n, T* out) 
 // in row order; a long one's rows strided over the lanes, each column's 32 partial sums then
 // added in a fixed shuffle tree (deterministic from run to run).
 template <class T>
-__global__ void SegmentSumsKernel(const T* vals, size_t n, const uint32_t* offsets, uint32_t base,
-                                  uint32_t segments, uint32_t width, T* out) {
+__device__ void SegmentSumsBody(const T* vals, size_t n, const uint32_t* offsets, uint32_t base,
+                                uint32_t segments, uint32_t width, T* out) {
   constexpr uint32_t kShort = 32;
   const uint32_t lane = threadIdx.x & 31;
   const size_t warps = (size_t{gridDim.x} * blockDim.x) >> 5;
@@ -84,6 +85,18 @@ __global__ void SegmentSumsKernel(const T* vals, size_t n, const uint32_t* offse
       if (lane == 0) out[u * width + j] = acc;
     }
   }
+}
+template <class T>
+__global__ void SegmentSumsKernel(const T* vals, size_t n, const uint32_t* offsets, uint32_t base,
+                                  uint32_t segments, uint32_t width, T* out) {
+  SegmentSumsBody(vals, n, offsets, base, segments, width, out);
+}
+// The same, its shape read from device memory (a replayed step's).
+template <class T>
+__global__ void ShapedSegmentSumsKernel(const T* vals, const SegmentShape* shape,
+                                        const uint32_t* offsets, uint32_t width, T* out) {
+  const SegmentShape sh = *shape;
+  SegmentSumsBody(vals, size_t{sh.n}, offsets + sh.at, sh.base, sh.segments, width, out);
 }
 
 // Records the first failure; every later call is skipped.
@@ -128,6 +141,28 @@ class CudaExec {
     cudaEvent_t e = nullptr;
   };
   using TimeMark = cudaEvent_t;
+  // A captured step (a CUDA graph, instantiated), replayed by Replay.
+  class Graph {
+   public:
+    Graph() = default;
+    Graph(Graph&& o) noexcept : exec_(o.exec_), counted_(o.counted_) { o.exec_ = nullptr; }
+    Graph& operator=(Graph&& o) noexcept {
+      std::swap(exec_, o.exec_);
+      std::swap(counted_, o.counted_);
+      return *this;
+    }
+    Graph(const Graph&) = delete;
+    ~Graph() {
+      if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
+    }
+    bool empty() const { return exec_ == nullptr; }
+    const ExecCounters& counted() const { return counted_; }
+
+   private:
+    friend class CudaExec;
+    cudaGraphExec_t exec_ = nullptr;
+    ExecCounters counted_;
+  };
 
   CudaExec(int device, GemmPrecision precision, std::shared_ptr<FirstError> errors)
       : device_(device), precision_(precision), errors_(std::move(errors)) {
@@ -161,8 +196,9 @@ class CudaExec {
 
   template <class T>
   void Reserve(Buffer<T>* b, size_t n) {
-    if (b->n_ >= n || !ok()) return;
+    if (b->n_ >= n || !ok() || Refuse("Reserve growing a buffer")) return;
     Use();
+    ++counters_.allocations;
     if (b->p_ != nullptr) CTRBOX_EXEC_CHECK(cudaFreeAsync(b->p_, stream_));
     b->p_ = nullptr;
     b->n_ = 0;
@@ -176,6 +212,7 @@ class CudaExec {
   }
   template <class T>
   void Upload(Buffer<T>* dst, const T* src, size_t n) {
+    if (Refuse("Upload")) return;
     Reserve(dst, n);
     if (n == 0 || !ok()) return;
     void* staged = Stage(src, n * sizeof(T));
@@ -192,7 +229,7 @@ class CudaExec {
   }
   template <class T>
   void DownloadAsync(T* dst, const T* src, size_t n) {
-    if (n == 0 || !ok()) return;
+    if (n == 0 || !ok() || Refuse("DownloadAsync")) return;
     Use();
     ++counters_.copies;
     CTRBOX_EXEC_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToHost, stream_));
@@ -201,7 +238,7 @@ class CudaExec {
   void Copy(T* dst, const T* src, size_t n) {
     if (n == 0 || !ok()) return;
     Use();  // cudaMemcpyDefault: unified addressing finds a peer GPU's memory
-    ++counters_.copies;
+    ++count().copies;
     CTRBOX_EXEC_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDefault, stream_));
   }
   template <class T>
@@ -213,7 +250,7 @@ class CudaExec {
     if (n == 0 || !ok()) return;
     const HostClock clock(&counters_.launch_host_seconds);
     Use();
-    ++counters_.launches;
+    ++count().launches;
     const size_t blocks = std::min<size_t>((n + kThreads - 1) / kThreads, max_blocks_);
     ForEachKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream_>>>(n, f);
     CTRBOX_EXEC_CHECK(cudaGetLastError());  // the launch (errors while it runs come later)
@@ -222,7 +259,7 @@ class CudaExec {
     if (n == 0 || !ok()) return;
     const HostClock clock(&counters_.launch_host_seconds);
     Use();
-    ++counters_.launches;
+    ++count().launches;
     ColumnSumsKernel<float><<<(n + 31) / 32, dim3(32, 32), 0, stream_>>>(g, rows, n, out);
     CTRBOX_EXEC_CHECK(cudaGetLastError());
   }
@@ -231,11 +268,72 @@ class CudaExec {
     if (segments == 0 || width == 0 || !ok()) return;
     const HostClock clock(&counters_.launch_host_seconds);
     Use();
-    ++counters_.launches;
+    ++count().launches;
     const size_t blocks = std::min<size_t>((size_t{segments} + 7) / 8, max_blocks_);
     SegmentSumsKernel<float><<<static_cast<unsigned>(blocks), 256, 0, stream_>>>(
         vals, n, offsets, base, segments, width, out);
     CTRBOX_EXEC_CHECK(cudaGetLastError());
+  }
+  void SegmentSums(const float* vals, const SegmentShape* shape, const uint32_t* offsets,
+                   uint32_t max_segments, uint32_t width, float* out) {
+    if (max_segments == 0 || width == 0 || !ok()) return;
+    const HostClock clock(&counters_.launch_host_seconds);
+    Use();
+    ++count().launches;
+    const size_t blocks = std::min<size_t>((size_t{max_segments} + 7) / 8, max_blocks_);
+    ShapedSegmentSumsKernel<float><<<static_cast<unsigned>(blocks), 256, 0, stream_>>>(
+        vals, shape, offsets, width, out);
+    CTRBOX_EXEC_CHECK(cudaGetLastError());
+  }
+  // Stream capture into a CUDA graph (thread-local mode: this thread may not call an
+  // unsafe API meanwhile). cuBLASLt's handle and workspace and cuBLAS's handle are made
+  // before, since their allocations may not be captured.
+  void BeginCapture() {
+    if (!ok()) return;
+    if (capturing_) {
+      Fail("BeginCapture inside a capture");
+      return;
+    }
+    Use();
+    if (lt_ == nullptr) {
+      CTRBOX_EXEC_CHECK(cublas_lazy::cublasLtCreate(&lt_));
+      CTRBOX_EXEC_CHECK(cudaMalloc(&lt_workspace_, kLtWorkspace));
+    }
+    if (blas_ == nullptr) {
+      CTRBOX_EXEC_CHECK(cublas_lazy::cublasCreate(&blas_));
+      CTRBOX_EXEC_CHECK(cublas_lazy::cublasSetStream(blas_, stream_));
+    }
+    if (!ok()) return;
+    CTRBOX_EXEC_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    capturing_ = ok();
+    captured_ = ExecCounters();
+  }
+  void EndCapture(Graph* g) {
+    if (!capturing_) {
+      Fail("EndCapture without BeginCapture");
+      return;
+    }
+    capturing_ = false;
+    Use();
+    cudaGraph_t graph = nullptr;
+    CTRBOX_EXEC_CHECK(cudaStreamEndCapture(stream_, &graph));
+    if (graph == nullptr) return;
+    cudaGraphExec_t exec = nullptr;
+    CTRBOX_EXEC_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    cudaGraphDestroy(graph);
+    if (!ok()) return;
+    Graph out;
+    out.exec_ = exec;
+    out.counted_ = captured_;
+    *g = std::move(out);
+  }
+  void Replay(const Graph& g) {
+    if (g.exec_ == nullptr || !ok() || Refuse("Replay")) return;
+    const HostClock clock(&counters_.launch_host_seconds);
+    Use();
+    ++counters_.replays;
+    counters_.replayed_ops += g.counted_.launches + g.counted_.copies;
+    CTRBOX_EXEC_CHECK(cudaGraphLaunch(g.exec_, stream_));
   }
   void UseHostPool(ThreadPool* pool) { host_pool_ = pool; }
   // Row-major C = op(A) op(B) as column-major C^T = op(B)^T op(A)^T: cuBLASLt with the
@@ -249,8 +347,8 @@ class CudaExec {
     const HostClock clock(&counters_.gemm_host_seconds);
     Use();
     if (const LtPlan* plan = LtPlanFor(ta, tb, m, n, k, lda, ldb, ldc, a, b, c)) {
-      ++counters_.launches;
-      ++counters_.gemm_calls;
+      ++count().launches;
+      ++count().gemm_calls;
       const float one = 1.0f, zero = 0.0f;
       CTRBOX_EXEC_CHECK(cublas_lazy::cublasLtMatmul(lt_, plan->desc, &one, b, plan->a, a, plan->b,
                                                     &zero, c, plan->c, c, plan->c, &plan->algo,
@@ -263,8 +361,8 @@ class CudaExec {
       CTRBOX_EXEC_CHECK(cublas_lazy::cublasSetStream(blas_, stream_));
       if (!ok()) return;
     }
-    ++counters_.launches;
-    ++counters_.gemm_calls;
+    ++count().launches;
+    ++count().gemm_calls;
     const float one = 1.0f, zero = 0.0f;
     const cublasComputeType_t compute =
         precision_ == GemmPrecision::kTf32   ? CUBLAS_COMPUTE_32F_FAST_TF32
@@ -287,16 +385,19 @@ class CudaExec {
     CTRBOX_EXEC_CHECK(cudaStreamWaitEvent(stream_, e.e, 0));
   }
   void Recycle() {
+    if (Refuse("Recycle")) return;
     Synchronize();
     for (auto& b : staging_) b.used = 0;
   }
   void Synchronize() {
+    if (Refuse("Synchronize")) return;
     Use();
     ++counters_.syncs;
     CTRBOX_EXEC_CHECK(cudaStreamSynchronize(stream_));
   }
   // Timing marks: events with timing, from a pool that ReleaseMarks makes reusable.
   TimeMark Mark() {
+    if (Refuse("Mark")) return nullptr;
     Use();
     if (next_mark_ == marks_.size()) {
       cudaEvent_t e = nullptr;
@@ -414,6 +515,17 @@ class CudaExec {
   }
   bool ok() const { return errors_->ok(); }
   void Use() { cudaSetDevice(device_); }
+  // Where a launch or copy is counted: the capture's graph while capturing.
+  ExecCounters& count() { return capturing_ ? captured_ : counters_; }
+  void Fail(const char* what) {
+    errors_->Record(InternalError(std::string("CUDA executor: ") + what));
+  }
+  // True (and the executor failed) when `what` is called inside a capture.
+  bool Refuse(const char* what) {
+    if (!capturing_) return false;
+    Fail((std::string(what) + " inside a capture").c_str());
+    return true;
+  }
 
   // Copies n bytes into pinned memory that stays untouched until the next Recycle.
   void* Stage(const void* src, size_t n) {
@@ -456,6 +568,8 @@ class CudaExec {
   std::shared_ptr<FirstError> errors_;
   ExecCounters counters_;
   ThreadPool* host_pool_ = nullptr;
+  bool capturing_ = false;
+  ExecCounters captured_;
 };
 
 #undef CTRBOX_EXEC_CHECK

@@ -28,6 +28,10 @@ struct GpuOptions {
   // Run the GPU backend's step on host threads instead (no GPU needed; slow; for tests and
   // debugging on machines without one).
   bool emulate = false;
+  // Record the step of each minibatch shape once and replay it for every minibatch of that
+  // shape (CUDA graphs; HostExec's recording in the emulation): one launch per minibatch. With
+  // one GPU per process and no ranks; otherwise the step is launched call by call.
+  bool replay = true;
   uint32_t staged_passes = 3;  // passes staged at once (the pipeline's queue depth + 2)
   // Logical GPU g runs on device (first_device + g) mod the devices: a job of several ranks
   // on one machine sets it to the rank's place on the machine times gpus, so that the ranks

@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "exec/options.h"
@@ -105,10 +106,12 @@ class GpuStep {
 
   // One slice's (minibatch b, GPU g) run through the dense model: what Forward leaves for
   // Backward and the key gradients.
+  // Only its shape (B) is a host value: where the slice's rows start and what the minibatch's
+  // other counts are, the kernels read from the GPU's current minibatch arguments
+  // (GpuReplica::now), so that a recorded minibatch replays for any other of its shape.
   struct SliceRun {
     size_t b = 0, si = 0;
-    uint32_t g = 0, B = 0, row0 = 0, cell_shift = 0;
-    float rows_f = 1;                  // the global minibatch's rows (the loss is their mean)
+    uint32_t g = 0, B = 0;
     const float* mlp_input = nullptr;  // the MLP's (or the towers') input
     TowerRows towers;
   };
@@ -134,7 +137,11 @@ class GpuStep {
   void EnsureWork(Staged& s);
   void EnsureInteractionWork(Exec& e, Replica& r, size_t B);
   // step_train.h
+  void PrepareArgs(Staged& s, uint32_t minibatches, RankExchange* ranks);
+  void NextArgs();
+  void TrainMinibatches(Staged& s, const Batch& pass);
   void TrainMinibatch(Staged& s, const Batch& pass, size_t b);
+  void PhaseMark();
   Status TrainRankMinibatch(Staged& s, const Batch& pass, uint32_t b, RankExchange* ranks,
                             RowBlock* rows, uint64_t* created, ThreadPool* pool);
   Status FinishPass(Staged& s, const Batch& pass, RowBlock* rows, float* predictions,
@@ -142,11 +149,11 @@ class GpuStep {
   void AddPhases();
   // step_exchange.h
   void ExchangeRows(Staged& s, size_t b);
-  void GatherRows(Staged& s, size_t b, uint32_t o);
+  void GatherRows(Staged& s, uint32_t o);
   void SumGradients(Staged& s, size_t b, uint32_t o, const std::vector<Event>& reduced);
   std::vector<Event> RecordAll();
   // step_forward.h
-  SliceRun Forward(Staged& s, const Batch& pass, size_t b, uint32_t g, uint32_t batch_rows);
+  SliceRun Forward(Staged& s, const Batch& pass, size_t b, uint32_t g);
   void Inputs(Staged& s, const Batch& pass, const SliceRun& run);
   void OutputAndLoss(Staged& s, const SliceRun& run, const float* input, const Layer& last);
   const float* InteractionsForward(Replica& rep, uint32_t B, uint32_t S, uint32_t dim);
@@ -170,10 +177,10 @@ class GpuStep {
                                uint32_t B, float* grads);
   // step_sparse.h
   void KeyGradients(Staged& s, const Batch& pass, const SliceRun& run);
-  void UpdateRows(Staged& s, size_t b, uint32_t o, bool from_feed);
+  void UpdateRows(Staged& s, uint32_t o, bool from_feed);
   // step_dense.h
   void AllReduceDense();
-  void DenseUpdate(uint32_t g, const DenseStep& step);
+  void DenseUpdate(uint32_t g);
 
   CtrModel* const model_;
   const CtrAccessor accessor_;
@@ -201,6 +208,12 @@ class GpuStep {
   static constexpr int kPhaseMarks = 6;
   std::vector<typename Exec::TimeMark> marks_;
   GpuStepStats stats_;
+  // Train stage, gpu.replay on one GPU: the pass's recorded minibatch steps by their rows
+  // (the shape: a pass has at most two, its full minibatches and its last), GPU 0's marks
+  // around each replay (two per minibatch), and whether a step is being recorded (no marks).
+  std::vector<std::pair<uint32_t, typename Exec::Graph>> graphs_;
+  std::vector<typename Exec::TimeMark> replay_marks_;
+  bool capturing_ = false;
 };
 
 // A GpuTrainer running a GpuStep on Exec; the backend constructs step_ over its executors.

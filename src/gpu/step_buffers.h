@@ -9,8 +9,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "exec/exec.h"
 #include "gpu/hbm_index.h"
 #include "gpu/hbm_plan.h"
+#include "model/optimizer.h"
 #include "table/value.h"
 #include "util/thread_pool.h"
 
@@ -20,6 +22,34 @@ namespace ctrbox {
 struct GpuLayer {
   uint32_t in = 0, out = 0;
   size_t w = 0, b = 0;  // offsets of the weights [in x out] and the bias [out]
+};
+
+// What one GPU's kernels of minibatch b read from device memory rather than take as
+// arguments: the values that change from minibatch to minibatch, so that one recorded step
+// replays for every minibatch of its shape (docs/gpu.md, "A replayed step"). Made on the host
+// for the whole pass before it trains (GpuStep::PrepareArgs), uploaded once; at the start of
+// each minibatch a kernel copies the next one into the GPU's current record (GpuReplica::now).
+struct GpuMinibatchArgs {
+  // The minibatch: the dense optimizer's constants and step (quantized rounding's counter),
+  // and the global minibatch's rows (the loss is their mean).
+  DenseStep step;
+  uint64_t t = 0;
+  float rows_f = 1;
+  // This GPU's slice: its first row in the pass, its first cell's place from the minibatch's
+  // first row, its distinct keys and their occurrences (first in the feed's occurrence list,
+  // count, first CSR offset: `seg`, the per-key sums' shape; occ0, occ_n: the slice's
+  // occurrences in the pass, for atomic scatter).
+  uint32_t row0 = 0, cell_shift = 0, uniq = 0, occ_first = 0, n_occ = 0, occ0 = 0, occ_n = 0;
+  SegmentShape seg;
+  // This GPU as owner: the rows it gathers for the asking GPUs (first in recv_rows, count),
+  // and the rows the minibatch touches (first in touched, count).
+  uint32_t gather_first = 0, gather_n = 0, t0 = 0, nt = 0;
+};
+
+// A staged pass's largest minibatch, per quantity (the replayed kernels' extents).
+struct GpuPassExtents {
+  uint32_t rows = 0, uniq = 0, occ = 0;
+  std::vector<uint32_t> recv, touched;  // [owner]
 };
 
 // A pass's rows of one owner, field by field (RowBlock's structure of arrays), on its GPU.
@@ -105,6 +135,7 @@ struct GpuStagedPass {
   std::vector<GpuOwnerPart<Exec>> parts;  // [owner]
   std::vector<GpuFeed<Exec>> feeds;       // [GPU]
   std::vector<typename Exec::Event> staged;
+  GpuPassExtents extents;  // set by EnsureWork
 };
 
 template <class Exec>
@@ -145,6 +176,10 @@ struct GpuReplica {
   // With model.slot_dims: the slot of every embedding column, and every slot's first column
   // (from the dense width) and dimension. Empty with one dimension (column / dim is the slot).
   Buf<uint32_t> col_slot, slot_col, slot_dim;
+  // The pass's minibatch arguments (this GPU's), the current minibatch's, and the index of the
+  // next one (GpuMinibatchArgs).
+  Buf<GpuMinibatchArgs> args, now;
+  Buf<uint32_t> cursor;
 };
 
 }  // namespace ctrbox

@@ -37,14 +37,16 @@ void GpuStep<Exec>::AllReduceDense() {
   }
 }
 
+// The optimizer's constants of the minibatch are read from the current arguments.
 template <class Exec>
-void GpuStep<Exec>::DenseUpdate(uint32_t g, const DenseStep& step) {
+void GpuStep<Exec>::DenseUpdate(uint32_t g) {
   Replica& r = replicas_[g];
+  const GpuMinibatchArgs* now = r.now.data();
   float *p = r.params.data(), *gr = r.grads.data();
   float* m = r.m.size() > 0 ? r.m.data() : nullptr;
   float* v = r.v.size() > 0 ? r.v.data() : nullptr;
   compute_[g]->ForEach(NumParams(), [=] CTRBOX_HD(size_t i) {
-    step.Apply(p + i, gr[i], m == nullptr ? nullptr : m + i, v == nullptr ? nullptr : v + i);
+    now->step.Apply(p + i, gr[i], m == nullptr ? nullptr : m + i, v == nullptr ? nullptr : v + i);
   });
 }
 

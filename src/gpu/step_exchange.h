@@ -13,7 +13,7 @@ template <class Exec>
 void GpuStep<Exec>::ExchangeRows(Staged& s, size_t b) {
   const HbmPlan& plan = s.plan;
   const uint32_t N = gpus_;
-  for (uint32_t o = 0; o < N; ++o) GatherRows(s, b, o);
+  for (uint32_t o = 0; o < N; ++o) GatherRows(s, o);
   if (N == 1) return;
   std::vector<Event> gathered(N);
   for (uint32_t o = 0; o < N; ++o) gathered[o] = compute_[o]->Record();
@@ -34,23 +34,24 @@ void GpuStep<Exec>::ExchangeRows(Staged& s, size_t b) {
   }
 }
 
-// Owner o's rows asked for in minibatch b (embedding, wide, has-embedding flag), in the
-// order of the asking GPUs' segments.
+// Owner o's rows asked for in the current minibatch (embedding, wide, has-embedding flag), in
+// the order of the asking GPUs' segments (first and count read from the current arguments).
 template <class Exec>
-void GpuStep<Exec>::GatherRows(Staged& s, size_t b, uint32_t o) {
+void GpuStep<Exec>::GatherRows(Staged& s, uint32_t o) {
   Exec& e = *compute_[o];
   Part& part = s.parts[o];
   const uint32_t N = gpus_;
-  const uint32_t first = part.recv_base[b * N], n = part.recv_base[(b + 1) * N] - first;
-  const uint32_t* row_of = part.recv_rows.data() + first;
+  const GpuMinibatchArgs* now = replicas_[o].now.data();
+  const uint32_t* recv_rows = part.recv_rows.data();
   const uint32_t dim = RowDim(), stride = FetchStride();
   const float *emb = part.rows.emb.data(), *wide = part.rows.wide.data();
   const uint16_t* flags = part.rows.flags.data();
   // One GPU asks for its slice's keys in its uniq order: they go to its fetch buffer as such.
   float* out = N == 1 ? s.feeds[0].fetch.data() : part.send.data();
-  e.ForEach(size_t{n} * stride, [=] CTRBOX_HD(size_t i) {
+  e.ForEach(size_t{s.extents.recv[o]} * stride, [=] CTRBOX_HD(size_t i) {
     const size_t k = i / stride, j = i % stride;
-    const size_t r = row_of[k];
+    if (k >= now->gather_n) return;
+    const size_t r = recv_rows[now->gather_first + k];
     float v;
     if (j < dim) {
       v = emb[r * dim + j];

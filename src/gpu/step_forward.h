@@ -14,17 +14,12 @@ namespace ctrbox {
 
 template <class Exec>
 typename GpuStep<Exec>::SliceRun GpuStep<Exec>::Forward(Staged& s, const Batch& pass, size_t b,
-                                                        uint32_t g, uint32_t batch_rows) {
+                                                        uint32_t g) {
   SliceRun run;
   run.b = b;
   run.g = g;
   run.si = b * gpus_ + g;
-  const HbmSlice& sl = s.plan.slices[run.si];
-  run.B = sl.rows();
-  run.row0 = sl.row_begin;
-  run.rows_f = static_cast<float>(batch_rows);
-  // ws.cell counts from the minibatch's first row; the slice's cells from its own.
-  run.cell_shift = (sl.row_begin - s.plan.slice(b, 0).row_begin) * pass.schema.num_slots;
+  run.B = s.plan.slices[run.si].rows();
   if (run.B == 0) return run;  // a slice without rows: zero gradients (Backward)
   Exec& e = *compute_[g];
   Replica& rep = replicas_[g];
@@ -58,7 +53,8 @@ void GpuStep<Exec>::Inputs(Staged& s, const Batch& pass, const SliceRun& run) {
   Replica& rep = replicas_[run.g];
   Feed& f = s.feeds[run.g];
   const ModelOptions& mo = model_->options();
-  const uint32_t B = run.B, row0 = run.row0;
+  const uint32_t B = run.B;
+  const GpuMinibatchArgs* now = rep.now.data();  // row0: the slice's first row in the pass
   const uint32_t D = pass.schema.num_dense, S = pass.schema.num_slots, dim = mo.embedding_dim;
   // A fetched row: its embedding (rd floats), wide weight, has-embedding flag. With
   // model.slot_dims a slot's columns are found through col_slot / slot_col.
@@ -76,12 +72,12 @@ void GpuStep<Exec>::Inputs(Staged& s, const Batch& pass, const SliceRun& run) {
   float* bottom_in = bottom_on ? rep.bottom_in.data() : nullptr;
   if (bottom_on) {
     e.ForEach(size_t{B} * D, [=] CTRBOX_HD(size_t i) {
-      const float v = dense[(row0 + i / D) * D + i % D];
+      const float v = dense[(now->row0 + i / D) * D + i % D];
       bottom_in[i] = log1p ? std::log1p(v > 0.0f ? v : 0.0f) : v;
     });
   }
   e.ForEach(size_t{B} * W0, [=] CTRBOX_HD(size_t i) {
-    const size_t r = i / W0, c = i % W0, R = row0 + r;
+    const size_t r = i / W0, c = i % W0, R = now->row0 + r;
     if (c < Dx) {
       if (bottom_on) return;  // z, written by the bottom MLP
       const float v = dense[R * D + c];
@@ -107,7 +103,7 @@ void GpuStep<Exec>::Inputs(Staged& s, const Batch& pass, const SliceRun& run) {
   });
   if (bottom_on) BottomForward(rep, B);
   e.ForEach(B, [=] CTRBOX_HD(size_t r) {
-    const size_t R = row0 + r;
+    const size_t R = now->row0 + r;
     float wide = 0.0f;
     for (uint32_t p = offsets[R * S]; p < offsets[R * S + S]; ++p) {
       const float w = weighted ? weights[p] : 1.0f;
@@ -128,14 +124,14 @@ void GpuStep<Exec>::OutputAndLoss(Staged& s, const SliceRun& run, const float* i
   Feed& f = s.feeds[run.g];
   const ModelOptions& mo = model_->options();
   const uint32_t S = model_->schema().num_slots, dim = mo.embedding_dim;
-  const uint32_t W0 = model_->input_width(), Dx = model_->dense_width(), row0 = run.row0;
+  const uint32_t W0 = model_->input_width(), Dx = model_->dense_width();
+  const GpuMinibatchArgs* now = rep.now.data();
   const float* params = rep.params.data();
   const float *x = rep.x.data(), *wide_sum = rep.wide_sum.data(), *labels = f.labels.data();
   float *logits = rep.logits.data(), *dlogit = rep.dlogit.data(), *pred = f.predictions.data();
   const float* w_last = params + last.w;
   const float* bias_last = params + last.b;
   const uint32_t k_last = last.in;
-  const float rows_f = run.rows_f;
   const bool fm = mo.fm, towers_on = model_->towers().on();
   e.ForEach(run.B, [=] CTRBOX_HD(size_t r) {
     float z;
@@ -150,8 +146,8 @@ void GpuStep<Exec>::OutputAndLoss(Staged& s, const SliceRun& run, const float* i
     if (fm) z += FmTerm(x + r * W0 + Dx, S, dim);
     logits[r] = z;
     const float p = 1.0f / (1.0f + std::exp(-z));
-    pred[row0 + r] = p;
-    dlogit[r] = (p - labels[row0 + r]) / rows_f;
+    pred[now->row0 + r] = p;
+    dlogit[r] = (p - labels[now->row0 + r]) / now->rows_f;
   });
 }
 

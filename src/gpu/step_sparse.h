@@ -9,10 +9,12 @@
 namespace ctrbox {
 
 // One key occurrence's gradient record in a slice: the slot's columns of dx (the key's
-// table's dimension; beyond it zero), the wide gradient, a show, a click. Device pointers.
+// table's dimension; beyond it zero), the wide gradient, a show, a click. Device pointers;
+// the slice's place in the pass (cell_shift, row0) is read from the current arguments.
 struct OccurrenceRecord {
   const uint32_t* cells;
-  uint32_t cell_shift, S;
+  const GpuMinibatchArgs* now;
+  uint32_t S;
   const float* weights;
   bool weighted;
   uint32_t rd, dim;
@@ -21,10 +23,9 @@ struct OccurrenceRecord {
   const float* dx;
   uint32_t E;
   const float *dlogit, *labels;
-  uint32_t row0;
 
   CTRBOX_HD float operator()(uint32_t p, uint32_t j) const {
-    const uint32_t cell = cells[p] - cell_shift, r = cell / S, slot = cell % S;
+    const uint32_t cell = cells[p] - now->cell_shift, r = cell / S, slot = cell % S;
     const float w = weighted ? weights[p] : 1.0f;
     if (j < rd) {
       const uint32_t sd = multi ? slot_dim[slot] : dim;
@@ -33,7 +34,7 @@ struct OccurrenceRecord {
     }
     if (j == rd) return w * dlogit[r];
     if (j == rd + 1) return 1.0f;
-    return labels[row0 + r];
+    return labels[now->row0 + r];
   }
 };
 
@@ -41,43 +42,46 @@ struct OccurrenceRecord {
 // gpu.scatter: `segment` writes every occurrence's record (its key's occurrence-list order)
 // and sums each key's in that order (Exec::SegmentSums: the CPU model's order in the host
 // emulation); `atomic` adds every occurrence's record into its key's with atomics.
+// The slice's counts (distinct keys, occurrences) are read from the current arguments; the
+// kernels span the pass's largest slice (GpuPassExtents).
 template <class Exec>
 void GpuStep<Exec>::KeyGradients(Staged& s, const Batch& pass, const SliceRun& run) {
-  const HbmSlice& sl = s.plan.slices[run.si];
-  const uint32_t uniq = sl.uniq(), gs = GradStride();
-  if (run.B == 0 || uniq == 0) return;
+  const uint32_t gs = GradStride();
+  const uint32_t max_uniq = s.extents.uniq, max_occ = s.extents.occ;
+  if (run.B == 0 || max_uniq == 0) return;
   Exec& e = *compute_[run.g];
   Replica& rep = replicas_[run.g];
   Feed& f = s.feeds[run.g];
   const ModelOptions& mo = model_->options();
   const uint32_t S = pass.schema.num_slots, dim = mo.embedding_dim, rd = RowDim();
-  const uint32_t E = model_->emb_width(), row0 = run.row0, cell_shift = run.cell_shift;
+  const uint32_t E = model_->emb_width();
+  const GpuMinibatchArgs* now = rep.now.data();
   const uint32_t *slot_col = rep.slot_col.data(), *slot_dim = rep.slot_dim.data();
   const bool multi = mo.MultiTable(), weighted = pass.has_weights();
   const float *dx = rep.dx.data(), *dlogit = rep.dlogit.data(), *labels = f.labels.data(),
               *weights = f.weights.data();
   const uint32_t *cells = f.cell.data(), *fetch_pos = f.fetch_pos.data();
-  const OccurrenceRecord record{cells,    cell_shift, S,  weights, weighted, rd,     dim, multi,
-                                slot_dim, slot_col,   dx, E,       dlogit,   labels, row0};
+  const OccurrenceRecord record{cells,    now,      S,  weights, weighted, rd,     dim,
+                                multi,    slot_dim, slot_col, dx, E,       dlogit, labels};
   float* grad = f.grad.data();
   if (options_.scatter == ScatterMode::kSegment) {
-    const uint32_t* occ_begin = s.plan.occ_offsets(run.si);  // host copy of the offsets
-    const size_t occ_off = occ_begin - s.plan.uniq_occ_begin.data();
-    const uint32_t first = occ_begin[0], n_occ = occ_begin[uniq] - first;
-    const uint32_t* occ = f.uniq_occ.data() + first;
+    const uint32_t* uniq_occ = f.uniq_occ.data();
     float* vals = rep.occ_grads.data();  // column-major: record column j of occurrence q at
                                          // j * n_occ + q
-    e.ForEach(size_t{n_occ} * gs, [=] CTRBOX_HD(size_t i) {
-      vals[i] = record(occ[i % n_occ], static_cast<uint32_t>(i / n_occ));
+    e.ForEach(size_t{max_occ} * gs, [=] CTRBOX_HD(size_t i) {
+      const uint32_t n_occ = now->n_occ;
+      if (i >= size_t{n_occ} * gs) return;
+      vals[i] = record(uniq_occ[now->occ_first + i % n_occ], static_cast<uint32_t>(i / n_occ));
     });
-    e.SegmentSums(vals, n_occ, f.uniq_occ_begin.data() + occ_off, first, uniq, gs, grad);
+    e.SegmentSums(vals, &now->seg, f.uniq_occ_begin.data(), max_uniq, gs, grad);
   } else {
-    e.Fill(grad, 0.0f, size_t{uniq} * gs);
-    const uint32_t occ0 = sl.occ_begin, n_occ = sl.occ_end - sl.occ_begin;
-    e.ForEach(size_t{n_occ} * gs, [=] CTRBOX_HD(size_t i) {
-      const uint32_t p = occ0 + static_cast<uint32_t>(i / gs), j = static_cast<uint32_t>(i % gs);
+    e.Fill(grad, 0.0f, size_t{max_uniq} * gs);
+    e.ForEach(size_t{max_occ} * gs, [=] CTRBOX_HD(size_t i) {
+      if (i >= size_t{now->occ_n} * gs) return;
+      const uint32_t p = now->occ0 + static_cast<uint32_t>(i / gs);
+      const uint32_t j = static_cast<uint32_t>(i % gs);
       if (j < rd) {
-        const uint32_t slot = (cells[p] - cell_shift) % S;
+        const uint32_t slot = (cells[p] - now->cell_shift) % S;
         if (j >= (multi ? slot_dim[slot] : dim)) return;  // beyond the key's table: zero
       }
       AtomicAddFloat(grad + size_t{fetch_pos[p]} * gs + j, record(p, j));
@@ -89,20 +93,21 @@ void GpuStep<Exec>::KeyGradients(Staged& s, const Batch& pass, const SliceRun& r
 // quantization, creation. from_feed (one GPU): the records are read from the GPU's own
 // feed, whose uniq order is the touched order, instead of the owner's accumulators (the
 // same values: a sum that starts at +0 is never -0, so 0 + record is the record).
+// The rows touched (first, count) and the optimizer's step are read from the current
+// arguments; the kernel spans the owner's most touched minibatch of the pass.
 template <class Exec>
-void GpuStep<Exec>::UpdateRows(Staged& s, size_t b, uint32_t o, bool from_feed) {
+void GpuStep<Exec>::UpdateRows(Staged& s, uint32_t o, bool from_feed) {
   Exec& e = *compute_[o];
   Part& part = s.parts[o];
   const uint32_t gs = GradStride();
-  const uint32_t t0 = s.plan.touched_begin[o][b], nt = s.plan.touched_begin[o][b + 1] - t0;
-  if (nt == 0) return;
-  const uint32_t* touched = part.touched.data() + t0;
+  const GpuMinibatchArgs* now = replicas_[o].now.data();
+  const uint32_t* touched = part.touched.data();
   const float* acc = from_feed ? s.feeds[o].grad.data() : part.acc.data();
   const SparseOptimizer opt = model_->sparse_optimizer();
   const CtrAccessor accessor = accessor_;
   const QuantRounding rounding = model_->options().quant.rounding;
   const Quantizer quant(model_->options().quant.bits, model_->options().quant.range);
-  const uint64_t quant_seed = model_->quant_seed(), t = model_->dense_optimizer().step();
+  const uint64_t quant_seed = model_->quant_seed();
   const bool wide_on = model_->options().wide;
   const uint32_t rd = RowDim();
   const ValueLayout L = accessor_.layout();
@@ -113,8 +118,10 @@ void GpuStep<Exec>::UpdateRows(Staged& s, size_t b, uint32_t o, bool from_feed) 
   uint16_t *unseen = R.unseen.data(), *flags = R.flags.data();
   const uint64_t* keys = part.keys.data();
   uint32_t* created = part.created.data();
-  e.ForEach(nt, [=] CTRBOX_HD(size_t i) {
-    const size_t r = touched[i];
+  e.ForEach(s.extents.touched[o], [=] CTRBOX_HD(size_t i) {
+    if (i >= now->nt) return;
+    const uint64_t t = now->t;
+    const size_t r = touched[now->t0 + i];
     const float* g = acc + (from_feed ? i : r) * gs;
     show[r] += g[rd + 1];
     click[r] += g[rd + 2];

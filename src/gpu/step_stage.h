@@ -241,20 +241,24 @@ template <class Exec>
 void GpuStep<Exec>::EnsureWork(Staged& s) {
   const HbmPlan& plan = s.plan;
   uint32_t max_rows = 0, max_uniq = 0, max_occ = 0;
-  std::vector<uint32_t> max_recv(gpus_, 0);
+  std::vector<uint32_t> max_recv(gpus_, 0), max_touched(gpus_, 0);
   for (size_t b = 0; b < plan.minibatches(); ++b) {
     for (uint32_t g = 0; g < gpus_; ++g) {
       const HbmSlice& sl = plan.slice(b, g);
+      const uint32_t* occ = plan.occ_offsets(b * gpus_ + g);
       max_rows = std::max(max_rows, sl.rows());
       max_uniq = std::max(max_uniq, sl.uniq());
-      max_occ = std::max(max_occ, sl.occ_end - sl.occ_begin);
+      max_occ = std::max({max_occ, sl.occ_end - sl.occ_begin, occ[sl.uniq()] - occ[0]});
     }
     for (uint32_t o = 0; o < gpus_; ++o) {
       const Part& part = s.parts[o];
       max_recv[o] =
           std::max(max_recv[o], part.recv_base[(b + 1) * gpus_] - part.recv_base[b * gpus_]);
+      max_touched[o] =
+          std::max(max_touched[o], plan.touched_begin[o][b + 1] - plan.touched_begin[o][b]);
     }
   }
+  s.extents = GpuPassExtents{max_rows, max_uniq, max_occ, max_recv, max_touched};
   const uint32_t W0 = model_->input_width();
   for (uint32_t g = 0; g < gpus_; ++g) {
     Exec& e = *compute_[g];

@@ -37,17 +37,20 @@ Status GpuStep<Exec>::Train(uint64_t pass_index, const Batch& pass, const Workin
   if (!patched.empty()) Patch(s, *rows, patched, pool);
   EnsureWork(s);
   marks_.clear();
+  replay_marks_.clear();
   uint64_t total_created = 0;
   if (ranks != nullptr) {
     if (ranks->minibatches() < plan.minibatches()) {
       return InternalError("GPU backend: the ranks agree on fewer minibatches than the pass has");
     }
+    PrepareArgs(s, ranks->minibatches(), ranks);
     for (uint32_t b = 0; b < ranks->minibatches(); ++b) {
       RETURN_IF_ERROR(TrainRankMinibatch(s, pass, b, ranks, rows, &total_created, pool));
     }
     stats_.minibatches += ranks->minibatches();
   } else {
-    for (size_t b = 0; b < plan.minibatches(); ++b) TrainMinibatch(s, pass, b);
+    PrepareArgs(s, static_cast<uint32_t>(plan.minibatches()), nullptr);
+    TrainMinibatches(s, pass);
     stats_.minibatches += plan.minibatches();
   }
   uint64_t c = 0;
@@ -77,43 +80,146 @@ Status GpuStep<Exec>::Drop(uint64_t pass_index) {
   return Status::OK();
 }
 
+// The pass's minibatch arguments (GpuMinibatchArgs) to every GPU, and its cursor to the first:
+// one upload and one launch per GPU per pass. With ranks, the ranks' minibatches (those past
+// this rank's plan are empty: only the dense step's values).
+template <class Exec>
+void GpuStep<Exec>::PrepareArgs(Staged& s, uint32_t minibatches, RankExchange* ranks) {
+  const HbmPlan& plan = s.plan;
+  const uint32_t N = gpus_;
+  const DenseOptimizer& opt = model_->dense_optimizer();
+  std::vector<GpuMinibatchArgs> args(std::max<uint32_t>(minibatches, 1));
+  for (uint32_t g = 0; g < N; ++g) {
+    const Part& part = s.parts[g];
+    for (uint32_t b = 0; b < minibatches; ++b) {
+      GpuMinibatchArgs& a = args[b];
+      a = GpuMinibatchArgs();
+      a.t = opt.step() + b + 1;
+      a.step = opt.StepAt(a.t);
+      if (b >= plan.minibatches()) {
+        a.rows_f = static_cast<float>(ranks->global_rows(b));
+        continue;
+      }
+      const HbmSlice& sl = plan.slice(b, g);
+      a.rows_f = static_cast<float>(ranks != nullptr ? ranks->global_rows(b)
+                                                     : plan.slice(b, N - 1).row_end -
+                                                           plan.slice(b, 0).row_begin);
+      a.row0 = sl.row_begin;
+      // ws.cell counts from the minibatch's first row; the slice's cells from its own.
+      a.cell_shift = (sl.row_begin - plan.slice(b, 0).row_begin) * model_->schema().num_slots;
+      a.uniq = sl.uniq();
+      const size_t si = b * N + g;
+      const uint32_t* occ_begin = plan.occ_offsets(si);
+      a.occ_first = occ_begin[0];
+      a.n_occ = occ_begin[a.uniq] - a.occ_first;
+      a.occ0 = sl.occ_begin;
+      a.occ_n = sl.occ_end - sl.occ_begin;
+      a.seg = SegmentShape{static_cast<uint32_t>(occ_begin - plan.uniq_occ_begin.data()),
+                           a.occ_first, a.uniq, a.n_occ};
+      a.gather_first = part.recv_base[b * N];
+      a.gather_n = part.recv_base[(b + 1) * N] - a.gather_first;
+      a.t0 = plan.touched_begin[g][b];
+      a.nt = plan.touched_begin[g][b + 1] - a.t0;
+    }
+    Exec& e = *compute_[g];
+    Replica& r = replicas_[g];
+    e.Upload(&r.args, args.data(), args.size());
+    e.Reserve(&r.now, 1);
+    e.Reserve(&r.cursor, 1);
+    e.Fill(r.cursor.data(), uint32_t{0}, 1);
+  }
+}
+
+// At the start of a minibatch, on every GPU: its arguments become the current ones.
+template <class Exec>
+void GpuStep<Exec>::NextArgs() {
+  for (uint32_t g = 0; g < gpus_; ++g) {
+    Replica& r = replicas_[g];
+    const GpuMinibatchArgs* all = r.args.data();
+    GpuMinibatchArgs* now = r.now.data();
+    uint32_t* cursor = r.cursor.data();
+    compute_[g]->ForEach(1, [=] CTRBOX_HD(size_t) { *now = all[(*cursor)++]; });
+  }
+}
+
+// The pass's minibatches on one box. With gpu.replay and one GPU, the first minibatch of each
+// shape (its rows) is recorded, not run, and every minibatch is a replay of its shape's
+// recording: one launch for the host, no allocation, no synchronization (exec/exec.h). The
+// host's dense optimizer steps along (its step count; the GPUs read the constants from the
+// arguments).
+template <class Exec>
+void GpuStep<Exec>::TrainMinibatches(Staged& s, const Batch& pass) {
+  const HbmPlan& plan = s.plan;
+  DenseOptimizer& opt = model_->dense_optimizer();
+  Exec& e0 = *compute_[0];
+  if (!options_.replay || gpus_ > 1) {
+    for (size_t b = 0; b < plan.minibatches(); ++b) {
+      opt.BeginStep();
+      TrainMinibatch(s, pass, b);
+    }
+    return;
+  }
+  graphs_.clear();
+  for (size_t b = 0; b < plan.minibatches(); ++b) {
+    opt.BeginStep();
+    const uint32_t rows = plan.slice(b, 0).rows();
+    auto it = std::find_if(graphs_.begin(), graphs_.end(),
+                           [&](const auto& g) { return g.first == rows; });
+    if (it == graphs_.end()) {
+      graphs_.emplace_back(rows, typename Exec::Graph());
+      it = graphs_.end() - 1;
+      capturing_ = true;
+      e0.BeginCapture();
+      TrainMinibatch(s, pass, b);
+      e0.EndCapture(&it->second);
+      capturing_ = false;
+      ++stats_.captures;
+    }
+    replay_marks_.push_back(e0.Mark());
+    e0.Replay(it->second);
+    replay_marks_.push_back(e0.Mark());
+  }
+}
+
+// A timing mark on GPU 0's queue between two phases (none while a step is recorded).
+template <class Exec>
+void GpuStep<Exec>::PhaseMark() {
+  if (!capturing_) marks_.push_back(compute_[0]->Mark());
+}
+
 // One minibatch on one box: exchange, forward, backward, dense step, sparse step; each phase
 // on every GPU before the next, and GPU 0's queue marked between them.
 template <class Exec>
 void GpuStep<Exec>::TrainMinibatch(Staged& s, const Batch& pass, size_t b) {
-  const HbmPlan& plan = s.plan;
   const uint32_t N = gpus_;
-  Exec& e0 = *compute_[0];
-  marks_.push_back(e0.Mark());
+  PhaseMark();
+  NextArgs();
   // 1. Owners gather the rows each GPU asked for; the exchange copies them over.
   ExchangeRows(s, b);
-  marks_.push_back(e0.Mark());
+  PhaseMark();
   // 2. Each GPU: inputs, MLP forward, loss; then backward and the weight gradients.
-  model_->dense_optimizer().BeginStep();
-  const DenseStep step = model_->dense_optimizer().CurrentStep();
-  const uint32_t batch_rows = plan.slice(b, N - 1).row_end - plan.slice(b, 0).row_begin;
   std::vector<SliceRun> runs;
   runs.reserve(N);
-  for (uint32_t g = 0; g < N; ++g) runs.push_back(Forward(s, pass, b, g, batch_rows));
-  marks_.push_back(e0.Mark());
+  for (uint32_t g = 0; g < N; ++g) runs.push_back(Forward(s, pass, b, g));
+  PhaseMark();
   for (uint32_t g = 0; g < N; ++g) Backward(runs[g]);
-  marks_.push_back(e0.Mark());
+  PhaseMark();
   // 3. Dense gradients summed over the GPUs; every replica takes the same step.
   AllReduceDense();
-  for (uint32_t g = 0; g < N; ++g) DenseUpdate(g, step);
-  marks_.push_back(e0.Mark());
+  for (uint32_t g = 0; g < N; ++g) DenseUpdate(g);
+  PhaseMark();
   // 4. Per-key gradients to the owners; each owner updates its rows.
   for (uint32_t g = 0; g < N; ++g) KeyGradients(s, pass, runs[g]);
   if (N == 1) {  // the one GPU's records are its rows' sums
-    UpdateRows(s, b, 0, /*from_feed=*/true);
+    UpdateRows(s, 0, /*from_feed=*/true);
   } else {
     const auto reduced = RecordAll();
     for (uint32_t o = 0; o < N; ++o) {
       SumGradients(s, b, o, reduced);
-      UpdateRows(s, b, o, /*from_feed=*/false);
+      UpdateRows(s, o, /*from_feed=*/false);
     }
   }
-  marks_.push_back(e0.Mark());
+  PhaseMark();
 }
 
 // Minibatch b of a distributed job's pass (Train with ranks): TrainMinibatch with the dense
@@ -132,15 +238,13 @@ Status GpuStep<Exec>::TrainRankMinibatch(Staged& s, const Batch& pass, uint32_t 
   // gradient and refreshed rows) is free again: a pass's staging stays one minibatch's.
   for (uint32_t g = 0; g < N; ++g) compute_[g]->Recycle();
   marks_.push_back(e0.Mark());
+  NextArgs();
   if (mine) ExchangeRows(s, b);
   marks_.push_back(e0.Mark());
   model_->dense_optimizer().BeginStep();
-  const DenseStep step = model_->dense_optimizer().CurrentStep();
   const size_t P = NumParams();
   std::vector<SliceRun> runs;
-  for (uint32_t g = 0; g < N && mine; ++g) {
-    runs.push_back(Forward(s, pass, b, g, ranks->global_rows(b)));
-  }
+  for (uint32_t g = 0; g < N && mine; ++g) runs.push_back(Forward(s, pass, b, g));
   marks_.push_back(e0.Mark());
   for (uint32_t g = 0; g < N; ++g) {
     if (mine) {
@@ -158,7 +262,7 @@ Status GpuStep<Exec>::TrainRankMinibatch(Staged& s, const Batch& pass, uint32_t 
   RETURN_IF_ERROR(ranks->AllReduceDense(rank_dense_.data(), P));
   for (uint32_t g = 0; g < N; ++g) {
     compute_[g]->Upload(&replicas_[g].grads, rank_dense_.data(), P);
-    DenseUpdate(g, step);
+    DenseUpdate(g);
   }
   marks_.push_back(e0.Mark());
   // This rank's sum of each touched key's gradient, at the key's owning GPU, to the host.
@@ -253,7 +357,11 @@ void GpuStep<Exec>::AddPhases() {
       *phase[k] += Exec::Seconds(marks_[m + k], marks_[m + k + 1]);
     }
   }
+  for (size_t m = 0; m + 1 < replay_marks_.size(); m += 2) {
+    stats_.replayed_seconds += Exec::Seconds(replay_marks_[m], replay_marks_[m + 1]);
+  }
   marks_.clear();
+  replay_marks_.clear();
   compute_[0]->ReleaseMarks();
 }
 

@@ -20,7 +20,13 @@ class HostGpuTrainer : public GpuStepTrainer<HostExec> {
   // thread (the pull stage's): a ThreadPool takes one caller at a time.
   HostGpuTrainer(CtrModel* model, const CtrAccessor& accessor, const GpuOptions& options,
                  ThreadPool* pool)
-      : options_(options), compute_(options.gpus, HostExec(pool)), copy_(options.gpus, HostExec()) {
+      : options_(options) {
+    compute_.reserve(options.gpus);
+    copy_.reserve(options.gpus);
+    for (uint32_t g = 0; g < options.gpus; ++g) {
+      compute_.emplace_back(pool);
+      copy_.emplace_back();
+    }
     std::vector<HostExec*> compute, copy;
     for (HostExec& e : compute_) compute.push_back(&e);
     for (HostExec& e : copy_) copy.push_back(&e);

@@ -66,10 +66,14 @@ struct GpuStepStats {
   // in the emulation, host time): rows gathered and exchanged; inputs, MLP forward and loss;
   // backward and weight gradients; dense all-reduce and optimizer step; per-key gradients,
   // their reduction at the owners and the row updates.
+  // Replayed minibatches (gpu.replay) are timed whole: replayed_seconds, their queue time;
+  // captures, the steps recorded (one per minibatch shape per pass).
   double exchange_seconds = 0, forward_seconds = 0, backward_seconds = 0, dense_seconds = 0,
-         sparse_seconds = 0;
+         sparse_seconds = 0, replayed_seconds = 0;
+  uint64_t captures = 0;
   double gpu_seconds() const {
-    return exchange_seconds + forward_seconds + backward_seconds + dense_seconds + sparse_seconds;
+    return exchange_seconds + forward_seconds + backward_seconds + dense_seconds + sparse_seconds +
+           replayed_seconds;
   }
 };
 

@@ -23,12 +23,19 @@ nlohmann::json GpuJson(const GpuStepStats& s, double seconds, uint64_t examples)
           {"host_launch_us_per_minibatch", 1e6 * s.train.launch_host_seconds / mb},
           {"host_gemm_us_per_minibatch", 1e6 * s.train.gemm_host_seconds / mb},
           {"host_syncs_per_minibatch", s.train.syncs / mb},
+          // gpu.replay: the recorded steps replayed (one launch each), the kernels, GEMMs and
+          // copies they ran, the steps recorded, and buffers allocated by the train stage
+          {"replays", s.train.replays},
+          {"replayed_ops", s.train.replayed_ops},
+          {"captures", s.captures},
+          {"allocations", s.train.allocations},
           {"phase_seconds",
            {{"exchange", s.exchange_seconds},
             {"forward", s.forward_seconds},
             {"backward", s.backward_seconds},
             {"dense", s.dense_seconds},
-            {"sparse", s.sparse_seconds}}},
+            {"sparse", s.sparse_seconds},
+            {"replayed", s.replayed_seconds}}},
           {"gpu_seconds", s.gpu_seconds()},
           {"gpu_busy_share", s.gpu_seconds() / std::max(seconds, 1e-9)},
           // the train stage's own speed: the examples over GPU 0's busy time
@@ -39,12 +46,13 @@ void LogGpuPhases(const GpuStepStats& s, double seconds) {
   if (s.minibatches == 0) return;
   const double mb = static_cast<double>(s.minibatches);
   LOG_INFO(
-      "GPU 0 per minibatch ({} minibatches, {:.1f} launches, {:.2f} host syncs): exchange "
-      "{:.0f} us, forward {:.0f} us, backward {:.0f} us, dense {:.0f} us, sparse {:.0f} us; "
-      "busy {:.1f}% of the run",
-      s.minibatches, s.train.launches / mb, s.train.syncs / mb, 1e6 * s.exchange_seconds / mb,
-      1e6 * s.forward_seconds / mb, 1e6 * s.backward_seconds / mb, 1e6 * s.dense_seconds / mb,
-      1e6 * s.sparse_seconds / mb, 100.0 * s.gpu_seconds() / std::max(seconds, 1e-9));
+      "GPU 0 per minibatch ({} minibatches, {:.1f} launches, {:.2f} replays, {:.2f} host syncs): "
+      "exchange {:.0f} us, forward {:.0f} us, backward {:.0f} us, dense {:.0f} us, sparse {:.0f} "
+      "us, replayed whole {:.0f} us; busy {:.1f}% of the run",
+      s.minibatches, s.train.launches / mb, s.train.replays / mb, s.train.syncs / mb,
+      1e6 * s.exchange_seconds / mb, 1e6 * s.forward_seconds / mb, 1e6 * s.backward_seconds / mb,
+      1e6 * s.dense_seconds / mb, 1e6 * s.sparse_seconds / mb, 1e6 * s.replayed_seconds / mb,
+      100.0 * s.gpu_seconds() / std::max(seconds, 1e-9));
 }
 
 TrainReport ReportOfRun(const TrainRunFacts& f) {

@@ -55,18 +55,31 @@ DenseOptimizer::DenseOptimizer(OptimizerOptions o, size_t num_params) : o_(o) {
   }
 }
 
+namespace {
+
+// Adam's bias corrections at step t: lr / (1 - beta1^t) and sqrt(1 - beta2^t).
+void AdamScalars(const OptimizerOptions& o, uint64_t t, float* step_size, float* bias2_sqrt) {
+  const double b1t = std::pow(static_cast<double>(o.beta1), static_cast<double>(t));
+  const double b2t = std::pow(static_cast<double>(o.beta2), static_cast<double>(t));
+  *step_size = static_cast<float>(o.lr / (1.0 - b1t));
+  *bias2_sqrt = static_cast<float>(std::sqrt(1.0 - b2t));
+}
+
+}  // namespace
+
 void DenseOptimizer::BeginStep() {
   ++t_;
-  if (o_.kind == OptimizerKind::kAdam) {
-    const double b1t = std::pow(static_cast<double>(o_.beta1), static_cast<double>(t_));
-    const double b2t = std::pow(static_cast<double>(o_.beta2), static_cast<double>(t_));
-    step_size_ = static_cast<float>(o_.lr / (1.0 - b1t));
-    bias2_sqrt_ = static_cast<float>(std::sqrt(1.0 - b2t));
-  }
+  if (o_.kind == OptimizerKind::kAdam) AdamScalars(o_, t_, &step_size_, &bias2_sqrt_);
 }
 
 DenseStep DenseOptimizer::CurrentStep() const {
   return DenseStep{o_.kind, o_.lr, o_.epsilon, o_.beta1, o_.beta2, step_size_, 1.0f / bias2_sqrt_};
+}
+
+DenseStep DenseOptimizer::StepAt(uint64_t t) const {
+  float step_size = step_size_, bias2_sqrt = bias2_sqrt_;
+  if (o_.kind == OptimizerKind::kAdam) AdamScalars(o_, t, &step_size, &bias2_sqrt);
+  return DenseStep{o_.kind, o_.lr, o_.epsilon, o_.beta1, o_.beta2, step_size, 1.0f / bias2_sqrt};
 }
 
 void DenseOptimizer::Update(float* p, const float* g, size_t offset, size_t n) {

@@ -139,6 +139,9 @@ class DenseOptimizer {
   void Update(float* params, const float* grads, size_t offset, size_t n);
   // The constants of the step BeginStep started.
   DenseStep CurrentStep() const;
+  // The constants step t will have (after BeginStep has brought step() to t): a replayed GPU
+  // step reads a pass's from device memory, made before the pass.
+  DenseStep StepAt(uint64_t t) const;
 
   const OptimizerOptions& options() const { return o_; }
   uint64_t step() const { return t_; }
