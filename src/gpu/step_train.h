@@ -50,7 +50,12 @@ Status GpuStep<Exec>::Train(uint64_t pass_index, const Batch& pass, const Workin
     stats_.minibatches += ranks->minibatches();
   } else {
     PrepareArgs(s, static_cast<uint32_t>(plan.minibatches()), nullptr);
+    std::vector<ExecCounters> before;
+    for (const Exec* e : compute_) before.push_back(e->counters());
     TrainMinibatches(s, pass);
+    for (uint32_t g = 0; g < gpus_; ++g) {
+      stats_.minibatch_calls.Add(compute_[g]->counters().Since(before[g]));
+    }
     stats_.minibatches += plan.minibatches();
   }
   uint64_t c = 0;

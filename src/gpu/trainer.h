@@ -62,6 +62,9 @@ struct GpuStepStats {
   // constructor and Train together, as the executor counts them (the host emulation counts
   // the same calls a GPU would see).
   ExecCounters train;
+  // The same calls inside the minibatch loops alone (one box: gpu.replay's target is one
+  // replay per minibatch and nothing else: no launch, copy, synchronization or allocation).
+  ExecCounters minibatch_calls;
   // GPU 0's queue time per phase of a minibatch, from timing marks on its queue (CUDA events;
   // in the emulation, host time): rows gathered and exchanged; inputs, MLP forward and loss;
   // backward and weight gradients; dense all-reduce and optimizer step; per-key gradients,
