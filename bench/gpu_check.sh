@@ -50,7 +50,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 echo "cpus $(nproc); $(lscpu | grep -m1 'Model name')"
 reps=3; [ "$mode" = quick ] && reps=1
 
-step cuda-tests 180 bash -c "$B/src/gpu/gpu_test --gtest_filter='Cuda*:GpuEmulation*' 2>&1 | tail -40;
+step cuda-tests 180 bash -c "$B/src/gpu/gpu_test --gtest_filter='Cuda*:GpuEmulation*:GpuReplay*' 2>&1 | tail -40;
   $B/src/exec/exec_test 2>&1 | tail -3;
   $B/src/feature/feature_test --gtest_filter='*Cuda*' 2>&1 | tail -5" > "$out/tests.log"
 grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/tests.log"
@@ -94,11 +94,12 @@ step stream 120 $PY bench/stream_check.py --device gpu --ctrbox "$CTR" --data-di
   --data-dir /tmp/ctrbox-bench-gpu > "$out/cpu_scaling.jsonl"
 tail -1 "$out/cpu_scaling.jsonl" 2>/dev/null
 if [ "$mode" = full ]; then
-step memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 3 \
-  "$B/src/gpu/gpu_test" --gtest_filter='CudaBackendTest.TensorCore*:CudaBackendTest.DeviceHash*' \
+# The replayed step (CUDA graphs) first: it is what a job runs by default.
+step memcheck 120 compute-sanitizer --tool memcheck --error-exitcode 3 \
+  "$B/src/gpu/gpu_test" --gtest_filter='CudaReplayTest.*:CudaBackendTest.TensorCore*:CudaBackendTest.DeviceHash*' \
   > "$out/sanitizer.log" 2>&1
-step racecheck 90 compute-sanitizer --tool racecheck --error-exitcode 3 \
-  "$B/src/gpu/gpu_test" --gtest_filter='CudaBackendTest.DeviceHashIndex*:CudaBackendTest.TensorCore*' \
+step racecheck 120 compute-sanitizer --tool racecheck --error-exitcode 3 \
+  "$B/src/gpu/gpu_test" --gtest_filter='CudaReplayTest.*:CudaBackendTest.DeviceHashIndex*:CudaBackendTest.TensorCore*' \
   >> "$out/sanitizer.log" 2>&1
 grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED' "$out/sanitizer.log" | tail -8
 fi

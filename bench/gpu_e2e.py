@@ -6,7 +6,7 @@ interleaved; then ctrbox under a 10 % memory budget (the SSD tier) against its i
 Prints one JSON line per run (ctrbox's with its stage table and the GPU's phase split) and a
 summary with medians and ratios. Without a GPU it prints one line saying so and exits 0.
 
-  bench/gpu_e2e.py [--data-dir DIR] [--reps 3] [--gemm fp32,tf32] [--budget 0.1]
+  bench/gpu_e2e.py [--data-dir DIR] [--reps 3] [--gemm fp32,tf32] [--budget 0.1] [--no-call-by-call]
 
 Runs on a bare CUDA machine: the baselines come from CTRBOX_BASELINES (or ../shared/baselines),
 PyTorch from the python3 running this script (or Debian's), the data from `ctrbox gen`.
@@ -46,6 +46,8 @@ def main():
     ap.add_argument("--gemm", default="fp32,tf32")
     ap.add_argument("--budget", type=float, default=0.1, help="memory budget as a share of the model (0: skip)")
     ap.add_argument("--budget-reps", type=int, default=2)
+    ap.add_argument("--no-call-by-call", action="store_true",
+                    help="skip the fp32 run with gpu.replay=false (the step launched call by call)")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--ctrbox", default=os.path.join(ROOT, "build", "ctrbox"))
     a = ap.parse_args()
@@ -78,10 +80,12 @@ def main():
             emit({"bench": "gpu_e2e", "system": "pytorch-cuda", "rep": rep, "python": py,
                   "examples_per_s": r["train_examples_per_s"], "test_auc": r["auc"],
                   "train_seconds": r["train_seconds"]})
-        for gemm in a.gemm.split(","):
-            name = f"ctrbox-gpu-{gemm}"
-            r = train(a.ctrbox, common + ["--model-dir", os.path.join(a.data_dir, "model-" + name),
-                                          "--set", f"gpu.gemm={gemm}"])
+        variants = [(f"ctrbox-gpu-{g}", ["--set", f"gpu.gemm={g}"]) for g in a.gemm.split(",")]
+        if not a.no_call_by_call:  # before the replayed step: the same job launched call by call
+            variants.append(("ctrbox-gpu-fp32-call-by-call",
+                             ["--set", "gpu.gemm=fp32", "--set", "gpu.replay=false"]))
+        for name, flags in variants:
+            r = train(a.ctrbox, common + ["--model-dir", os.path.join(a.data_dir, "model-" + name)] + flags)
             results.setdefault(name, []).append((r["examples_per_s"], r["test_auc"]))
             runs.setdefault(name, []).append(r)
             emit({"bench": "gpu_e2e", "system": name, "rep": rep, "device": r["device"],
@@ -104,6 +108,12 @@ def main():
         for k, v in runs.items()}
     summary["gpu_busy_share_median"] = {
         k: statistics.median(r["gpu"]["gpu_busy_share"] for r in v) for k, v in runs.items()}
+    if "ctrbox-gpu-fp32" in runs and "ctrbox-gpu-fp32-call-by-call" in runs:
+        # The replayed step runs the same kernels in the same order: the same model, bit for bit.
+        summary["replay_same_digest"] = all(
+            r["digest"] == runs["ctrbox-gpu-fp32"][0]["digest"]
+            for r in runs["ctrbox-gpu-fp32-call-by-call"])
+        summary["replay_speedup"] = med["ctrbox-gpu-fp32"] / med["ctrbox-gpu-fp32-call-by-call"]
     if a.budget > 0 and "ctrbox-gpu-fp32" in runs:
         mem = runs["ctrbox-gpu-fp32"]
         budget = int(a.budget * mem[0]["table_memory_bytes"])

@@ -281,13 +281,13 @@ class CudaExec {
     Use();
     ++count().launches;
     const size_t blocks = std::min<size_t>((size_t{max_segments} + 7) / 8, max_blocks_);
-    ShapedSegmentSumsKernel<float><<<static_cast<unsigned>(blocks), 256, 0, stream_>>>(
-        vals, shape, offsets, width, out);
+    ShapedSegmentSumsKernel<float>
+        <<<static_cast<unsigned>(blocks), 256, 0, stream_>>>(vals, shape, offsets, width, out);
     CTRBOX_EXEC_CHECK(cudaGetLastError());
   }
   // Stream capture into a CUDA graph (thread-local mode: this thread may not call an
-  // unsafe API meanwhile). cuBLASLt's handle and workspace and cuBLAS's handle are made
-  // before, since their allocations may not be captured.
+  // unsafe API meanwhile); EndCapture into a graph that holds one updates it. cuBLASLt's handle and
+  // workspace and cuBLAS's handle are made before, since their allocations may not be captured.
   void BeginCapture() {
     if (!ok()) return;
     if (capturing_) {
@@ -318,14 +318,26 @@ class CudaExec {
     cudaGraph_t graph = nullptr;
     CTRBOX_EXEC_CHECK(cudaStreamEndCapture(stream_, &graph));
     if (graph == nullptr) return;
+    // A graph recorded again (the next pass's step of the same shape: the same calls, some
+    // with other buffers) updates the instantiated one in place where CUDA can (much cheaper
+    // than instantiating); otherwise it is instantiated anew.
+    if (g->exec_ != nullptr) {
+      cudaGraphExecUpdateResultInfo info{};
+      if (cudaGraphExecUpdate(g->exec_, graph, &info) == cudaSuccess) {
+        cudaGraphDestroy(graph);
+        g->counted_ = captured_;
+        return;
+      }
+      (void)cudaGetLastError();  // a refused update is not an error: instantiate instead
+      cudaGraphExecDestroy(g->exec_);
+      g->exec_ = nullptr;
+    }
     cudaGraphExec_t exec = nullptr;
     CTRBOX_EXEC_CHECK(cudaGraphInstantiate(&exec, graph, 0));
     cudaGraphDestroy(graph);
     if (!ok()) return;
-    Graph out;
-    out.exec_ = exec;
-    out.counted_ = captured_;
-    *g = std::move(out);
+    g->exec_ = exec;
+    g->counted_ = captured_;
   }
   void Replay(const Graph& g) {
     if (g.exec_ == nullptr || !ok() || Refuse("Replay")) return;

@@ -30,10 +30,11 @@
 //                               (offsets + shape->at) read from *shape, device memory, when the
 //                               queue runs it (segments <= max_segments): for a replayed step
 //   BeginCapture()              the calls that follow are recorded into a graph, not run,
-//   EndCapture(&graph)          until EndCapture; Replay(graph) queues them all again as one
-//   Replay(graph)               launch. Inside a capture only ForEach, Fill, Gemm, ColumnSums,
-//                               SegmentSums, Copy, Record and Wait may be called, and Reserve
-//                               where it does not grow the buffer; anything else (an
+//   EndCapture(&graph)          until EndCapture (a graph recorded before is replaced: on
+//   Replay(graph)               CUDA updated in place where it can); Replay(graph) queues
+//                               them all again as one launch. Inside a capture only ForEach, Fill,
+//                               Gemm, ColumnSums, SegmentSums, Copy, Record and Wait may be called,
+//                               and Reserve where it does not grow the buffer; anything else (an
 //                               allocation, an upload, a download, a synchronization, a mark)
 //                               fails the executor (status()). A recorded call keeps its
 //                               arguments as they were: what must change from one replay to the

@@ -22,9 +22,8 @@ struct Step {
     const float* xp = x.data();
     float *yp = y.data(), *op = out.data(), *cp = copy.data();
     uint32_t* cur = cursor.data();
-    e.ForEach(size_t{rows} * cols, [=](size_t i) {
-      yp[i] = 0.5f * yp[i] + xp[size_t{*cur} * rows * cols + i];
-    });
+    e.ForEach(size_t{rows} * cols,
+              [=](size_t i) { yp[i] = 0.5f * yp[i] + xp[size_t{*cur} * rows * cols + i]; });
     e.Gemm(false, true, rows, rows, cols, yp, cols, yp, cols, op, rows);
     e.Copy(cp, op, size_t{rows} * rows);
     e.ForEach(1, [=](size_t) { ++*cur; });
@@ -103,12 +102,24 @@ TEST(HostExecReplayTest, WhatAGraphCannotHoldFailsTheExecutor) {
     e.BeginCapture();
     e.Reserve(&b, 4);  // no growth: allowed
     switch (k) {
-      case 0: e.Upload(&b, host, 4); break;
-      case 1: e.Download(host, b.data(), 4); break;
-      case 2: e.Synchronize(); break;
-      case 3: e.Recycle(); break;
-      case 4: e.Reserve(&b, 8); break;
-      case 5: (void)e.Mark(); break;
+      case 0:
+        e.Upload(&b, host, 4);
+        break;
+      case 1:
+        e.Download(host, b.data(), 4);
+        break;
+      case 2:
+        e.Synchronize();
+        break;
+      case 3:
+        e.Recycle();
+        break;
+      case 4:
+        e.Reserve(&b, 8);
+        break;
+      case 5:
+        (void)e.Mark();
+        break;
     }
     HostExec::Graph g;
     e.EndCapture(&g);

@@ -208,7 +208,7 @@ class GpuStep {
   static constexpr int kPhaseMarks = 6;
   std::vector<typename Exec::TimeMark> marks_;
   GpuStepStats stats_;
-  // Train stage, gpu.replay on one GPU: the pass's recorded minibatch steps by their rows
+  // Train stage, gpu.replay on one GPU: the last pass's recorded minibatch steps by their rows
   // (the shape: a pass has at most two, its full minibatches and its last), GPU 0's marks
   // around each replay (two per minibatch), and whether a step is being recorded (no marks).
   std::vector<std::pair<uint32_t, typename Exec::Graph>> graphs_;

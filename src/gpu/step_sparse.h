@@ -61,8 +61,8 @@ void GpuStep<Exec>::KeyGradients(Staged& s, const Batch& pass, const SliceRun& r
   const float *dx = rep.dx.data(), *dlogit = rep.dlogit.data(), *labels = f.labels.data(),
               *weights = f.weights.data();
   const uint32_t *cells = f.cell.data(), *fetch_pos = f.fetch_pos.data();
-  const OccurrenceRecord record{cells,    now,      S,  weights, weighted, rd,     dim,
-                                multi,    slot_dim, slot_col, dx, E,       dlogit, labels};
+  const OccurrenceRecord record{cells, now,      S,        weights, weighted, rd,     dim,
+                                multi, slot_dim, slot_col, dx,      E,        dlogit, labels};
   float* grad = f.grad.data();
   if (options_.scatter == ScatterMode::kSegment) {
     const uint32_t* uniq_occ = f.uniq_occ.data();

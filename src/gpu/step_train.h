@@ -164,7 +164,9 @@ void GpuStep<Exec>::TrainMinibatches(Staged& s, const Batch& pass) {
     }
     return;
   }
-  graphs_.clear();
+  // The recordings of the passes before are kept: recorded again, a CUDA graph of the same
+  // shape is updated in place rather than instantiated anew.
+  std::vector<bool> recorded(graphs_.size(), false);
   for (size_t b = 0; b < plan.minibatches(); ++b) {
     opt.BeginStep();
     const uint32_t rows = plan.slice(b, 0).rows();
@@ -172,7 +174,11 @@ void GpuStep<Exec>::TrainMinibatches(Staged& s, const Batch& pass) {
                            [&](const auto& g) { return g.first == rows; });
     if (it == graphs_.end()) {
       graphs_.emplace_back(rows, typename Exec::Graph());
+      recorded.push_back(false);
       it = graphs_.end() - 1;
+    }
+    if (!recorded[it - graphs_.begin()]) {
+      recorded[it - graphs_.begin()] = true;
       capturing_ = true;
       e0.BeginCapture();
       TrainMinibatch(s, pass, b);
@@ -184,6 +190,15 @@ void GpuStep<Exec>::TrainMinibatches(Staged& s, const Batch& pass) {
     e0.Replay(it->second);
     replay_marks_.push_back(e0.Mark());
   }
+  // Only this pass's shapes are kept (a last minibatch's shape changes from pass to pass).
+  size_t keep = 0;
+  for (size_t i = 0; i < graphs_.size(); ++i) {
+    if (recorded[i]) {
+      if (keep != i) graphs_[keep] = std::move(graphs_[i]);
+      ++keep;
+    }
+  }
+  graphs_.resize(keep);
 }
 
 // A timing mark on GPU 0's queue between two phases (none while a step is recorded).

@@ -244,8 +244,7 @@ inline std::string FirstDifference(const RowBlock& x, const RowBlock& y) {
 }
 
 // Relative closeness of two runs' rows, dense parameters and predictions.
-inline void ExpectClose(const Trained& a, const Trained& b, double tol,
-                        const std::string& what) {
+inline void ExpectClose(const Trained& a, const Trained& b, double tol, const std::string& what) {
   const RowBlock &x = a.rows, &y = b.rows;
   const ValueLayout& L = x.layout();
   auto near = [&](float u, float v, const char* field, size_t i) {
