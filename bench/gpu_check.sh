@@ -54,9 +54,9 @@ step cuda-tests 180 bash -c "$B/src/gpu/gpu_test --gtest_filter='Cuda*:GpuEmulat
   $B/src/exec/exec_test 2>&1 | tail -3;
   $B/src/feature/feature_test --gtest_filter='*Cuda*' 2>&1 | tail -5" > "$out/tests.log"
 grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/tests.log"
-e2e=(--reps "$reps" --ctrbox "$CTR")
-[ "$mode" = quick ] && e2e+=(--no-torch --gemm fp32 --budget-reps 1)
-step gpu-e2e 300 $PY bench/gpu_e2e.py "${e2e[@]}" > "$out/gpu_e2e.jsonl"
+e2e=(--reps "$reps" --ctrbox "$CTR" --scale-rows 4000000)
+[ "$mode" = quick ] && e2e+=(--no-torch --gemm fp32 --budget-reps 1 --scale-rows 0)
+step gpu-e2e 360 $PY bench/gpu_e2e.py "${e2e[@]}" > "$out/gpu_e2e.jsonl"
 tail -1 "$out/gpu_e2e.jsonl"
 
 step kernels 90 bash -c "ncu --clock-control none --csv --metrics gpu__time_duration.sum \

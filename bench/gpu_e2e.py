@@ -7,6 +7,7 @@ Prints one JSON line per run (ctrbox's with its stage table and the GPU's phase 
 summary with medians and ratios. Without a GPU it prints one line saying so and exits 0.
 
   bench/gpu_e2e.py [--data-dir DIR] [--reps 3] [--gemm fp32,tf32] [--budget 0.1] [--no-call-by-call]
+                   [--scale-rows 4000000]
 
 Runs on a bare CUDA machine: the baselines come from CTRBOX_BASELINES (or ../shared/baselines),
 PyTorch from the python3 running this script (or Debian's), the data from `ctrbox gen`.
@@ -46,6 +47,10 @@ def main():
     ap.add_argument("--gemm", default="fp32,tf32")
     ap.add_argument("--budget", type=float, default=0.1, help="memory budget as a share of the model (0: skip)")
     ap.add_argument("--budget-reps", type=int, default=2)
+    ap.add_argument("--scale-rows", type=int, default=0,
+                    help="then the tiers at scale: this many generated rows of a 12 M-key shape "
+                         "(zipf 1.02, vocab_scale 1000; 4000000 as budget_10pct_4m.jsonl), in "
+                         "memory and at --budget of it, one run each (0: skip)")
     ap.add_argument("--no-call-by-call", action="store_true",
                     help="skip the fp32 run with gpu.replay=false (the step launched call by call)")
     ap.add_argument("--no-torch", action="store_true")
@@ -133,7 +138,34 @@ def main():
         summary["budget"] = {"share": a.budget, "bytes": budget, "examples_per_s_median": b,
                              "ratio_over_in_memory": b / med["ctrbox-gpu-fp32"],
                              "same_digest": all(r["digest"] == mem[0]["digest"] for r in got)}
+    if a.scale_rows > 0 and a.budget > 0:
+        summary["scale"] = scale(a)
     emit(summary)
+
+
+def scale(a):
+    """The tiers where a budget means something: a generated 12 M-key model (at 4 M rows) on the
+    GPU in memory, then at a.budget of its bytes over the SSD tier; the same digest."""
+    gen = ["--fresh", "--set", "device=gpu", "--set", f"data.gen.rows={a.scale_rows}",
+           "--set", "data.gen.test_rows=200000", "--set", "data.gen.zipf=1.02",
+           "--set", "data.gen.vocab_scale=1000"]
+    runs = {}
+    mem = train(a.ctrbox, gen + ["--model-dir", os.path.join(a.data_dir, "model-scale")])
+    runs["memory"] = mem
+    budget = int(a.budget * mem["bytes_live"])
+    ssd = os.path.join(a.data_dir, "ssd-scale")
+    runs["budget"] = train(a.ctrbox, gen + ["--model-dir", os.path.join(a.data_dir, "model-scale-b"),
+                                            "--set", f"storage.ssd_dir={ssd}",
+                                            "--set", f"storage.memory_budget={budget}"])
+    for name, r in runs.items():
+        emit({"bench": "gpu_e2e_scale", "run": name, "rows": a.scale_rows, "budget_bytes": budget,
+              "examples_per_s": r["examples_per_s"], "test_auc": r["test_auc"],
+              "keys": r.get("keys"), "bytes_live": r["bytes_live"], "passes": r["passes"],
+              "hit_rate": r.get("storage", {}).get("hit_rate"), "stages": r["stages"],
+              "gpu": r.get("gpu"), "peak_rss_bytes": r["peak_rss_bytes"], "digest": r["digest"]})
+    return {"rows": a.scale_rows, "budget_share": a.budget, "budget_bytes": budget,
+            "ratio_over_in_memory": runs["budget"]["examples_per_s"] / runs["memory"]["examples_per_s"],
+            "same_digest": runs["budget"]["digest"] == runs["memory"]["digest"]}
 
 
 if __name__ == "__main__":

@@ -79,6 +79,10 @@ TEST(GpuReplayTest, AMinibatchIsOneReplayAndNothingElse) {
     EXPECT_EQ(d.allocations, 0u);
     // 700 rows in minibatches of 128: five full and a last one of 60, two shapes a pass.
     EXPECT_EQ(after.captures, 4u);
+    // A pass waits for its GPU twice: at its start, and once for all its results.
+    EXPECT_EQ(after.passes, 2u);
+    EXPECT_EQ(after.train.syncs, 2 * after.passes);
+    EXPECT_EQ(before.train.syncs, 2 * before.passes);
   }
 }
 

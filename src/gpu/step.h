@@ -131,7 +131,7 @@ class GpuStep {
                   ThreadPool* pool);
   void StageFeed(Staged& s, uint32_t g, const Batch& pass, const WorkingSet& ws);
   void UploadRows(Exec& e, const HostRows& h, DeviceRows* d);
-  void DownloadRows(Exec& e, DeviceRows& d, HostRows* h);
+  void QueueRowsDownload(Exec& e, DeviceRows& d, HostRows* h);
   void Patch(Staged& s, const RowBlock& rows, const std::vector<uint32_t>& patched,
              ThreadPool* pool);
   void EnsureWork(Staged& s);
@@ -146,6 +146,7 @@ class GpuStep {
                             RowBlock* rows, uint64_t* created, ThreadPool* pool);
   Status FinishPass(Staged& s, const Batch& pass, RowBlock* rows, float* predictions,
                     uint64_t* created, bool rows_back, ThreadPool* pool);
+  Status LostKeys(const std::vector<uint32_t>& bad);
   void AddPhases();
   // step_exchange.h
   void ExchangeRows(Staged& s, size_t b);

@@ -182,10 +182,9 @@ void GpuStep<Exec>::UploadRows(Exec& e, const HostRows& h, DeviceRows* d) {
 }
 
 template <class Exec>
-void GpuStep<Exec>::DownloadRows(Exec& e, DeviceRows& d, HostRows* h) {
+void GpuStep<Exec>::QueueRowsDownload(Exec& e, DeviceRows& d, HostRows* h) {
   HostRows::EachField(
       d, *h, [&](auto& dev, auto& host) { e.DownloadAsync(host.data(), dev.data(), host.size()); });
-  e.Synchronize();
 }
 
 // Re-uploads the rows of `patched` local ids: per owner, the rows in a staging block, then

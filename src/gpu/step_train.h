@@ -25,14 +25,14 @@ Status GpuStep<Exec>::Train(uint64_t pass_index, const Batch& pass, const Workin
     compute_[g]->UseHostPool(pool);
     compute_[g]->Wait(s.staged[g]);
   }
-  for (uint32_t o = 0; o < gpus_; ++o) {
-    uint32_t bad = 0;
-    compute_[o]->Download(&bad, s.parts[o].status.data(), 1);
-    RETURN_IF_ERROR(compute_[o]->status());
-    if (bad != 0) {
-      return InternalError("GPU backend: the working table of GPU " + std::to_string(o) + " lost " +
-                           std::to_string(bad) + " keys (insert or lookup failed)");
-    }
+  // A working table that lost keys fails the pass. On one box that is found with the pass's
+  // results (FinishPass), so that the host queues the minibatches without waiting for the
+  // staging to finish; across ranks before the first collective.
+  if (ranks != nullptr) {
+    std::vector<uint32_t> bad(gpus_, 0);
+    for (uint32_t o = 0; o < gpus_; ++o)
+      compute_[o]->Download(&bad[o], s.parts[o].status.data(), 1);
+    RETURN_IF_ERROR(LostKeys(bad));
   }
   if (!patched.empty()) Patch(s, *rows, patched, pool);
   EnsureWork(s);
@@ -324,34 +324,31 @@ Status GpuStep<Exec>::TrainRankMinibatch(Staged& s, const Batch& pass, uint32_t 
 
 // The pass's results back to the host: the rows (rows_back: on one box; across ranks the
 // owners' host rows are the trained ones), the predictions, the embeddings created, and the
-// dense state into the host model (checkpoints, export, evaluation read it there).
+// dense state into the host model (checkpoints, export, evaluation read it there). Every
+// download is queued first, then one synchronization per GPU; the working tables' status is
+// checked before anything reaches `rows` (the dense state is in the host model by then: a
+// failed pass is not committed).
 template <class Exec>
 Status GpuStep<Exec>::FinishPass(Staged& s, const Batch& pass, RowBlock* rows, float* predictions,
                                  uint64_t* created, bool rows_back, ThreadPool* pool) {
   const HbmPlan& plan = s.plan;
   const ValueLayout& L = rows->layout();
-  uint64_t total = 0;
-  for (uint32_t o = 0; o < gpus_ && rows_back; ++o) {
+  std::vector<uint32_t> bad(gpus_, 0), made(gpus_, 0);
+  std::vector<HostRows> host;
+  host.reserve(gpus_);
+  for (uint32_t o = 0; o < gpus_; ++o) {
     Exec& e = *compute_[o];
-    HostRows host(L, s.parts[o].n);
-    uint32_t c = 0;
-    e.DownloadAsync(&c, s.parts[o].created.data(), 1);
-    DownloadRows(e, s.parts[o].rows, &host);  // synchronizes
-    RETURN_IF_ERROR(e.status());
-    host.Scatter(plan.locals[o], rows, pool);
-    total += c;
+    e.DownloadAsync(&bad[o], s.parts[o].status.data(), 1);
+    if (!rows_back) continue;
+    e.DownloadAsync(&made[o], s.parts[o].created.data(), 1);
+    host.emplace_back(L, s.parts[o].n);
+    QueueRowsDownload(e, s.parts[o].rows, &host.back());
   }
-  std::vector<float> p(gpus_ == 1 ? 0 : pass.rows());
+  std::vector<float> p(gpus_ == 1 ? 0 : size_t{gpus_} * pass.rows());
   for (uint32_t g = 0; g < gpus_; ++g) {
-    if (gpus_ == 1) {  // one GPU's predictions are the pass's
-      compute_[g]->Download(predictions, s.feeds[g].predictions.data(), pass.rows());
-      continue;
-    }
-    compute_[g]->Download(p.data(), s.feeds[g].predictions.data(), p.size());
-    for (size_t b = 0; b < plan.minibatches(); ++b) {
-      const HbmSlice& sl = plan.slice(b, g);
-      std::copy(p.begin() + sl.row_begin, p.begin() + sl.row_end, predictions + sl.row_begin);
-    }
+    // One GPU's predictions are the pass's; several GPUs' each their slices' rows.
+    float* to = gpus_ == 1 ? predictions : p.data() + g * pass.rows();
+    compute_[g]->DownloadAsync(to, s.feeds[g].predictions.data(), pass.rows());
   }
   const size_t P = NumParams();
   Exec& e0 = *compute_[0];
@@ -359,9 +356,35 @@ Status GpuStep<Exec>::FinishPass(Staged& s, const Batch& pass, RowBlock* rows, f
   DenseOptimizer& opt = model_->dense_optimizer();
   if (!opt.m().empty()) e0.DownloadAsync(opt.m().data(), replicas_[0].m.data(), P);
   if (!opt.v().empty()) e0.DownloadAsync(opt.v().data(), replicas_[0].v.data(), P);
-  e0.Synchronize();
+  for (uint32_t g = 0; g < gpus_; ++g) compute_[g]->Synchronize();
   for (uint32_t g = 0; g < gpus_; ++g) RETURN_IF_ERROR(compute_[g]->status());
+  RETURN_IF_ERROR(LostKeys(bad));
+  uint64_t total = 0;
+  for (uint32_t o = 0; o < gpus_ && rows_back; ++o) {
+    host[o].Scatter(plan.locals[o], rows, pool);
+    total += made[o];
+  }
+  for (uint32_t g = 0; g < gpus_ && gpus_ > 1; ++g) {
+    const float* from = p.data() + g * pass.rows();
+    for (size_t b = 0; b < plan.minibatches(); ++b) {
+      const HbmSlice& sl = plan.slice(b, g);
+      std::copy(from + sl.row_begin, from + sl.row_end, predictions + sl.row_begin);
+    }
+  }
   *created = total;
+  return Status::OK();
+}
+
+// OK, or the pass's failure if an owner's working table lost keys (bad[o]: its count).
+template <class Exec>
+Status GpuStep<Exec>::LostKeys(const std::vector<uint32_t>& bad) {
+  for (uint32_t o = 0; o < gpus_; ++o) {
+    RETURN_IF_ERROR(compute_[o]->status());
+    if (bad[o] != 0) {
+      return InternalError("GPU backend: the working table of GPU " + std::to_string(o) + " lost " +
+                           std::to_string(bad[o]) + " keys (insert or lookup failed)");
+    }
+  }
   return Status::OK();
 }
 
