@@ -12,16 +12,16 @@ connection) run beside it, interleaved rep by rep:
 3. slow clients: 64 connections that send a header byte every 0.5 s while wrk loads the
    server from 4 connections; up to 200 liveness probes (GET /v2/health/live, each on a new
    connection) within the load's seconds: p50, p99, max, and how many got no answer within 2 s.
-4. gRPC (the new server only): the 256 records as a raw BYTES tensor from 4 threads of a
-   python3-grpcio client, beside HTTP's wrk -c 4 on the same server (the Python client's own
-   cost shares the 2 cores: said beside the figure).
+4. gRPC (the new server): the 256 records as a raw BYTES tensor from 4 threads of
+   build/bench/grpc_load (C++; python3-grpcio's client where it was not built), beside HTTP's
+   wrk -c 4 on the same server and on the baseline, interleaved.
 5. memory: the server's RSS on a model directory at start (before any request) and after the
    load, and the model's served bytes.
 
 Prints one JSON line per measurement (medians over --reps), with blas_core.
 
     bench/serve_connections.py [--baseline OLD_CTRBOX] [--train-rows 200000] [--seconds 8]
-                               [--reps 3]
+                               [--reps 3] [--grpc-only]
 """
 import json, os, selectors, socket, statistics, subprocess, sys, tempfile, threading, time
 
@@ -196,6 +196,7 @@ def main():
     ap.add_argument("--baseline", default="", help="an earlier ctrbox binary to run beside")
     ap.add_argument("--train-rows", type=int, default=200000)
     ap.add_argument("--seconds", type=int, default=8)
+    ap.add_argument("--grpc-only", action="store_true", help="only part 4 (gRPC against HTTP)")
     a = ap.parse_args()
     d = tempfile.mkdtemp(prefix="ctrbox-serve-conn-")
     lua = os.path.join(d, "post.lua")
@@ -211,6 +212,9 @@ def main():
     b256 = sb.body_file(os.path.join(d, "b256.json"), lines[:256])
     b1 = sb.body_file(os.path.join(d, "b1.json"), lines[:1])
     body1 = open(b1, "rb").read()
+    if a.grpc_only:
+        grpc_bench(a, d, model, test, lua, b256, blas)
+        return
     binaries = {"new": a.ctrbox}
     if a.baseline:
         binaries["baseline"] = a.baseline
@@ -267,41 +271,62 @@ def main():
 
 
 def grpc_bench(a, d, model, test, lua, b256, blas):
-    """The same 256 records over gRPC (raw BYTES) from 4 threads of python3-grpcio, and over
-    HTTP from 4 wrk connections, one server, interleaved."""
+    """The same 256 records over gRPC (raw BYTES) from 4 threads of a client, over HTTP from 4
+    wrk connections, one server, and over HTTP to the baseline server (with --baseline),
+    interleaved. The client is build/bench/grpc_load (C++, a channel per thread) where it was
+    built, else python3-grpcio's (whose own CPU takes a large share of the 2 cores)."""
     py = "/usr/bin/python3"
-    if subprocess.run([py, "-c", "import grpc"], capture_output=True).returncode != 0:
-        print(json.dumps({"bench": "serve_connections", "what": "grpc",
-                          "skipped": "no python3-grpcio (scripts/setup)"}), flush=True)
-        return
-    sb.run(["protoc", f"--proto_path={PROTO_DIR}", f"--python_out={d}", f"--grpc_python_out={d}",
-            "--plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin",
-            "grpc_predict_v2.proto"])
-    client = os.path.join(d, "grpc_load.py")
-    open(client, "w").write(GRPC_LOAD)
+    cpp = os.path.join(os.path.dirname(os.path.abspath(a.ctrbox)), "bench", "grpc_load")
+    if os.path.exists(cpp):
+        client_name = "bench/grpc_load (C++), 4 threads, a channel each"
+        client = lambda gport: [cpp, "--port", str(gport), "--records", test, "--seconds",
+                                str(a.seconds), "--threads", "4"]
+    else:
+        if subprocess.run([py, "-c", "import grpc"], capture_output=True).returncode != 0:
+            print(json.dumps({"bench": "serve_connections", "what": "grpc",
+                              "skipped": "no grpc_load and no python3-grpcio (scripts/setup)"}),
+                  flush=True)
+            return
+        sb.run(["protoc", f"--proto_path={PROTO_DIR}", f"--python_out={d}",
+                f"--grpc_python_out={d}", "--plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin",
+                "grpc_predict_v2.proto"])
+        script = os.path.join(d, "grpc_load.py")
+        open(script, "w").write(GRPC_LOAD)
+        client_name = "python3-grpcio, 4 threads (its own cost on the 2 cores)"
+        client = lambda gport: [py, script, d, str(gport), test, str(a.seconds), "4"]
     p = subprocess.Popen([a.ctrbox, "serve", "--model-dir", model, "--port", "0", "--grpc-port",
                           "0"], stdout=subprocess.PIPE, stderr=open(os.path.join(d, "g.log"), "w"),
                          text=True)
     line = json.loads(p.stdout.readline())
     port, gport = line["port"], line["grpc_port"]
-    http, grpc_runs = [], []
+    base = sb.start_server(a.baseline, ["--model-dir", model], os.path.join(d, "gb.log")) \
+        if a.baseline else None
+    http, grpc_runs, base_http = [], [], []
     for _ in range(a.reps):
         http.append(wrk(port, b256, 4, a.seconds, lua))
-        out = subprocess.run([py, client, d, str(gport), test, str(a.seconds), "4"],
-                             capture_output=True, text=True)
+        out = subprocess.run(client(gport), capture_output=True, text=True)
         if out.returncode != 0:
             sys.exit("grpc load client failed:\n" + out.stderr[-2000:])
         grpc_runs.append(json.loads(out.stdout.splitlines()[-1]))
+        if base:
+            base_http.append(wrk(base[1], b256, 4, a.seconds, lua))
     sb.stop_server(p)
+    if base:
+        base[0].kill()
+        base[0].wait()
     med = lambda rs, k: statistics.median(r[k] for r in rs)
-    print(json.dumps({"bench": "serve_connections", "what": "grpc", "records_per_request": 256,
-                      "grpc_predictions_per_s": med(grpc_runs, "predictions_per_s"),
-                      "grpc_p50_ms": med(grpc_runs, "p50_ms"), "grpc_p99_ms": med(grpc_runs, "p99_ms"),
-                      "grpc_errors": sum(r["errors"] for r in grpc_runs),
-                      "http_predictions_per_s": med(http, "requests_per_s") * 256,
-                      "http_p99_ms": med(http, "p99_ms"),
-                      "client": "python3-grpcio, 4 threads (its own cost on the 2 cores)",
-                      "reps": a.reps, "blas_core": blas}), flush=True)
+    g, h = med(grpc_runs, "predictions_per_s"), med(http, "requests_per_s") * 256
+    line = {"bench": "serve_connections", "what": "grpc", "records_per_request": 256,
+            "grpc_predictions_per_s": g, "grpc_each": [r["predictions_per_s"] for r in grpc_runs],
+            "grpc_p50_ms": med(grpc_runs, "p50_ms"), "grpc_p99_ms": med(grpc_runs, "p99_ms"),
+            "grpc_errors": sum(r["errors"] for r in grpc_runs),
+            "http_predictions_per_s": h, "http_p99_ms": med(http, "p99_ms"),
+            "grpc_over_http": g / h, "client": client_name, "reps": a.reps, "blas_core": blas}
+    if base_http:
+        b = med(base_http, "requests_per_s") * 256
+        line.update({"baseline_http_predictions_per_s": b, "grpc_over_baseline_http": g / b,
+                     "http_over_baseline_http": h / b})
+    print(json.dumps(line), flush=True)
 
 
 if __name__ == "__main__":

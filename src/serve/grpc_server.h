@@ -46,14 +46,18 @@ class InferenceBackend {
   virtual StatusOr<ModelDescription> Describe(std::string_view name, std::string_view version) = 0;
   // Answers a request's tensors, as the front end read them (an error there is the answer,
   // counted): InvalidArgument naming a bad field, NotFound for a model or version not served.
+  // queue_seconds: how long the request waited for a prediction slot (the statistics' queue).
   virtual Status Infer(std::string_view name, std::string_view version,
-                       StatusOr<RequestTensors> tensors, InferAnswer* out) = 0;
+                       StatusOr<RequestTensors> tensors, double queue_seconds,
+                       InferAnswer* out) = 0;
 };
 
 struct GrpcServerOptions {
   std::string host = "127.0.0.1";
-  int port = 0;     // 0: any free port
-  int workers = 8;  // the most RPCs answered at once (at least 8: grpc_server.cc says why)
+  int port = 0;  // 0: any free port
+  // The most predictions run at once (as HTTP's workers: one per CPU by default); more RPCs
+  // than that are accepted (at least 8: grpc_server.cc says why) and wait for a slot.
+  int workers = 8;
   uint64_t max_message_bytes = uint64_t{64} << 20;  // a request's most bytes (larger: refused)
 };
 
