@@ -15,8 +15,8 @@ connection) run beside it, interleaved rep by rep:
 4. gRPC (the new server): the 256 records as a raw BYTES tensor from 4 threads of
    build/bench/grpc_load (C++; python3-grpcio's client where it was not built), beside HTTP's
    wrk -c 4 on the same server and on the baseline, interleaved.
-5. memory: the server's RSS on a model directory at start (before any request) and after the
-   load, and the model's served bytes.
+5. memory: the server's RSS on a model directory at start (before any request), right after
+   the load and 4 s later (idle), and the model's served bytes.
 
 Prints one JSON line per measurement (medians over --reps), with blas_core.
 
@@ -241,6 +241,8 @@ def main():
         runs[(k, "c1000_256")].append(wrk(port, b256, 1000, a.seconds, lua, threads=2))
         runs[(k, "slow")].append(slow_clients_and_probes(port, 64, 200, b256, lua, a.seconds + 2))
     memory = {k: sb.rss(p.pid) for k, (p, _) in servers.items()}
+    time.sleep(4)  # a few of the server's 1 s polls without a request: its heap trimmed
+    memory_idle = {k: sb.rss(p.pid) for k, (p, _) in servers.items()}
     model_bytes = sb.metrics(servers["new"][1]).get("ctrbox_model_bytes")
     for p, _ in servers.values():
         p.kill()
@@ -264,6 +266,7 @@ def main():
                           **runs[(k, "slow")][0], "blas_core": blas}), flush=True)
         print(json.dumps({"bench": "serve_connections", "what": "memory", "server": k,
                           "rss_bytes": memory[k], "rss_at_start_bytes": memory_at_start[k],
+                          "rss_after_4s_idle_bytes": memory_idle[k],
                           "model_bytes": model_bytes,
                           "rss_over_model": memory[k] / model_bytes if model_bytes else None,
                           "blas_core": blas}), flush=True)
