@@ -39,6 +39,23 @@ struct IndexBench {
 };
 StatusOr<IndexBench> CudaIndexBenchmark(size_t keys, size_t probes, uint32_t dim, int reps);
 
+// A pass's key occurrences deduplicated on GPU 0 (gpu/cuda_keys.cu; bench/host_stages_bench):
+// upload, radix sort with positions, run-length encode into the distinct keys, each
+// occurrence's pass-local id, and the distinct keys and ids back to the host. Seconds of each
+// (GPU time between events) and of the whole (host wall time), medians of `reps` runs after a
+// warm-up; same_keys_as_host: the distinct keys equal distinct_sorted (the host working set's,
+// sorted) and every occurrence's id names its own key.
+struct KeyDedupBench {
+  std::string device;
+  uint64_t occurrences = 0, distinct = 0;
+  double upload_seconds = 0, sort_seconds = 0, unique_seconds = 0, ids_seconds = 0,
+         download_seconds = 0, total_seconds = 0;
+  bool same_keys_as_host = false;
+};
+StatusOr<KeyDedupBench> CudaKeyDedupBenchmark(const std::vector<uint64_t>& occurrences,
+                                              const std::vector<uint64_t>& distinct_sorted,
+                                              int reps);
+
 }  // namespace ctrbox
 
 #endif  // CTRBOX_GPU_CUDA_BACKEND_H_
