@@ -11,8 +11,8 @@
 #   there:  source .gpu/env.sh && bench/gpu_check.sh [quick|full]
 #
 # Writes its log and JSON lines under $OUT (or ./gpu_check_out): check.log, tests.log,
-# gpu_e2e.jsonl, kernels.txt, feed_rate.jsonl, host_stages.jsonl, cpu_scaling.jsonl,
-# sanitizer.log (in that order, the figures before the slow sanitizers). `quick` runs the
+# gpu_e2e.jsonl, sanitizer.log, kernels.txt, feed_rate.jsonl, host_stages.jsonl (with the GPU
+# key dedup), cpu_scaling.jsonl (in that order). `quick` runs the
 # tests, one rep of the figures and the kernel profile, no sanitizers. About 7 minutes in all
 # on an H200 machine with 16 cores (GPU_CHECK_SECONDS: the deadline, 540 by default).
 set -u
@@ -59,6 +59,18 @@ e2e=(--reps "$reps" --ctrbox "$CTR" --scale-rows 4000000)
 step gpu-e2e 360 $PY bench/gpu_e2e.py "${e2e[@]}" > "$out/gpu_e2e.jsonl"
 tail -1 "$out/gpu_e2e.jsonl"
 
+# The sanitizers right after the end-to-end figures (before the slower figures that the
+# deadline may cut): the replayed step is what a job runs by default.
+if [ "$mode" = full ]; then
+step memcheck 120 compute-sanitizer --tool memcheck --error-exitcode 3 \
+  "$B/src/gpu/gpu_test" --gtest_filter='CudaReplayTest.*:CudaBackendTest.TensorCore*:CudaBackendTest.DeviceHash*' \
+  > "$out/sanitizer.log" 2>&1
+step racecheck 120 compute-sanitizer --tool racecheck --error-exitcode 3 \
+  "$B/src/gpu/gpu_test" --gtest_filter='CudaReplayTest.*:CudaBackendTest.DeviceHashIndex*:CudaBackendTest.TensorCore*' \
+  >> "$out/sanitizer.log" 2>&1
+grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED' "$out/sanitizer.log" | tail -8
+fi
+
 step kernels 90 bash -c "ncu --clock-control none --csv --metrics gpu__time_duration.sum \
   --launch-skip 3000 --launch-count 120 $CTR train --format shards \
   --data /tmp/ctrbox-bench-gpu/train_shards --fresh --model-dir /tmp/ctrbox-ncu --set device=gpu \
@@ -93,15 +105,5 @@ step stream 120 $PY bench/stream_check.py --device gpu --ctrbox "$CTR" --data-di
 [ "$mode" = quick ] || step cpu-scaling 90 $PY bench/cpu_scaling.py --threads 2,16 --reps 2 --ctrbox "$CTR" \
   --data-dir /tmp/ctrbox-bench-gpu > "$out/cpu_scaling.jsonl"
 tail -1 "$out/cpu_scaling.jsonl" 2>/dev/null
-if [ "$mode" = full ]; then
-# The replayed step (CUDA graphs) first: it is what a job runs by default.
-step memcheck 120 compute-sanitizer --tool memcheck --error-exitcode 3 \
-  "$B/src/gpu/gpu_test" --gtest_filter='CudaReplayTest.*:CudaBackendTest.TensorCore*:CudaBackendTest.DeviceHash*' \
-  > "$out/sanitizer.log" 2>&1
-step racecheck 120 compute-sanitizer --tool racecheck --error-exitcode 3 \
-  "$B/src/gpu/gpu_test" --gtest_filter='CudaReplayTest.*:CudaBackendTest.DeviceHashIndex*:CudaBackendTest.TensorCore*' \
-  >> "$out/sanitizer.log" 2>&1
-grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED' "$out/sanitizer.log" | tail -8
-fi
 
 echo "gpu_check done in $(( $(date +%s) - start ))s"
