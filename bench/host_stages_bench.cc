@@ -1,8 +1,9 @@
 // The host stages' per-pass work, alone, on 1..N threads (docs/pipeline.md, "Host stages that
 // scale with cores"): for a pass of generated Criteo-like rows, the working set
 // (BuildWorkingSet), the pass table's index (WorkingTable::Build) and the GPU plan
-// (BuildHbmPlan, 1 GPU); then, on a GPU, the same keys deduplicated there (gpu_dedup). One JSON line per (part, threads) with the median seconds over --reps,
-// examples/s, the µs per example per core and the speedup over 1 thread.
+// (BuildHbmPlan, 1 GPU); then, on a GPU, the same keys deduplicated there (gpu_dedup). One
+// JSON line per (part, threads) with the median seconds over --reps, examples/s, the µs per
+// example per core and the speedup over 1 thread.
 //
 //   build/bench/host_stages_bench [--rows 262144] [--threads 1,2] [--reps 5] [--batch 2048]
 #include <cstdlib>
@@ -45,7 +46,8 @@ void GpuDedup(const Batch& pass, const WorkingSet& ws, int reps,
     return;
   }
   nlohmann::json over;
-  for (const auto& [threads, seconds] : host) over[std::to_string(threads)] = seconds / r->total_seconds;
+  for (const auto& [threads, seconds] : host)
+    over[std::to_string(threads)] = seconds / r->total_seconds;
   Emit({{"bench", "host_stages"},
         {"part", "gpu_dedup"},
         {"device", r->device},

@@ -5,11 +5,11 @@
 // key's pass-local id (a scan of the runs' heads, scattered back to the occurrence order), and
 // the distinct keys and the ids brought back for the pull. It is the lower bound of a GPU
 // working set: the per-minibatch lists the host's BuildWorkingSet also makes are not built.
-#include <cub/cub.cuh>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cub/cub.cuh>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -82,8 +82,8 @@ StatusOr<KeyDedupBench> CudaKeyDedupBenchmark(const std::vector<uint64_t>& occur
   for (int r = 0; r <= reps; ++r) {  // the first run warms up
     const auto t0 = std::chrono::steady_clock::now();
     cudaEventRecord(ev[0], s);
-    cudaMemcpyAsync(d.keys.data(), occurrences.data(), n * sizeof(uint64_t),
-                    cudaMemcpyHostToDevice, s);
+    cudaMemcpyAsync(d.keys.data(), occurrences.data(), n * sizeof(uint64_t), cudaMemcpyHostToDevice,
+                    s);
     uint32_t* pos = d.pos.data();
     e.ForEach(n, [=] __device__(size_t i) { pos[i] = static_cast<uint32_t>(i); });
     cudaEventRecord(ev[1], s);
@@ -109,8 +109,8 @@ StatusOr<KeyDedupBench> CudaKeyDedupBenchmark(const std::vector<uint64_t>& occur
     cudaStreamSynchronize(s);  // the count, before the distinct keys' bytes are known
     cudaMemcpyAsync(host_distinct.data(), d.distinct.data(), size_t{runs} * sizeof(uint64_t),
                     cudaMemcpyDeviceToHost, s);
-    cudaMemcpyAsync(host_local.data(), d.local.data(), n * sizeof(uint32_t),
-                    cudaMemcpyDeviceToHost, s);
+    cudaMemcpyAsync(host_local.data(), d.local.data(), n * sizeof(uint32_t), cudaMemcpyDeviceToHost,
+                    s);
     cudaEventRecord(ev[5], s);
     cudaStreamSynchronize(s);
     const double wall =
