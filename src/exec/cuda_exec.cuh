@@ -7,22 +7,18 @@
 #ifndef CTRBOX_EXEC_CUDA_EXEC_CUH_
 #define CTRBOX_EXEC_CUDA_EXEC_CUH_
 
-#include <cublasLt.h>
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <string>
-#include <tuple>
 #include <vector>
 
-#include "exec/cublas_lazy.h"
 #include "exec/cuda_check.h"
+#include "exec/cuda_gemm.cuh"
 #include "exec/exec.h"
 #include "exec/options.h"
 
@@ -165,7 +161,7 @@ class CudaExec {
   };
 
   CudaExec(int device, GemmPrecision precision, std::shared_ptr<FirstError> errors)
-      : device_(device), precision_(precision), errors_(std::move(errors)) {
+      : device_(device), errors_(std::move(errors)), gemms_(precision, errors_) {
     CTRBOX_EXEC_CHECK(cudaSetDevice(device_));
     CTRBOX_EXEC_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     events_.resize(kEvents);
@@ -180,10 +176,7 @@ class CudaExec {
     for (auto& e : events_) cudaEventDestroy(e);
     for (auto& e : marks_) cudaEventDestroy(e);
     for (auto& b : staging_) cudaFreeHost(b.p);
-    for (auto& [key, plan] : lt_plans_) plan.Destroy();
-    if (lt_workspace_ != nullptr) cudaFree(lt_workspace_);
-    if (lt_ != nullptr) cublas_lazy::cublasLtDestroy(lt_);
-    if (blas_ != nullptr) cublas_lazy::cublasDestroy(blas_);
+    gemms_.Destroy();  // before the stream its handles use
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
   CudaExec(const CudaExec&) = delete;
@@ -295,14 +288,7 @@ class CudaExec {
       return;
     }
     Use();
-    if (lt_ == nullptr) {
-      CTRBOX_EXEC_CHECK(cublas_lazy::cublasLtCreate(&lt_));
-      CTRBOX_EXEC_CHECK(cudaMalloc(&lt_workspace_, kLtWorkspace));
-    }
-    if (blas_ == nullptr) {
-      CTRBOX_EXEC_CHECK(cublas_lazy::cublasCreate(&blas_));
-      CTRBOX_EXEC_CHECK(cublas_lazy::cublasSetStream(blas_, stream_));
-    }
+    gemms_.MakeHandles(stream_);
     if (!ok()) return;
     CTRBOX_EXEC_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     capturing_ = ok();
@@ -348,42 +334,16 @@ class CudaExec {
     CTRBOX_EXEC_CHECK(cudaGraphLaunch(g.exec_, stream_));
   }
   void UseHostPool(ThreadPool* pool) { host_pool_ = pool; }
-  // Row-major C = op(A) op(B) as column-major C^T = op(B)^T op(A)^T: cuBLASLt with the
-  // algorithm its heuristic chose for the shape (and the operands' alignment) the first time,
-  // kept (cublasGemmEx asked the heuristic again on every call: ~38 us of host time a GEMM on
-  // an H200 machine, more than the GEMMs of a minibatch took on the GPU); cublasGemmEx where
-  // the heuristic offers none.
+  // Row-major C = op(A) op(B) (exec/cuda_gemm.cuh: cuBLASLt with the algorithm kept per
+  // shape, cublasGemmEx where it has none).
   void Gemm(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
             float* c, int ldc) {
     if (m == 0 || n == 0 || !ok()) return;
     const HostClock clock(&counters_.gemm_host_seconds);
     Use();
-    if (const LtPlan* plan = LtPlanFor(ta, tb, m, n, k, lda, ldb, ldc, a, b, c)) {
-      ++count().launches;
-      ++count().gemm_calls;
-      const float one = 1.0f, zero = 0.0f;
-      CTRBOX_EXEC_CHECK(cublas_lazy::cublasLtMatmul(lt_, plan->desc, &one, b, plan->a, a, plan->b,
-                                                    &zero, c, plan->c, c, plan->c, &plan->algo,
-                                                    lt_workspace_, kLtWorkspace, stream_));
-      return;
-    }
-    if (!ok()) return;
-    if (blas_ == nullptr) {  // made on first use: the feature layers' executors never need one
-      CTRBOX_EXEC_CHECK(cublas_lazy::cublasCreate(&blas_));
-      CTRBOX_EXEC_CHECK(cublas_lazy::cublasSetStream(blas_, stream_));
-      if (!ok()) return;
-    }
+    if (!gemms_.Run(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, stream_)) return;
     ++count().launches;
     ++count().gemm_calls;
-    const float one = 1.0f, zero = 0.0f;
-    const cublasComputeType_t compute =
-        precision_ == GemmPrecision::kTf32   ? CUBLAS_COMPUTE_32F_FAST_TF32
-        : precision_ == GemmPrecision::kBf16 ? CUBLAS_COMPUTE_32F_FAST_16BF
-                                             : CUBLAS_COMPUTE_32F;
-    CTRBOX_EXEC_CHECK(cublas_lazy::cublasGemmEx(blas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                                ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &one, b,
-                                                CUDA_R_32F, ldb, a, CUDA_R_32F, lda, &zero, c,
-                                                CUDA_R_32F, ldc, compute, CUBLAS_GEMM_DEFAULT));
   }
   Event Record() {
     Event e{events_[next_event_++ % kEvents]};
@@ -445,82 +405,6 @@ class CudaExec {
     size_t size = 0, used = 0;
   };
 
-  // A cuBLASLt matmul of one shape: its descriptors and the heuristic's algorithm.
-  struct LtPlan {
-    cublasLtMatmulDesc_t desc = nullptr;
-    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-    cublasLtMatmulAlgo_t algo{};
-    bool ok = false;  // false: no algorithm (cublasGemmEx does the shape)
-    void Destroy() {
-      if (a != nullptr) cublas_lazy::cublasLtMatrixLayoutDestroy(a);
-      if (b != nullptr) cublas_lazy::cublasLtMatrixLayoutDestroy(b);
-      if (c != nullptr) cublas_lazy::cublasLtMatrixLayoutDestroy(c);
-      if (desc != nullptr) cublas_lazy::cublasLtMatmulDescDestroy(desc);
-    }
-  };
-  static constexpr size_t kLtWorkspace = size_t{32} << 20;
-  // The alignment in bytes (4, 8 or 16) a pointer offers.
-  static uint32_t AlignmentOf(const void* p) {
-    const auto v = reinterpret_cast<uintptr_t>(p);
-    return v % 16 == 0 ? 16 : v % 8 == 0 ? 8 : 4;
-  }
-  // The plan of a GEMM (see Gemm), made the first time its shape and alignment come; null
-  // when cuBLASLt has no algorithm for it (or failed: the error is kept).
-  const LtPlan* LtPlanFor(bool ta, bool tb, int m, int n, int k, int lda, int ldb, int ldc,
-                          const float* a, const float* b, const float* c) {
-    const uint32_t al_a = AlignmentOf(b), al_b = AlignmentOf(a), al_c = AlignmentOf(c);
-    const auto key = std::make_tuple(ta, tb, m, n, k, lda, ldb, ldc, al_a * 256 + al_b * 16 + al_c);
-    auto it = lt_plans_.find(key);
-    if (it != lt_plans_.end()) return it->second.ok ? &it->second : nullptr;
-    LtPlan& p = lt_plans_[key];
-    if (lt_ == nullptr) {
-      CTRBOX_EXEC_CHECK(cublas_lazy::cublasLtCreate(&lt_));
-      CTRBOX_EXEC_CHECK(cudaMalloc(&lt_workspace_, kLtWorkspace));
-      if (!ok()) return nullptr;
-    }
-    const cublasComputeType_t compute =
-        precision_ == GemmPrecision::kTf32   ? CUBLAS_COMPUTE_32F_FAST_TF32
-        : precision_ == GemmPrecision::kBf16 ? CUBLAS_COMPUTE_32F_FAST_16BF
-                                             : CUBLAS_COMPUTE_32F;
-    // Column-major: C' [n x m] = op(B') [n x k] op(A') [k x m], B' and A' the row-major
-    // operands as stored.
-    const cublasOperation_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const cublasOperation_t op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-    CTRBOX_EXEC_CHECK(cublas_lazy::cublasLtMatmulDescCreate(&p.desc, compute, CUDA_R_32F));
-    CTRBOX_EXEC_CHECK(cublas_lazy::cublasLtMatmulDescSetAttribute(
-        p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
-    CTRBOX_EXEC_CHECK(cublas_lazy::cublasLtMatmulDescSetAttribute(
-        p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
-    CTRBOX_EXEC_CHECK(
-        cublas_lazy::cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, tb ? k : n, tb ? n : k, ldb));
-    CTRBOX_EXEC_CHECK(
-        cublas_lazy::cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, ta ? m : k, ta ? k : m, lda));
-    CTRBOX_EXEC_CHECK(cublas_lazy::cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, n, m, ldc));
-    cublasLtMatmulPreference_t pref = nullptr;
-    CTRBOX_EXEC_CHECK(cublas_lazy::cublasLtMatmulPreferenceCreate(&pref));
-    if (!ok()) return nullptr;
-    const uint64_t workspace = kLtWorkspace;
-    const uint32_t align[4] = {al_a, al_b, al_c, al_c};
-    CTRBOX_EXEC_CHECK(cublas_lazy::cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)));
-    const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-    for (int i = 0; i < 4; ++i) {
-      CTRBOX_EXEC_CHECK(cublas_lazy::cublasLtMatmulPreferenceSetAttribute(
-          pref, align_attr[i], &align[i], sizeof(align[i])));
-    }
-    cublasLtMatmulHeuristicResult_t result{};
-    int found = 0;
-    const cublasStatus_t st = cublas_lazy::cublasLtMatmulAlgoGetHeuristic(
-        lt_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
-    cublas_lazy::cublasLtMatmulPreferenceDestroy(pref);
-    p.ok = ok() && st == CUBLAS_STATUS_SUCCESS && found > 0 &&
-           result.state == CUBLAS_STATUS_SUCCESS && result.workspaceSize <= kLtWorkspace;
-    if (p.ok) p.algo = result.algo;
-    return p.ok ? &p : nullptr;
-  }
-
   template <class Code>
   void Check(Code code, const char* what, const char* file, int line) {
     errors_->Record(CheckCall(code, what, file, line));
@@ -565,12 +449,7 @@ class CudaExec {
   }
 
   const int device_;
-  const GemmPrecision precision_;
   cudaStream_t stream_ = nullptr;
-  cublasHandle_t blas_ = nullptr;
-  cublasLtHandle_t lt_ = nullptr;
-  void* lt_workspace_ = nullptr;
-  std::map<std::tuple<bool, bool, int, int, int, int, int, int, uint32_t>, LtPlan> lt_plans_;
   std::vector<cudaEvent_t> events_;
   size_t next_event_ = 0;
   std::vector<cudaEvent_t> marks_;
@@ -578,6 +457,7 @@ class CudaExec {
   int max_blocks_ = 1;
   std::vector<Pinned> staging_;
   std::shared_ptr<FirstError> errors_;
+  CudaGemms gemms_;  // after errors_, which it shares
   ExecCounters counters_;
   ThreadPool* host_pool_ = nullptr;
   bool capturing_ = false;
