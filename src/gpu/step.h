@@ -139,7 +139,7 @@ class GpuStep {
   // step_train.h
   void PrepareArgs(Staged& s, uint32_t minibatches, RankExchange* ranks);
   void NextArgs();
-  void TrainMinibatches(Staged& s, const Batch& pass);
+  Status TrainMinibatches(Staged& s, const Batch& pass);
   void TrainMinibatch(Staged& s, const Batch& pass, size_t b);
   void PhaseMark();
   Status TrainRankMinibatch(Staged& s, const Batch& pass, uint32_t b, RankExchange* ranks,

@@ -52,7 +52,7 @@ Status GpuStep<Exec>::Train(uint64_t pass_index, const Batch& pass, const Workin
     PrepareArgs(s, static_cast<uint32_t>(plan.minibatches()), nullptr);
     std::vector<ExecCounters> before;
     for (const Exec* e : compute_) before.push_back(e->counters());
-    TrainMinibatches(s, pass);
+    RETURN_IF_ERROR(TrainMinibatches(s, pass));
     for (uint32_t g = 0; g < gpus_; ++g) {
       stats_.minibatch_calls.Add(compute_[g]->counters().Since(before[g]));
     }
@@ -153,7 +153,7 @@ void GpuStep<Exec>::NextArgs() {
 // host's dense optimizer steps along (its step count; the GPUs read the constants from the
 // arguments).
 template <class Exec>
-void GpuStep<Exec>::TrainMinibatches(Staged& s, const Batch& pass) {
+Status GpuStep<Exec>::TrainMinibatches(Staged& s, const Batch& pass) {
   const HbmPlan& plan = s.plan;
   DenseOptimizer& opt = model_->dense_optimizer();
   Exec& e0 = *compute_[0];
@@ -162,7 +162,7 @@ void GpuStep<Exec>::TrainMinibatches(Staged& s, const Batch& pass) {
       opt.BeginStep();
       TrainMinibatch(s, pass, b);
     }
-    return;
+    return Status::OK();
   }
   // The recordings of the passes before are kept: recorded again, a CUDA graph of the same
   // shape is updated in place rather than instantiated anew.
@@ -199,6 +199,12 @@ void GpuStep<Exec>::TrainMinibatches(Staged& s, const Batch& pass) {
     }
   }
   graphs_.resize(keep);
+  if (Status st = e0.status(); !st.ok()) {
+    return Status(st.code(), st.message() +
+                                 " (the minibatch step is recorded and replayed: gpu.replay=false "
+                                 "launches it call by call)");
+  }
+  return Status::OK();
 }
 
 // A timing mark on GPU 0's queue between two phases (none while a step is recorded).
