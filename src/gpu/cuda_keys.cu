@@ -75,50 +75,65 @@ StatusOr<KeyDedupBench> CudaKeyDedupBenchmark(const std::vector<uint64_t>& occur
   std::vector<uint64_t> host_distinct(n);
   std::vector<uint32_t> host_local(n);
   uint32_t runs = 0;
-  cudaEvent_t ev[6];
-  for (cudaEvent_t& x : ev) CTRBOX_CUDA_RETURN_IF_ERROR(cudaEventCreate(&x));
+  struct Events {  // destroyed on every return
+    cudaEvent_t e[6] = {};
+    ~Events() {
+      for (cudaEvent_t x : e) {
+        if (x != nullptr) cudaEventDestroy(x);
+      }
+    }
+  } events;
+  cudaEvent_t* ev = events.e;
+  for (int k = 0; k < 6; ++k) CTRBOX_CUDA_RETURN_IF_ERROR(cudaEventCreate(&ev[k]));
   cudaStream_t s = e.stream();
   std::vector<double> upload, sort, unique, ids, download, total;
   for (int r = 0; r <= reps; ++r) {  // the first run warms up
     const auto t0 = std::chrono::steady_clock::now();
-    cudaEventRecord(ev[0], s);
-    cudaMemcpyAsync(d.keys.data(), occurrences.data(), n * sizeof(uint64_t), cudaMemcpyHostToDevice,
-                    s);
+    CTRBOX_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[0], s));
+    CTRBOX_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d.keys.data(), occurrences.data(),
+                                                n * sizeof(uint64_t), cudaMemcpyHostToDevice, s));
     uint32_t* pos = d.pos.data();
     e.ForEach(n, [=] __device__(size_t i) { pos[i] = static_cast<uint32_t>(i); });
-    cudaEventRecord(ev[1], s);
+    CTRBOX_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[1], s));
     size_t bytes = d.temp_bytes;
-    cub::DeviceRadixSort::SortPairs(d.temp.data(), bytes, d.keys.data(), d.sorted.data(),
-                                    d.pos.data(), d.sorted_pos.data(), ni, 0, 64, s);
-    cudaEventRecord(ev[2], s);
+    CTRBOX_CUDA_RETURN_IF_ERROR(cub::DeviceRadixSort::SortPairs(d.temp.data(), bytes, d.keys.data(),
+                                                                d.sorted.data(), d.pos.data(),
+                                                                d.sorted_pos.data(), ni, 0, 64, s));
+    CTRBOX_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[2], s));
     bytes = d.temp_bytes;
-    cub::DeviceRunLengthEncode::Encode(d.temp.data(), bytes, d.sorted.data(), d.distinct.data(),
-                                       d.counts.data(), d.runs.data(), ni, s);
-    cudaEventRecord(ev[3], s);
+    CTRBOX_CUDA_RETURN_IF_ERROR(
+        cub::DeviceRunLengthEncode::Encode(d.temp.data(), bytes, d.sorted.data(), d.distinct.data(),
+                                           d.counts.data(), d.runs.data(), ni, s));
+    CTRBOX_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[3], s));
     // Each sorted occurrence's id: the number of runs started at or before it, minus one.
     const uint64_t* sk = d.sorted.data();
     uint32_t* heads = d.heads.data();
     e.ForEach(n, [=] __device__(size_t i) { heads[i] = (i == 0 || sk[i] != sk[i - 1]) ? 1 : 0; });
     bytes = d.temp_bytes;
-    cub::DeviceScan::InclusiveSum(d.temp.data(), bytes, d.heads.data(), d.ids.data(), ni, s);
+    CTRBOX_CUDA_RETURN_IF_ERROR(
+        cub::DeviceScan::InclusiveSum(d.temp.data(), bytes, d.heads.data(), d.ids.data(), ni, s));
     const uint32_t *sp = d.sorted_pos.data(), *id = d.ids.data();
     uint32_t* local = d.local.data();
     e.ForEach(n, [=] __device__(size_t i) { local[sp[i]] = id[i] - 1; });
-    cudaEventRecord(ev[4], s);
-    cudaMemcpyAsync(&runs, d.runs.data(), sizeof(uint32_t), cudaMemcpyDeviceToHost, s);
-    cudaStreamSynchronize(s);  // the count, before the distinct keys' bytes are known
-    cudaMemcpyAsync(host_distinct.data(), d.distinct.data(), size_t{runs} * sizeof(uint64_t),
-                    cudaMemcpyDeviceToHost, s);
-    cudaMemcpyAsync(host_local.data(), d.local.data(), n * sizeof(uint32_t), cudaMemcpyDeviceToHost,
-                    s);
-    cudaEventRecord(ev[5], s);
-    cudaStreamSynchronize(s);
+    CTRBOX_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[4], s));
+    CTRBOX_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(&runs, d.runs.data(), sizeof(uint32_t), cudaMemcpyDeviceToHost, s));
+    // The count, before the distinct keys' bytes are known.
+    CTRBOX_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
+    CTRBOX_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_distinct.data(), d.distinct.data(),
+                                                size_t{runs} * sizeof(uint64_t),
+                                                cudaMemcpyDeviceToHost, s));
+    CTRBOX_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_local.data(), d.local.data(),
+                                                n * sizeof(uint32_t), cudaMemcpyDeviceToHost, s));
+    CTRBOX_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev[5], s));
+    CTRBOX_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     CTRBOX_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     RETURN_IF_ERROR(status->Get());
     float ms[5];
-    for (int k = 0; k < 5; ++k) cudaEventElapsedTime(&ms[k], ev[k], ev[k + 1]);
+    for (int k = 0; k < 5; ++k)
+      CTRBOX_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms[k], ev[k], ev[k + 1]));
     if (r == 0) continue;
     upload.push_back(ms[0] * 1e-3);
     sort.push_back(ms[1] * 1e-3);
@@ -127,7 +142,6 @@ StatusOr<KeyDedupBench> CudaKeyDedupBenchmark(const std::vector<uint64_t>& occur
     download.push_back(ms[4] * 1e-3);
     total.push_back(wall);
   }
-  for (cudaEvent_t& x : ev) cudaEventDestroy(x);
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v.empty() ? 0.0 : v[v.size() / 2];
