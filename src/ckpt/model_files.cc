@@ -167,10 +167,12 @@ ModelFileInfo SparseFileWriter::Info(const std::string& name) const {
 Status WriteTableSparseFile(Env* env, const std::string& dir, const std::string& name,
                             SparseTable& table, ModelFileInfo* info, SparseCounts* counts) {
   ASSIGN_OR_RETURN(auto w, SparseFileWriter::Create(env, JoinPath(dir, name), table.layout()));
+  // A stripe streamed a file block at a time (the blocks come out as for the stripe at once):
+  // the save holds one block however large the model.
   RowBlock rows(table.layout());
   for (size_t s = 0; s < table.num_stripes(); ++s) {
-    RETURN_IF_ERROR(table.ExportStripe(s, &rows));
-    RETURN_IF_ERROR(w->Add(rows));
+    RETURN_IF_ERROR(table.ExportStripeBlocks(s, kBlockRows, &rows,
+                                             [&](RowBlock& block) { return w->Add(block); }));
   }
   RETURN_IF_ERROR(w->Finish());
   *info = w->Info(name);

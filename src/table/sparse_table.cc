@@ -4,6 +4,16 @@
 
 namespace ctrbox {
 
+Status SparseTable::ExportStripe(size_t s, RowBlock* out) {
+  out->Resize(0);
+  RowBlock block(layout());
+  constexpr size_t kBlockRows = 65536;
+  return ExportStripeBlocks(s, kBlockRows, &block, [&](RowBlock& rows) {
+    for (size_t i = 0; i < rows.size(); ++i) out->AppendRow(rows, i);
+    return Status::OK();
+  });
+}
+
 std::string StorageStats::DebugString() const {
   std::string s = fmt::format("disk={} budget={} memory={} peak={}", has_disk, memory_budget,
                               memory_bytes, peak_memory_bytes);

@@ -9,6 +9,7 @@
 #define CTRBOX_TABLE_SPARSE_TABLE_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -159,8 +160,16 @@ class SparseTable {
   // how many it deleted and, with `deleted` set, appends their keys to it (in no order).
   virtual StatusOr<uint64_t> Shrink(const CtrAccessor& accessor, ThreadPool* pool,
                                     std::vector<uint64_t>* deleted = nullptr) = 0;
-  // Every row of stripe s (all tiers), in no particular order.
-  virtual Status ExportStripe(size_t s, RowBlock* out) = 0;
+  // Every row of stripe s (all tiers), in no particular order, handed to `sink` in *buf in
+  // blocks of exactly `block_rows` rows (the stripe's last block shorter; no call for an
+  // empty stripe), so that exporting holds one block whatever the stripe holds (a stripe of a
+  // model far larger than memory holds its 1/64th). The sink's error stops the export and is
+  // returned. REQUIRES: block_rows > 0.
+  virtual Status ExportStripeBlocks(size_t s, size_t block_rows, RowBlock* buf,
+                                    const std::function<Status(RowBlock&)>& sink) = 0;
+  // The whole stripe at once in *out (the same rows in the same order): for callers that sort
+  // a stripe, and tests.
+  Status ExportStripe(size_t s, RowBlock* out);
   // Counts over all tiers, each row counted once in its newest version. O(rows in memory).
   virtual TableStats Stats() const = 0;
   // Stats().keys without scanning the rows in memory or stopping the disk tier's maintenance

@@ -81,7 +81,8 @@ class TieredTable final : public SparseTable {
   Status Insert(const RowBlock& rows, ThreadPool* pool) override;
   StatusOr<uint64_t> Shrink(const CtrAccessor& accessor, ThreadPool* pool,
                             std::vector<uint64_t>* deleted = nullptr) override;
-  Status ExportStripe(size_t s, RowBlock* out) override;
+  Status ExportStripeBlocks(size_t s, size_t block_rows, RowBlock* buf,
+                            const std::function<Status(RowBlock&)>& sink) override;
   TableStats Stats() const override;
   uint64_t CountKeys() const override;
   StorageStats Storage() const override;

@@ -24,6 +24,9 @@ namespace ctrbox {
 
 namespace {
 
+// Rows a digesting thread holds at once (the digest sums each row's checksum: any block works).
+constexpr size_t kDigestBlockRows = 4096;
+
 // Calls f(view, j) for the newest disk version of every key of a group: the delta's rows,
 // then the older delta's rows the delta does not override, then the base rows neither
 // overrides.
@@ -160,15 +163,28 @@ StatusOr<uint64_t> TieredTable::Shrink(const CtrAccessor& accessor, ThreadPool* 
   return total;
 }
 
-Status TieredTable::ExportStripe(size_t s, RowBlock* out) {
+Status TieredTable::ExportStripeBlocks(size_t s, size_t block_rows, RowBlock* buf,
+                                       const std::function<Status(RowBlock&)>& sink) {
+  assert(block_rows > 0);
   RETURN_IF_ERROR(error());
   CacheStripe& stripe = *stripes_[s];
-  out->Resize(0);
+  buf->Resize(0);
+  Status st;
+  // Row r of the block is filled by fill(r); a full block goes to the sink.
+  auto add = [&](const auto& fill) {
+    if (!st.ok()) return;
+    const size_t r = buf->size();
+    buf->Resize(r + 1);
+    st = fill(r);
+    if (st.ok() && buf->size() == block_rows) {
+      st = sink(*buf);
+      buf->Resize(0);
+    }
+  };
   CacheStripe::Lock lock(stripe);
   if (ssd_) {
     const uint32_t shift = ssd_->group_bits() - options_.stripe_bits;
     RecordView base, older, delta;
-    Status st;
     for (uint32_t g = static_cast<uint32_t>(s) << shift;
          g < (static_cast<uint32_t>(s) + 1) << shift; ++g) {
       const GroupEntry e = ssd_->entry(g);
@@ -178,10 +194,8 @@ Status TieredTable::ExportStripe(size_t s, RowBlock* out) {
       RETURN_IF_ERROR(ssd_->Read(e.delta, g, &delta));
       ForEachDiskRow(base, older, delta, [&](const RecordView& v, size_t j) {
         stripe.AssertLocked();
-        if (!st.ok() || stripe.Find(v.keys[j]) != kNoNode) return;
-        const size_t r = out->size();
-        out->Resize(r + 1);
-        st = v.DecodeRow(j, out, r);
+        if (stripe.Find(v.keys[j]) != kNoNode) return;  // the resident row is newer
+        add([&](size_t r) { return v.DecodeRow(j, buf, r); });
       });
       RETURN_IF_ERROR(st);
     }
@@ -189,10 +203,14 @@ Status TieredTable::ExportStripe(size_t s, RowBlock* out) {
   stripe.ForEachNode([&](uint32_t node) {
     stripe.AssertLocked();
     if (stripe.meta(node).state & kFresh) return;
-    const size_t r = out->size();
-    out->Resize(r + 1);
-    stripe.ReadRow(node, out, r);
+    add([&](size_t r) {
+      stripe.ReadRow(node, buf, r);
+      return Status::OK();
+    });
   });
+  RETURN_IF_ERROR(st);
+  if (buf->size() > 0) RETURN_IF_ERROR(sink(*buf));
+  buf->Resize(0);
   return Status::OK();
 }
 
@@ -201,13 +219,15 @@ StatusOr<uint64_t> TieredTable::SparseDigest(ThreadPool* pool) {
   std::vector<Status> status(stripes_.size());
   RunParallel(pool, stripes_.size(), [&](size_t s, int) {
     RowBlock rows(options_.layout);
-    status[s] = ExportStripe(s, &rows);
     std::string enc;
-    for (size_t i = 0; i < rows.size(); ++i) {
-      enc.clear();
-      rows.EncodeRow(i, &enc);
-      sums[s] += Checksum64(enc);
-    }
+    status[s] = ExportStripeBlocks(s, kDigestBlockRows, &rows, [&](RowBlock& block) {
+      for (size_t i = 0; i < block.size(); ++i) {
+        enc.clear();
+        block.EncodeRow(i, &enc);
+        sums[s] += Checksum64(enc);
+      }
+      return Status::OK();
+    });
   });
   uint64_t total = 0;
   for (size_t s = 0; s < stripes_.size(); ++s) {

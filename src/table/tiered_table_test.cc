@@ -387,5 +387,58 @@ TEST(TieredTableTest, InsertOverRowsOnDiskCountsThemOnce) {
   }
 }
 
+// Exporting streams a stripe: rows on disk and in memory in blocks of the size asked, and a
+// sink's error ends the export with that error.
+TEST(TieredTableTest, ExportStreamsAStripeInBlocksAndStopsAtTheSinksError) {
+  TempDir dir;
+  CtrAccessor acc(kLayout, AccessorOptions{});
+  auto table = Open(Options(dir.path(), 1 << 20));
+  Random rng(9);
+  const std::vector<uint64_t> keys = RandomKeys(&rng, 4000, 1 << 30);
+  RowBlock rows(kLayout);
+  {
+    auto pins = table->Pull(keys.data(), keys.size(), &acc, &rows, nullptr);
+    ASSERT_TRUE(pins.ok());
+  }
+  ASSERT_TRUE(table->Insert(rows, nullptr).ok());
+  ASSERT_TRUE(table->EvictAll().ok());
+  {  // half of them resident again
+    std::vector<uint64_t> half(keys.begin(), keys.begin() + 2000);
+    auto pins = table->Pull(half.data(), half.size(), &acc, &rows, nullptr);
+    ASSERT_TRUE(pins.ok());
+    ASSERT_TRUE(table->Push(&*pins, rows, nullptr).ok());
+  }
+  std::set<uint64_t> seen;
+  RowBlock block(kLayout);
+  for (size_t s = 0; s < table->num_stripes(); ++s) {
+    ASSERT_TRUE(table
+                    ->ExportStripeBlocks(s, 5, &block,
+                                         [&](RowBlock& b) {
+                                           EXPECT_LE(b.size(), 5u);
+                                           for (size_t i = 0; i < b.size(); ++i) {
+                                             EXPECT_TRUE(seen.insert(b.key(i)).second);
+                                           }
+                                           return Status::OK();
+                                         })
+                    .ok());
+  }
+  EXPECT_EQ(seen, std::set<uint64_t>(keys.begin(), keys.end()));
+  size_t s = 0;
+  RowBlock whole(kLayout);
+  while (s < table->num_stripes()) {
+    ASSERT_TRUE(table->ExportStripe(s, &whole).ok());
+    if (whole.size() > 10) break;
+    ++s;
+  }
+  ASSERT_LT(s, table->num_stripes());
+  int calls = 0;
+  const Status st = table->ExportStripeBlocks(s, 5, &block, [&](RowBlock&) {
+    return ++calls == 2 ? InternalError("the sink's error") : Status::OK();
+  });
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(st.message(), "the sink's error");
+  EXPECT_TRUE(table->ExportStripe(s, &whole).ok());  // the table is fine
+}
+
 }  // namespace
 }  // namespace ctrbox

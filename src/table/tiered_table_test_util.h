@@ -55,6 +55,28 @@ inline void ExpectSame(TieredTable& table, const Reference& ref) {
   RowBlock rows(table.layout());
   for (size_t s = 0; s < table.num_stripes(); ++s) {
     ASSERT_TRUE(table.ExportStripe(s, &rows).ok());
+    // Blocks of 7 rows: every block full but the last, the stripe's rows (the order may differ:
+    // the worker may have moved rows between memory and disk in between).
+    RowBlock block(table.layout());
+    std::map<uint64_t, std::string> blocked, whole;
+    size_t blocks = 0, short_blocks = 0;
+    ASSERT_TRUE(table
+                    .ExportStripeBlocks(s, 7, &block,
+                                        [&](RowBlock& b) {
+                                          ++blocks;
+                                          short_blocks += b.size() != 7;
+                                          EXPECT_GT(b.size(), 0u);
+                                          EXPECT_LE(b.size(), 7u);
+                                          for (size_t i = 0; i < b.size(); ++i) {
+                                            blocked.emplace(b.key(i), Encode(b, i));
+                                          }
+                                          return Status::OK();
+                                        })
+                    .ok());
+    for (size_t i = 0; i < rows.size(); ++i) whole.emplace(rows.key(i), Encode(rows, i));
+    EXPECT_EQ(blocked, whole);
+    EXPECT_EQ(blocks, (rows.size() + 6) / 7);
+    EXPECT_LE(short_blocks, 1u);
     for (size_t i = 0; i < rows.size(); ++i) {
       ASSERT_TRUE(got.emplace(rows.key(i), Encode(rows, i)).second)
           << "duplicate key " << rows.key(i);
