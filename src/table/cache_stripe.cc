@@ -213,6 +213,39 @@ void CacheStripe::WriteRow(uint32_t node, const RowBlock& in, size_t r) {
   }
 }
 
+bool CacheStripe::CompactArenas() {
+  constexpr size_t kSlack = 256;  // a slab's records
+  bool slack = headers_.allocated() > 2 * headers_.live() + kSlack;
+  for (const SlabArena& a : embs_) slack = slack || a.allocated() > 2 * a.live() + kSlack;
+  if (!slack) return false;
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    if (rows_[i] != kNoNode && meta_[rows_[i]].pins > 0) return false;
+  }
+  SlabArena headers(headers_.words());
+  std::vector<SlabArena> embs;
+  for (const SlabArena& a : embs_) embs.emplace_back(a.words());
+  std::vector<NodeMeta> meta(size_);
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    const uint32_t old = rows_[i];
+    if (old == kNoNode) continue;
+    const uint32_t node = headers.Allocate();  // 0, 1, 2, ...: node < size_
+    uint32_t* h = headers.Get(node);
+    std::memcpy(h, headers_.Get(old), 4 * headers_.words());
+    if (h[kEmbId] != kNoEmb) {
+      const uint32_t t = layout_.TableOf(keys_[i]);
+      const uint32_t e = embs[t].Allocate();
+      std::memcpy(embs[t].Get(e), embs_[t].Get(h[kEmbId]), 4 * embs_[t].words());
+      h[kEmbId] = e;
+    }
+    meta[node] = meta_[old];
+    rows_[i] = node;
+  }
+  headers_ = std::move(headers);
+  embs_ = std::move(embs);
+  meta_ = std::move(meta);
+  return true;
+}
+
 CacheMemory CacheStripe::Memory() const {
   CacheMemory m;
   m.rows = headers_.live() * 4 * (kWideState + layout_.wide_state);

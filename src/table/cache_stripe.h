@@ -95,6 +95,14 @@ class CAPABILITY("mutex") CacheStripe {
   // Stores row r of `in` as the node's values (the key is not changed).
   void WriteRow(uint32_t node, const RowBlock& in, size_t r) REQUIRES(this);
 
+  // Moves the live records into fresh arenas, renumbering the nodes, when the arenas hold more
+  // than twice the live records plus a slab's worth (free records are reused but never given
+  // back: a stripe that once held many rows keeps their memory, e.g. after loading a saved
+  // model, whose file comes stripe by stripe, each stripe filled to its whole size in turn).
+  // Does nothing while a row of the stripe is pinned (a pull holds its nodes' ids). Returns
+  // whether it moved them.
+  bool CompactArenas() REQUIRES(this);
+
   size_t size() const REQUIRES(this) { return size_; }
   // Bytes of the index, the live row records and the metadata: what the memory budget
   // counts (slab records freed by eviction are reused before new slabs are allocated).

@@ -30,6 +30,8 @@ class SlabArena {
     return slabs_[id >> kSlabShift].get() + (id & kSlabMask) * words_;
   }
   size_t live() const { return next_ - free_.size(); }
+  size_t allocated() const { return next_; }  // records ever handed out (live or free)
+  size_t words() const { return words_; }     // per record
   size_t MemoryBytes() const {
     return slabs_.size() * (words_ << kSlabShift) * 4 + free_.capacity() * 4;
   }

@@ -78,7 +78,8 @@ struct TableStats {
 // delta aside as the older delta and those that merged a group's records into a new base
 // (docs/storage.md); dirty rows written back and their encoded bytes (ssd_bytes_written /
 // persisted_bytes is the write amplification of write-back and compaction together);
-// evictions, and compactions with the bytes they wrote.
+// evictions, stripes whose records were moved into compact arenas (CacheStripe::CompactArenas),
+// and compactions with the bytes they wrote.
 #define CTRBOX_SSD_COUNTERS(X)    \
   X(no_record, false)             \
   X(bloom_prunes, true)           \
@@ -92,6 +93,7 @@ struct TableStats {
   X(evicted_clean, true)          \
   X(dropped_fresh, false)         \
   X(evict_rounds, false)          \
+  X(arena_compactions, false)     \
   X(compactions, true)            \
   X(compaction_bytes, false)
 // Kept by the SSD store (its DiskStats): records and bytes read and written, read retries,

@@ -50,6 +50,57 @@ TEST(TieredTableTest, QuantizedRowsCostTheBudgetLess) {
   EXPECT_GT(per_key[0] / per_key[8], 1.5);
 }
 
+// Loading a saved model of ten times the budget: Insert, block by block, of rows that come
+// stripe by stripe (as a model file holds them), so that each stripe in turn holds far more
+// than its share. The cache stays within the budget, and so does the memory: a stripe gives
+// back the records its rows left (it kept them all once, so that RSS reached the whole model
+// and the arenas' metadata alone filled the budget).
+TEST(TieredTableTest, LoadingAModelTenTimesTheBudgetStaysWithinIt) {
+  TempDir dir;
+  ValueLayout layout{16, 16, 1};  // the default model's rows (~200 B in memory)
+  TieredOptions o = Options(dir.path(), 4 << 20, /*group_bits=*/12, /*file_bytes=*/4 << 20);
+  o.layout = layout;
+  o.stripe_bits = 6;
+  auto table = Open(o);
+  CtrAccessor acc(layout, AccessorOptions{});
+  ThreadPool pool(2);
+  const size_t kRows = 200000, kBlock = 4096;
+  std::vector<uint64_t> keys(kRows);
+  for (size_t i = 0; i < kRows; ++i) keys[i] = Mix64(i + 1);
+  // By stripe (the top bits of Mix64(key)), then in no order within one.
+  std::sort(keys.begin(), keys.end(), [](uint64_t a, uint64_t b) { return Mix64(a) < Mix64(b); });
+  const uint64_t rss0 = CurrentRssBytes();
+  uint64_t max_rss = 0;
+  RowBlock block(layout), pulled(layout);
+  for (size_t b = 0; b < kRows; b += kBlock) {
+    const size_t n = std::min(kBlock, kRows - b);
+    block.Resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      acc.InitRow(&block, i, keys[b + i]);
+      block.emb(i)[0] = static_cast<float>(b + i);
+    }
+    ASSERT_TRUE(table->Insert(block, &pool).ok()) << b;
+    EXPECT_LE(table->UsedBytes(), o.memory_budget) << b;
+    max_rss = std::max(max_rss, CurrentRssBytes());
+  }
+  const StorageStats st = table->Storage();
+  EXPECT_LE(st.peak_memory_bytes, o.memory_budget + o.memory_budget / 4);
+  EXPECT_GT(st.arena_compactions, 0u);
+  // The rows inserted are ~40 MB; before, RSS grew by about that much.
+  RecordProperty("rss_growth_bytes", std::to_string(max_rss - rss0));
+  EXPECT_LT(max_rss - rss0, 3 * o.memory_budget + (8 << 20)) << "budget " << o.memory_budget;
+  EXPECT_EQ(table->CountKeys(), kRows);
+  std::vector<uint64_t> some;
+  std::vector<float> want;
+  for (size_t i = 0; i < kRows; i += 97) {
+    some.push_back(keys[i]);
+    want.push_back(static_cast<float>(i));
+  }
+  auto pins = table->Pull(some.data(), some.size(), nullptr, &pulled, nullptr);
+  ASSERT_TRUE(pins.ok()) << pins.status().ToString();
+  for (size_t i = 0; i < some.size(); ++i) EXPECT_EQ(pulled.emb(i)[0], want[i]) << i;
+}
+
 TEST(TieredTableTest, MemoryStaysWithinTheBudgetWhileTheFilesGrowTenfold) {
   TempDir dir;
   ValueLayout layout{16, 16, 1};  // the default model's rows

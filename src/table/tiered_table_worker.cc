@@ -44,7 +44,18 @@ Status TieredTable::Maintain() {
       RunParallel(evict_pool_.get(), S, [&](size_t k, int) {
         writer_mu_.AssertHeld();  // by Maintain, for the whole loop
         const size_t s = (start + k) % S;
-        if (all || UsedBytes() > target) freed[k] = EvictStripe(s, stripe_share, all);
+        if (all || UsedBytes() > target) {
+          freed[k] = EvictStripe(s, stripe_share, all);
+          if (freed[k].ok() && *freed[k] > 0) {
+            // A stripe that held many more rows than now gives their memory back.
+            CacheStripe& stripe = *stripes_[s];
+            CacheStripe::Lock lock(stripe);
+            if (stripe.CompactArenas()) {
+              counters_->arena_compactions.fetch_add(1, std::memory_order_relaxed);
+              Account(stripe, s);
+            }
+          }
+        }
       });
       uint64_t total = 0;
       for (auto& f : freed) {
