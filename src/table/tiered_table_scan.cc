@@ -204,6 +204,7 @@ Status TieredTable::ExportStripeBlocks(size_t s, size_t block_rows, RowBlock* bu
     stripe.AssertLocked();
     if (stripe.meta(node).state & kFresh) return;
     add([&](size_t r) {
+      stripe.AssertLocked();
       stripe.ReadRow(node, buf, r);
       return Status::OK();
     });
