@@ -86,9 +86,12 @@ TEST(TieredTableTest, LoadingAModelTenTimesTheBudgetStaysWithinIt) {
   const StorageStats st = table->Storage();
   EXPECT_LE(st.peak_memory_bytes, o.memory_budget + o.memory_budget / 4);
   EXPECT_GT(st.arena_compactions, 0u);
-  // The rows inserted are ~40 MB; before, RSS grew by about that much.
+  // The rows inserted are ~40 MB; before, RSS grew by about that much. (Not under a
+  // sanitizer: RSS is then shadow memory and quarantined frees too; the rest still holds.)
   RecordProperty("rss_growth_bytes", std::to_string(max_rss - rss0));
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
   EXPECT_LT(max_rss - rss0, 3 * o.memory_budget + (8 << 20)) << "budget " << o.memory_budget;
+#endif
   EXPECT_EQ(table->CountKeys(), kRows);
   std::vector<uint64_t> some;
   std::vector<float> want;
