@@ -166,7 +166,9 @@ class SparseTable {
   // blocks of exactly `block_rows` rows (the stripe's last block shorter; no call for an
   // empty stripe), so that exporting holds one block whatever the stripe holds (a stripe of a
   // model far larger than memory holds its 1/64th). The sink's error stops the export and is
-  // returned. REQUIRES: block_rows > 0.
+  // returned. The sink runs while the table holds the stripe (a tiered table: its lock), so it
+  // must not call the table, and the stripe's pulls and evictions wait for it.
+  // REQUIRES: block_rows > 0.
   virtual Status ExportStripeBlocks(size_t s, size_t block_rows, RowBlock* buf,
                                     const std::function<Status(RowBlock&)>& sink) = 0;
   // The whole stripe at once in *out (the same rows in the same order): for callers that sort
