@@ -157,6 +157,15 @@ void SynthGenerator::GenerateBatch(uint64_t begin, uint64_t end, Batch* out,
   BatchBuilder b(out);
   Row row;
   const uint32_t S = static_cast<uint32_t>(slots_.size());
+  if (options_.format == DataFormat::kCriteo && end > begin) {
+    // One key per slot: the block's exact size, not the growth's up to twice it (a reader
+    // keeps several blocks in flight, and reuses their memory).
+    const size_t n = end - begin;
+    out->labels.reserve(n);
+    out->dense.reserve(n * num_dense_);
+    out->offsets.reserve(n * S + 1);
+    out->keys.reserve(n * S);
+  }
   for (uint64_t i = begin; i < end; ++i) {
     MakeRow(i, &row);
     if (probs) probs->push_back(row.prob);

@@ -217,16 +217,18 @@ struct JobConfig {
   PassReaderOptions PassOptions() const;
   static constexpr double kPinnedShare = 0.6;
   // Evaluation pins one chunk at a time: its distinct keys may take the whole pinned share of
-  // the budget, and the copy of their rows it predicts from (a RowBlock) half the pass memory
-  // (the other half for the chunk's examples), so that evaluating after training holds no
-  // more beside the table than the passes in flight did (the pinned share alone is ~0.45x
-  // the budget in rows: 780 MB at a 2 GB budget). The chunks do not change a prediction
-  // (pipeline/eval_chunks.h). 0 (no limit) without a budget or with pipeline.size_by_memory
-  // off.
+  // the budget, and the copy of their rows it predicts from (a RowBlock) a quarter of the
+  // pass memory (the rest for what grows with it: the chunk's examples, its key window and
+  // working set, the pull's buffers, measured at about as much again), so that evaluating
+  // after training holds no more beside the table than the passes in flight did (the pinned
+  // share alone is ~0.45x the budget in rows: 780 MB at a 2 GB budget; half the pass memory
+  // made the evaluation the peak of a budgeted run, docs/storage.md "Memory beside the
+  // budget"). The chunks do not change a prediction (pipeline/eval_chunks.h). 0 (no limit)
+  // without a budget or with pipeline.size_by_memory off.
   uint64_t EvalChunkKeys() const {
     const PassReaderOptions o = PassOptions();
     if (o.window_keys == 0 || o.row_bytes == 0) return o.window_keys;
-    return std::max<uint64_t>(1, std::min(o.window_keys, o.pass_memory / 2 / o.row_bytes));
+    return std::max<uint64_t>(1, std::min(o.window_keys, o.pass_memory / 4 / o.row_bytes));
   }
 
   // What the pass engine's stages read of the job (train.* and dist.* keys).

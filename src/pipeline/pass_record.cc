@@ -55,7 +55,12 @@ nlohmann::json DiskJson(const StorageStats& s, double seconds) {
           {"mean_read_us",
            s.records_read ? read_seconds * 1e6 / static_cast<double>(s.records_read) : 0.0},
           {"read_seconds", read_seconds},
-          {"reads_in_flight", read_seconds * per_s}};
+          {"reads_in_flight", read_seconds * per_s},
+          // Whether the write-back sets the pace: the pulls' waits for it to make room, and
+          // its own reads (of reads above), in seconds summed over the threads.
+          {"budget_wait_seconds", static_cast<double>(s.budget_wait_nanos) * 1e-9},
+          {"writeback_reads", s.writeback_reads},
+          {"writeback_read_seconds", static_cast<double>(s.writeback_read_nanos) * 1e-9}};
 }
 
 nlohmann::json DiskCeilingJson(const DiskCeiling& c) {

@@ -79,7 +79,10 @@ struct TableStats {
 // (docs/storage.md); dirty rows written back and their encoded bytes (ssd_bytes_written /
 // persisted_bytes is the write amplification of write-back and compaction together);
 // evictions, stripes whose records were moved into compact arenas (CacheStripe::CompactArenas),
-// and compactions with the bytes they wrote.
+// and compactions with the bytes they wrote. Where a pull's time goes (nanoseconds, summed
+// over the threads): waiting for the write-back to bring the cache within the budget, and
+// the write-back's own record reads (the groups' old records it merges with the dirty rows;
+// counted in records_read and ssd_read_nanos too).
 #define CTRBOX_SSD_COUNTERS(X)    \
   X(no_record, false)             \
   X(bloom_prunes, true)           \
@@ -95,7 +98,10 @@ struct TableStats {
   X(evict_rounds, false)          \
   X(arena_compactions, false)     \
   X(compactions, true)            \
-  X(compaction_bytes, false)
+  X(compaction_bytes, false)      \
+  X(budget_wait_nanos, true)      \
+  X(writeback_reads, false)       \
+  X(writeback_read_nanos, true)
 // Kept by the SSD store (its DiskStats): records and bytes read and written, read retries,
 // the reading threads' nanoseconds in the file reads (summed over the threads).
 #define CTRBOX_DISK_COUNTERS(X) \

@@ -7,6 +7,7 @@
 #define CTRBOX_TABLE_TIERED_TABLE_INTERNAL_H_
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <vector>
 
@@ -32,6 +33,24 @@ struct TieredTable::Counters {
   CTRBOX_CACHE_COUNTERS(CTRBOX_ATOMIC_COUNTER)
   CTRBOX_SSD_COUNTERS(CTRBOX_ATOMIC_COUNTER)
 #undef CTRBOX_ATOMIC_COUNTER
+};
+
+// Adds the nanoseconds of its lifetime to a counter (a wait's, or a phase's, however it ends).
+class NanosInto {
+ public:
+  explicit NanosInto(std::atomic<uint64_t>* sum) : sum_(sum) {}
+  NanosInto(const NanosInto&) = delete;
+  NanosInto& operator=(const NanosInto&) = delete;
+  ~NanosInto() {
+    sum_->fetch_add(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                              std::chrono::steady_clock::now() - start_)
+                                              .count()),
+                    std::memory_order_relaxed);
+  }
+
+ private:
+  std::atomic<uint64_t>* sum_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace ctrbox

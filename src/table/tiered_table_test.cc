@@ -104,6 +104,9 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
     traffic["bloom_prunes"] += rep.bloom_prunes;
     traffic["new_deltas"] += rep.new_deltas;
     traffic["merges"] += rep.merges;
+    traffic["records_read"] += rep.records_read;
+    traffic["writeback_reads"] += rep.writeback_reads;
+    traffic["writeback_read_nanos"] += rep.writeback_read_nanos;
   };
   for (int step = 0; step < 400; ++step) {
     const int op = static_cast<int>(rng.Below(20));
@@ -170,6 +173,10 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
     EXPECT_GT(traffic["evicted_dirty"], ref.size());
     EXPECT_GT(traffic["compactions"], 0u);
     EXPECT_GT(traffic["bloom_prunes"], 0u);
+    // The write-back read the groups' old records (its share of the reads), and was timed.
+    EXPECT_GT(traffic["writeback_reads"], 0u);
+    EXPECT_LT(traffic["writeback_reads"], traffic["records_read"]);
+    EXPECT_GT(traffic["writeback_read_nanos"], 0u);
   }
 }
 

@@ -138,6 +138,8 @@ Status TieredTable::WaitForBudget(int own_pulls) {
   uint64_t start_round = rounds_done_.load() + 1;
   uint64_t unpins = unpin_events_.load();
   MutexLock l(&budget_mu_);
+  if (UsedBytes() <= options_.memory_budget) return Status::OK();
+  const NanosInto waited(&counters_->budget_wait_nanos);  // however the wait ends
   while (UsedBytes() > options_.memory_budget) {
     RETURN_IF_ERROR(error());
     if (unpin_events_.load() != unpins) {

@@ -105,6 +105,7 @@ Status TieredTable::ReadGroupRecords(const GroupFiles& f, GroupRead* r) const {
   if (e.delta.exists()) {
     if (!f.delta_file) return InternalError("a group record's file disappeared");
     RETURN_IF_ERROR(ssd_->ReadRecord(*f.delta_file, e.delta, r->group, &r->delta));
+    counters_->writeback_reads.fetch_add(1, std::memory_order_relaxed);
   }
   r->older.keys.clear();
   r->older.offsets.assign(1, 0);
@@ -112,15 +113,18 @@ Status TieredTable::ReadGroupRecords(const GroupFiles& f, GroupRead* r) const {
   if (r->have_base) {
     if (!f.base_file) return InternalError("a group record's file disappeared");
     RETURN_IF_ERROR(ssd_->ReadRecord(*f.base_file, e.base, r->group, &r->base));
+    counters_->writeback_reads.fetch_add(1, std::memory_order_relaxed);
     if (e.older.exists()) {
       if (!f.older_file) return InternalError("a group record's file disappeared");
       RETURN_IF_ERROR(ssd_->ReadRecord(*f.older_file, e.older, r->group, &r->older));
+      counters_->writeback_reads.fetch_add(1, std::memory_order_relaxed);
     }
   }
   return Status::OK();
 }
 
 Status TieredTable::ReadGroups(const CacheStripe& stripe, std::vector<GroupRead>* reads) {
+  const NanosInto timed(&counters_->writeback_read_nanos);
   for (GroupRead& r : *reads) {
     GroupFiles f;
     {
@@ -133,6 +137,7 @@ Status TieredTable::ReadGroups(const CacheStripe& stripe, std::vector<GroupRead>
 }
 
 Status TieredTable::ReadGroupsLocked(const CacheStripe& stripe, std::vector<GroupRead>* reads) {
+  const NanosInto timed(&counters_->writeback_read_nanos);
   for (GroupRead& r : *reads) RETURN_IF_ERROR(ReadGroupRecords(FilesOf(stripe, r.group), &r));
   return Status::OK();
 }

@@ -1,5 +1,6 @@
 #include "util/sys.h"
 
+#include <malloc.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -21,6 +22,13 @@ uint64_t CurrentRssBytes() {
   std::fclose(f);
   if (n != 2) return 0;
   return static_cast<uint64_t>(resident) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+uint64_t ReleaseFreeMemory() {
+  const uint64_t before = CurrentRssBytes();
+  ::malloc_trim(0);
+  const uint64_t after = CurrentRssBytes();
+  return before > after ? before - after : 0;
 }
 
 uint64_t PhysicalMemoryBytes() {

@@ -11,6 +11,11 @@ namespace ctrbox {
 uint64_t PeakRssBytes();
 // Current resident set size (/proc/self/statm), in bytes; 0 if unavailable.
 uint64_t CurrentRssBytes();
+// Returns the allocator's free pages to the system (glibc's malloc_trim over every arena:
+// the free chunks inside a heap too, not only its top), so that a phase that freed its
+// buffers (a job's passes) does not leave them resident under the next one (its evaluation).
+// Returns the resident bytes it released (CurrentRssBytes before less after; 0 if none).
+uint64_t ReleaseFreeMemory();
 // The machine's physical memory (sysconf), in bytes; 0 if unavailable.
 uint64_t PhysicalMemoryBytes();
 // Number of online CPUs (at least 1).
