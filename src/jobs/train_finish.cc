@@ -196,8 +196,8 @@ Status EvaluateHeldOut(Env* env, const JobConfig& job, Comm* comm, TrainStart* s
   if (evaluate == 0) return Status::OK();
   Stopwatch clock;
   // The commit's buffers (its rows' blocks, the files' writers) go back first.
-  LOG_DEBUG("before the evaluation: {} MB of free memory back to the system",
-            ReleaseFreeMemory() >> 20);
+  const uint64_t released = ReleaseFreeMemory();
+  LOG_DEBUG("before the evaluation: {} MB of free memory back to the system", released >> 20);
   ASSIGN_OR_RETURN(std::unique_ptr<BatchReader> eval_reader, OpenHeldOut(env, job));
   if (eval_reader == nullptr) eval_reader = std::make_unique<NoRows>(job.spec.schema);
   MetricSummary t;

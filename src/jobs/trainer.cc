@@ -433,7 +433,8 @@ StatusOr<TrainReport> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   // a 256 MB budget, ~90 MB that the evaluation's allocations, from other threads' arenas,
   // did not reuse: it was the run's peak; docs/storage.md, "Memory beside the budget").
   reader.Close();
-  LOG_DEBUG("after training: {} MB of free memory back to the system", ReleaseFreeMemory() >> 20);
+  const uint64_t released = ReleaseFreeMemory();
+  LOG_DEBUG("after training: {} MB of free memory back to the system", released >> 20);
   RETURN_IF_ERROR(FinishRun(env, job, comm, frame.ranks_ckpt_dir(), run, &start, pool, &report));
   RETURN_IF_ERROR(PruneEpochCopies(env, job));
   RETURN_IF_ERROR(frame.Close(std::move(start.table)));
