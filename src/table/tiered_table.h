@@ -144,6 +144,9 @@ class TieredTable final : public SparseTable {
   struct GroupRead {
     uint32_t group = 0;
     bool want_base = false;  // read the base and the older delta too (a merge is expected)
+    // Read the delta: not when the write certainly starts a new delta (NewDeltaCertain),
+    // which carries none of its rows.
+    bool want_delta = true;
     uint64_t bytes = 0;      // the bytes of the records to read (batches are bounded by them)
     bool have_base = false;  // base and older read
     RecordView delta, older, base;
@@ -158,6 +161,13 @@ class TieredTable final : public SparseTable {
   // The read that writing `dirty_rows` rows of group g back needs: its delta, and its base and
   // older delta when the write is expected to merge them. REQUIRES: g's stripe lock.
   GroupRead GroupReadFor(uint32_t g, uint32_t dirty_rows) const;
+  // Whether a write of group entry e starts a new delta whatever its dirty rows: its delta is
+  // full already (the new one would hold at least its rows) and no older delta is there to
+  // force a merge. Such a write moves the delta aside unread.
+  bool NewDeltaCertain(const GroupEntry& e) const {
+    return e.base.exists() && e.delta.exists() && !e.older.exists() &&
+           DeltaFull(e.delta_rows, e.base_rows);
+  }
   // Reads the records each GroupRead asks for, taking the stripe's lock for each entry.
   Status ReadGroups(const CacheStripe& stripe, std::vector<GroupRead>* reads) EXCLUDES(stripe);
   // The same, for a caller that holds the stripe's lock.

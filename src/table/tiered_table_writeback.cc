@@ -58,6 +58,7 @@ void TakeBatch(const std::vector<Read>& reads, size_t b, size_t end, std::vector
     Read& r = (*batch)[i - b];
     r.group = reads[i].group;
     r.want_base = reads[i].want_base;
+    r.want_delta = reads[i].want_delta;
     r.bytes = reads[i].bytes;
     r.have_base = false;
   }
@@ -102,7 +103,7 @@ Status TieredTable::ReadGroupRecords(const GroupFiles& f, GroupRead* r) const {
   const GroupEntry& e = f.entry;
   r->delta.keys.clear();
   r->delta.offsets.assign(1, 0);
-  if (e.delta.exists()) {
+  if (e.delta.exists() && r->want_delta) {
     if (!f.delta_file) return InternalError("a group record's file disappeared");
     RETURN_IF_ERROR(ssd_->ReadRecord(*f.delta_file, e.delta, r->group, &r->delta));
     counters_->writeback_reads.fetch_add(1, std::memory_order_relaxed);
@@ -156,7 +157,9 @@ TieredTable::GroupRead TieredTable::GroupReadFor(uint32_t g, uint32_t dirty_rows
   r.group = g;
   r.want_base =
       e.base.exists() && e.older.exists() && DeltaFull(e.delta_rows + dirty_rows, e.base_rows);
-  r.bytes = e.delta.length + (r.want_base ? e.base.length + e.older.length : 0);
+  r.want_delta = !NewDeltaCertain(e);
+  r.bytes =
+      (r.want_delta ? e.delta.length : 0) + (r.want_base ? e.base.length + e.older.length : 0);
   return r;
 }
 
@@ -226,12 +229,20 @@ Status TieredTable::WriteGroups(CacheStripe& stripe, std::vector<GroupRead>* rea
     dirty_keys.clear();
     for (auto it = first; it != last; ++it) dirty_keys.push_back(stripe.key(it->second));
     std::sort(dirty_keys.begin(), dirty_keys.end());
+    if (e.delta.exists() && !r.want_delta && !NewDeltaCertain(e)) {
+      // Left unread for a new delta, but the entry changed since: read it now.
+      RETURN_IF_ERROR(ssd_->Read(e.delta, g, &r.delta));
+      r.want_delta = true;
+    }
     size_t carried = 0;  // old delta rows that stay
     for (size_t j = 0; j < r.delta.rows(); ++j) carried += !Contains(dirty_keys, r.delta.keys[j]);
     // Grow the delta; or, once full, move it aside as the older delta and start a new one of
     // the dirty rows; or, with an older delta there already, merge all into a new base.
     enum class Write { kDelta, kNewDelta, kMerge };
+    // (An unread delta is moved aside: NewDeltaCertain held, and holds, for this entry.)
+    const bool unread = e.delta.exists() && !r.want_delta;
     const Write how = !e.base.exists()                                       ? Write::kMerge
+                      : unread                                               ? Write::kNewDelta
                       : !DeltaFull(carried + dirty_keys.size(), e.base_rows) ? Write::kDelta
                       : !e.older.exists()                                    ? Write::kNewDelta
                                                                              : Write::kMerge;
