@@ -189,6 +189,11 @@ class TieredTable final : public SparseTable {
   // fresh, and dirty or not on disk yet; as (group, key), in group order.
   GroupKeys RowsToWrite(const CacheStripe& stripe, const std::vector<GroupRead>& reads) const
       REQUIRES(stripe);
+  // Of `rows` (RowsToWrite's), those of the groups in `reads` that still qualify now, as
+  // (group, node), sorted.
+  static std::vector<std::pair<uint32_t, uint32_t>> StillToWrite(
+      const CacheStripe& stripe, const std::vector<GroupRead>& reads, const GroupKeys& rows)
+      REQUIRES(stripe);
   // Evicts unpinned rows of stripe s until it is at most `share` bytes (all of them if
   // share is 0 and `all`). Returns the rows dropped.
   StatusOr<uint64_t> EvictStripe(size_t s, uint64_t share, bool all) REQUIRES(writer_mu_);

@@ -201,12 +201,10 @@ TieredTable::GroupKeys TieredTable::RowsToWrite(const CacheStripe& stripe,
   return rows;
 }
 
-Status TieredTable::WriteGroups(CacheStripe& stripe, std::vector<GroupRead>* reads,
-                                const GroupKeys& rows) {
-  assert(std::is_sorted(reads->begin(), reads->end(), GroupBefore<GroupRead>));
-  // The rows to write, by group: the candidates of these groups that still qualify.
+std::vector<std::pair<uint32_t, uint32_t>> TieredTable::StillToWrite(
+    const CacheStripe& stripe, const std::vector<GroupRead>& reads, const GroupKeys& rows) {
   std::vector<std::pair<uint32_t, uint32_t>> dirty;  // (group, node)
-  for (const GroupRead& r : *reads) {
+  for (const GroupRead& r : reads) {
     // rows are in group order: (group, 0) is below every row of the group
     auto it = std::lower_bound(rows.begin(), rows.end(), std::make_pair(r.group, uint64_t{0}));
     for (; it != rows.end() && it->first == r.group; ++it) {
@@ -215,6 +213,14 @@ Status TieredTable::WriteGroups(CacheStripe& stripe, std::vector<GroupRead>* rea
     }
   }
   std::sort(dirty.begin(), dirty.end());
+  return dirty;
+}
+
+Status TieredTable::WriteGroups(CacheStripe& stripe, std::vector<GroupRead>* reads,
+                                const GroupKeys& rows) {
+  assert(std::is_sorted(reads->begin(), reads->end(), GroupBefore<GroupRead>));
+  // The rows to write, by group: the candidates of these groups that still qualify.
+  const std::vector<std::pair<uint32_t, uint32_t>> dirty = StillToWrite(stripe, *reads, rows);
   RecordBuilder builder;
   std::vector<std::pair<uint32_t, GroupEntry>> updates;
   std::vector<uint64_t> dirty_keys, newer_keys;
