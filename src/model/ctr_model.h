@@ -375,8 +375,9 @@ class CtrModel {
   // The tile's gradient over the minibatch's rows (canonically: by blocks, added up the tree).
   void DenseTileGrad(size_t tile, uint32_t batch_rows);
   // The tile's gradient over buffer rows [r0, r1), written into `grads` (laid out like the
-  // parameters; only the tile's ranges are written).
-  void DenseTileRows(size_t tile, uint32_t r0, uint32_t r1, float* grads);
+  // parameters; only the tile's ranges are written). into_zeros: the tile's ranges of `grads`
+  // are zero, and the GEMMs add into them rather than zero them first (Mlp::TileGrad).
+  void DenseTileRows(size_t tile, uint32_t r0, uint32_t r1, float* grads, bool into_zeros = false);
   void DenseTileUpdate(size_t tile);
   // Calls fn(offset, n) for every range of parameters tile `tile` holds (its gradient and
   // update touch these alone).

@@ -175,7 +175,9 @@ void CtrModel::DenseTileGrad(size_t t, uint32_t batch_rows) {
     return;
   }
   // By sum blocks (the step's, cut by ForwardBackward), added up the pairwise tree, one tree
-  // per node of this rank's share: slot 0 is the node's gradient itself.
+  // per node of this rank's share: slot 0 is the node's gradient itself. The pending sums'
+  // slots (sum_slots_) hold zeros outside a tree: a merge zeroes the slot it adds, so that a
+  // block's GEMMs add into zeros and need no pass that zeroes their output.
   const std::vector<uint32_t>& blocks = step_blocks_;
   const std::vector<uint32_t>& leaf = step_leaves_;
   assert(blocks.back() == batch_rows);
@@ -183,17 +185,21 @@ void CtrModel::DenseTileGrad(size_t t, uint32_t batch_rows) {
   for (size_t node = 0; node < sum_nodes_.size(); ++node) {
     float* out = node_grads(node).data();
     auto slot = [&](int s) { return s == 0 ? out : sum_slots_[s - 1].data(); };
-    auto merge = [&](int into, int from) {
+    auto merge = [&](int into, int from) {  // (from > into >= 0: a pending sum's slot)
       float* a = slot(into);
-      const float* b = slot(from);
+      float* b = slot(from);
       ForTileRanges(t, [&](size_t at, size_t n) {
-        for (size_t k = at; k < at + n; ++k) a[k] += b[k];
+        for (size_t k = at; k < at + n; ++k) {
+          a[k] += b[k];
+          b[k] = 0.0f;
+        }
       });
     };
     PairwiseStack stack;
     for (; i + 1 < blocks.size() && (node + 1 == sum_nodes_.size() || leaf[i] < node_end_[node]);
          ++i) {
-      DenseTileRows(t, blocks[i], blocks[i + 1], slot(stack.Push(leaf[i], merge)));
+      const int s = stack.Push(leaf[i], merge);
+      DenseTileRows(t, blocks[i], blocks[i + 1], slot(s), /*into_zeros=*/s != 0);
     }
     if (stack.empty()) {  // no rows: a zero gradient
       ForTileRanges(t, [&](size_t at, size_t n) { std::fill(out + at, out + at + n, 0.0f); });
@@ -202,25 +208,27 @@ void CtrModel::DenseTileGrad(size_t t, uint32_t batch_rows) {
   }
 }
 
-void CtrModel::DenseTileRows(size_t t, uint32_t r0, uint32_t r1, float* out) {
+void CtrModel::DenseTileRows(size_t t, uint32_t r0, uint32_t r1, float* out, bool into_zeros) {
   const Tile& tile = tiles_[t];
   const uint32_t l = tile.layer, c0 = tile.c0, c1 = tile.c1, width = c1 - c0;
   const uint32_t batch_rows = r1 - r0;
   const int B = static_cast<int>(batch_rows);
-  const size_t r = r0;  // every row-major buffer from row r0
+  const size_t r = r0;                          // every row-major buffer from row r0
+  const float beta = into_zeros ? 1.0f : 0.0f;  // (the cross layers' GEMMs)
   switch (tile.kind) {
     case TileKind::kMlp: {
       const uint32_t last = mlp_.num_layers() - 1;
       const float* xin = (l == 0 ? MlpInput() : acts_[l - 1].data()) + r * mlp_.in(l);
       const float* g = (l == last ? dlogit_.data() : grads_hidden_[l].data()) + r * mlp_.out(l);
-      mlp_.TileGrad(l, c0, c1, xin, g, B, out);
+      mlp_.TileGrad(l, c0, c1, xin, g, B, out, into_zeros);
       return;
     }
     case TileKind::kTower: {
       const uint32_t t = tile.tower;
       const Mlp& m = towers_.tower(t);
       const float* xin = (l == 0 ? tw_tin_[t].data() : tw_acts_[t][l - 1].data()) + r * m.in(l);
-      m.TileGrad(l, c0, c1, xin, tw_grads_[t][l].data() + r * m.out(l), B, out + towers_.base(t));
+      m.TileGrad(l, c0, c1, xin, tw_grads_[t][l].data() + r * m.out(l), B, out + towers_.base(t),
+                 into_zeros);
       return;
     }
     case TileKind::kTowerOut: {  // dw_t = hL_t^T dlogit, db = the sum of dlogit in row order
@@ -249,7 +257,7 @@ void CtrModel::DenseTileRows(size_t t, uint32_t r0, uint32_t r1, float* out) {
       const float* xin =
           (l == 0 ? bottom_in_.data() : bottom_acts_[l - 1].data()) + r * bottom_.in(l);
       bottom_.TileGrad(l, c0, c1, xin, bottom_grads_[l].data() + r * bottom_.out(l), B,
-                       out + bottom_base_);
+                       out + bottom_base_, into_zeros);
       return;
     }
     case TileKind::kCross: {
@@ -259,7 +267,7 @@ void CtrModel::DenseTileRows(size_t t, uint32_t r0, uint32_t r1, float* out) {
       const uint32_t k = R > 0 ? R : W0;  // the matrix's rows
       const float* in = (R > 0 ? cross_low_[l].data() : CrossInput(l)) + r * k;
       const size_t w = R > 0 ? cross_.u_offset(l) : cross_.w_offset(l);
-      blas::Sgemm(true, false, k, width, B, 1.0f, in, k, gu + c0, W0, 0.0f, out + w + c0, W0);
+      blas::Sgemm(true, false, k, width, B, 1.0f, in, k, gu + c0, W0, beta, out + w + c0, W0);
       float* db = out + cross_.b_offset(l) + c0;
       std::memset(db, 0, width * sizeof(float));
       for (uint32_t i = 0; i < batch_rows; ++i) {
@@ -271,7 +279,7 @@ void CtrModel::DenseTileRows(size_t t, uint32_t r0, uint32_t r1, float* out) {
     case TileKind::kCrossV: {  // dV_l = x_l^T (gu_l U_l^T): columns [c0, c1) of r
       const uint32_t W0 = cross_.width, R = cross_.rank;
       blas::Sgemm(true, false, W0, width, B, 1.0f, CrossInput(l) + r * W0, W0,
-                  cross_glow_[l].data() + r * R + c0, R, 0.0f, out + cross_.w_offset(l) + c0, R);
+                  cross_glow_[l].data() + r * R + c0, R, beta, out + cross_.w_offset(l) + c0, R);
       return;
     }
   }

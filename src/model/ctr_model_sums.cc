@@ -108,6 +108,32 @@ void CtrModel::SparseRecordCanonical(const Batch& pass, const WorkingSet& ws, co
                                      size_t u, float* record) const {
   const uint32_t S = schema_.num_slots, E = emb_width_, rd = row_dim_, width = SparseRecordWidth();
   const bool weighted = pass.has_weights();
+  const uint32_t q0 = mb.occ_begin[u], q1 = mb.occ_begin[u + 1];
+  // Occurrence q's row, and its sum block's position.
+  auto row_of = [&](uint32_t q) { return ws.cell[mb.key_begin + mb.occ[q]] / S; };
+  auto position = [&](uint32_t r) { return SumPosition(SumBlockOf(sum_order_.first_row + r)); };
+  auto add = [&](uint32_t q, float* g) {  // occurrence q into the block's record g
+    const uint32_t p = mb.key_begin + mb.occ[q];
+    const uint32_t cell = ws.cell[p], r = cell / S, s = cell - r * S;
+    const float w = weighted ? pass.weights[p] : 1.0f;
+    const uint32_t dim = slot_dim_[s];
+    const float* gx = dx_.data() + size_t{r} * E + slot_col_[s];
+    for (uint32_t d = 0; d < dim; ++d) g[d] += w * gx[d];
+    g[rd] += w * dlogit_[r];
+    g[rd + 1] += 1.0f;
+    g[rd + 2] += pass.labels[mb.row_begin + r];
+  };
+  std::fill(record, record + sum_nodes_.size() * width, 0.0f);  // (a node without the key)
+  if (q0 == q1) return;
+  size_t node = 0;
+  // Most keys of a minibatch occur in one block (the occurrences are in row order: the first
+  // and the last tell): their leaf is the node's record, summed in place (the same additions
+  // as through the stack, whose one slot would start at zero and be copied out).
+  if (const uint32_t b = position(row_of(q0)); b == position(row_of(q1 - 1))) {
+    while (node + 1 < node_end_.size() && b >= node_end_[node]) ++node;
+    for (uint32_t q = q0; q < q1; ++q) add(q, record + node * width);
+    return;
+  }
   thread_local std::vector<float> slots;
   slots.resize(size_t{PairwiseStack::Depth(5)} * width);
   auto slot = [&](int i) { return slots.data() + size_t(i) * width; };
@@ -116,9 +142,7 @@ void CtrModel::SparseRecordCanonical(const Batch& pass, const WorkingSet& ws, co
     const float* b = slot(from);
     for (uint32_t d = 0; d < width; ++d) a[d] += b[d];
   };
-  std::fill(record, record + sum_nodes_.size() * width, 0.0f);  // (a node without the key)
   PairwiseStack stack;
-  size_t node = 0;
   auto close_node = [&] {  // the node's sum into its record
     if (stack.empty()) return;
     stack.Finish(merge);
@@ -127,10 +151,8 @@ void CtrModel::SparseRecordCanonical(const Batch& pass, const WorkingSet& ws, co
   };
   float* g = nullptr;    // the current block's record
   uint32_t block = ~0u;  // none yet
-  for (uint32_t q = mb.occ_begin[u]; q < mb.occ_begin[u + 1]; ++q) {
-    const uint32_t p = mb.key_begin + mb.occ[q];
-    const uint32_t cell = ws.cell[p], r = cell / S, s = cell - r * S;
-    const uint32_t b = SumPosition(SumBlockOf(sum_order_.first_row + r));
+  for (uint32_t q = q0; q < q1; ++q) {
+    const uint32_t b = position(row_of(q));
     if (b != block) {  // the occurrences are in row order: a new leaf
       while (node + 1 < node_end_.size() && b >= node_end_[node]) {
         close_node();
@@ -140,13 +162,7 @@ void CtrModel::SparseRecordCanonical(const Batch& pass, const WorkingSet& ws, co
       g = slot(stack.Push(b, merge));
       std::fill(g, g + width, 0.0f);
     }
-    const float w = weighted ? pass.weights[p] : 1.0f;
-    const uint32_t dim = slot_dim_[s];
-    const float* gx = dx_.data() + size_t{r} * E + slot_col_[s];
-    for (uint32_t d = 0; d < dim; ++d) g[d] += w * gx[d];
-    g[rd] += w * dlogit_[r];
-    g[rd + 1] += 1.0f;
-    g[rd + 2] += pass.labels[mb.row_begin + r];
+    add(q, g);
   }
   close_node();
 }

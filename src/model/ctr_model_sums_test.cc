@@ -4,6 +4,7 @@
 // N = 1, 2, 4, 8 (16 blocks).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -23,6 +24,21 @@ std::map<uint64_t, std::string> Rows(const Fixture& f) {
   return out;
 }
 
+// Makes *f's pass rows [r0, r1) of whole's, each key's row whole's (f: the same model).
+void TakeRows(const Fixture& whole, uint32_t r0, uint32_t r1, Fixture* f) {
+  Batch mine;
+  mine.Reset(kSchema);
+  mine.AppendRows(whole.pass, r0, r1);
+  f->pass = mine;
+  BuildWorkingSet(f->pass, r1 - r0, nullptr, &f->ws);
+  const std::map<uint64_t, std::string> init = Rows(whole);
+  f->rows.Resize(f->ws.keys.size());
+  for (size_t i = 0; i < f->ws.keys.size(); ++i) {
+    const std::string& row = init.at(f->ws.keys[i]);
+    f->rows.DecodeRow(row.data(), row.size(), i);
+  }
+}
+
 // The model after one canonical step of the fixture's first minibatch on `ranks` simulated
 // ranks (rank-order sums instead of the tree with pairwise = false), and its rows by key.
 struct Stepped {
@@ -38,17 +54,7 @@ Stepped StepOnRanks(const ModelOptions& shape, uint32_t batch, uint32_t ranks, b
   std::map<uint64_t, std::vector<std::pair<uint32_t, std::vector<float>>>> records;  // by key
   for (uint32_t r = 0; r < ranks; ++r) {
     Fixture f(sparse, dense, true, share, shape, batch);  // the same model and rows...
-    Batch mine;  // ... and this rank's rows of the minibatch
-    mine.Reset(kSchema);
-    mine.AppendRows(whole.pass, r * share, (r + 1) * share);
-    f.pass = mine;
-    BuildWorkingSet(f.pass, share, nullptr, &f.ws);
-    const std::map<uint64_t, std::string> init = Rows(whole);
-    f.rows.Resize(f.ws.keys.size());
-    for (size_t i = 0; i < f.ws.keys.size(); ++i) {
-      const std::string& row = init.at(f.ws.keys[i]);
-      f.rows.DecodeRow(row.data(), row.size(), i);
-    }
+    TakeRows(whole, r * share, (r + 1) * share, &f);      // ... and this rank's of the minibatch
     f.model.set_sum_order({true, batch, r * share, /*block_rows=*/4, share});
     const Minibatch& mb = f.ws.batches[0];
     std::vector<float> p(mb.rows()), rec;
@@ -157,6 +163,69 @@ TEST(CtrModelSumsTest, RanksAddingUpThePairwiseTreeTrainTheOneProcessStep) {
   }
   // (Adding the ranks' shares in rank order instead does not give the one-process step.)
   EXPECT_GT(differs_in_rank_order, 0);
+}
+
+// The canonical sums against a reference: each block's gradients computed alone (a model of
+// default sums given only the block's rows: its dense gradient and its keys' records), added
+// up the tree here; and a second call of ComputeGradients gives the same bits (the tree's
+// pending sums start from zeros every time: their GEMMs add into them).
+TEST(CtrModelSumsTest, TheCanonicalSumsAreTheTreeOfTheBlocksComputedAlone) {
+  OptimizerOptions sparse, dense;
+  constexpr uint32_t kBatch = 64, kBlock = 4, kBlocks = kBatch / kBlock;  // positions 0..15
+  for (const auto& [name, shape] : Shapes()) {
+    SCOPED_TRACE(name);
+    Fixture whole(sparse, dense, true, kBatch, shape, kBatch);
+    whole.model.set_sum_order({true, kBatch, 0, kBlock});
+    const Minibatch& mb = whole.ws.batches[0];
+    std::vector<float> p(mb.rows()), rec, again_rec;
+    whole.model.ComputeGradients(whole.pass, whole.ws, mb, whole.rows, nullptr, p.data(), kBatch,
+                                 &rec);
+    const std::vector<float> got = whole.model.dense_grads();
+    whole.model.ComputeGradients(whole.pass, whole.ws, mb, whole.rows, nullptr, p.data(), kBatch,
+                                 &again_rec);
+    EXPECT_EQ(whole.model.dense_grads(), got) << "a second call";
+    EXPECT_EQ(again_rec, rec) << "a second call";
+    // The leaves: each block alone, in default order (one row block of 4 rows).
+    std::vector<std::vector<float>> leaf(kBlocks);
+    std::map<uint64_t, std::vector<std::pair<uint32_t, std::vector<float>>>> records;
+    const uint32_t width = whole.model.SparseRecordWidth();
+    for (uint32_t b = 0; b < kBlocks; ++b) {
+      Fixture f(sparse, dense, true, kBlock, shape, kBatch);
+      TakeRows(whole, b * kBlock, (b + 1) * kBlock, &f);
+      const Minibatch& fb = f.ws.batches[0];
+      std::vector<float> fp(fb.rows()), frec;
+      f.model.ComputeGradients(f.pass, f.ws, fb, f.rows, nullptr, fp.data(), kBatch, &frec);
+      leaf[b] = f.model.dense_grads();
+      for (size_t u = 0; u < fb.uniq.size(); ++u) {
+        records[f.ws.keys[fb.uniq[u]]].push_back(
+            {b, std::vector<float>(frec.begin() + u * width, frec.begin() + (u + 1) * width)});
+      }
+    }
+    std::vector<float> want(got.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      float slot[PairwiseStack::kMaxSlots];
+      PairwiseStack stack;
+      auto merge = [&](int a, int c) { slot[a] += slot[c]; };
+      for (uint32_t b = 0; b < kBlocks; ++b) slot[stack.Push(b, merge)] = leaf[b][i];
+      stack.Finish(merge);
+      want[i] = slot[0];
+    }
+    EXPECT_EQ(got, want) << "the dense gradient";
+    size_t differs = 0;
+    for (size_t u = 0; u < mb.uniq.size(); ++u) {
+      std::vector<std::vector<float>> slot(PairwiseStack::kMaxSlots);
+      PairwiseStack stack;
+      auto merge = [&](int a, int c) {
+        for (uint32_t d = 0; d < width; ++d) slot[a][d] += slot[c][d];
+      };
+      for (const auto& [b, one] : records.at(whole.ws.keys[mb.uniq[u]])) {
+        slot[stack.Push(b, merge)] = one;
+      }
+      stack.Finish(merge);
+      differs += !std::equal(slot[0].begin(), slot[0].end(), rec.begin() + u * width);
+    }
+    EXPECT_EQ(differs, 0u) << "keys whose record is not the tree of its blocks' records";
+  }
 }
 
 }  // namespace

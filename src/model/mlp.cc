@@ -124,10 +124,10 @@ void Mlp::BackpropHidden(const float* params, const float* const* acts, int rows
 }
 
 void Mlp::TileGrad(uint32_t l, uint32_t c0, uint32_t c1, const float* xin, const float* g, int rows,
-                   float* grad_params) const {
+                   float* grad_params, bool into_zeros) const {
   const uint32_t n_in = in(l), n_out = out(l), width = c1 - c0;
-  blas::Sgemm(true, false, n_in, width, rows, 1.0f, xin, n_in, g + c0, n_out, 0.0f,
-              grad_params + w_offset(l) + c0, n_out);
+  blas::Sgemm(true, false, n_in, width, rows, 1.0f, xin, n_in, g + c0, n_out,
+              into_zeros ? 1.0f : 0.0f, grad_params + w_offset(l) + c0, n_out);
   float* db = grad_params + b_offset(l) + c0;
   std::memset(db, 0, width * sizeof(float));
   for (int r = 0; r < rows; ++r) {

@@ -51,9 +51,11 @@ class Mlp {
   // Column tile [c0, c1) of layer l's gradients over a batch of `rows` rows:
   // dW_l[:, c0:c1] = xin^T g[:, c0:c1] and db_l[c0:c1] = column sums of g, written into
   // grad_params (laid out like params). xin is the layer's input [rows x in(l)], g its
-  // pre-activation gradient [rows x out(l)].
+  // pre-activation gradient [rows x out(l)]. into_zeros: dW_l's tile in grad_params is zero
+  // already, and the GEMM adds into it instead of first zeroing it (the same bits: OpenBLAS
+  // zeroes C for beta = 0, then adds the products either way).
   void TileGrad(uint32_t l, uint32_t c0, uint32_t c1, const float* xin, const float* g, int rows,
-                float* grad_params) const;
+                float* grad_params, bool into_zeros = false) const;
 
  private:
   // From grads[top] down: every lower layer's pre-activation gradient.
