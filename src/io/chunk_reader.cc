@@ -1,4 +1,5 @@
 // The parallel in-order chunk reader and the generated rows' source (io/reader_internal.h).
+#include <algorithm>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -28,8 +29,14 @@ class SynthSource final : public ChunkSource {
     chunk->file = "<generated>";
     chunk->first_line = next_;
     if (share_.count > 1) {
-      chunk->offset = std::min(share_.unit, rows_ - next_);
-      next_ += share_.count * share_.unit;
+      // About block_rows of the share's rows: whole units of it, each `count` units after the
+      // one before (only the stream's last unit may be short, and it ends a chunk).
+      const uint64_t units = std::max<uint64_t>(1, block_rows_ / share_.unit);
+      chunk->offset = 0;
+      for (uint64_t k = 0; k < units && next_ < rows_; ++k) {
+        chunk->offset += std::min(share_.unit, rows_ - next_);
+        next_ += share_.count * share_.unit;
+      }
     } else {
       chunk->offset = std::min(block_rows_, rows_ - next_);
       next_ += chunk->offset;
@@ -205,9 +212,17 @@ std::unique_ptr<BatchReader> NewSynthReader(const SynthOptions& options, uint64_
                                             uint64_t block_rows, RowShare share) {
   auto gen = std::make_shared<SynthGenerator>(options);
   const Schema schema = gen->schema();
-  DecodeFn decode = [gen, schema](const TextChunk& c, ChunkParseResult* r) {
+  // A chunk of a share: its units from first_line, `count` units apart (SynthSource).
+  DecodeFn decode = [gen, schema, share](const TextChunk& c, ChunkParseResult* r) {
     ResetParseResult(schema, r);
-    gen->GenerateBatch(c.first_line, c.first_line + c.offset, &r->batch, nullptr);
+    const bool units = share.count > 1;
+    uint64_t row = c.first_line, left = c.offset;
+    while (left > 0) {
+      const uint64_t n = units ? std::min(share.unit, left) : left;
+      gen->AppendRows(row, row + n, &r->batch, nullptr);
+      row += units ? share.count * share.unit : n;
+      left -= n;
+    }
     r->counts.good = c.offset;
   };
   DataOptions o;

@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <string>
 #include <thread>
 
 #include "io/shard.h"
@@ -196,7 +198,8 @@ TEST(ReaderTest, ProgressCountsTheBytesAsStoredOrTheGeneratedRows) {
 }
 
 // A rank's share of generated rows (docs/distributed.md): blocks q = r, r + n, ... of `unit`
-// rows, in order; the shares of all ranks together are every row once.
+// rows, in order; the shares of all ranks together are every row once. Chunks of the share
+// hold several of its blocks (block_rows 4096 and 250), or one (100 and 50).
 TEST(ReaderTest, ARanksShareOfGeneratedRowsIsItsBlocksInOrder) {
   constexpr uint64_t kRows = 1050, kUnit = 100;
   auto all_rows = [](BatchReader* r) {
@@ -208,24 +211,31 @@ TEST(ReaderTest, ARanksShareOfGeneratedRowsIsItsBlocksInOrder) {
   };
   Batch whole = all_rows(NewSynthReader(SynthOptions{}, kRows, 1).get());
   ASSERT_EQ(whole.rows(), kRows);
-  uint64_t total = 0;
-  for (uint32_t r = 0; r < 3; ++r) {
-    auto reader = NewSynthReader(SynthOptions{}, kRows, 2, 4096, RowShare{r, 3, kUnit});
-    Batch mine = all_rows(reader.get());
-    EXPECT_EQ(reader->progress().total, mine.rows());
-    EXPECT_EQ(reader->progress().done, mine.rows());
-    total += mine.rows();
-    uint64_t at = 0;
-    for (uint64_t q = r; q * kUnit < kRows; q += 3) {
-      for (uint64_t row = q * kUnit; row < std::min(kRows, (q + 1) * kUnit); ++row, ++at) {
-        ASSERT_LT(at, mine.rows());
-        EXPECT_EQ(mine.labels[at], whole.labels[row]);
-        EXPECT_EQ(mine.keys[mine.offsets[at * 26]], whole.keys[whole.offsets[row * 26]]);
+  for (uint64_t block_rows : {4096, 250, 100, 50}) {
+    SCOPED_TRACE("block_rows " + std::to_string(block_rows));
+    uint64_t total = 0;
+    for (uint32_t r = 0; r < 3; ++r) {
+      auto reader = NewSynthReader(SynthOptions{}, kRows, 2, block_rows, RowShare{r, 3, kUnit});
+      Batch mine = all_rows(reader.get());
+      EXPECT_EQ(reader->progress().total, mine.rows());
+      EXPECT_EQ(reader->progress().done, mine.rows());
+      total += mine.rows();
+      uint64_t at = 0;
+      for (uint64_t q = r; q * kUnit < kRows; q += 3) {
+        for (uint64_t row = q * kUnit; row < std::min(kRows, (q + 1) * kUnit); ++row, ++at) {
+          ASSERT_LT(at, mine.rows());
+          EXPECT_EQ(mine.labels[at], whole.labels[row]);
+          EXPECT_TRUE(std::equal(mine.keys.begin() + mine.offsets[at * 26],
+                                 mine.keys.begin() + mine.offsets[(at + 1) * 26],
+                                 whole.keys.begin() + whole.offsets[row * 26]));
+          EXPECT_TRUE(std::equal(mine.dense.begin() + at * 13, mine.dense.begin() + (at + 1) * 13,
+                                 whole.dense.begin() + row * 13));
+        }
       }
+      EXPECT_EQ(at, mine.rows());
     }
-    EXPECT_EQ(at, mine.rows());
+    EXPECT_EQ(total, kRows);
   }
-  EXPECT_EQ(total, kRows);
 }
 
 TEST(ReaderTest, StopsPastTheErrorRateNamingTheFirstBadLine) {

@@ -154,6 +154,11 @@ std::string SynthGenerator::CriteoValue(uint32_t slot, uint64_t id) const {
 void SynthGenerator::GenerateBatch(uint64_t begin, uint64_t end, Batch* out,
                                    std::vector<double>* probs) const {
   out->Reset(schema());
+  AppendRows(begin, end, out, probs);
+}
+
+void SynthGenerator::AppendRows(uint64_t begin, uint64_t end, Batch* out,
+                                std::vector<double>* probs) const {
   BatchBuilder b(out);
   Row row;
   const uint32_t S = static_cast<uint32_t>(slots_.size());
@@ -161,10 +166,10 @@ void SynthGenerator::GenerateBatch(uint64_t begin, uint64_t end, Batch* out,
     // One key per slot: the block's exact size, not the growth's up to twice it (a reader
     // keeps several blocks in flight, and reuses their memory).
     const size_t n = end - begin;
-    out->labels.reserve(n);
-    out->dense.reserve(n * num_dense_);
-    out->offsets.reserve(n * S + 1);
-    out->keys.reserve(n * S);
+    out->labels.reserve(out->labels.size() + n);
+    out->dense.reserve(out->dense.size() + n * num_dense_);
+    out->offsets.reserve(out->offsets.size() + n * S + 1);
+    out->keys.reserve(out->keys.size() + n * S);
   }
   for (uint64_t i = begin; i < end; ++i) {
     MakeRow(i, &row);

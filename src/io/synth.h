@@ -74,6 +74,8 @@ class SynthGenerator {
   // Rows [begin, end) as a Batch equal to what the format's parser returns for the text
   // form; probs (if not null) receives the planted click probabilities.
   void GenerateBatch(uint64_t begin, uint64_t end, Batch* out, std::vector<double>* probs) const;
+  // GenerateBatch's rows appended to *out (of schema()'s rows).
+  void AppendRows(uint64_t begin, uint64_t end, Batch* out, std::vector<double>* probs) const;
   // Rows [begin, end) as text lines in the format.
   void GenerateText(uint64_t begin, uint64_t end, std::string* out,
                     std::vector<double>* probs) const;
