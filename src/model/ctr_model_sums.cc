@@ -106,23 +106,12 @@ void CtrModel::RowBlocks(uint32_t rows, std::vector<uint32_t>* blocks,
 
 void CtrModel::SparseRecordCanonical(const Batch& pass, const WorkingSet& ws, const Minibatch& mb,
                                      size_t u, float* record) const {
-  const uint32_t S = schema_.num_slots, E = emb_width_, rd = row_dim_, width = SparseRecordWidth();
-  const bool weighted = pass.has_weights();
+  const uint32_t S = schema_.num_slots, width = SparseRecordWidth();
   const uint32_t q0 = mb.occ_begin[u], q1 = mb.occ_begin[u + 1];
   // Occurrence q's row, and its sum block's position.
   auto row_of = [&](uint32_t q) { return ws.cell[mb.key_begin + mb.occ[q]] / S; };
   auto position = [&](uint32_t r) { return SumPosition(SumBlockOf(sum_order_.first_row + r)); };
-  auto add = [&](uint32_t q, float* g) {  // occurrence q into the block's record g
-    const uint32_t p = mb.key_begin + mb.occ[q];
-    const uint32_t cell = ws.cell[p], r = cell / S, s = cell - r * S;
-    const float w = weighted ? pass.weights[p] : 1.0f;
-    const uint32_t dim = slot_dim_[s];
-    const float* gx = dx_.data() + size_t{r} * E + slot_col_[s];
-    for (uint32_t d = 0; d < dim; ++d) g[d] += w * gx[d];
-    g[rd] += w * dlogit_[r];
-    g[rd + 1] += 1.0f;
-    g[rd + 2] += pass.labels[mb.row_begin + r];
-  };
+  auto add = [&](uint32_t q, float* g) { AddOccurrence(pass, ws, mb, q, g); };
   std::fill(record, record + sum_nodes_.size() * width, 0.0f);  // (a node without the key)
   if (q0 == q1) return;
   size_t node = 0;

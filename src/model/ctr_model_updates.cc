@@ -36,24 +36,25 @@ void CtrModel::SparseRecord(const Batch& pass, const WorkingSet& ws, const Minib
     SparseRecordCanonical(pass, ws, mb, u, record);
     return;
   }
-  const uint32_t S = schema_.num_slots, E = emb_width_, rd = row_dim_;
-  const bool weighted = pass.has_weights();
-  float* g = record;
-  std::fill(g, g + rd, 0.0f);  // a smaller table's key leaves the rest zero
-  float g_wide = 0.0f, clicks = 0.0f;
+  // (A smaller table's key leaves the columns past its dimension zero.)
+  std::fill(record, record + SparseRecordWidth(), 0.0f);
   for (uint32_t q = mb.occ_begin[u]; q < mb.occ_begin[u + 1]; ++q) {
-    const uint32_t p = mb.key_begin + mb.occ[q];
-    const uint32_t cell = ws.cell[p], r = cell / S, s = cell - r * S;
-    const float w = weighted ? pass.weights[p] : 1.0f;
-    const uint32_t dim = slot_dim_[s];
-    const float* gx = dx_.data() + size_t{r} * E + slot_col_[s];
-    for (uint32_t d = 0; d < dim; ++d) g[d] += w * gx[d];
-    g_wide += w * dlogit_[r];
-    clicks += pass.labels[mb.row_begin + r];
+    AddOccurrence(pass, ws, mb, q, record);
   }
-  record[rd] = g_wide;
-  record[rd + 1] = static_cast<float>(mb.occ_begin[u + 1] - mb.occ_begin[u]);
-  record[rd + 2] = clicks;
+}
+
+void CtrModel::AddOccurrence(const Batch& pass, const WorkingSet& ws, const Minibatch& mb,
+                             uint32_t q, float* g) const {
+  const uint32_t S = schema_.num_slots, rd = row_dim_;
+  const uint32_t p = mb.key_begin + mb.occ[q];
+  const uint32_t cell = ws.cell[p], r = cell / S, s = cell - r * S;
+  const float w = pass.has_weights() ? pass.weights[p] : 1.0f;
+  const uint32_t dim = slot_dim_[s];
+  const float* gx = dx_.data() + size_t{r} * emb_width_ + slot_col_[s];
+  for (uint32_t d = 0; d < dim; ++d) g[d] += w * gx[d];
+  g[rd] += w * dlogit_[r];
+  g[rd + 1] += 1.0f;
+  g[rd + 2] += pass.labels[mb.row_begin + r];
 }
 
 bool CtrModel::ApplyRecord(uint32_t l, const float* record, RowBlock* rows,
