@@ -111,7 +111,6 @@ void CtrModel::SparseRecordCanonical(const Batch& pass, const WorkingSet& ws, co
   // Occurrence q's row, and its sum block's position.
   auto row_of = [&](uint32_t q) { return ws.cell[mb.key_begin + mb.occ[q]] / S; };
   auto position = [&](uint32_t r) { return SumPosition(SumBlockOf(sum_order_.first_row + r)); };
-  auto add = [&](uint32_t q, float* g) { AddOccurrence(pass, ws, mb, q, g); };
   std::fill(record, record + sum_nodes_.size() * width, 0.0f);  // (a node without the key)
   if (q0 == q1) return;
   size_t node = 0;
@@ -120,7 +119,7 @@ void CtrModel::SparseRecordCanonical(const Batch& pass, const WorkingSet& ws, co
   // as through the stack, whose one slot would start at zero and be copied out).
   if (const uint32_t b = position(row_of(q0)); b == position(row_of(q1 - 1))) {
     while (node + 1 < node_end_.size() && b >= node_end_[node]) ++node;
-    for (uint32_t q = q0; q < q1; ++q) add(q, record + node * width);
+    for (uint32_t q = q0; q < q1; ++q) AddOccurrence(pass, ws, mb, q, record + node * width);
     return;
   }
   thread_local std::vector<float> slots;
@@ -151,7 +150,7 @@ void CtrModel::SparseRecordCanonical(const Batch& pass, const WorkingSet& ws, co
       g = slot(stack.Push(b, merge));
       std::fill(g, g + width, 0.0f);
     }
-    add(q, g);
+    AddOccurrence(pass, ws, mb, q, g);
   }
   close_node();
 }
