@@ -1,6 +1,7 @@
 """The benchmarks' shared data set: shared/baselines/gen_criteo.py's 1 M training rows (seed
 11) and 200 K test rows (seed 12), generated into a directory if absent; and running `ctrbox train` for a report."""
-import argparse, json, os, subprocess, sys
+import argparse
+import json, os, resource, subprocess, sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The baselines (gen_criteo.py, torch_ctr.py): ../shared/baselines beside the checkout, or
@@ -52,12 +53,18 @@ def criteo_train_test(data_dir):
 
 
 def train(ctrbox, args):
-    """Runs `ctrbox train ARGS` quietly; returns its report (the last stdout line) or exits."""
+    """Runs `ctrbox train ARGS` quietly; returns its report (the last stdout line) or exits.
+    The report gains "process_cpu_seconds": the process's user + system CPU time (getrusage of
+    the waited-for child)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     p = subprocess.run([ctrbox, "train", *args, "--set", "train.progress_seconds=1e9"],
                        capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if p.returncode != 0:
         sys.exit(f"ctrbox train failed:\n{p.stderr[-3000:]}")
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    report = json.loads(p.stdout.strip().splitlines()[-1])
+    report["process_cpu_seconds"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return report
 
 
 def arg_parser(doc, reps):

@@ -14,8 +14,13 @@ non-deterministic mode: no peer trains the same bits on another number of ranks.
 With --files K the same rows come from K files (`ctrbox gen`, seeds 1..K, rows / K each):
 deterministic ranks then read every file and keep their share of each global minibatch,
 non-deterministic ones read their own files.
+Each line also gives the process's CPU seconds (user + system, median), and the summary the
+deterministic mode's extra CPU seconds per rank count: on a shared machine they move less than
+examples/s. With --device gpu the train stage runs on the GPU (one per rank; --emulate: the
+host emulation of the GPU step, for a machine without one).
 
     bench/same_model.py [--reps 3] [--rows 500000] [--ranks 1,2,4] [--batch N] [--files K]
+                        [--device cpu|gpu] [--emulate]
 """
 import json, os, statistics, sys
 
@@ -29,6 +34,8 @@ def main():
     ap.add_argument("--ranks", default="1,2,4")
     ap.add_argument("--batch", type=int, default=0, help="train.batch_size (0: sized from the rows)")
     ap.add_argument("--files", type=int, default=0, help="read the rows from this many files")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
+    ap.add_argument("--emulate", action="store_true", help="with --device gpu: gpu.emulate")
     a = ap.parse_args()
     data = ["--set", f"data.gen.rows={a.rows}"]
     if a.files:
@@ -47,18 +54,22 @@ def main():
                     "--set", f"train.deterministic={'true' if det else 'false'}"]
             if a.batch:
                 args += ["--set", f"train.batch_size={a.batch}"]
+            if a.device == "gpu":
+                args += ["--set", "device=gpu", "--set", f"gpu.emulate={'true' if a.emulate else 'false'}"]
             if n > 1:
                 args += ["--local-ranks", str(n)]
             got[(n, det)].append(bench_data.train(a.ctrbox, args))
-    median = {}
+    median, cpu = {}, {}
     for (n, det), reports in got.items():
         eps = [r["examples_per_s"] for r in reports]
         median[(n, det)] = statistics.median(eps)
+        cpu[(n, det)] = statistics.median(r["process_cpu_seconds"] for r in reports)
         print(json.dumps({
             "bench": "same_model", "ranks": n, "deterministic": det, "reps": a.reps, "files": a.files,
             "examples": reports[-1]["examples"], "batch_size": reports[-1]["batch_size"],
             "examples_per_s": median[(n, det)],
             "examples_per_s_min": min(eps), "examples_per_s_max": max(eps),
+            "process_cpu_seconds": cpu[(n, det)], "device": a.device + (" emulated" if a.emulate else ""),
             "test_auc": reports[-1].get("test_auc"), "digests": sorted({r["digest"] for r in reports}),
             "cores": cores, "blas_core": reports[-1]["blas_core"]}), flush=True)
     ranks = sorted({n for n, _ in configs})
@@ -66,6 +77,7 @@ def main():
     print(json.dumps({
         "bench": "same_model", "summary": True,
         "deterministic_vs_fast": {str(n): median[(n, True)] / median[(n, False)] for n in ranks},
+        "deterministic_extra_cpu_seconds": {str(n): cpu[(n, True)] - cpu[(n, False)] for n in ranks},
         "deterministic_digests": det_digests,
         "one_digest_for_every_rank_count": len(set(det_digests.values())) == 1,
         "fast_digests_differ": len({got[(n, False)][-1]["digest"] for n in ranks}) > 1}))

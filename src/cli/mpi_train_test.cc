@@ -137,7 +137,8 @@ TEST_F(MpiTrainTest, MpiRanksTrainTheModelTheThreadRanksTrainAndEvalReadsIt) {
 // A bad file read by rank 1 only: every rank stops, the error names the rank and the file,
 // and nothing is saved.
 // train.deterministic on generated data (docs/distributed.md, "The same model on any number of
-// ranks"): 2 and 4 processes under mpirun train the one-process digest with Adagrad and Adam.
+// ranks"): 2 and 4 processes under mpirun train the one-process digest with Adagrad and Adam,
+// on the CPU and with one (emulated) GPU per rank.
 TEST_F(MpiTrainTest, DeterministicRanksTrainTheOneProcessModel) {
   const std::string job =
       " train --set data.gen.rows=8500 --set data.gen.test_rows=1000 --set train.batch_size=1536"
@@ -150,6 +151,9 @@ TEST_F(MpiTrainTest, DeterministicRanksTrainTheOneProcessModel) {
     ASSERT_EQ(mpi.exit_code, 0) << mpi.err;
     EXPECT_EQ(mpi.last_json["digest"], one.last_json["digest"]) << n << " ranks";
   }
+  Result gpu = Run(Mpirun(3) + job + Path("gpu3") + " --set device=gpu --set gpu.emulate=true");
+  ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
+  EXPECT_EQ(gpu.last_json["digest"], one.last_json["digest"]) << "3 GPU ranks";
   // Files too: every rank reads them all and keeps its share of each global minibatch.
   const std::string files = " train" + Files(1500) +
                             " --set train.batch_size=1536 --set pipeline.pass_examples=3072"

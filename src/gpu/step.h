@@ -18,8 +18,9 @@
 // definitions are in step_stage.h (Stage, the constructor, patches, buffer sizing),
 // step_train.h (Train and the minibatch loop), step_exchange.h (rows to the asking GPUs,
 // gradients back to the owners), step_forward.h, step_backward.h (the dense model on a
-// slice), step_sparse.h (per-key gradients, row updates) and step_dense.h (all-reduce,
-// optimizer step); gpu/step_impl.h includes them all for the two files that instantiate it.
+// slice), step_sparse.h (per-key gradients, row updates), step_dense.h (all-reduce,
+// optimizer step) and step_canonical.h (train.deterministic's canonical sums on one GPU);
+// gpu/step_impl.h includes them all for the two files that instantiate it.
 //
 // Every kernel body is a CTRBOX_HD lambda over an index: the same code on the GPU and in the
 // host emulation. Thread safety: Stage and Train may run on two threads (the pipeline's pull
@@ -114,6 +115,10 @@ class GpuStep {
     uint32_t g = 0, B = 0;
     const float* mlp_input = nullptr;  // the MLP's (or the towers') input
     TowerRows towers;
+    // Where Backward writes the weight gradients (null: the replica's grads), and where the
+    // per-key gradients read dx and dlogit (null: the replica's).
+    float* grads = nullptr;
+    const float *dx = nullptr, *dlogit = nullptr;
   };
 
   // The dense parameters: the MLP's, then the cross layers', then the bottom MLP's.
@@ -154,7 +159,8 @@ class GpuStep {
   void SumGradients(Staged& s, size_t b, uint32_t o, const std::vector<Event>& reduced);
   std::vector<Event> RecordAll();
   // step_forward.h
-  SliceRun Forward(Staged& s, const Batch& pass, size_t b, uint32_t g);
+  // rows: the slice's rows (~0u), or the first `rows` of them from GpuMinibatchArgs::row0.
+  SliceRun Forward(Staged& s, const Batch& pass, size_t b, uint32_t g, uint32_t rows = ~0u);
   void Inputs(Staged& s, const Batch& pass, const SliceRun& run);
   void OutputAndLoss(Staged& s, const SliceRun& run, const float* input, const Layer& last);
   const float* InteractionsForward(Replica& rep, uint32_t B, uint32_t S, uint32_t dim);
@@ -169,13 +175,23 @@ class GpuStep {
   void InteractionsBackward(Replica& rep, uint32_t B, uint32_t S, uint32_t dim);
   void BottomBackward(Replica& rep, uint32_t B);
   void WeightGrads(const SliceRun& run);
-  void TowerWeightGrads(Replica& rep, const TowerRows& p, uint32_t B);
-  void CrossWeightGrads(Replica& rep, uint32_t B);
-  void BottomWeightGrads(Replica& rep, uint32_t B);
+  void TowerWeightGrads(Replica& rep, const TowerRows& p, uint32_t B, float* grads);
+  void CrossWeightGrads(Replica& rep, uint32_t B, float* grads);
+  void BottomWeightGrads(Replica& rep, uint32_t B, float* grads);
   static void ReluBackprop(Exec& e, const Layer& ly, const float* params, const float* g,
                            const float* a_prev, uint32_t B, float* g_prev);
   static void LayerWeightGrads(Exec& e, const Layer& ly, const float* xin, const float* gout,
                                uint32_t B, float* grads);
+  // step_canonical.h (train.deterministic on one GPU: the CPU model's canonical sums)
+  bool Canonical() const {
+    return gpus_ == 1 && options_.scatter == ScatterMode::kSegment && model_->sum_order().canonical;
+  }
+  void CutSums(uint32_t rows);
+  static void AddInto(Exec& e, float* a, const float* b, size_t n);
+  static void MoveRow0(Exec& e, GpuMinibatchArgs* now, uint32_t by);
+  SliceRun CanonicalForwardBackward(Staged& s, const Batch& pass, size_t b);
+  void CanonicalKeySums(Staged& s, const Batch& pass, const SliceRun& run);
+  Status CanonicalRankSums(bool mine, RankExchange* ranks);
   // step_sparse.h
   void KeyGradients(Staged& s, const Batch& pass, const SliceRun& run);
   void UpdateRows(Staged& s, uint32_t o, bool from_feed);
@@ -215,6 +231,10 @@ class GpuStep {
   std::vector<std::pair<uint32_t, typename Exec::Graph>> graphs_;
   std::vector<typename Exec::TimeMark> replay_marks_;
   bool capturing_ = false;
+  // Train stage, canonical sums: the current minibatch's sum blocks, and the rank's node
+  // gradients on the host (those with rows) for the ranks' sum.
+  GpuSumCut cut_;
+  std::vector<std::vector<float>> rank_nodes_;
 };
 
 // A GpuTrainer running a GpuStep on Exec; the backend constructs step_ over its executors.

@@ -15,7 +15,7 @@ void GpuStep<Exec>::Backward(const SliceRun& run) {
   Exec& e = *compute_[run.g];
   Replica& rep = replicas_[run.g];
   if (run.B == 0) {  // a slice without rows contributes zero gradients
-    e.Fill(rep.grads.data(), 0.0f, NumParams());
+    e.Fill(run.grads != nullptr ? run.grads : rep.grads.data(), 0.0f, NumParams());
     return;
   }
   const ModelOptions& mo = model_->options();
@@ -161,20 +161,21 @@ void GpuStep<Exec>::BottomBackward(Replica& rep, uint32_t B) {
   }
 }
 
-// Every dense weight gradient of the slice into rep.grads (laid out like the parameters).
+// Every dense weight gradient of the slice into run.grads, or rep.grads (laid out like the
+// parameters).
 template <class Exec>
 void GpuStep<Exec>::WeightGrads(const SliceRun& run) {
   Exec& e = *compute_[run.g];
   Replica& rep = replicas_[run.g];
   const uint32_t B = run.B;
-  float* grads = rep.grads.data();
+  float* grads = run.grads != nullptr ? run.grads : rep.grads.data();
   const uint32_t L = static_cast<uint32_t>(layers_.size());
   for (uint32_t l = 0; l < L; ++l) {
     LayerWeightGrads(e, layers_[l], l == 0 ? run.mlp_input : rep.acts[l - 1].data(),
                      l == L - 1 ? rep.dlogit.data() : rep.hgrads[l].data(), B, grads);
   }
-  if (model_->towers().on()) TowerWeightGrads(rep, run.towers, B);
-  CrossWeightGrads(rep, B);
+  if (model_->towers().on()) TowerWeightGrads(rep, run.towers, B, grads);
+  CrossWeightGrads(rep, B, grads);
   if (const MixLayout& mx = model_->mix(); mx.layers > 0) {
     const MixRows mr = MixPointers(rep, B);
     for (uint32_t l = 0; l < mx.layers; ++l) {
@@ -182,16 +183,15 @@ void GpuStep<Exec>::WeightGrads(const SliceRun& run) {
       MixLayerGrads(e, mx, mr, B, l, grads);
     }
   }
-  if (model_->bottom().num_layers() > 0) BottomWeightGrads(rep, B);
+  if (model_->bottom().num_layers() > 0) BottomWeightGrads(rep, B, grads);
 }
 
 // The towers' weight gradients over the slice: each layer's as an MLP layer's, the output
 // unit's dw_t = hL_t^T dlogit and db the column sum of dlogit (the CPU model's kTowerOut).
 template <class Exec>
-void GpuStep<Exec>::TowerWeightGrads(Replica& rep, const TowerRows& p, uint32_t B) {
+void GpuStep<Exec>::TowerWeightGrads(Replica& rep, const TowerRows& p, uint32_t B, float* grads) {
   Exec& e = *compute_[&rep - replicas_.data()];
   const Towers& tw = model_->towers();
-  float* grads = rep.grads.data();
   for (uint32_t t = 0; t < tw.count(); ++t) {
     const Mlp& m = tw.tower(t);
     const size_t at = tw.base(t);
@@ -209,11 +209,10 @@ void GpuStep<Exec>::TowerWeightGrads(Replica& rep, const TowerRows& p, uint32_t 
 // The cross layers' weight gradients over the slice: dW_l = x_l^T gu_l (or low rank dU_l,
 // dV_l), db_l the column sums of gu_l.
 template <class Exec>
-void GpuStep<Exec>::CrossWeightGrads(Replica& rep, uint32_t B) {
+void GpuStep<Exec>::CrossWeightGrads(Replica& rep, uint32_t B, float* grads) {
   Exec& e = *compute_[&rep - replicas_.data()];
   const CrossLayout cl = model_->cross();
   const uint32_t W0 = cl.width;
-  float* grads = rep.grads.data();
   for (uint32_t l = 0; l < cl.layers; ++l) {
     const float* xl = l == 0 ? rep.x.data() : rep.cross_x[l - 1].data();
     const float* gu = rep.cross_gu[l].data();
@@ -229,12 +228,12 @@ void GpuStep<Exec>::CrossWeightGrads(Replica& rep, uint32_t B) {
 
 // The bottom MLP's weight gradients over the slice.
 template <class Exec>
-void GpuStep<Exec>::BottomWeightGrads(Replica& rep, uint32_t B) {
+void GpuStep<Exec>::BottomWeightGrads(Replica& rep, uint32_t B, float* grads) {
   Exec& e = *compute_[&rep - replicas_.data()];
   for (size_t l = 0; l < bottom_layers_.size(); ++l) {
     LayerWeightGrads(e, bottom_layers_[l],
                      l == 0 ? rep.bottom_in.data() : rep.bottom_acts[l - 1].data(),
-                     rep.bottom_grads[l].data(), B, rep.grads.data());
+                     rep.bottom_grads[l].data(), B, grads);
   }
 }
 

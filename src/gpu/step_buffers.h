@@ -46,6 +46,27 @@ struct GpuMinibatchArgs {
   uint32_t gather_first = 0, gather_n = 0, t0 = 0, nt = 0;
 };
 
+// Canonical sums (train.deterministic, one GPU; docs/distributed.md, "The same model on any
+// number of ranks"): the sum blocks of a minibatch of this rank, as CtrModel cuts them
+// (CtrModel::SumBlocks): block i holds the slice's rows [begin[i], begin[i + 1]) and is the
+// tree's leaf at position pos[i]; the rank's share is made of `nodes` nodes of the tree, node
+// n's positions ending at node_end[n]. Taken by value into the per-key sums' kernel (the same
+// for every minibatch of one shape, so a recorded step replays it).
+struct GpuSumCut {
+  static constexpr uint32_t kMax = 24;  // CtrModel::kMaxSumBlocks
+  uint32_t blocks = 0, nodes = 1;
+  uint32_t begin[kMax + 1] = {};
+  uint32_t pos[kMax] = {};
+  uint32_t node_end[kMax] = {};
+  // Whether node n has rows of the minibatch (a node without is left out of the ranks' sums).
+  bool NodeHasRows(uint32_t n, uint32_t node_first) const {
+    for (uint32_t i = 0; i < blocks; ++i) {
+      if (pos[i] >= node_first && pos[i] < node_end[n]) return true;
+    }
+    return false;
+  }
+};
+
 // A staged pass's largest minibatch, per quantity (the replayed kernels' extents).
 struct GpuPassExtents {
   uint32_t rows = 0, uniq = 0, occ = 0;
@@ -159,6 +180,11 @@ struct GpuReplica {
   using Buf = typename Exec::template Buffer<T>;
   Buf<float> params, grads, m, v, sum;
   Buf<float> x, logits, dlogit, wide_sum, dx;
+  // Canonical sums: the tree's pending dense gradients (slots 1..; slot 0 is the node's own),
+  // the dense gradients of the rank's nodes 1.. (node 0's is grads), and the whole slice's
+  // dx and dlogit (the blocks run one by one through x .. dx; the per-key sums read them all).
+  std::vector<Buf<float>> sum_slots, node_grads;
+  Buf<float> dx_all, dlogit_all;
   std::vector<Buf<float>> acts, hgrads;
   // Per key occurrence of the slice, in its keys' occurrence-list order: its gradient record
   // (before the per-key sums).

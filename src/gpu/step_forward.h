@@ -5,6 +5,7 @@
 #ifndef CTRBOX_GPU_STEP_FORWARD_H_
 #define CTRBOX_GPU_STEP_FORWARD_H_
 
+#include <algorithm>
 #include <cmath>
 
 #include "gpu/step.h"
@@ -14,12 +15,12 @@ namespace ctrbox {
 
 template <class Exec>
 typename GpuStep<Exec>::SliceRun GpuStep<Exec>::Forward(Staged& s, const Batch& pass, size_t b,
-                                                        uint32_t g) {
+                                                        uint32_t g, uint32_t rows) {
   SliceRun run;
   run.b = b;
   run.g = g;
   run.si = b * gpus_ + g;
-  run.B = s.plan.slices[run.si].rows();
+  run.B = std::min(rows, s.plan.slices[run.si].rows());
   if (run.B == 0) return run;  // a slice without rows: zero gradients (Backward)
   Exec& e = *compute_[g];
   Replica& rep = replicas_[g];

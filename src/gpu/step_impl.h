@@ -5,6 +5,7 @@
 
 #include "gpu/step.h"
 #include "gpu/step_backward.h"
+#include "gpu/step_canonical.h"
 #include "gpu/step_dense.h"
 #include "gpu/step_exchange.h"
 #include "gpu/step_forward.h"

@@ -38,7 +38,8 @@ struct OccurrenceRecord {
   }
 };
 
-// The slice's distinct keys' gradient records into its feed's grad buffer (uniq order), by
+// The slice's distinct keys' gradient records into its feed's grad buffer (uniq order; with
+// canonical sums one per node of the rank's share: key u's node n at u * nodes + n), by
 // gpu.scatter: `segment` writes every occurrence's record (its key's occurrence-list order)
 // and sums each key's in that order (Exec::SegmentSums: the CPU model's order in the host
 // emulation); `atomic` adds every occurrence's record into its key's with atomics.
@@ -58,8 +59,9 @@ void GpuStep<Exec>::KeyGradients(Staged& s, const Batch& pass, const SliceRun& r
   const GpuMinibatchArgs* now = rep.now.data();
   const uint32_t *slot_col = rep.slot_col.data(), *slot_dim = rep.slot_dim.data();
   const bool multi = mo.MultiTable(), weighted = pass.has_weights();
-  const float *dx = rep.dx.data(), *dlogit = rep.dlogit.data(), *labels = f.labels.data(),
-              *weights = f.weights.data();
+  const float *dx = run.dx != nullptr ? run.dx : rep.dx.data(),
+              *dlogit = run.dlogit != nullptr ? run.dlogit : rep.dlogit.data(),
+              *labels = f.labels.data(), *weights = f.weights.data();
   const uint32_t *cells = f.cell.data(), *fetch_pos = f.fetch_pos.data();
   const OccurrenceRecord record{cells, now,      S,        weights, weighted, rd,     dim,
                                 multi, slot_dim, slot_col, dx,      E,        dlogit, labels};
@@ -73,7 +75,11 @@ void GpuStep<Exec>::KeyGradients(Staged& s, const Batch& pass, const SliceRun& r
       if (i >= size_t{n_occ} * gs) return;
       vals[i] = record(uniq_occ[now->occ_first + i % n_occ], static_cast<uint32_t>(i / n_occ));
     });
-    e.SegmentSums(vals, &now->seg, f.uniq_occ_begin.data(), max_uniq, gs, grad);
+    if (Canonical()) {  // per key: its blocks' sums added up the tree, a record per node
+      CanonicalKeySums(s, pass, run);
+    } else {
+      e.SegmentSums(vals, &now->seg, f.uniq_occ_begin.data(), max_uniq, gs, grad);
+    }
   } else {
     e.Fill(grad, 0.0f, size_t{max_uniq} * gs);
     e.ForEach(size_t{max_occ} * gs, [=] CTRBOX_HD(size_t i) {

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "gpu/step.h"
+#include "util/pairwise_sum.h"
 
 namespace ctrbox {
 
@@ -287,9 +288,21 @@ void GpuStep<Exec>::EnsureWork(Staged& s) {
       }
     }
     e.Reserve(&r.sum, gpus_ > 1 ? NumParams() * gpus_ : 0);
+    // Canonical sums: the tree's pending sums, the share's other nodes, the slice's dx and
+    // dlogit, and a record per node per key.
+    size_t nodes = 1;
+    if (Canonical()) {
+      nodes = model_->sum_nodes().size();
+      r.sum_slots.resize(PairwiseStack::Depth(5) - 1);
+      for (Buf<float>& slot : r.sum_slots) e.Reserve(&slot, NumParams());
+      r.node_grads.resize(nodes - 1);
+      for (Buf<float>& node : r.node_grads) e.Reserve(&node, NumParams());
+      e.Reserve(&r.dx_all, B * model_->emb_width());
+      e.Reserve(&r.dlogit_all, B);
+    }
     Feed& f = s.feeds[g];
     e.Reserve(&f.fetch, size_t{std::max<uint32_t>(max_uniq, 1)} * FetchStride());
-    e.Reserve(&f.grad, size_t{std::max<uint32_t>(max_uniq, 1)} * GradStride());
+    e.Reserve(&f.grad, size_t{std::max<uint32_t>(max_uniq, 1)} * GradStride() * nodes);
     Part& part = s.parts[g];
     e.Reserve(&part.send, size_t{std::max<uint32_t>(max_recv[g], 1)} * FetchStride());
     e.Reserve(&part.recv_grad, size_t{std::max<uint32_t>(max_recv[g], 1)} * GradStride());

@@ -224,11 +224,17 @@ void GpuStep<Exec>::TrainMinibatch(Staged& s, const Batch& pass, size_t b) {
   ExchangeRows(s, b);
   PhaseMark();
   // 2. Each GPU: inputs, MLP forward, loss; then backward and the weight gradients.
+  //    (Canonical sums: block by block, forward and backward together, timed as forward.)
   std::vector<SliceRun> runs;
   runs.reserve(N);
-  for (uint32_t g = 0; g < N; ++g) runs.push_back(Forward(s, pass, b, g));
-  PhaseMark();
-  for (uint32_t g = 0; g < N; ++g) Backward(runs[g]);
+  if (Canonical()) {
+    runs.push_back(CanonicalForwardBackward(s, pass, b));
+    PhaseMark();
+  } else {
+    for (uint32_t g = 0; g < N; ++g) runs.push_back(Forward(s, pass, b, g));
+    PhaseMark();
+    for (uint32_t g = 0; g < N; ++g) Backward(runs[g]);
+  }
   PhaseMark();
   // 3. Dense gradients summed over the GPUs; every replica takes the same step.
   AllReduceDense();
@@ -269,23 +275,29 @@ Status GpuStep<Exec>::TrainRankMinibatch(Staged& s, const Batch& pass, uint32_t 
   marks_.push_back(e0.Mark());
   model_->dense_optimizer().BeginStep();
   const size_t P = NumParams();
+  const bool canonical = Canonical();
   std::vector<SliceRun> runs;
-  for (uint32_t g = 0; g < N && mine; ++g) runs.push_back(Forward(s, pass, b, g));
+  if (mine && canonical) runs.push_back(CanonicalForwardBackward(s, pass, b));
+  for (uint32_t g = 0; g < N && mine && !canonical; ++g) runs.push_back(Forward(s, pass, b, g));
   marks_.push_back(e0.Mark());
-  for (uint32_t g = 0; g < N; ++g) {
+  for (uint32_t g = 0; g < N && !(mine && canonical); ++g) {
     if (mine) {
       Backward(runs[g]);
-    } else {
+    } else if (!canonical) {  // (canonical: no node of this rank has rows)
       float* gr = replicas_[g].grads.data();
       compute_[g]->ForEach(P, [=] CTRBOX_HD(size_t i) { gr[i] = 0.0f; });
     }
   }
   marks_.push_back(e0.Mark());
-  AllReduceDense();
-  rank_dense_.resize(P);
-  e0.Download(rank_dense_.data(), replicas_[0].grads.data(), P);
-  RETURN_IF_ERROR(e0.status());
-  RETURN_IF_ERROR(ranks->AllReduceDense(rank_dense_.data(), P));
+  if (canonical) {  // the nodes' gradients up the tree over the ranks
+    RETURN_IF_ERROR(CanonicalRankSums(mine, ranks));
+  } else {
+    AllReduceDense();
+    rank_dense_.resize(P);
+    e0.Download(rank_dense_.data(), replicas_[0].grads.data(), P);
+    RETURN_IF_ERROR(e0.status());
+    RETURN_IF_ERROR(ranks->AllReduceDense(rank_dense_.data(), P));
+  }
   for (uint32_t g = 0; g < N; ++g) {
     compute_[g]->Upload(&replicas_[g].grads, rank_dense_.data(), P);
     DenseUpdate(g);
@@ -296,8 +308,18 @@ Status GpuStep<Exec>::TrainRankMinibatch(Staged& s, const Batch& pass, uint32_t 
   rank_locals_.clear();
   rank_records_.clear();
   for (uint32_t g = 0; g < N && mine; ++g) KeyGradients(s, pass, runs[g]);
+  if (mine && canonical) {
+    // One GPU: its feed's records (a record per node per key) are in touched order.
+    const uint32_t t0 = plan.touched_begin[0][b], nt = plan.touched_begin[0][b + 1] - t0;
+    rank_records_.resize(size_t{nt} * cut_.nodes * gs);
+    e0.Download(rank_records_.data(), s.feeds[0].grad.data(), rank_records_.size());
+    RETURN_IF_ERROR(e0.status());
+    for (uint32_t i = 0; i < nt; ++i) {
+      rank_locals_.push_back(plan.locals[0][plan.touched[0][t0 + i]]);
+    }
+  }
   const auto reduced = RecordAll();
-  for (uint32_t o = 0; mine && o < N; ++o) {
+  for (uint32_t o = 0; mine && !canonical && o < N; ++o) {
     SumGradients(s, b, o, reduced);
     const uint32_t t0 = plan.touched_begin[o][b], nt = plan.touched_begin[o][b + 1] - t0;
     if (nt == 0) continue;

@@ -45,8 +45,15 @@ class RankExchange {
   virtual uint32_t global_rows(uint32_t m) const = 0;
   // Sums n floats over the ranks in place, in rank order (collective).
   virtual Status AllReduceDense(float* grads, size_t n) = 0;
+  // Canonical sums (CtrModel::SumOrder, train.deterministic): this rank's nodes of the sum
+  // tree, n floats at grads[i] for the node whose first position is leaves[i] (increasing;
+  // the nodes without rows left out, so `nodes` may be 0), added up the tree with every
+  // rank's into out: one process's sum, bit for bit (collective).
+  virtual Status AllReduceDenseTree(const uint32_t* leaves, const float* const* grads, size_t nodes,
+                                    size_t n, float* out) = 0;
   // After the dense step of minibatch m: records[i * width ..] is this rank's summed gradient
-  // record (CtrModel::SparseRecordWidth) of local id locals[i] (distinct; n may be 0). The
+  // record (CtrModel::SparseRecordWidth; with canonical sums one per node of
+  // CtrModel::sum_nodes(), width x nodes) of local id locals[i] (distinct; n may be 0). The
   // owners apply the sums; the rows this rank uses in minibatch m + 1 that changed are
   // written into *rows and their local ids appended to *refreshed; *created gets the
   // embeddings this rank's served rows created. Collective.

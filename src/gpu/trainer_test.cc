@@ -46,6 +46,43 @@ TEST(GpuEmulationTest, OneGpuIsBitIdenticalToTheCpuModel) {
   }
 }
 
+// train.deterministic's canonical sums (CtrModel::SumOrder) with one GPU: the step runs the
+// CPU model's sum blocks one by one and adds their gradients up its tree, dense and per key:
+// the CPU model's canonical step bit for bit, replayed or launched call by call, for every
+// model shape (128-row minibatches in 8 sum blocks of 16 rows; the pass's last, of 60 rows,
+// in 4). The default order's step is another (in some shape at least), so the test tells.
+TEST(GpuEmulationTest, CanonicalSumsAreTheCpuModelsCanonicalSums) {
+  const CtrModel::SumOrder order{true, 128, 0, 16, 0};
+  int other = 0;
+  for (const Case& s : Cases()) {
+    SCOPED_TRACE(CaseName(s));
+    Trained cpu(s), direct(s), replayed(s), plain(s);
+    for (Trained* t : {&cpu, &direct, &replayed}) t->model.set_sum_order(order);
+    cpu.TrainOnCpu(2);
+    GpuOptions o;
+    o.emulate = true;
+    o.replay = false;
+    ASSERT_TRUE(direct.TrainOnGpu(o, 2).ok());
+    ASSERT_TRUE(plain.TrainOnGpu(o, 2).ok());
+    o.replay = true;
+    GpuStepStats stats;
+    ASSERT_TRUE(replayed.TrainOnGpu(o, 2, nullptr, nullptr, &stats).ok());
+    ASSERT_GT(stats.train.replays, 0u);
+    for (const Trained* t : {&direct, &replayed}) {
+      EXPECT_EQ(FirstDifference(t->rows, cpu.rows), "");
+      EXPECT_EQ(t->model.dense_params(), cpu.model.dense_params());
+      EXPECT_EQ(t->model.dense_optimizer().m(), cpu.model.dense_optimizer().m());
+      EXPECT_EQ(t->model.dense_optimizer().v(), cpu.model.dense_optimizer().v());
+      EXPECT_EQ(t->predictions, cpu.predictions);
+    }
+    if (plain.model.dense_params() != cpu.model.dense_params() ||
+        !FirstDifference(plain.rows, cpu.rows).empty()) {
+      ++other;
+    }
+  }
+  EXPECT_GT(other, 0);
+}
+
 // gpu.staged_memory sizes passes by GpuPassBytesBound: it must bound what a staged pass's GPU
 // buffers take (one staged pass: StagedBytes), on one GPU and several, and not loosely.
 TEST(GpuEmulationTest, GpuPassBytesBoundBoundsWhatAStagedPassTakes) {

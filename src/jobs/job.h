@@ -27,7 +27,8 @@ struct TrainOptions {
   int threads = 2;
   uint64_t seed = 1;
   // train.deterministic: canonical gradient sums (CtrModel::SumOrder), the same model on any
-  // power of two of ranks; also requires the GPU step's deterministic sums.
+  // number of ranks dividing the batch's sum blocks, on the CPU or one GPU per rank (which
+  // needs gpu.scatter=segment).
   bool deterministic = false;
   // train.continue (--continue): train the model already in model_dir further. Without it (or
   // --fresh) a model there is refused: re-running a command never continues one unasked.

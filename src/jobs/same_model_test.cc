@@ -139,6 +139,50 @@ TEST(SameModelTest, AnyRanksDividingTheSumBlocksTrainTheOneProcessDigest) {
   EXPECT_NE(Digest(4, fast), one);
 }
 
+// One GPU per rank (the GPU step's kernels emulated on the host, gpu.emulate) sums as the CPU
+// model does (gpu/step_canonical.h): the CPU's one-process digest on 1, 2, 3 and 4 ranks,
+// pipelined and sequential, over the SSD tier, and across a resume from 2 ranks onto 3. Two
+// GPUs per rank keep their own fixed order (warned): the same model run after run.
+TEST(SameModelTest, OneGpuPerRankTrainsTheCpuDigestOnAnyRanks) {
+  TempDir dir;
+  auto on_gpu = [](JobConfig job) {
+    job.gpu = true;
+    job.gpu_options.emulate = true;
+    return job;
+  };
+  const std::string want = Digest(1, GeneratedJob(dir.File("cpu")));
+  for (bool pipelined : {true, false}) {
+    for (int n : {1, 2, 3, 4}) {
+      if (!pipelined && n % 2 == 1) continue;  // (sequential: 2 and 4)
+      const std::string tag = (pipelined ? "pipelined " : "sequential ") + std::to_string(n);
+      JobConfig job = on_gpu(GeneratedJob(dir.File("gpu " + tag)));
+      job.pipeline.enabled = pipelined;
+      EXPECT_EQ(Digest(n, job), want) << tag;
+    }
+  }
+  ExpectResumeKeepsTheDigest(on_gpu(GeneratedJob("")), dir, 2, 3, 2, want);
+  // Over the SSD tier (6 sum blocks of 128 rows): 1 CPU process, 1 and 3 GPU ranks.
+  auto ssd = [&](const std::string& name) {
+    JobConfig job = GeneratedJob(dir.File("m " + name));
+    job.storage.ssd.dir = dir.File("ssd " + name);
+    job.train.batch_size = 768;
+    job.storage.memory_budget = 3 << 19;
+    job.storage.ssd.group_bits = 8;
+    job.storage.ssd.file_bytes = 1 << 20;
+    return job;
+  };
+  const std::string want_ssd = Digest(1, ssd("cpu"));
+  EXPECT_NE(want_ssd, want);
+  EXPECT_EQ(Digest(1, on_gpu(ssd("gpu1"))), want_ssd);
+  EXPECT_EQ(Digest(3, on_gpu(ssd("gpu3"))), want_ssd);
+  JobConfig two = on_gpu(GeneratedJob(dir.File("two gpus")));
+  two.gpu_options.gpus = 2;
+  const std::string first = Digest(2, two);
+  two.model_dir = dir.File("two gpus again");
+  EXPECT_EQ(Digest(2, two), first);
+  EXPECT_NE(first, want);
+}
+
 // 2 ranks stopped after a checkpoint and resumed on 3 (and 4 on 2) give the one-process digest.
 TEST(SameModelTest, AResumeOnAnotherNumberOfRanksKeepsTheDigest) {
   TempDir dir;

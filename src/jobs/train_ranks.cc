@@ -309,14 +309,15 @@ Status ShareJob(Env* env, const Comm& comm, JobConfig* job, std::string* ranks_c
   // train.deterministic with canonical sums: one process's model on any n. Every rank then
   // reads the whole input and keeps its share of each global minibatch, as the generator
   // makes it for generated data.
-  const bool canonical = job->train.deterministic && !job->gpu && CanonicalRanks(n, b);
+  const bool canonical = job->train.deterministic && CanonicalDevice(*job) && CanonicalRanks(n, b);
   if (job->train.deterministic && me == 0 && !canonical) {
     LOG_WARNING(
         "train.deterministic on {} ranks{}: the same model run after run, not the one process's "
-        "model (that takes the CPU train stage and a number of ranks dividing the {} sum blocks "
-        "of train.batch_size {}: docs/distributed.md, \"The same model on any number of "
-        "ranks\")",
-        n, job->gpu ? " with device: gpu" : "", CtrModel::SumBlocksFor(b), b);
+        "model (that takes the CPU train stage or one GPU per rank, and a number of ranks "
+        "dividing the {} sum blocks of train.batch_size {}: docs/distributed.md, \"The same "
+        "model on any number of ranks\")",
+        n, CanonicalDevice(*job) ? "" : " with several GPUs per rank", CtrModel::SumBlocksFor(b),
+        b);
   }
   const RowShare share{static_cast<uint32_t>(me), static_cast<uint32_t>(n), b / n};
   if (IsGenerated(job->data)) {

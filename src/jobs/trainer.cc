@@ -281,13 +281,15 @@ Status CheckModelAgainstSchema(const JobConfig& job) {
 }
 
 // The order of the job's gradient sums (CtrModel::SumOrder, docs/distributed.md): canonical
-// with train.deterministic on the CPU, so that any number of ranks dividing the batch's sum
+// with train.deterministic on the CPU or on one GPU per rank (the GPU step then sums as the
+// CPU model does: gpu/step_canonical.h), so that any number of ranks dividing the batch's sum
 // blocks trains one process's model; the fastest fixed order otherwise. (job.train.batch_size
 // is a rank's share on ranks.)
 CtrModel::SumOrder SumOrderOf(const JobConfig& job, const Comm* comm) {
   const uint32_t n = comm != nullptr ? static_cast<uint32_t>(comm->size()) : 1;
   const uint32_t rank = comm != nullptr ? static_cast<uint32_t>(comm->rank()) : 0;
-  if (!job.train.deterministic || job.gpu || !CanonicalRanks(n, job.train.batch_size * n)) {
+  if (!job.train.deterministic || !CanonicalDevice(job) ||
+      !CanonicalRanks(n, job.train.batch_size * n)) {
     return {};
   }
   return {true, job.train.batch_size * n, job.train.batch_size * rank, CtrModel::kSumBlockRows,

@@ -303,6 +303,13 @@ class CtrModel {
   const std::vector<uint32_t>& sum_nodes() const { return sum_nodes_; }
   std::vector<float>& node_grads(size_t i) { return i == 0 ? grads_ : node_grads_[i - 1]; }
   bool node_has_rows(size_t i) const { return node_rows_[i] != 0; }
+  // Where each node of sum_nodes() ends (its positions are [sum_nodes()[i], sum_node_ends()[i])),
+  // and the row blocks of this rank's minibatch of `rows` rows: [blocks[i], blocks[i + 1]) and
+  // each one's leaf (its sum block's position). The GPU step cuts its minibatches so (gpu/step.h).
+  const std::vector<uint32_t>& sum_node_ends() const { return node_end_; }
+  void SumBlocks(uint32_t rows, std::vector<uint32_t>* blocks, std::vector<uint32_t>* leaf) const {
+    RowBlocks(rows, blocks, leaf);
+  }
   // Starts the optimizer step and applies dense_grads() (summed over the ranks).
   void ApplyDense(ThreadPool* pool);
   // Applies summed records to rows local[0..n) of *rows (distinct), after ApplyDense of the

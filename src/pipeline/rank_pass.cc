@@ -101,9 +101,21 @@ class RankExchangeOfPass : public RankExchange {
     sp_->exchange_seconds += exchange.Seconds();
     return s;
   }
+  Status AllReduceDenseTree(const uint32_t* leaves, const float* const* grads, size_t nodes,
+                            size_t n, float* out) override {
+    Stopwatch exchange;
+    std::vector<TreeNodeSum> mine(nodes);
+    for (size_t i = 0; i < nodes; ++i) mine[i] = {leaves[i], grads[i]};
+    Status s = AllReduceSumPairwise(comm_, mine, n, out);
+    sp_->exchange_seconds += exchange.Seconds();
+    return s;
+  }
   Status ReduceSparse(uint32_t m, const uint32_t* locals, const float* records, size_t n,
                       RowBlock* rows, std::vector<uint32_t>* refreshed,
                       uint64_t* created) override {
+    // Canonical sums: a record per node of the rank's share, added up the tree at the owners.
+    sp_->routes.pairwise = model_->sum_order().canonical;
+    if (sp_->routes.pairwise) sp_->routes.leaves = model_->sum_nodes();
     ASSIGN_OR_RETURN(
         uint32_t c,
         UpdateAtOwners(comm_, model_, ws_, m, locals, records, n, sp_, accessor_, pool_,

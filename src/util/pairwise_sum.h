@@ -13,6 +13,9 @@
 // for the merges the tree makes first (into < from; the caller adds slot `from` into slot
 // `into`: the lower positions' sum on the left). Finish merges what is left into slot 0.
 //
+// Its functions are constexpr so that device code may run them too (nvcc
+// --expt-relaxed-constexpr: the GPU step's per-key sums, gpu/step_sparse.h).
+//
 // Thread safety: not thread-safe (one per sum).
 #ifndef CTRBOX_UTIL_PAIRWISE_SUM_H_
 #define CTRBOX_UTIL_PAIRWISE_SUM_H_
@@ -31,7 +34,7 @@ class PairwiseStack {
 
   // The slot for the leaf at `pos`, which must exceed every position pushed since Reset.
   template <class Merge>
-  int Push(uint64_t pos, Merge&& merge) {
+  constexpr int Push(uint64_t pos, Merge&& merge) {
     if (n_ > 0) {
       assert(pos > last_);
       // The level of the lowest node holding both the previous leaf and this one.
@@ -49,15 +52,15 @@ class PairwiseStack {
 
   // Merges every slot into slot 0, which then holds the sum (if anything was pushed).
   template <class Merge>
-  void Finish(Merge&& merge) {
+  constexpr void Finish(Merge&& merge) {
     while (n_ >= 2) {
       merge(n_ - 2, n_ - 1);
       --n_;
     }
   }
 
-  bool empty() const { return n_ == 0; }
-  void Reset() { n_ = 0; }
+  constexpr bool empty() const { return n_ == 0; }
+  constexpr void Reset() { n_ = 0; }
 
  private:
   int n_ = 0;
