@@ -7,6 +7,7 @@
 
 #include "io/reader_internal.h"
 #include "io/synth.h"
+#include "util/sys.h"
 
 namespace ctrbox {
 namespace {
@@ -74,7 +75,10 @@ class ParallelChunkReader final : public BatchReader {
         total_(source_->total()),
         tracker_(options.bad_input) {
     for (int t = 0; t < std::max(1, options.threads); ++t)
-      workers_.emplace_back([this] { Work(); });
+      workers_.emplace_back([this] {
+        SetThreadName("ctrbox-parse");
+        Work();
+      });
   }
   ~ParallelChunkReader() override {
     if (closing_) closing_->store(true);

@@ -29,7 +29,7 @@ Status JobFrame::Adopt(const Schema& schema) {
   if (comm_ != nullptr) RETURN_IF_ERROR(CheckRanksReadOneSchema(comm_, schema));
   RETURN_IF_ERROR(CheckModelAgainstSchema(*job_));
   job_->spec.table.seed = job_->train.seed;
-  pool_ = std::make_unique<ThreadPool>(job_->train.threads);
+  pool_ = std::make_unique<ThreadPool>(job_->train.threads, "ctrbox-train");
   scratch_kept_ = false;
   return Status::OK();
 }

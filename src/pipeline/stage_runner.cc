@@ -6,6 +6,7 @@
 
 #include "util/bounded_queue.h"
 #include "util/mutex.h"
+#include "util/sys.h"
 
 namespace ctrbox {
 namespace {
@@ -117,7 +118,8 @@ class PipelinedRun {
   }
 
   void ReadLoop() {
-    ThreadPool pool(options_.read_threads);
+    SetThreadName("ctrbox-read");
+    ThreadPool pool(options_.read_threads, "ctrbox-read");
     while (!failed_.load()) {
       if (Stopping(stop_)) {
         interrupted_.store(true);
@@ -140,7 +142,8 @@ class PipelinedRun {
   }
 
   void PullLoop() {
-    ThreadPool pool(options_.pull_threads);
+    SetThreadName("ctrbox-pull");
+    ThreadPool pool(options_.pull_threads, "ctrbox-pull");
     PassPtr pass;
     while (Take(StageId::kPull, &pass)) {
       if (DiscardIfStopping(&pass)) continue;
@@ -178,7 +181,8 @@ class PipelinedRun {
 
   // Every trained pass is pushed, also after Ctrl-C; nothing after an error.
   void PushLoop() {
-    ThreadPool pool(options_.push_threads);
+    SetThreadName("ctrbox-push");
+    ThreadPool pool(options_.push_threads, "ctrbox-push");
     PassPtr pass;
     while (Take(StageId::kPush, &pass)) {
       Status s = stages_->Push(pass.get(), &pool);

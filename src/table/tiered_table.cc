@@ -121,9 +121,11 @@ StatusOr<std::unique_ptr<TieredTable>> TieredTable::Open(Env* env, const TieredO
         "{}; lower storage.group_bits",
         options.memory_budget, t->ssd_->MemoryBytes()));
   }
-  if (options.io_threads > 1) t->io_pool_ = std::make_unique<ThreadPool>(options.io_threads);
+  if (options.io_threads > 1) {
+    t->io_pool_ = std::make_unique<ThreadPool>(options.io_threads, "ctrbox-ssd-io");
+  }
   if (options.evict_threads > 1)
-    t->evict_pool_ = std::make_unique<ThreadPool>(options.evict_threads);
+    t->evict_pool_ = std::make_unique<ThreadPool>(options.evict_threads, "ctrbox-evict");
   t->worker_ = std::thread([p = t.get()] { p->WorkerLoop(); });
   return t;
 }

@@ -17,6 +17,7 @@
 #include "table/tiered_table_internal.h"
 #include "util/coding.h"
 #include "util/hash.h"
+#include "util/sys.h"
 
 namespace ctrbox {
 
@@ -98,6 +99,7 @@ Status TieredTable::CompactIfOver() {
 }
 
 void TieredTable::WorkerLoop() {
+  SetThreadName("ctrbox-tier");
   // After a round that freed nothing (every row left is pinned by passes in flight), the next
   // one waits for an unpin (or the periodic tick): rescanning pinned rows frees nothing and
   // takes stripe locks and CPU from the pulls and the trainer.

@@ -1,6 +1,7 @@
 #include "util/sys.h"
 
 #include <malloc.h>
+#include <pthread.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -50,6 +51,10 @@ bool CpuHasAvx512() {
 #else
   return false;
 #endif
+}
+
+void SetThreadName(const std::string& name) {
+  pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
 }
 
 }  // namespace ctrbox

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string>
 
 namespace ctrbox {
 
@@ -20,6 +21,9 @@ uint64_t ReleaseFreeMemory();
 uint64_t PhysicalMemoryBytes();
 // Number of online CPUs (at least 1).
 int NumCpus();
+// Names the calling thread (at most 15 characters are kept) so that `top -H`, `perf report
+// --sort comm` and gdb tell the pipeline's stages and pools apart (docs/pipeline.md).
+void SetThreadName(const std::string& name);
 // True when the CPU runs the AVX-512 F/CD/BW/DQ/VL instruction sets.
 bool CpuHasAvx512();
 

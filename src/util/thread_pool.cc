@@ -4,6 +4,8 @@
 #include <cassert>
 #include <cstring>
 
+#include "util/sys.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define CTRBOX_PAUSE() _mm_pause()
@@ -18,6 +20,11 @@ constexpr int kSpinIterations = 4000;  // about 10-40 us of spinning before slee
 
 ThreadPool::ThreadPool(int num_threads, std::function<void(int thread)> before_join)
     : before_join_(std::move(before_join)) {
+  assert(num_threads >= 1);
+  for (int t = 1; t < num_threads; ++t) workers_.emplace_back([this, t] { WorkerLoop(t); });
+}
+
+ThreadPool::ThreadPool(int num_threads, std::string name) : name_(std::move(name)) {
   assert(num_threads >= 1);
   for (int t = 1; t < num_threads; ++t) workers_.emplace_back([this, t] { WorkerLoop(t); });
 }
@@ -38,6 +45,7 @@ void ThreadPool::RunTasks(int thread) {
 }
 
 void ThreadPool::WorkerLoop(int thread) {
+  if (!name_.empty()) SetThreadName(name_);
   uint64_t seen = 0;
   while (true) {
     uint64_t g = generation_.load(std::memory_order_acquire);

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -32,6 +33,8 @@ class ThreadPool {
   // before_join (tests only) is called by a worker that has seen a new loop, before it tries
   // to join it: a test holds a worker there to play one the OS has not scheduled.
   explicit ThreadPool(int num_threads, std::function<void(int thread)> before_join = {});
+  // The same, its workers named `name` (util/sys.h SetThreadName; the caller keeps its own).
+  ThreadPool(int num_threads, std::string name);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -47,6 +50,7 @@ class ThreadPool {
   void RunTasks(int thread);
 
   const std::function<void(int thread)> before_join_;
+  const std::string name_;            // the workers' (empty: unnamed)
   std::vector<std::thread> workers_;  // immutable after construction
   // Held by the caller of a loop with workers, for the whole loop: one loop at a time.
   Mutex caller_mu_;

@@ -1,12 +1,14 @@
 #include "util/thread_pool.h"
 
 #include <gtest/gtest.h>
+#include <pthread.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <numeric>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -27,6 +29,27 @@ TEST(ThreadPoolTest, RunsEveryTaskOnce) {
       for (size_t i = 0; i < n; ++i) EXPECT_EQ(hits[i].load(), 1) << i;
     }
   }
+}
+
+// A named pool's workers carry its name (what `top -H` and `perf report --sort comm` show);
+// the caller keeps its own.
+TEST(ThreadPoolTest, ANamedPoolsWorkersCarryItsName) {
+  char caller[16] = {};
+  pthread_getname_np(pthread_self(), caller, sizeof(caller));
+  ThreadPool pool(3, "ctrbox-test-pool-long");
+  std::vector<std::string> names(3);
+  std::atomic<int> started{0};
+  // Three tasks that wait for each other: each thread runs one.
+  pool.ParallelFor(3, [&](size_t, int thread) {
+    started.fetch_add(1);
+    while (started.load() < 3) std::this_thread::yield();
+    char name[16] = {};
+    pthread_getname_np(pthread_self(), name, sizeof(name));
+    names[thread] = name;
+  });
+  EXPECT_EQ(names[0], caller);
+  EXPECT_EQ(names[1], "ctrbox-test-poo");  // (15 characters are kept)
+  EXPECT_EQ(names[2], "ctrbox-test-poo");
 }
 
 TEST(ThreadPoolTest, ManyBackToBackLoopsSeeEarlierWrites) {
