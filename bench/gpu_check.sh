@@ -3,7 +3,8 @@
 # deadline (docs/gpu.md, "On a GPU machine"): the CUDA tests, compute-sanitizer on them, the
 # end-to-end benchmark against PyTorch, the 10 % budget, the feed rate, a stream job in one
 # start against two (bench/stream_check.py), the CPU trainer's scaling and a kernel profile
-# of the step. For a bare CUDA machine that has a packed build:
+# of the step, and train.deterministic's one digest on 1-3 GPU ranks (bench/same_model.py).
+# For a bare CUDA machine that has a packed build:
 #
 #   here:   cmake --build build && echo /.gpu/ >> .git/info/exclude &&
 #           ../shared/gpu/pack build .gpu src/gpu/gpu_test bench/host_stages_bench &&
@@ -102,6 +103,11 @@ step host-stages 60 "$B/bench/host_stages_bench" --threads 1,2,4,8,16 --reps 3 >
 # A stream job on the GPU (docs/routine.md): one start against two, the same digest and
 # versions (its JSON lines go to check.log).
 step stream 120 $PY bench/stream_check.py --device gpu --ctrbox "$CTR" --data-dir /tmp/ctrbox-bench-gpu
+# train.deterministic on one GPU per rank (docs/distributed.md, "One GPU per rank"): one digest
+# for 1, 2 and 3 thread ranks sharing the GPU, and its cost against the default sums (its JSON
+# lines go to check.log: $OUT brings back 8 files).
+step same-model 150 $PY bench/same_model.py --device gpu --rows 300000 --batch 1536 \
+  --ranks 1,2,3 --reps 1 --ctrbox "$CTR" --data-dir /tmp/ctrbox-bench-gpu
 [ "$mode" = quick ] || step cpu-scaling 90 $PY bench/cpu_scaling.py --threads 2,16 --reps 2 --ctrbox "$CTR" \
   --data-dir /tmp/ctrbox-bench-gpu > "$out/cpu_scaling.jsonl"
 tail -1 "$out/cpu_scaling.jsonl" 2>/dev/null
