@@ -23,6 +23,8 @@
 
 namespace ctrbox {
 
+static_assert(GpuSumCut::kMax == CtrModel::kMaxSumBlocks);
+
 // cut_ = the sum blocks of this rank's minibatch of `rows` rows, and its share's nodes.
 template <class Exec>
 void GpuStep<Exec>::CutSums(uint32_t rows) {

@@ -280,10 +280,12 @@ Status GpuStep<Exec>::TrainRankMinibatch(Staged& s, const Batch& pass, uint32_t 
   if (mine && canonical) runs.push_back(CanonicalForwardBackward(s, pass, b));
   for (uint32_t g = 0; g < N && mine && !canonical; ++g) runs.push_back(Forward(s, pass, b, g));
   marks_.push_back(e0.Mark());
-  for (uint32_t g = 0; g < N && !(mine && canonical); ++g) {
+  // (Canonical sums ran their backward with the forward; past its share no node of this rank
+  // has rows, and none is sent.)
+  for (uint32_t g = 0; g < N && !canonical; ++g) {
     if (mine) {
       Backward(runs[g]);
-    } else if (!canonical) {  // (canonical: no node of this rank has rows)
+    } else {
       float* gr = replicas_[g].grads.data();
       compute_[g]->ForEach(P, [=] CTRBOX_HD(size_t i) { gr[i] = 0.0f; });
     }

@@ -87,6 +87,13 @@ StatusOr<uint32_t> UpdateAtOwners(
   return created;
 }
 
+// Canonical sums (train.deterministic): the owners add each key's node records up the tree,
+// from the first leaf of every node of the rank's share.
+void UsePairwiseRoutes(const CtrModel& model, RankPass* sp) {
+  sp->routes.pairwise = model.sum_order().canonical;
+  if (sp->routes.pairwise) sp->routes.leaves = model.sum_nodes();
+}
+
 class RankExchangeOfPass : public RankExchange {
  public:
   RankExchangeOfPass(Comm* comm, CtrModel* model, const WorkingSet& ws, RankPass* sp,
@@ -113,9 +120,7 @@ class RankExchangeOfPass : public RankExchange {
   Status ReduceSparse(uint32_t m, const uint32_t* locals, const float* records, size_t n,
                       RowBlock* rows, std::vector<uint32_t>* refreshed,
                       uint64_t* created) override {
-    // Canonical sums: a record per node of the rank's share, added up the tree at the owners.
-    sp_->routes.pairwise = model_->sum_order().canonical;
-    if (sp_->routes.pairwise) sp_->routes.leaves = model_->sum_nodes();
+    UsePairwiseRoutes(*model_, sp_);
     ASSIGN_OR_RETURN(
         uint32_t c,
         UpdateAtOwners(comm_, model_, ws_, m, locals, records, n, sp_, accessor_, pool_,
@@ -192,9 +197,8 @@ StatusOr<StepStats> TrainRankMinibatch(Comm* comm, CtrModel* model, const Batch&
   Stopwatch exchange;
   // Canonical sums (train.deterministic): the ranks' shares added up the tree one process
   // adds its blocks up (CtrModel::SumOrder), dense and sparse alike.
-  sp->routes.pairwise = model->sum_order().canonical;
+  UsePairwiseRoutes(*model, sp);
   if (sp->routes.pairwise) {
-    sp->routes.leaves = model->sum_nodes();
     std::vector<TreeNodeSum> nodes;  // the nodes with rows (one process has no empty block)
     for (size_t i = 0; i < model->sum_nodes().size(); ++i) {
       if (model->node_has_rows(i))

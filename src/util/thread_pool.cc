@@ -19,12 +19,14 @@ constexpr int kSpinIterations = 4000;  // about 10-40 us of spinning before slee
 }
 
 ThreadPool::ThreadPool(int num_threads, std::function<void(int thread)> before_join)
-    : before_join_(std::move(before_join)) {
-  assert(num_threads >= 1);
-  for (int t = 1; t < num_threads; ++t) workers_.emplace_back([this, t] { WorkerLoop(t); });
-}
+    : ThreadPool(num_threads, std::move(before_join), std::string()) {}
 
-ThreadPool::ThreadPool(int num_threads, std::string name) : name_(std::move(name)) {
+ThreadPool::ThreadPool(int num_threads, std::string name)
+    : ThreadPool(num_threads, {}, std::move(name)) {}
+
+ThreadPool::ThreadPool(int num_threads, std::function<void(int thread)> before_join,
+                       std::string name)
+    : before_join_(std::move(before_join)), name_(std::move(name)) {
   assert(num_threads >= 1);
   for (int t = 1; t < num_threads; ++t) workers_.emplace_back([this, t] { WorkerLoop(t); });
 }

@@ -46,6 +46,7 @@ class ThreadPool {
   void ParallelFor(size_t num_tasks, const TaskFn& fn) EXCLUDES(caller_mu_);
 
  private:
+  ThreadPool(int num_threads, std::function<void(int thread)> before_join, std::string name);
   void WorkerLoop(int thread);
   void RunTasks(int thread);
 
