@@ -138,7 +138,7 @@ TEST_F(MpiTrainTest, MpiRanksTrainTheModelTheThreadRanksTrainAndEvalReadsIt) {
 // and nothing is saved.
 // train.deterministic on generated data (docs/distributed.md, "The same model on any number of
 // ranks"): 2 and 4 processes under mpirun train the one-process digest with Adagrad and Adam,
-// on the CPU and with one (emulated) GPU per rank.
+// on the CPU, with one (emulated) GPU per rank and with three.
 TEST_F(MpiTrainTest, DeterministicRanksTrainTheOneProcessModel) {
   const std::string job =
       " train --set data.gen.rows=8500 --set data.gen.test_rows=1000 --set train.batch_size=1536"
@@ -154,6 +154,10 @@ TEST_F(MpiTrainTest, DeterministicRanksTrainTheOneProcessModel) {
   Result gpu = Run(Mpirun(3) + job + Path("gpu3") + " --set device=gpu --set gpu.emulate=true");
   ASSERT_EQ(gpu.exit_code, 0) << gpu.err;
   EXPECT_EQ(gpu.last_json["digest"], one.last_json["digest"]) << "3 GPU ranks";
+  Result gpus = Run(Mpirun(2) + job + Path("gpu2x3") +
+                    " --set device=gpu --set gpu.emulate=true --set gpu.count=3");
+  ASSERT_EQ(gpus.exit_code, 0) << gpus.err;
+  EXPECT_EQ(gpus.last_json["digest"], one.last_json["digest"]) << "2 ranks of 3 GPUs";
   // Files too: every rank reads them all and keeps its share of each global minibatch.
   const std::string files = " train" + Files(1500) +
                             " --set train.batch_size=1536 --set pipeline.pass_examples=3072"

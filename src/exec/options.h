@@ -44,6 +44,10 @@ struct GpuOptions {
   uint64_t staged_memory = 0;
 };
 
+// train.deterministic's canonical sums run on at most this many GPUs per process (more keep
+// their own fixed order): gpu/step_canonical.h.
+constexpr uint32_t kMaxCanonicalGpus = 16;
+
 }  // namespace ctrbox
 
 #endif  // CTRBOX_EXEC_OPTIONS_H_

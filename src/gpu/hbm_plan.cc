@@ -18,28 +18,38 @@ struct MinibatchPlan {
   std::vector<std::vector<uint32_t>> uniq;     // [gpu]
   std::vector<std::vector<uint32_t>> offsets;  // [gpu]: uniq + 1, from 0
   std::vector<std::vector<uint32_t>> touched;  // [owner]
+  std::vector<std::vector<uint32_t>> sources;  // [owner]: touched.size() * gpus (options.sources)
 };
 
 // Per thread: marks over the pass's local ids. seen/pos are stamped per slice (its global
 // index), touched_in per minibatch, so a thread's marks never need clearing.
 struct Scratch {
-  std::vector<uint32_t> seen, touched_in, pos;
-  std::vector<uint32_t> first, counts, fill;
+  std::vector<uint32_t> seen, touched_in, pos, touched_at;
+  std::vector<uint32_t> first, counts, fill, starts;
   void Size(size_t n) {
     if (seen.size() >= n) return;
     seen.assign(n, kNone);
     touched_in.assign(n, kNone);
     pos.resize(n);
+    touched_at.resize(n);
   }
 };
 
 // Plans minibatch b; writes the pass-indexed outputs (fetch_pos, uniq_occ: each occurrence's
 // place is its own) straight into *out.
-void PlanMinibatch(const Batch& pass, const WorkingSet& ws, uint32_t gpus, size_t b, Scratch* sc,
-                   MinibatchPlan* mp, HbmPlan* out) {
+void PlanMinibatch(const Batch& pass, const WorkingSet& ws, uint32_t gpus, size_t b,
+                   const HbmPlanOptions& options, Scratch* sc, MinibatchPlan* mp, HbmPlan* out) {
   const uint32_t S = pass.schema.num_slots;
   const Minibatch& mb = ws.batches[b];
   const uint32_t B = mb.rows();
+  std::vector<uint32_t>& starts = sc->starts;
+  if (options.cut) {
+    options.cut(B, &starts);
+    assert(starts.size() == gpus + 1 && starts[0] == 0 && starts[gpus] == B);
+  } else {
+    starts.resize(gpus + 1);
+    for (uint32_t g = 0; g <= gpus; ++g) starts[g] = static_cast<uint32_t>(uint64_t{B} * g / gpus);
+  }
   mp->slices.resize(gpus);
   mp->uniq.resize(gpus);
   mp->offsets.resize(gpus);
@@ -47,8 +57,8 @@ void PlanMinibatch(const Batch& pass, const WorkingSet& ws, uint32_t gpus, size_
   for (uint32_t g = 0; g < gpus; ++g) {
     const uint32_t stamp = static_cast<uint32_t>(b * gpus + g);
     HbmSlice& s = mp->slices[g];
-    s.row_begin = mb.row_begin + static_cast<uint32_t>(uint64_t{B} * g / gpus);
-    s.row_end = mb.row_begin + static_cast<uint32_t>(uint64_t{B} * (g + 1) / gpus);
+    s.row_begin = mb.row_begin + starts[g];
+    s.row_end = mb.row_begin + starts[g + 1];
     s.occ_begin = pass.offsets[size_t{s.row_begin} * S];
     s.occ_end = pass.offsets[size_t{s.row_end} * S];
     // The slice's distinct keys in first-occurrence order, with their occurrence counts.
@@ -97,7 +107,23 @@ void PlanMinibatch(const Batch& pass, const WorkingSet& ws, uint32_t gpus, size_
       const uint32_t l = uniq[u];
       if (sc->touched_in[l] == b) continue;
       sc->touched_in[l] = static_cast<uint32_t>(b);
-      mp->touched[OwnerOf(ws.keys[l], gpus)].push_back(out->row_of[l]);
+      std::vector<uint32_t>& t = mp->touched[OwnerOf(ws.keys[l], gpus)];
+      sc->touched_at[l] = static_cast<uint32_t>(t.size());
+      t.push_back(out->row_of[l]);
+    }
+  }
+  if (!options.sources) return;
+  // Each touched row's place in each GPU's segment of its owner (a slice's keys are distinct).
+  mp->sources.resize(gpus);
+  for (uint32_t o = 0; o < gpus; ++o) {
+    mp->sources[o].assign(mp->touched[o].size() * gpus, HbmPlan::kNoSource);
+  }
+  for (uint32_t g = 0; g < gpus; ++g) {
+    const HbmSlice& s = mp->slices[g];
+    for (uint32_t o = 0; o < gpus; ++o) {
+      for (uint32_t u = s.seg[o]; u < s.seg[o + 1]; ++u) {
+        mp->sources[o][size_t{sc->touched_at[mp->uniq[g][u]]} * gpus + g] = u - s.seg[o];
+      }
     }
   }
 }
@@ -105,7 +131,7 @@ void PlanMinibatch(const Batch& pass, const WorkingSet& ws, uint32_t gpus, size_
 }  // namespace
 
 void BuildHbmPlan(const Batch& pass, const WorkingSet& ws, uint32_t gpus, ThreadPool* pool,
-                  HbmPlan* out) {
+                  HbmPlan* out, const HbmPlanOptions& options) {
   assert(gpus >= 1);
   const size_t n = ws.keys.size();
   out->gpus = gpus;
@@ -147,7 +173,7 @@ void BuildHbmPlan(const Batch& pass, const WorkingSet& ws, uint32_t gpus, Thread
   std::vector<Scratch> scratch(threads);
   RunParallel(pool, batches, [&](size_t b, int t) {
     scratch[t].Size(n);
-    PlanMinibatch(pass, ws, gpus, b, &scratch[t], &plans[b], out);
+    PlanMinibatch(pass, ws, gpus, b, options, &scratch[t], &plans[b], out);
   });
   out->slices.resize(batches * gpus);
   std::vector<uint32_t> slice_uniq(batches * gpus + 1, 0);  // prefix of the uniq counts
@@ -164,6 +190,10 @@ void BuildHbmPlan(const Batch& pass, const WorkingSet& ws, uint32_t gpus, Thread
   out->uniq_local.resize(slice_uniq.back());
   out->uniq_occ_begin.resize(slice_uniq.back() + batches * gpus);
   for (uint32_t o = 0; o < gpus; ++o) out->touched[o].resize(out->touched_begin[o][batches]);
+  out->touched_src.assign(options.sources ? gpus : 0, {});
+  for (uint32_t o = 0; o < out->touched_src.size(); ++o) {
+    out->touched_src[o].resize(size_t{out->touched_begin[o][batches]} * gpus);
+  }
   RunParallel(pool, batches, [&](size_t b, int) {
     MinibatchPlan& mp = plans[b];
     for (uint32_t g = 0; g < gpus; ++g) {
@@ -178,6 +208,10 @@ void BuildHbmPlan(const Batch& pass, const WorkingSet& ws, uint32_t gpus, Thread
       out->slices[si] = std::move(s);
       std::copy(mp.touched[g].begin(), mp.touched[g].end(),
                 out->touched[g].begin() + out->touched_begin[g][b]);
+      if (options.sources) {
+        std::copy(mp.sources[g].begin(), mp.sources[g].end(),
+                  out->touched_src[g].begin() + size_t{out->touched_begin[g][b]} * gpus);
+      }
     }
   });
 }

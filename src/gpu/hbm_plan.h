@@ -19,6 +19,7 @@
 #define CTRBOX_GPU_HBM_PLAN_H_
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "io/batch.h"
@@ -55,6 +56,10 @@ struct HbmPlan {
   // first appearance (GPU 0's uniq segment first, then GPU 1's new ones, ...).
   std::vector<std::vector<uint32_t>> touched;        // [owner]: concatenated over minibatches
   std::vector<std::vector<uint32_t>> touched_begin;  // [owner]: minibatches + 1 offsets
+  // With HbmPlanOptions::sources: per owner, per touched row (as `touched`), `gpus` entries:
+  // the row's index in GPU g's segment of its slice of the minibatch, or kNoSource.
+  static constexpr uint32_t kNoSource = ~0u;
+  std::vector<std::vector<uint32_t>> touched_src;  // [owner]
 
   const HbmSlice& slice(size_t b, uint32_t g) const { return slices[b * gpus + g]; }
   // The CSR offsets of slice s (uniq() + 1 entries).
@@ -64,11 +69,19 @@ struct HbmPlan {
   size_t minibatches() const { return gpus == 0 ? 0 : slices.size() / gpus; }
 };
 
+struct HbmPlanOptions {
+  // Where a minibatch of `rows` rows is cut among the GPUs: (*starts)[g] is slice g's first
+  // row from the minibatch's first, g = 0 .. gpus ((*starts)[gpus] = rows; ascending). Unset:
+  // rows g / gpus (canonical sums cut at their sum blocks instead: gpu/step_canonical.h).
+  std::function<void(uint32_t rows, std::vector<uint32_t>* starts)> cut;
+  bool sources = false;  // fill HbmPlan::touched_src
+};
+
 // Plans `pass` (its working set ws) over `gpus` GPUs, on `pool` (may be null): minibatches
 // are planned in parallel, each alone, so the plan is the same whatever the thread count.
 // REQUIRES: gpus >= 1.
 void BuildHbmPlan(const Batch& pass, const WorkingSet& ws, uint32_t gpus, ThreadPool* pool,
-                  HbmPlan* out);
+                  HbmPlan* out, const HbmPlanOptions& options = {});
 
 }  // namespace ctrbox
 

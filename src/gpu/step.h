@@ -19,7 +19,7 @@
 // step_train.h (Train and the minibatch loop), step_exchange.h (rows to the asking GPUs,
 // gradients back to the owners), step_forward.h, step_backward.h (the dense model on a
 // slice), step_sparse.h (per-key gradients, row updates), step_dense.h (all-reduce,
-// optimizer step) and step_canonical.h (train.deterministic's canonical sums on one GPU);
+// optimizer step) and step_canonical.h (train.deterministic's canonical sums);
 // gpu/step_impl.h includes them all for the two files that instantiate it.
 //
 // Every kernel body is a CTRBOX_HD lambda over an index: the same code on the GPU and in the
@@ -143,6 +143,10 @@ class GpuStep {
   void EnsureInteractionWork(Exec& e, Replica& r, size_t B);
   // step_train.h
   void PrepareArgs(Staged& s, uint32_t minibatches, RankExchange* ranks);
+  // Minibatch b's rows (its slices').
+  uint32_t MinibatchRows(const HbmPlan& plan, size_t b) const {
+    return plan.slice(b, gpus_ - 1).row_end - plan.slice(b, 0).row_begin;
+  }
   void NextArgs();
   Status TrainMinibatches(Staged& s, const Batch& pass);
   void TrainMinibatch(Staged& s, const Batch& pass, size_t b);
@@ -182,21 +186,27 @@ class GpuStep {
                            const float* a_prev, uint32_t B, float* g_prev);
   static void LayerWeightGrads(Exec& e, const Layer& ly, const float* xin, const float* gout,
                                uint32_t B, float* grads);
-  // step_canonical.h (train.deterministic on one GPU: the CPU model's canonical sums)
+  // step_canonical.h (train.deterministic: the CPU model's canonical sums)
   bool Canonical() const {
-    return gpus_ == 1 && options_.scatter == ScatterMode::kSegment && model_->sum_order().canonical;
+    return gpus_ <= kMaxCanonicalGpus && options_.scatter == ScatterMode::kSegment &&
+           model_->sum_order().canonical;
   }
-  void CutSums(uint32_t rows);
+  void CutSums(uint32_t rows, GpuSumCut* rank, std::vector<GpuSumCut>* per_gpu) const;
+  void SliceStarts(uint32_t rows, std::vector<uint32_t>* starts) const;
+  const GpuSumCut& CutOf(uint32_t g) const { return gpus_ == 1 ? cut_ : gpu_cuts_[g]; }
   static void AddInto(Exec& e, float* a, const float* b, size_t n);
   static void MoveRow0(Exec& e, GpuMinibatchArgs* now, uint32_t by);
-  SliceRun CanonicalForwardBackward(Staged& s, const Batch& pass, size_t b);
+  SliceRun CanonicalForwardBackward(Staged& s, const Batch& pass, size_t b, uint32_t g);
+  void CanonicalGpuDense();
   void CanonicalKeySums(Staged& s, const Batch& pass, const SliceRun& run);
+  void CanonicalOwnerSums(Staged& s, size_t b, uint32_t o, const std::vector<Event>& reduced);
   Status CanonicalRankSums(bool mine, RankExchange* ranks);
   // step_sparse.h
   void KeyGradients(Staged& s, const Batch& pass, const SliceRun& run);
-  void UpdateRows(Staged& s, uint32_t o, bool from_feed);
+  void UpdateRows(Staged& s, uint32_t o, const float* in_touched_order);
   // step_dense.h
   void AllReduceDense();
+  void BroadcastDense();
   void DenseUpdate(uint32_t g);
 
   CtrModel* const model_;
@@ -231,9 +241,11 @@ class GpuStep {
   std::vector<std::pair<uint32_t, typename Exec::Graph>> graphs_;
   std::vector<typename Exec::TimeMark> replay_marks_;
   bool capturing_ = false;
-  // Train stage, canonical sums: the current minibatch's sum blocks, and the rank's node
-  // gradients on the host (those with rows) for the ranks' sum.
+  // Train stage, canonical sums: the current minibatch's sum blocks (the rank's, and with
+  // several GPUs each GPU's), and the rank's node gradients on the host (those with rows) for
+  // the ranks' sum.
   GpuSumCut cut_;
+  std::vector<GpuSumCut> gpu_cuts_;
   std::vector<std::vector<float>> rank_nodes_;
 };
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "exec/exec.h"
+#include "exec/options.h"
 #include "gpu/hbm_index.h"
 #include "gpu/hbm_plan.h"
 #include "model/optimizer.h"
@@ -46,25 +47,39 @@ struct GpuMinibatchArgs {
   uint32_t gather_first = 0, gather_n = 0, t0 = 0, nt = 0;
 };
 
-// Canonical sums (train.deterministic, one GPU; docs/distributed.md, "The same model on any
-// number of ranks"): the sum blocks of a minibatch of this rank, as CtrModel cuts them
-// (CtrModel::SumBlocks): block i holds the slice's rows [begin[i], begin[i + 1]) and is the
-// tree's leaf at position pos[i]; the rank's share is made of `nodes` nodes of the tree, node
-// n's positions ending at node_end[n]. Taken by value into the per-key sums' kernel (the same
-// for every minibatch of one shape, so a recorded step replays it).
+// Canonical sums (train.deterministic; docs/distributed.md, "The same model on any number of
+// ranks"): the sum blocks of a minibatch, as CtrModel cuts them (CtrModel::SumBlocks): block i
+// holds rows [begin[i], begin[i + 1]) (from the minibatch's first, or the GPU's slice's) and
+// is the tree's leaf at position pos[i]; its rows make `nodes` nodes of the tree, node n's
+// positions [node_first[n], node_end[n]). The rank's cut: the nodes of its share; a GPU's
+// (several GPUs): the largest nodes its blocks' positions make, each inside one of the
+// rank's. Taken by value into kernels (the same for every minibatch of one shape, so a
+// recorded step replays it).
 struct GpuSumCut {
   static constexpr uint32_t kMax = 24;  // CtrModel::kMaxSumBlocks
   uint32_t blocks = 0, nodes = 1;
   uint32_t begin[kMax + 1] = {};
   uint32_t pos[kMax] = {};
+  uint32_t node_first[kMax] = {};
   uint32_t node_end[kMax] = {};
   // Whether node n has rows of the minibatch (a node without is left out of the ranks' sums).
-  bool NodeHasRows(uint32_t n, uint32_t node_first) const {
+  bool NodeHasRows(uint32_t n) const {
     for (uint32_t i = 0; i < blocks; ++i) {
-      if (pos[i] >= node_first && pos[i] < node_end[n]) return true;
+      if (pos[i] >= node_first[n] && pos[i] < node_end[n]) return true;
     }
     return false;
   }
+};
+
+// Canonical sums on several GPUs: each GPU's nodes (first positions), and where its records
+// start in an owner's received records (per minibatch and owner: the asking GPUs' segments in
+// GPU order, a record per node per key). Taken by value into the owners' sums.
+struct GpuNodeMap {
+  static constexpr uint32_t kMaxGpus = kMaxCanonicalGpus, kMaxNodes = 12;
+  uint32_t gpus = 0;
+  uint32_t nodes[kMaxGpus] = {};
+  uint32_t first[kMaxGpus][kMaxNodes] = {};
+  uint32_t rec_at[kMaxGpus] = {};
 };
 
 // A staged pass's largest minibatch, per quantity (the replayed kernels' extents).
@@ -135,6 +150,9 @@ struct GpuOwnerPart {
   // Per minibatch: rows gathered for each asking GPU, and their gradients coming back.
   Buf<float> send, recv_grad, acc;
   Buf<float> sums;  // with ranks: the touched rows' summed records, to the host
+  // Canonical sums on several GPUs: per touched row, its place in each asking GPU's segment
+  // (HbmPlan::touched_src).
+  Buf<uint32_t> touched_src;
 };
 
 // One GPU's copy of a staged pass's examples and of its slices' plan.

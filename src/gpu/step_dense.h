@@ -30,10 +30,17 @@ void GpuStep<Exec>::AllReduceDense() {
     for (uint32_t g = 1; g < n; ++g) acc += sum[g * P + i];
     g0[i] = acc;
   });
-  const auto done = e0.Record();
-  for (uint32_t g = 1; g < N; ++g) {
+  BroadcastDense();
+}
+
+// GPU 0's dense gradient to the other replicas.
+template <class Exec>
+void GpuStep<Exec>::BroadcastDense() {
+  const auto done = compute_[0]->Record();
+  const float* g0 = replicas_[0].grads.data();
+  for (uint32_t g = 1; g < gpus_; ++g) {
     compute_[g]->Wait(done);
-    compute_[g]->Copy(ptrs[g], g0, P);
+    compute_[g]->Copy(replicas_[g].grads.data(), g0, NumParams());
   }
 }
 

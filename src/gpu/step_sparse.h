@@ -96,19 +96,21 @@ void GpuStep<Exec>::KeyGradients(Staged& s, const Batch& pass, const SliceRun& r
 }
 
 // Owner o, after SumGradients: one update per row minibatch b touched: counters, optimizer,
-// quantization, creation. from_feed (one GPU): the records are read from the GPU's own
-// feed, whose uniq order is the touched order, instead of the owner's accumulators (the
-// same values: a sum that starts at +0 is never -0, so 0 + record is the record).
+// quantization, creation. The records are read from the owner's accumulators (by row), or
+// from in_touched_order (by touched row): one GPU's own feed, whose uniq order is the touched
+// order (the same values: a sum that starts at +0 is never -0, so 0 + record is the record),
+// or the owner's canonical sums (CanonicalOwnerSums).
 // The rows touched (first, count) and the optimizer's step are read from the current
 // arguments; the kernel spans the owner's most touched minibatch of the pass.
 template <class Exec>
-void GpuStep<Exec>::UpdateRows(Staged& s, uint32_t o, bool from_feed) {
+void GpuStep<Exec>::UpdateRows(Staged& s, uint32_t o, const float* in_touched_order) {
   Exec& e = *compute_[o];
   Part& part = s.parts[o];
   const uint32_t gs = GradStride();
   const GpuMinibatchArgs* now = replicas_[o].now.data();
   const uint32_t* touched = part.touched.data();
-  const float* acc = from_feed ? s.feeds[o].grad.data() : part.acc.data();
+  const bool by_touched = in_touched_order != nullptr;
+  const float* acc = by_touched ? in_touched_order : part.acc.data();
   const SparseOptimizer opt = model_->sparse_optimizer();
   const CtrAccessor accessor = accessor_;
   const QuantRounding rounding = model_->options().quant.rounding;
@@ -128,7 +130,7 @@ void GpuStep<Exec>::UpdateRows(Staged& s, uint32_t o, bool from_feed) {
     if (i >= now->nt) return;
     const uint64_t t = now->t;
     const size_t r = touched[now->t0 + i];
-    const float* g = acc + (from_feed ? i : r) * gs;
+    const float* g = acc + (by_touched ? i : r) * gs;
     show[r] += g[rd + 1];
     click[r] += g[rd + 2];
     unseen[r] = 0;

@@ -81,7 +81,14 @@ Status GpuStep<Exec>::Stage(uint64_t pass_index, const Batch& pass, const Workin
     copy_[g]->Recycle();
     copy_[g]->UseHostPool(pool);
   }
-  BuildHbmPlan(pass, ws, gpus_, pool, &s.plan);
+  HbmPlanOptions plan_options;
+  if (Canonical() && gpus_ > 1) {  // slices of whole sum blocks; the owners' sums' sources
+    plan_options.cut = [this](uint32_t rows, std::vector<uint32_t>* starts) {
+      SliceStarts(rows, starts);
+    };
+    plan_options.sources = true;
+  }
+  BuildHbmPlan(pass, ws, gpus_, pool, &s.plan, plan_options);
   s.parts.resize(gpus_);
   s.feeds.resize(gpus_);
   for (uint32_t o = 0; o < gpus_; ++o) StageOwner(s, o, ws, rows, pool);
@@ -155,6 +162,9 @@ void GpuStep<Exec>::StageOwner(Staged& s, uint32_t o, const WorkingSet& ws, cons
     });
   }
   e.Upload(&part.touched, plan.touched[o].data(), plan.touched[o].size());
+  if (!plan.touched_src.empty()) {
+    e.Upload(&part.touched_src, plan.touched_src[o].data(), plan.touched_src[o].size());
+  }
   e.Reserve(&part.created, 1);
   e.Fill(part.created.data(), 0u, 1);
 }
@@ -259,6 +269,25 @@ void GpuStep<Exec>::EnsureWork(Staged& s) {
     }
   }
   s.extents = GpuPassExtents{max_rows, max_uniq, max_occ, max_recv, max_touched};
+  // Canonical sums: the most nodes of the rank's share and of each GPU's cut in the pass (per
+  // minibatch shape: its rows).
+  const bool canonical = Canonical();
+  uint32_t rank_nodes = 1;
+  std::vector<uint32_t> gpu_nodes(gpus_, 1), shapes;
+  for (size_t b = 0; canonical && b < plan.minibatches(); ++b) {
+    const uint32_t rows = MinibatchRows(plan, b);
+    if (std::find(shapes.begin(), shapes.end(), rows) != shapes.end()) continue;
+    shapes.push_back(rows);
+    GpuSumCut rank;
+    std::vector<GpuSumCut> per_gpu;
+    CutSums(rows, &rank, &per_gpu);
+    rank_nodes = std::max(rank_nodes, rank.nodes);
+    for (uint32_t g = 0; g < per_gpu.size(); ++g) {
+      gpu_nodes[g] = std::max(gpu_nodes[g], per_gpu[g].nodes);
+    }
+  }
+  if (gpus_ == 1) gpu_nodes[0] = rank_nodes;
+  const uint32_t most_gpu_nodes = *std::max_element(gpu_nodes.begin(), gpu_nodes.end());
   const uint32_t W0 = model_->input_width();
   for (uint32_t g = 0; g < gpus_; ++g) {
     Exec& e = *compute_[g];
@@ -288,25 +317,32 @@ void GpuStep<Exec>::EnsureWork(Staged& s) {
       }
     }
     e.Reserve(&r.sum, gpus_ > 1 ? NumParams() * gpus_ : 0);
-    // Canonical sums: the tree's pending sums, the share's other nodes, the slice's dx and
-    // dlogit, and a record per node per key.
-    size_t nodes = 1;
-    if (Canonical()) {
-      nodes = model_->sum_nodes().size();
+    // Canonical sums: the tree's pending sums, the nodes' gradients (node 0's is grads; on
+    // GPU 0 also the rank's nodes), the slice's dx and dlogit, a record per node per key, and
+    // at the owners the asking GPUs' node records and the rows' sums per node of the rank's.
+    size_t nodes = 1, recv_nodes = 1, sums = 0;
+    if (canonical) {
+      nodes = gpu_nodes[g];
       r.sum_slots.resize(PairwiseStack::Depth(5) - 1);
       for (Buf<float>& slot : r.sum_slots) e.Reserve(&slot, NumParams());
-      r.node_grads.resize(nodes - 1);
+      r.node_grads.resize(std::max<size_t>(nodes, g == 0 ? rank_nodes : 1) - 1);
       for (Buf<float>& node : r.node_grads) e.Reserve(&node, NumParams());
       e.Reserve(&r.dx_all, B * model_->emb_width());
       e.Reserve(&r.dlogit_all, B);
+      if (gpus_ > 1) {
+        recv_nodes = most_gpu_nodes;
+        sums = size_t{std::max<uint32_t>(max_touched[g], 1)} * rank_nodes * GradStride();
+      }
     }
     Feed& f = s.feeds[g];
     e.Reserve(&f.fetch, size_t{std::max<uint32_t>(max_uniq, 1)} * FetchStride());
     e.Reserve(&f.grad, size_t{std::max<uint32_t>(max_uniq, 1)} * GradStride() * nodes);
     Part& part = s.parts[g];
     e.Reserve(&part.send, size_t{std::max<uint32_t>(max_recv[g], 1)} * FetchStride());
-    e.Reserve(&part.recv_grad, size_t{std::max<uint32_t>(max_recv[g], 1)} * GradStride());
+    e.Reserve(&part.recv_grad,
+              size_t{std::max<uint32_t>(max_recv[g], 1)} * GradStride() * recv_nodes);
     e.Reserve(&part.acc, std::max<size_t>(part.n, 1) * GradStride());
+    if (sums > 0) e.Reserve(&part.sums, sums);
   }
 }
 
@@ -374,8 +410,8 @@ uint64_t GpuStep<Exec>::StagedBytes() const {
       add(p.rows.unseen);
       add(p.rows.flags);
       for (const auto* k : {&p.keys, &p.bucket_keys, &p.recv_keys}) add(*k);
-      for (const auto* u :
-           {&p.bucket_rows, &p.special, &p.recv_rows, &p.touched, &p.status, &p.created}) {
+      for (const auto* u : {&p.bucket_rows, &p.special, &p.recv_rows, &p.touched, &p.touched_src,
+                            &p.status, &p.created}) {
         add(*u);
       }
     }

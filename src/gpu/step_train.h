@@ -227,8 +227,10 @@ void GpuStep<Exec>::TrainMinibatch(Staged& s, const Batch& pass, size_t b) {
   //    (Canonical sums: block by block, forward and backward together, timed as forward.)
   std::vector<SliceRun> runs;
   runs.reserve(N);
-  if (Canonical()) {
-    runs.push_back(CanonicalForwardBackward(s, pass, b));
+  const bool canonical = Canonical();
+  if (canonical) {
+    CutSums(MinibatchRows(s.plan, b), &cut_, &gpu_cuts_);
+    for (uint32_t g = 0; g < N; ++g) runs.push_back(CanonicalForwardBackward(s, pass, b, g));
     PhaseMark();
   } else {
     for (uint32_t g = 0; g < N; ++g) runs.push_back(Forward(s, pass, b, g));
@@ -237,18 +239,28 @@ void GpuStep<Exec>::TrainMinibatch(Staged& s, const Batch& pass, size_t b) {
   }
   PhaseMark();
   // 3. Dense gradients summed over the GPUs; every replica takes the same step.
-  AllReduceDense();
+  if (canonical && N > 1) {  // up the tree on GPU 0 (one process: one node, the whole sum)
+    CanonicalGpuDense();
+    BroadcastDense();
+  } else {
+    AllReduceDense();
+  }
   for (uint32_t g = 0; g < N; ++g) DenseUpdate(g);
   PhaseMark();
   // 4. Per-key gradients to the owners; each owner updates its rows.
   for (uint32_t g = 0; g < N; ++g) KeyGradients(s, pass, runs[g]);
   if (N == 1) {  // the one GPU's records are its rows' sums
-    UpdateRows(s, 0, /*from_feed=*/true);
+    UpdateRows(s, 0, s.feeds[0].grad.data());
   } else {
     const auto reduced = RecordAll();
     for (uint32_t o = 0; o < N; ++o) {
-      SumGradients(s, b, o, reduced);
-      UpdateRows(s, o, /*from_feed=*/false);
+      if (canonical) {
+        CanonicalOwnerSums(s, b, o, reduced);
+        UpdateRows(s, o, s.parts[o].sums.data());
+      } else {
+        SumGradients(s, b, o, reduced);
+        UpdateRows(s, o, nullptr);
+      }
     }
   }
   PhaseMark();
@@ -277,7 +289,10 @@ Status GpuStep<Exec>::TrainRankMinibatch(Staged& s, const Batch& pass, uint32_t 
   const size_t P = NumParams();
   const bool canonical = Canonical();
   std::vector<SliceRun> runs;
-  if (mine && canonical) runs.push_back(CanonicalForwardBackward(s, pass, b));
+  if (mine && canonical) CutSums(MinibatchRows(plan, b), &cut_, &gpu_cuts_);
+  for (uint32_t g = 0; g < N && mine && canonical; ++g) {
+    runs.push_back(CanonicalForwardBackward(s, pass, b, g));
+  }
   for (uint32_t g = 0; g < N && mine && !canonical; ++g) runs.push_back(Forward(s, pass, b, g));
   marks_.push_back(e0.Mark());
   // (Canonical sums ran their backward with the forward; past its share no node of this rank
@@ -291,7 +306,8 @@ Status GpuStep<Exec>::TrainRankMinibatch(Staged& s, const Batch& pass, uint32_t 
     }
   }
   marks_.push_back(e0.Mark());
-  if (canonical) {  // the nodes' gradients up the tree over the ranks
+  if (canonical) {  // the nodes' gradients up the tree over the GPUs, then over the ranks
+    if (mine && N > 1) CanonicalGpuDense();
     RETURN_IF_ERROR(CanonicalRankSums(mine, ranks));
   } else {
     AllReduceDense();
@@ -310,7 +326,7 @@ Status GpuStep<Exec>::TrainRankMinibatch(Staged& s, const Batch& pass, uint32_t 
   rank_locals_.clear();
   rank_records_.clear();
   for (uint32_t g = 0; g < N && mine; ++g) KeyGradients(s, pass, runs[g]);
-  if (mine && canonical) {
+  if (mine && canonical && N == 1) {
     // One GPU: its feed's records (a record per node per key) are in touched order.
     const uint32_t t0 = plan.touched_begin[0][b], nt = plan.touched_begin[0][b + 1] - t0;
     rank_records_.resize(size_t{nt} * cut_.nodes * gs);
@@ -321,6 +337,19 @@ Status GpuStep<Exec>::TrainRankMinibatch(Staged& s, const Batch& pass, uint32_t 
     }
   }
   const auto reduced = RecordAll();
+  for (uint32_t o = 0; mine && canonical && N > 1 && o < N; ++o) {
+    // Several GPUs: each owner's rows' records per node of the rank's share.
+    CanonicalOwnerSums(s, b, o, reduced);
+    const uint32_t t0 = plan.touched_begin[o][b], nt = plan.touched_begin[o][b + 1] - t0;
+    if (nt == 0) continue;
+    const size_t at = rank_records_.size(), n = size_t{nt} * cut_.nodes * gs;
+    rank_records_.resize(at + n);
+    compute_[o]->Download(rank_records_.data() + at, s.parts[o].sums.data(), n);
+    RETURN_IF_ERROR(compute_[o]->status());
+    for (uint32_t i = 0; i < nt; ++i) {
+      rank_locals_.push_back(plan.locals[o][plan.touched[o][t0 + i]]);
+    }
+  }
   for (uint32_t o = 0; mine && !canonical && o < N; ++o) {
     SumGradients(s, b, o, reduced);
     const uint32_t t0 = plan.touched_begin[o][b], nt = plan.touched_begin[o][b + 1] - t0;

@@ -46,29 +46,39 @@ TEST(GpuEmulationTest, OneGpuIsBitIdenticalToTheCpuModel) {
   }
 }
 
-// train.deterministic's canonical sums (CtrModel::SumOrder) with one GPU: the step runs the
-// CPU model's sum blocks one by one and adds their gradients up its tree, dense and per key:
-// the CPU model's canonical step bit for bit, replayed or launched call by call, for every
+// train.deterministic's canonical sums (CtrModel::SumOrder): each GPU runs the CPU model's
+// sum blocks one by one and adds their gradients up its tree, dense and per key, and several
+// GPUs (whole blocks each) add their nodes up the same tree: the CPU model's canonical step
+// bit for bit, on one GPU replayed or launched call by call and on 2, 3 and 8 GPUs, for every
 // model shape (128-row minibatches in 8 sum blocks of 16 rows; the pass's last, of 60 rows,
-// in 4). The default order's step is another (in some shape at least), so the test tells.
+// in 4: 8 GPUs leave some without a block). The default order's step is another (in some
+// shape at least), so the test tells.
 TEST(GpuEmulationTest, CanonicalSumsAreTheCpuModelsCanonicalSums) {
   const CtrModel::SumOrder order{true, 128, 0, 16, 0};
   int other = 0;
   for (const Case& s : Cases()) {
     SCOPED_TRACE(CaseName(s));
-    Trained cpu(s), direct(s), replayed(s), plain(s);
-    for (Trained* t : {&cpu, &direct, &replayed}) t->model.set_sum_order(order);
+    Trained cpu(s), direct(s), replayed(s), plain(s), two(s), three(s), eight(s);
+    for (Trained* t : {&cpu, &direct, &replayed, &two, &three, &eight}) {
+      t->model.set_sum_order(order);
+    }
     cpu.TrainOnCpu(2);
     GpuOptions o;
     o.emulate = true;
     o.replay = false;
     ASSERT_TRUE(direct.TrainOnGpu(o, 2).ok());
     ASSERT_TRUE(plain.TrainOnGpu(o, 2).ok());
+    for (Trained* t : {&two, &three, &eight}) {
+      GpuOptions m = o;
+      m.gpus = t == &two ? 2 : t == &three ? 3 : 8;
+      ASSERT_TRUE(t->TrainOnGpu(m, 2).ok());
+    }
     o.replay = true;
     GpuStepStats stats;
     ASSERT_TRUE(replayed.TrainOnGpu(o, 2, nullptr, nullptr, &stats).ok());
     ASSERT_GT(stats.train.replays, 0u);
-    for (const Trained* t : {&direct, &replayed}) {
+    for (const Trained* t : {&direct, &replayed, &two, &three, &eight}) {
+      SCOPED_TRACE(t == &direct ? "one GPU" : t == &replayed ? "replayed" : "several GPUs");
       EXPECT_EQ(FirstDifference(t->rows, cpu.rows), "");
       EXPECT_EQ(t->model.dense_params(), cpu.model.dense_params());
       EXPECT_EQ(t->model.dense_optimizer().m(), cpu.model.dense_optimizer().m());

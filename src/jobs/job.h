@@ -27,8 +27,8 @@ struct TrainOptions {
   int threads = 2;
   uint64_t seed = 1;
   // train.deterministic: canonical gradient sums (CtrModel::SumOrder), the same model on any
-  // number of ranks dividing the batch's sum blocks, on the CPU or one GPU per rank (which
-  // needs gpu.scatter=segment).
+  // number of ranks dividing the batch's sum blocks and any number of GPUs per rank up to
+  // kMaxCanonicalGpus, on the CPU or GPUs (which needs gpu.scatter=segment).
   bool deterministic = false;
   // train.continue (--continue): train the model already in model_dir further. Without it (or
   // --fresh) a model there is refused: re-running a command never continues one unasked.

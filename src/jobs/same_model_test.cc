@@ -139,11 +139,11 @@ TEST(SameModelTest, AnyRanksDividingTheSumBlocksTrainTheOneProcessDigest) {
   EXPECT_NE(Digest(4, fast), one);
 }
 
-// One GPU per rank (the GPU step's kernels emulated on the host, gpu.emulate) sums as the CPU
-// model does (gpu/step_canonical.h): the CPU's one-process digest on 1, 2, 3 and 4 ranks,
-// pipelined and sequential, over the SSD tier, and across a resume from 2 ranks onto 3. Two
-// GPUs per rank keep their own fixed order (warned): the same model run after run.
-TEST(SameModelTest, OneGpuPerRankTrainsTheCpuDigestOnAnyRanks) {
+// The GPU step (its kernels emulated on the host, gpu.emulate) sums as the CPU model does
+// (gpu/step_canonical.h): the CPU's one-process digest on 1, 2, 3 and 4 ranks of one GPU,
+// pipelined and sequential, over the SSD tier, across a resume from 2 ranks onto 3, and on
+// 2 or 3 GPUs per rank (and 4 ranks of 2 GPUs resumed on 2).
+TEST(SameModelTest, GpuRanksTrainTheCpuDigestOnAnyRanksAndGpus) {
   TempDir dir;
   auto on_gpu = [](JobConfig job) {
     job.gpu = true;
@@ -175,12 +175,27 @@ TEST(SameModelTest, OneGpuPerRankTrainsTheCpuDigestOnAnyRanks) {
   EXPECT_NE(want_ssd, want);
   EXPECT_EQ(Digest(1, on_gpu(ssd("gpu1"))), want_ssd);
   EXPECT_EQ(Digest(3, on_gpu(ssd("gpu3"))), want_ssd);
-  JobConfig two = on_gpu(GeneratedJob(dir.File("two gpus")));
-  two.gpu_options.gpus = 2;
-  const std::string first = Digest(2, two);
-  two.model_dir = dir.File("two gpus again");
-  EXPECT_EQ(Digest(2, two), first);
-  EXPECT_NE(first, want);
+  // Several GPUs per rank (whole sum blocks each; 3 GPUs: unequal slices): the same digest,
+  // on one process and on ranks; 17 GPUs (past kMaxCanonicalGpus) keep their own order.
+  for (auto [ranks, gpus] : {std::pair{1, 2}, std::pair{2, 2}, std::pair{1, 3}, std::pair{2, 3}}) {
+    const std::string tag = std::to_string(ranks) + " ranks of " + std::to_string(gpus) + " GPUs";
+    JobConfig job = on_gpu(GeneratedJob(dir.File(tag)));
+    job.gpu_options.gpus = gpus;
+    EXPECT_EQ(Digest(ranks, job), want) << tag;
+  }
+  EXPECT_EQ(Digest(3,
+                   [&] {
+                     JobConfig job = on_gpu(ssd("gpu3x2"));
+                     job.gpu_options.gpus = 2;
+                     return job;
+                   }()),
+            want_ssd);
+  JobConfig two_gpus = on_gpu(GeneratedJob(""));  // 4 ranks of 2 GPUs resumed on 2
+  two_gpus.gpu_options.gpus = 2;
+  ExpectResumeKeepsTheDigest(two_gpus, dir, 4, 2, 2, want);
+  JobConfig many = on_gpu(GeneratedJob(dir.File("many gpus")));
+  many.gpu_options.gpus = kMaxCanonicalGpus + 1;
+  EXPECT_NE(Digest(1, many), want);
 }
 
 // 2 ranks stopped after a checkpoint and resumed on 3 (and 4 on 2) give the one-process digest.

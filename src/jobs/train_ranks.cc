@@ -313,11 +313,11 @@ Status ShareJob(Env* env, const Comm& comm, JobConfig* job, std::string* ranks_c
   if (job->train.deterministic && me == 0 && !canonical) {
     LOG_WARNING(
         "train.deterministic on {} ranks{}: the same model run after run, not the one process's "
-        "model (that takes the CPU train stage or one GPU per rank, and a number of ranks "
+        "model (that takes the CPU train stage or at most {} GPUs per rank, and a number of ranks "
         "dividing the {} sum blocks of train.batch_size {}: docs/distributed.md, \"The same "
         "model on any number of ranks\")",
-        n, CanonicalDevice(*job) ? "" : " with several GPUs per rank", CtrModel::SumBlocksFor(b),
-        b);
+        n, CanonicalDevice(*job) ? "" : " with more GPUs per rank", kMaxCanonicalGpus,
+        CtrModel::SumBlocksFor(b), b);
   }
   const RowShare share{static_cast<uint32_t>(me), static_cast<uint32_t>(n), b / n};
   if (IsGenerated(job->data)) {

@@ -55,9 +55,11 @@ PassReaderOptions PassOptionsOnRanks(const JobConfig& job, Comm* comm);
 inline bool CanonicalRanks(uint32_t n, uint32_t batch_rows) {
   return n >= 1 && batch_rows % n == 0 && CtrModel::SumBlocksFor(batch_rows) % n == 0;
 }
-// Canonical sums on the job's train stage: the CPU, or one GPU per rank (several GPUs of a
-// rank sum in their own fixed order: docs/distributed.md).
-inline bool CanonicalDevice(const JobConfig& job) { return !job.gpu || job.gpu_options.gpus == 1; }
+// Canonical sums on the job's train stage: the CPU, or up to kMaxCanonicalGpus GPUs per rank
+// (more sum in their own fixed order: docs/distributed.md).
+inline bool CanonicalDevice(const JobConfig& job) {
+  return !job.gpu || job.gpu_options.gpus <= kMaxCanonicalGpus;
+}
 // The model the data's schema allows.
 Status CheckModelAgainstSchema(const JobConfig& job);
 // Start: resume, continue the model in model_dir, or a new model.

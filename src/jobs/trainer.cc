@@ -281,7 +281,7 @@ Status CheckModelAgainstSchema(const JobConfig& job) {
 }
 
 // The order of the job's gradient sums (CtrModel::SumOrder, docs/distributed.md): canonical
-// with train.deterministic on the CPU or on one GPU per rank (the GPU step then sums as the
+// with train.deterministic on the CPU or on the GPUs of a rank (the GPU step then sums as the
 // CPU model does: gpu/step_canonical.h), so that any number of ranks dividing the batch's sum
 // blocks trains one process's model; the fastest fixed order otherwise. (job.train.batch_size
 // is a rank's share on ranks.)
