@@ -97,7 +97,54 @@ bool SamePlan(const HbmPlan& a, const HbmPlan& b) {
   return a.gpus == b.gpus && a.row_of == b.row_of && a.locals == b.locals &&
          a.fetch_pos == b.fetch_pos && a.uniq_local == b.uniq_local &&
          a.uniq_occ_begin == b.uniq_occ_begin && a.uniq_occ == b.uniq_occ &&
-         a.touched == b.touched && a.touched_begin == b.touched_begin;
+         a.touched == b.touched && a.touched_begin == b.touched_begin &&
+         a.touched_src == b.touched_src;
+}
+
+// The canonical sums' plan (gpu/step_canonical.h): slices cut where HbmPlanOptions::cut says
+// (some empty), and per touched row its place in each GPU's segment of its owner, against a
+// search of the segments; the same on a pool.
+TEST(HbmPlanTest, CutSlicesAndTheTouchedRowsSourcesMatchAReference) {
+  Batch pass = testing::RandomBatch(Schema{5, 1}, 1200, 11, /*multi_hot=*/true, false);
+  WorkingSet ws;
+  BuildWorkingSet(pass, 200, nullptr, &ws);
+  HbmPlanOptions options;
+  options.cut = [](uint32_t rows, std::vector<uint32_t>* starts) {
+    // GPU 0: a quarter; GPU 1: none; GPU 2: the rest but 7 rows; GPU 3: those.
+    *starts = {0, rows / 4, rows / 4, rows > 7 ? rows - 7 : rows, rows};
+  };
+  options.sources = true;
+  const uint32_t gpus = 4;
+  HbmPlan plan, pooled;
+  BuildHbmPlan(pass, ws, gpus, nullptr, &plan, options);
+  ThreadPool pool(3);
+  BuildHbmPlan(pass, ws, gpus, &pool, &pooled, options);
+  EXPECT_TRUE(SamePlan(plan, pooled));
+  size_t present = 0;
+  for (size_t b = 0; b < plan.minibatches(); ++b) {
+    const Minibatch& mb = ws.batches[b];
+    std::vector<uint32_t> starts;
+    options.cut(mb.rows(), &starts);
+    for (uint32_t g = 0; g < gpus; ++g) {
+      ASSERT_EQ(plan.slice(b, g).row_begin, mb.row_begin + starts[g]);
+      ASSERT_EQ(plan.slice(b, g).row_end, mb.row_begin + starts[g + 1]);
+    }
+    for (uint32_t o = 0; o < gpus; ++o) {
+      for (uint32_t t = plan.touched_begin[o][b]; t < plan.touched_begin[o][b + 1]; ++t) {
+        const uint32_t row = plan.touched[o][t];
+        for (uint32_t g = 0; g < gpus; ++g) {
+          const HbmSlice& s = plan.slice(b, g);
+          uint32_t want = HbmPlan::kNoSource;
+          for (uint32_t u = s.seg[o]; u < s.seg[o + 1]; ++u) {
+            if (plan.row_of[plan.uniq_local[s.uniq_begin + u]] == row) want = u - s.seg[o];
+          }
+          ASSERT_EQ(plan.touched_src[o][size_t{t} * gpus + g], want) << b << " " << o << " " << g;
+          present += want != HbmPlan::kNoSource;
+        }
+      }
+    }
+  }
+  EXPECT_GT(present, 0u);
 }
 
 // The plan built on a pool (minibatches planned apart, then joined) equals the one-thread
