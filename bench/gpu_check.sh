@@ -108,6 +108,9 @@ step stream 120 $PY bench/stream_check.py --device gpu --ctrbox "$CTR" --data-di
 # lines go to check.log: $OUT brings back 8 files).
 step same-model 150 $PY bench/same_model.py --device gpu --rows 300000 --batch 1536 \
   --ranks 1,2,3 --reps 1 --ctrbox "$CTR" --data-dir /tmp/ctrbox-bench-gpu
+# Two logical GPUs per rank on the one device: the same deterministic digest as above.
+[ "$mode" = quick ] || step same-model-2gpus 100 $PY bench/same_model.py --device gpu --gpus 2 \
+  --rows 300000 --batch 1536 --ranks 1,2 --reps 1 --ctrbox "$CTR" --data-dir /tmp/ctrbox-bench-gpu
 [ "$mode" = quick ] || step cpu-scaling 90 $PY bench/cpu_scaling.py --threads 2,16 --reps 2 --ctrbox "$CTR" \
   --data-dir /tmp/ctrbox-bench-gpu > "$out/cpu_scaling.jsonl"
 tail -1 "$out/cpu_scaling.jsonl" 2>/dev/null

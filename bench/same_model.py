@@ -16,11 +16,12 @@ deterministic ranks then read every file and keep their share of each global min
 non-deterministic ones read their own files.
 Each line also gives the process's CPU seconds (user + system, median), and the summary the
 deterministic mode's extra CPU seconds per rank count: on a shared machine they move less than
-examples/s. With --device gpu the train stage runs on the GPU (one per rank; --emulate: the
-host emulation of the GPU step, for a machine without one).
+examples/s. With --device gpu the train stage runs on the GPU (--gpus per rank, logical GPUs
+sharing the machine's round robin; --emulate: the host emulation of the GPU step, for a
+machine without one).
 
     bench/same_model.py [--reps 3] [--rows 500000] [--ranks 1,2,4] [--batch N] [--files K]
-                        [--device cpu|gpu] [--emulate]
+                        [--device cpu|gpu] [--gpus G] [--emulate]
 """
 import json, os, statistics, sys
 
@@ -36,6 +37,7 @@ def main():
     ap.add_argument("--files", type=int, default=0, help="read the rows from this many files")
     ap.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
     ap.add_argument("--emulate", action="store_true", help="with --device gpu: gpu.emulate")
+    ap.add_argument("--gpus", type=int, default=1, help="with --device gpu: gpu.count per rank")
     a = ap.parse_args()
     data = ["--set", f"data.gen.rows={a.rows}"]
     if a.files:
@@ -55,7 +57,8 @@ def main():
             if a.batch:
                 args += ["--set", f"train.batch_size={a.batch}"]
             if a.device == "gpu":
-                args += ["--set", "device=gpu", "--set", f"gpu.emulate={'true' if a.emulate else 'false'}"]
+                args += ["--set", "device=gpu", "--set", f"gpu.emulate={'true' if a.emulate else 'false'}",
+                         "--set", f"gpu.count={a.gpus}"]
             if n > 1:
                 args += ["--local-ranks", str(n)]
             got[(n, det)].append(bench_data.train(a.ctrbox, args))
@@ -70,6 +73,7 @@ def main():
             "examples_per_s": median[(n, det)],
             "examples_per_s_min": min(eps), "examples_per_s_max": max(eps),
             "process_cpu_seconds": cpu[(n, det)], "device": a.device + (" emulated" if a.emulate else ""),
+            "gpus_per_rank": a.gpus if a.device == "gpu" else 0,
             "test_auc": reports[-1].get("test_auc"), "digests": sorted({r["digest"] for r in reports}),
             "cores": cores, "blas_core": reports[-1]["blas_core"]}), flush=True)
     ranks = sorted({n for n, _ in configs})
