@@ -196,7 +196,8 @@ void AddEpochCharts(const std::map<uint64_t, nlohmann::json>& epochs,
                                   {"training AUC (progressive)", kColors[0], ex, t_auc}}));
 }
 
-// The report's peak memory split by owner, beside the peak RSS.
+// The report's memory split by owner at its largest pass (the resident set then, `rss`),
+// beside the run's peak RSS.
 void AddMemoryChart(const nlohmann::json& report, std::vector<std::string>* charts) {
   if (!report.contains("memory_peak_by_owner") || !report["memory_peak_by_owner"].is_object()) {
     return;
@@ -204,9 +205,13 @@ void AddMemoryChart(const nlohmann::json& report, std::vector<std::string>* char
   std::vector<std::string> labels;
   std::vector<double> values;
   for (const auto& [owner, bytes] : report["memory_peak_by_owner"].items()) {
-    if (!bytes.is_number()) continue;
+    if (!bytes.is_number() || owner == "rss") continue;
     labels.push_back(owner);
     values.push_back(bytes.get<double>());
+  }
+  if (const auto& m = report["memory_peak_by_owner"]; m.contains("rss") && m["rss"].is_number()) {
+    labels.push_back("RSS then (all)");
+    values.push_back(m["rss"].get<double>());
   }
   labels.push_back("peak RSS (all)");
   values.push_back(Get(report, "peak_rss_bytes"));

@@ -187,15 +187,23 @@ TEST(PipelineTest, PassesSizedByMemoryTrainTheInMemoryModelAtEveryBudget) {
                 static_cast<double>(budget) + 0.5 * pull_bytes);
       EXPECT_LE(st["memory_by_owner"]["bloom_filters"].get<double>(),
                 0.1 * static_cast<double>(budget));
-      // Peak memory by owner: the table's peak, the passes in flight, the dense model (dense
-      // Adagrad here: weights, gradients, sums of squares).
+      // Memory by owner at one instant (the pass with the largest resident set): the table's
+      // use then (at most its peak), the passes in flight (at most theirs), the dense model
+      // (dense Adagrad here: weights, gradients, sums of squares); they fit in the resident
+      // set then, which is at most the run's peak RSS.
       const nlohmann::json& m = (*r)["memory_peak_by_owner"];
-      EXPECT_EQ(m["table"], st["peak_memory_bytes"]);
+      EXPECT_GT(m["table"].get<int64_t>(), 0);
+      EXPECT_LE(m["table"], st["peak_memory_bytes"]);
       EXPECT_GT(m["passes_in_flight"].get<int64_t>(), 0);
+      EXPECT_LE(m["passes_in_flight"], (*r)["passes_peak_bytes"]);
       ASSERT_EQ(job.spec.dense_optimizer.kind, OptimizerKind::kAdagrad);
       EXPECT_EQ(m["dense_model"].get<int64_t>(), (*r)["dense_params"].get<int64_t>() * 12);
-      // The attributed owners fit in the peak RSS (`other` is what is left of it).
       EXPECT_GT(m["other"].get<int64_t>(), 0);
+      EXPECT_EQ(m["rss"].get<int64_t>(),
+                m["table"].get<int64_t>() + m["passes_in_flight"].get<int64_t>() +
+                    m["dense_model"].get<int64_t>() + m["reader_chunks"].get<int64_t>() +
+                    m["other"].get<int64_t>());
+      EXPECT_LE(m["rss"], (*r)["peak_rss_bytes"]);
       EXPECT_EQ((*r)["digest"], (*r0)["digest"]);
       EXPECT_EQ((*r)["test_auc"], (*r0)["test_auc"]);
       const nlohmann::json& z = (*r)["pass_sizing"];
@@ -379,6 +387,32 @@ TEST(PipelineTest, ProgressGivesTheShareDoneAndTheTimeLeftWhenTheInputSizeIsKnow
     EXPECT_LT(p.fraction, 0);
     EXPECT_LT(p.eta_seconds, 0);
   }
+}
+
+// memory_peak_by_owner measures its owners at one instant (the pass with the largest resident
+// set): they add up to the resident set then, `other` is not negative (the owners' peaks,
+// taken at different moments, once added up to more than the peak RSS), and generated rows
+// hold no reader chunks.
+TEST(PipelineTest, MemoryByOwnerAddsUpAtOneInstant) {
+  TempDir dir;
+  JobConfig job = Job(dir.File("m"), "");
+  job.data.paths.clear();  // generated rows
+  job.generated.rows = 60000;
+  job.generated.test_rows = 1000;
+  job.pipeline.pass_examples = 16384;
+  auto r = TrainJson(Env::Posix(), job, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const nlohmann::json& m = (*r)["memory_peak_by_owner"];
+  EXPECT_EQ(m["reader_chunks"].get<int64_t>(), 0);
+  EXPECT_GT(m["table"].get<int64_t>(), 0);
+  EXPECT_GT(m["passes_in_flight"].get<int64_t>(), 0);
+  EXPECT_GT(m["other"].get<int64_t>(), 0);
+  int64_t owners = 0;
+  for (const char* owner : {"table", "passes_in_flight", "dense_model", "reader_chunks", "other"}) {
+    owners += m[owner].get<int64_t>();
+  }
+  EXPECT_EQ(owners, m["rss"].get<int64_t>());
+  EXPECT_LE(m["rss"], (*r)["peak_rss_bytes"]);
 }
 
 // Sets the stop flag (as Ctrl-C does) once `after` passes are pushed.

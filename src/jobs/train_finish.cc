@@ -261,22 +261,29 @@ Status CloseTable(Env* env, const JobConfig& job, std::unique_ptr<SparseTable> t
   return SsdStore::RemoveFiles(env, job.storage.ssd.dir);
 }
 
-// The peak resident memory of the run split by owner (docs/storage.md, "Sizing the budget"):
-// the table's peak (what storage.memory_budget bounds), the passes in flight at their peak,
-// the dense model with its optimizer state, the reader's chunk buffers, and the rest (the
-// allocator's slack, thread stacks, BLAS buffers, libraries, held-out evaluation). The owners'
-// peaks need not coincide, so `other` is a lower bound of what is not attributed.
+// The resident memory of the run split by owner at one instant (docs/storage.md, "Sizing the
+// budget"): after the pushed pass with the largest resident set (PassStages::memory_at_peak),
+// the table's use (what storage.memory_budget bounds), the passes in flight, the dense model
+// with its optimizer state, the reader's chunk buffers (files and commands; generated rows
+// have none), and the rest (the allocator's slack, thread stacks, BLAS buffers, libraries).
+// Owners measured at one moment add up to that moment's resident set; peaks taken at different
+// moments did not (the demo's "other" came out at -56 MB). The run's own peak, which a
+// held-out evaluation or the table's close may set, is peak_rss_bytes beside it.
 nlohmann::json PeakMemoryByOwner(const JobConfig& job, const CtrModel& model,
                                  const TrainReport& report) {
-  const auto table = static_cast<int64_t>(report.storage.peak_memory_bytes);
-  const auto passes = static_cast<int64_t>(report.passes_peak_bytes);
+  const PassStages::MemorySample& at = report.memory_at_peak;
+  const auto table = static_cast<int64_t>(at.table);
+  const int64_t passes = at.passes;
   // Weights and their gradients, and the optimizer's state (none for SGD).
   const DenseOptimizer& opt = model.dense_optimizer();
   const auto dense = static_cast<int64_t>(
       sizeof(float) * (2 * model.dense_params().size() + opt.m().size() + opt.v().size()));
-  const auto reader = static_cast<int64_t>(2 * job.data.threads * job.data.chunk_bytes);
-  const int64_t rss = report.peak_rss_bytes.value_or(0);
-  return {{"table", table},
+  const auto reader = IsGenerated(job.data)
+                          ? int64_t{0}
+                          : static_cast<int64_t>(2 * job.data.threads * job.data.chunk_bytes);
+  const auto rss = static_cast<int64_t>(at.rss);
+  return {{"rss", rss},
+          {"table", table},
           {"passes_in_flight", passes},
           {"dense_model", dense},
           {"reader_chunks", reader},

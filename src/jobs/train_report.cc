@@ -97,6 +97,7 @@ TrainReport ReportOfRun(const TrainRunFacts& f) {
   r.checkpoint_seconds = stages.checkpoint_seconds();
   r.rows_from_passes_in_flight = stages.patched_rows();
   r.passes_peak_bytes = stages.passes_peak_bytes();
+  r.memory_at_peak = stages.memory_at_peak();
   return r;
 }
 

@@ -68,6 +68,7 @@ struct TrainReport {
   PassStages::StageSplit stage_split;
   double checkpoint_seconds = 0;
   uint64_t rows_from_passes_in_flight = 0, passes_peak_bytes = 0;
+  PassStages::MemorySample memory_at_peak;  // memory_peak_by_owner's instant
   // How passes were cut, extraction, the GPUs, the input's records (a whole run only).
   nlohmann::json pass_sizing;
   std::optional<ExtractTotals> extract;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <optional>
@@ -366,7 +367,7 @@ Status FinishRun(Env* env, const JobConfig& job, Comm* comm, const std::string& 
     // it), with the peak memory so far: the table's close comes after. A run that saved
     // nothing writes nothing.
     TrainReport last = *report;
-    last.peak_rss_bytes = PeakRssBytes();
+    last.peak_rss_bytes = std::max(PeakRssBytes(), last.memory_at_peak.rss);
     last.memory_peak_by_owner = PeakMemoryByOwner(job, *start->model, last);
     nlohmann::json line = last.ToJson();
     line["event"] = "report";
@@ -441,7 +442,9 @@ StatusOr<TrainReport> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   RETURN_IF_ERROR(PruneEpochCopies(env, job));
   RETURN_IF_ERROR(frame.Close(std::move(start.table)));
   report.total_seconds = frame.Seconds();
-  report.peak_rss_bytes = PeakRssBytes();
+  // (The kernel's high-water mark lags the resident set it counts: a pass's sample may be
+  // a little above it.)
+  report.peak_rss_bytes = std::max(PeakRssBytes(), report.memory_at_peak.rss);
   report.memory_peak_by_owner = PeakMemoryByOwner(job, *start.model, report);
   return std::move(report);
 }

@@ -6,6 +6,7 @@
 #include "dist/collectives.h"
 #include "feature/extractor.h"
 #include "pipeline/pass_record.h"
+#include "util/sys.h"
 #include "working/working_set.h"
 
 namespace ctrbox {
@@ -315,6 +316,9 @@ Status PassStages::Push(Pass* pass, ThreadPool* pool) {
   const double pass_seconds = now - last_push_;
   last_push_ = now;
   const StorageStats storage_now = ctx_.table->Storage();
+  if (const uint64_t rss = CurrentRssBytes(); rss > memory_at_peak_.rss) {
+    memory_at_peak_ = MemorySample{rss, storage_now.memory_bytes, passes_gauge_->now()};
+  }
   nlohmann::json record = PassRecord(*pass, examples_, ctx_.table->CountKeys(), pass_seconds,
                                      checkpoint, StorageDeltaJson(storage_before_, storage_now));
   if (pass->ranked != nullptr) {

@@ -109,6 +109,14 @@ class PassStages {
   uint64_t patched_rows() const { return patched_rows_; }
   // The most bytes the passes in flight held at once (examples, working sets, rows).
   int64_t passes_peak_bytes() const { return passes_gauge_->peak(); }
+  // The resident set and what the table and the passes in flight held at one instant: the
+  // pass pushed with the largest resident set so far (push stage; sampled after each push,
+  // so that owners measured at different moments are not added up).
+  struct MemorySample {
+    uint64_t rss = 0, table = 0;
+    int64_t passes = 0;
+  };
+  const MemorySample& memory_at_peak() const { return memory_at_peak_; }
   double checkpoint_seconds() const { return checkpoint_seconds_; }
   // Where the read and pull stages' busy time went (read after the run): the input (the
   // reader's rows, decoded by its own threads), the working sets, the pass tables; the
@@ -171,6 +179,7 @@ class PassStages {
   double last_push_ = 0;           // push
   double checkpoint_seconds_ = 0;  // push
   StorageStats storage_before_;    // push
+  MemorySample memory_at_peak_;    // push
 
   // A pushed pass's examples and working set, kept for the next pass the read stage makes
   // (its buffers reused: no reallocation as a pass grows, no fresh pages to fault in);
