@@ -373,10 +373,11 @@ class CtrModel {
   void SparseRecord(const Batch& pass, const WorkingSet& ws, const Minibatch& mb, size_t u,
                     float* record) const;
   bool ApplyRecord(uint32_t l, const float* record, RowBlock* rows, const CtrAccessor& accessor);
-  // Adds occurrence q of the minibatch's keys to its key's record g (of SparseRecordWidth()
-  // floats): the slot's gradient columns, the wide gradient, a show, the click.
-  void AddOccurrence(const Batch& pass, const WorkingSet& ws, const Minibatch& mb, uint32_t q,
-                     float* g) const;
+  // Adds occurrences [q0, q1) of the minibatch's keys, in order, to their key's record g (of
+  // SparseRecordWidth() floats): each the slot's gradient columns, the wide gradient, a show,
+  // the click.
+  void AddOccurrences(const Batch& pass, const WorkingSet& ws, const Minibatch& mb, uint32_t q0,
+                      uint32_t q1, float* g) const;
   // The sparse record's canonical sum (SumOrder): per block in occurrence order, the blocks
   // added up the pairwise tree.
   void SparseRecordCanonical(const Batch& pass, const WorkingSet& ws, const Minibatch& mb, size_t u,

@@ -119,7 +119,7 @@ void CtrModel::SparseRecordCanonical(const Batch& pass, const WorkingSet& ws, co
   // as through the stack, whose one slot would start at zero and be copied out).
   if (const uint32_t b = position(row_of(q0)); b == position(row_of(q1 - 1))) {
     while (node + 1 < node_end_.size() && b >= node_end_[node]) ++node;
-    for (uint32_t q = q0; q < q1; ++q) AddOccurrence(pass, ws, mb, q, record + node * width);
+    AddOccurrences(pass, ws, mb, q0, q1, record + node * width);
     return;
   }
   thread_local std::vector<float> slots;
@@ -137,20 +137,21 @@ void CtrModel::SparseRecordCanonical(const Batch& pass, const WorkingSet& ws, co
     std::copy(slot(0), slot(0) + width, record + node * width);
     stack.Reset();
   };
-  float* g = nullptr;    // the current block's record
-  uint32_t block = ~0u;  // none yet
-  for (uint32_t q = q0; q < q1; ++q) {
-    const uint32_t b = position(row_of(q));
-    if (b != block) {  // the occurrences are in row order: a new leaf
-      while (node + 1 < node_end_.size() && b >= node_end_[node]) {
-        close_node();
-        ++node;
-      }
-      block = b;
-      g = slot(stack.Push(b, merge));
-      std::fill(g, g + width, 0.0f);
+  // The occurrences are in row order: each block's are a run, a leaf of the tree.
+  const uint32_t first = sum_order_.first_row;
+  for (uint32_t q = q0; q < q1;) {
+    const uint32_t block = SumBlockOf(first + row_of(q)), b = SumPosition(block);
+    const uint32_t end = SumBlockBegin(block + 1) - first;  // the block's rows end (this rank's)
+    uint32_t run = q + 1;
+    while (run < q1 && row_of(run) < end) ++run;
+    while (node + 1 < node_end_.size() && b >= node_end_[node]) {
+      close_node();
+      ++node;
     }
-    AddOccurrence(pass, ws, mb, q, g);
+    float* g = slot(stack.Push(b, merge));
+    std::fill(g, g + width, 0.0f);
+    AddOccurrences(pass, ws, mb, q, run, g);
+    q = run;
   }
   close_node();
 }

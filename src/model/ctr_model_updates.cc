@@ -38,23 +38,29 @@ void CtrModel::SparseRecord(const Batch& pass, const WorkingSet& ws, const Minib
   }
   // (A smaller table's key leaves the columns past its dimension zero.)
   std::fill(record, record + SparseRecordWidth(), 0.0f);
-  for (uint32_t q = mb.occ_begin[u]; q < mb.occ_begin[u + 1]; ++q) {
-    AddOccurrence(pass, ws, mb, q, record);
-  }
+  AddOccurrences(pass, ws, mb, mb.occ_begin[u], mb.occ_begin[u + 1], record);
 }
 
-void CtrModel::AddOccurrence(const Batch& pass, const WorkingSet& ws, const Minibatch& mb,
-                             uint32_t q, float* g) const {
-  const uint32_t S = schema_.num_slots, rd = row_dim_;
-  const uint32_t p = mb.key_begin + mb.occ[q];
-  const uint32_t cell = ws.cell[p], r = cell / S, s = cell - r * S;
-  const float w = pass.has_weights() ? pass.weights[p] : 1.0f;
-  const uint32_t dim = slot_dim_[s];
-  const float* gx = dx_.data() + size_t{r} * emb_width_ + slot_col_[s];
-  for (uint32_t d = 0; d < dim; ++d) g[d] += w * gx[d];
-  g[rd] += w * dlogit_[r];
-  g[rd + 1] += 1.0f;
-  g[rd + 2] += pass.labels[mb.row_begin + r];
+void CtrModel::AddOccurrences(const Batch& pass, const WorkingSet& ws, const Minibatch& mb,
+                              uint32_t q0, uint32_t q1, float* g) const {
+  // (The minibatch's constants loaded once: the record's stores cannot change them.)
+  const uint32_t S = schema_.num_slots, rd = row_dim_, E = emb_width_;
+  const uint32_t *occ = mb.occ.data(), *cells = ws.cell.data() + mb.key_begin;
+  const uint32_t *slot_dim = slot_dim_.data(), *slot_col = slot_col_.data();
+  const float *dx = dx_.data(), *dlogit = dlogit_.data(),
+              *labels = pass.labels.data() + mb.row_begin;
+  const float* weights = pass.has_weights() ? pass.weights.data() + mb.key_begin : nullptr;
+  for (uint32_t q = q0; q < q1; ++q) {
+    const uint32_t p = occ[q];
+    const uint32_t cell = cells[p], r = cell / S, s = cell - r * S;
+    const float w = weights != nullptr ? weights[p] : 1.0f;
+    const uint32_t dim = slot_dim[s];
+    const float* gx = dx + size_t{r} * E + slot_col[s];
+    for (uint32_t d = 0; d < dim; ++d) g[d] += w * gx[d];
+    g[rd] += w * dlogit[r];
+    g[rd + 1] += 1.0f;
+    g[rd + 2] += labels[r];
+  }
 }
 
 bool CtrModel::ApplyRecord(uint32_t l, const float* record, RowBlock* rows,
