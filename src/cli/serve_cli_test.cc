@@ -151,7 +151,7 @@ TEST_F(ServeCliTest, ServedProbabilitiesEqualPredictsBitForBit) {
   cmp = Client(fmt::format("compare {} {} {}", mport, Path("test.tsv"), Path("predict.txt")));
   ASSERT_EQ(cmp.exit_code, 0) << cmp.err;
   EXPECT_EQ(cmp.last_json["mismatches"], 0);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
   const std::string metrics = Curl(mport, "/metrics").second;
   auto gauge = [&](const std::string& name) {
     const size_t at = metrics.find("\n" + name + " ");
@@ -405,16 +405,17 @@ TEST_F(ServeCliTest, SigtermDrainsTheRequestsInFlightAndExitsZero) {
   const std::string script = Path("big.py");
   ASSERT_TRUE(WriteFileAtomic(Env::Posix(), script,
                               fmt::format(R"PY(
-import json, sys, urllib.request
+import http.client, json, os, sys
 lines = open("{}").read().splitlines()
 body = json.dumps({{"inputs": [{{"name": "records", "shape": [len(lines)], "datatype": "BYTES",
                                 "data": lines}}]}}).encode()
-# (No Content-Type: urllib says form-urlencoded, as curl -d does; the body is read as JSON.)
-r = urllib.request.urlopen(urllib.request.Request("http://127.0.0.1:{}/v2/models/ctrbox/infer",
-                                                  data=body), timeout=120)
+c = http.client.HTTPConnection("127.0.0.1", {}, timeout=120)
+c.request("POST", "/v2/models/ctrbox/infer", body=body)
+open("{}", "w").close()  # the request is sent
+r = c.getresponse()
 print(json.dumps({{"code": r.status, "n": len(json.loads(r.read())["outputs"][0]["data"])}}))
 )PY",
-                                          Path("big.tsv"), port))
+                                          Path("big.tsv"), port, Path("sent")))
                   .ok());
   pid_t client = fork();
   if (client == 0) {
@@ -422,8 +423,14 @@ print(json.dumps({{"code": r.status, "n": len(json.loads(r.read())["outputs"][0]
     execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
-  // Once the request is being answered (the client sent it; the server is predicting).
-  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  // Once the request is being answered: the client sent it (it says so: Python's start and
+  // the 60 000-row body may take longer than a fixed wait on a loaded machine), and the server
+  // has had time to read it and start predicting.
+  for (int i = 0; i < 600 && !Env::Posix()->FileExists(Path("sent")); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(Env::Posix()->FileExists(Path("sent")));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(StopServer(), 0);
   int status = 0;
   waitpid(client, &status, 0);
