@@ -153,6 +153,8 @@ class GpuStep {
   void PhaseMark();
   Status TrainRankMinibatch(Staged& s, const Batch& pass, uint32_t b, RankExchange* ranks,
                             RowBlock* rows, uint64_t* created, ThreadPool* pool);
+  Status AppendRankRecords(Staged& s, uint32_t b, uint32_t o, const float* records,
+                           uint32_t per_row);
   Status FinishPass(Staged& s, const Batch& pass, RowBlock* rows, float* predictions,
                     uint64_t* created, bool rows_back, ThreadPool* pool);
   Status LostKeys(const std::vector<uint32_t>& bad);

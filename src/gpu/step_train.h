@@ -326,48 +326,26 @@ Status GpuStep<Exec>::TrainRankMinibatch(Staged& s, const Batch& pass, uint32_t 
   rank_locals_.clear();
   rank_records_.clear();
   for (uint32_t g = 0; g < N && mine; ++g) KeyGradients(s, pass, runs[g]);
-  if (mine && canonical && N == 1) {
-    // One GPU: its feed's records (a record per node per key) are in touched order.
-    const uint32_t t0 = plan.touched_begin[0][b], nt = plan.touched_begin[0][b + 1] - t0;
-    rank_records_.resize(size_t{nt} * cut_.nodes * gs);
-    e0.Download(rank_records_.data(), s.feeds[0].grad.data(), rank_records_.size());
-    RETURN_IF_ERROR(e0.status());
-    for (uint32_t i = 0; i < nt; ++i) {
-      rank_locals_.push_back(plan.locals[0][plan.touched[0][t0 + i]]);
-    }
-  }
   const auto reduced = RecordAll();
-  for (uint32_t o = 0; mine && canonical && N > 1 && o < N; ++o) {
-    // Several GPUs: each owner's rows' records per node of the rank's share.
-    CanonicalOwnerSums(s, b, o, reduced);
-    const uint32_t t0 = plan.touched_begin[o][b], nt = plan.touched_begin[o][b + 1] - t0;
-    if (nt == 0) continue;
-    const size_t at = rank_records_.size(), n = size_t{nt} * cut_.nodes * gs;
-    rank_records_.resize(at + n);
-    compute_[o]->Download(rank_records_.data() + at, s.parts[o].sums.data(), n);
-    RETURN_IF_ERROR(compute_[o]->status());
-    for (uint32_t i = 0; i < nt; ++i) {
-      rank_locals_.push_back(plan.locals[o][plan.touched[o][t0 + i]]);
-    }
-  }
-  for (uint32_t o = 0; mine && !canonical && o < N; ++o) {
-    SumGradients(s, b, o, reduced);
-    const uint32_t t0 = plan.touched_begin[o][b], nt = plan.touched_begin[o][b + 1] - t0;
-    if (nt == 0) continue;
-    Exec& e = *compute_[o];
-    Part& part = s.parts[o];
-    const uint32_t* touched = part.touched.data() + t0;
-    const float* acc = part.acc.data();
-    e.Reserve(&part.sums, size_t{nt} * gs);
-    float* out = part.sums.data();
-    e.ForEach(size_t{nt} * gs,
-              [=] CTRBOX_HD(size_t i) { out[i] = acc[size_t{touched[i / gs]} * gs + i % gs]; });
-    const size_t at = rank_records_.size();
-    rank_records_.resize(at + size_t{nt} * gs);
-    e.Download(rank_records_.data() + at, out, size_t{nt} * gs);
-    RETURN_IF_ERROR(e.status());
-    for (uint32_t i = 0; i < nt; ++i) {
-      rank_locals_.push_back(plan.locals[o][plan.touched[o][t0 + i]]);
+  for (uint32_t o = 0; mine && o < N; ++o) {
+    if (canonical && N == 1) {  // the feed's records (per node per key) are in touched order
+      RETURN_IF_ERROR(AppendRankRecords(s, b, 0, s.feeds[0].grad.data(), cut_.nodes));
+    } else if (canonical) {  // each owner's rows' records per node of the rank's share
+      CanonicalOwnerSums(s, b, o, reduced);
+      RETURN_IF_ERROR(AppendRankRecords(s, b, o, s.parts[o].sums.data(), cut_.nodes));
+    } else {  // each owner's accumulated rows, gathered in touched order
+      SumGradients(s, b, o, reduced);
+      const uint32_t t0 = plan.touched_begin[o][b], nt = plan.touched_begin[o][b + 1] - t0;
+      if (nt == 0) continue;
+      Part& part = s.parts[o];
+      const uint32_t* touched = part.touched.data() + t0;
+      const float* acc = part.acc.data();
+      compute_[o]->Reserve(&part.sums, size_t{nt} * gs);
+      float* out = part.sums.data();
+      compute_[o]->ForEach(size_t{nt} * gs, [=] CTRBOX_HD(size_t i) {
+        out[i] = acc[size_t{touched[i / gs]} * gs + i % gs];
+      });
+      RETURN_IF_ERROR(AppendRankRecords(s, b, o, out, 1));
     }
   }
   marks_.push_back(e0.Mark());
@@ -378,6 +356,23 @@ Status GpuStep<Exec>::TrainRankMinibatch(Staged& s, const Batch& pass, uint32_t 
   *created += c;
   if (!rank_refreshed_.empty()) Patch(s, *rows, rank_refreshed_, pool);
   for (uint32_t g = 0; g < N; ++g) RETURN_IF_ERROR(compute_[g]->status());
+  return Status::OK();
+}
+
+// With ranks, minibatch b: owner o's touched rows' records (`per_row` of GradStride() floats
+// each, in touched order, at `records` on its GPU) to the host, appended to rank_records_ with
+// the rows' local ids to rank_locals_ (for RankExchange::ReduceSparse).
+template <class Exec>
+Status GpuStep<Exec>::AppendRankRecords(Staged& s, uint32_t b, uint32_t o, const float* records,
+                                        uint32_t per_row) {
+  const HbmPlan& plan = s.plan;
+  const uint32_t t0 = plan.touched_begin[o][b], nt = plan.touched_begin[o][b + 1] - t0;
+  if (nt == 0) return Status::OK();
+  const size_t at = rank_records_.size(), n = size_t{nt} * per_row * GradStride();
+  rank_records_.resize(at + n);
+  compute_[o]->Download(rank_records_.data() + at, records, n);
+  RETURN_IF_ERROR(compute_[o]->status());
+  for (uint32_t i = 0; i < nt; ++i) rank_locals_.push_back(plan.locals[o][plan.touched[o][t0 + i]]);
   return Status::OK();
 }
 
