@@ -103,7 +103,7 @@ step host-stages 60 "$B/bench/host_stages_bench" --threads 1,2,4,8,16 --reps 3 >
 # A stream job on the GPU (docs/routine.md): one start against two, the same digest and
 # versions (its JSON lines go to check.log).
 step stream 120 $PY bench/stream_check.py --device gpu --ctrbox "$CTR" --data-dir /tmp/ctrbox-bench-gpu
-# train.deterministic on one GPU per rank (docs/distributed.md, "GPU ranks"): one digest
+# train.deterministic on the GPU (docs/distributed.md, "GPU ranks"): one digest
 # for 1, 2 and 3 thread ranks sharing the GPU, and its cost against the default sums (its JSON
 # lines go to check.log: $OUT brings back 8 files).
 step same-model 150 $PY bench/same_model.py --device gpu --rows 300000 --batch 1536 \
