@@ -5,6 +5,7 @@
 #define CTRBOX_GPU_STEP_BUFFERS_H_
 
 #include <algorithm>
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -81,6 +82,23 @@ struct GpuNodeMap {
   uint32_t first[kMaxGpus][kMaxNodes] = {};
   uint32_t rec_at[kMaxGpus] = {};
 };
+
+// The nodes of the sums' tree a GPU's blocks [lo, hi) of a cut at leaf positions pos[] are
+// made of (the largest aligned pieces of [pos[lo], pos[hi - 1] + 1)) into d's node_first and
+// node_end; d.nodes their count (0 for no block).
+inline void CutNodes(const uint32_t* pos, uint32_t lo, uint32_t hi, GpuSumCut* d) {
+  d->nodes = 0;
+  if (lo == hi) return;
+  const uint32_t p1 = pos[hi - 1] + 1;
+  for (uint32_t p = pos[lo]; p < p1; ++d->nodes) {
+    uint32_t size = 1;
+    while (p % (2 * size) == 0 && p + 2 * size <= p1) size *= 2;
+    assert(d->nodes < GpuNodeMap::kMaxNodes);
+    d->node_first[d->nodes] = p;
+    d->node_end[d->nodes] = p + size;
+    p += size;
+  }
+}
 
 // A staged pass's largest minibatch, per quantity (the replayed kernels' extents).
 struct GpuPassExtents {

@@ -60,19 +60,9 @@ void GpuStep<Exec>::CutSums(uint32_t rows, GpuSumCut* rank, std::vector<GpuSumCu
     const uint32_t lo = c.blocks * g / gpus_, hi = c.blocks * (g + 1) / gpus_;
     GpuSumCut& d = (*per_gpu)[g];
     d.blocks = hi - lo;
-    d.nodes = 0;
     for (uint32_t i = lo; i <= hi; ++i) d.begin[i - lo] = c.begin[i] - c.begin[lo];
     for (uint32_t i = lo; i < hi; ++i) d.pos[i - lo] = c.pos[i];
-    if (lo == hi) continue;
-    const uint32_t p1 = c.pos[hi - 1] + 1;
-    for (uint32_t p = c.pos[lo]; p < p1; ++d.nodes) {
-      uint32_t size = 1;
-      while (p % (2 * size) == 0 && p + 2 * size <= p1) size *= 2;
-      assert(d.nodes < GpuNodeMap::kMaxNodes);
-      d.node_first[d.nodes] = p;
-      d.node_end[d.nodes] = p + size;
-      p += size;
-    }
+    CutNodes(c.pos, lo, hi, &d);
   }
 }
 

@@ -125,7 +125,19 @@ struct GpuPassShape {
   uint64_t rows = 0, content_bytes = 0, key_uses = 0, keys = 0, batches = 0, batch_keys = 0,
            max_batch_keys = 0;
 };
-uint64_t GpuPassBytesBound(const GpuPassShape& pass, const ValueLayout& layout, uint32_t gpus);
+// With canonical sums (train.deterministic) a GPU keeps a gradient record per key for each
+// node of the sums' tree its slice of a minibatch is made of, receives the asking GPUs' records
+// per node, and (several GPUs) sums them per node of the rank's share: the most nodes a GPU's
+// slice and the rank's share take (1 and 1 without canonical sums).
+struct GpuSumNodes {
+  bool canonical = false;
+  uint32_t gpu = 1, rank = 1;
+};
+// Those of a rank holding `order`'s share of every global minibatch on `gpus` GPUs (the cut of
+// GpuStep::CutSums, over every minibatch length a pass may end with).
+GpuSumNodes MostSumNodes(const CtrModel::SumOrder& order, uint32_t gpus);
+uint64_t GpuPassBytesBound(const GpuPassShape& pass, const ValueLayout& layout, uint32_t gpus,
+                           const GpuSumNodes& nodes = {});
 
 // The GPUs the driver reports (0 with the reason in *why when there are none, or when this
 // binary has no CUDA backend).

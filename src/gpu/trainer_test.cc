@@ -94,22 +94,83 @@ TEST(GpuEmulationTest, CanonicalSumsAreTheCpuModelsCanonicalSums) {
 }
 
 // gpu.staged_memory sizes passes by GpuPassBytesBound: it must bound what a staged pass's GPU
-// buffers take (one staged pass: StagedBytes), on one GPU and several, and not loosely.
+// buffers take (one staged pass: StagedBytes), on one GPU and several, with canonical sums
+// (train.deterministic: per-node records) and without, and not loosely.
 TEST(GpuEmulationTest, GpuPassBytesBoundBoundsWhatAStagedPassTakes) {
   for (const Case& s : Cases()) {
-    for (uint32_t gpus : {1u, 2u, 3u}) {
-      SCOPED_TRACE(CaseName(s) + " gpus " + std::to_string(gpus));
-      Trained t(s);
-      GpuOptions o;
-      o.emulate = true;
-      o.gpus = gpus;
-      uint64_t staged = 0;
-      ASSERT_TRUE(t.TrainOnGpu(o, 1, nullptr, &staged).ok());
-      const uint64_t bound = GpuPassBytesBound(t.Shape(), t.model.value_layout(), gpus);
-      EXPECT_LE(staged, bound);
-      EXPECT_GE(staged, bound / 2);
+    // Sum blocks of 16 rows cut a minibatch of 128 into few nodes per GPU; of 4 rows, into up
+    // to 4 (3 GPUs), each with its own gradient records.
+    for (const uint32_t block : {0u, 16u, 4u})
+      for (uint32_t gpus : {1u, 2u, 3u}) {
+        SCOPED_TRACE(CaseName(s) + " gpus " + std::to_string(gpus) +
+                     (block > 0 ? " canonical, blocks of " + std::to_string(block) : ""));
+        Trained t(s);
+        if (block > 0) t.model.set_sum_order(CtrModel::SumOrder{true, 128, 0, block, 0});
+        GpuOptions o;
+        o.emulate = true;
+        o.gpus = gpus;
+        uint64_t staged = 0;
+        ASSERT_TRUE(t.TrainOnGpu(o, 1, nullptr, &staged).ok());
+        const GpuSumNodes nodes = MostSumNodes(t.model.sum_order(), gpus);
+        EXPECT_EQ(nodes.canonical, block > 0);
+        const uint64_t bound = GpuPassBytesBound(t.Shape(), t.model.value_layout(), gpus, nodes);
+        EXPECT_LE(staged, bound);
+        EXPECT_GE(staged, bound / 2);
+      }
+  }
+}
+
+// The tree's nodes that make up the positions [a, b): a node [lo, hi) inside counts one,
+// one that overlaps them is split in halves (a reference independent of CutNodes' walk).
+uint32_t NodesOf(uint32_t lo, uint32_t hi, uint32_t a, uint32_t b) {
+  if (b <= lo || hi <= a) return 0;
+  if (a <= lo && hi <= b) return 1;
+  const uint32_t mid = lo + (hi - lo) / 2;
+  return NodesOf(lo, mid, a, b) + NodesOf(mid, hi, a, b);
+}
+
+// MostSumNodes against that reference over a model's cut: every rank's share of the jobs'
+// minibatches (1536 rows: 12 blocks of 128 in triples; 2048: 16), every minibatch length a
+// pass may end with, the GPUs taking blocks [c g / G, c (g + 1) / G) of its c blocks
+// (HbmPlanOptions::cut). Without canonical sums, or on more than 16 GPUs: one node.
+TEST(GpuEmulationTest, MostSumNodesAreTheGpusCutsOfEveryMinibatch) {
+  Trained t(Cases()[0]);
+  int several = 0;
+  for (const uint32_t batch : {1536u, 2048u}) {
+    for (const uint32_t ranks : {1u, 2u, 4u}) {
+      const uint32_t share = batch / ranks;
+      for (uint32_t r = 0; r < ranks; ++r) {
+        const CtrModel::SumOrder o{true, batch, r * share, CtrModel::kSumBlockRows, share};
+        t.model.set_sum_order(o);
+        const uint32_t rank_nodes = static_cast<uint32_t>(t.model.sum_nodes().size());
+        for (const uint32_t gpus : {1u, 2u, 3u, 4u}) {
+          SCOPED_TRACE(std::to_string(batch) + " rows, rank " + std::to_string(r) + " of " +
+                       std::to_string(ranks) + ", " + std::to_string(gpus) + " GPUs");
+          uint32_t want = gpus == 1 ? rank_nodes : 1;
+          for (uint32_t rows = 1; gpus > 1 && rows <= share; ++rows) {
+            std::vector<uint32_t> blocks, leaves;
+            t.model.SumBlocks(rows, &blocks, &leaves);
+            const uint32_t c = static_cast<uint32_t>(leaves.size());
+            for (uint32_t g = 0; g < gpus; ++g) {
+              const uint32_t lo = c * g / gpus, hi = c * (g + 1) / gpus;
+              if (lo < hi) want = std::max(want, NodesOf(0, 32, leaves[lo], leaves[hi - 1] + 1));
+            }
+          }
+          const GpuSumNodes got = MostSumNodes(o, gpus);
+          EXPECT_TRUE(got.canonical);
+          EXPECT_EQ(got.rank, rank_nodes);
+          EXPECT_EQ(got.gpu, want);
+          several += want > 1;
+        }
+      }
     }
   }
+  EXPECT_GT(several, 0);
+  EXPECT_FALSE(MostSumNodes(CtrModel::SumOrder{}, 3).canonical);
+  const GpuSumNodes many =
+      MostSumNodes(CtrModel::SumOrder{true, 1536, 0, CtrModel::kSumBlockRows, 1536}, 17);
+  EXPECT_EQ(std::vector<uint32_t>({many.canonical, many.gpu, many.rank}),
+            (std::vector<uint32_t>{0, 1, 1}));
 }
 
 TEST(GpuEmulationTest, SeveralGpusAndAtomicScatterMatchOneGpuWithinFloatTolerance) {

@@ -73,7 +73,15 @@ StatusOr<SegmentPlan> SegmentPlan::FromJson(const nlohmann::json& j) {
   return p;
 }
 
-PassReaderOptions JobConfig::PassOptions() const {
+CtrModel::SumOrder SumOrderFor(const JobConfig& job, uint32_t ranks, uint32_t rank) {
+  const uint32_t B = job.train.batch_size;
+  if (!job.train.deterministic || !CanonicalDevice(job) || !CanonicalRanks(ranks, B * ranks)) {
+    return {};
+  }
+  return {true, B * ranks, B * rank, CtrModel::kSumBlockRows, B};
+}
+
+PassReaderOptions JobConfig::PassOptions(uint32_t ranks) const {
   PassReaderOptions o;
   o.pass_examples = pipeline.pass_examples;
   o.epochs = segment_plan ? 1 : train.epochs;  // a plan's segments hold the epochs left
@@ -94,10 +102,18 @@ PassReaderOptions JobConfig::PassOptions() const {
     // device: gpu). Set explicitly, it cuts a CPU run's passes alike, so that a job can move
     // between the GPU and the CPU by resume.
     o.device_pass_bytes = gpu_options.staged_memory / (pipeline.queue_depth + 2);
-    o.device_bytes = [layout = table.layout, gpus = gpu_options.gpus](const PassShape& s) {
+    // With canonical sums a GPU's buffers hold a record per node of its cut: the rank whose
+    // GPUs take the most nodes (the ranks cut the same passes; a CPU run with the same gpu.*
+    // settings counts them alike, so that its passes are the GPU run's).
+    GpuSumNodes nodes;
+    for (uint32_t r = 0; r < ranks; ++r) {
+      const GpuSumNodes n = MostSumNodes(SumOrderFor(*this, ranks, r), gpu_options.gpus);
+      nodes = {n.canonical, std::max(nodes.gpu, n.gpu), std::max(nodes.rank, n.rank)};
+    }
+    o.device_bytes = [layout = table.layout, gpus = gpu_options.gpus, nodes](const PassShape& s) {
       return GpuPassBytesBound({s.rows, s.content_bytes + sizeof(uint32_t), s.key_uses, s.keys,
                                 s.batches, s.batch_keys, s.max_batch_keys},
-                               layout, gpus);
+                               layout, gpus, nodes);
     };
     o.batch_size = train.batch_size;
     o.row_bytes = RowBlock::BytesPerRow(table.layout);

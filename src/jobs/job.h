@@ -17,6 +17,7 @@
 #include "feature/graph.h"
 #include "io/reader.h"
 #include "io/synth.h"
+#include "model/ctr_model.h"
 #include "pipeline/options.h"
 #include "pipeline/pass_reader.h"
 #include "table/tiered_table.h"
@@ -215,7 +216,9 @@ struct JobConfig {
   // the passes that can be pinned at once (pull to push: 2 x queue_depth + 3, pipelined or
   // not, so both cut the same passes) take at most kPinnedShare of the budget's row bytes,
   // and the passes alive at once at most pipeline.pass_memory bytes.
-  PassReaderOptions PassOptions() const;
+  // On `ranks` ranks (PassOptionsOnRanks; the GPU pass bound counts the canonical sums' nodes
+  // of the rank that takes the most).
+  PassReaderOptions PassOptions(uint32_t ranks = 1) const;
   static constexpr double kPinnedShare = 0.6;
   // Evaluation pins one chunk at a time: its distinct keys may take the whole pinned share of
   // the budget, and the copy of their rows it predicts from (a RowBlock) a quarter of the
@@ -251,6 +254,24 @@ struct JobConfig {
     return o;
   }
 };
+
+// Canonical sums on n ranks for a global minibatch of batch_rows: n divides its number of sum
+// blocks (each rank's equal share of a global minibatch is then whole blocks: nodes of the
+// sums' tree, CtrModel::SumOrder).
+inline bool CanonicalRanks(uint32_t n, uint32_t batch_rows) {
+  return n >= 1 && batch_rows % n == 0 && CtrModel::SumBlocksFor(batch_rows) % n == 0;
+}
+// Canonical sums on the job's train stage: the CPU, or up to kMaxCanonicalGpus GPUs per rank
+// (more sum in their own fixed order: docs/distributed.md).
+inline bool CanonicalDevice(const JobConfig& job) {
+  return !job.gpu || job.gpu_options.gpus <= kMaxCanonicalGpus;
+}
+// The order of the job's gradient sums on rank `rank` of `ranks` (CtrModel::SumOrder,
+// docs/distributed.md): canonical with train.deterministic on the CPU or on the GPUs of a rank
+// (the GPU step then sums as the CPU model does: gpu/step_canonical.h), so that any number of
+// ranks dividing the batch's sum blocks trains one process's model; the fastest fixed order
+// otherwise. (job.train.batch_size is a rank's share on ranks.)
+CtrModel::SumOrder SumOrderFor(const JobConfig& job, uint32_t ranks, uint32_t rank);
 
 }  // namespace ctrbox
 

@@ -5,6 +5,7 @@
 // ranks. Without it, the digests of 1 and 4 ranks differ (the sums' order).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <thread>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "ckpt/ranks_checkpoint.h"
 #include "dist/comm.h"
 #include "dist/dist_test_util.h"
+#include "gpu/trainer.h"
 #include "io/reader.h"
 #include "io/shard.h"
 #include "io/synth.h"
@@ -199,6 +201,36 @@ TEST(SameModelTest, GpuRanksTrainTheCpuDigestOnAnyRanksAndGpus) {
 }
 
 // 2 ranks stopped after a checkpoint and resumed on 3 (and 4 on 2) give the one-process digest.
+// Under train.deterministic a GPU keeps a gradient record per node of its cut of a minibatch:
+// the GPU pass bound the reader cuts passes by (gpu.staged_memory) counts them, for the rank
+// whose GPUs take the most.
+TEST(SameModelTest, TheGpuPassBoundCountsTheCanonicalSumsNodes) {
+  JobConfig job = GeneratedJob("");
+  job.gpu = true;
+  job.gpu_options.emulate = true;
+  job.gpu_options.gpus = 3;
+  job.gpu_options.staged_memory = uint64_t{1} << 30;
+  const PassShape shape{1 << 20, 60000, 20000, 2, 30000, 3072, 16000};
+  job.train.deterministic = false;
+  const uint64_t default_order = job.PassOptions().device_bytes(shape);
+  job.train.deterministic = true;
+  const uint64_t one = job.PassOptions().device_bytes(shape);
+  EXPECT_GT(one, default_order);
+  const ValueLayout layout = CtrModel::LayoutFor(job.spec.model, job.spec.sparse_optimizer);
+  const GpuPassShape gpu_shape{3072, (1 << 20) + sizeof(uint32_t), 60000, 20000, 2, 30000, 16000};
+  const GpuSumNodes whole = MostSumNodes(SumOrderFor(job, 1, 0), 3);
+  EXPECT_GT(whole.gpu, 1u);
+  EXPECT_EQ(one, GpuPassBytesBound(gpu_shape, layout, 3, whole));
+  // On 2 ranks, the larger of the two ranks' counts; on 5 (not dividing the 12 blocks) the
+  // ranks keep their own order: the default bound.
+  const GpuSumNodes r0 = MostSumNodes(SumOrderFor(job, 2, 0), 3);
+  const GpuSumNodes r1 = MostSumNodes(SumOrderFor(job, 2, 1), 3);
+  EXPECT_EQ(job.PassOptions(2).device_bytes(shape),
+            GpuPassBytesBound(gpu_shape, layout, 3,
+                              {true, std::max(r0.gpu, r1.gpu), std::max(r0.rank, r1.rank)}));
+  EXPECT_EQ(job.PassOptions(5).device_bytes(shape), default_order);
+}
+
 TEST(SameModelTest, AResumeOnAnotherNumberOfRanksKeepsTheDigest) {
   TempDir dir;
   const std::string want = Digest(1, GeneratedJob(dir.File("one")));

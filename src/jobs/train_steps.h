@@ -49,17 +49,6 @@ Status HoldJobDirs(Env* env, const Comm* comm, const std::string& ranks_ckpt_dir
                    DirLocks* held);
 // How the reader cuts passes (the ranks agree on every cut).
 PassReaderOptions PassOptionsOnRanks(const JobConfig& job, Comm* comm);
-// Canonical sums on n ranks for a global minibatch of batch_rows: n divides its number of sum
-// blocks (each rank's equal share of a global minibatch is then whole blocks: nodes of the
-// sums' tree, CtrModel::SumOrder).
-inline bool CanonicalRanks(uint32_t n, uint32_t batch_rows) {
-  return n >= 1 && batch_rows % n == 0 && CtrModel::SumBlocksFor(batch_rows) % n == 0;
-}
-// Canonical sums on the job's train stage: the CPU, or up to kMaxCanonicalGpus GPUs per rank
-// (more sum in their own fixed order: docs/distributed.md).
-inline bool CanonicalDevice(const JobConfig& job) {
-  return !job.gpu || job.gpu_options.gpus <= kMaxCanonicalGpus;
-}
 // The model the data's schema allows.
 Status CheckModelAgainstSchema(const JobConfig& job);
 // Start: resume, continue the model in model_dir, or a new model.

@@ -249,7 +249,8 @@ Status HoldJobDirs(Env* env, const Comm* comm, const std::string& ranks_ckpt_dir
 // How the reader cuts passes; with passes sized by memory the ranks agree on every cut
 // (docs/distributed.md, "Pass sizing").
 PassReaderOptions PassOptionsOnRanks(const JobConfig& job, Comm* comm) {
-  PassReaderOptions options = job.PassOptions();
+  PassReaderOptions options =
+      job.PassOptions(comm != nullptr ? static_cast<uint32_t>(comm->size()) : 1);
   if (comm != nullptr && options.window_keys + options.device_pass_bytes > 0) {
     options.agree = [read = comm->channel(kReadChannel)](uint64_t* v, size_t n) {
       return AllReduceSum(read, v, n);
@@ -281,20 +282,10 @@ Status CheckModelAgainstSchema(const JobConfig& job) {
   return Status::OK();
 }
 
-// The order of the job's gradient sums (CtrModel::SumOrder, docs/distributed.md): canonical
-// with train.deterministic on the CPU or on the GPUs of a rank (the GPU step then sums as the
-// CPU model does: gpu/step_canonical.h), so that any number of ranks dividing the batch's sum
-// blocks trains one process's model; the fastest fixed order otherwise. (job.train.batch_size
-// is a rank's share on ranks.)
 CtrModel::SumOrder SumOrderOf(const JobConfig& job, const Comm* comm) {
-  const uint32_t n = comm != nullptr ? static_cast<uint32_t>(comm->size()) : 1;
-  const uint32_t rank = comm != nullptr ? static_cast<uint32_t>(comm->rank()) : 0;
-  if (!job.train.deterministic || !CanonicalDevice(job) ||
-      !CanonicalRanks(n, job.train.batch_size * n)) {
-    return {};
-  }
-  return {true, job.train.batch_size * n, job.train.batch_size * rank, CtrModel::kSumBlockRows,
-          job.train.batch_size};
+  return comm == nullptr ? SumOrderFor(job, 1, 0)
+                         : SumOrderFor(job, static_cast<uint32_t>(comm->size()),
+                                       static_cast<uint32_t>(comm->rank()));
 }
 
 // Start: resume, continue the model in model_dir, or a new model; on ranks resumed from

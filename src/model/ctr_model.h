@@ -294,6 +294,12 @@ class CtrModel {
   };
   void set_sum_order(const SumOrder& o);
   const SumOrder& sum_order() const { return sum_order_; }
+  // What set_sum_order(o) makes of a rank's share, without a model: the tree's nodes the share
+  // is made of ([firsts[i], ends[i]): sum_nodes(), sum_node_ends()), and the positions of its
+  // blocks in order (the leaves of a minibatch of the whole share: SumBlocks). Canonical `o`.
+  static void ShareNodes(const SumOrder& o, std::vector<uint32_t>* firsts,
+                         std::vector<uint32_t>* ends);
+  static std::vector<uint32_t> ShareLeaves(const SumOrder& o);
   // The tree's nodes this rank's share is made of, in order: the first position
   // (SumPosition) of each (one node, position 0, without canonical sums or for a whole batch).
   // ComputeGradients

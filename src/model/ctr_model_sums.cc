@@ -2,6 +2,7 @@
 // sparse records they add up.
 #include <algorithm>
 #include <bit>
+#include <utility>
 #include <vector>
 
 #include "model/ctr_model.h"
@@ -29,30 +30,7 @@ void CtrModel::set_sum_order(const SumOrder& o) {
   if (!sum_order_.canonical) return;
   // At most 24 leaves (positions below 32): 6 pending sums, slot 0 being the node's output.
   sum_slots_.assign(PairwiseStack::Depth(5) - 1, std::vector<float>(grads_.size(), 0.0f));
-  // The share's positions [p0, p1), made of the tree's largest nodes. A share that reaches the
-  // last block reaches the tree's end, and one whose last block starts a triple reaches the
-  // triple's empty position (no block is there), so that a whole batch is one node, the root.
-  const uint32_t K = sum_blocks_, first = sum_order_.first_row;
-  const uint32_t end =
-      o.share_rows == 0 ? o.batch_rows : std::min(o.batch_rows, first + o.share_rows);
-  const uint32_t p0 = SumPosition(SumBlockOf(first)), last = SumBlockOf(end - 1);
-  const uint32_t positions = K % 3 == 0 ? K / 3 * 4 : std::bit_ceil(K);
-  uint32_t p1 = SumPosition(last) + 1;
-  if (end >= o.batch_rows) p1 = positions;
-  if (K % 3 == 0 && last % 3 == 0) p1 = std::max(p1, SumPosition(last) + 2);
-  sum_nodes_.clear();
-  node_end_.clear();
-  for (uint32_t p = p0; p < p1;) {
-    uint32_t size = 1;
-    while (p % (2 * size) == 0 && p + 2 * size <= p1) size *= 2;
-    sum_nodes_.push_back(p);
-    node_end_.push_back(p + size);
-    p += size;
-  }
-  if (sum_nodes_.empty()) {  // (a share of no rows)
-    sum_nodes_.push_back(p0);
-    node_end_.push_back(p0 + 1);
-  }
+  ShareNodes(sum_order_, &sum_nodes_, &node_end_);
   node_grads_.assign(sum_nodes_.size() - 1, std::vector<float>(grads_.size(), 0.0f));
   node_rows_.assign(sum_nodes_.size(), 0);
 }
@@ -66,20 +44,77 @@ void CtrModel::MarkNodeRows() {
   }
 }
 
-uint32_t CtrModel::SumPosition(uint32_t block) const {
-  if (sum_blocks_ % 3 != 0) return block;
+namespace {
+
+// CtrModel::SumPosition of block `block` of K.
+uint32_t PositionOf(uint32_t K, uint32_t block) {
+  if (K % 3 != 0) return block;
   const uint32_t t = block / 3, i = block - 3 * t;
   return 4 * t + (i == 0 ? 0 : i + 1);
 }
+
+// CtrModel::SumBlockOf: the block b of K with b B / K <= row < (b + 1) B / K.
+uint32_t BlockOf(uint32_t K, uint32_t B, uint32_t row) {
+  const uint64_t b = (uint64_t{K} * (uint64_t{row} + 1) - 1) / B;
+  return static_cast<uint32_t>(std::min<uint64_t>(b, K - 1));
+}
+
+// The rows [first, end) of the global minibatch a share of `o` holds.
+std::pair<uint32_t, uint32_t> ShareRows(const CtrModel::SumOrder& o) {
+  const uint32_t end =
+      o.share_rows == 0 ? o.batch_rows : std::min(o.batch_rows, o.first_row + o.share_rows);
+  return {o.first_row, end};
+}
+
+}  // namespace
+
+void CtrModel::ShareNodes(const SumOrder& o, std::vector<uint32_t>* firsts,
+                          std::vector<uint32_t>* ends) {
+  // The share's positions [p0, p1), made of the tree's largest nodes. A share that reaches the
+  // last block reaches the tree's end, and one whose last block starts a triple reaches the
+  // triple's empty position (no block is there), so that a whole batch is one node, the root.
+  const uint32_t K = SumBlocksFor(o.batch_rows, std::max(o.block_rows, 1u));
+  const auto [first, end] = ShareRows(o);
+  const uint32_t p0 = PositionOf(K, BlockOf(K, o.batch_rows, first));
+  const uint32_t last = BlockOf(K, o.batch_rows, end - 1);
+  const uint32_t positions = K % 3 == 0 ? K / 3 * 4 : std::bit_ceil(K);
+  uint32_t p1 = PositionOf(K, last) + 1;
+  if (end >= o.batch_rows) p1 = positions;
+  if (K % 3 == 0 && last % 3 == 0) p1 = std::max(p1, PositionOf(K, last) + 2);
+  firsts->clear();
+  ends->clear();
+  for (uint32_t p = p0; p < p1;) {
+    uint32_t size = 1;
+    while (p % (2 * size) == 0 && p + 2 * size <= p1) size *= 2;
+    firsts->push_back(p);
+    ends->push_back(p + size);
+    p += size;
+  }
+  if (firsts->empty()) {  // (a share of no rows)
+    firsts->push_back(p0);
+    ends->push_back(p0 + 1);
+  }
+}
+
+std::vector<uint32_t> CtrModel::ShareLeaves(const SumOrder& o) {
+  const uint32_t K = SumBlocksFor(o.batch_rows, std::max(o.block_rows, 1u));
+  const auto [first, end] = ShareRows(o);
+  std::vector<uint32_t> leaves;
+  if (end <= first) return leaves;
+  for (uint32_t b = BlockOf(K, o.batch_rows, first); b <= BlockOf(K, o.batch_rows, end - 1); ++b) {
+    leaves.push_back(PositionOf(K, b));
+  }
+  return leaves;
+}
+
+uint32_t CtrModel::SumPosition(uint32_t block) const { return PositionOf(sum_blocks_, block); }
 
 uint32_t CtrModel::SumBlockBegin(uint32_t block) const {
   return static_cast<uint32_t>(uint64_t{block} * sum_order_.batch_rows / sum_blocks_);
 }
 
 uint32_t CtrModel::SumBlockOf(uint32_t row) const {
-  // The block b with b B / K <= row < (b + 1) B / K.
-  const uint64_t b = (uint64_t{sum_blocks_} * (uint64_t{row} + 1) - 1) / sum_order_.batch_rows;
-  return static_cast<uint32_t>(std::min<uint64_t>(b, sum_blocks_ - 1));
+  return BlockOf(sum_blocks_, sum_order_.batch_rows, row);
 }
 
 void CtrModel::RowBlocks(uint32_t rows, std::vector<uint32_t>* blocks,

@@ -228,5 +228,47 @@ TEST(CtrModelSumsTest, TheCanonicalSumsAreTheTreeOfTheBlocksComputedAlone) {
   }
 }
 
+// What set_sum_order makes of a share is known without a model (CtrModel::ShareNodes and
+// ShareLeaves: the GPU pass bound counts nodes from them): the nodes the model sums, and the
+// leaves of the row blocks it cuts each prefix of the share into, for every rank of 24 blocks
+// (triples), 16 and 8, and blocks of 128 rows (the jobs') over shares that are not whole blocks.
+TEST(CtrModelSumsTest, ShareNodesAndLeavesAreTheModelsCut) {
+  OptimizerOptions sparse, dense;
+  Fixture f(sparse, dense, false, 8);
+  struct Case {
+    uint32_t batch, block;
+    std::vector<uint32_t> ranks;
+  };
+  int checked = 0;
+  for (const Case& c :
+       {Case{96, 4, {1, 2, 3, 4, 6, 8}}, Case{64, 4, {1, 2, 4, 8}}, Case{2048, 128, {1, 2, 4}},
+        Case{1536, 128, {1, 2, 3, 6}}, Case{1000, 128, {1}}}) {
+    for (uint32_t ranks : c.ranks) {
+      const uint32_t share = c.batch / ranks;
+      for (uint32_t r = 0; r < ranks; ++r) {
+        SCOPED_TRACE(std::to_string(c.batch) + " rows, " + std::to_string(ranks) + " ranks, rank " +
+                     std::to_string(r));
+        const CtrModel::SumOrder o{true, c.batch, r * share, c.block, share};
+        f.model.set_sum_order(o);
+        std::vector<uint32_t> firsts, ends;
+        CtrModel::ShareNodes(o, &firsts, &ends);
+        EXPECT_EQ(firsts, f.model.sum_nodes());
+        EXPECT_EQ(ends, f.model.sum_node_ends());
+        const std::vector<uint32_t> leaves = CtrModel::ShareLeaves(o);
+        std::vector<uint32_t> blocks, got;
+        f.model.SumBlocks(share, &blocks, &got);
+        EXPECT_EQ(leaves, got);
+        for (uint32_t rows = 1; rows < share; rows += 7) {  // a short last minibatch: a prefix
+          f.model.SumBlocks(rows, &blocks, &got);
+          ASSERT_LE(got.size(), leaves.size());
+          EXPECT_TRUE(std::equal(got.begin(), got.end(), leaves.begin())) << rows << " rows";
+        }
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 24 + 15 + 7 + 12 + 1);  // every rank of every case
+}
+
 }  // namespace
 }  // namespace ctrbox::model_test
