@@ -16,6 +16,7 @@
 #include "gpu/hbm_plan.h"
 #include "model/optimizer.h"
 #include "table/value.h"
+#include "util/pairwise_sum.h"
 #include "util/thread_pool.h"
 
 namespace ctrbox {
@@ -89,15 +90,12 @@ struct GpuNodeMap {
 inline void CutNodes(const uint32_t* pos, uint32_t lo, uint32_t hi, GpuSumCut* d) {
   d->nodes = 0;
   if (lo == hi) return;
-  const uint32_t p1 = pos[hi - 1] + 1;
-  for (uint32_t p = pos[lo]; p < p1; ++d->nodes) {
-    uint32_t size = 1;
-    while (p % (2 * size) == 0 && p + 2 * size <= p1) size *= 2;
+  ForEachTreeNode(pos[lo], pos[hi - 1] + 1, [d](uint32_t first, uint32_t end) {
     assert(d->nodes < GpuNodeMap::kMaxNodes);
-    d->node_first[d->nodes] = p;
-    d->node_end[d->nodes] = p + size;
-    p += size;
-  }
+    d->node_first[d->nodes] = first;
+    d->node_end[d->nodes] = end;
+    ++d->nodes;
+  });
 }
 
 // A staged pass's largest minibatch, per quantity (the replayed kernels' extents).

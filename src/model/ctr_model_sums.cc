@@ -83,13 +83,10 @@ void CtrModel::ShareNodes(const SumOrder& o, std::vector<uint32_t>* firsts,
   if (K % 3 == 0 && last % 3 == 0) p1 = std::max(p1, PositionOf(K, last) + 2);
   firsts->clear();
   ends->clear();
-  for (uint32_t p = p0; p < p1;) {
-    uint32_t size = 1;
-    while (p % (2 * size) == 0 && p + 2 * size <= p1) size *= 2;
-    firsts->push_back(p);
-    ends->push_back(p + size);
-    p += size;
-  }
+  ForEachTreeNode(p0, p1, [&](uint32_t first, uint32_t end) {
+    firsts->push_back(first);
+    ends->push_back(end);
+  });
   if (firsts->empty()) {  // (a share of no rows)
     firsts->push_back(p0);
     ends->push_back(p0 + 1);

@@ -68,6 +68,19 @@ class PairwiseStack {
   int link_[kMaxSlots] = {};  // link_[i]: the level at which slot i merges with slot i - 1
 };
 
+// The largest nodes of the tree that make up the positions [p0, p1), in order: visit(first,
+// end) for each (a rank's share of the sums: CtrModel::ShareNodes; a GPU's cut of it: CutNodes
+// in gpu/step_buffers.h).
+template <class Visit>
+constexpr void ForEachTreeNode(uint32_t p0, uint32_t p1, Visit&& visit) {
+  for (uint32_t p = p0; p < p1;) {
+    uint32_t size = 1;
+    while (p % (2 * size) == 0 && p + 2 * size <= p1) size *= 2;
+    visit(p, p + size);
+    p += size;
+  }
+}
+
 }  // namespace ctrbox
 
 #endif  // CTRBOX_UTIL_PAIRWISE_SUM_H_
