@@ -287,7 +287,10 @@ nlohmann::json PeakMemoryByOwner(const JobConfig& job, const CtrModel& model,
           {"passes_in_flight", passes},
           {"dense_model", dense},
           {"reader_chunks", reader},
-          {"other", rss - table - passes - dense - reader}};
+          {"other", rss - table - passes - dense - reader},
+          // Of "other": what the allocator held free then (its arenas' slack; resident unless
+          // trimmed, and nothing is trimmed while the passes run).
+          {"other_heap_free", static_cast<int64_t>(at.heap_free)}};
 }
 
 }  // namespace ctrbox::train_steps

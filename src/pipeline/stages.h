@@ -115,6 +115,7 @@ class PassStages {
   struct MemorySample {
     uint64_t rss = 0, table = 0;
     int64_t passes = 0;
+    uint64_t heap_free = 0;  // the allocator's free bytes then (HeapFreeBytes): part of "other"
   };
   const MemorySample& memory_at_peak() const { return memory_at_peak_; }
   double checkpoint_seconds() const { return checkpoint_seconds_; }

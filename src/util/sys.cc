@@ -32,6 +32,14 @@ uint64_t ReleaseFreeMemory() {
   return before > after ? before - after : 0;
 }
 
+uint64_t HeapFreeBytes() {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+  return ::mallinfo2().fordblks;
+#else
+  return 0;
+#endif
+}
+
 uint64_t PhysicalMemoryBytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;

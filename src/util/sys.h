@@ -17,6 +17,9 @@ uint64_t CurrentRssBytes();
 // buffers (a job's passes) does not leave them resident under the next one (its evaluation).
 // Returns the resident bytes it released (CurrentRssBytes before less after; 0 if none).
 uint64_t ReleaseFreeMemory();
+// The bytes the allocator holds free (glibc's mallinfo2 `fordblks`, over every arena: what
+// ReleaseFreeMemory could give back, resident or not); 0 where that is not known.
+uint64_t HeapFreeBytes();
 // The machine's physical memory (sysconf), in bytes; 0 if unavailable.
 uint64_t PhysicalMemoryBytes();
 // Number of online CPUs (at least 1).
