@@ -32,12 +32,27 @@ uint64_t ReleaseFreeMemory() {
   return before > after ? before - after : 0;
 }
 
+bool HeapStatsKnown() {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  return false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
+    __has_feature(memory_sanitizer)
+  return false;
+#endif
+#endif
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+  return true;
+#else
+  return false;
+#endif
+}
+
 uint64_t HeapFreeBytes() {
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
-  return ::mallinfo2().fordblks;
-#else
-  return 0;
+  if (HeapStatsKnown()) return ::mallinfo2().fordblks;
 #endif
+  return 0;
 }
 
 uint64_t PhysicalMemoryBytes() {

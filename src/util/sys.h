@@ -20,6 +20,9 @@ uint64_t ReleaseFreeMemory();
 // The bytes the allocator holds free (glibc's mallinfo2 `fordblks`, over every arena: what
 // ReleaseFreeMemory could give back, resident or not); 0 where that is not known.
 uint64_t HeapFreeBytes();
+// Whether HeapFreeBytes is known: glibc's allocator serves malloc (not a sanitizer's, whose
+// heap glibc's counts do not see).
+bool HeapStatsKnown();
 // The machine's physical memory (sysconf), in bytes; 0 if unavailable.
 uint64_t PhysicalMemoryBytes();
 // Number of online CPUs (at least 1).
