@@ -206,7 +206,7 @@ void AddMemoryChart(const nlohmann::json& report, std::vector<std::string>* char
   std::vector<double> values;
   for (const auto& [owner, bytes] : report["memory_peak_by_owner"].items()) {
     if (!bytes.is_number() || owner == "rss") continue;
-    labels.push_back(owner);
+    labels.push_back(owner == "other_heap_free" ? "of other: allocator's free" : owner);
     values.push_back(bytes.get<double>());
   }
   if (const auto& m = report["memory_peak_by_owner"]; m.contains("rss") && m["rss"].is_number()) {

@@ -32,27 +32,32 @@ uint64_t ReleaseFreeMemory() {
   return before > after ? before - after : 0;
 }
 
-bool HeapStatsKnown() {
+// glibc's heap counts: mallinfo2 (glibc 2.33), and only while glibc's allocator serves malloc
+// (a sanitizer replaces it; glibc's counts then see an unused heap).
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  return false;
+#define CTRBOX_HEAP_STATS 0
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
     __has_feature(memory_sanitizer)
-  return false;
+#define CTRBOX_HEAP_STATS 0
 #endif
 #endif
+#if !defined(CTRBOX_HEAP_STATS)
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
-  return true;
+#define CTRBOX_HEAP_STATS 1
 #else
-  return false;
+#define CTRBOX_HEAP_STATS 0
 #endif
-}
+#endif
+
+bool HeapStatsKnown() { return CTRBOX_HEAP_STATS != 0; }
 
 uint64_t HeapFreeBytes() {
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
-  if (HeapStatsKnown()) return ::mallinfo2().fordblks;
-#endif
+#if CTRBOX_HEAP_STATS
+  return ::mallinfo2().fordblks;
+#else
   return 0;
+#endif
 }
 
 uint64_t PhysicalMemoryBytes() {
