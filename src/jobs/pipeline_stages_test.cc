@@ -416,7 +416,9 @@ TEST(PipelineTest, MemoryByOwnerAddsUpAtOneInstant) {
   EXPECT_LE(m["rss"], (*r)["peak_rss_bytes"]);
   // Of `other`, the allocator's free bytes then (glibc's count; more than nothing: the passes
   // before freed their buffers).
-  if (HeapStatsKnown()) EXPECT_GT(m["other_heap_free"].get<int64_t>(), 0);
+  if (HeapStatsKnown()) {
+    EXPECT_GT(m["other_heap_free"].get<int64_t>(), 0);
+  }
 }
 
 // Sets the stop flag (as Ctrl-C does) once `after` passes are pushed.

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "util/coding.h"
@@ -12,7 +13,9 @@ namespace ctrbox {
 namespace {
 constexpr char kFileMagic[8] = {'C', 'T', 'R', 'P', 'A', 'R', 'M', '1'};
 constexpr char kRecordMagic[4] = {'G', 'R', 'E', 'C'};
-constexpr uint32_t kVersion = 2;  // 2: the header names the embedding quantization
+// 2: the header names the embedding quantization; 3: paged records (fingerprint order, a
+// segment per page)
+constexpr uint32_t kVersion = 3;
 }  // namespace
 
 ParamFile::~ParamFile() {
@@ -52,82 +55,230 @@ Status CheckParamFileHeader(const std::string& path, const char* p, size_t n, ui
   return Status::OK();
 }
 
+size_t PageBytes(const ValueLayout& l) {
+  constexpr size_t kPage = 4096;
+  const size_t need = kSegmentHeaderBytes + l.EncodedBytes(true);
+  return (need + kPage - 1) / kPage * kPage;
+}
+
+namespace {
+
+// The first page boundary a record at `offset` may be cut at: past its header.
+uint64_t FirstCut(uint64_t offset, size_t page) {
+  return ((offset + kRecordHeaderBytes) / page + 1) * page;
+}
+
+}  // namespace
+
+size_t RecordPieces(uint64_t offset, uint64_t length, size_t page) {
+  const uint64_t cut = FirstCut(offset, page), end = offset + length;
+  return cut >= end ? 1 : static_cast<size_t>((end - 1 - cut) / page + 2);
+}
+
+PieceSpan RecordPiece(uint64_t offset, uint64_t length, size_t page, size_t i) {
+  const uint64_t cut = FirstCut(offset, page), end = offset + length;
+  const uint64_t begin = i == 0 ? offset : cut + (i - 1) * page;
+  return PieceSpan{begin, std::min<uint64_t>(cut + i * page, end)};
+}
+
+PieceRange PiecesFor(const Fences& fences, size_t pieces, uint16_t fp) {
+  // Piece i >= 1 starts with fingerprint fences[i - 1]: a key may be in the last piece that
+  // starts below fp, through the last that starts at or below it (equal fingerprints may
+  // straddle a cut).
+  const size_t known = std::min(pieces - 1, kBaseFences);
+  PieceRange r;
+  for (size_t i = 1; i <= known; ++i) {
+    if (fences[i - 1] < fp) r.first = i;
+    if (fences[i - 1] <= fp) r.last = i;
+  }
+  if (r.last == known) r.last = pieces - 1;  // the pieces past the fences: read them all
+  return r;
+}
+
 void RecordBuilder::Reset(uint32_t group) {
-  bytes_.assign(kRecordMagic, 4);
-  PutFixed<uint32_t>(&bytes_, group);
-  PutFixed<uint32_t>(&bytes_, 0);  // rows, set by Finish
-  PutFixed<uint32_t>(&bytes_, 0);  // payload bytes, set by Finish
-  PutFixed<uint32_t>(&bytes_, 0);  // CRC, set by Finish
+  group_ = group;
+  rows_.clear();
+  ends_.clear();
   keys_.clear();
   emb_rows_ = 0;
 }
 
 void RecordBuilder::AddEncoded(std::string_view row, uint64_t key) {
-  bytes_.append(row);
+  rows_.append(row);
+  ends_.push_back(static_cast<uint32_t>(rows_.size()));
   keys_.push_back(key);
   emb_rows_ += (GetFixed<uint16_t>(row.data() + 18) & kFlagHasEmb) ? 1 : 0;
 }
 
 void RecordBuilder::AddRow(const RowBlock& rows, size_t i) {
-  rows.EncodeRow(i, &bytes_);
+  rows.EncodeRow(i, &rows_);
+  ends_.push_back(static_cast<uint32_t>(rows_.size()));
   keys_.push_back(rows.key(i));
   emb_rows_ += rows.has_emb(i) ? 1 : 0;
 }
 
-std::string_view RecordBuilder::Finish() {
-  const uint32_t n = static_cast<uint32_t>(keys_.size());
-  const uint32_t payload = static_cast<uint32_t>(bytes_.size() - kRecordHeaderBytes);
-  std::memcpy(bytes_.data() + 8, &n, 4);
-  std::memcpy(bytes_.data() + 12, &payload, 4);
-  uint32_t crc = Crc32c(bytes_.data(), 16);
-  crc = Crc32cExtend(crc, bytes_.data() + kRecordHeaderBytes, payload);
-  std::memcpy(bytes_.data() + 16, &crc, 4);
-  return bytes_;
+namespace {
+
+void PutSegmentHeader(std::string* out, uint32_t group) {
+  PutFixed<uint32_t>(out, 0);  // CRC, rows and bytes: set when the segment closes
+  PutFixed<uint32_t>(out, group);
+  PutFixed<uint32_t>(out, 0);
+  PutFixed<uint32_t>(out, 0);
 }
 
-StatusOr<RecordHeader> CheckRecord(const char* p, size_t n) {
-  if (n < kRecordHeaderBytes || std::memcmp(p, kRecordMagic, 4) != 0) {
-    return CorruptionError("not a group record");
-  }
-  RecordHeader h{GetFixed<uint32_t>(p + 4), GetFixed<uint32_t>(p + 8), GetFixed<uint32_t>(p + 12)};
-  if (kRecordHeaderBytes + uint64_t{h.payload_bytes} > n) {
-    return CorruptionError("record extends past its end");
-  }
-  uint32_t crc = Crc32c(p, 16);
-  crc = Crc32cExtend(crc, p + kRecordHeaderBytes, h.payload_bytes);
-  if (crc != GetFixed<uint32_t>(p + 16)) return CorruptionError("record CRC mismatch");
-  return h;
+void CloseSegment(std::string* out, size_t at, uint32_t rows) {
+  char* h = out->data() + at;
+  const uint32_t bytes = static_cast<uint32_t>(out->size() - at - kSegmentHeaderBytes);
+  std::memcpy(h + 8, &rows, 4);
+  std::memcpy(h + 12, &bytes, 4);
+  const uint32_t crc = Crc32c(h + 4, out->size() - at - 4);
+  std::memcpy(h, &crc, 4);
 }
 
-Status RecordView::Parse(const ValueLayout& layout, uint32_t group_bits) {
-  const char* p = bytes.data();
-  const RecordHeader h{GetFixed<uint32_t>(p + 4), GetFixed<uint32_t>(p + 8),
-                       GetFixed<uint32_t>(p + 12)};
-  group = h.group;
-  keys.clear();
-  offsets.clear();
-  size_t off = kRecordHeaderBytes;
-  const size_t end = kRecordHeaderBytes + h.payload_bytes;
+}  // namespace
+
+std::string_view RecordBuilder::Lay(uint64_t offset, size_t page, Fences* fences) {
+  const size_t n = keys_.size();
+  order_.resize(n);
+  for (size_t i = 0; i < n; ++i) order_[i] = static_cast<uint32_t>(i);
+  std::sort(order_.begin(), order_.end(), [&](uint32_t a, uint32_t b) {
+    const uint16_t fa = RowFingerprint(keys_[a]), fb = RowFingerprint(keys_[b]);
+    return fa != fb ? fa < fb : keys_[a] < keys_[b];
+  });
+  if (fences != nullptr) fences->fill(0xFFFF);
+  record_.assign(kRecordMagic, 4);
+  PutFixed<uint32_t>(&record_, group_);
+  PutFixed<uint32_t>(&record_, static_cast<uint32_t>(n));
+  PutFixed<uint32_t>(&record_, 0);  // payload bytes, set at the end
+  PutFixed<uint32_t>(&record_, 0);  // CRC of the header
+  uint64_t cut = FirstCut(offset, page);
+  size_t piece = 0;
+  auto next_piece = [&] {
+    record_.resize(cut - offset, '\0');  // zero fill to the cut
+    cut += page;
+    ++piece;
+  };
+  if (cut - (offset + kRecordHeaderBytes) < kSegmentHeaderBytes) next_piece();
+  size_t seg = record_.size();
+  uint32_t seg_rows = 0;
+  PutSegmentHeader(&record_, group_);
+  for (size_t k = 0; k < n; ++k) {
+    const uint32_t i = order_[k];
+    const uint32_t begin = i == 0 ? 0 : ends_[i - 1];
+    const size_t size = ends_[i] - begin;
+    if (offset + record_.size() + size > cut) {
+      CloseSegment(&record_, seg, seg_rows);
+      next_piece();
+      seg = record_.size();
+      seg_rows = 0;
+      PutSegmentHeader(&record_, group_);
+    }
+    if (seg_rows == 0 && piece >= 1 && piece <= kBaseFences && fences != nullptr) {
+      (*fences)[piece - 1] = RowFingerprint(keys_[i]);  // (piece 1 may be the first with rows)
+    }
+    record_.append(rows_, begin, size);
+    ++seg_rows;
+  }
+  CloseSegment(&record_, seg, seg_rows);
+  const uint32_t payload = static_cast<uint32_t>(record_.size() - kRecordHeaderBytes);
+  std::memcpy(record_.data() + 12, &payload, 4);
+  const uint32_t crc = Crc32c(record_.data(), 16);
+  std::memcpy(record_.data() + 16, &crc, 4);
+  return record_;
+}
+
+Status RecordView::ParseSegment(const ValueLayout& layout, uint32_t group_bits, uint32_t g,
+                                size_t at, size_t n, uint32_t* rows) {
+  if (n < kSegmentHeaderBytes) return CorruptionError("segment is truncated");
+  const char* h = bytes.data() + at;
+  const uint32_t count = GetFixed<uint32_t>(h + 8), size = GetFixed<uint32_t>(h + 12);
+  if (size > n - kSegmentHeaderBytes) return CorruptionError("segment extends past its page");
+  if (Crc32c(h + 4, 12 + size) != GetFixed<uint32_t>(h)) {
+    return CorruptionError("segment CRC mismatch");
+  }
+  if (GetFixed<uint32_t>(h + 4) != g) return CorruptionError("segment of another group");
+  size_t off = at + kSegmentHeaderBytes;
+  const size_t end = off + size;
   const size_t fixed = layout.EncodedBytes(false);
-  for (uint32_t i = 0; i < h.rows; ++i) {
-    if (end - off < fixed) return CorruptionError(fmt::format("row {} is truncated", i));
+  const char* p = bytes.data();
+  for (uint32_t i = 0; i < count; ++i) {
+    if (end - off < fixed) return CorruptionError(fmt::format("row {} is truncated", *rows));
     const uint64_t key = GetFixed<uint64_t>(p + off);
     const uint16_t flags = GetFixed<uint16_t>(p + off + 18);
-    if (flags & ~kFlagHasEmb) return CorruptionError(fmt::format("row {} has unknown flags", i));
-    if (!layout.ValidKey(key))
-      return CorruptionError(fmt::format("row {} names no table of the layout", i));
-    const size_t size = layout.EncodedBytesOf(key, (flags & kFlagHasEmb) != 0);
-    if (end - off < size) return CorruptionError(fmt::format("row {} is truncated", i));
-    if (GroupOfKey(layout, group_bits, key) != h.group) {
-      return CorruptionError(fmt::format("row {} belongs to another group", i));
+    if (flags & ~kFlagHasEmb) {
+      return CorruptionError(fmt::format("row {} has unknown flags", *rows));
+    }
+    if (!layout.ValidKey(key)) {
+      return CorruptionError(fmt::format("row {} names no table of the layout", *rows));
+    }
+    const size_t row_size = layout.EncodedBytesOf(key, (flags & kFlagHasEmb) != 0);
+    if (end - off < row_size) return CorruptionError(fmt::format("row {} is truncated", *rows));
+    if (GroupOfKey(layout, group_bits, key) != g) {
+      return CorruptionError(fmt::format("row {} belongs to another group", *rows));
+    }
+    if (!keys.empty()) {
+      const uint64_t prev = keys.back();
+      const uint16_t fp = RowFingerprint(key), prev_fp = RowFingerprint(prev);
+      if (fp < prev_fp || (fp == prev_fp && key <= prev)) {
+        return CorruptionError(fmt::format("row {} is out of fingerprint order", *rows));
+      }
     }
     keys.push_back(key);
     offsets.push_back(static_cast<uint32_t>(off));
-    off += size;
+    off += row_size;
+    ends.push_back(static_cast<uint32_t>(off));
+    ++*rows;
   }
-  if (off != end) return CorruptionError("record size does not match its rows");
-  offsets.push_back(static_cast<uint32_t>(off));
+  if (off != end) return CorruptionError("segment size does not match its rows");
   return Status::OK();
+}
+
+namespace {
+
+Status CheckRecordHeader(const char* p, size_t n, uint32_t g, uint64_t length, uint32_t* rows) {
+  if (n < kRecordHeaderBytes || std::memcmp(p, kRecordMagic, 4) != 0) {
+    return CorruptionError("not a group record");
+  }
+  if (Crc32c(p, 16) != GetFixed<uint32_t>(p + 16)) return CorruptionError("record CRC mismatch");
+  if (GetFixed<uint32_t>(p + 4) != g || kRecordHeaderBytes + GetFixed<uint32_t>(p + 12) != length) {
+    return CorruptionError("record does not match the group index");
+  }
+  *rows = GetFixed<uint32_t>(p + 8);
+  return Status::OK();
+}
+
+}  // namespace
+
+Status RecordView::ParsePieces(const ValueLayout& layout, uint32_t group_bits, uint32_t g,
+                               uint64_t offset, uint64_t length, size_t page, PieceRange pieces) {
+  group = g;
+  Clear();
+  const uint64_t base = RecordPiece(offset, length, page, pieces.first).begin;
+  uint32_t rows = 0, header_rows = 0;
+  for (size_t i = pieces.first; i <= pieces.last; ++i) {
+    const PieceSpan span = RecordPiece(offset, length, page, i);
+    if (span.end - base > bytes.size()) return CorruptionError("record is truncated");
+    size_t at = static_cast<size_t>(span.begin - base);
+    if (i == 0) {
+      RETURN_IF_ERROR(
+          CheckRecordHeader(bytes.data() + at, span.end - span.begin, g, length, &header_rows));
+      at += kRecordHeaderBytes;
+      if (span.end - span.begin - kRecordHeaderBytes < kSegmentHeaderBytes) continue;  // fill
+    }
+    RETURN_IF_ERROR(ParseSegment(layout, group_bits, g, at, span.end - base - at, &rows));
+  }
+  if (pieces.first == 0 && pieces.last + 1 == RecordPieces(offset, length, page) &&
+      rows != header_rows) {
+    return CorruptionError("record's rows do not match its header");
+  }
+  return Status::OK();
+}
+
+Status RecordView::Parse(const ValueLayout& layout, uint32_t group_bits, uint32_t g,
+                         uint64_t offset, size_t page) {
+  if (bytes.size() < kRecordHeaderBytes) return CorruptionError("not a group record");
+  return ParsePieces(layout, group_bits, g, offset, bytes.size(), page,
+                     PieceRange{0, RecordPieces(offset, bytes.size(), page) - 1});
 }
 
 Status RecordView::DecodeRow(size_t i, RowBlock* out, size_t r) const {

@@ -3,6 +3,7 @@
 #ifndef CTRBOX_TABLE_PARAM_FILE_H_
 #define CTRBOX_TABLE_PARAM_FILE_H_
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -36,40 +37,80 @@ inline uint32_t TableOfGroup(const ValueLayout& l, uint32_t g) {
 constexpr size_t kParamFileHeaderBytes = 40;
 constexpr size_t kRecordHeaderBytes = 20;
 
+// Paged records (docs/formats/param_file.md, version 3). A record's bytes are cut into
+// *pieces* at the multiples of the page size in its file (piece 0 starts with the record
+// header); every piece but a short first one starts with a segment header whose CRC covers it,
+// so that a pull can read and verify one page of a base alone. Rows are in fingerprint order
+// and never cross a page boundary.
+constexpr size_t kSegmentHeaderBytes = 16;
+// The group index keeps, per base, the fingerprints of the first rows of its pieces 1..8
+// (pieces past the 8th are read together).
+constexpr size_t kBaseFences = 8;
+using Fences = std::array<uint16_t, kBaseFences>;
+inline uint16_t RowFingerprint(uint64_t key) { return static_cast<uint16_t>(Mix64(key)); }
+// The page size of a layout's files: 4 KiB, or the multiple of it that holds a segment header
+// and the widest row.
+size_t PageBytes(const ValueLayout& l);
+// The pieces of the record at [offset, offset + length) of its file.
+size_t RecordPieces(uint64_t offset, uint64_t length, size_t page);
+// Where piece i of that record starts and ends (file offsets).
+struct PieceSpan {
+  uint64_t begin = 0, end = 0;
+};
+PieceSpan RecordPiece(uint64_t offset, uint64_t length, size_t page, size_t i);
+// The pieces [first, last] of a base with `pieces` pieces and these fences that may hold a key
+// of fingerprint fp.
+struct PieceRange {
+  size_t first = 0, last = 0;
+};
+PieceRange PiecesFor(const Fences& fences, size_t pieces, uint16_t fp);
+
 // The header of a parameter file with id `file_id` for rows of `layout`.
 std::string EncodeParamFileHeader(uint32_t file_id, const ValueLayout& layout);
 Status CheckParamFileHeader(const std::string& path, const char* p, size_t n, uint32_t file_id,
                             const ValueLayout& layout);
 
-// The fields of a record header.
-struct RecordHeader {
-  uint32_t group = 0, rows = 0, payload_bytes = 0;
-};
-
-// Parses and verifies the record in [p, p + n) (header and CRC). Errors do not say where the
-// record is: the caller prefixes that.
-StatusOr<RecordHeader> CheckRecord(const char* p, size_t n);
-
-// A verified group record in memory, its rows still encoded (the canonical row encoding).
-// Merging records copies rows byte for byte; only the rows a pull wants are decoded.
+// A group record's rows in memory, still encoded (the canonical row encoding), read whole or
+// in part (pieces of a base) and verified. Merging records copies rows byte for byte; only the
+// rows a pull wants are decoded.
 struct RecordView {
   uint32_t group = 0;
-  std::string bytes;              // the whole record, header included
-  std::vector<uint32_t> offsets;  // rows() + 1 offsets into bytes: where each row starts
+  std::string bytes;              // what was read: the whole record, or some of its pieces
+  std::vector<uint32_t> offsets;  // per row, where it starts in bytes
+  std::vector<uint32_t> ends;     // per row, where it ends
   std::vector<uint64_t> keys;
 
   size_t rows() const { return keys.size(); }
   std::string_view row(size_t i) const {
-    return std::string_view(bytes).substr(offsets[i], offsets[i + 1] - offsets[i]);
+    return std::string_view(bytes).substr(offsets[i], ends[i] - offsets[i]);
   }
-  // Parses a verified record held in `bytes`, checking that every row has the layout and
-  // belongs to the group. Errors do not say where the record is: the caller prefixes that.
-  Status Parse(const ValueLayout& layout, uint32_t group_bits);
+  void Clear() {
+    offsets.clear();
+    ends.clear();
+    keys.clear();
+  }
+  // Verifies and parses the whole record held in `bytes`, read from file offset `offset` of a
+  // file with pages of `page` bytes: its header, every segment's CRC, and that every row has
+  // the layout, belongs to group g, and the rows are in fingerprint order. Errors do not say
+  // where the record is: the caller prefixes that.
+  Status Parse(const ValueLayout& layout, uint32_t group_bits, uint32_t g, uint64_t offset,
+               size_t page);
+  // The same for pieces [first, last] of a record at [offset, offset + length) held in
+  // `bytes` (read from the start of piece `first`): their segments are verified and their
+  // rows parsed; the record header too if piece 0 is among them.
+  Status ParsePieces(const ValueLayout& layout, uint32_t group_bits, uint32_t g, uint64_t offset,
+                     uint64_t length, size_t page, PieceRange pieces);
   // Decodes row i into row r of out.
   Status DecodeRow(size_t i, RowBlock* out, size_t r) const;
+
+ private:
+  // Parses the segment at bytes[at, at + n), appending its rows.
+  Status ParseSegment(const ValueLayout& layout, uint32_t group_bits, uint32_t g, size_t at,
+                      size_t n, uint32_t* rows);
 };
 
-// Builds a record: rows from views (bytes copied) or from RowBlocks (encoded).
+// Builds a record: rows from views (bytes copied) or from RowBlocks (encoded), laid out in
+// pages for the file offset it is appended at (Lay).
 class RecordBuilder {
  public:
   void Reset(uint32_t group);
@@ -80,19 +121,28 @@ class RecordBuilder {
   template <typename Encode>
   void AddEncodedBy(uint64_t key, Encode encode) {
     keys_.push_back(key);
-    emb_rows_ += encode(&bytes_) ? 1 : 0;
+    emb_rows_ += encode(&rows_) ? 1 : 0;
+    ends_.push_back(static_cast<uint32_t>(rows_.size()));
   }
   size_t rows() const { return keys_.size(); }
+  uint32_t group() const { return group_; }
   // Rows added with an embedding.
   uint32_t emb_rows() const { return emb_rows_; }
+  // The keys, in the order added.
   const std::vector<uint64_t>& keys() const { return keys_; }
-  // The finished record (header with payload size and CRC filled in).
-  std::string_view Finish();
+  // The record's bytes when it starts at file offset `offset` of a file with pages of `page`
+  // bytes: the header, then the rows in fingerprint order in segments, one per piece (CRCs
+  // filled in). *fences (if not null): the fingerprints of the first rows of pieces 1..8.
+  std::string_view Lay(uint64_t offset, size_t page, Fences* fences);
 
  private:
-  std::string bytes_;
+  uint32_t group_ = 0;
+  std::string rows_;            // the rows, back to back in the order added
+  std::vector<uint32_t> ends_;  // where each ends in rows_
   std::vector<uint64_t> keys_;
   uint32_t emb_rows_ = 0;
+  std::vector<uint32_t> order_;  // Lay's scratch: the rows in fingerprint order
+  std::string record_;           // Lay's result
 };
 
 // One parameter file. Its counters are guarded by the owning store's counter mutex; the reader

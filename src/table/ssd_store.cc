@@ -57,7 +57,7 @@ Status SsdStore::OpenReader(ParamFile* file) {
 }
 
 SsdStore::SsdStore(Env* env, SsdOptions options, ValueLayout layout)
-    : env_(env), options_(std::move(options)), layout_(layout) {
+    : env_(env), options_(std::move(options)), layout_(layout), page_(PageBytes(layout)) {
   index_.assign(size_t{1} << options_.group_bits, GroupEntry{});
 }
 
@@ -104,41 +104,68 @@ Status SsdStore::Read(const RecordLoc& loc, uint32_t g, RecordView* out) const {
   return ReadRecord(*file, loc, g, out);
 }
 
-Status SsdStore::ReadRecord(const ParamFile& file, const RecordLoc& loc, uint32_t g,
-                            RecordView* out) const {
-  auto where = [&] {
-    return fmt::format("{}: record at offset {} (group {})", file.path, loc.offset, g);
-  };
-  out->bytes.resize(loc.length);
+namespace {
+
+// Reads n bytes at `offset` of a file into out, retrying an I/O error a bounded number of times
+// with backoff (a transient device or network-filesystem error); a short read is not retried:
+// it is not going to change. Errors say what was read (where()).
+template <typename Where>
+Status ReadBytes(const ParamFile& file, uint64_t offset, size_t n, char* out,
+                 std::atomic<uint64_t>* nanos, std::atomic<uint64_t>* retries, Where where) {
   size_t got = 0;
-  // An I/O error is retried a bounded number of times with backoff (a transient device or
-  // network-filesystem error); a short or corrupt record is not: it is not going to change.
   constexpr int kReadRetries = 3;
   for (int attempt = 0;; ++attempt) {
     const auto start = std::chrono::steady_clock::now();
-    Status st = file.reader->Read(loc.offset, loc.length, out->bytes.data(), &got);
-    read_nanos_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                              std::chrono::steady_clock::now() - start)
-                              .count(),
-                          std::memory_order_relaxed);
+    Status st = file.reader->Read(offset, n, out, &got);
+    nanos->fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                         std::chrono::steady_clock::now() - start)
+                         .count(),
+                     std::memory_order_relaxed);
     if (st.ok()) break;
     if (st.code() != StatusCode::kIOError || attempt == kReadRetries) {
       return Status(st.code(), fmt::format("{}: {}{}", where(), st.message(),
                                            attempt ? fmt::format(" ({} retries)", attempt) : ""));
     }
-    read_retries_.fetch_add(1, std::memory_order_relaxed);
+    retries->fetch_add(1, std::memory_order_relaxed);
     std::this_thread::sleep_for(std::chrono::milliseconds(1 << (2 * attempt)));  // 1, 4, 16 ms
   }
-  if (got != loc.length) return CorruptionError(where() + ": file too short");
+  if (got != n) return CorruptionError(where() + ": file too short");
+  return Status::OK();
+}
+
+}  // namespace
+
+Status SsdStore::ReadRecord(const ParamFile& file, const RecordLoc& loc, uint32_t g,
+                            RecordView* out) const {
   // `where` is formatted only for an error: a pull reads thousands of records a second.
-  auto h = CheckRecord(out->bytes.data(), out->bytes.size());
-  if (!h.ok()) return CorruptionError(where() + ": " + h.status().message());
-  if (h->group != g || kRecordHeaderBytes + h->payload_bytes != loc.length) {
-    return CorruptionError(where() + ": record does not match the group index");
-  }
+  auto where = [&] {
+    return fmt::format("{}: record at offset {} (group {})", file.path, loc.offset, g);
+  };
+  out->bytes.resize(loc.length);
+  RETURN_IF_ERROR(ReadBytes(file, loc.offset, loc.length, out->bytes.data(), &read_nanos_,
+                            &read_retries_, where));
   records_read_.fetch_add(1, std::memory_order_relaxed);
   bytes_read_.fetch_add(loc.length, std::memory_order_relaxed);
-  Status parsed = out->Parse(layout_, options_.group_bits);
+  Status parsed = out->Parse(layout_, options_.group_bits, g, loc.offset, page_);
+  if (!parsed.ok()) return CorruptionError(where() + ": " + parsed.message());
+  return Status::OK();
+}
+
+Status SsdStore::ReadPieces(const ParamFile& file, const RecordLoc& loc, uint32_t g,
+                            PieceRange pieces, RecordView* out) const {
+  const uint64_t begin = RecordPiece(loc.offset, loc.length, page_, pieces.first).begin;
+  const uint64_t end = RecordPiece(loc.offset, loc.length, page_, pieces.last).end;
+  auto where = [&] {
+    return fmt::format("{}: record at offset {} (group {}), pieces {}-{}", file.path, loc.offset, g,
+                       pieces.first, pieces.last);
+  };
+  out->bytes.resize(end - begin);
+  RETURN_IF_ERROR(
+      ReadBytes(file, begin, end - begin, out->bytes.data(), &read_nanos_, &read_retries_, where));
+  records_read_.fetch_add(1, std::memory_order_relaxed);
+  bytes_read_.fetch_add(end - begin, std::memory_order_relaxed);
+  Status parsed =
+      out->ParsePieces(layout_, options_.group_bits, g, loc.offset, loc.length, page_, pieces);
   if (!parsed.ok()) return CorruptionError(where() + ": " + parsed.message());
   return Status::OK();
 }
@@ -241,12 +268,15 @@ Status SsdStore::ReserveSpace(uint64_t bytes) {
   return Status::OK();
 }
 
-Status SsdStore::Append(uint32_t g, std::string_view record, const std::vector<uint64_t>& keys,
-                        RecordLoc* loc) {
+Status SsdStore::Append(RecordBuilder* builder, RecordLoc* loc, Fences* fences) {
   MutexLock append(&append_mu_);
+  const std::vector<uint64_t>& keys = builder->keys();
+  std::string_view record =
+      writer_ ? builder->Lay(current_->bytes, page_, fences) : std::string_view();
   if (!writer_ || (current_->bytes + record.size() > options_.file_bytes &&
                    current_->bytes > kParamFileHeaderBytes)) {
     RETURN_IF_ERROR(Roll());
+    record = builder->Lay(current_->bytes, page_, fences);  // laid out for its new place
   }
   RETURN_IF_ERROR(ReserveSpace(record.size()));
   RETURN_IF_ERROR(writer_->Append(record));

@@ -64,6 +64,9 @@ struct GroupEntry {
   RecordLoc older;  // the older delta: a full delta that a write moved aside
   uint32_t older_rows = 0;
   uint64_t older_filter = 0;
+  // The fingerprints of the first rows of the base's pieces 1..8 (docs/formats/param_file.md):
+  // a pull reads only the pieces that may hold its keys.
+  Fences base_fences{};
   bool operator==(const GroupEntry&) const = default;
 
   static bool FilterMayHold(const RecordLoc& loc, uint64_t filter, uint64_t key) {
@@ -147,6 +150,11 @@ class SsdStore {
   std::shared_ptr<ParamFile> File(uint32_t id) const;
   // Reads and verifies the record at loc of group g into *out (its buffers are reused).
   Status ReadRecord(const ParamFile& file, const RecordLoc& loc, uint32_t g, RecordView* out) const;
+  // Reads and verifies pieces [first, last] of the record at loc into *out: its rows there.
+  Status ReadPieces(const ParamFile& file, const RecordLoc& loc, uint32_t g, PieceRange pieces,
+                    RecordView* out) const;
+  // The page size of the files (PageBytes of the layout).
+  size_t page_bytes() const { return page_; }
   // Reads the record at loc (any thread; the file is kept alive meanwhile); an absent loc
   // gives an empty view.
   Status Read(const RecordLoc& loc, uint32_t g, RecordView* out) const;
@@ -154,10 +162,10 @@ class SsdStore {
   uint64_t FileBytes(const ParamFile& file) const;
 
   // ---- writer side (serialised by the caller) ----
-  // Appends an encoded record of group g whose keys are `keys`; *loc is where it went. Fails
-  // with ResourceExhausted beyond the disk budget. Not readable until FlushAppends().
-  Status Append(uint32_t g, std::string_view record, const std::vector<uint64_t>& keys,
-                RecordLoc* loc);
+  // Appends the record built in *record (laid out for where it goes); *loc is where it went,
+  // *fences (if not null) its fences for a base entry. Fails with ResourceExhausted beyond the
+  // disk budget. Not readable until FlushAppends().
+  Status Append(RecordBuilder* record, RecordLoc* loc, Fences* fences = nullptr);
   // Hands appended records to the operating system, making them readable.
   Status FlushAppends();
   // Sets group g's entry; records it no longer names become stale, and a file left with no
@@ -190,6 +198,7 @@ class SsdStore {
   Env* const env_;
   const SsdOptions options_;
   const ValueLayout layout_;
+  const size_t page_;  // PageBytes(layout_)
   // Whether O_DIRECT reads were asked and taken: -1 not yet known (no file opened), 0 no, 1 yes.
   std::atomic<int> direct_{-1};
   std::vector<GroupEntry> index_;  // by group; each entry guarded by its stripe's lock

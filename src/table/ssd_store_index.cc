@@ -16,9 +16,10 @@ using ssd_internal::FileNameOf;
 using ssd_internal::kIndexName;
 
 constexpr char kIndexMagic[8] = {'C', 'T', 'R', 'S', 'I', 'D', 'X', '1'};
-constexpr uint32_t kIndexVersion = 5;  // 2: the layout names the embedding quantization;
+constexpr uint32_t kIndexVersion = 6;  // 2: the layout names the embedding quantization;
                                        // 3: group entries carry the delta filter;
-                                       // 4: and the older delta; 5: the layout's tables
+                                       // 4: and the older delta; 5: the layout's tables;
+                                       // 6: the base's fences (paged param files, version 3)
 
 // A validated INDEX (docs/storage.md): header, file table and group index. Offsets point into
 // `data`.
@@ -50,7 +51,9 @@ StatusOr<ParsedIndex> ParseIndex(Env* env, const std::string& path) {
   const char* const begin = s.data();
   const char* p = begin + 8;
   const uint32_t version = GetFixed<uint32_t>(p);
-  if (version != kIndexVersion && version != 4) return bad("unknown version");
+  if (version != kIndexVersion) {
+    return bad(fmt::format("unknown version {} (this build reads {})", version, kIndexVersion));
+  }
   x.group_bits = GetFixed<uint32_t>(p + 4);
   if (x.group_bits < 1 || x.group_bits > 30) return bad("bad group_bits");
   x.layout = ValueLayout{GetFixed<uint32_t>(p + 8), GetFixed<uint32_t>(p + 12),
@@ -65,7 +68,7 @@ StatusOr<ParsedIndex> ParseIndex(Env* env, const std::string& path) {
   const uint32_t nfiles = GetFixed<uint32_t>(p + 32);
   p += 36;
   const char* end = begin + s.size() - 8;
-  if (version >= 5) {  // the tables: their count, then (dim, state floats) of each if several
+  {  // the tables: their count, then (dim, state floats) of each if several
     if (end - p < 4) return bad("truncated table list");
     x.layout.tables = GetFixed<uint32_t>(p);
     p += 4;
@@ -154,7 +157,7 @@ Status SsdStore::WriteIndex() {
     PutFixed<uint32_t>(&s, static_cast<uint32_t>(f->bloom->hashes()));
     PutArray(&s, words.data(), words.size());
   }
-  static_assert(sizeof(GroupEntry) == 72);  // docs/formats/param_file.md
+  static_assert(sizeof(GroupEntry) == 88);  // docs/formats/param_file.md
   PutArray(&s, index_.data(), index_.size());
   PutFixed<uint64_t>(&s, Checksum64(s));
   return WriteFileAtomic(env_, JoinPath(options_.dir, kIndexName), s);

@@ -218,7 +218,7 @@ TEST(TieredTableTest, DiskBudgetAndWorkingSetLimitsAreClearErrors) {
     EXPECT_NE(pins.status().message().find("storage.memory_budget"), std::string::npos);
   }
   {
-    TieredOptions o = Options(dir.path(), 16 << 10, /*group_bits=*/6);
+    TieredOptions o = Options(dir.path(), 20 << 10, /*group_bits=*/6);
     o.ssd.disk_budget = 8 << 10;
     auto table = Open(o);
     Random rng(10);

@@ -113,8 +113,8 @@ namespace {
 
 // Reads the newest disk versions of the keys keys[idx[w]] of group g: the delta first, then
 // the older delta, each if its filter in the entry and its file's Bloom filter may hold one
-// of the keys still missing, then the base for the rest (if its file's filter may hold one).
-// The rest of each record is dropped.
+// of the keys still missing, then the base for the rest (if its file's filter may hold one):
+// of the base, only the pieces its fences say may hold them. The rest is dropped.
 Status ReadWanted(const SsdStore& ssd, const uint64_t* keys, RecordView* view, const GroupEntry& e,
                   const std::shared_ptr<ParamFile>& base_file,
                   const std::shared_ptr<ParamFile>& delta_file,
@@ -128,16 +128,29 @@ Status ReadWanted(const SsdStore& ssd, const uint64_t* keys, RecordView* view, c
                                                                : base_file;
     if (!file)
       return InternalError(fmt::format("the file of a record of group {} disappeared", group));
+    const bool base = loc == &e.base;
+    const size_t pieces = base ? RecordPieces(loc->offset, loc->length, ssd.page_bytes()) : 1;
+    PieceRange range{pieces, 0};  // of the base: the pieces its wanted keys may be in
     bool wanted = false;
-    for (size_t w = 0; w < idx.size() && !wanted; ++w) {
+    for (size_t w = 0; w < idx.size() && (base || !wanted); ++w) {
       const uint64_t key = keys[idx[w]];
       const bool filter = loc == &e.delta   ? e.DeltaMayHold(key)
                           : loc == &e.older ? e.OlderMayHold(key)
                                             : true;
-      wanted = !found[w] && filter && SsdStore::MayHold(file.get(), key);
+      if (found[w] || !filter || !SsdStore::MayHold(file.get(), key)) continue;
+      wanted = true;
+      if (base) {
+        const PieceRange r = PiecesFor(e.base_fences, pieces, RowFingerprint(key));
+        range.first = std::min(range.first, r.first);
+        range.last = std::max(range.last, r.last);
+      }
     }
     if (!wanted) continue;
-    RETURN_IF_ERROR(ssd.ReadRecord(*file, *loc, group, view));
+    if (base) {  // only the pieces that may hold the keys
+      RETURN_IF_ERROR(ssd.ReadPieces(*file, *loc, group, range, view));
+    } else {
+      RETURN_IF_ERROR(ssd.ReadRecord(*file, *loc, group, view));
+    }
     for (size_t w = 0; w < idx.size(); ++w) {
       if (found[w]) continue;
       for (size_t j = 0; j < view->rows(); ++j) {

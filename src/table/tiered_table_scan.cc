@@ -130,8 +130,7 @@ StatusOr<uint64_t> TieredTable::Shrink(const CtrAccessor& accessor, ThreadPool* 
       }
       GroupEntry next;
       if (builder.rows() > 0) {
-        const std::string_view record = builder.Finish();
-        status[s] = ssd_->Append(g, record, builder.keys(), &next.base);
+        status[s] = ssd_->Append(&builder, &next.base, &next.base_fences);
         if (!status[s].ok()) return;
         next.base_rows = next.unique_rows = static_cast<uint32_t>(builder.rows());
         next.unique_emb = builder.emb_rows();

@@ -84,9 +84,9 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
   ao.decay = 0.9f;
   CtrAccessor acc(layout, ao);
   const Quantizer quant = layout.quantizer();
-  // 48 KiB: about a quarter of the ~2 000 rows (the rest of the budget is the group index,
+  // 60 KiB: about a quarter of the ~2 000 rows (the rest of the budget is the group index,
   // the Bloom filters and the stripes' fixed structures).
-  TieredOptions o = Options(disk ? dir.path() : "", disk ? 48 << 10 : 0);
+  TieredOptions o = Options(disk ? dir.path() : "", disk ? 60 << 10 : 0);
   o.layout = layout;
   o.ssd.direct_reads = direct_reads;
   auto table = Open(o);
@@ -189,7 +189,7 @@ TEST(TieredTableTest, DifferentialOverSsdFiles) {
 TEST(TieredTableTest, DifferentialOverSsdFilesReadDirect) {
   {
     TempDir dir;
-    auto table = Open(Options(dir.path(), 48 << 10));
+    auto table = Open(Options(dir.path(), 60 << 10));
     ASSERT_NE(table, nullptr);
     std::vector<uint64_t> keys = {1, 2, 3};
     RowBlock rows(kLayout);

@@ -101,15 +101,13 @@ TieredTable::GroupFiles TieredTable::FilesOf(const CacheStripe& stripe, uint32_t
 
 Status TieredTable::ReadGroupRecords(const GroupFiles& f, GroupRead* r) const {
   const GroupEntry& e = f.entry;
-  r->delta.keys.clear();
-  r->delta.offsets.assign(1, 0);
+  r->delta.Clear();
   if (e.delta.exists() && r->want_delta) {
     if (!f.delta_file) return InternalError("a group record's file disappeared");
     RETURN_IF_ERROR(ssd_->ReadRecord(*f.delta_file, e.delta, r->group, &r->delta));
     counters_->writeback_reads.fetch_add(1, std::memory_order_relaxed);
   }
-  r->older.keys.clear();
-  r->older.offsets.assign(1, 0);
+  r->older.Clear();
   r->have_base = r->want_base && e.base.exists();
   if (r->have_base) {
     if (!f.base_file) return InternalError("a group record's file disappeared");
@@ -297,13 +295,14 @@ Status TieredTable::WriteGroups(CacheStripe& stripe, std::vector<GroupRead>* rea
       }
     }
     RecordLoc loc;
-    const std::string_view record = builder.Finish();
-    RETURN_IF_ERROR(ssd_->Append(g, record, builder.keys(), &loc));
+    Fences fences;
+    RETURN_IF_ERROR(ssd_->Append(&builder, &loc, &fences));
     new_deltas += how == Write::kNewDelta;
     merges += how == Write::kMerge && e.base.exists();
     if (how == Write::kMerge) {
       next = GroupEntry{};
       next.base = loc;
+      next.base_fences = fences;
       next.base_rows = next.unique_rows = static_cast<uint32_t>(builder.rows());
       next.unique_emb = builder.emb_rows();
     } else {
@@ -482,6 +481,7 @@ Status TieredTable::CompactFile(const std::shared_ptr<ParamFile>& file) {
   }
   uint64_t moved = 0;
   RecordView view;
+  RecordBuilder builder;
   for (size_t s = 0; s < stripes_.size(); ++s) {
     if (by_stripe[s].empty()) continue;
     CacheStripe::Lock lock(*stripes_[s]);  // guards the entries of its groups
@@ -498,9 +498,10 @@ Status TieredTable::CompactFile(const std::shared_ptr<ParamFile>& file) {
                                            : nullptr;
       if (place == nullptr) continue;  // stale
       RETURN_IF_ERROR(ssd_->ReadRecord(*file, here, r.group, &view));
-      RecordLoc loc;
-      RETURN_IF_ERROR(ssd_->Append(r.group, view.bytes, view.keys, &loc));
-      *place = loc;
+      // Laid out again for its new place: its pieces are cut at the new offset's pages.
+      builder.Reset(r.group);
+      for (size_t j = 0; j < view.rows(); ++j) builder.AddEncoded(view.row(j), view.keys[j]);
+      RETURN_IF_ERROR(ssd_->Append(&builder, place, place == &e.base ? &e.base_fences : nullptr));
       if (at == relocated_at.end()) {
         relocated_at.emplace(r.group, relocated.size());
         relocated.emplace_back(r.group, e);
