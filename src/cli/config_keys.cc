@@ -253,7 +253,7 @@ const std::vector<Key>& Keys() {
        Float([](JobConfig* j, float v) { j->spec.model.quant.range = v; }, 1e-6, 1e6)},
       {"storage.quant.rounding", "stochastic",
        "stochastic (StocQ: floor(x/step + u), u uniform, unbiased) | nearest (FixQ)", Rounding()},
-      {"storage.io_threads", "4", "parallel record reads per pull",
+      {"storage.io_threads", "4", "parallel record reads per pull, and per write-back batch",
        UInt([](JobConfig* j, uint64_t v) { j->storage.io_threads = static_cast<int>(v); }, 1, 256)},
       {"storage.evict_threads", "2", "stripes the background worker writes back in parallel",
        UInt([](JobConfig* j, uint64_t v) { j->storage.evict_threads = static_cast<int>(v); }, 1,

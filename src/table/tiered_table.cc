@@ -123,6 +123,7 @@ StatusOr<std::unique_ptr<TieredTable>> TieredTable::Open(Env* env, const TieredO
   }
   if (options.io_threads > 1) {
     t->io_pool_ = std::make_unique<ThreadPool>(options.io_threads, "ctrbox-ssd-io");
+    t->writeback_io_pool_ = std::make_unique<ThreadPool>(options.io_threads, "ctrbox-wb-io");
   }
   if (options.evict_threads > 1)
     t->evict_pool_ = std::make_unique<ThreadPool>(options.evict_threads, "ctrbox-evict");

@@ -40,7 +40,7 @@ struct TieredOptions {
   // The caller holds ssd.dir's DirLock (a train job, which also removes the files); otherwise
   // Open locks ssd.dir for the table's life (util/dir_lock.h).
   bool dir_held = false;
-  int io_threads = 4;             // parallel record reads per pull
+  int io_threads = 4;             // parallel record reads per pull and per write-back batch
   int evict_threads = 2;          // stripes evicted in parallel by the background worker
   double evict_start = 0.90;      // the worker starts evicting above this share of the budget
   double evict_stop = 0.80;       // ... and stops below this one
@@ -233,6 +233,10 @@ class TieredTable final : public SparseTable {
   std::unique_ptr<SsdStore> ssd_;
   std::unique_ptr<ThreadPool> io_pool_;     // its callers take turns (ThreadPool::ParallelFor)
   std::unique_ptr<ThreadPool> evict_pool_;  // used by the worker only
+  // Reads a write-back batch's old records, storage.io_threads at a time; its callers (the
+  // evicting threads) take turns. Separate from io_pool_ so that pulls never wait behind a
+  // write-back's batch.
+  std::unique_ptr<ThreadPool> writeback_io_pool_;
 
   std::atomic<uint64_t> used_{0};  // cache bytes over all stripes
   // Bytes the last pull added to the cache: the worker keeps that much room free, so the next

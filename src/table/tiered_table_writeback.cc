@@ -124,14 +124,17 @@ Status TieredTable::ReadGroupRecords(const GroupFiles& f, GroupRead* r) const {
 
 Status TieredTable::ReadGroups(const CacheStripe& stripe, std::vector<GroupRead>* reads) {
   const NanosInto timed(&counters_->writeback_read_nanos);
-  for (GroupRead& r : *reads) {
-    GroupFiles f;
-    {
-      CacheStripe::Lock lock(stripe);
-      f = FilesOf(stripe, r.group);
-    }
-    RETURN_IF_ERROR(ReadGroupRecords(f, &r));
+  // The batch's groups are read storage.io_threads at a time: where the page cache cannot hold
+  // the files, a write-back reading one record at a time kept the pulls waiting for room.
+  std::vector<GroupFiles> files(reads->size());
+  {
+    CacheStripe::Lock lock(stripe);
+    for (size_t i = 0; i < reads->size(); ++i) files[i] = FilesOf(stripe, (*reads)[i].group);
   }
+  std::vector<Status> status(reads->size());
+  RunParallel(reads->size() > 1 ? writeback_io_pool_.get() : nullptr, reads->size(),
+              [&](size_t i, int) { status[i] = ReadGroupRecords(files[i], &(*reads)[i]); });
+  for (const Status& st : status) RETURN_IF_ERROR(st);
   return Status::OK();
 }
 
