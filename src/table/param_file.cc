@@ -101,6 +101,7 @@ void RecordBuilder::Reset(uint32_t group) {
   ends_.clear();
   keys_.clear();
   emb_rows_ = 0;
+  ordered_ = false;
 }
 
 void RecordBuilder::AddEncoded(std::string_view row, uint64_t key) {
@@ -108,6 +109,7 @@ void RecordBuilder::AddEncoded(std::string_view row, uint64_t key) {
   ends_.push_back(static_cast<uint32_t>(rows_.size()));
   keys_.push_back(key);
   emb_rows_ += (GetFixed<uint16_t>(row.data() + 18) & kFlagHasEmb) ? 1 : 0;
+  ordered_ = false;
 }
 
 void RecordBuilder::AddRow(const RowBlock& rows, size_t i) {
@@ -115,6 +117,7 @@ void RecordBuilder::AddRow(const RowBlock& rows, size_t i) {
   ends_.push_back(static_cast<uint32_t>(rows_.size()));
   keys_.push_back(rows.key(i));
   emb_rows_ += rows.has_emb(i) ? 1 : 0;
+  ordered_ = false;
 }
 
 namespace {
@@ -137,14 +140,20 @@ void CloseSegment(std::string* out, size_t at, uint32_t rows) {
 
 }  // namespace
 
-std::string_view RecordBuilder::Lay(uint64_t offset, size_t page, Fences* fences) {
-  const size_t n = keys_.size();
-  order_.resize(n);
-  for (size_t i = 0; i < n; ++i) order_[i] = static_cast<uint32_t>(i);
+void RecordBuilder::Order() {
+  if (ordered_) return;
+  order_.resize(keys_.size());
+  for (size_t i = 0; i < order_.size(); ++i) order_[i] = static_cast<uint32_t>(i);
   std::sort(order_.begin(), order_.end(), [&](uint32_t a, uint32_t b) {
     const uint16_t fa = RowFingerprint(keys_[a]), fb = RowFingerprint(keys_[b]);
     return fa != fb ? fa < fb : keys_[a] < keys_[b];
   });
+  ordered_ = true;
+}
+
+std::string_view RecordBuilder::Lay(uint64_t offset, size_t page, Fences* fences) {
+  Order();
+  const size_t n = keys_.size();
   if (fences != nullptr) fences->fill(0xFFFF);
   record_.assign(kRecordMagic, 4);
   PutFixed<uint32_t>(&record_, group_);

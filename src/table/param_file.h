@@ -123,6 +123,7 @@ class RecordBuilder {
     keys_.push_back(key);
     emb_rows_ += encode(&rows_) ? 1 : 0;
     ends_.push_back(static_cast<uint32_t>(rows_.size()));
+    ordered_ = false;
   }
   size_t rows() const { return keys_.size(); }
   uint32_t group() const { return group_; }
@@ -130,6 +131,9 @@ class RecordBuilder {
   uint32_t emb_rows() const { return emb_rows_; }
   // The keys, in the order added.
   const std::vector<uint64_t>& keys() const { return keys_; }
+  // Puts the rows in fingerprint order for Lay (it does so itself if not done since the last
+  // row was added): callable before the record's place is known, outside the appender's lock.
+  void Order();
   // The record's bytes when it starts at file offset `offset` of a file with pages of `page`
   // bytes: the header, then the rows in fingerprint order in segments, one per piece (CRCs
   // filled in). *fences (if not null): the fingerprints of the first rows of pieces 1..8.
@@ -141,7 +145,8 @@ class RecordBuilder {
   std::vector<uint32_t> ends_;  // where each ends in rows_
   std::vector<uint64_t> keys_;
   uint32_t emb_rows_ = 0;
-  std::vector<uint32_t> order_;  // Lay's scratch: the rows in fingerprint order
+  std::vector<uint32_t> order_;  // the rows in fingerprint order (Order)
+  bool ordered_ = false;         // order_ holds every row added
   std::string record_;           // Lay's result
 };
 

@@ -269,6 +269,7 @@ Status SsdStore::ReserveSpace(uint64_t bytes) {
 }
 
 Status SsdStore::Append(RecordBuilder* builder, RecordLoc* loc, Fences* fences) {
+  builder->Order();  // (the sort needs no place: outside the lock the appenders share)
   MutexLock append(&append_mu_);
   const std::vector<uint64_t>& keys = builder->keys();
   std::string_view record =
