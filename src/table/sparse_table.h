@@ -82,7 +82,8 @@ struct TableStats {
 // and compactions with the bytes they wrote. Where a pull's time goes (nanoseconds, summed
 // over the threads): waiting for the write-back to bring the cache within the budget, and
 // the write-back's own record reads (the groups' old records it merges with the dirty rows;
-// counted in records_read and ssd_read_nanos too).
+// counted in records_read and ssd_read_nanos too), and the write-back batches whose reads were
+// slow enough to be finished in parallel (TieredOptions::parallel_read_us).
 #define CTRBOX_SSD_COUNTERS(X)    \
   X(no_record, false)             \
   X(bloom_prunes, true)           \
@@ -101,7 +102,8 @@ struct TableStats {
   X(compaction_bytes, false)      \
   X(budget_wait_nanos, true)      \
   X(writeback_reads, false)       \
-  X(writeback_read_nanos, true)
+  X(writeback_read_nanos, true)   \
+  X(parallel_writeback_batches, false)
 // Kept by the SSD store (its DiskStats): records and bytes read and written, read retries,
 // the reading threads' nanoseconds in the file reads (summed over the threads).
 #define CTRBOX_DISK_COUNTERS(X) \

@@ -40,7 +40,11 @@ struct TieredOptions {
   // The caller holds ssd.dir's DirLock (a train job, which also removes the files); otherwise
   // Open locks ssd.dir for the table's life (util/dir_lock.h).
   bool dir_held = false;
-  int io_threads = 4;             // parallel record reads per pull and per write-back batch
+  int io_threads = 4;  // parallel record reads per pull and per write-back batch
+  // A write-back batch reads its old records one at a time until they average more than this
+  // many µs each (then they come from the device, not the page cache), and the rest
+  // io_threads at a time. 0: in parallel from the second read on (tests).
+  double parallel_read_us = 40;
   int evict_threads = 2;          // stripes evicted in parallel by the background worker
   double evict_start = 0.90;      // the worker starts evicting above this share of the budget
   double evict_stop = 0.80;       // ... and stops below this one

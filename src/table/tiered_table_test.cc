@@ -75,8 +75,10 @@ void ShrinkAgainst(const CtrAccessor& acc, ThreadPool* pool, TieredTable* table,
 
 // A random mix of every table operation against the reference; with a quantized layout the
 // rows' embeddings are stored as codes in every tier and must come back as the same codes.
+// serial_writeback: the write-back reads its batches one record at a time (its default where
+// reads are fast), not in parallel from the second read on (the test options).
 void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayout,
-                     bool direct_reads = false) {
+                     bool direct_reads = false, bool serial_writeback = false) {
   TempDir dir;
   AccessorOptions ao;
   ao.embedx_threshold = 0.25f;  // some keys without embeddings
@@ -89,6 +91,7 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
   TieredOptions o = Options(disk ? dir.path() : "", disk ? 60 << 10 : 0);
   o.layout = layout;
   o.ssd.direct_reads = direct_reads;
+  if (serial_writeback) o.parallel_read_us = 1e12;
   auto table = Open(o);
   Reference ref;
   ThreadPool pool(3);
@@ -107,6 +110,7 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
     traffic["records_read"] += rep.records_read;
     traffic["writeback_reads"] += rep.writeback_reads;
     traffic["writeback_read_nanos"] += rep.writeback_read_nanos;
+    traffic["parallel_writeback_batches"] += rep.parallel_writeback_batches;
   };
   for (int step = 0; step < 400; ++step) {
     const int op = static_cast<int>(rng.Below(20));
@@ -177,12 +181,18 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
     EXPECT_GT(traffic["writeback_reads"], 0u);
     EXPECT_LT(traffic["writeback_reads"], traffic["records_read"]);
     EXPECT_GT(traffic["writeback_read_nanos"], 0u);
+    if (serial_writeback) {
+      EXPECT_EQ(traffic["parallel_writeback_batches"], 0u);
+    } else {
+      EXPECT_GT(traffic["parallel_writeback_batches"], 0u);
+    }
   }
 }
 
 TEST(TieredTableTest, DifferentialInMemory) { RunDifferential(false, 1); }
 TEST(TieredTableTest, DifferentialOverSsdFiles) {
   for (uint64_t seed : {2, 3, 4}) RunDifferential(true, seed);
+  RunDifferential(true, 5, kLayout, false, /*serial_writeback=*/true);
 }
 // The same with the files read around the page cache (O_DIRECT, storage.direct_reads): records
 // read back while their pages are still being written, compactions' header walks, reopens.

@@ -31,6 +31,7 @@ inline TieredOptions Options(const std::string& dir, uint64_t budget, uint32_t g
   o.ssd.group_bits = group_bits;
   o.ssd.file_bytes = file_bytes;
   o.io_threads = 2;
+  o.parallel_read_us = 0;  // a write-back batch reads in parallel from its second read on
   o.min_evict_rows = 4;
   return o;
 }

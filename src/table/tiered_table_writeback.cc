@@ -124,16 +124,35 @@ Status TieredTable::ReadGroupRecords(const GroupFiles& f, GroupRead* r) const {
 
 Status TieredTable::ReadGroups(const CacheStripe& stripe, std::vector<GroupRead>* reads) {
   const NanosInto timed(&counters_->writeback_read_nanos);
-  // The batch's groups are read storage.io_threads at a time: where the page cache cannot hold
-  // the files, a write-back reading one record at a time kept the pulls waiting for room.
   std::vector<GroupFiles> files(reads->size());
   {
     CacheStripe::Lock lock(stripe);
     for (size_t i = 0; i < reads->size(); ++i) files[i] = FilesOf(stripe, (*reads)[i].group);
   }
-  std::vector<Status> status(reads->size());
-  RunParallel(reads->size() > 1 ? writeback_io_pool_.get() : nullptr, reads->size(),
-              [&](size_t i, int) { status[i] = ReadGroupRecords(files[i], &(*reads)[i]); });
+  // The batch's groups are read one at a time while the reads come from the page cache (a few
+  // µs each: handing them to a pool's threads cost more than it saved on 2 cores); once the
+  // batch's reads so far average more than options_.parallel_read_us, they come from the
+  // device, and the rest are read storage.io_threads at a time (a write-back reading one record
+  // at a time there kept the pulls waiting for room).
+  const auto start = std::chrono::steady_clock::now();
+  const double slow_nanos = options_.parallel_read_us * 1e3;
+  size_t i = 0;
+  while (i < reads->size()) {
+    RETURN_IF_ERROR(ReadGroupRecords(files[i], &(*reads)[i]));
+    ++i;
+    const auto spent = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::chrono::steady_clock::now() - start)
+                           .count();
+    if (writeback_io_pool_ && static_cast<double>(spent) >= slow_nanos * static_cast<double>(i))
+      break;
+  }
+  if (i == reads->size()) return Status::OK();
+  counters_->parallel_writeback_batches.fetch_add(1, std::memory_order_relaxed);
+  const size_t first = i;
+  std::vector<Status> status(reads->size() - first);
+  RunParallel(
+      reads->size() - first > 1 ? writeback_io_pool_.get() : nullptr, status.size(),
+      [&](size_t j, int) { status[j] = ReadGroupRecords(files[first + j], &(*reads)[first + j]); });
   for (const Status& st : status) RETURN_IF_ERROR(st);
   return Status::OK();
 }
