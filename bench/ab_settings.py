@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Two settings of one ctrbox binary compared on the 12 M-key model at a 10 % budget (4 M
+generated rows of zipf 1.02, vocab_scale 1000; 256 MB), their runs interleaved (A, B, A, B, ...)
+so that a noisy shared machine slows both alike. Prints one JSON line per run (examples/s, the
+process's CPU-seconds, digest, test AUC and the write-back's counters) and a summary with the
+medians, the spread, the ratios and whether every run trained to the same digest.
+
+  bench/ab_settings.py --a storage.parallel_read_us=40 --b storage.parallel_read_us=0 [--reps 3]
+      [--ctrbox build/ctrbox] [--data-dir /tmp/ctrbox-bench] [--set KEY=VALUE ...]
+
+--a / --b take one or more KEY=VALUE settings each (repeat the flag); --set applies to both.
+"""
+import json, os, shutil, statistics
+
+from bench_data import arg_parser, train
+
+JOB = ["data.gen.rows=4000000", "data.gen.test_rows=200000", "data.gen.zipf=1.02",
+       "data.gen.vocab_scale=1000", "storage.memory_budget=255829129"]
+COUNTERS = ["hit_rate", "records_read", "writeback_reads", "groups_written", "merges",
+            "parallel_writeback_batches", "ssd_bytes_read", "ssd_bytes_written"]
+
+
+def main():
+    ap = arg_parser(__doc__, 3)
+    ap.add_argument("--a", action="append", required=True, help="KEY=VALUE of setting A")
+    ap.add_argument("--b", action="append", required=True, help="KEY=VALUE of setting B")
+    ap.add_argument("--set", action="append", default=[], help="more settings, every run")
+    a = ap.parse_args()
+    runs = {"a": [], "b": []}
+    for rep in range(a.reps):
+        for name, sets in (("a", a.a), ("b", a.b)):
+            ssd = os.path.join(a.data_dir, "ab-settings-ssd")
+            model = os.path.join(a.data_dir, "ab-settings-model")
+            shutil.rmtree(ssd, ignore_errors=True)
+            args = ["--model-dir", model, "--fresh", "--set", f"storage.ssd_dir={ssd}"]
+            for kv in JOB + a.set + sets:
+                args += ["--set", kv]
+            r = train(a.ctrbox, args)
+            shutil.rmtree(ssd, ignore_errors=True)
+            runs[name].append(r)
+            st = r["storage"]
+            line = {"bench": "ab_settings", "setting": name, "set": sets, "rep": rep,
+                    "examples_per_s": r["examples_per_s"], "cpu_seconds": r["process_cpu_seconds"],
+                    "seconds": r["seconds"], "digest": r["digest"], "test_auc": r["test_auc"],
+                    "blas_core": r.get("blas_core"), "peak_rss_bytes": r["peak_rss_bytes"],
+                    "writeback_read_seconds": st.get("writeback_read_nanos", 0) * 1e-9}
+            line.update({k: st.get(k) for k in COUNTERS})
+            print(json.dumps(line), flush=True)
+
+    def med(name, key):
+        return statistics.median(r[key] for r in runs[name])
+
+    def spread(name, key):
+        v = [r[key] for r in runs[name]]
+        return [min(v), max(v)]
+
+    digests = {r["digest"] for rs in runs.values() for r in rs}
+    print(json.dumps({
+        "bench": "ab_settings_summary", "a": a.a, "b": a.b, "set": a.set, "reps": a.reps,
+        "examples_per_s_median": {"a": med("a", "examples_per_s"), "b": med("b", "examples_per_s")},
+        "examples_per_s_range": {"a": spread("a", "examples_per_s"), "b": spread("b", "examples_per_s")},
+        "cpu_seconds_median": {"a": med("a", "process_cpu_seconds"), "b": med("b", "process_cpu_seconds")},
+        "a_over_b": med("a", "examples_per_s") / med("b", "examples_per_s"),
+        "same_digest": len(digests) == 1,
+        "blas_core": sorted({r.get("blas_core") for rs in runs.values() for r in rs} - {None})}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
