@@ -147,12 +147,13 @@ Status TieredTable::ReadGroups(const CacheStripe& stripe, std::vector<GroupRead>
       break;
   }
   if (i == reads->size()) return Status::OK();
-  counters_->parallel_writeback_batches.fetch_add(1, std::memory_order_relaxed);
   const size_t first = i;
+  const bool parallel = reads->size() - first > 1;  // one read left: the caller reads it
+  if (parallel) counters_->parallel_writeback_batches.fetch_add(1, std::memory_order_relaxed);
   std::vector<Status> status(reads->size() - first);
-  RunParallel(
-      reads->size() - first > 1 ? writeback_io_pool_.get() : nullptr, status.size(),
-      [&](size_t j, int) { status[j] = ReadGroupRecords(files[first + j], &(*reads)[first + j]); });
+  RunParallel(parallel ? writeback_io_pool_.get() : nullptr, status.size(), [&](size_t j, int) {
+    status[j] = ReadGroupRecords(files[first + j], &(*reads)[first + j]);
+  });
   for (const Status& st : status) RETURN_IF_ERROR(st);
   return Status::OK();
 }
