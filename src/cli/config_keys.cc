@@ -231,7 +231,7 @@ const std::vector<Key>& Keys() {
        DiskProbe()},
       {"storage.disk_budget", "0 (unlimited)", "bytes the parameter files may take",
        Bytes([](JobConfig* j, uint64_t v) { j->storage.ssd.disk_budget = v; }, 0)},
-      {"storage.group_bits", "log2(memory_budget / 960)",
+      {"storage.group_bits", "log2(memory_budget / 1920)",
        "2^group_bits key groups (one SSD record and one index entry each)",
        UInt([](JobConfig* j, uint64_t v) { j->storage.ssd.group_bits = static_cast<uint32_t>(v); },
             1, 30)},

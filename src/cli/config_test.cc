@@ -77,6 +77,25 @@ TEST(ConfigTest, UnknownKeysAndBadValuesNameTheKey) {
   EXPECT_FALSE(s.ok());
 }
 
+// The SSD tier's groups follow the budget (2^G, G = log2(budget / 1920), clamped to [10, 28]),
+// unless storage.group_bits sets them.
+TEST(ConfigTest, GroupBitsFollowTheBudget) {
+  auto bits = [](const std::vector<std::string>& sets) -> uint32_t {
+    JobConfigBuilder b;
+    EXPECT_TRUE(b.ApplySet("storage.ssd_dir=/ssd").ok());
+    for (const std::string& kv : sets) EXPECT_TRUE(b.ApplySet(kv).ok()) << kv;
+    auto job = b.Finish();
+    EXPECT_TRUE(job.ok()) << job.status().ToString();
+    return job.ok() ? job->storage.ssd.group_bits : 0;
+  };
+  EXPECT_EQ(bits({"storage.memory_budget=255829129"}), 17u);  // 2^17 x 1920 <= it < 2^18 x 1920
+  EXPECT_EQ(bits({"storage.memory_budget=251658240"}), 17u);  // 2^17 x 1920 exactly
+  EXPECT_EQ(bits({"storage.memory_budget=251658239"}), 16u);
+  EXPECT_EQ(bits({"storage.memory_budget=1500MB"}), 19u);
+  EXPECT_EQ(bits({"storage.memory_budget=1MB"}), 10u);  // the floor
+  EXPECT_EQ(bits({"storage.memory_budget=255829129", "storage.group_bits=12"}), 12u);
+}
+
 // A key renamed by the glossary (docs/architecture.md, "Words") still sets its new key, from
 // --set and from a job file alike; `ctrbox config` lists the new name only.
 TEST(ConfigTest, RenamedKeysStillSetTheirNewKeys) {
