@@ -156,6 +156,16 @@ TEST(TrainerTest, AResumeOverATieredTableTakesTheNewestDeltaCheckpoint) {
   EXPECT_FALSE(resumed->contains("resume_warnings") && !(*resumed)["resume_warnings"].empty())
       << (*resumed)["resume_warnings"].dump();
   EXPECT_EQ((*resumed)["digest"], (*whole)["digest"]);
+  // Another group count moves the pass-sizing window: the resume is refused, naming the keys.
+  job.storage.ssd.group_bits = 9;
+  job.model_dir = dir.File("regrouped");
+  auto regrouped = TrainJson(Env::Posix(), job, nullptr);
+  ASSERT_FALSE(regrouped.ok());
+  EXPECT_NE(regrouped.status().message().find("pass sizing (storage.memory_budget)"),
+            std::string::npos)
+      << regrouped.status().ToString();
+  EXPECT_NE(regrouped.status().message().find("storage.group_bits"), std::string::npos)
+      << regrouped.status().ToString();
 }
 
 TEST(TrainerTest, AJobMovedBetweenCpuAndEmulatedGpuByResumesEqualsOneCpuRun) {

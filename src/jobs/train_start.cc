@@ -162,10 +162,17 @@ std::string ResumeMismatch(const CheckpointManifest& m, const ModelSpec& spec,
       }
       if (!differs) continue;
     }
+    // The key window is the budget less the group index and the Bloom filters' share: name
+    // the keys that move it, and the group default that changed (docs/storage.md, pass sizing).
+    const char* why = key == "pass sizing (storage.memory_budget)"
+                          ? " (the key window follows storage.memory_budget, storage.group_bits "
+                            "and storage.bloom_share; before 2026-12-03 storage.group_bits "
+                            "defaulted to log2(memory_budget / 960), one more than now)"
+                          : "";
     // Named as the user sets it: the job's value, not a rank's share.
-    return fmt::format("{} was written with {} = {}, this job sets {}", name, key,
+    return fmt::format("{} was written with {} = {}, this job sets {}{}", name, key,
                        JsonText(JobValue(key, old, ranks_then)),
-                       JsonText(JobValue(key, value, ranks_now)));
+                       JsonText(JobValue(key, value, ranks_now)), why);
   }
   return "";
 }
