@@ -38,6 +38,7 @@ def main():
                 args += ["--set", kv]
             r = train(a.ctrbox, args)
             shutil.rmtree(ssd, ignore_errors=True)
+            shutil.rmtree(model, ignore_errors=True)
             runs[name].append(r)
             st = r["storage"]
             line = {"bench": "ab_settings", "setting": name, "set": sets, "rep": rep,
