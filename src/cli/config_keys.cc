@@ -271,6 +271,10 @@ const std::vector<Key>& Keys() {
        UInt([](JobConfig* j,
                uint64_t v) { j->storage.ssd.bloom_bits_per_key = static_cast<int>(v); },
             1, 32)},
+      {"storage.lfu_half_life", "16",
+       "eviction keeps the rows used most: a row's show count, halved for every this many "
+       "passes since its last use, ranks it (larger: frequency counts more than recency)",
+       Float([](JobConfig* j, float v) { j->storage.lfu_half_life = v; }, 0.01, 1e6)},
       {"storage.delta_share", "0.2",
        "a group's delta record is merged into its base once it would hold more than this share "
        "of the base's rows (lower: fewer rows carried per write-back, more merges)",

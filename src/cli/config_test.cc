@@ -73,6 +73,12 @@ TEST(ConfigTest, UnknownKeysAndBadValuesNameTheKey) {
   t.delta_share = 5;
   EXPECT_NE(t.Validate().message().find("storage.delta_share must be in (0, 4]"),
             std::string::npos);
+  t.delta_share = 0.2;
+  s = b.ApplySet("storage.lfu_half_life=0");
+  EXPECT_NE(s.message().find("storage.lfu_half_life"), std::string::npos) << s.message();
+  t.lfu_half_life = 0;
+  EXPECT_NE(t.Validate().message().find("storage.lfu_half_life must be in (0, 1e6]"),
+            std::string::npos);
   s = b.ApplySet("noequals");
   EXPECT_FALSE(s.ok());
 }

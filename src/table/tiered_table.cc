@@ -47,6 +47,14 @@ TieredTable::TieredTable(Env* env, TieredOptions options)
     stripes_.push_back(std::make_unique<CacheStripe>(options_.layout));
   }
   accounted_.assign(stripes_.size(), 0);
+  age_factors_.resize(256);
+  for (size_t a = 0; a < age_factors_.size(); ++a) {
+    age_factors_[a] = AgeFactor(static_cast<uint16_t>(a), options_.lfu_half_life);
+  }
+}
+
+float AgeFactor(uint16_t age, double half_life) {
+  return static_cast<float>(std::exp2(-static_cast<double>(age) / half_life));
 }
 
 uint64_t TieredOptions::ResidentRowBytes() const { return CacheStripe::RowBytesFor(layout); }
@@ -83,6 +91,9 @@ Status TieredOptions::Validate() const {
   }
   if (!(bloom_share > 0 && bloom_share <= 0.5)) {
     return InvalidArgumentError("storage.bloom_share must be in (0, 0.5]");
+  }
+  if (!(lfu_half_life > 0 && lfu_half_life <= 1e6)) {
+    return InvalidArgumentError("storage.lfu_half_life must be in (0, 1e6]");
   }
   if (!(delta_share > 0 && delta_share <= 4)) {
     return InvalidArgumentError("storage.delta_share must be in (0, 4]");

@@ -57,6 +57,9 @@ struct TieredOptions {
   double delta_share = 0.2;
   // The share of memory_budget the SSD tier's Bloom filters may take (SsdOptions::bloom_budget).
   double bloom_share = 0.10;
+  // Eviction ranks unpinned rows by their show counter halved for every this many pulls
+  // (passes) since the row's last one (docs/storage.md, "The LFU chain").
+  double lfu_half_life = 16;
 
   // OK, or InvalidArgument naming the bad key (table.stripe_bits, storage.*). Open calls it.
   Status Validate() const;
@@ -231,6 +234,7 @@ class TieredTable final : public SparseTable {
 
   Env* const env_;
   const TieredOptions options_;
+  std::vector<float> age_factors_;  // 2^(-age / lfu_half_life) for the ages most rows have
   std::vector<std::unique_ptr<CacheStripe>> stripes_;  // the vector is immutable after Open
   std::vector<size_t> accounted_;  // bytes of each stripe last added to used_ (its stripe's lock)
   std::unique_ptr<DirLock> dir_lock_;  // before ssd_: released after the store's last write

@@ -133,6 +133,43 @@ TEST(TieredTableTest, MemoryStaysWithinTheBudgetWhileTheFilesGrowTenfold) {
   EXPECT_GT(rep.hit_rate(), 0.5);
 }
 
+// Eviction ranks rows by their show counter aged by storage.lfu_half_life (docs/storage.md,
+// "The LFU chain"): a set of rows in many examples, then passes of rows in one example each,
+// then the set again. With a long half-life the frequent rows stay in memory through the
+// passes; with a half-life of one pass they age below the newer single-use rows and go.
+TEST(TieredTableTest, TheHalfLifeWeighsFrequencyAgainstRecency) {
+  auto reloaded = [](double half_life) {
+    TempDir dir;
+    ValueLayout layout{16, 16, 1};
+    CtrAccessor acc(layout, AccessorOptions{});
+    TieredOptions o = Options(dir.path(), 1 << 20, /*group_bits=*/10, /*file_bytes=*/1 << 20);
+    o.layout = layout;
+    o.lfu_half_life = half_life;
+    auto table = Open(o);
+    RowBlock rows(layout);
+    auto pass = [&](const std::vector<uint64_t>& keys, float shows) {
+      auto pins = table->Pull(keys.data(), keys.size(), &acc, &rows, nullptr);
+      ASSERT_TRUE(pins.ok()) << pins.status().ToString();
+      for (size_t i = 0; i < keys.size(); ++i) rows.show(i) += shows;
+      ASSERT_TRUE(table->Push(&*pins, rows, nullptr).ok());
+    };
+    std::vector<uint64_t> hot;
+    for (uint64_t i = 0; i < 500; ++i) hot.push_back(Mix64(i));
+    pass(hot, 50);
+    for (uint64_t p = 0; p < 40; ++p) {
+      std::vector<uint64_t> once;
+      for (uint64_t i = 0; i < 1000; ++i) once.push_back(Mix64((uint64_t{1} << 40) + p * 1000 + i));
+      pass(once, 1);
+    }
+    const uint64_t before = table->Storage().loaded_from_ssd;
+    EXPECT_GE(table->Storage().live_bytes, 4 * o.memory_budget) << "the passes overflow memory";
+    pass(hot, 50);
+    return table->Storage().loaded_from_ssd - before;
+  };
+  EXPECT_EQ(reloaded(1e6), 0u);    // frequency alone: the 500 stay
+  EXPECT_GE(reloaded(1.0), 450u);  // recency: they went to disk
+}
+
 TEST(TieredTableTest, ResidentMemoryStaysWithinBudgetPlusMarginAsTheModelGrows) {
   // Invariant 2 of docs/storage.md, measured on the process: RSS growth stays within the
   // budget plus the stated margin (one pass's RowBlock and key vectors, read buffers,

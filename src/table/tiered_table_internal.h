@@ -35,6 +35,10 @@ struct TieredTable::Counters {
 #undef CTRBOX_ATOMIC_COUNTER
 };
 
+// 2^(-age / half_life): the ageing of the LFU priority by the pulls (passes) since a row's
+// last one (docs/storage.md, "The LFU chain"; TieredOptions::lfu_half_life).
+float AgeFactor(uint16_t age, double half_life);
+
 // Adds the nanoseconds of its lifetime to a counter (a wait's, or a phase's, however it ends).
 class NanosInto {
  public:

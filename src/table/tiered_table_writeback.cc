@@ -65,25 +65,13 @@ void TakeBatch(const std::vector<Read>& reads, size_t b, size_t end, std::vector
 }
 
 // The LFU priority of an unpinned row (docs/storage.md): its show counter, halved for every
-// kHalfLife passes since its last pull. Rows with the lowest priority are evicted first.
-constexpr double kHalfLife = 16.0;
-float AgeFactor(uint16_t age) {
-  return static_cast<float>(std::exp2(-static_cast<double>(age) / kHalfLife));
-}
-// AgeFactor of the ages most rows have, computed once (the same values: an eviction round
+// options.lfu_half_life passes since its last pull. Rows with the lowest priority are evicted
+// first. factors holds 2^(-age / half_life) for the ages most rows have (an eviction round
 // ranks every unpinned row of a stripe, and exp2 was ~1 % of store_bench's CPU).
-constexpr size_t kAgeTable = 256;
-const std::array<float, kAgeTable>& AgeFactors() {
-  static const std::array<float, kAgeTable> table = [] {
-    std::array<float, kAgeTable> t;
-    for (size_t a = 0; a < kAgeTable; ++a) t[a] = AgeFactor(static_cast<uint16_t>(a));
-    return t;
-  }();
-  return table;
-}
-float Priority(const CacheStripe& stripe, uint32_t node, uint16_t now) REQUIRES(stripe) {
+float Priority(const CacheStripe& stripe, uint32_t node, uint16_t now,
+               const std::vector<float>& factors, double half_life) REQUIRES(stripe) {
   const uint16_t age = static_cast<uint16_t>(now - stripe.meta(node).epoch);
-  return stripe.show(node) * (age < kAgeTable ? AgeFactors()[age] : AgeFactor(age));
+  return stripe.show(node) * (age < factors.size() ? factors[age] : AgeFactor(age, half_life));
 }
 
 }  // namespace
@@ -383,7 +371,9 @@ StatusOr<uint64_t> TieredTable::EvictStripe(size_t s, uint64_t share, bool all) 
                               (bytes - share + stripe.RowBytes() - 1) / stripe.RowBytes()));
       std::vector<std::pair<float, uint32_t>> ranked;
       ranked.reserve(candidates.size());
-      for (uint32_t node : candidates) ranked.emplace_back(Priority(stripe, node, now), node);
+      for (uint32_t node : candidates)
+        ranked.emplace_back(Priority(stripe, node, now, age_factors_, options_.lfu_half_life),
+                            node);
       std::nth_element(ranked.begin(), ranked.begin() + (k - 1), ranked.end());
       threshold = ranked[k - 1].first;
       for (size_t v = 0; v < ranked.size(); ++v) {
