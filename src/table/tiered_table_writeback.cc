@@ -371,9 +371,10 @@ StatusOr<uint64_t> TieredTable::EvictStripe(size_t s, uint64_t share, bool all) 
                               (bytes - share + stripe.RowBytes() - 1) / stripe.RowBytes()));
       std::vector<std::pair<float, uint32_t>> ranked;
       ranked.reserve(candidates.size());
-      for (uint32_t node : candidates)
+      for (uint32_t node : candidates) {
         ranked.emplace_back(Priority(stripe, node, now, age_factors_, options_.lfu_half_life),
                             node);
+      }
       std::nth_element(ranked.begin(), ranked.begin() + (k - 1), ranked.end());
       threshold = ranked[k - 1].first;
       for (size_t v = 0; v < ranked.size(); ++v) {
