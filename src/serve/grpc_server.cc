@@ -218,8 +218,10 @@ class GrpcServer::Impl {
     // gRPC's synchronous server answers RESOURCE_EXHAUSTED to an RPC that finds every thread
     // busy, where the HTTP core queues it: so at least 8 RPCs at once (and 2 threads that poll)
     // whatever --threads, or a client of 4 threads against 2 workers got errors (1 036 of them
-    // in bench/serve_connections.py's gRPC run at --threads 2).
-    quota.SetMaxThreads(std::max(8, o_.workers) + 2);
+    // in bench/serve_connections.py's gRPC run at --threads 2). Twice that: a thread that has
+    // answered still counts until it is back polling, so a client keeping 8 RPCs in flight
+    // could find all 8 + 2 taken (one refusal in a clean clone's CI run under ctest -j2).
+    quota.SetMaxThreads(2 * std::max(8, o_.workers) + 2);
     builder.SetResourceQuota(quota);
     builder.RegisterService(&service_);
     server_ = builder.BuildAndStart();
