@@ -275,6 +275,10 @@ const std::vector<Key>& Keys() {
        "eviction keeps the rows used most: a row's show count, halved for every this many "
        "passes since its last use, ranks it (larger: frequency counts more than recency)",
        Float([](JobConfig* j, float v) { j->storage.lfu_half_life = v; }, 0.01, 1e6)},
+      {"storage.dirty_weight", "1",
+       "eviction ranks a row it must write back (dirty) this many times its use: above 1, "
+       "clean rows leave before dirty ones used as often (evicting a clean row writes nothing)",
+       Float([](JobConfig* j, float v) { j->storage.dirty_weight = v; }, 1, 1e6)},
       {"storage.delta_share", "0.2",
        "a group's delta record is merged into its base once it would hold more than this share "
        "of the base's rows (lower: fewer rows carried per write-back, more merges)",

@@ -79,6 +79,12 @@ TEST(ConfigTest, UnknownKeysAndBadValuesNameTheKey) {
   t.lfu_half_life = 0;
   EXPECT_NE(t.Validate().message().find("storage.lfu_half_life must be in (0, 1e6]"),
             std::string::npos);
+  t.lfu_half_life = 16;
+  s = b.ApplySet("storage.dirty_weight=0.5");
+  EXPECT_NE(s.message().find("storage.dirty_weight"), std::string::npos) << s.message();
+  t.dirty_weight = 0.5;
+  EXPECT_NE(t.Validate().message().find("storage.dirty_weight must be in [1, 1e6]"),
+            std::string::npos);
   s = b.ApplySet("noequals");
   EXPECT_FALSE(s.ok());
 }

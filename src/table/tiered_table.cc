@@ -95,6 +95,9 @@ Status TieredOptions::Validate() const {
   if (!(lfu_half_life > 0 && lfu_half_life <= 1e6)) {
     return InvalidArgumentError("storage.lfu_half_life must be in (0, 1e6]");
   }
+  if (!(dirty_weight >= 1 && dirty_weight <= 1e6)) {
+    return InvalidArgumentError("storage.dirty_weight must be in [1, 1e6]");
+  }
   if (!(delta_share > 0 && delta_share <= 4)) {
     return InvalidArgumentError("storage.delta_share must be in (0, 4]");
   }

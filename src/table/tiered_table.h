@@ -60,6 +60,10 @@ struct TieredOptions {
   // Eviction ranks unpinned rows by their show counter halved for every this many pulls
   // (passes) since the row's last one (docs/storage.md, "The LFU chain").
   double lfu_half_life = 16;
+  // ... and a row that an eviction must write back (dirty, or never written) by its priority
+  // times this: above 1, clean rows leave before dirty ones used as often (a clean eviction
+  // writes nothing). 1: no preference.
+  double dirty_weight = 1;
 
   // OK, or InvalidArgument naming the bad key (table.stripe_bits, storage.*). Open calls it.
   Status Validate() const;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <set>
 #include <thread>
@@ -133,41 +134,90 @@ TEST(TieredTableTest, MemoryStaysWithinTheBudgetWhileTheFilesGrowTenfold) {
   EXPECT_GT(rep.hit_rate(), 0.5);
 }
 
+// A table of 16-dimension rows with a 1 MiB budget (options tuned by the caller), and one
+// training pass over keys: pull them, add `shows` to every row, push.
+struct SmallBudgetTable {
+  TempDir dir;
+  ValueLayout layout{16, 16, 1};
+  CtrAccessor acc{layout, AccessorOptions{}};
+  TieredOptions options;
+  std::unique_ptr<TieredTable> table;
+  RowBlock rows{layout};
+
+  explicit SmallBudgetTable(const std::function<void(TieredOptions*)>& tune) {
+    options = Options(dir.path(), 1 << 20, /*group_bits=*/10, /*file_bytes=*/1 << 20);
+    options.layout = layout;
+    tune(&options);
+    table = Open(options);
+  }
+  void Pass(const std::vector<uint64_t>& keys, float shows) {
+    auto pins = table->Pull(keys.data(), keys.size(), &acc, &rows, nullptr);
+    ASSERT_TRUE(pins.ok()) << pins.status().ToString();
+    for (size_t i = 0; i < keys.size(); ++i) rows.show(i) += shows;
+    ASSERT_TRUE(table->Push(&*pins, rows, nullptr).ok());
+  }
+};
+
 // Eviction ranks rows by their show counter aged by storage.lfu_half_life (docs/storage.md,
 // "The LFU chain"): a set of rows in many examples, then passes of rows in one example each,
 // then the set again. With a long half-life the frequent rows stay in memory through the
 // passes; with a half-life of one pass they age below the newer single-use rows and go.
 TEST(TieredTableTest, TheHalfLifeWeighsFrequencyAgainstRecency) {
   auto reloaded = [](double half_life) {
-    TempDir dir;
-    ValueLayout layout{16, 16, 1};
-    CtrAccessor acc(layout, AccessorOptions{});
-    TieredOptions o = Options(dir.path(), 1 << 20, /*group_bits=*/10, /*file_bytes=*/1 << 20);
-    o.layout = layout;
-    o.lfu_half_life = half_life;
-    auto table = Open(o);
-    RowBlock rows(layout);
-    auto pass = [&](const std::vector<uint64_t>& keys, float shows) {
-      auto pins = table->Pull(keys.data(), keys.size(), &acc, &rows, nullptr);
-      ASSERT_TRUE(pins.ok()) << pins.status().ToString();
-      for (size_t i = 0; i < keys.size(); ++i) rows.show(i) += shows;
-      ASSERT_TRUE(table->Push(&*pins, rows, nullptr).ok());
-    };
+    SmallBudgetTable t([&](TieredOptions* o) { o->lfu_half_life = half_life; });
     std::vector<uint64_t> hot;
     for (uint64_t i = 0; i < 500; ++i) hot.push_back(Mix64(i));
-    pass(hot, 50);
+    t.Pass(hot, 50);
     for (uint64_t p = 0; p < 40; ++p) {
       std::vector<uint64_t> once;
       for (uint64_t i = 0; i < 1000; ++i) once.push_back(Mix64((uint64_t{1} << 40) + p * 1000 + i));
-      pass(once, 1);
+      t.Pass(once, 1);
     }
-    const uint64_t before = table->Storage().loaded_from_ssd;
-    EXPECT_GE(table->Storage().live_bytes, 4 * o.memory_budget) << "the passes overflow memory";
-    pass(hot, 50);
-    return table->Storage().loaded_from_ssd - before;
+    const uint64_t before = t.table->Storage().loaded_from_ssd;
+    EXPECT_GE(t.table->Storage().live_bytes, 4 * t.options.memory_budget)
+        << "the passes overflow memory";
+    t.Pass(hot, 50);
+    return t.table->Storage().loaded_from_ssd - before;
   };
   EXPECT_EQ(reloaded(1e6), 0u);    // frequency alone: the 500 stay
   EXPECT_GE(reloaded(1.0), 450u);  // recency: they went to disk
+}
+
+// storage.dirty_weight (docs/storage.md, "Clean rows first"): A is used often and written
+// (clean); B and C are used once and never written (dirty). When C overflows the budget,
+// weight 1 evicts the rarely used B and C first, each a write-back; a large weight evicts A,
+// which its records on disk already hold: nothing is written.
+TEST(TieredTableTest, TheDirtyWeightEvictsCleanRowsFirst) {
+  auto evictions = [](double weight) {
+    SmallBudgetTable t([&](TieredOptions* o) { o->dirty_weight = weight; });
+    uint64_t next = 0;
+    auto pass = [&](size_t n, float shows) {
+      std::vector<uint64_t> keys;
+      for (size_t i = 0; i < n; ++i) keys.push_back(Mix64(next++));
+      t.Pass(keys, shows);
+    };
+    const size_t capacity = t.options.RowBudgetBytes() / t.options.ResidentRowBytes();
+    pass(capacity / 2, 10);  // A
+    EXPECT_TRUE(t.table->FlushAll().ok());
+    const uint64_t flushed = t.table->Storage().groups_written;
+    pass(capacity * 3 / 10, 1);  // B
+    EXPECT_EQ(t.table->Storage().evict_rounds, 0u) << "A and B fit";
+    pass(capacity * 3 / 10, 1);  // C
+    // The worker evicts down to evict_stop of the budget (bounded wait, not a timing).
+    for (int i = 0; i < 3000 && t.table->Storage().evict_rounds == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    StorageStats st = t.table->Storage();
+    EXPECT_GT(st.evicted_clean + st.evicted_dirty, capacity / 10) << st.DebugString();
+    st.groups_written -= flushed;  // the eviction's writes
+    return st;
+  };
+  const StorageStats equal = evictions(1), weighted = evictions(1e6);
+  EXPECT_GT(equal.evicted_dirty, equal.evicted_clean) << equal.DebugString();
+  EXPECT_GT(equal.groups_written, 0u);
+  EXPECT_EQ(weighted.evicted_dirty, 0u) << weighted.DebugString();
+  EXPECT_EQ(weighted.groups_written, 0u);
+  EXPECT_GT(weighted.evicted_clean, 0u);
 }
 
 TEST(TieredTableTest, ResidentMemoryStaysWithinBudgetPlusMarginAsTheModelGrows) {

@@ -63,14 +63,21 @@ void TakeBatch(const std::vector<Read>& reads, size_t b, size_t end, std::vector
   }
 }
 
+// Whether a write-back writes a row in this state: resident, not fresh, dirty or not on disk.
+bool WritesBack(uint8_t st) { return !(st & kFresh) && ((st & kDirty) || !(st & kOnDisk)); }
+
 // The LFU priority of an unpinned row (docs/storage.md): its show counter, halved for every
-// options.lfu_half_life passes since its last pull. Rows with the lowest priority are evicted
-// first. factors holds 2^(-age / half_life) for the ages most rows have (an eviction round
-// ranks every unpinned row of a stripe, and exp2 was ~1 % of store_bench's CPU).
+// options.lfu_half_life passes since its last pull, and multiplied by options.dirty_weight if
+// evicting it writes it back (a clean row leaves for free). Rows with the lowest priority are
+// evicted first. factors holds 2^(-age / half_life) for the ages most rows have (an eviction
+// round ranks every unpinned row of a stripe, and exp2 was ~1 % of store_bench's CPU).
 float Priority(const CacheStripe& stripe, uint32_t node, uint16_t now,
-               const std::vector<float>& factors, double half_life) REQUIRES(stripe) {
-  const uint16_t age = static_cast<uint16_t>(now - stripe.meta(node).epoch);
-  return stripe.show(node) * (age < factors.size() ? factors[age] : AgeFactor(age, half_life));
+               const std::vector<float>& factors, const TieredOptions& options) REQUIRES(stripe) {
+  const NodeMeta& m = stripe.meta(node);
+  const uint16_t age = static_cast<uint16_t>(now - m.epoch);
+  const float p = stripe.show(node) *
+                  (age < factors.size() ? factors[age] : AgeFactor(age, options.lfu_half_life));
+  return WritesBack(m.state) ? p * static_cast<float>(options.dirty_weight) : p;
 }
 
 }  // namespace
@@ -170,13 +177,6 @@ TieredTable::GroupRead TieredTable::GroupReadFor(uint32_t g, uint32_t dirty_rows
       (r.want_delta ? e.delta.length : 0) + (r.want_base ? e.base.length + e.older.length : 0);
   return r;
 }
-
-namespace {
-
-// Whether a write-back writes a row in this state: resident, not fresh, dirty or not on disk.
-bool WritesBack(uint8_t st) { return !(st & kFresh) && ((st & kDirty) || !(st & kOnDisk)); }
-
-}  // namespace
 
 TieredTable::GroupKeys TieredTable::RowsToWrite(const CacheStripe& stripe,
                                                 const std::vector<GroupRead>& reads) const {
@@ -371,8 +371,7 @@ StatusOr<uint64_t> TieredTable::EvictStripe(size_t s, uint64_t share, bool all) 
       std::vector<std::pair<float, uint32_t>> ranked;
       ranked.reserve(candidates.size());
       for (uint32_t node : candidates) {
-        ranked.emplace_back(Priority(stripe, node, now, age_factors_, options_.lfu_half_life),
-                            node);
+        ranked.emplace_back(Priority(stripe, node, now, age_factors_, options_), node);
       }
       std::nth_element(ranked.begin(), ranked.begin() + (k - 1), ranked.end());
       threshold = ranked[k - 1].first;
