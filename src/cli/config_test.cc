@@ -63,28 +63,32 @@ TEST(ConfigTest, UnknownKeysAndBadValuesNameTheKey) {
   s = b.ApplySet("optimizer.dense.type=rowwise_adagrad");
   EXPECT_NE(s.message().find("optimizer.dense.type"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("adam, adagrad or sgd"), std::string::npos) << s.message();
-  s = b.ApplySet("storage.delta_share=0");
-  EXPECT_NE(s.message().find("storage.delta_share"), std::string::npos) << s.message();
-  TieredOptions t;
-  t.ssd.dir = "/ssd";
-  t.ssd.group_bits = 10;
-  t.memory_budget = 1 << 20;
-  ASSERT_TRUE(t.Validate().ok()) << t.Validate().ToString();
-  t.delta_share = 5;
-  EXPECT_NE(t.Validate().message().find("storage.delta_share must be in (0, 4]"),
-            std::string::npos);
-  t.delta_share = 0.2;
-  s = b.ApplySet("storage.lfu_half_life=0");
-  EXPECT_NE(s.message().find("storage.lfu_half_life"), std::string::npos) << s.message();
-  t.lfu_half_life = 0;
-  EXPECT_NE(t.Validate().message().find("storage.lfu_half_life must be in (0, 1e6]"),
-            std::string::npos);
-  t.lfu_half_life = 16;
-  s = b.ApplySet("storage.dirty_weight=0.5");
-  EXPECT_NE(s.message().find("storage.dirty_weight"), std::string::npos) << s.message();
-  t.dirty_weight = 0.5;
-  EXPECT_NE(t.Validate().message().find("storage.dirty_weight must be in [1, 1e6]"),
-            std::string::npos);
+  // The tiered table's ranges, named both by the key's parser and by TieredOptions::Validate.
+  struct Range {
+    const char* set;                          // a value out of the key's range
+    std::function<void(TieredOptions*)> bad;  // the same in TieredOptions
+    const char* message;                      // Validate's words
+  };
+  const Range ranges[] = {
+      {"storage.delta_share=0", [](TieredOptions* t) { t->delta_share = 5; },
+       "storage.delta_share must be in (0, 4]"},
+      {"storage.lfu_half_life=0", [](TieredOptions* t) { t->lfu_half_life = 0; },
+       "storage.lfu_half_life must be in (0, 1e6]"},
+      {"storage.dirty_weight=0.5", [](TieredOptions* t) { t->dirty_weight = 0.5; },
+       "storage.dirty_weight must be in [1, 1e6]"},
+  };
+  for (const Range& r : ranges) {
+    const std::string key(r.set, std::string_view(r.set).find('='));
+    s = b.ApplySet(r.set);
+    EXPECT_NE(s.message().find(key), std::string::npos) << s.message();
+    TieredOptions t;
+    t.ssd.dir = "/ssd";
+    t.ssd.group_bits = 10;
+    t.memory_budget = 1 << 20;
+    ASSERT_TRUE(t.Validate().ok()) << t.Validate().ToString();
+    r.bad(&t);
+    EXPECT_NE(t.Validate().message().find(r.message), std::string::npos) << t.Validate().ToString();
+  }
   s = b.ApplySet("noequals");
   EXPECT_FALSE(s.ok());
 }
