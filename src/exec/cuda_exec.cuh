@@ -21,6 +21,7 @@
 #include "exec/cuda_gemm.cuh"
 #include "exec/exec.h"
 #include "exec/options.h"
+#include "exec/staging.h"
 
 namespace ctrbox {
 
@@ -399,10 +400,8 @@ class CudaExec {
     std::chrono::steady_clock::time_point start_;
   };
   static constexpr size_t kEvents = 1024;
-  static constexpr size_t kStagingBlock = size_t{64} << 20;
-  struct Pinned {
+  struct Pinned : StagingBlock {  // exec/staging.h: where each copy goes
     char* p = nullptr;
-    size_t size = 0, used = 0;
   };
 
   template <class Code>
@@ -427,14 +426,14 @@ class CudaExec {
   void* Stage(const void* src, size_t n) {
     Pinned* block = nullptr;
     for (auto& b : staging_) {
-      if (b.size - b.used >= n) {
+      if (b.Fits(n)) {
         block = &b;
         break;
       }
     }
     if (block == nullptr) {
       Pinned b;
-      b.size = std::max(kStagingBlock, n);
+      b.size = StagingBlock::SizeFor(n);
       void* p = nullptr;
       CTRBOX_EXEC_CHECK(cudaHostAlloc(&p, b.size, cudaHostAllocPortable));
       if (!ok()) return nullptr;
@@ -442,9 +441,8 @@ class CudaExec {
       staging_.push_back(b);
       block = &staging_.back();
     }
-    char* dst = block->p + block->used;
+    char* dst = block->p + block->Take(n);
     ParallelCopy(host_pool_, dst, src, n);
-    block->used += (n + 255) / 256 * 256;
     return dst;
   }
 

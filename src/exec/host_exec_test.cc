@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "exec/exec.h"
+#include "exec/staging.h"
+#include "util/random.h"
 #include "util/thread_pool.h"
 
 namespace ctrbox {
@@ -142,6 +144,41 @@ TEST(HostExecReplayTest, ReserveCountsAllocations) {
   e.Reserve(&b, 5);
   e.Reserve(&b, 20);
   EXPECT_EQ(e.counters().allocations, 2u);
+}
+
+// CudaExec's pinned staging (exec/staging.h), against a byte map of every block: random copy
+// sizes (most small, some larger than a block, none a multiple of 256 bytes) never overlap
+// and never end past their block, and each starts on a 256-byte boundary.
+TEST(StagingBlockTest, CopiesNeverOverlapNorPassTheirBlock) {
+  constexpr size_t kMin = StagingBlock::kMinBlock;
+  Random rng(3);
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<StagingBlock> blocks;
+    std::vector<std::vector<std::pair<size_t, size_t>>> taken;  // per block: [at, at + n)
+    for (int copy = 0; copy < 200; ++copy) {
+      const uint64_t kind = rng.Below(10);
+      const size_t n = kind == 0   ? kMin + 1 + rng.Below(kMin)  // a pass's rows: a block alone
+                       : kind == 1 ? kMin - rng.Below(300)       // nearly a block
+                                   : 1 + rng.Below(1 << 20);
+      size_t b = 0;
+      while (b < blocks.size() && !blocks[b].Fits(n)) ++b;
+      if (b == blocks.size()) {
+        blocks.push_back(StagingBlock{StagingBlock::SizeFor(n), 0});
+        taken.emplace_back();
+      }
+      ASSERT_TRUE(blocks[b].Fits(n));
+      const size_t at = blocks[b].Take(n);
+      ASSERT_EQ(at % StagingBlock::kAlign, 0u);
+      ASSERT_LE(at + n, blocks[b].size) << "copy " << copy << " of " << n << " bytes";
+      for (const auto& [lo, hi] : taken[b]) ASSERT_TRUE(at + n <= lo || at >= hi);
+      taken[b].push_back({at, at + n});
+    }
+  }
+  // The case that wrote past a block: a copy larger than the minimum, not a multiple of 256.
+  StagingBlock big{StagingBlock::SizeFor(kMin + 100), 0};
+  big.Take(kMin + 100);
+  EXPECT_GT(big.used, big.size);
+  EXPECT_FALSE(big.Fits(1));
 }
 
 }  // namespace

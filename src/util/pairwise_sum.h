@@ -14,17 +14,32 @@
 // `into`: the lower positions' sum on the left). Finish merges what is left into slot 0.
 //
 // Its functions are constexpr so that device code may run them too (nvcc
-// --expt-relaxed-constexpr: the GPU step's per-key sums, gpu/step_sparse.h).
+// --expt-relaxed-constexpr: the GPU step's per-key sums, gpu/step_sparse.h). They use no
+// std:: bit function: nvcc 13 compiles std::countl_zero in device code to the constant 64
+// (libstdc++'s builtin is not lowered), which broke the tree on the GPU (see HighBit).
 //
 // Thread safety: not thread-safe (one per sum).
 #ifndef CTRBOX_UTIL_PAIRWISE_SUM_H_
 #define CTRBOX_UTIL_PAIRWISE_SUM_H_
 
-#include <bit>
 #include <cassert>
 #include <cstdint>
 
 namespace ctrbox {
+
+// The index of the highest set bit of x > 0 (63 - std::countl_zero(x)), in plain arithmetic
+// so that host and device code compute the same (std::countl_zero is 64 for every x in nvcc's
+// device code).
+constexpr int HighBit(uint64_t x) {
+  int n = 0;
+  for (int shift = 32; shift > 0; shift /= 2) {
+    if (x >> shift) {
+      x >>= shift;
+      n += shift;
+    }
+  }
+  return n;
+}
 
 class PairwiseStack {
  public:
@@ -38,7 +53,7 @@ class PairwiseStack {
     if (n_ > 0) {
       assert(pos > last_);
       // The level of the lowest node holding both the previous leaf and this one.
-      const int link = 63 - std::countl_zero(last_ ^ pos);
+      const int link = HighBit(last_ ^ pos);
       // The nodes below that level are complete: merge them.
       while (n_ >= 2 && link_[n_ - 1] < link) {
         merge(n_ - 2, n_ - 1);

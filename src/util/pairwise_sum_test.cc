@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -48,6 +49,20 @@ uint32_t Bits(float f) {
 float Value(Random* rng) {
   return static_cast<float>((rng->Uniform() - 0.5) *
                             std::ldexp(1.0, static_cast<int>(rng->Below(40)) - 20));
+}
+
+// HighBit (the tree's link level, plain arithmetic so that device code computes it too) is
+// 63 - std::countl_zero on the host, for every single bit, every bit below it set, and
+// random values.
+TEST(PairwiseSumTest, HighBitIsTheHostsCountLeadingZeros) {
+  Random rng(7);
+  std::vector<uint64_t> xs;
+  for (int b = 0; b < 64; ++b) {
+    xs.push_back(uint64_t{1} << b);
+    xs.push_back((uint64_t{1} << b) | ((uint64_t{1} << b) - 1));
+  }
+  for (int i = 0; i < 10000; ++i) xs.push_back(rng.Next() | 1);
+  for (const uint64_t x : xs) EXPECT_EQ(HighBit(x), 63 - std::countl_zero(x)) << x;
 }
 
 TEST(PairwiseSumTest, EqualsTheDyadicTreeForAnySetOfLeaves) {
