@@ -392,6 +392,7 @@ int RunParsed(Flags* f, const Commands& c) {
 int main(int argc, char** argv) {
   ctrbox::blas::SelectFittingCores(argv);  // may restart the program with fitting BLAS kernels
   ctrbox::InitLogging(ctrbox::LogLevel::kInfo);
+  ctrbox::InstallCrashBacktrace();  // a crash names its stack (the GPU machines have no gdb)
   ctrbox::ConfigureAllocator();
 
   CLI::App app{"ctrbox: CTR model training over sparse tables larger than memory"};

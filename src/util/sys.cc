@@ -1,11 +1,15 @@
 #include "util/sys.h"
 
+#include <execinfo.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 
 namespace ctrbox {
 
@@ -41,6 +45,11 @@ uint64_t ReleaseFreeMemory() {
     __has_feature(memory_sanitizer)
 #define CTRBOX_HEAP_STATS 0
 #endif
+#endif
+#if defined(CTRBOX_HEAP_STATS)
+#define CTRBOX_SANITIZED 1
+#else
+#define CTRBOX_SANITIZED 0
 #endif
 #if !defined(CTRBOX_HEAP_STATS)
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
@@ -79,6 +88,57 @@ bool CpuHasAvx512() {
 #else
   return false;
 #endif
+}
+
+namespace {
+
+const char* SignalName(int sig) {
+  switch (sig) {
+    case SIGSEGV:
+      return "SIGSEGV";
+    case SIGBUS:
+      return "SIGBUS";
+    case SIGFPE:
+      return "SIGFPE";
+    case SIGILL:
+      return "SIGILL";
+    case SIGABRT:
+      return "SIGABRT";
+    default:
+      return "?";
+  }
+}
+
+// Only write(2), backtrace (its library loaded at install) and snprintf into a stack buffer:
+// the process is dying, the heap may be what broke.
+void OnFatalSignal(int sig) {
+  char thread[17] = {};
+  ::prctl(PR_GET_NAME, thread, 0, 0, 0);
+  char head[256];
+  const int n = std::snprintf(head, sizeof(head),
+                              "ctrbox: fatal signal %d (%s) in thread \"%s\"; the stack "
+                              "(addr2line -f -C -e ctrbox OFFSET names a frame):\n",
+                              sig, SignalName(sig), thread);
+  if (n > 0) (void)!::write(STDERR_FILENO, head, std::min<size_t>(n, sizeof(head) - 1));
+  void* frames[64];
+  const int depth = ::backtrace(frames, 64);
+  ::backtrace_symbols_fd(frames, depth, STDERR_FILENO);
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+}  // namespace
+
+bool InstallCrashBacktrace() {
+  if (CTRBOX_SANITIZED) return false;
+  void* warm[1];
+  (void)::backtrace(warm, 1);  // loads libgcc's unwinder now, not inside the handler
+  struct sigaction sa = {};
+  sa.sa_handler = OnFatalSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESETHAND;
+  for (const int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) sigaction(sig, &sa, nullptr);
+  return true;
 }
 
 void SetThreadName(const std::string& name) {

@@ -30,6 +30,12 @@ int NumCpus();
 // Names the calling thread (at most 15 characters are kept) so that `top -H`, `perf report
 // --sort comm` and gdb tell the pipeline's stages and pools apart (docs/pipeline.md).
 void SetThreadName(const std::string& name);
+// On a fatal signal (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) writes the signal, the thread's
+// name and the stack (module+offset per frame: `addr2line -f -C -e ctrbox OFFSET` names them)
+// to stderr, then dies of the signal as before. A crash on a machine with no debugger (the
+// GPU machines) then says where. Returns false (and installs nothing) in sanitizer builds,
+// whose own handlers report crashes.
+bool InstallCrashBacktrace();
 // True when the CPU runs the AVX-512 F/CD/BW/DQ/VL instruction sets.
 bool CpuHasAvx512();
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -46,6 +47,27 @@ TEST(SysTest, ResidentSetIsMeasured) {
   EXPECT_GE(PeakRssBytes(), before + kBytes * 9 / 10);
   EXPECT_GE(PhysicalMemoryBytes(), after);
   EXPECT_GE(NumCpus(), 1);
+}
+
+// A crash says which signal, in which thread, and where (the frames' module+offset), then
+// dies of the signal still.
+TEST(SysTest, AFatalSignalPrintsTheStackAndStillKills) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        if (!InstallCrashBacktrace()) {
+          std::fprintf(stderr, "sanitizer build\n");
+          std::exit(0);
+        }
+        SetThreadName("crash-test");
+        std::raise(SIGSEGV);
+      },
+      [](int status) {
+        return (WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV) ||
+               (WIFEXITED(status) && WEXITSTATUS(status) == 0);
+      },
+      "fatal signal 11 \\(SIGSEGV\\) in thread \"crash-test\"; the "
+      "stack.*\\[0x[0-9a-f]+\\]|sanitizer build");
 }
 
 }  // namespace
