@@ -7,13 +7,15 @@
 # For a bare CUDA machine that has a packed build:
 #
 #   here:   cmake --build build && echo /.gpu/ >> .git/info/exclude &&
-#           ../shared/gpu/pack build .gpu src/gpu/gpu_test bench/host_stages_bench &&
+#           ../shared/gpu/pack build .gpu src/gpu/gpu_test src/exec/exec_test bench/host_stages_bench &&
 #           mkdir -p .gpu/baselines && cp ../shared/baselines/*.py .gpu/baselines/
-#   there:  source .gpu/env.sh && bench/gpu_check.sh [quick|full]
+#   there:  source .gpu/env.sh && B=$B CTR=$CTR bench/gpu_check.sh [quick|full]   (env.sh does not export them)
 #
 # Writes its log and JSON lines under $OUT (or ./gpu_check_out): check.log, tests.log,
-# gpu_e2e.jsonl, sanitizer.log, kernels.txt, feed_rate.jsonl, host_stages.jsonl (with the GPU
-# key dedup), cpu_scaling.jsonl (in that order). `quick` runs the
+# gpu_e2e.jsonl, host_stages.jsonl (with the GPU key dedup), sanitizer.log, kernels.txt,
+# feed_rate.jsonl, cpu_scaling.jsonl (in that order: issue 54's figures first, so that the
+# deadline cuts the others). A failed ctrbox run in gpu_e2e.py is a JSON line with its error;
+# the others still run. `quick` runs the
 # tests, one rep of the figures and the kernel profile, no sanitizers. About 7 minutes in all
 # on an H200 machine with 16 cores (GPU_CHECK_SECONDS: the deadline, 540 by default).
 set -u
@@ -51,28 +53,31 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 echo "cpus $(nproc); $(lscpu | grep -m1 'Model name')"
 reps=3; [ "$mode" = quick ] && reps=1
 
-step cuda-tests 180 bash -c "$B/src/gpu/gpu_test --gtest_filter='Cuda*:GpuEmulation*:GpuReplay*' 2>&1 | tail -40;
+step cuda-tests 150 bash -c "$B/src/gpu/gpu_test --gtest_filter='Cuda*:GpuEmulation*:GpuReplay*' 2>&1 | tail -40;
   $B/src/exec/exec_test 2>&1 | tail -3;
   $B/src/feature/feature_test --gtest_filter='*Cuda*' 2>&1 | tail -5" > "$out/tests.log"
 grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/tests.log"
 e2e=(--reps "$reps" --ctrbox "$CTR" --scale-rows 4000000)
 [ "$mode" = quick ] && e2e+=(--no-torch --gemm fp32 --budget-reps 1 --scale-rows 0)
-step gpu-e2e 360 $PY bench/gpu_e2e.py "${e2e[@]}" > "$out/gpu_e2e.jsonl"
+step gpu-e2e 330 $PY bench/gpu_e2e.py "${e2e[@]}" > "$out/gpu_e2e.jsonl"
 tail -1 "$out/gpu_e2e.jsonl"
+# The GPU key dedup against the host's working set (gpu_dedup, its last lines).
+step host-stages 60 "$B/bench/host_stages_bench" --threads 1,2,4,8,16 --reps 3 > "$out/host_stages.jsonl"
+tail -2 "$out/host_stages.jsonl"
 
 # The sanitizers right after the end-to-end figures (before the slower figures that the
 # deadline may cut): the replayed step is what a job runs by default.
 if [ "$mode" = full ]; then
-step memcheck 120 compute-sanitizer --tool memcheck --error-exitcode 3 \
+step memcheck 75 compute-sanitizer --tool memcheck --error-exitcode 3 \
   "$B/src/gpu/gpu_test" --gtest_filter='CudaReplayTest.*:CudaBackendTest.TensorCore*:CudaBackendTest.DeviceHash*' \
   > "$out/sanitizer.log" 2>&1
-step racecheck 120 compute-sanitizer --tool racecheck --error-exitcode 3 \
+step racecheck 75 compute-sanitizer --tool racecheck --error-exitcode 3 \
   "$B/src/gpu/gpu_test" --gtest_filter='CudaReplayTest.*:CudaBackendTest.DeviceHashIndex*:CudaBackendTest.TensorCore*' \
   >> "$out/sanitizer.log" 2>&1
 grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED' "$out/sanitizer.log" | tail -8
 fi
 
-step kernels 90 bash -c "ncu --clock-control none --csv --metrics gpu__time_duration.sum \
+step kernels 60 bash -c "ncu --clock-control none --csv --metrics gpu__time_duration.sum \
   --launch-skip 3000 --launch-count 120 $CTR train --format shards \
   --data /tmp/ctrbox-bench-gpu/train_shards --fresh --model-dir /tmp/ctrbox-ncu --set device=gpu \
   --set train.progress_seconds=1e9" > "$out/kernels.csv" 2>/dev/null
@@ -99,7 +104,6 @@ feed_threads=1,2,4,8,16; [ "$mode" = quick ] && feed_threads=1,16
 step feed-rate 120 $PY bench/feed_rate.py --device gpu --threads "$feed_threads" --reps 1 \
   --ctrbox "$CTR" --data-dir /tmp/ctrbox-bench-gpu > "$out/feed_rate.jsonl"
 tail -1 "$out/feed_rate.jsonl"
-step host-stages 60 "$B/bench/host_stages_bench" --threads 1,2,4,8,16 --reps 3 > "$out/host_stages.jsonl"
 # A stream job on the GPU (docs/routine.md): one start against two, the same digest and
 # versions (its JSON lines go to check.log).
 step stream 120 $PY bench/stream_check.py --device gpu --ctrbox "$CTR" --data-dir /tmp/ctrbox-bench-gpu
