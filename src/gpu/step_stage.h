@@ -9,6 +9,7 @@
 
 #include "gpu/step.h"
 #include "util/pairwise_sum.h"
+#include "util/sys.h"
 
 namespace ctrbox {
 
@@ -77,10 +78,16 @@ Status GpuStep<Exec>::Stage(uint64_t pass_index, const Batch& pass, const Workin
                             const RowBlock& rows, ThreadPool* pool) {
   Staged& s = staged_[pass_index % staged_.size()];
   s.pass_index = pass_index;
+  Stopwatch part;
+  auto lap = [&part](double* sum) {
+    *sum += part.Seconds();
+    part.Reset();
+  };
   for (uint32_t g = 0; g < gpus_; ++g) {
     copy_[g]->Recycle();
     copy_[g]->UseHostPool(pool);
   }
+  lap(&stats_.stage_wait_seconds);
   HbmPlanOptions plan_options;
   if (Canonical() && gpus_ > 1) {  // slices of whole sum blocks; the owners' sums' sources
     plan_options.cut = [this](uint32_t rows, std::vector<uint32_t>* starts) {
@@ -89,10 +96,13 @@ Status GpuStep<Exec>::Stage(uint64_t pass_index, const Batch& pass, const Workin
     plan_options.sources = true;
   }
   BuildHbmPlan(pass, ws, gpus_, pool, &s.plan, plan_options);
+  lap(&stats_.stage_plan_seconds);
   s.parts.resize(gpus_);
   s.feeds.resize(gpus_);
   for (uint32_t o = 0; o < gpus_; ++o) StageOwner(s, o, ws, rows, pool);
+  lap(&stats_.stage_rows_seconds);
   for (uint32_t g = 0; g < gpus_; ++g) StageFeed(s, g, pass, ws);
+  lap(&stats_.stage_feed_seconds);
   s.staged.resize(gpus_);
   for (uint32_t g = 0; g < gpus_; ++g) s.staged[g] = copy_[g]->Record();
   for (uint32_t g = 0; g < gpus_; ++g) RETURN_IF_ERROR(copy_[g]->status());

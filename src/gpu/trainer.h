@@ -81,6 +81,12 @@ struct GpuStepStats {
   double exchange_seconds = 0, forward_seconds = 0, backward_seconds = 0, dense_seconds = 0,
          sparse_seconds = 0, replayed_seconds = 0;
   uint64_t captures = 0;
+  // The pull stage's host time in Stage, per part (docs/gpu.md, "Speed"): waiting for the copy
+  // queues' previous pass (Recycle); the plan (BuildHbmPlan); the owners' rows and keys gathered,
+  // copied into pinned staging and queued, and their index built; the examples and the plan's
+  // lists copied and queued (feed). Written by the pull thread only.
+  double stage_wait_seconds = 0, stage_plan_seconds = 0, stage_rows_seconds = 0,
+         stage_feed_seconds = 0;
   double gpu_seconds() const {
     return exchange_seconds + forward_seconds + backward_seconds + dense_seconds + sparse_seconds +
            replayed_seconds;

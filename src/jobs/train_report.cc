@@ -36,6 +36,12 @@ nlohmann::json GpuJson(const GpuStepStats& s, double seconds, uint64_t examples)
             {"dense", s.dense_seconds},
             {"sparse", s.sparse_seconds},
             {"replayed", s.replayed_seconds}}},
+          // the pull stage's host time staging passes (GpuStepStats::stage_*_seconds)
+          {"stage_seconds",
+           {{"wait", s.stage_wait_seconds},
+            {"plan", s.stage_plan_seconds},
+            {"rows", s.stage_rows_seconds},
+            {"feed", s.stage_feed_seconds}}},
           {"gpu_seconds", s.gpu_seconds()},
           {"gpu_busy_share", s.gpu_seconds() / std::max(seconds, 1e-9)},
           // the train stage's own speed: the examples over GPU 0's busy time

@@ -82,6 +82,15 @@ TEST(TrainerTest, ADryRunReadsEverythingAndTrainsNothing) {
     if (gpu) {  // staged, then dropped untrained
       EXPECT_EQ((*r)["gpu"]["passes"], 3u);
       EXPECT_EQ((*r)["gpu"]["minibatches"], 0u);
+      // The staging's host time by part, within the pull stage's staging time.
+      double parts = 0;
+      for (const char* k : {"wait", "plan", "rows", "feed"}) {
+        const double t = (*r)["gpu"]["stage_seconds"][k].get<double>();
+        EXPECT_GE(t, 0.0) << k;
+        parts += t;
+      }
+      EXPECT_GT((*r)["gpu"]["stage_seconds"]["rows"].get<double>(), 0.0);
+      EXPECT_LE(parts, (*r)["stage_split"]["pull_gpu_stage_seconds"].get<double>() + 1e-6);
     }
     EXPECT_FALSE(ModelExists(Env::Posix(), dry.model_dir));  // nothing committed, no log
     EXPECT_FALSE(Env::Posix()->FileExists(JoinPath(dry.model_dir, "metrics.jsonl")));
