@@ -271,11 +271,11 @@ const std::vector<Key>& Keys() {
        UInt([](JobConfig* j,
                uint64_t v) { j->storage.ssd.bloom_bits_per_key = static_cast<int>(v); },
             1, 32)},
-      {"storage.lfu_half_life", "16",
+      {"storage.lfu_half_life", "64",
        "eviction keeps the rows used most: a row's show count, halved for every this many "
        "passes since its last use, ranks it (larger: frequency counts more than recency)",
        Float([](JobConfig* j, float v) { j->storage.lfu_half_life = v; }, 0.01, 1e6)},
-      {"storage.dirty_weight", "1",
+      {"storage.dirty_weight", "4",
        "eviction ranks a row it must write back (dirty) this many times its use: above 1, "
        "clean rows leave before dirty ones used as often (evicting a clean row writes nothing)",
        Float([](JobConfig* j, float v) { j->storage.dirty_weight = v; }, 1, 1e6)},
