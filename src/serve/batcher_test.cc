@@ -115,7 +115,11 @@ TEST(BatcherTest, BatchedRequestsGetTheBitsOfTheirRowsPredictedAlone) {
   for (auto& th : threads) th.join();
   EXPECT_EQ(failures.load(), 0);
   EXPECT_EQ(mismatches.load(), 0);
-  EXPECT_GE(shared.load(), kThreads) << "requests were not batched together";
+  // At least one batch of several requests formed (a batch of k counts k). How many depends
+  // on the scheduling: on a loaded 2-core CI machine 6 of 240 requests shared a batch once,
+  // under the former bound of 8. That batches form whenever the lane is busy is the next
+  // test's, with the lane held on purpose.
+  EXPECT_GE(shared.load(), 2) << "requests were not batched together";
 }
 
 // Requests that come while every lane is busy wait for one together, as one batch; a batch
