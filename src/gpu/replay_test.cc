@@ -111,25 +111,25 @@ void ExpectGraphsEqualCalls(const Case& s, bool canonical) {
   EXPECT_EQ(r.launches + r.copies + r.syncs + r.allocations, 0u);
 }
 
-TEST(CudaReplayTest, GraphsEqualTheStepLaunchedCallByCall) {
+// Every case of Cases(), skipped without a GPU.
+void ExpectGraphsEqualCallsOnEveryCase(bool canonical) {
   std::string why;
   if (CudaDeviceCount(&why) == 0) GTEST_SKIP() << "no GPU: " << why;
   for (const Case& s : Cases()) {
     SCOPED_TRACE(CaseName(s));
-    ExpectGraphsEqualCalls(s, false);
+    ExpectGraphsEqualCalls(s, canonical);
   }
+}
+
+TEST(CudaReplayTest, GraphsEqualTheStepLaunchedCallByCall) {
+  ExpectGraphsEqualCallsOnEveryCase(false);
 }
 
 // With train.deterministic's canonical sums (the order of
 // GpuEmulationTest.CanonicalSumsAreTheCpuModelsCanonicalSums): their step also copies on the
 // device and moves the slice's first row between its sum blocks.
 TEST(CudaReplayTest, CanonicalSumsGraphsEqualTheStepLaunchedCallByCall) {
-  std::string why;
-  if (CudaDeviceCount(&why) == 0) GTEST_SKIP() << "no GPU: " << why;
-  for (const Case& s : Cases()) {
-    SCOPED_TRACE(CaseName(s));
-    ExpectGraphsEqualCalls(s, true);
-  }
+  ExpectGraphsEqualCallsOnEveryCase(true);
 }
 
 }  // namespace
