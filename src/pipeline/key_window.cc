@@ -24,6 +24,7 @@ size_t KeyWindow::Find(uint64_t key) const {
 }
 
 void KeyWindow::Rebuild(size_t capacity) {
+  ++generation_;
   std::vector<uint64_t> keys = std::move(keys_);
   std::vector<uint32_t> last = std::move(last_);
   keys_.assign(capacity, 0);
@@ -39,7 +40,9 @@ void KeyWindow::Rebuild(size_t capacity) {
 }
 
 KeyWindow::Counts KeyWindow::CountWith(const uint64_t* keys, size_t n) {
-  // Each key of this call counted once (a stamped set), then looked up in the window's map.
+  // Each key of this call counted once (a stamped set), then the distinct ones looked up in
+  // the window's map, each bucket hinted to the cache a few keys ahead (the map is the size
+  // of the window: its lookups miss the cache).
   const size_t cap = std::bit_ceil(2 * n + 2);
   if (scratch_keys_.size() < cap) {
     scratch_keys_.assign(cap, 0);
@@ -51,8 +54,9 @@ KeyWindow::Counts KeyWindow::CountWith(const uint64_t* keys, size_t n) {
     scratch_stamp_ = 1;
   }
   const size_t mask = scratch_keys_.size() - 1;
-  Counts c;
-  uint64_t new_to_window = 0, new_to_pass = 0, new_weight = 0;
+  counted_from_ = keys;
+  counted_n_ = n;
+  counted_keys_.clear();
   for (size_t k = 0; k < n; ++k) {
     const uint64_t key = keys[k];
     size_t i = Mix64(key) & mask;
@@ -60,10 +64,28 @@ KeyWindow::Counts KeyWindow::CountWith(const uint64_t* keys, size_t n) {
     if (scratch_mark_[i] == scratch_stamp_) continue;
     scratch_mark_[i] = scratch_stamp_;
     scratch_keys_[i] = key;
-    ++c.batch;
+    counted_keys_.push_back(key);
+  }
+  constexpr size_t kAhead = 16;
+  const size_t map_mask = keys_.size() - 1;
+  const size_t d = counted_keys_.size();
+  counted_buckets_.resize(d);
+  counted_generation_ = generation_;
+  Counts c;
+  c.batch = d;
+  uint64_t new_to_window = 0, new_to_pass = 0, new_weight = 0;
+  for (size_t k = 0; k < d; ++k) {
+    if (k + kAhead < d) {
+      const size_t ahead = Mix64(counted_keys_[k + kAhead]) & map_mask;
+      __builtin_prefetch(&last_[ahead]);
+      __builtin_prefetch(&keys_[ahead]);
+    }
+    const uint64_t key = counted_keys_[k];
     const uint64_t w = Weight(key);
     c.batch_weight += w;
-    const uint32_t last = last_[Find(key)];
+    const size_t bucket = Find(key);
+    const uint32_t last = last_[bucket];
+    counted_buckets_[k] = last != 0 ? bucket : kAbsent;
     new_to_pass += last != pass_;
     const bool fresh = last == 0 || !InWindow(last);
     new_to_window += fresh;
@@ -75,26 +97,44 @@ KeyWindow::Counts KeyWindow::CountWith(const uint64_t* keys, size_t n) {
   return c;
 }
 
-void KeyWindow::Add(const uint64_t* keys, size_t n) {
+void KeyWindow::AddAt(uint64_t key, size_t bucket) {
+  const uint32_t last = last_[bucket];
+  if (last == pass_) return;
+  const uint64_t w = Weight(key);
+  if (last != 0 && InWindow(last)) {
+    --per_pass_[last % passes_];  // its last use moves to this pass
+    per_pass_weight_[last % passes_] -= w;
+  } else {
+    ++distinct_;
+    distinct_weight_ += w;
+    if (last == 0) ++used_;
+  }
+  keys_[bucket] = key;
+  last_[bucket] = pass_;
   const size_t cur = pass_ % passes_;
+  ++per_pass_[cur];
+  per_pass_weight_[cur] += w;
+}
+
+void KeyWindow::Add(const uint64_t* keys, size_t n) {
   for (size_t k = 0; k < n; ++k) {
     if (2 * (used_ + 1) > keys_.size()) Rebuild(2 * keys_.size());
-    const size_t bucket = Find(keys[k]);
-    const uint32_t last = last_[bucket];
-    if (last == pass_) continue;
-    const uint64_t w = Weight(keys[k]);
-    if (last != 0 && InWindow(last)) {
-      --per_pass_[last % passes_];  // its last use moves to this pass
-      per_pass_weight_[last % passes_] -= w;
-    } else {
-      ++distinct_;
-      distinct_weight_ += w;
-      if (last == 0) ++used_;
-    }
-    keys_[bucket] = keys[k];
-    last_[bucket] = pass_;
-    ++per_pass_[cur];
-    per_pass_weight_[cur] += w;
+    AddAt(keys[k], Find(keys[k]));
+  }
+}
+
+void KeyWindow::AddCounted(const uint64_t* keys, size_t n) {
+  if (keys != counted_from_ || n != counted_n_) {
+    Add(keys, n);
+    return;
+  }
+  for (size_t k = 0; k < counted_keys_.size(); ++k) {
+    if (2 * (used_ + 1) > keys_.size()) Rebuild(2 * keys_.size());
+    // A key the map held keeps its bucket until a rebuild; an absent one is looked up now
+    // (an earlier key of this call may have taken the empty bucket CountWith saw).
+    const size_t b = counted_buckets_[k];
+    const uint64_t key = counted_keys_[k];
+    AddAt(key, b != kAbsent && counted_generation_ == generation_ ? b : Find(key));
   }
 }
 

@@ -42,6 +42,10 @@ class KeyWindow {
   uint64_t DistinctWith(const uint64_t* keys, size_t n) { return CountWith(keys, n).window; }
   // Adds keys[0, n) to the current pass.
   void Add(const uint64_t* keys, size_t n);
+  // Add(keys, n). When keys[0, n) is the array the last CountWith counted, unchanged since
+  // (a NextPass in between is fine), it adds that call's distinct keys through the map
+  // entries it found, so that a minibatch counted and then added is looked up once.
+  void AddCounted(const uint64_t* keys, size_t n);
   // Ends the current pass and begins the next; the oldest pass leaves the window.
   void NextPass();
 
@@ -55,6 +59,8 @@ class KeyWindow {
   // Bucket of `key` in the map: its entry, or the empty bucket where it would go.
   size_t Find(uint64_t key) const;
   void Rebuild(size_t capacity);
+  // Adds one key to the current pass; bucket: Find(key) of the current map.
+  void AddAt(uint64_t key, size_t bucket);
   bool InWindow(uint32_t pass) const { return pass != 0 && pass + passes_ > pass_; }
   uint64_t Weight(uint64_t key) const {
     return weights_.empty() ? 1 : weights_[key >> kTableShift];
@@ -72,6 +78,15 @@ class KeyWindow {
   std::vector<uint64_t> scratch_keys_;  // DistinctWith's own dedup
   std::vector<uint32_t> scratch_mark_;
   uint32_t scratch_stamp_ = 0;
+  // The last CountWith's distinct keys and the map bucket each was found in (kAbsent: none),
+  // valid while the map's generation is the one they were found in (a rebuild moves them).
+  static constexpr size_t kAbsent = ~size_t{0};
+  const uint64_t* counted_from_ = nullptr;  // the array and size the last CountWith counted
+  size_t counted_n_ = 0;
+  std::vector<uint64_t> counted_keys_;
+  std::vector<size_t> counted_buckets_;
+  uint64_t counted_generation_ = 0;
+  uint64_t generation_ = 0;  // rebuilds so far
 };
 
 }  // namespace ctrbox

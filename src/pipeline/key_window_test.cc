@@ -60,7 +60,18 @@ TEST(KeyWindowTest, MatchesAReferenceOverManyPasses) {
         ASSERT_EQ(got.pass, ref.PassWith(keys)) << "pass " << pass << " chunk " << c;
         ASSERT_EQ(got.batch, std::set<uint64_t>(keys.begin(), keys.end()).size());
         if (rng.Below(4) == 0) continue;  // a chunk asked about and not added
-        w.Add(keys.data(), keys.size());
+        // Added as counted (the lookups CountWith made), after a pass ended in between, or
+        // plainly.
+        const uint64_t how = rng.Below(4);
+        if (how == 0) {
+          w.NextPass();
+          ref.NextPass();
+        }
+        if (how == 3) {
+          w.Add(keys.data(), keys.size());
+        } else {
+          w.AddCounted(keys.data(), keys.size());
+        }
         ref.Add(keys);
         ASSERT_EQ(w.distinct(), ref.distinct());
         ASSERT_EQ(w.current(), ref.current());
@@ -100,7 +111,11 @@ TEST(KeyWindowTest, WeighsKeysByTheirTable) {
       uint64_t own_weight = 0;
       for (uint64_t k : own) own_weight += weight(k);
       ASSERT_EQ(got.batch_weight, own_weight);
-      w.Add(keys.data(), keys.size());
+      if (pass % 2 == 0) {
+        w.Add(keys.data(), keys.size());
+      } else {
+        w.AddCounted(keys.data(), keys.size());
+      }
       ref.back().insert(keys.begin(), keys.end());
       ASSERT_EQ(w.distinct_weight(), ref_weight({}));
       w.NextPass();
@@ -109,6 +124,23 @@ TEST(KeyWindowTest, WeighsKeysByTheirTable) {
       ASSERT_EQ(w.distinct_weight(), ref_weight({})) << "after pass " << pass;
     }
   }
+}
+
+// AddCounted of an array other than the one last counted is a plain Add: the keys added are
+// its own, not the counted ones.
+TEST(KeyWindowTest, AddCountedOfAnotherArrayAddsThatArray) {
+  KeyWindow w(2);
+  const std::vector<uint64_t> counted = {1, 2, 3, 3}, added = {7, 8, 1};
+  EXPECT_EQ(w.CountWith(counted.data(), counted.size()).batch, 3u);
+  w.AddCounted(added.data(), added.size());
+  EXPECT_EQ(w.distinct(), 3u);
+  const std::vector<uint64_t> probe = {1, 2, 7, 8};
+  EXPECT_EQ(w.CountWith(probe.data(), probe.size()).window, 4u);  // 2 is new, 1, 7, 8 are in
+  // The same array with fewer keys is another array too.
+  w.AddCounted(probe.data(), 1);
+  EXPECT_EQ(w.distinct(), 3u);
+  w.AddCounted(probe.data(), probe.size());
+  EXPECT_EQ(w.distinct(), 4u);
 }
 
 }  // namespace

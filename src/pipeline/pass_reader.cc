@@ -214,7 +214,7 @@ void PassReader::CountUncounted(const Batch& examples) {
     shape_.batch_keys += with.batch;
     shape_.rows += alone.rows;
     shape_.max_batch_keys = std::max(shape_.max_batch_keys, with.batch);
-    window_->Add(keys, n);
+    window_->AddCounted(keys, n);
   }
   uncounted_.clear();
   counting_ = true;
@@ -234,9 +234,9 @@ Status PassReader::Take(const Verdict& v) {
           pending_.rows(), own, options_.max_keys, hint.empty() ? "" : "; " + hint));
     }
   }
-  window_->Add(pending_.keys(), pending_.num_keys());
+  window_->AddCounted(pending_.keys(), pending_.num_keys());  // counted by Judge
   for (size_t o = 0; o < owner_windows_.size(); ++o) {  // owner_keys_: Judge's of this minibatch
-    owner_windows_[o]->Add(owner_keys_[o].data(), owner_keys_[o].size());
+    owner_windows_[o]->AddCounted(owner_keys_[o].data(), owner_keys_[o].size());
   }
   shape_ = v.shape;
   grid_pos_ += pending_.rows();
