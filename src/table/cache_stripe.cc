@@ -90,6 +90,8 @@ void CacheStripe::set_state(uint32_t node, uint8_t state) {
 
 void CacheStripe::Erase(uint32_t node) {
   memory_only_ -= MemoryOnly(meta_[node].state);
+  meta_[node] = NodeMeta{};
+  meta_[node].state = kErased;  // (Insert gives the id out again with its metadata cleared)
   uint32_t* h = headers_.Get(node);
   const uint64_t k = key(node);
   if (h[kEmbId] != kNoEmb) embs_[layout_.TableOf(k)].Free(h[kEmbId]);

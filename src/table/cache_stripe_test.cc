@@ -2,10 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
+#include <vector>
 
 #include "table/accessor.h"
 #include "util/hash.h"
+#include "util/random.h"
 
 namespace ctrbox {
 namespace {
@@ -72,6 +75,45 @@ TEST(CacheStripeTest, EncodeRowGivesTheBytesOfReadRowThenEncodeRow) {
       EXPECT_EQ(emb, back.has_emb(0)) << i;
       EXPECT_EQ(got, want) << "row " << i;
       EXPECT_EQ(got.size(), l.EncodedBytesOf(rows.key(i), rows.has_emb(i)));
+    }
+  }
+}
+
+// ForEachNodeById visits the live nodes ForEachNode visits (the index's), each once, in
+// increasing id order: through inserts, erases that free ids and inserts that take them again,
+// and the renumbering of CompactArenas.
+TEST(CacheStripeTest, ForEachNodeByIdVisitsTheIndexsNodesInIdOrder) {
+  CacheStripe stripe(ValueLayout{4, 4, 1});
+  CacheStripe::Lock lock(stripe);
+  Random rng(3);
+  std::vector<uint64_t> keys;
+  auto check = [&](const char* when) {
+    std::set<uint32_t> by_index;
+    stripe.ForEachNode([&](uint32_t n) { by_index.insert(n); });
+    std::vector<uint32_t> by_id;
+    stripe.ForEachNodeById([&](uint32_t n) { by_id.push_back(n); });
+    EXPECT_EQ(by_id, std::vector<uint32_t>(by_index.begin(), by_index.end())) << when;
+    EXPECT_EQ(by_id.size(), stripe.size()) << when;
+  };
+  for (int round = 0; round < 20; ++round) {
+    for (int i = 0; i < 200; ++i) {
+      const uint64_t key = rng.Next();
+      if (stripe.Find(key) == kNoNode) {
+        stripe.Insert(key);
+        keys.push_back(key);
+      }
+    }
+    check("after inserts");
+    for (int i = 0; i < 150 && !keys.empty(); ++i) {
+      const size_t at = rng.Below(keys.size());
+      stripe.Erase(stripe.Find(keys[at]));
+      keys[at] = keys.back();
+      keys.pop_back();
+    }
+    check("after erases");
+    if (round % 5 == 4) {
+      stripe.CompactArenas();
+      check("after compacting the arenas");
     }
   }
 }

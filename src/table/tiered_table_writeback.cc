@@ -194,7 +194,7 @@ TieredTable::GroupKeys TieredTable::RowsToWrite(const CacheStripe& stripe,
   }
   std::vector<uint32_t> count((size_t{1} << shift) + 1, 0);
   GroupKeys found;
-  stripe.ForEachNode([&](uint32_t node) {
+  stripe.ForEachNodeById([&](uint32_t node) {
     stripe.AssertLocked();
     if (!WritesBack(stripe.meta(node).state)) return;
     const uint64_t key = stripe.key(node);
@@ -356,7 +356,7 @@ StatusOr<uint64_t> TieredTable::EvictStripe(size_t s, uint64_t share, bool all) 
     const size_t bytes = stripe.MemoryBytes();
     if (!all && bytes <= share) return 0;
     std::vector<uint32_t> candidates;
-    stripe.ForEachNode([&](uint32_t node) {
+    stripe.ForEachNodeById([&](uint32_t node) {
       stripe.AssertLocked();
       if (stripe.meta(node).pins == 0) candidates.push_back(node);
     });
