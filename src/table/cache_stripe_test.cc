@@ -88,6 +88,7 @@ TEST(CacheStripeTest, ForEachNodeByIdVisitsTheIndexsNodesInIdOrder) {
   Random rng(3);
   std::vector<uint64_t> keys;
   auto check = [&](const char* when) {
+    stripe.AssertLocked();  // (called with the lock held)
     std::set<uint32_t> by_index;
     stripe.ForEachNode([&](uint32_t n) { by_index.insert(n); });
     std::vector<uint32_t> by_id;
