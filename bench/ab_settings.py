@@ -6,9 +6,11 @@ process's CPU-seconds, digest, test AUC and the write-back's counters) and a sum
 medians, the spread, the ratios and whether every run trained to the same digest.
 
   bench/ab_settings.py --a storage.parallel_read_us=40 --b storage.parallel_read_us=0 [--reps 3]
-      [--ctrbox build/ctrbox] [--data-dir /tmp/ctrbox-bench] [--set KEY=VALUE ...]
+      [--ctrbox build/ctrbox] [--b-ctrbox OTHER] [--data-dir /tmp/ctrbox-bench] [--set KEY=VALUE ...]
 
 --a / --b take one or more KEY=VALUE settings each (repeat the flag); --set applies to both.
+--b-ctrbox runs B with another binary (default: --ctrbox), so that two builds are compared on
+the same settings: bench/ab_settings.py --ctrbox OLD --b-ctrbox NEW (--a / --b may then be left out).
 """
 import json, os, shutil, statistics
 
@@ -23,10 +25,14 @@ COUNTERS = ["hit_rate", "loaded_from_ssd", "records_read", "writeback_reads", "g
 
 def main():
     ap = arg_parser(__doc__, 3)
-    ap.add_argument("--a", action="append", required=True, help="KEY=VALUE of setting A")
-    ap.add_argument("--b", action="append", required=True, help="KEY=VALUE of setting B")
+    ap.add_argument("--a", action="append", default=[], help="KEY=VALUE of setting A")
+    ap.add_argument("--b", action="append", default=[], help="KEY=VALUE of setting B")
+    ap.add_argument("--b-ctrbox", help="the binary B runs (default: --ctrbox)")
     ap.add_argument("--set", action="append", default=[], help="more settings, every run")
     a = ap.parse_args()
+    binary = {"a": a.ctrbox, "b": a.b_ctrbox or a.ctrbox}
+    if not a.a and not a.b and binary["a"] == binary["b"]:
+        ap.error("nothing to compare: give --a / --b settings or --b-ctrbox")
     runs = {"a": [], "b": []}
     for rep in range(a.reps):
         for name, sets in (("a", a.a), ("b", a.b)):
@@ -36,12 +42,13 @@ def main():
             args = ["--model-dir", model, "--fresh", "--set", f"storage.ssd_dir={ssd}"]
             for kv in JOB + a.set + sets:
                 args += ["--set", kv]
-            r = train(a.ctrbox, args)
+            r = train(binary[name], args)
             shutil.rmtree(ssd, ignore_errors=True)
             shutil.rmtree(model, ignore_errors=True)
             runs[name].append(r)
             st = r["storage"]
-            line = {"bench": "ab_settings", "setting": name, "set": sets, "rep": rep,
+            line = {"bench": "ab_settings", "setting": name, "set": sets, "ctrbox": binary[name],
+                    "rep": rep,
                     "examples_per_s": r["examples_per_s"], "cpu_seconds": r["process_cpu_seconds"],
                     "seconds": r["seconds"], "digest": r["digest"], "test_auc": r["test_auc"],
                     "blas_core": r.get("blas_core"), "peak_rss_bytes": r["peak_rss_bytes"],
@@ -58,7 +65,8 @@ def main():
 
     digests = {r["digest"] for rs in runs.values() for r in rs}
     print(json.dumps({
-        "bench": "ab_settings_summary", "a": a.a, "b": a.b, "set": a.set, "reps": a.reps,
+        "bench": "ab_settings_summary", "a": a.a, "b": a.b, "ctrbox": binary, "set": a.set,
+        "reps": a.reps,
         "examples_per_s_median": {"a": med("a", "examples_per_s"), "b": med("b", "examples_per_s")},
         "examples_per_s_range": {"a": spread("a", "examples_per_s"), "b": spread("b", "examples_per_s")},
         "cpu_seconds_median": {"a": med("a", "process_cpu_seconds"), "b": med("b", "process_cpu_seconds")},
