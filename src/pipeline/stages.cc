@@ -127,17 +127,29 @@ Status PassStages::Pull(Pass* pass, ThreadPool* pool) {
     return Status::OK();
   }
   InFlight::Tables ahead = in_flight_.Snapshot();  // before the table is read
-  Stopwatch pull;
-  ASSIGN_OR_RETURN(pass->pins, ctx_.table->Pull(pass->ws.keys.data(), pass->ws.keys.size(),
-                                                ctx_.accessor, &pass->table->rows(), pool));
-  split_.pull_table += pull.Seconds();
+  // The keys shared with the passes in flight first: train copies their rows in whole (rule 3,
+  // docs/pipeline.md), so the pull need not copy them out of the table. (With GPUs the rows go
+  // up as pulled, before train patches them: those are copied as before.)
   Stopwatch shared_clock;
+  std::vector<uint8_t>& overwritten = pull_overwritten_;
+  overwritten.clear();
   for (auto& [index, t] : ahead) {
     SharedRows shared;
     pass->table->FindShared(*t, &shared, pool);
-    if (!shared.empty()) pass->ahead.emplace_back(std::move(t), std::move(shared));
+    if (shared.empty()) continue;
+    if (ctx_.gpu == nullptr) {
+      overwritten.resize(pass->ws.keys.size(), 0);
+      for (const auto& pair : shared) overwritten[pair.first] = 1;
+    }
+    pass->ahead.emplace_back(std::move(t), std::move(shared));
   }
   split_.pull_shared += shared_clock.Seconds();
+  Stopwatch pull;
+  ASSIGN_OR_RETURN(pass->pins,
+                   ctx_.table->Pull(pass->ws.keys.data(), pass->ws.keys.size(), ctx_.accessor,
+                                    &pass->table->rows(), pool,
+                                    overwritten.empty() ? nullptr : overwritten.data()));
+  split_.pull_table += pull.Seconds();
   in_flight_.Add(pass->index, pass->table);
   pass->registry = &in_flight_;
   pass->Gauge();  // with its rows

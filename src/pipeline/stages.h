@@ -165,6 +165,8 @@ class PassStages {
   bool local_eof_ = false;        // read stage: this rank's share of the input is read
   WorkingSetScratch ws_scratch_;  // read stage: the working sets' temporary buffers
   StageSplit split_;              // its read_* fields: read stage; pull_*: pull stage
+  // Pull stage: the pass's rows train overwrites from the passes in flight (SparseTable::Pull).
+  std::vector<uint8_t> pull_overwritten_;
 
   std::vector<float> predictions_;       // train stage
   std::vector<float> pass_predictions_;  // train stage

@@ -159,8 +159,13 @@ class SparseTable {
   // accessor->InitRow and is inserted (train), or, with a null accessor, a cleared row that
   // is not inserted (eval, predict). Fails on an I/O or corruption error, or when the pinned
   // rows do not fit the memory budget.
+  // `overwritten` (may be null; n bytes): overwritten[i] != 0 says the caller replaces row i
+  // whole before anything reads it (a key a pass still in flight holds, whose newer value the
+  // pipeline copies in at train start: docs/pipeline.md). Such a row found in memory is pinned
+  // but not copied: out's row i gets only its key. A row loaded or created is filled as usual.
   virtual StatusOr<PinnedRows> Pull(const uint64_t* keys, size_t n, const CtrAccessor* accessor,
-                                    RowBlock* out, ThreadPool* pool) = 0;
+                                    RowBlock* out, ThreadPool* pool,
+                                    const uint8_t* overwritten = nullptr) = 0;
   // Stores `rows` (row i is the i-th pulled key) and releases the pins.
   // REQUIRES: rows are the pulled keys in pull order.
   virtual Status Push(PinnedRows* pins, const RowBlock& rows, ThreadPool* pool) = 0;

@@ -88,7 +88,8 @@ class TieredTable final : public SparseTable {
   const ValueLayout& layout() const override { return options_.layout; }
   size_t num_stripes() const override { return stripes_.size(); }
   StatusOr<PinnedRows> Pull(const uint64_t* keys, size_t n, const CtrAccessor* accessor,
-                            RowBlock* out, ThreadPool* pool) override;
+                            RowBlock* out, ThreadPool* pool,
+                            const uint8_t* overwritten = nullptr) override;
   Status Push(PinnedRows* pins, const RowBlock& rows, ThreadPool* pool) override;
   Status Insert(const RowBlock& rows, ThreadPool* pool) override;
   StatusOr<uint64_t> Shrink(const CtrAccessor& accessor, ThreadPool* pool,
@@ -136,8 +137,8 @@ class TieredTable final : public SparseTable {
   // Pull phases: the resident rows (and the loads the rest need), the loads read, the loaded
   // rows installed. Each takes the stripe's lock itself.
   void PullResident(size_t s, const uint64_t* keys, const uint32_t* idx, size_t n,
-                    const CtrAccessor* accessor, RowBlock* out, PinnedRows* pins,
-                    std::vector<Load>* loads);
+                    const CtrAccessor* accessor, const uint8_t* overwritten, RowBlock* out,
+                    PinnedRows* pins, std::vector<Load>* loads);
   // The rows read for the loads of one pull: rows [first, first + idx.size()) of `rows` are a
   // load's (one block for the pull: a block per load cost a dozen allocations per group read).
   struct LoadedRows {

@@ -48,8 +48,8 @@ void TieredTable::NewRow(CacheStripe& stripe, size_t s, size_t i, uint64_t key,
 }
 
 void TieredTable::PullResident(size_t s, const uint64_t* keys, const uint32_t* idx, size_t n,
-                               const CtrAccessor* accessor, RowBlock* out, PinnedRows* pins,
-                               std::vector<Load>* loads) {
+                               const CtrAccessor* accessor, const uint8_t* overwritten,
+                               RowBlock* out, PinnedRows* pins, std::vector<Load>* loads) {
   CacheStripe& stripe = *stripes_[s];
   const uint16_t epoch = epoch_.load(std::memory_order_relaxed);
   std::unordered_map<uint32_t, size_t> load_of;  // group -> index in *loads
@@ -76,7 +76,11 @@ void TieredTable::PullResident(size_t s, const uint64_t* keys, const uint32_t* i
     const uint32_t node = stripe.Find(key);
     if (node != kNoNode) {
       Pin(stripe.meta(node), epoch);
-      stripe.ReadRow(node, out, i);
+      if (overwritten != nullptr && overwritten[i]) {
+        out->key(i) = key;  // the caller copies the rest in (Pull's contract)
+      } else {
+        stripe.ReadRow(node, out, i);
+      }
       pins->nodes_[i] = {static_cast<uint32_t>(s), node};
       ++hits;
       continue;
@@ -258,7 +262,8 @@ Status TieredTable::CheckKeys(const uint64_t* keys, size_t n) const {
 }
 
 StatusOr<PinnedRows> TieredTable::Pull(const uint64_t* keys, size_t n, const CtrAccessor* accessor,
-                                       RowBlock* out, ThreadPool* pool) {
+                                       RowBlock* out, ThreadPool* pool,
+                                       const uint8_t* overwritten) {
   assert(out->layout() == options_.layout);
   RETURN_IF_ERROR(error());
   RETURN_IF_ERROR(CheckKeys(keys, n));
@@ -280,8 +285,8 @@ StatusOr<PinnedRows> TieredTable::Pull(const uint64_t* keys, size_t n, const Ctr
   RunParallel(pool, S, [&](size_t s, int) {
     waited[s] = WaitForBudget(/*own_pulls=*/1);
     if (!waited[s].ok()) return;
-    PullResident(s, keys, order.data() + begin[s], begin[s + 1] - begin[s], accessor, out, &pins,
-                 &loads[s]);
+    PullResident(s, keys, order.data() + begin[s], begin[s + 1] - begin[s], accessor, overwritten,
+                 out, &pins, &loads[s]);
   });
   for (const Status& w : waited) RETURN_IF_ERROR(w);
   counters_->pulled_keys.fetch_add(n, std::memory_order_relaxed);

@@ -116,16 +116,26 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
     const int op = static_cast<int>(rng.Below(20));
     if (op < 12) {  // pull for training, change, push
       std::vector<uint64_t> keys = RandomKeys(&rng, rng.Below(120), 2000, layout.tables);
+      // Half the pulls say a third of their rows are overwritten by the caller (as the
+      // pipeline's train stage does with the rows of passes in flight): the table may leave
+      // those it finds in memory uncopied; the caller puts the row in (here: the reference's).
+      std::vector<uint8_t> overwritten;
+      if (rng.Below(2)) {
+        overwritten.resize(keys.size());
+        for (uint8_t& o : overwritten) o = rng.Below(3) == 0;
+      }
       RowBlock rows(layout);
-      auto pins =
-          table->Pull(keys.data(), keys.size(), &acc, &rows, rng.Below(2) ? &pool : nullptr);
+      auto pins = table->Pull(keys.data(), keys.size(), &acc, &rows, rng.Below(2) ? &pool : nullptr,
+                              overwritten.empty() ? nullptr : overwritten.data());
       ASSERT_TRUE(pins.ok()) << pins.status().ToString();
       for (size_t i = 0; i < keys.size(); ++i) {
         ASSERT_EQ(rows.key(i), keys[i]);
         auto it = ref.find(keys[i]);
-        if (it != ref.end()) {
+        if (it != ref.end() && !overwritten.empty() && overwritten[i]) {
+          ASSERT_EQ(rows.DecodeRow(it->second.data(), it->second.size(), i), it->second.size());
+        } else if (it != ref.end()) {
           ASSERT_EQ(Encode(rows, i), it->second) << "step " << step;
-        } else {
+        } else {  // created: filled, overwritten or not
           RowBlock fresh(layout);
           fresh.Resize(1);
           acc.InitRow(&fresh, 0, keys[i]);
@@ -354,6 +364,70 @@ TEST(TieredTableTest, DeltaFilterHoldsEveryKeyOfTheDeltaAndRulesOutMostOthers) {
   }
   // Two bits per key of 64: at 1..8 keys (4.5 on average) about 2 % false positives.
   EXPECT_LT(false_positives, others / 20);
+}
+
+// Pull's `overwritten` rows: one found in memory is pinned (its push stores it) but not copied
+// (out keeps what it held, with the key set); one loaded from disk or created is filled; the
+// rest read as without the mask.
+TEST(TieredTableTest, OverwrittenRowsInMemoryArePinnedNotCopied) {
+  TempDir dir;
+  CtrAccessor acc(kLayout, AccessorOptions{});
+  auto table = Open(Options(dir.path(), 1 << 20));
+  Random rng(9);
+  const std::vector<uint64_t> keys = RandomKeys(&rng, 400, 1 << 30);
+  const size_t half = keys.size() / 2;  // the first half on disk only, the second in memory
+  Reference ref;
+  for (const size_t from : {size_t{0}, half}) {
+    std::vector<uint64_t> part(keys.begin() + from, keys.begin() + from + half);
+    RowBlock rows(kLayout);
+    auto pins = table->Pull(part.data(), part.size(), &acc, &rows, nullptr);
+    ASSERT_TRUE(pins.ok());
+    for (size_t i = 0; i < part.size(); ++i) {
+      rows.show(i) = static_cast<float>(from + i);
+      rows.emb(i)[0] = 0.5f;
+      ref[part[i]] = Encode(rows, i);
+    }
+    ASSERT_TRUE(table->Push(&*pins, rows, nullptr).ok());
+    if (from == 0) {
+      ASSERT_TRUE(table->EvictAll().ok());
+    }
+  }
+  std::vector<uint64_t> pulled = keys;
+  const std::vector<uint64_t> added = RandomKeys(&rng, 50, 1 << 30);
+  pulled.insert(pulled.end(), added.begin(), added.end());
+  std::vector<uint8_t> overwritten(pulled.size());
+  for (size_t i = 0; i < pulled.size(); ++i) overwritten[i] = i % 2;
+  RowBlock rows(kLayout);
+  rows.Resize(pulled.size());
+  for (size_t i = 0; i < pulled.size(); ++i) rows.show(i) = -7.0f;  // what out held
+  auto pins = table->Pull(pulled.data(), pulled.size(), &acc, &rows, nullptr, overwritten.data());
+  ASSERT_TRUE(pins.ok());
+  size_t uncopied = 0;
+  for (size_t i = 0; i < pulled.size(); ++i) {
+    ASSERT_EQ(rows.key(i), pulled[i]);
+    auto it = ref.find(pulled[i]);
+    if (it == ref.end()) {  // created: filled
+      RowBlock fresh(kLayout);
+      fresh.Resize(1);
+      acc.InitRow(&fresh, 0, pulled[i]);
+      EXPECT_EQ(Encode(rows, i), Encode(fresh, 0));
+    } else if (overwritten[i] && i >= half) {  // in memory: left for the caller
+      EXPECT_EQ(rows.show(i), -7.0f) << i;
+      ++uncopied;
+      ASSERT_EQ(rows.DecodeRow(it->second.data(), it->second.size(), i), it->second.size());
+    } else {  // read from memory, or loaded from disk (overwritten or not)
+      EXPECT_EQ(Encode(rows, i), it->second) << i;
+    }
+  }
+  EXPECT_EQ(uncopied, half / 2);
+  // The caller's rows go back as usual: the pins were taken.
+  for (size_t i = 0; i < pulled.size(); ++i) {
+    rows.click(i) = 1.0f;
+    ref[pulled[i]] = Encode(rows, i);
+  }
+  ASSERT_TRUE(table->Push(&*pins, rows, nullptr).ok());
+  ASSERT_TRUE(table->EvictAll().ok());
+  ExpectSame(*table, ref);
 }
 
 // Insert (loading a model or a checkpoint chain) of keys whose rows were written to disk since
