@@ -59,6 +59,7 @@ Status SsdStore::OpenReader(ParamFile* file) {
 SsdStore::SsdStore(Env* env, SsdOptions options, ValueLayout layout)
     : env_(env), options_(std::move(options)), layout_(layout), page_(PageBytes(layout)) {
   index_.assign(size_t{1} << options_.group_bits, GroupEntry{});
+  stripe_unique_rows_.assign(size_t{1} << std::min(options_.stripe_bits, options_.group_bits), 0);
 }
 
 Status SsdStore::RemoveFiles(Env* env, const std::string& dir) {
@@ -352,6 +353,11 @@ void SsdStore::Replace(uint32_t g, const GroupEntry& e) {
     unique_emb_[t] += e.unique_emb;
     unique_emb_[t] -= old.unique_emb;
     index_[g] = e;
+  }
+  {
+    uint64_t& stripe_rows = stripe_unique_rows_[StripeOfGroup(g)];  // (g's stripe lock)
+    stripe_rows += e.unique_rows;
+    stripe_rows -= old.unique_rows;
   }
   DropFiles(dropped);  // no longer counted nor named by the index: nothing looks them up
 }

@@ -10,6 +10,7 @@
 #ifndef CTRBOX_TABLE_SSD_STORE_H_
 #define CTRBOX_TABLE_SSD_STORE_H_
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -93,6 +94,9 @@ struct SsdOptions {
   // Record reads bypass the page cache (O_DIRECT, storage.direct_reads) where the file system
   // takes them; otherwise, and without it, they go through the cache with read-ahead off.
   bool direct_reads = false;
+  // The table's stripes (at most group_bits): the store keeps the distinct keys of each
+  // stripe's groups (UniqueRowsOfStripe), so that counting them costs a sum per stripe.
+  uint32_t stripe_bits = 0;
 };
 
 struct DiskStats {
@@ -139,6 +143,9 @@ class SsdStore {
 
   // The records of group g. REQUIRES: g's stripe lock.
   const GroupEntry& entry(uint32_t g) const { return index_[g]; }
+  // The distinct keys the records of stripe s's groups hold (the sum of their entries'
+  // unique_rows), s < 2^min(stripe_bits, group_bits). REQUIRES: stripe s's lock.
+  uint64_t UniqueRowsOfStripe(size_t s) const { return stripe_unique_rows_[s]; }
   // Whether the record at loc may hold key: false if there is no record, or the Bloom filter
   // of its file rules the key out.
   bool MayHold(const RecordLoc& loc, uint64_t key) const;
@@ -228,6 +235,13 @@ class SsdStore {
   // Bytes of the live files' Bloom filters; written under counts_mu_, read without a lock by
   // MemoryBytes (the memory budget's check).
   std::atomic<uint64_t> bloom_bytes_{0};
+
+  // Per stripe: the sum of its groups' unique_rows; written by Replace (and Reopen) under the
+  // stripe's lock (the table's, which the store does not see), read under it.
+  std::vector<uint64_t> stripe_unique_rows_;
+  uint32_t StripeOfGroup(uint32_t g) const {
+    return g >> (options_.group_bits - std::min(options_.stripe_bits, options_.group_bits));
+  }
 
   // The file table, by id; null once dropped.
   mutable SharedMutex files_mu_;

@@ -267,8 +267,10 @@ StatusOr<std::unique_ptr<SsdStore>> SsdStore::Reopen(Env* env, const SsdOptions&
       store->counted_[loc->file]->filter_keys += rows;
       store->filter_keys_ += rows;
     }
-    const uint32_t t = TableOfGroup(layout, static_cast<uint32_t>(&e - store->index_.data()));
+    const uint32_t g = static_cast<uint32_t>(&e - store->index_.data());
+    const uint32_t t = TableOfGroup(layout, g);
     store->unique_rows_[t] += e.unique_rows;
+    store->stripe_unique_rows_[store->StripeOfGroup(g)] += e.unique_rows;
     store->unique_emb_[t] += e.unique_emb;
   }
   RETURN_IF_ERROR(env->DeleteFile(path));

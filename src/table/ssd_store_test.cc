@@ -198,6 +198,38 @@ TEST(SsdStoreTest, AReopenedStoreKeepsSharingTheBloomBudget) {
   t.ExpectEveryFileFiltered(**reopened);
 }
 
+// Each stripe's sum of its groups' unique_rows (what the table's key count adds per stripe)
+// follows every Replace, and is rebuilt from the INDEX on reopen.
+TEST(SsdStoreTest, KeepsTheDistinctKeysOfEachStripesGroups) {
+  BloomBudgetStore t;
+  t.o.stripe_bits = 3;  // 8 stripes of 128 groups
+  auto expect_sums = [](const SsdStore& store) {
+    for (size_t s = 0; s < 8; ++s) {
+      uint64_t sum = 0;
+      for (uint32_t g = s * 128; g < (s + 1) * 128; ++g) sum += store.entry(g).unique_rows;
+      EXPECT_EQ(store.UniqueRowsOfStripe(s), sum) << "stripe " << s;
+    }
+  };
+  {
+    auto created = SsdStore::Create(&t.env, t.o, kLayout);
+    ASSERT_TRUE(created.ok()) << created.status().ToString();
+    SsdStore& store = **created;
+    for (uint32_t i = 0; i < 2 * t.kGroups; ++i) t.Append(&store, (i * 7) % t.kGroups);
+    for (uint32_t g = 0; g < t.kGroups; g += 3) {  // newer rows of keys on disk: fewer distinct
+      GroupEntry e = store.entry(g);
+      e.unique_rows -= g % 5;
+      store.Replace(g, e);
+    }
+    expect_sums(store);
+    EXPECT_GT(store.UniqueRowsOfStripe(1), 0u);
+    EXPECT_EQ(store.UniqueRowsOfStripe(7), 0u);
+    ASSERT_TRUE(store.WriteIndex().ok());
+  }
+  auto reopened = SsdStore::Reopen(&t.env, t.o, kLayout);
+  ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
+  expect_sums(**reopened);
+}
+
 // A pull reads only the pieces of a base that may hold its keys (ReadPieces, chosen by the
 // group entry's fences); the write-back, compaction and scans read records whole (ReadRecord).
 // Over records of 1 to 1500 rows (up to ~90 KB: pieces past the fences' eight), appended at

@@ -241,15 +241,14 @@ uint64_t TieredTable::CountKeys() const {
   // Each stripe's rows only memory holds, and the distinct keys of its groups' records, read
   // under the stripe's lock: a write-back moves a row from one count to the other under that
   // lock, so nothing is counted twice or missed.
+  // (The store keeps each stripe's sum: walking the group index per pass, 11 MB at 2^17
+  // groups, took 1.2 CPU-s of the 12 M-key 10 % job and its memory bandwidth.)
   uint64_t keys = 0;
-  const uint32_t per_stripe = ssd_ ? 1u << (ssd_->group_bits() - options_.stripe_bits) : 0;
   for (size_t s = 0; s < stripes_.size(); ++s) {
     const CacheStripe& stripe = *stripes_[s];
     CacheStripe::Lock l(stripe);
     keys += stripe.memory_only_rows();
-    for (uint32_t g = static_cast<uint32_t>(s) * per_stripe; g < (s + 1) * per_stripe; ++g) {
-      keys += ssd_->entry(g).unique_rows;
-    }
+    if (ssd_) keys += ssd_->UniqueRowsOfStripe(s);
   }
   return keys;
 }
