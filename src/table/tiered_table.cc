@@ -121,6 +121,7 @@ StatusOr<std::unique_ptr<TieredTable>> TieredTable::Open(Env* env, const TieredO
   }
   SsdOptions ssd = options.ssd;
   ssd.bloom_budget = options.BloomBudgetBytes();
+  ssd.stripe_bits = options.stripe_bits;
   if (options.reopen) {
     ASSIGN_OR_RETURN(t->ssd_, SsdStore::Reopen(env, ssd, options.layout));
   } else {
@@ -136,8 +137,11 @@ StatusOr<std::unique_ptr<TieredTable>> TieredTable::Open(Env* env, const TieredO
         options.memory_budget, t->ssd_->MemoryBytes()));
   }
   if (options.io_threads > 1) {
-    t->io_pool_ = std::make_unique<ThreadPool>(options.io_threads, "ctrbox-ssd-io");
-    t->writeback_io_pool_ = std::make_unique<ThreadPool>(options.io_threads, "ctrbox-wb-io");
+    // One loop a pull and one a write-back batch, far apart: no spinning between them.
+    t->io_pool_ =
+        std::make_unique<ThreadPool>(options.io_threads, "ctrbox-ssd-io", ThreadPool::Wait::kSleep);
+    t->writeback_io_pool_ =
+        std::make_unique<ThreadPool>(options.io_threads, "ctrbox-wb-io", ThreadPool::Wait::kSleep);
   }
   if (options.evict_threads > 1)
     t->evict_pool_ = std::make_unique<ThreadPool>(options.evict_threads, "ctrbox-evict");

@@ -19,14 +19,16 @@ constexpr int kSpinIterations = 4000;  // about 10-40 us of spinning before slee
 }
 
 ThreadPool::ThreadPool(int num_threads, std::function<void(int thread)> before_join)
-    : ThreadPool(num_threads, std::move(before_join), std::string()) {}
+    : ThreadPool(num_threads, std::move(before_join), std::string(), Wait::kSpinThenSleep) {}
 
-ThreadPool::ThreadPool(int num_threads, std::string name)
-    : ThreadPool(num_threads, {}, std::move(name)) {}
+ThreadPool::ThreadPool(int num_threads, std::string name, Wait wait)
+    : ThreadPool(num_threads, {}, std::move(name), wait) {}
 
 ThreadPool::ThreadPool(int num_threads, std::function<void(int thread)> before_join,
-                       std::string name)
-    : before_join_(std::move(before_join)), name_(std::move(name)) {
+                       std::string name, Wait wait)
+    : before_join_(std::move(before_join)),
+      name_(std::move(name)),
+      spin_iterations_(wait == Wait::kSleep ? 0 : kSpinIterations) {
   assert(num_threads >= 1);
   for (int t = 1; t < num_threads; ++t) workers_.emplace_back([this, t] { WorkerLoop(t); });
 }
@@ -51,7 +53,7 @@ void ThreadPool::WorkerLoop(int thread) {
   uint64_t seen = 0;
   while (true) {
     uint64_t g = generation_.load(std::memory_order_acquire);
-    for (int i = 0; i < kSpinIterations && g == seen; ++i) {
+    for (int i = 0; i < spin_iterations_ && g == seen; ++i) {
       CTRBOX_PAUSE();
       g = generation_.load(std::memory_order_acquire);
     }
@@ -97,7 +99,7 @@ void ThreadPool::ParallelFor(size_t num_tasks, const TaskFn& fn) {
   // as before, held a loop up for a worker the OS had not scheduled (the tiers' threads share
   // the cores), after the caller had run all the tasks.
   uint64_t s = state_.fetch_or(kClosed, std::memory_order_acq_rel) | kClosed;
-  for (int i = 0; i < kSpinIterations && (s & kJoinedMask) != 0; ++i) {
+  for (int i = 0; i < spin_iterations_ && (s & kJoinedMask) != 0; ++i) {
     CTRBOX_PAUSE();
     s = state_.load(std::memory_order_acquire);
   }

@@ -4,7 +4,8 @@
 // dynamically by the calling thread and the workers. The result of a computation must not
 // depend on which thread runs a task (ctrbox's determinism rests on fixed task boundaries),
 // and `thread` is only for choosing per-thread scratch space. Workers spin briefly, then
-// sleep on a futex, so back-to-back loops of a training step cost microseconds.
+// sleep on a futex, so back-to-back loops of a training step cost microseconds (a pool made
+// with Wait::kSleep sleeps at once).
 //
 // Thread safety: ParallelFor may be called from any thread; concurrent callers take turns
 // (caller_mu_). It is not reentrant: a task must not call ParallelFor on its own pool with
@@ -33,8 +34,13 @@ class ThreadPool {
   // before_join (tests only) is called by a worker that has seen a new loop, before it tries
   // to join it: a test holds a worker there to play one the OS has not scheduled.
   explicit ThreadPool(int num_threads, std::function<void(int thread)> before_join = {});
+  // How an idle worker (and a caller waiting for its loop's workers) waits: spinning briefly
+  // before it sleeps suits back-to-back loops of a training step; a pool whose loops are far
+  // apart (the tiers' reads: one loop a pull) spins for nothing, on cores the other stages
+  // need (its spinning was ~1 CPU-s of the 12 M-key 10 % job), so it sleeps at once.
+  enum class Wait { kSpinThenSleep, kSleep };
   // The same, its workers named `name` (util/sys.h SetThreadName; the caller keeps its own).
-  ThreadPool(int num_threads, std::string name);
+  ThreadPool(int num_threads, std::string name, Wait wait = Wait::kSpinThenSleep);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -46,12 +52,14 @@ class ThreadPool {
   void ParallelFor(size_t num_tasks, const TaskFn& fn) EXCLUDES(caller_mu_);
 
  private:
-  ThreadPool(int num_threads, std::function<void(int thread)> before_join, std::string name);
+  ThreadPool(int num_threads, std::function<void(int thread)> before_join, std::string name,
+             Wait wait);
   void WorkerLoop(int thread);
   void RunTasks(int thread);
 
   const std::function<void(int thread)> before_join_;
   const std::string name_;            // the workers' (empty: unnamed)
+  const int spin_iterations_;         // before sleeping (Wait)
   std::vector<std::thread> workers_;  // immutable after construction
   // Held by the caller of a loop with workers, for the whole loop: one loop at a time.
   Mutex caller_mu_;

@@ -53,12 +53,23 @@ TEST(ThreadPoolTest, ANamedPoolsWorkersCarryItsName) {
 }
 
 TEST(ThreadPoolTest, ManyBackToBackLoopsSeeEarlierWrites) {
-  ThreadPool pool(3);
-  std::vector<int64_t> data(64, 0);
-  for (int round = 0; round < 2000; ++round) {
-    pool.ParallelFor(data.size(), [&](size_t i, int) { data[i] += static_cast<int64_t>(i); });
+  // Both ways of waiting: spinning first, and sleeping at once (workers and the caller go
+  // straight to the futex between and at the end of loops).
+  for (ThreadPool::Wait wait : {ThreadPool::Wait::kSpinThenSleep, ThreadPool::Wait::kSleep}) {
+    ThreadPool pool(3, "ctrbox-test", wait);
+    std::vector<int64_t> data(64, 0);
+    std::vector<std::atomic<int>> ran(3);
+    for (int round = 0; round < 2000; ++round) {
+      pool.ParallelFor(data.size(), [&](size_t i, int thread) {
+        data[i] += static_cast<int64_t>(i);
+        ran[thread].fetch_add(1, std::memory_order_relaxed);
+      });
+    }
+    for (size_t i = 0; i < data.size(); ++i) EXPECT_EQ(data[i], 2000 * static_cast<int64_t>(i));
+    int total = 0;
+    for (const auto& r : ran) total += r.load();
+    EXPECT_EQ(total, 2000 * 64);
   }
-  for (size_t i = 0; i < data.size(); ++i) EXPECT_EQ(data[i], 2000 * static_cast<int64_t>(i));
 }
 
 // A worker held before it joins a loop plays one the OS has not scheduled: the caller runs
