@@ -22,6 +22,14 @@ namespace {
 
 using namespace tiered_test;  // NOLINT: the tests' helpers
 
+// The canonical encoding of the row a pull creates for a new key.
+std::string InitialEncoding(const CtrAccessor& acc, const ValueLayout& layout, uint64_t key) {
+  RowBlock fresh(layout);
+  fresh.Resize(1);
+  acc.InitRow(&fresh, 0, key);
+  return Encode(fresh, 0);
+}
+
 // A pulled row i changed as training does: counters, the wide weight, an embedding created or
 // changed and put back on the quantizer's grid, bfloat16 state rounded.
 void ChangeAsTraining(const CtrAccessor& acc, const Quantizer& quant, uint64_t seed, Random* rng_in,
@@ -136,10 +144,7 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
         } else if (it != ref.end()) {
           ASSERT_EQ(Encode(rows, i), it->second) << "step " << step;
         } else {  // created: filled, overwritten or not
-          RowBlock fresh(layout);
-          fresh.Resize(1);
-          acc.InitRow(&fresh, 0, keys[i]);
-          ASSERT_EQ(Encode(rows, i), Encode(fresh, 0));
+          ASSERT_EQ(Encode(rows, i), InitialEncoding(acc, layout, keys[i]));
         }
         ChangeAsTraining(acc, quant, seed, &rng, &rows, i);
         ref[keys[i]] = Encode(rows, i);
@@ -407,10 +412,7 @@ TEST(TieredTableTest, OverwrittenRowsInMemoryArePinnedNotCopied) {
     ASSERT_EQ(rows.key(i), pulled[i]);
     auto it = ref.find(pulled[i]);
     if (it == ref.end()) {  // created: filled
-      RowBlock fresh(kLayout);
-      fresh.Resize(1);
-      acc.InitRow(&fresh, 0, pulled[i]);
-      EXPECT_EQ(Encode(rows, i), Encode(fresh, 0));
+      EXPECT_EQ(Encode(rows, i), InitialEncoding(acc, kLayout, pulled[i]));
     } else if (overwritten[i] && i >= half) {  // in memory: left for the caller
       EXPECT_EQ(rows.show(i), -7.0f) << i;
       ++uncopied;
