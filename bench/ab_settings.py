@@ -11,13 +11,17 @@ medians, the spread, the ratios and whether every run trained to the same digest
 --a / --b take one or more KEY=VALUE settings each (repeat the flag); --set applies to both.
 --b-ctrbox runs B with another binary (default: --ctrbox), so that two builds are compared on
 the same settings: bench/ab_settings.py --ctrbox OLD --b-ctrbox NEW (--a / --b may then be left out).
+--b-in-memory runs B without the SSD tier and the budget (the whole model in memory), so that
+a_over_b is issue 58's ratio of the 10 % job to the in-memory one:
+bench/ab_settings.py --reps 3 --b-in-memory.
 """
 import json, os, shutil, statistics
 
 from bench_data import arg_parser, train
 
 JOB = ["data.gen.rows=4000000", "data.gen.test_rows=200000", "data.gen.zipf=1.02",
-       "data.gen.vocab_scale=1000", "storage.memory_budget=255829129"]
+       "data.gen.vocab_scale=1000"]
+BUDGET = ["storage.memory_budget=255829129"]
 COUNTERS = ["hit_rate", "loaded_from_ssd", "records_read", "writeback_reads", "groups_written",
             "merges", "new_deltas", "rows_persisted", "evicted_dirty", "evicted_clean",
             "evict_rounds", "parallel_writeback_batches", "ssd_bytes_read", "ssd_bytes_written"]
@@ -28,26 +32,32 @@ def main():
     ap.add_argument("--a", action="append", default=[], help="KEY=VALUE of setting A")
     ap.add_argument("--b", action="append", default=[], help="KEY=VALUE of setting B")
     ap.add_argument("--b-ctrbox", help="the binary B runs (default: --ctrbox)")
+    ap.add_argument("--b-in-memory", action="store_true",
+                    help="B without storage.ssd_dir and the budget: the model in memory")
     ap.add_argument("--set", action="append", default=[], help="more settings, every run")
     a = ap.parse_args()
     binary = {"a": a.ctrbox, "b": a.b_ctrbox or a.ctrbox}
-    if not a.a and not a.b and binary["a"] == binary["b"]:
-        ap.error("nothing to compare: give --a / --b settings or --b-ctrbox")
+    tiered = {"a": True, "b": not a.b_in_memory}
+    if not a.a and not a.b and binary["a"] == binary["b"] and tiered["a"] == tiered["b"]:
+        ap.error("nothing to compare: give --a / --b settings, --b-ctrbox or --b-in-memory")
     runs = {"a": [], "b": []}
     for rep in range(a.reps):
         for name, sets in (("a", a.a), ("b", a.b)):
             ssd = os.path.join(a.data_dir, "ab-settings-ssd")
             model = os.path.join(a.data_dir, "ab-settings-model")
             shutil.rmtree(ssd, ignore_errors=True)
-            args = ["--model-dir", model, "--fresh", "--set", f"storage.ssd_dir={ssd}"]
-            for kv in JOB + a.set + sets:
+            args = ["--model-dir", model, "--fresh"]
+            if tiered[name]:
+                args += ["--set", f"storage.ssd_dir={ssd}"]
+            for kv in JOB + (BUDGET if tiered[name] else []) + a.set + sets:
                 args += ["--set", kv]
             r = train(binary[name], args)
             shutil.rmtree(ssd, ignore_errors=True)
             shutil.rmtree(model, ignore_errors=True)
             runs[name].append(r)
-            st = r["storage"]
+            st = r.get("storage", {})
             line = {"bench": "ab_settings", "setting": name, "set": sets, "ctrbox": binary[name],
+                    "tiered": tiered[name],
                     "rep": rep,
                     "examples_per_s": r["examples_per_s"], "cpu_seconds": r["process_cpu_seconds"],
                     "seconds": r["seconds"], "digest": r["digest"], "test_auc": r["test_auc"],
@@ -65,7 +75,8 @@ def main():
 
     digests = {r["digest"] for rs in runs.values() for r in rs}
     print(json.dumps({
-        "bench": "ab_settings_summary", "a": a.a, "b": a.b, "ctrbox": binary, "set": a.set,
+        "bench": "ab_settings_summary", "a": a.a, "b": a.b, "ctrbox": binary, "tiered": tiered,
+        "set": a.set,
         "reps": a.reps,
         "examples_per_s_median": {"a": med("a", "examples_per_s"), "b": med("b", "examples_per_s")},
         "examples_per_s_range": {"a": spread("a", "examples_per_s"), "b": spread("b", "examples_per_s")},
