@@ -31,8 +31,24 @@ BloomFilter::BloomFilter(const std::vector<uint64_t>& words, int hashes)
 
 void BloomFilter::Add(uint64_t key) {
   if (num_blocks_ == 0) return;
-  const uint64_t h = Mix64(key ^ 0x626c6f6f6dULL);
-  std::atomic<uint64_t>* block = words_.get() + (h % num_blocks_) * 8;
+  AddHashed(Hash(key));
+}
+
+void BloomFilter::AddAll(const uint64_t* keys, size_t n) {
+  if (num_blocks_ == 0) return;
+  constexpr size_t kAhead = 8;
+  uint64_t h[kAhead];
+  for (size_t i = 0; i < n + kAhead; ++i) {
+    if (i >= kAhead) AddHashed(h[i % kAhead]);
+    if (i < n) {
+      h[i % kAhead] = Hash(keys[i]);
+      __builtin_prefetch(words_.get() + BlockOf(h[i % kAhead]) * 8, 1);
+    }
+  }
+}
+
+void BloomFilter::AddHashed(uint64_t h) {
+  std::atomic<uint64_t>* block = words_.get() + BlockOf(h) * 8;
   uint32_t a = static_cast<uint32_t>(h >> 32), b = static_cast<uint32_t>(h) | 1;
   for (int i = 0; i < hashes_; ++i, a += b) {
     const uint32_t bit = a & 511;
@@ -46,8 +62,8 @@ void BloomFilter::Add(uint64_t key) {
 
 bool BloomFilter::MayContain(uint64_t key) const {
   if (num_blocks_ == 0) return true;
-  const uint64_t h = Mix64(key ^ 0x626c6f6f6dULL);
-  const std::atomic<uint64_t>* block = words_.get() + (h % num_blocks_) * 8;
+  const uint64_t h = Hash(key);
+  const std::atomic<uint64_t>* block = words_.get() + BlockOf(h) * 8;
   uint32_t a = static_cast<uint32_t>(h >> 32), b = static_cast<uint32_t>(h) | 1;
   for (int i = 0; i < hashes_; ++i, a += b) {
     const uint32_t bit = a & 511;

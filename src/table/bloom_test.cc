@@ -29,5 +29,25 @@ TEST(BloomTest, NoFalseNegativesAndAboutTwoPercentFalsePositives) {
   EXPECT_EQ(g.num_bits(), f.num_bits());
 }
 
+// AddAll (the keys' blocks fetched ahead, then set) sets the bits Add sets one key at a time,
+// for batches shorter and longer than its look-ahead, and into a filter with words already set.
+TEST(BloomTest, AddAllSetsTheBitsOfAddOneByOne) {
+  Random rng(2);
+  for (size_t n : {0, 1, 7, 8, 9, 100, 5000}) {
+    BloomFilter one(4096, 8), all(4096, 8);
+    for (int pass = 0; pass < 2; ++pass) {
+      std::vector<uint64_t> keys(n);
+      for (uint64_t& k : keys) k = rng.Next();
+      for (uint64_t k : keys) one.Add(k);
+      all.AddAll(keys.data(), keys.size());
+      ASSERT_EQ(all.words(), one.words()) << n << " keys, pass " << pass;
+    }
+  }
+  BloomFilter none(0, 0);  // no filter: nothing to set, every key may be there
+  const uint64_t key = 42;
+  none.AddAll(&key, 1);
+  EXPECT_TRUE(none.MayContain(7));
+}
+
 }  // namespace
 }  // namespace ctrbox

@@ -130,6 +130,25 @@ bool CacheStripe::has_emb(uint32_t node) const { return headers_.Get(node)[kEmbI
 
 float CacheStripe::show(uint32_t node) const { return AsFloat(headers_.Get(node)[kShow]); }
 
+void CacheStripe::PrefetchEmb(uint32_t node, bool write) const {
+  const uint32_t* h = headers_.Get(node);
+  if (h[kEmbId] == kNoEmb) return;
+  uint64_t k;
+  std::memcpy(&k, h + kKey, 8);
+  const SlabArena& arena = embs_[layout_.TableOf(k)];
+  const char* e = reinterpret_cast<const char*>(arena.Get(h[kEmbId]));
+  const size_t bytes = arena.words() * 4;
+  // Every cache line the record touches (a record need not start at a line).
+  const uintptr_t first = reinterpret_cast<uintptr_t>(e) & ~uintptr_t{63};
+  for (uintptr_t a = first; a < reinterpret_cast<uintptr_t>(e) + bytes; a += 64) {
+    if (write) {
+      __builtin_prefetch(reinterpret_cast<const void*>(a), 1);
+    } else {
+      __builtin_prefetch(reinterpret_cast<const void*>(a));
+    }
+  }
+}
+
 void CacheStripe::ReadRow(uint32_t node, RowBlock* out, size_t r) const {
   const uint32_t* h = headers_.Get(node);
   std::memcpy(&out->key(r), h + kKey, 8);

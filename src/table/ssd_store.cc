@@ -282,7 +282,7 @@ Status SsdStore::Append(RecordBuilder* builder, RecordLoc* loc, Fences* fences) 
   }
   RETURN_IF_ERROR(ReserveSpace(record.size()));
   RETURN_IF_ERROR(writer_->Append(record));
-  for (uint64_t k : keys) current_->bloom->Add(k);
+  current_->bloom->AddAll(keys.data(), keys.size());
   *loc = RecordLoc{current_->id, static_cast<uint32_t>(current_->bytes),
                    static_cast<uint32_t>(record.size())};
   {

@@ -21,6 +21,10 @@
 namespace ctrbox {
 namespace {
 
+// The keys a pull or a push fetches into the CPU cache together (PullResident): enough for
+// their misses to overlap, few enough that their lines stay cached until used.
+constexpr size_t kChunk = 64;
+
 void Pin(NodeMeta& m, uint16_t epoch) {
   ++m.pins;
   m.epoch = epoch;
@@ -69,43 +73,78 @@ void TieredTable::PullResident(size_t s, const uint64_t* keys, const uint32_t* i
     return SsdStore::MayHold(file_of(loc).get(), key);
   };
   uint64_t hits = 0, no_record = 0, pruned = 0;
+  // The keys go in chunks of kChunk, and each chunk in phases that fetch into the CPU cache
+  // what the next phase reads, so that the cache misses (and TLB misses) of a chunk's keys
+  // overlap instead of coming one after another: their index slots, then (Find) their rows'
+  // headers and metadata, or for a key not in memory its group entry, then their embedding
+  // records (whose place the header names), or the Bloom filter block of the group's base
+  // file, then the work. The prefetches are hints: nothing read depends on them. The keys
+  // are distinct (Pull's contract), so a row created for one key changes no other's Find.
+  uint32_t nodes[kChunk];
   CacheStripe::Lock lock(stripe);
-  for (size_t k = 0; k < n; ++k) {
-    const uint32_t i = idx[k];
-    const uint64_t key = keys[i];
-    const uint32_t node = stripe.Find(key);
-    if (node != kNoNode) {
-      Pin(stripe.meta(node), epoch);
-      if (overwritten != nullptr && overwritten[i]) {
-        out->key(i) = key;  // the caller copies the rest in (Pull's contract)
-      } else {
-        stripe.ReadRow(node, out, i);
+  for (size_t c = 0; c < n; c += kChunk) {
+    const size_t m = std::min(kChunk, n - c);
+    const uint32_t* ix = idx + c;
+    for (size_t k = 0; k < m; ++k) stripe.PrefetchSlot(keys[ix[k]]);
+    for (size_t k = 0; k < m; ++k) nodes[k] = stripe.Find(keys[ix[k]]);
+    for (size_t k = 0; k < m; ++k) {
+      if (nodes[k] != kNoNode) {
+        stripe.PrefetchNode(nodes[k], /*write=*/false);
+      } else if (ssd_) {
+        const GroupEntry& e = ssd_->entry(ssd_->GroupOf(keys[ix[k]]));
+        __builtin_prefetch(&e);
+        __builtin_prefetch(reinterpret_cast<const char*>(&e) + sizeof(GroupEntry) - 1);
       }
-      pins->nodes_[i] = {static_cast<uint32_t>(s), node};
-      ++hits;
-      continue;
     }
-    if (ssd_) {
-      const uint32_t g = ssd_->GroupOf(key);
-      const GroupEntry& e = ssd_->entry(g);
-      if ((e.DeltaMayHold(key) && may_hold(e.delta, key)) ||
-          (e.OlderMayHold(key) && may_hold(e.older, key)) || may_hold(e.base, key)) {
-        auto [it, added] = load_of.emplace(g, loads->size());
-        if (added) {
-          loads->emplace_back();
-          Load& l = loads->back();
-          l.group = g;
-          l.entry = e;
-          l.base_file = file_of(e.base);
-          l.delta_file = file_of(e.delta);
-          l.older_file = file_of(e.older);
+    for (size_t k = 0; k < m; ++k) {
+      if (nodes[k] != kNoNode) {
+        if (overwritten == nullptr || !overwritten[ix[k]]) {
+          stripe.PrefetchEmb(nodes[k], /*write=*/false);
         }
-        (*loads)[it->second].idx.push_back(i);
+      } else if (ssd_) {
+        const uint64_t key = keys[ix[k]];
+        if (const ParamFile* f = file_of(ssd_->entry(ssd_->GroupOf(key)).base).get()) {
+          f->bloom->Prefetch(key);
+        }
+      }
+    }
+    for (size_t k = 0; k < m; ++k) {
+      const uint32_t i = ix[k];
+      const uint64_t key = keys[i];
+      const uint32_t node = nodes[k];
+      if (node != kNoNode) {
+        Pin(stripe.meta(node), epoch);
+        if (overwritten != nullptr && overwritten[i]) {
+          out->key(i) = key;  // the caller copies the rest in (Pull's contract)
+        } else {
+          stripe.ReadRow(node, out, i);
+        }
+        pins->nodes_[i] = {static_cast<uint32_t>(s), node};
+        ++hits;
         continue;
       }
-      ++(e.base.exists() ? pruned : no_record);
+      if (ssd_) {
+        const uint32_t g = ssd_->GroupOf(key);
+        const GroupEntry& e = ssd_->entry(g);
+        if ((e.DeltaMayHold(key) && may_hold(e.delta, key)) ||
+            (e.OlderMayHold(key) && may_hold(e.older, key)) || may_hold(e.base, key)) {
+          auto [it, added] = load_of.emplace(g, loads->size());
+          if (added) {
+            loads->emplace_back();
+            Load& l = loads->back();
+            l.group = g;
+            l.entry = e;
+            l.base_file = file_of(e.base);
+            l.delta_file = file_of(e.delta);
+            l.older_file = file_of(e.older);
+          }
+          (*loads)[it->second].idx.push_back(i);
+          continue;
+        }
+        ++(e.base.exists() ? pruned : no_record);
+      }
+      NewRow(stripe, s, i, key, accessor, out, pins);
     }
-    NewRow(stripe, s, i, key, accessor, out, pins);
   }
   Account(stripe, s);
   counters_->hits.fetch_add(hits, std::memory_order_relaxed);
@@ -327,13 +366,24 @@ Status TieredTable::Push(PinnedRows* pins, const RowBlock& rows, ThreadPool* poo
     if (by_stripe[s].empty()) return;
     CacheStripe& stripe = *stripes_[s];
     CacheStripe::Lock lock(stripe);
-    for (uint32_t i : by_stripe[s]) {
-      const uint32_t node = pins->nodes_[i].second;
-      assert(stripe.key(node) == rows.key(i));
-      stripe.WriteRow(node, rows, i);
-      NodeMeta& m = stripe.meta(node);
-      stripe.set_state(node, (m.state | kDirty) & ~kFresh);
-      --m.pins;
+    const std::vector<uint32_t>& rows_of = by_stripe[s];
+    for (size_t c = 0; c < rows_of.size(); c += kChunk) {  // in chunks, as a pull does
+      const size_t end = std::min(rows_of.size(), c + kChunk);
+      for (size_t k = c; k < end; ++k) {
+        stripe.PrefetchNode(pins->nodes_[rows_of[k]].second, /*write=*/true);
+      }
+      for (size_t k = c; k < end; ++k) {
+        stripe.PrefetchEmb(pins->nodes_[rows_of[k]].second, /*write=*/true);
+      }
+      for (size_t k = c; k < end; ++k) {
+        const uint32_t i = rows_of[k];
+        const uint32_t node = pins->nodes_[i].second;
+        assert(stripe.key(node) == rows.key(i));
+        stripe.WriteRow(node, rows, i);
+        NodeMeta& m = stripe.meta(node);
+        stripe.set_state(node, (m.state | kDirty) & ~kFresh);
+        --m.pins;
+      }
     }
     Account(stripe, s);
   });

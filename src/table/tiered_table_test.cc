@@ -86,7 +86,8 @@ void ShrinkAgainst(const CtrAccessor& acc, ThreadPool* pool, TieredTable* table,
 // serial_writeback: the write-back reads its batches one record at a time (its default where
 // reads are fast), not in parallel from the second read on (the test options).
 void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayout,
-                     bool direct_reads = false, bool serial_writeback = false) {
+                     bool direct_reads = false, bool serial_writeback = false,
+                     uint32_t stripe_bits = 3) {
   TempDir dir;
   AccessorOptions ao;
   ao.embedx_threshold = 0.25f;  // some keys without embeddings
@@ -98,6 +99,7 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
   // the Bloom filters and the stripes' fixed structures).
   TieredOptions o = Options(disk ? dir.path() : "", disk ? 60 << 10 : 0);
   o.layout = layout;
+  o.stripe_bits = stripe_bits;
   o.ssd.direct_reads = direct_reads;
   if (serial_writeback) o.parallel_read_us = 1e12;
   auto table = Open(o);
@@ -208,6 +210,13 @@ TEST(TieredTableTest, DifferentialInMemory) { RunDifferential(false, 1); }
 TEST(TieredTableTest, DifferentialOverSsdFiles) {
   for (uint64_t seed : {2, 3, 4}) RunDifferential(true, seed);
   RunDifferential(true, 5, kLayout, false, /*serial_writeback=*/true);
+}
+// One stripe: a pull's or push's keys of a stripe (up to 120 here) span more than one of the
+// chunks whose cache lines are fetched together (tiered_table_pull.cc, kChunk = 64), the
+// second chunk's keys found, loaded or created after the first chunk's rows were inserted.
+TEST(TieredTableTest, DifferentialInOneStripe) {
+  RunDifferential(false, 6, kLayout, false, false, /*stripe_bits=*/0);
+  RunDifferential(true, 7, kLayout, false, false, /*stripe_bits=*/0);
 }
 // The same with the files read around the page cache (O_DIRECT, storage.direct_reads): records
 // read back while their pages are still being written, compactions' header walks, reopens.
