@@ -80,7 +80,7 @@ void TieredTable::PullResident(size_t s, const uint64_t* keys, const uint32_t* i
   // records (whose place the header names), or the Bloom filter block of the group's base
   // file, then the work. The prefetches are hints: nothing read depends on them. The keys
   // are distinct (Pull's contract), so a row created for one key changes no other's Find.
-  uint32_t nodes[kChunk];
+  uint32_t nodes[kChunk], groups[kChunk];  // groups: of the keys not in memory (with files)
   CacheStripe::Lock lock(stripe);
   for (size_t c = 0; c < n; c += kChunk) {
     const size_t m = std::min(kChunk, n - c);
@@ -91,7 +91,8 @@ void TieredTable::PullResident(size_t s, const uint64_t* keys, const uint32_t* i
       if (nodes[k] != kNoNode) {
         stripe.PrefetchNode(nodes[k], /*write=*/false);
       } else if (ssd_) {
-        const GroupEntry& e = ssd_->entry(ssd_->GroupOf(keys[ix[k]]));
+        groups[k] = ssd_->GroupOf(keys[ix[k]]);
+        const GroupEntry& e = ssd_->entry(groups[k]);
         __builtin_prefetch(&e);
         __builtin_prefetch(reinterpret_cast<const char*>(&e) + sizeof(GroupEntry) - 1);
       }
@@ -102,9 +103,8 @@ void TieredTable::PullResident(size_t s, const uint64_t* keys, const uint32_t* i
           stripe.PrefetchEmb(nodes[k], /*write=*/false);
         }
       } else if (ssd_) {
-        const uint64_t key = keys[ix[k]];
-        if (const ParamFile* f = file_of(ssd_->entry(ssd_->GroupOf(key)).base).get()) {
-          f->bloom->Prefetch(key);
+        if (const ParamFile* f = file_of(ssd_->entry(groups[k]).base).get()) {
+          f->bloom->Prefetch(keys[ix[k]]);
         }
       }
     }
@@ -124,7 +124,7 @@ void TieredTable::PullResident(size_t s, const uint64_t* keys, const uint32_t* i
         continue;
       }
       if (ssd_) {
-        const uint32_t g = ssd_->GroupOf(key);
+        const uint32_t g = groups[k];
         const GroupEntry& e = ssd_->entry(g);
         if ((e.DeltaMayHold(key) && may_hold(e.delta, key)) ||
             (e.OlderMayHold(key) && may_hold(e.older, key)) || may_hold(e.base, key)) {

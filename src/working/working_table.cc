@@ -61,32 +61,19 @@ uint32_t WorkingTable::Find(uint64_t key) const {
   }
 }
 
-void WorkingTable::Prefetch(uint64_t key) const {
-  if (keys_.empty()) return;
-  const KeyRange& part = parts_[KeyRangeOf(key)];
-  const uint64_t s = part.first + (ProbeStart(key) & part.mask);
-  __builtin_prefetch(bucket_key_.data() + s);
-  __builtin_prefetch(bucket_id_.data() + s);
-}
-
 void WorkingTable::FindShared(const WorkingTable& other, SharedRows* out, ThreadPool* pool) const {
   std::vector<SharedRows> per(kKeyRanges);
   RunParallel(pool, kKeyRanges, [&](size_t p, int) {
     const uint32_t here_n = part_begin_[p + 1] - part_begin_[p];
     const uint32_t there_n = other.part_begin_[p + 1] - other.part_begin_[p];
     if (here_n == 0 || there_n == 0) return;
-    constexpr uint32_t kAhead = 16;  // buckets fetched ahead: their misses overlap
     if (here_n <= there_n) {
-      const uint32_t end = part_begin_[p + 1];
-      for (uint32_t i = part_begin_[p]; i < end; ++i) {
-        if (i + kAhead < end) other.Prefetch(keys_[i + kAhead]);
+      for (uint32_t i = part_begin_[p]; i < part_begin_[p + 1]; ++i) {
         const uint32_t j = other.Find(keys_[i]);
         if (j != kNotFound) per[p].emplace_back(i, j);
       }
     } else {
-      const uint32_t end = other.part_begin_[p + 1];
-      for (uint32_t j = other.part_begin_[p]; j < end; ++j) {
-        if (j + kAhead < end) Prefetch(other.keys_[j + kAhead]);
+      for (uint32_t j = other.part_begin_[p]; j < other.part_begin_[p + 1]; ++j) {
         const uint32_t i = Find(other.keys_[j]);
         if (i != kNotFound) per[p].emplace_back(i, j);
       }

@@ -45,8 +45,6 @@ class WorkingTable {
 
   // Get: the local id of key, or kNotFound.
   uint32_t Find(uint64_t key) const;
-  // A hint (no effect on results): fetch the bucket Find(key) starts at into the CPU cache.
-  void Prefetch(uint64_t key) const;
   // The keys this table shares with `other`, ordered by key range, then by this table's
   // local id (or other's, whichever key range is smaller: the order is fixed by the two key
   // sets). pool may be null.
