@@ -14,6 +14,9 @@ the same settings: bench/ab_settings.py --ctrbox OLD --b-ctrbox NEW (--a / --b m
 --b-in-memory runs B without the SSD tier and the budget (the whole model in memory), so that
 a_over_b is issue 58's ratio of the 10 % job to the in-memory one:
 bench/ab_settings.py --reps 3 --b-in-memory.
+--c-in-memory adds a third run to each round, B's binary without the SSD tier, so that one
+command compares two builds and gives each one's ratio to the in-memory job (a_over_c, b_over_c):
+bench/ab_settings.py --reps 3 --ctrbox OLD --b-ctrbox NEW --c-in-memory.
 """
 import json, os, shutil, statistics
 
@@ -24,7 +27,7 @@ JOB = ["data.gen.rows=4000000", "data.gen.test_rows=200000", "data.gen.zipf=1.02
 BUDGET = ["storage.memory_budget=255829129"]
 COUNTERS = ["hit_rate", "loaded_from_ssd", "records_read", "writeback_reads", "groups_written",
             "merges", "new_deltas", "rows_persisted", "evicted_dirty", "evicted_clean",
-            "evict_rounds", "parallel_writeback_batches", "ssd_bytes_read", "ssd_bytes_written"]
+            "evict_rounds", "parallel_writeback_batches", "ssd_bytes_read", "ssd_bytes_written", "files_recycled"]
 
 
 def main():
@@ -34,15 +37,21 @@ def main():
     ap.add_argument("--b-ctrbox", help="the binary B runs (default: --ctrbox)")
     ap.add_argument("--b-in-memory", action="store_true",
                     help="B without storage.ssd_dir and the budget: the model in memory")
+    ap.add_argument("--c-in-memory", action="store_true",
+                    help="a third run per round: B's binary without the SSD tier and the budget")
     ap.add_argument("--set", action="append", default=[], help="more settings, every run")
     a = ap.parse_args()
     binary = {"a": a.ctrbox, "b": a.b_ctrbox or a.ctrbox}
     tiered = {"a": True, "b": not a.b_in_memory}
+    legs = [("a", a.a), ("b", a.b)]
+    if a.c_in_memory:
+        binary["c"], tiered["c"] = binary["b"], False
+        legs.append(("c", []))
     if not a.a and not a.b and binary["a"] == binary["b"] and tiered["a"] == tiered["b"]:
         ap.error("nothing to compare: give --a / --b settings, --b-ctrbox or --b-in-memory")
-    runs = {"a": [], "b": []}
+    runs = {name: [] for name, _ in legs}
     for rep in range(a.reps):
-        for name, sets in (("a", a.a), ("b", a.b)):
+        for name, sets in legs:
             ssd = os.path.join(a.data_dir, "ab-settings-ssd")
             model = os.path.join(a.data_dir, "ab-settings-model")
             shutil.rmtree(ssd, ignore_errors=True)
@@ -74,16 +83,20 @@ def main():
         return [min(v), max(v)]
 
     digests = {r["digest"] for rs in runs.values() for r in rs}
-    print(json.dumps({
+    summary = {
         "bench": "ab_settings_summary", "a": a.a, "b": a.b, "ctrbox": binary, "tiered": tiered,
         "set": a.set,
         "reps": a.reps,
-        "examples_per_s_median": {"a": med("a", "examples_per_s"), "b": med("b", "examples_per_s")},
-        "examples_per_s_range": {"a": spread("a", "examples_per_s"), "b": spread("b", "examples_per_s")},
-        "cpu_seconds_median": {"a": med("a", "process_cpu_seconds"), "b": med("b", "process_cpu_seconds")},
+        "examples_per_s_median": {n: med(n, "examples_per_s") for n in runs},
+        "examples_per_s_range": {n: spread(n, "examples_per_s") for n in runs},
+        "cpu_seconds_median": {n: med(n, "process_cpu_seconds") for n in runs},
         "a_over_b": med("a", "examples_per_s") / med("b", "examples_per_s"),
         "same_digest": len(digests) == 1,
-        "blas_core": sorted({r.get("blas_core") for rs in runs.values() for r in rs} - {None})}), flush=True)
+        "blas_core": sorted({r.get("blas_core") for rs in runs.values() for r in rs} - {None})}
+    if "c" in runs:
+        summary["a_over_c"] = med("a", "examples_per_s") / med("c", "examples_per_s")
+        summary["b_over_c"] = med("b", "examples_per_s") / med("c", "examples_per_s")
+    print(json.dumps(summary), flush=True)
 
 
 if __name__ == "__main__":

@@ -237,6 +237,12 @@ const std::vector<Key>& Keys() {
             1, 30)},
       {"storage.file_bytes", "64MB", "size at which a parameter file is sealed",
        Bytes([](JobConfig* j, uint64_t v) { j->storage.ssd.file_bytes = v; }, 4096)},
+      {"storage.recycle_files", "8",
+       "dead parameter files kept to be written over by the next new ones (their cached pages "
+       "take the bytes instead of new ones); 0 deletes them at once",
+       UInt([](JobConfig* j,
+               uint64_t v) { j->storage.ssd.recycle_files = static_cast<uint32_t>(v); },
+            0, 64)},
       {"storage.direct_reads", "false",
        "read the SSD files with O_DIRECT, bypassing the page cache (for a box whose memory "
        "cannot cache them: no page cache to fill and reclaim); false reads through the cache "

@@ -37,6 +37,7 @@ nlohmann::json StorageJson(const StorageStats& s) {
              s.persisted_bytes ? double(s.ssd_bytes_written) / double(s.persisted_bytes) : 0.0},
             {"files", s.files},
             {"file_bytes", s.file_bytes},
+            {"free_file_bytes", s.free_file_bytes},
             {"live_bytes", s.live_bytes},
             {"stale_fraction", s.stale_fraction()},
             {"keys_on_disk", s.keys_on_disk},

@@ -19,7 +19,49 @@ constexpr uint32_t kVersion = 3;
 }  // namespace
 
 ParamFile::~ParamFile() {
-  if (obsolete) env->DeleteFile(path).IgnoreError();  // space only; a leftover is harmless
+  if (!obsolete || (recycler && recycler->Offer(path, bytes))) return;
+  env->DeleteFile(path).IgnoreError();  // space only; a leftover is harmless
+}
+
+namespace {
+constexpr char kPoolPrefix[] = "params-free-";
+}  // namespace
+
+bool FileRecycler::IsPoolName(const std::string& name) { return name.rfind(kPoolPrefix, 0) == 0; }
+
+bool FileRecycler::Offer(const std::string& path, uint64_t bytes) {
+  MutexLock lock(&mu_);
+  if (closed_ || files_.size() >= max_) return false;
+  std::string pooled = JoinPath(dir_, fmt::format("{}{:06d}.dat", kPoolPrefix, next_++));
+  if (!env_->RenameFile(path, pooled).ok()) return false;
+  files_.emplace_back(std::move(pooled), bytes);
+  bytes_ += bytes;
+  return true;
+}
+
+std::string FileRecycler::Take() {
+  MutexLock lock(&mu_);
+  if (files_.empty()) return "";
+  auto [path, bytes] = std::move(files_.back());
+  files_.pop_back();
+  bytes_ -= bytes;
+  return path;
+}
+
+void FileRecycler::Drain(bool close) {
+  std::vector<std::pair<std::string, uint64_t>> files;
+  {
+    MutexLock lock(&mu_);
+    closed_ = closed_ || close;
+    files.swap(files_);
+    bytes_ = 0;
+  }
+  for (const auto& f : files) env_->DeleteFile(f.first).IgnoreError();  // as ~ParamFile
+}
+
+uint64_t FileRecycler::bytes() const {
+  MutexLock lock(&mu_);
+  return bytes_;
 }
 
 std::string EncodeParamFileHeader(uint32_t file_id, const ValueLayout& l) {

@@ -7,12 +7,15 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "table/bloom.h"
 #include "table/value.h"
 #include "util/env.h"
 #include "util/hash.h"
+#include "util/mutex.h"
+#include "util/thread_annotations.h"
 
 namespace ctrbox {
 
@@ -150,9 +153,43 @@ class RecordBuilder {
   std::string record_;           // Lay's result
 };
 
+// Dead parameter files kept to be written over (docs/storage.md, "Recycled files"). A file
+// whose records are all stale is, when its last reader lets go, renamed into this pool instead
+// of being deleted, and the store's next new file is written over it in place
+// (Env::ReuseWritableFile): the page cache's pages of the dead file take the new bytes, where a
+// new file's pages are allocated (on a VM that reports free pages to its host, faulted in from
+// the host) and the dead file's freed. At most `max_files` are kept; the rest are deleted.
+// Thread safety: thread-safe.
+class FileRecycler {
+ public:
+  FileRecycler(Env* env, std::string dir, size_t max_files)
+      : env_(env), dir_(std::move(dir)), max_(max_files) {}
+  // Takes the dead file at `path` (`bytes` long) into the pool under a name of its own; false
+  // when the pool is full or closed, or the rename failed: the caller deletes the file.
+  bool Offer(const std::string& path, uint64_t bytes) EXCLUDES(mu_);
+  // A pooled file to write over, out of the pool (the one pooled last: the likeliest to be in
+  // the page cache); empty if there is none.
+  std::string Take() EXCLUDES(mu_);
+  // Deletes the pooled files; with `close`, the pool takes no more.
+  void Drain(bool close) EXCLUDES(mu_);
+  uint64_t bytes() const EXCLUDES(mu_);
+  // Whether `name` (a file name, no directory) is a pooled file's.
+  static bool IsPoolName(const std::string& name);
+
+ private:
+  Env* const env_;
+  const std::string dir_;
+  const size_t max_;
+  mutable Mutex mu_;
+  std::vector<std::pair<std::string, uint64_t>> files_ GUARDED_BY(mu_);  // (path, bytes)
+  uint64_t bytes_ GUARDED_BY(mu_) = 0;
+  uint64_t next_ GUARDED_BY(mu_) = 0;
+  bool closed_ GUARDED_BY(mu_) = false;
+};
+
 // One parameter file. Its counters are guarded by the owning store's counter mutex; the reader
-// and the Bloom filter may be used concurrently. A file marked obsolete is unlinked when the
-// last reference to it goes.
+// and the Bloom filter may be used concurrently. A file marked obsolete is unlinked (or handed
+// to the recycler, if there is one) when the last reference to it goes.
 struct ParamFile {
   ParamFile(Env* env, uint32_t id, std::string path, std::unique_ptr<BloomFilter> bloom)
       : env(env), id(id), path(std::move(path)), bloom(std::move(bloom)) {}
@@ -163,8 +200,9 @@ struct ParamFile {
   const std::string path;
   std::unique_ptr<RandomAccessFile> reader;  // set once the header is written
   std::unique_ptr<BloomFilter> bloom;
-  uint64_t bytes = 0;       // appended so far, header included
-  uint64_t live_bytes = 0;  // bytes of the records the group index points at
+  std::shared_ptr<FileRecycler> recycler;  // takes the file once it is obsolete (may be null)
+  uint64_t bytes = 0;                      // appended so far, header included
+  uint64_t live_bytes = 0;                 // bytes of the records the group index points at
   uint32_t live_records = 0;
   // Records appended and not yet in the group index (a write-back or compaction between its
   // Append and its Replace; or one that failed in between). A file is dropped only when it

@@ -24,9 +24,10 @@ std::string StorageStats::DebugString() const {
   CTRBOX_DISK_COUNTERS(CTRBOX_STORAGE_DEBUG)
 #undef CTRBOX_STORAGE_DEBUG
   return s + fmt::format(
-                 " files={} file_bytes={} live_bytes={} keys_on_disk={} index_bytes={} "
-                 "bloom_bytes={}",
-                 files, file_bytes, live_bytes, keys_on_disk, index_bytes, bloom_bytes);
+                 " files={} file_bytes={} free_file_bytes={} live_bytes={} keys_on_disk={} "
+                 "index_bytes={} bloom_bytes={}",
+                 files, file_bytes, free_file_bytes, live_bytes, keys_on_disk, index_bytes,
+                 bloom_bytes);
 }
 
 }  // namespace ctrbox

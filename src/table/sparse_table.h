@@ -112,7 +112,8 @@ struct TableStats {
   X(ssd_bytes_read, true)       \
   X(ssd_read_nanos, true)       \
   X(records_written, false)     \
-  X(ssd_bytes_written, true)
+  X(ssd_bytes_written, true)    \
+  X(files_recycled, false)
 
 struct StorageStats {
   bool has_disk = false;           // the SSD tier is on (the disk fields below are zero if not)
@@ -131,6 +132,7 @@ struct StorageStats {
   CTRBOX_DISK_COUNTERS(CTRBOX_STORAGE_FIELD)
 #undef CTRBOX_STORAGE_FIELD
   uint64_t files = 0, file_bytes = 0, live_bytes = 0, keys_on_disk = 0;
+  uint64_t free_file_bytes = 0;  // dead files kept to be written over (not in file_bytes)
   uint64_t index_bytes = 0, bloom_bytes = 0;
 
   // hits / (hits + loaded_from_ssd); 1 when nothing was pulled from either.

@@ -60,6 +60,14 @@ SsdStore::SsdStore(Env* env, SsdOptions options, ValueLayout layout)
     : env_(env), options_(std::move(options)), layout_(layout), page_(PageBytes(layout)) {
   index_.assign(size_t{1} << options_.group_bits, GroupEntry{});
   stripe_unique_rows_.assign(size_t{1} << std::min(options_.stripe_bits, options_.group_bits), 0);
+  if (options_.recycle_files > 0) {
+    recycler_ = std::make_shared<FileRecycler>(env_, options_.dir, options_.recycle_files);
+  }
+}
+
+SsdStore::~SsdStore() {
+  // The pooled files go; a file whose last reader lets go later is deleted.
+  if (recycler_) recycler_->Drain(/*close=*/true);
 }
 
 Status SsdStore::RemoveFiles(Env* env, const std::string& dir) {
@@ -185,7 +193,16 @@ Status SsdStore::Roll() {
   }
   const uint32_t id = next_file_id_++;
   const std::string path = JoinPath(options_.dir, FileNameOf(id));
-  ASSIGN_OR_RETURN(auto writer, env_->NewWritableFile(path));
+  // Over a dead file if one is pooled (its cached pages take the bytes), else a new one.
+  const std::string dead = recycler_ ? recycler_->Take() : std::string();
+  StatusOr<std::unique_ptr<WritableFile>> opened =
+      dead.empty() ? env_->NewWritableFile(path) : env_->ReuseWritableFile(dead, path);
+  if (!dead.empty() && opened.ok()) files_recycled_.fetch_add(1, std::memory_order_relaxed);
+  if (!dead.empty() && !opened.ok()) {  // the dead file goes, under whichever name it has now
+    env_->DeleteFile(dead).IgnoreError();
+    env_->DeleteFile(path).IgnoreError();
+  }
+  ASSIGN_OR_RETURN(auto writer, std::move(opened));  // (the next append tries again)
   const std::string header = EncodeParamFileHeader(id, layout_);
   RETURN_IF_ERROR(writer->Append(header));
   RETURN_IF_ERROR(writer->Flush());
@@ -218,6 +235,7 @@ Status SsdStore::Roll() {
   }
   auto file = std::make_shared<ParamFile>(env_, id, path,
                                           std::make_unique<BloomFilter>(expected_rows, bits));
+  file->recycler = recycler_;
   RETURN_IF_ERROR(OpenReader(file.get()));
   file->bytes = header.size();
   // The new file is published and becomes the current one in one step, so that a Replace in
@@ -260,6 +278,10 @@ void SsdStore::DropFiles(const std::vector<uint32_t>& dropped) {
 Status SsdStore::ReserveSpace(uint64_t bytes) {
   if (options_.disk_budget == 0) return Status::OK();
   MutexLock lock(&counts_mu_);
+  // Dead files kept for reuse give way to live bytes.
+  if (recycler_ && file_bytes_ + recycler_->bytes() + bytes > options_.disk_budget) {
+    recycler_->Drain(/*close=*/false);
+  }
   if (file_bytes_ + bytes > options_.disk_budget) {
     return ResourceExhaustedError(fmt::format(
         "SSD parameter files would exceed storage.disk_budget ({} in files, {} live, {} more "
@@ -409,6 +431,8 @@ DiskStats SsdStore::Stats() const {
   s.direct_reads = direct_.load() == 1;
   s.records_written = records_written_.load();
   s.bytes_written = bytes_written_.load();
+  s.files_recycled = files_recycled_.load();
+  s.free_file_bytes = recycler_ ? recycler_->bytes() : 0;
   return s;
 }
 

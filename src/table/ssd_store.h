@@ -94,6 +94,9 @@ struct SsdOptions {
   // Record reads bypass the page cache (O_DIRECT, storage.direct_reads) where the file system
   // takes them; otherwise, and without it, they go through the cache with read-ahead off.
   bool direct_reads = false;
+  // Dead files kept to be written over by the next new ones (FileRecycler, docs/storage.md
+  // "Recycled files"); 0: dead files are deleted.
+  uint32_t recycle_files = 8;
   // The table's stripes (at most group_bits): the store keeps the distinct keys of each
   // stripe's groups (UniqueRowsOfStripe), so that counting them costs a sum per stripe.
   uint32_t stripe_bits = 0;
@@ -104,7 +107,9 @@ struct DiskStats {
   uint64_t rows = 0, emb_rows = 0, value_bytes = 0;  // distinct keys on disk (newest versions)
   uint64_t index_bytes = 0, bloom_bytes = 0;
   uint64_t records_read = 0, bytes_read = 0, records_written = 0, bytes_written = 0;
-  uint64_t read_retries = 0;  // reads retried after an I/O error
+  uint64_t read_retries = 0;     // reads retried after an I/O error
+  uint64_t files_recycled = 0;   // new files written over a dead one (SsdOptions::recycle_files)
+  uint64_t free_file_bytes = 0;  // bytes of the dead files kept for that now
   // Nanoseconds the reading threads spent in the file reads (summed over threads: divided by a
   // run's seconds, the mean number of reads in flight; by records_read, the mean latency).
   uint64_t read_nanos = 0;
@@ -123,6 +128,7 @@ struct StoreSummary {
 
 class SsdStore {
  public:
+  ~SsdStore();
   // A new, empty store in options.dir (created if needed); parameter files and an INDEX left
   // there by an earlier store are deleted.
   static StatusOr<std::unique_ptr<SsdStore>> Create(Env* env, const SsdOptions& options,
@@ -208,7 +214,8 @@ class SsdStore {
   const size_t page_;  // PageBytes(layout_)
   // Whether O_DIRECT reads were asked and taken: -1 not yet known (no file opened), 0 no, 1 yes.
   std::atomic<int> direct_{-1};
-  std::vector<GroupEntry> index_;  // by group; each entry guarded by its stripe's lock
+  std::vector<GroupEntry> index_;           // by group; each entry guarded by its stripe's lock
+  std::shared_ptr<FileRecycler> recycler_;  // null without options_.recycle_files
 
   // Appends take append_mu_, then counts_mu_ to publish what they wrote. The file table has
   // its own lock, taken for writing only when a file is added or dropped (a few times per
@@ -248,7 +255,7 @@ class SsdStore {
   std::vector<std::shared_ptr<ParamFile>> files_ GUARDED_BY(files_mu_);
 
   mutable std::atomic<uint64_t> records_read_{0}, bytes_read_{0}, read_retries_{0}, read_nanos_{0};
-  std::atomic<uint64_t> records_written_{0}, bytes_written_{0};
+  std::atomic<uint64_t> records_written_{0}, bytes_written_{0}, files_recycled_{0};
 };
 
 }  // namespace ctrbox

@@ -116,6 +116,8 @@ GroupEntry GroupAt(const ParsedIndex& x, uint64_t g) {
 }  // namespace
 
 Status SsdStore::WriteIndex() {
+  // The INDEX names every file the directory keeps: dead files pooled for reuse go first.
+  if (recycler_) recycler_->Drain(/*close=*/false);
   RETURN_IF_ERROR(FlushAppends());
   uint32_t next_file_id = 0;
   {
@@ -218,6 +220,12 @@ StatusOr<std::unique_ptr<SsdStore>> SsdStore::Reopen(Env* env, const SsdOptions&
   }
   ASSIGN_OR_RETURN(const ParsedIndex x, ParseIndex(env, path));
   auto bad = [&](const std::string& what) { return CorruptionError(path + ": " + what); };
+  {  // dead files a store pooled for reuse and did not delete (it stopped before): space only
+    ASSIGN_OR_RETURN(auto children, env->GetChildren(options.dir));
+    for (const std::string& c : children) {
+      if (FileRecycler::IsPoolName(c)) env->DeleteFile(JoinPath(options.dir, c)).IgnoreError();
+    }
+  }
   if (!(x.layout == layout)) return bad("row layout differs from the table's");
   SsdOptions o = options;
   o.group_bits = x.group_bits;
@@ -235,6 +243,7 @@ StatusOr<std::unique_ptr<SsdStore>> SsdStore::Reopen(Env* env, const SsdOptions&
     const std::string fpath = JoinPath(o.dir, FileNameOf(e.id));
     auto f = std::make_shared<ParamFile>(env, e.id, fpath,
                                          std::make_unique<BloomFilter>(words, e.bloom_hashes));
+    f->recycler = store->recycler_;
     RETURN_IF_ERROR(store->OpenReader(f.get()));
     if (f->reader->size() < e.bytes) {
       return CorruptionError(fpath + ": shorter than the INDEX says");

@@ -14,6 +14,7 @@
 #include "table/param_file.h"
 #include "util/mem_env.h"
 #include "util/random.h"
+#include "util/temp_dir.h"
 
 namespace ctrbox {
 namespace {
@@ -114,6 +115,76 @@ TEST(SsdStoreTest, AnAppendAfterAFailedRollOverTriesTheNewFileAgain) {
   store->Replace(0, BaseOnly(a));
   store->Replace(1, BaseOnly(b));
   EXPECT_EQ(store->Stats().live_bytes, a.length + b.length);
+}
+
+// Dead files are written over by the next new ones (SsdOptions::recycle_files, docs/storage.md
+// "Recycled files"): each record supersedes the last, so every file dies once the next is
+// written. Every record reads back, a sealed file holds its records alone (the old file's
+// longer tail cut off), at most recycle_files dead files are kept, and none is left once the
+// INDEX is written or the store goes. Without recycling, dead files are deleted.
+TEST(SsdStoreTest, DeadFilesAreWrittenOverByTheNextOnes) {
+  for (uint32_t recycle : {0u, 2u}) {
+    testing::TempDir dir;
+    Env* env = Env::Posix();
+    SsdOptions o;
+    o.dir = dir.path();
+    o.group_bits = 2;
+    o.file_bytes = 8192;  // two records of ~3000 bytes a file
+    o.recycle_files = recycle;
+    auto created = SsdStore::Create(env, o, kLayout);
+    ASSERT_TRUE(created.ok()) << created.status().ToString();
+    std::unique_ptr<SsdStore> store = std::move(*created);
+    auto pooled = [&] {
+      const auto children = env->GetChildren(dir.path());
+      EXPECT_TRUE(children.ok());
+      size_t n = 0;
+      for (const std::string& c : *children) n += FileRecycler::IsPoolName(c);
+      return n;
+    };
+    Random rng(recycle);
+    RecordBuilder b;
+    for (uint64_t i = 0; i < 40; ++i) {
+      // A record of 50 rows (~3000 bytes) in group i % 2, or every third one of 10, so that a
+      // file may be shorter than the dead one it is written over.
+      std::vector<uint64_t> keys;
+      for (uint64_t k = 1 + 1000 * i; keys.size() < (i % 3 == 0 ? 10u : 50u); ++k) {
+        if (GroupOfKey(kLayout, o.group_bits, k) == i % 2) keys.push_back(k);
+      }
+      BuildRecord(kLayout, i % 2, keys, true, &rng, &b);
+      RecordLoc loc;
+      ASSERT_TRUE(store->Append(&b, &loc).ok());
+      ASSERT_TRUE(store->FlushAppends().ok());
+      store->Replace(i % 2, BaseOnly(loc));
+      RecordView view;
+      const Status read = store->Read(loc, i % 2, &view);
+      ASSERT_TRUE(read.ok()) << i << ": " << read.ToString();
+      ASSERT_EQ(view.rows(), keys.size());
+      std::vector<uint64_t> got = view.keys;
+      std::sort(got.begin(), got.end());
+      EXPECT_EQ(got, keys) << i;
+      EXPECT_LE(pooled(), recycle);
+      EXPECT_EQ(store->Stats().free_file_bytes > 0, pooled() > 0);
+    }
+    const DiskStats d = store->Stats();
+    if (recycle == 0) {
+      EXPECT_EQ(d.files_recycled, 0u);
+    } else {
+      EXPECT_GE(d.files_recycled, 10u);  // ~16 files made, the first two or three new
+    }
+    // The sealed files hold what was appended to them alone.
+    for (uint32_t g = 0; g < 2; ++g) {
+      const std::shared_ptr<ParamFile> f = store->File(store->entry(g).base.file);
+      ASSERT_NE(f, nullptr);
+      if (f->id == store->entry(1).base.file) continue;  // the current file: still being written
+      auto size = env->GetFileSize(f->path);
+      ASSERT_TRUE(size.ok());
+      EXPECT_EQ(*size, store->FileBytes(*f));
+    }
+    ASSERT_TRUE(store->WriteIndex().ok());
+    EXPECT_EQ(pooled(), 0u);
+    store.reset();
+    EXPECT_EQ(pooled(), 0u);
+  }
 }
 
 // A store of 20 files' worth of groups (16 records of 64 keys per file) whose Bloom filters

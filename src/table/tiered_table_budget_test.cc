@@ -288,6 +288,8 @@ TEST(TieredTableTest, CompactionBoundsDiskUseUnderSkewedUpdates) {
   const uint64_t files = rep.file_bytes, live = rep.live_bytes;
   EXPECT_GT(rep.compactions, 0u);
   EXPECT_LE(files, 2 * live + o.ssd.file_bytes) << rep.DebugString();
+  // The dead files kept to be written over are beside that bound, at most recycle_files.
+  EXPECT_LE(rep.free_file_bytes, o.ssd.recycle_files * o.ssd.file_bytes) << rep.DebugString();
 }
 
 TEST(TieredTableTest, DiskBudgetAndWorkingSetLimitsAreClearErrors) {

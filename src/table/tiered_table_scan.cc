@@ -322,6 +322,8 @@ StorageStats TieredTable::Storage() const {
   r.ssd_read_nanos = d.read_nanos;
   r.records_written = d.records_written;
   r.ssd_bytes_written = d.bytes_written;
+  r.files_recycled = d.files_recycled;
+  r.free_file_bytes = d.free_file_bytes;
   r.files = d.files;
   r.file_bytes = d.file_bytes;
   r.live_bytes = d.live_bytes;

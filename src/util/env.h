@@ -93,6 +93,17 @@ class Env {
   virtual StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) = 0;
   // Opens `path` for appending, creating it if needed.
   virtual StatusOr<std::unique_ptr<WritableFile>> NewAppendableFile(const std::string& path) = 0;
+  // Renames the existing file `from` to `path` and opens it for writing from its start: what
+  // is written replaces its bytes in place, and Close() cuts the file to the bytes written, so
+  // that it then holds them alone, as a NewWritableFile would. Where the old bytes are in the
+  // page cache their pages are written over instead of new ones being allocated (and the old
+  // ones freed), which NewWritableFile's truncation would take (docs/storage.md, "Recycled
+  // files"). This default renames and truncates.
+  virtual StatusOr<std::unique_ptr<WritableFile>> ReuseWritableFile(const std::string& from,
+                                                                    const std::string& path) {
+    RETURN_IF_ERROR(RenameFile(from, path));
+    return NewWritableFile(path);
+  }
 
   virtual bool FileExists(const std::string& path) = 0;
   virtual bool IsDirectory(const std::string& path) = 0;

@@ -143,7 +143,10 @@ class PosixDirectFile final : public RandomAccessFile {
 
 class PosixWritableFile final : public WritableFile {
  public:
-  PosixWritableFile(std::string name, int fd) : name_(std::move(name)), fd_(fd) {
+  // cut_on_close: Close() truncates the file to the bytes written through this object (a
+  // reused file, Env::ReuseWritableFile).
+  PosixWritableFile(std::string name, int fd, bool cut_on_close = false)
+      : name_(std::move(name)), fd_(fd), cut_on_close_(cut_on_close) {
     buf_.reserve(kBufferSize);
   }
   ~PosixWritableFile() override {
@@ -172,6 +175,9 @@ class PosixWritableFile final : public WritableFile {
   Status Close() override {
     if (fd_ < 0) return Status::OK();
     Status s = Flush();
+    if (s.ok() && cut_on_close_ && ::ftruncate(fd_, static_cast<off_t>(written_)) != 0) {
+      s = PosixError("truncate " + name_, errno);
+    }
     if (::close(fd_) != 0 && s.ok()) s = PosixError("close " + name_, errno);
     fd_ = -1;
     return s;
@@ -189,12 +195,15 @@ class PosixWritableFile final : public WritableFile {
         return PosixError("write " + name_, errno);
       }
       data.remove_prefix(static_cast<size_t>(w));
+      written_ += static_cast<uint64_t>(w);
     }
     return Status::OK();
   }
 
   std::string name_;
   int fd_;
+  const bool cut_on_close_;
+  uint64_t written_ = 0;  // bytes handed to write(2)
   std::string buf_;
 };
 
@@ -260,6 +269,13 @@ class PosixEnv final : public Env {
   }
   StatusOr<std::unique_ptr<WritableFile>> NewAppendableFile(const std::string& path) override {
     return OpenWritable(path, O_APPEND);
+  }
+  StatusOr<std::unique_ptr<WritableFile>> ReuseWritableFile(const std::string& from,
+                                                            const std::string& path) override {
+    RETURN_IF_ERROR(RenameFile(from, path));
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return PosixError("open for writing " + path, errno);
+    return std::unique_ptr<WritableFile>(new PosixWritableFile(path, fd, /*cut_on_close=*/true));
   }
   bool FileExists(const std::string& path) override { return ::access(path.c_str(), F_OK) == 0; }
   bool IsDirectory(const std::string& path) override {

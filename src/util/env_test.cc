@@ -69,6 +69,32 @@ TEST_F(EnvTest, AppendableFileAppends) {
   EXPECT_EQ(data, "line\nline\n");
 }
 
+// A reused file holds what was written into it alone once closed, whether that is shorter or
+// longer than what it held; the old name is gone. MemEnv's default (rename, truncate) agrees.
+TEST_F(EnvTest, AReusedFileHoldsTheNewBytesAlone) {
+  MemEnv mem;
+  ASSERT_TRUE(mem.CreateDirs(dir_).ok());
+  for (Env* env : {env_, static_cast<Env*>(&mem)}) {
+    const std::string old_path = JoinPath(dir_, "dead"), path = JoinPath(dir_, "new");
+    for (size_t written : {3000u, 10000u, 25000u}) {
+      ASSERT_TRUE(WriteFileAtomic(env, old_path, std::string(10000, 'a')).ok());
+      auto f = env->ReuseWritableFile(old_path, path);
+      ASSERT_TRUE(f.ok()) << f.status().ToString();
+      ASSERT_TRUE((*f)->Append(std::string(written / 2, 'b')).ok());
+      ASSERT_TRUE((*f)->Flush().ok());
+      ASSERT_TRUE((*f)->Append(std::string(written - written / 2, 'c')).ok());
+      ASSERT_TRUE((*f)->Close().ok());
+      EXPECT_FALSE(env->FileExists(old_path));
+      std::string data;
+      ASSERT_TRUE(ReadFileToString(env, path, &data).ok());
+      EXPECT_EQ(data, std::string(written / 2, 'b') + std::string(written - written / 2, 'c'))
+          << written << " bytes written over 10000";
+      ASSERT_TRUE(env->DeleteFile(path).ok());
+    }
+    EXPECT_FALSE(env->ReuseWritableFile(old_path, path).ok());  // nothing to reuse
+  }
+}
+
 TEST(PathTest, Components) {
   EXPECT_EQ(JoinPath("a", "b"), "a/b");
   EXPECT_EQ(JoinPath("a/", "b"), "a/b");
