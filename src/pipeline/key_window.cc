@@ -66,6 +66,16 @@ KeyWindow::Counts KeyWindow::CountWith(const uint64_t* keys, size_t n) {
     scratch_keys_[i] = key;
     counted_keys_.push_back(key);
   }
+  recountable_ = true;
+  return CountCounted(false);
+}
+
+KeyWindow::Counts KeyWindow::Recount(const uint64_t* keys, size_t n) {
+  if (!recountable_ || keys != counted_from_ || n != counted_n_) return CountWith(keys, n);
+  return CountCounted(counted_generation_ == generation_);
+}
+
+KeyWindow::Counts KeyWindow::CountCounted(bool reuse) {
   constexpr size_t kAhead = 16;
   const size_t map_mask = keys_.size() - 1;
   const size_t d = counted_keys_.size();
@@ -75,17 +85,24 @@ KeyWindow::Counts KeyWindow::CountWith(const uint64_t* keys, size_t n) {
   c.batch = d;
   uint64_t new_to_window = 0, new_to_pass = 0, new_weight = 0;
   for (size_t k = 0; k < d; ++k) {
-    if (k + kAhead < d) {
-      const size_t ahead = Mix64(counted_keys_[k + kAhead]) & map_mask;
-      __builtin_prefetch(&last_[ahead]);
-      __builtin_prefetch(&keys_[ahead]);
-    }
     const uint64_t key = counted_keys_[k];
     const uint64_t w = Weight(key);
     c.batch_weight += w;
-    const size_t bucket = Find(key);
-    const uint32_t last = last_[bucket];
-    counted_buckets_[k] = last != 0 ? bucket : kAbsent;
+    uint32_t last = 0;
+    if (reuse) {
+      // Without adds a bucket keeps its key and an absent key stays absent.
+      const size_t bucket = counted_buckets_[k];
+      if (bucket != kAbsent) last = last_[bucket];
+    } else {
+      if (k + kAhead < d) {
+        const size_t ahead = Mix64(counted_keys_[k + kAhead]) & map_mask;
+        __builtin_prefetch(&last_[ahead]);
+        __builtin_prefetch(&keys_[ahead]);
+      }
+      const size_t bucket = Find(key);
+      last = last_[bucket];
+      counted_buckets_[k] = last != 0 ? bucket : kAbsent;
+    }
     new_to_pass += last != pass_;
     const bool fresh = last == 0 || !InWindow(last);
     new_to_window += fresh;
@@ -117,6 +134,7 @@ void KeyWindow::AddAt(uint64_t key, size_t bucket) {
 }
 
 void KeyWindow::Add(const uint64_t* keys, size_t n) {
+  recountable_ = false;
   for (size_t k = 0; k < n; ++k) {
     if (2 * (used_ + 1) > keys_.size()) Rebuild(2 * keys_.size());
     AddAt(keys[k], Find(keys[k]));
@@ -128,6 +146,7 @@ void KeyWindow::AddCounted(const uint64_t* keys, size_t n) {
     Add(keys, n);
     return;
   }
+  recountable_ = false;
   for (size_t k = 0; k < counted_keys_.size(); ++k) {
     if (2 * (used_ + 1) > keys_.size()) Rebuild(2 * keys_.size());
     // A key the map held keeps its bucket until a rebuild; an absent one is looked up now

@@ -46,6 +46,11 @@ class KeyWindow {
   // (a NextPass in between is fine), it adds that call's distinct keys through the map
   // entries it found, so that a minibatch counted and then added is looked up once.
   void AddCounted(const uint64_t* keys, size_t n);
+  // CountWith(keys, n) again. When keys[0, n) is the array the last CountWith counted,
+  // unchanged since, and nothing was added since (NextPass is fine), that call's distinct keys
+  // and the map buckets it found are reused: a minibatch judged again (it would have overfilled
+  // the pass before, and now starts the next one) is neither deduplicated nor looked up twice.
+  Counts Recount(const uint64_t* keys, size_t n);
   // Ends the current pass and begins the next; the oldest pass leaves the window.
   void NextPass();
 
@@ -61,6 +66,10 @@ class KeyWindow {
   void Rebuild(size_t capacity);
   // Adds one key to the current pass; bucket: Find(key) of the current map.
   void AddAt(uint64_t key, size_t bucket);
+  // The counts of counted_keys_ against the window, each key found in the map, or (reuse) at
+  // its bucket in counted_buckets_ (found then by a CountWith in this map generation, with
+  // nothing added since); counted_buckets_ becomes what was found.
+  Counts CountCounted(bool reuse);
   bool InWindow(uint32_t pass) const { return pass != 0 && pass + passes_ > pass_; }
   uint64_t Weight(uint64_t key) const {
     return weights_.empty() ? 1 : weights_[key >> kTableShift];
@@ -86,7 +95,8 @@ class KeyWindow {
   std::vector<uint64_t> counted_keys_;
   std::vector<size_t> counted_buckets_;
   uint64_t counted_generation_ = 0;
-  uint64_t generation_ = 0;  // rebuilds so far
+  bool recountable_ = false;  // nothing was added since the last CountWith
+  uint64_t generation_ = 0;   // rebuilds so far
 };
 
 }  // namespace ctrbox

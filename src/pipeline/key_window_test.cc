@@ -143,5 +143,56 @@ TEST(KeyWindowTest, AddCountedOfAnotherArrayAddsThatArray) {
   EXPECT_EQ(w.distinct(), 4u);
 }
 
+// Recount is CountWith: a chunk counted, then passes ended (the map rebuilt at times, keys
+// leaving the window), then counted again, as the pass reader judges a minibatch that closed
+// the pass before it; and after adds in between (then it counts afresh).
+TEST(KeyWindowTest, RecountIsCountWithAfterPassesEnd) {
+  for (uint32_t passes : {1u, 3u}) {
+    Random rng(20 + passes);
+    KeyWindow w(passes), twin(passes);
+    ReferenceWindow ref(passes);
+    for (int step = 0; step < 300; ++step) {
+      std::vector<uint64_t> keys(rng.Below(2500));
+      for (uint64_t& k : keys) {
+        const uint64_t r = rng.Below(100);
+        k = r < 40 ? rng.Below(150) : r < 85 ? step * 300 + rng.Below(1500) : rng.Next();
+      }
+      const KeyWindow::Counts first = w.CountWith(keys.data(), keys.size());
+      ASSERT_EQ(first.window, ref.DistinctWith(keys));
+      const uint64_t ended = rng.Below(3);  // passes that end before the count again
+      for (uint64_t p = 0; p < ended; ++p) {
+        w.NextPass();
+        twin.NextPass();
+        ref.NextPass();
+      }
+      const uint64_t how = rng.Below(5);
+      std::vector<uint64_t> other = {rng.Below(150), rng.Next()};
+      if (how == 0) {  // an add in between: the count is made afresh
+        w.Add(other.data(), other.size());
+        twin.Add(other.data(), other.size());
+        ref.Add(other);
+      } else if (how == 1) {  // another array counted in between
+        (void)w.CountWith(other.data(), other.size());
+      }
+      const KeyWindow::Counts again = w.Recount(keys.data(), keys.size());
+      const KeyWindow::Counts direct = twin.CountWith(keys.data(), keys.size());
+      ASSERT_EQ(again.window, ref.DistinctWith(keys)) << "step " << step << " how " << how;
+      ASSERT_EQ(again.pass, ref.PassWith(keys)) << "step " << step;
+      ASSERT_EQ(again.window, direct.window);
+      ASSERT_EQ(again.pass, direct.pass);
+      ASSERT_EQ(again.batch, direct.batch);
+      ASSERT_EQ(again.window_weight, direct.window_weight);
+      ASSERT_EQ(again.batch_weight, direct.batch_weight);
+      if (rng.Below(3) == 0) continue;  // counted, not added
+      w.AddCounted(keys.data(), keys.size());
+      twin.AddCounted(keys.data(), keys.size());
+      ref.Add(keys);
+      ASSERT_EQ(w.distinct(), ref.distinct()) << "step " << step;
+      ASSERT_EQ(w.current(), ref.current());
+      ASSERT_EQ(twin.distinct(), ref.distinct());
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ctrbox

@@ -24,6 +24,7 @@ Status PassReader::Open() {
   schema_ = reader_->schema();
   block_.reset();
   pending_ = RowRange{};
+  pending_counted_ = false;
   if (options_.window_keys > 0 || options_.device_pass_bytes > 0) {
     window_ = std::make_unique<KeyWindow>(std::max<uint32_t>(1, options_.window_passes),
                                           options_.table_row_bytes);
@@ -95,6 +96,7 @@ std::shared_ptr<Batch> PassReader::FreeBlock() {
 }
 
 StatusOr<PassReader::Fill> PassReader::FillPending(uint64_t limit) {
+  pending_counted_ = false;
   ranges_.clear();
   uint64_t rows = 0;
   ASSIGN_OR_RETURN(Fill f, FillTo(&ranges_, &rows, limit));
@@ -150,7 +152,10 @@ PassReader::Verdict PassReader::Judge() {
   Verdict v;
   const uint64_t* keys = pending_.keys();
   const size_t n = pending_.num_keys();
-  v.with = window_->CountWith(keys, n);
+  // A minibatch that closed the pass before is judged again as the next one's first: the
+  // windows recount the keys they counted then, as they stand now.
+  const bool again = std::exchange(pending_counted_, true);
+  v.with = again ? window_->Recount(keys, n) : window_->CountWith(keys, n);
   const KeyWindow::Counts& with = v.with;
   // With tables of several row sizes the window's bytes, else its keys.
   const bool weighted = !options_.table_row_bytes.empty();
@@ -158,12 +163,16 @@ PassReader::Verdict PassReader::Judge() {
                                                  : with.window > options_.window_keys);
   if (!owner_windows_.empty()) {  // the owners' windows decide, once added up over the ranks
     v.keys = false;
-    for (auto& k : owner_keys_) k.clear();
-    for (size_t i = 0; i < n; ++i) owner_keys_[options_.owner_of(keys[i])].push_back(keys[i]);
+    if (!again) {  // (else owner_keys_ hold this minibatch's already)
+      for (auto& k : owner_keys_) k.clear();
+      for (size_t i = 0; i < n; ++i) owner_keys_[options_.owner_of(keys[i])].push_back(keys[i]);
+    }
     v.owner_with.resize(owner_windows_.size());
     for (size_t o = 0; o < owner_windows_.size(); ++o) {
+      KeyWindow& w = *owner_windows_[o];
+      const std::vector<uint64_t>& ok = owner_keys_[o];
       const KeyWindow::Counts c =
-          owner_windows_[o]->CountWith(owner_keys_[o].data(), owner_keys_[o].size());
+          again ? w.Recount(ok.data(), ok.size()) : w.CountWith(ok.data(), ok.size());
       v.owner_with[o] = weighted ? c.window_weight : c.window;
     }
   }
@@ -234,6 +243,7 @@ Status PassReader::Take(const Verdict& v) {
           pending_.rows(), own, options_.max_keys, hint.empty() ? "" : "; " + hint));
     }
   }
+  pending_counted_ = false;
   window_->AddCounted(pending_.keys(), pending_.num_keys());  // counted by Judge
   for (size_t o = 0; o < owner_windows_.size(); ++o) {  // owner_keys_: Judge's of this minibatch
     owner_windows_[o]->AddCounted(owner_keys_[o].data(), owner_keys_[o].size());
@@ -309,6 +319,7 @@ Status PassReader::Next(Batch* examples, bool* eof, PassPlace* place, ThreadPool
         bound_ = b;
         uncounted_.push_back({gather_.keys(), gather_.keys() + n, content, pending_.rows()});
         grid_pos_ += pending_.rows();
+        pending_counted_ = false;
         gather_.Add(std::exchange(pending_, RowRange{}), pool_);
         if (pending_ends_epoch_ || grid_pos_ == want) {
           pending_ends_epoch_ = false;

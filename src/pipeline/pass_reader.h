@@ -228,6 +228,7 @@ class PassReader {
   uint64_t grid_count_ = 0;          // grid passes ended
   RowRange pending_;                 // key-sized: the next minibatch, read but not yet in a pass
   bool pending_ends_epoch_ = false;  // ... and it is its epoch's last rows
+  bool pending_counted_ = false;     // ... and Judge counted it (then it closed the pass)
   bool grid_ended_ = false;          // agreed: this rank's grid pass ended (the others' not)
   bool grid_open_ = false;           // agreed: the last pass ended mid grid pass
   std::vector<uint64_t> votes_;      // agreed: a step's votes

@@ -1,6 +1,8 @@
 #include "util/env.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -92,6 +94,53 @@ TEST_F(EnvTest, AReusedFileHoldsTheNewBytesAlone) {
       ASSERT_TRUE(env->DeleteFile(path).ok());
     }
     EXPECT_FALSE(env->ReuseWritableFile(old_path, path).ok());  // nothing to reuse
+  }
+}
+
+// Files are read without touching their access time (O_NOATIME): a plain read of a file
+// whose access time is older than its modification time moves it (relatime, the default),
+// the Env's reads leave it. Where the file system keeps no access times the test skips.
+TEST_F(EnvTest, ReadsLeaveTheAccessTime) {
+  const std::string path = JoinPath(dir_, "rows.dat");
+  ASSERT_TRUE(WriteFileAtomic(env_, path, std::string(8192, 'r')).ok());
+  auto age = [&] {  // access time a day before the modification time
+    struct stat st;
+    ASSERT_EQ(::stat(path.c_str(), &st), 0);
+    struct timespec times[2] = {st.st_mtim, st.st_mtim};
+    times[0].tv_sec -= 86400;
+    ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
+  };
+  auto atime = [&] {
+    struct stat st;
+    EXPECT_EQ(::stat(path.c_str(), &st), 0);
+    return st.st_atim.tv_sec;
+  };
+  age();
+  const time_t aged = atime();
+  {  // the control: a plain open and read
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    char c;
+    ASSERT_EQ(::pread(fd, &c, 1, 100), 1);
+    ::close(fd);
+  }
+  if (atime() == aged) GTEST_SKIP() << "this file system does not update access times on reads";
+  age();
+  char buf[64];
+  size_t n = 0;
+  auto raf = env_->NewRandomAccessFile(path);
+  ASSERT_TRUE(raf.ok());
+  ASSERT_TRUE((*raf)->Read(100, sizeof(buf), buf, &n).ok());
+  EXPECT_EQ(n, sizeof(buf));
+  EXPECT_EQ(atime(), aged) << "NewRandomAccessFile";
+  auto seq = env_->NewSequentialFile(path);
+  ASSERT_TRUE(seq.ok());
+  ASSERT_TRUE((*seq)->Read(sizeof(buf), buf, &n).ok());
+  EXPECT_EQ(atime(), aged) << "NewSequentialFile";
+  auto direct = env_->NewDirectRandomAccessFile(path);
+  if (direct.ok()) {
+    ASSERT_TRUE((*direct)->Read(0, sizeof(buf), buf, &n).ok());
+    EXPECT_EQ(atime(), aged) << "NewDirectRandomAccessFile";
   }
 }
 
