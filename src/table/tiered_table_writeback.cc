@@ -164,6 +164,62 @@ bool Contains(const std::vector<uint64_t>& sorted, uint64_t key) {
   return std::binary_search(sorted.begin(), sorted.end(), key);
 }
 
+// How a group write lays out its new record (docs/storage.md, "Base and delta records"): grow
+// the delta; or, once full, move it aside as the older delta and start a new one of the dirty
+// rows; or, with an older delta there already, merge all into a new base.
+enum class GroupWrite { kDelta, kNewDelta, kMerge };
+
+// Adds to `builder` the rows of the old records that a write `how` keeps: for a merge, the
+// base's rows no delta overrides (base: null without one) and the older delta's the delta does
+// not override; unless it starts a new delta, the delta's rows the dirty ones do not override.
+// dirty_keys: sorted; newer_keys: scratch.
+void AddKeptRows(GroupWrite how, const RecordView& delta, const RecordView& older,
+                 const RecordView* base, const std::vector<uint64_t>& dirty_keys,
+                 std::vector<uint64_t>* newer_keys, RecordBuilder* builder) {
+  if (how == GroupWrite::kMerge) {
+    *newer_keys = delta.keys;
+    newer_keys->insert(newer_keys->end(), dirty_keys.begin(), dirty_keys.end());
+    std::sort(newer_keys->begin(), newer_keys->end());
+    for (size_t j = 0; j < older.rows(); ++j) {
+      if (!Contains(*newer_keys, older.keys[j])) builder->AddEncoded(older.row(j), older.keys[j]);
+    }
+    newer_keys->insert(newer_keys->end(), older.keys.begin(), older.keys.end());
+    std::sort(newer_keys->begin(), newer_keys->end());
+    for (size_t j = 0; base != nullptr && j < base->rows(); ++j) {
+      if (!Contains(*newer_keys, base->keys[j])) builder->AddEncoded(base->row(j), base->keys[j]);
+    }
+  }
+  if (how != GroupWrite::kNewDelta) {
+    for (size_t j = 0; j < delta.rows(); ++j) {
+      if (!Contains(dirty_keys, delta.keys[j])) builder->AddEncoded(delta.row(j), delta.keys[j]);
+    }
+  }
+}
+
+// The group's entry once the record `builder` laid out is at `loc`: a merge's new base alone,
+// or the old entry (`counted`: its unique row and embedding counts updated for the dirty rows)
+// with the new delta, the old delta moved aside as the older one if the write started a new one.
+GroupEntry EntryAfter(GroupWrite how, const GroupEntry& old, GroupEntry counted,
+                      const RecordLoc& loc, const Fences& fences, const RecordBuilder& builder) {
+  if (how == GroupWrite::kMerge) {
+    GroupEntry next;
+    next.base = loc;
+    next.base_fences = fences;
+    next.base_rows = next.unique_rows = static_cast<uint32_t>(builder.rows());
+    next.unique_emb = builder.emb_rows();
+    return next;
+  }
+  if (how == GroupWrite::kNewDelta) {
+    counted.older = old.delta;
+    counted.older_rows = old.delta_rows;
+    counted.older_filter = old.delta_filter;
+  }
+  counted.delta = loc;
+  counted.delta_rows = static_cast<uint32_t>(builder.rows());
+  counted.delta_filter = DeltaFilterOf(builder.keys());
+  return counted;
+}
+
 }  // namespace
 
 TieredTable::GroupRead TieredTable::GroupReadFor(uint32_t g, uint32_t dirty_rows) const {
@@ -273,44 +329,26 @@ Status TieredTable::WriteGroups(CacheStripe& stripe, std::vector<GroupRead>* rea
     }
     size_t carried = 0;  // old delta rows that stay
     for (size_t j = 0; j < r.delta.rows(); ++j) carried += !Contains(dirty_keys, r.delta.keys[j]);
-    // Grow the delta; or, once full, move it aside as the older delta and start a new one of
-    // the dirty rows; or, with an older delta there already, merge all into a new base.
-    enum class Write { kDelta, kNewDelta, kMerge };
     // (An unread delta is moved aside: NewDeltaCertain held, and holds, for this entry.)
     const bool unread = e.delta.exists() && !r.want_delta;
-    const Write how = !e.base.exists()                                       ? Write::kMerge
-                      : unread                                               ? Write::kNewDelta
-                      : !DeltaFull(carried + dirty_keys.size(), e.base_rows) ? Write::kDelta
-                      : !e.older.exists()                                    ? Write::kNewDelta
-                                                                             : Write::kMerge;
-    if (how == Write::kMerge && !r.have_base) {  // the guess was wrong: read them now
+    GroupWrite how;
+    if (!e.base.exists()) {
+      how = GroupWrite::kMerge;  // the group's first base
+    } else if (unread) {
+      how = GroupWrite::kNewDelta;
+    } else if (!DeltaFull(carried + dirty_keys.size(), e.base_rows)) {
+      how = GroupWrite::kDelta;
+    } else {
+      how = e.older.exists() ? GroupWrite::kMerge : GroupWrite::kNewDelta;
+    }
+    if (how == GroupWrite::kMerge && !r.have_base) {  // the guess was wrong: read them now
       RETURN_IF_ERROR(ssd_->Read(e.base, g, &r.base));
       RETURN_IF_ERROR(ssd_->Read(e.older, g, &r.older));
       r.have_base = true;
     }
     builder.Reset(g);
-    if (how == Write::kMerge) {
-      // The base's rows no delta overrides, the older delta's the delta does not override.
-      newer_keys = r.delta.keys;
-      newer_keys.insert(newer_keys.end(), dirty_keys.begin(), dirty_keys.end());
-      std::sort(newer_keys.begin(), newer_keys.end());
-      for (size_t j = 0; j < r.older.rows(); ++j) {
-        if (!Contains(newer_keys, r.older.keys[j]))
-          builder.AddEncoded(r.older.row(j), r.older.keys[j]);
-      }
-      newer_keys.insert(newer_keys.end(), r.older.keys.begin(), r.older.keys.end());
-      std::sort(newer_keys.begin(), newer_keys.end());
-      for (size_t j = 0; j < r.base.rows() && e.base.exists(); ++j) {
-        if (!Contains(newer_keys, r.base.keys[j]))
-          builder.AddEncoded(r.base.row(j), r.base.keys[j]);
-      }
-    }
-    if (how != Write::kNewDelta) {
-      for (size_t j = 0; j < r.delta.rows(); ++j) {
-        if (!Contains(dirty_keys, r.delta.keys[j]))
-          builder.AddEncoded(r.delta.row(j), r.delta.keys[j]);
-      }
-    }
+    AddKeptRows(how, r.delta, r.older, e.base.exists() ? &r.base : nullptr, dirty_keys, &newer_keys,
+                &builder);
     GroupEntry next = e;
     for (auto it = first; it != last; ++it) {
       const uint32_t node = it->second;
@@ -330,25 +368,9 @@ Status TieredTable::WriteGroups(CacheStripe& stripe, std::vector<GroupRead>* rea
     RecordLoc loc;
     Fences fences;
     RETURN_IF_ERROR(ssd_->Append(&builder, &loc, &fences));
-    new_deltas += how == Write::kNewDelta;
-    merges += how == Write::kMerge && e.base.exists();
-    if (how == Write::kMerge) {
-      next = GroupEntry{};
-      next.base = loc;
-      next.base_fences = fences;
-      next.base_rows = next.unique_rows = static_cast<uint32_t>(builder.rows());
-      next.unique_emb = builder.emb_rows();
-    } else {
-      if (how == Write::kNewDelta) {
-        next.older = e.delta;
-        next.older_rows = e.delta_rows;
-        next.older_filter = e.delta_filter;
-      }
-      next.delta = loc;
-      next.delta_rows = static_cast<uint32_t>(builder.rows());
-      next.delta_filter = DeltaFilterOf(builder.keys());
-    }
-    updates.emplace_back(g, next);
+    new_deltas += how == GroupWrite::kNewDelta;
+    merges += how == GroupWrite::kMerge && e.base.exists();
+    updates.emplace_back(g, EntryAfter(how, e, next, loc, fences, builder));
     first = last;
   }
   RETURN_IF_ERROR(ssd_->FlushAppends());
@@ -424,8 +446,8 @@ StatusOr<uint64_t> TieredTable::EvictStripe(size_t s, uint64_t share, bool all) 
     };
     // The victims come in ranking order, scattered over the slabs: each one's header and
     // metadata are fetched kNodesAhead victims ahead, then (with the header there to name
-    // it) its index slot, which Erase searches. (Not its embedding record: Erase only writes
-    // it, a store that stalls nothing.)
+    // it) its index slot, which Erase searches. (Not its embedding record: Erase does not
+    // read it, it only returns the record's id to a free list.)
     for (size_t v = 0; v < k; ++v) {
       if (v + kNodesAhead < k) stripe.PrefetchNode(candidates[v + kNodesAhead], /*write=*/true);
       if (v + kRowsAhead < k) stripe.PrefetchSlot(stripe.key(candidates[v + kRowsAhead]));
