@@ -7,6 +7,7 @@ figures: the tiers' threads `ctrbox-tier`, `ctrbox-evict`, `ctrbox-ssd-io`, the 
 
   bench/profile_by_thread.py [--ctrbox build/ctrbox] [--in-memory] [--threads ctrbox-tier,ctrbox-evict]
       [--top 30] [--data-dir /tmp/ctrbox-bench] [--perf-data FILE (count an existing recording)]
+      [--set KEY=VALUE ...]
 
 Prints JSON lines: the run's report figures (examples/s, digest, hit rate, blas_core), the
 samples per thread name, then the top symbols of the asked threads together. The samples are
@@ -47,6 +48,7 @@ def main():
                     help="thread names whose symbols are listed (comma-separated)")
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--perf-data", help="count this recording instead of running the job")
+    ap.add_argument("--set", action="append", default=[], help="more settings of the job")
     a = ap.parse_args()
     if shutil.which("perf") is None:
         sys.exit("perf is not installed (Debian: linux-perf)")
@@ -61,7 +63,7 @@ def main():
                 "--set", "train.progress_seconds=1e9"]
         if not a.in_memory:
             args += ["--set", f"storage.ssd_dir={ssd}"]
-        for kv in JOB + ([] if a.in_memory else BUDGET):
+        for kv in JOB + ([] if a.in_memory else BUDGET) + a.set:
             args += ["--set", kv]
         p = subprocess.run(["perf", "record", "-F", "299", "-o", perf_data, "--"] + args,
                            capture_output=True, text=True)
@@ -70,10 +72,12 @@ def main():
         if p.returncode != 0:
             sys.exit(f"ctrbox train failed:\n{p.stderr[-3000:]}")
         r = json.loads(p.stdout.strip().splitlines()[-1])
-        print(json.dumps({"bench": "profile_by_thread", "ctrbox": a.ctrbox,
+        st = r.get("storage", {})
+        print(json.dumps({"bench": "profile_by_thread", "ctrbox": a.ctrbox, "set": a.set,
                           "tiered": not a.in_memory, "examples_per_s": r["examples_per_s"],
                           "digest": r["digest"], "blas_core": r.get("blas_core"),
-                          "hit_rate": r.get("storage", {}).get("hit_rate", 1.0)}), flush=True)
+                          "hit_rate": st.get("hit_rate", 1.0), "pulled_keys": st.get("pulled_keys"),
+                          "passes": r.get("pass_sizing", {}).get("passes")}), flush=True)
     threads, symbols = count(perf_data)
     print(json.dumps({"samples": sum(threads.values()), "by_thread": dict(threads.most_common())}))
     asked = set(a.threads.split(","))

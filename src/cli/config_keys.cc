@@ -277,10 +277,15 @@ const std::vector<Key>& Keys() {
        UInt([](JobConfig* j,
                uint64_t v) { j->storage.ssd.bloom_bits_per_key = static_cast<int>(v); },
             1, 32)},
-      {"storage.lfu_half_life", "64",
+      {"storage.lfu_half_life", "64 (32 with pipeline.queue_depth 0)",
        "eviction keeps the rows used most: a row's show count, halved for every this many "
        "passes since its last use, ranks it (larger: frequency counts more than recency)",
-       Float([](JobConfig* j, float v) { j->storage.lfu_half_life = v; }, 0.01, 1e6)},
+       Float(
+           [](JobConfig* j, float v) {
+             j->storage.lfu_half_life = v;
+             j->lfu_half_life_auto = false;
+           },
+           0.01, 1e6)},
       {"storage.dirty_weight", "4",
        "eviction ranks a row it must write back (dirty) this many times its use: above 1, "
        "clean rows leave before dirty ones used as often (evicting a clean row writes nothing)",
@@ -450,8 +455,11 @@ const std::vector<Key>& Keys() {
        "overlap read, pull, train and push on consecutive passes (false: one after the other; "
        "docs/pipeline.md)",
        Bool([](JobConfig* j, bool v) { j->pipeline.enabled = v; })},
-      {"pipeline.queue_depth", "1", "passes each queue between two stages holds",
-       UInt([](JobConfig* j, uint64_t v) { j->pipeline.queue_depth = static_cast<uint32_t>(v); }, 1,
+      {"pipeline.queue_depth", "auto: 0 with passes sized by storage.memory_budget, else 1",
+       "passes each queue between two stages holds (0: none, a stage hands its pass to the next "
+       "when that one takes it: 4 passes alive at once instead of 3 x queue_depth + 4, so "
+       "passes sized by memory may each be larger; docs/pipeline.md, \"Memory\")",
+       UInt([](JobConfig* j, uint64_t v) { j->pipeline.queue_depth = static_cast<uint32_t>(v); }, 0,
             64)},
       {"pipeline.read_threads", "number of CPUs",
        "threads of the read stage (working sets and the pass table; data.reader_threads decode)",

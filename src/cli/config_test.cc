@@ -112,6 +112,38 @@ TEST(ConfigTest, GroupBitsFollowTheBudget) {
   EXPECT_EQ(bits({"storage.memory_budget=255829129", "storage.group_bits=12"}), 12u);
 }
 
+// With passes sized by the budget the pipeline goes without queues (pipeline.queue_depth 0)
+// and the LFU half-life, counted in pulls, is 32 instead of 64; either key set keeps its value.
+TEST(ConfigTest, ABudgetedJobHandsPassesOnWithoutQueues) {
+  auto job = [](const std::vector<std::string>& sets) -> JobConfig {
+    JobConfigBuilder b;
+    for (const std::string& kv : sets) EXPECT_TRUE(b.ApplySet(kv).ok()) << kv;
+    auto j = b.Finish();
+    EXPECT_TRUE(j.ok()) << j.status().ToString();
+    return j.ok() ? *j : JobConfig();
+  };
+  const JobConfig in_memory = job({});
+  EXPECT_EQ(in_memory.QueueDepth(), 1u);
+  EXPECT_EQ(in_memory.StorageFor({}).lfu_half_life, 64);
+  const std::vector<std::string> budget = {"storage.ssd_dir=/ssd", "storage.memory_budget=256MB"};
+  const JobConfig budgeted = job(budget);
+  EXPECT_EQ(budgeted.QueueDepth(), 0u);
+  EXPECT_EQ(budgeted.PassOptions().window_passes, 3u);
+  EXPECT_EQ(budgeted.PassOptions().memory_passes, 4u);
+  EXPECT_EQ(budgeted.StorageFor({}).lfu_half_life, 32);
+  std::vector<std::string> sets = budget;
+  sets.push_back("storage.lfu_half_life=64");
+  EXPECT_EQ(job(sets).StorageFor({}).lfu_half_life, 64);
+  sets = budget;
+  sets.push_back("pipeline.queue_depth=1");
+  EXPECT_EQ(job(sets).QueueDepth(), 1u);
+  EXPECT_EQ(job(sets).PassOptions().window_passes, 5u);
+  EXPECT_EQ(job(sets).StorageFor({}).lfu_half_life, 64);
+  sets = budget;
+  sets.push_back("pipeline.size_by_memory=false");
+  EXPECT_EQ(job(sets).QueueDepth(), 1u);
+}
+
 // A key renamed by the glossary (docs/architecture.md, "Words") still sets its new key, from
 // --set and from a job file alike; `ctrbox config` lists the new name only.
 TEST(ConfigTest, RenamedKeysStillSetTheirNewKeys) {

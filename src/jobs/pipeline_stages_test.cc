@@ -87,7 +87,7 @@ TEST(PipelineTest, PipelinedEqualsSequentialWithOverlapSmallBudgetAndShrink) {
   const uint64_t model_bytes = (*r0)["table_memory_bytes"];
 
   uint64_t patched = 0;
-  for (uint32_t depth : {1u, 3u}) {
+  for (uint32_t depth : {0u, 1u, 3u}) {  // 0: each stage hands its pass straight on
     for (bool tiered : {false, true}) {
       SCOPED_TRACE(::testing::Message() << "queue_depth " << depth << " tiered " << tiered);
       JobConfig pipe = Job(dir.File("pipe"), data);
@@ -160,6 +160,8 @@ TEST(PipelineTest, PassesSizedByMemoryTrainTheInMemoryModelAtEveryBudget) {
   auto r0 = TrainJson(Env::Posix(), mem, nullptr);
   ASSERT_TRUE(r0.ok()) << r0.status().ToString();
   EXPECT_EQ((*r0)["pass_sizing"]["by"], "examples");
+  EXPECT_EQ(mem.QueueDepth(), 1u);
+  EXPECT_EQ(mem.StorageFor({}).lfu_half_life, TieredOptions().lfu_half_life);
   EXPECT_GT((*r0)["keys_shrunk"].get<uint64_t>(), 0u);
   // The model at its largest (shrinking deletes most of it by the end).
   const uint64_t model_bytes = (*r0)["storage"]["peak_memory_bytes"];
@@ -209,6 +211,14 @@ TEST(PipelineTest, PassesSizedByMemoryTrainTheInMemoryModelAtEveryBudget) {
       EXPECT_EQ((*r)["test_auc"], (*r0)["test_auc"]);
       const nlohmann::json& z = (*r)["pass_sizing"];
       EXPECT_EQ(z["by"], "memory");
+      // queue_depth's default with passes sized by the budget: 0, so the pull, train and push
+      // stages pin a pass each (without a budget it is 1: below).
+      EXPECT_EQ(z["window_passes"], 3u);
+      // ... and the LFU half-life, which counts pulls, halved for passes about twice as long.
+      EXPECT_EQ(job.StorageFor({}).lfu_half_life, JobConfig::kLfuHalfLifeWithoutQueues);
+      JobConfig set = job;
+      set.lfu_half_life_auto = false;  // storage.lfu_half_life given: kept
+      EXPECT_EQ(set.StorageFor({}).lfu_half_life, job.storage.lfu_half_life);
       // A pass fits the window, or is one minibatch (the floor) that fits the budget.
       EXPECT_LE(z["max_pass_keys"].get<uint64_t>(), z["max_keys"].get<uint64_t>());
       if (share >= 0.05) {
@@ -231,11 +241,14 @@ TEST(PipelineTest, PassesSizedByMemoryTrainTheInMemoryModelAtEveryBudget) {
 
   // Passes cut by pipeline.pass_memory (a budget of 4 x the model, so that the key window
   // does not cut): the same model, and the passes alive at once held at most pass_memory
-  // (its share per pass holds a minibatch here).
-  for (bool pipelined : {true, false}) {
-    SCOPED_TRACE(::testing::Message() << "pass memory" << (pipelined ? " pipelined" : ""));
+  // (its share per pass holds a minibatch here). Without queues (queue_depth 0) four passes
+  // are alive at most, so each may take a quarter of it.
+  for (auto [pipelined, depth] : {std::pair{true, 1u}, {true, 0u}, {false, 1u}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << "pass memory" << (pipelined ? " pipelined" : "") << " queue_depth " << depth);
     JobConfig job = job_for(dir.File("pm"));
     job.pipeline.enabled = pipelined;
+    job.pipeline.queue_depth = depth;
     UseTiers(&job, dir, 4 * model_bytes);
     job.storage.ssd.group_bits = 6;
     job.storage.stripe_bits = 3;
@@ -309,13 +322,18 @@ TEST(PipelineTest, AReadErrorStopsEveryStageAndCommitsNothing) {
   for (int i = 0; i < 400; ++i) text += "1\tnot\ta\tcriteo\tline\n";  // 2 % bad, at the end
   const std::string path = dir.File("bad.tsv");
   ASSERT_TRUE(WriteFileAtomic(Env::Posix(), path, text).ok());
-  JobConfig job = Job(dir.File("model"), path);
-  UseTiers(&job, dir, 4 << 20);
-  auto r = TrainJson(Env::Posix(), job, nullptr);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << r.status().ToString();
-  EXPECT_NE(r.status().message().find("bad.tsv:20001"), std::string::npos) << r.status().message();
-  EXPECT_FALSE(ModelExists(Env::Posix(), dir.File("model")));
+  for (uint32_t depth : {0u, 1u}) {  // (0, the default with a budget: passes handed on)
+    SCOPED_TRACE(::testing::Message() << "queue_depth " << depth);
+    JobConfig job = Job(dir.File("model"), path);
+    UseTiers(&job, dir, 4 << 20);
+    job.pipeline.queue_depth = depth;
+    auto r = TrainJson(Env::Posix(), job, nullptr);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << r.status().ToString();
+    EXPECT_NE(r.status().message().find("bad.tsv:20001"), std::string::npos)
+        << r.status().message();
+    EXPECT_FALSE(ModelExists(Env::Posix(), dir.File("model")));
+  }
 }
 
 TEST(PipelineTest, APullErrorStopsEveryStage) {
@@ -337,12 +355,16 @@ TEST(PipelineTest, APushErrorStopsEveryStage) {
   // The push stage writes each pass's metrics line; /dev/full fails every write (ENOSPC).
   TempDir dir;
   const std::string data = WriteOverlapping(dir, "train.tsv", 8000);
-  JobConfig job = Job(dir.File("model"), data);
-  job.train.metrics_path = "/dev/full";
-  auto r = TrainJson(Env::Posix(), job, nullptr);
-  ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("/dev/full"), std::string::npos) << r.status().ToString();
-  EXPECT_FALSE(ModelExists(Env::Posix(), dir.File("model")));
+  for (uint32_t depth : {0u, 1u}) {
+    SCOPED_TRACE(::testing::Message() << "queue_depth " << depth);
+    JobConfig job = Job(dir.File("model"), data);
+    job.train.metrics_path = "/dev/full";
+    job.pipeline.queue_depth = depth;
+    auto r = TrainJson(Env::Posix(), job, nullptr);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("/dev/full"), std::string::npos) << r.status().ToString();
+    EXPECT_FALSE(ModelExists(Env::Posix(), dir.File("model")));
+  }
 }
 
 // Keeps every progress update.

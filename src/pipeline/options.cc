@@ -3,11 +3,10 @@
 namespace ctrbox {
 
 Status PipelineOptions::Validate() const {
-  if (queue_depth < 1 || read_threads < 1 || pull_threads < 1 || push_threads < 1 ||
-      pass_examples < 1) {
+  if (read_threads < 1 || pull_threads < 1 || push_threads < 1 || pass_examples < 1) {
     return InvalidArgumentError(
-        "pipeline.queue_depth, pipeline.read_threads, pipeline.pull_threads, "
-        "pipeline.push_threads and pipeline.pass_examples must be >= 1");
+        "pipeline.read_threads, pipeline.pull_threads, pipeline.push_threads and "
+        "pipeline.pass_examples must be >= 1");
   }
   return Status::OK();
 }

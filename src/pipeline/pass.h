@@ -18,6 +18,7 @@
 #include "pipeline/rank_pass.h"
 #include "table/sparse_table.h"
 #include "util/memory_gauge.h"
+#include "util/sys.h"
 #include "working/working_set.h"
 #include "working/working_table.h"
 
@@ -139,8 +140,11 @@ struct Pass {
   // Rows to take from passes ahead of this one before training, ascending.
   std::vector<std::pair<std::shared_ptr<const WorkingTable>, SharedRows>> ahead;
   uint64_t patched_rows = 0;
-  // This pass's time in each stage (stalled: written as the pass enters the next queue).
+  // This pass's time in each stage (stalled: written as the pass enters the next queue; with
+  // pipeline.queue_depth 0 the next stage adds the wait until it took the pass, timed by
+  // handed_on from that moment).
   StageClocks clock;
+  Stopwatch handed_on;
   // With a feature graph: the extract stage's worker time spent since the pass before was
   // read (the reader's workers extract ahead of the read stage; docs/features.md).
   double extract_busy = -1;

@@ -93,8 +93,10 @@ class PipelinedRun {
   // Hands a finished pass to the next stage, timing the stall. Returns false if closed.
   bool Handoff(StageId stage, PassPtr pass) {
     Stopwatch clock;
-    const bool ok = QueueAfter(stage).Push(
-        std::move(pass), [&](PassPtr& p) { p->clock[stage].stalled += clock.Seconds(); });
+    const bool ok = QueueAfter(stage).Push(std::move(pass), [&](PassPtr& p) {
+      p->clock[stage].stalled += clock.Seconds();
+      p->handed_on.Reset();
+    });
     clocks_[stage].stalled += clock.Seconds();
     return ok;
   }
@@ -104,8 +106,13 @@ class PipelinedRun {
   // input ended or the job failed.
   bool Take(StageId stage, PassPtr* pass) {
     Stopwatch clock;
-    const bool ok = QueueAfter(static_cast<StageId>(static_cast<int>(stage) - 1)).Pop(pass);
-    if (ok) (*pass)->clock[stage].idle = clock.Seconds();
+    const StageId before = static_cast<StageId>(static_cast<int>(stage) - 1);
+    const bool ok = QueueAfter(before).Pop(pass);
+    if (ok) {
+      (*pass)->clock[stage].idle = clock.Seconds();
+      // Handed on without a queue: the stage before waited for this take, holding the pass.
+      if (options_.queue_depth == 0) (*pass)->clock[before].stalled += (*pass)->handed_on.Seconds();
+    }
     return ok && !failed_.load();
   }
 
