@@ -455,7 +455,7 @@ const std::vector<Key>& Keys() {
        "overlap read, pull, train and push on consecutive passes (false: one after the other; "
        "docs/pipeline.md)",
        Bool([](JobConfig* j, bool v) { j->pipeline.enabled = v; })},
-      {"pipeline.queue_depth", "auto: 0 with passes sized by storage.memory_budget, else 1",
+      {"pipeline.queue_depth", "1",
        "passes each queue between two stages holds (0: none, a stage hands its pass to the next "
        "when that one takes it: 4 passes alive at once instead of 3 x queue_depth + 4, so "
        "passes sized by memory may each be larger; docs/pipeline.md, \"Memory\")",

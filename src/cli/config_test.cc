@@ -112,9 +112,10 @@ TEST(ConfigTest, GroupBitsFollowTheBudget) {
   EXPECT_EQ(bits({"storage.memory_budget=255829129", "storage.group_bits=12"}), 12u);
 }
 
-// With passes sized by the budget the pipeline goes without queues (pipeline.queue_depth 0)
-// and the LFU half-life, counted in pulls, is 32 instead of 64; either key set keeps its value.
-TEST(ConfigTest, ABudgetedJobHandsPassesOnWithoutQueues) {
+// pipeline.queue_depth 0 (passes handed on without queues) shares the pass memory and the key
+// window among fewer passes, and the LFU half-life, counted in pulls, then defaults to 32
+// instead of 64; storage.lfu_half_life set keeps its value.
+TEST(ConfigTest, PassesHandedOnWithoutQueuesAgeTheCacheByHalfAsManyPulls) {
   auto job = [](const std::vector<std::string>& sets) -> JobConfig {
     JobConfigBuilder b;
     for (const std::string& kv : sets) EXPECT_TRUE(b.ApplySet(kv).ok()) << kv;
@@ -127,21 +128,18 @@ TEST(ConfigTest, ABudgetedJobHandsPassesOnWithoutQueues) {
   EXPECT_EQ(in_memory.StorageFor({}).lfu_half_life, 64);
   const std::vector<std::string> budget = {"storage.ssd_dir=/ssd", "storage.memory_budget=256MB"};
   const JobConfig budgeted = job(budget);
-  EXPECT_EQ(budgeted.QueueDepth(), 0u);
-  EXPECT_EQ(budgeted.PassOptions().window_passes, 3u);
-  EXPECT_EQ(budgeted.PassOptions().memory_passes, 4u);
-  EXPECT_EQ(budgeted.StorageFor({}).lfu_half_life, 32);
+  EXPECT_EQ(budgeted.QueueDepth(), 1u);
+  EXPECT_EQ(budgeted.PassOptions().window_passes, 5u);
+  EXPECT_EQ(budgeted.PassOptions().memory_passes, 7u);
+  EXPECT_EQ(budgeted.StorageFor({}).lfu_half_life, 64);
   std::vector<std::string> sets = budget;
+  sets.push_back("pipeline.queue_depth=0");
+  EXPECT_EQ(job(sets).QueueDepth(), 0u);
+  EXPECT_EQ(job(sets).PassOptions().window_passes, 3u);
+  EXPECT_EQ(job(sets).PassOptions().memory_passes, 4u);
+  EXPECT_EQ(job(sets).StorageFor({}).lfu_half_life, 32);
   sets.push_back("storage.lfu_half_life=64");
   EXPECT_EQ(job(sets).StorageFor({}).lfu_half_life, 64);
-  sets = budget;
-  sets.push_back("pipeline.queue_depth=1");
-  EXPECT_EQ(job(sets).QueueDepth(), 1u);
-  EXPECT_EQ(job(sets).PassOptions().window_passes, 5u);
-  EXPECT_EQ(job(sets).StorageFor({}).lfu_half_life, 64);
-  sets = budget;
-  sets.push_back("pipeline.size_by_memory=false");
-  EXPECT_EQ(job(sets).QueueDepth(), 1u);
 }
 
 // A key renamed by the glossary (docs/architecture.md, "Words") still sets its new key, from

@@ -81,13 +81,7 @@ CtrModel::SumOrder SumOrderFor(const JobConfig& job, uint32_t ranks, uint32_t ra
   return {true, B * ranks, B * rank, CtrModel::kSumBlockRows, B};
 }
 
-uint32_t JobConfig::QueueDepth() const {
-  if (pipeline.queue_depth != PipelineOptions::kAutoQueueDepth) return pipeline.queue_depth;
-  TieredOptions table = storage;
-  table.layout = CtrModel::LayoutFor(spec.model, spec.sparse_optimizer);
-  const bool sized_by_budget = pipeline.size_by_memory && table.RowBudgetBytes() > 0;
-  return sized_by_budget ? 0 : 1;
-}
+uint32_t JobConfig::QueueDepth() const { return pipeline.queue_depth; }
 
 TieredOptions JobConfig::StorageFor(const ValueLayout& layout) const {
   TieredOptions o = storage;

@@ -219,11 +219,11 @@ struct JobConfig {
   // On `ranks` ranks (PassOptionsOnRanks; the GPU pass bound counts the canonical sums' nodes
   // of the rank that takes the most).
   PassReaderOptions PassOptions(uint32_t ranks = 1) const;
-  // pipeline.queue_depth as the job runs it: the value set, or by default 0 when the memory
-  // budget sizes the passes (fewer passes alive share pipeline.pass_memory and the key
-  // window, so each may hold more minibatches: docs/pipeline.md, "Memory"), else 1.
+  // pipeline.queue_depth as the job runs it (one place to read it: a default that follows
+  // other keys would go here; 0, measured faster on the CPU path and not yet on a confined
+  // disk, is not the default: docs/storage.md, "Passes handed on without queues").
   uint32_t QueueDepth() const;
-  // The engine's options, queue_depth resolved.
+  // The engine's options, queue_depth as QueueDepth() says.
   PipelineOptions Pipeline() const {
     PipelineOptions p = pipeline;
     p.queue_depth = QueueDepth();

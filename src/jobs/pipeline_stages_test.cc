@@ -160,7 +160,6 @@ TEST(PipelineTest, PassesSizedByMemoryTrainTheInMemoryModelAtEveryBudget) {
   auto r0 = TrainJson(Env::Posix(), mem, nullptr);
   ASSERT_TRUE(r0.ok()) << r0.status().ToString();
   EXPECT_EQ((*r0)["pass_sizing"]["by"], "examples");
-  EXPECT_EQ(mem.QueueDepth(), 1u);
   EXPECT_EQ(mem.StorageFor({}).lfu_half_life, TieredOptions().lfu_half_life);
   EXPECT_GT((*r0)["keys_shrunk"].get<uint64_t>(), 0u);
   // The model at its largest (shrinking deletes most of it by the end).
@@ -211,14 +210,14 @@ TEST(PipelineTest, PassesSizedByMemoryTrainTheInMemoryModelAtEveryBudget) {
       EXPECT_EQ((*r)["test_auc"], (*r0)["test_auc"]);
       const nlohmann::json& z = (*r)["pass_sizing"];
       EXPECT_EQ(z["by"], "memory");
-      // queue_depth's default with passes sized by the budget: 0, so the pull, train and push
-      // stages pin a pass each (without a budget it is 1: below).
-      EXPECT_EQ(z["window_passes"], 3u);
-      // ... and the LFU half-life, which counts pulls, halved for passes about twice as long.
-      EXPECT_EQ(job.StorageFor({}).lfu_half_life, JobConfig::kLfuHalfLifeWithoutQueues);
-      JobConfig set = job;
-      set.lfu_half_life_auto = false;  // storage.lfu_half_life given: kept
-      EXPECT_EQ(set.StorageFor({}).lfu_half_life, job.storage.lfu_half_life);
+      EXPECT_EQ(z["window_passes"], 5u);  // pull to push at queue_depth 1
+      // Without queues the LFU half-life, which counts pulls, halves for passes about twice as
+      // long, unless storage.lfu_half_life is given.
+      JobConfig handed = job;
+      handed.pipeline.queue_depth = 0;
+      EXPECT_EQ(handed.StorageFor({}).lfu_half_life, JobConfig::kLfuHalfLifeWithoutQueues);
+      handed.lfu_half_life_auto = false;
+      EXPECT_EQ(handed.StorageFor({}).lfu_half_life, job.storage.lfu_half_life);
       // A pass fits the window, or is one minibatch (the floor) that fits the budget.
       EXPECT_LE(z["max_pass_keys"].get<uint64_t>(), z["max_keys"].get<uint64_t>());
       if (share >= 0.05) {
@@ -322,7 +321,7 @@ TEST(PipelineTest, AReadErrorStopsEveryStageAndCommitsNothing) {
   for (int i = 0; i < 400; ++i) text += "1\tnot\ta\tcriteo\tline\n";  // 2 % bad, at the end
   const std::string path = dir.File("bad.tsv");
   ASSERT_TRUE(WriteFileAtomic(Env::Posix(), path, text).ok());
-  for (uint32_t depth : {0u, 1u}) {  // (0, the default with a budget: passes handed on)
+  for (uint32_t depth : {0u, 1u}) {  // (0: passes handed on without queues)
     SCOPED_TRACE(::testing::Message() << "queue_depth " << depth);
     JobConfig job = Job(dir.File("model"), path);
     UseTiers(&job, dir, 4 << 20);

@@ -168,8 +168,7 @@ std::string ResumeMismatch(const CheckpointManifest& m, const ModelSpec& spec,
                           ? " (the key window follows storage.memory_budget, storage.group_bits "
                             "and storage.bloom_share; before 2026-12-03 storage.group_bits "
                             "defaulted to log2(memory_budget / 960), one more than now; its "
-                            "passes and the pass memory's follow pipeline.queue_depth, whose "
-                            "default for such a job was 1 before 2026-12-06, 0 since)"
+                            "passes and the pass memory's follow pipeline.queue_depth)"
                           : "";
     // Named as the user sets it: the job's value, not a rank's share.
     return fmt::format("{} was written with {} = {}, this job sets {}{}", name, key,

@@ -25,10 +25,7 @@ struct PipelineOptions {
   static constexpr uint64_t kMinPassMemory = uint64_t{64} << 20;
   // Passes each queue between two stages holds; 0: none, a stage hands its pass straight to
   // the next one (it waits until that one takes it), so the fewest passes are alive at once.
-  // kAutoQueueDepth: the job decides (JobConfig::QueueDepth: 0 when the memory budget sizes
-  // the passes, else 1); the engine is given the number.
-  static constexpr uint32_t kAutoQueueDepth = 0xFFFFFFFFu;
-  uint32_t queue_depth = kAutoQueueDepth;
+  uint32_t queue_depth = 1;
   // The stages' pools (the job file's defaults: the number of CPUs). The read stage's builds
   // the working sets; the reader's own decode threads are data.reader_threads.
   int read_threads = 1;
