@@ -280,12 +280,7 @@ const std::vector<Key>& Keys() {
       {"storage.lfu_half_life", "64 (32 with pipeline.queue_depth 0)",
        "eviction keeps the rows used most: a row's show count, halved for every this many "
        "passes since its last use, ranks it (larger: frequency counts more than recency)",
-       Float(
-           [](JobConfig* j, float v) {
-             j->storage.lfu_half_life = v;
-             j->lfu_half_life_auto = false;
-           },
-           0.01, 1e6)},
+       Float([](JobConfig* j, float v) { j->storage.lfu_half_life = v; }, 0.01, 1e6)},
       {"storage.dirty_weight", "4",
        "eviction ranks a row it must write back (dirty) this many times its use: above 1, "
        "clean rows leave before dirty ones used as often (evicting a clean row writes nothing)",

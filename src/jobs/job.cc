@@ -81,12 +81,12 @@ CtrModel::SumOrder SumOrderFor(const JobConfig& job, uint32_t ranks, uint32_t ra
   return {true, B * ranks, B * rank, CtrModel::kSumBlockRows, B};
 }
 
-uint32_t JobConfig::QueueDepth() const { return pipeline.queue_depth; }
-
 TieredOptions JobConfig::StorageFor(const ValueLayout& layout) const {
   TieredOptions o = storage;
   o.layout = layout;
-  if (lfu_half_life_auto && QueueDepth() == 0) o.lfu_half_life = kLfuHalfLifeWithoutQueues;
+  if (pipeline.queue_depth == 0 && !settings_given.contains("storage.lfu_half_life")) {
+    o.lfu_half_life = kLfuHalfLifeWithoutQueues;
+  }
   return o;
 }
 
@@ -110,7 +110,7 @@ PassReaderOptions JobConfig::PassOptions(uint32_t ranks) const {
     // The staged passes share the GPU memory (ResolveGpuStagedMemory sets the default with
     // device: gpu). Set explicitly, it cuts a CPU run's passes alike, so that a job can move
     // between the GPU and the CPU by resume.
-    o.device_pass_bytes = gpu_options.staged_memory / (QueueDepth() + 2);
+    o.device_pass_bytes = gpu_options.staged_memory / (pipeline.queue_depth + 2);
     // With canonical sums a GPU's buffers hold a record per node of its cut: the rank whose
     // GPUs take the most nodes (the ranks cut the same passes; a CPU run with the same gpu.*
     // settings counts them alike, so that its passes are the GPU run's).
@@ -126,11 +126,11 @@ PassReaderOptions JobConfig::PassOptions(uint32_t ranks) const {
     };
     o.batch_size = train.batch_size;
     o.row_bytes = RowBlock::BytesPerRow(table.layout);
-    o.window_passes = 2 * QueueDepth() + 3;
+    o.window_passes = 2 * pipeline.queue_depth + 3;
   }
   if (!pipeline.size_by_memory || row_budget == 0) return o;
   const uint64_t row_bytes = table.ResidentRowBytes();
-  o.window_passes = 2 * QueueDepth() + 3;
+  o.window_passes = 2 * pipeline.queue_depth + 3;
   o.window_keys = std::max<uint64_t>(
       1, static_cast<uint64_t>(kPinnedShare * static_cast<double>(row_budget)) / row_bytes);
   o.batch_size = train.batch_size;
@@ -149,7 +149,7 @@ PassReaderOptions JobConfig::PassOptions(uint32_t ranks) const {
   o.pass_memory = pipeline.pass_memory > 0
                       ? pipeline.pass_memory
                       : std::max(PipelineOptions::kMinPassMemory, storage.memory_budget / 4);
-  o.memory_passes = 3 * QueueDepth() + 4;
+  o.memory_passes = 3 * pipeline.queue_depth + 4;
   o.row_bytes = RowBlock::BytesPerRow(table.layout);
   const uint64_t index_bytes = (uint64_t{1} << table.ssd.group_bits) * sizeof(GroupEntry) +
                                (uint64_t{1} << table.stripe_bits) * CacheStripe::MinIndexBytes();

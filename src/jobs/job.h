@@ -219,16 +219,6 @@ struct JobConfig {
   // On `ranks` ranks (PassOptionsOnRanks; the GPU pass bound counts the canonical sums' nodes
   // of the rank that takes the most).
   PassReaderOptions PassOptions(uint32_t ranks = 1) const;
-  // pipeline.queue_depth as the job runs it (one place to read it: a default that follows
-  // other keys would go here; 0, measured faster on the CPU path and not yet on a confined
-  // disk, is not the default: docs/storage.md, "Passes handed on without queues").
-  uint32_t QueueDepth() const;
-  // The engine's options, queue_depth as QueueDepth() says.
-  PipelineOptions Pipeline() const {
-    PipelineOptions p = pipeline;
-    p.queue_depth = QueueDepth();
-    return p;
-  }
   static constexpr double kPinnedShare = 0.6;
   // Evaluation pins one chunk at a time: its distinct keys may take the whole pinned share of
   // the budget, and the copy of their rows it predicts from (a RowBlock) a quarter of the
@@ -257,14 +247,14 @@ struct JobConfig {
     return o;
   }
 
-  // The table's options for a model of `layout`. storage.lfu_half_life left to its default
-  // is kLfuHalfLifeWithoutQueues pulls when the passes go without queues (QueueDepth() 0):
+  // The table's options for a model of `layout`. storage.lfu_half_life not given (not in
+  // settings_given) is kLfuHalfLifeWithoutQueues pulls when the passes go without queues
+  // (pipeline.queue_depth 0):
   // the half-life counts pulls, and those passes hold about twice the minibatches of the
   // one-minibatch passes its default of 64 was chosen on (docs/storage.md, "Passes handed on
   // without queues"), so the rows age over as many examples as before.
   TieredOptions StorageFor(const ValueLayout& layout) const;
   static constexpr double kLfuHalfLifeWithoutQueues = 32;
-  bool lfu_half_life_auto = true;  // storage.lfu_half_life not set (the config key clears it)
 };
 
 // Canonical sums on n ranks for a global minibatch of batch_rows: n divides its number of sum

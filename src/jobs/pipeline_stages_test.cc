@@ -216,7 +216,7 @@ TEST(PipelineTest, PassesSizedByMemoryTrainTheInMemoryModelAtEveryBudget) {
       JobConfig handed = job;
       handed.pipeline.queue_depth = 0;
       EXPECT_EQ(handed.StorageFor({}).lfu_half_life, JobConfig::kLfuHalfLifeWithoutQueues);
-      handed.lfu_half_life_auto = false;
+      handed.settings_given["storage.lfu_half_life"] = "64";
       EXPECT_EQ(handed.StorageFor({}).lfu_half_life, job.storage.lfu_half_life);
       // A pass fits the window, or is one minibatch (the floor) that fits the budget.
       EXPECT_LE(z["max_pass_keys"].get<uint64_t>(), z["max_keys"].get<uint64_t>());

@@ -221,7 +221,7 @@ TEST(TrainerTest, AJobMovedBetweenCpuAndEmulatedGpuByResumesEqualsOneCpuRun) {
   EXPECT_EQ((*r5)["digest"], (*one)["digest"]);
   const nlohmann::json& z = (*r5)["pass_sizing"];
   EXPECT_EQ(z["by"], "gpu_memory");
-  EXPECT_EQ(z["gpu_pass_bytes"], (6 << 20) / (small.QueueDepth() + 2));
+  EXPECT_EQ(z["gpu_pass_bytes"], (6 << 20) / (small.pipeline.queue_depth + 2));
   EXPECT_GT(z["closed_by_gpu_memory"].get<uint64_t>(), 5u);
   EXPECT_LE(z["max_pass_gpu_bytes"].get<uint64_t>(), z["gpu_pass_bytes"].get<uint64_t>());
   EXPECT_GT(z["passes"].get<uint64_t>(), (*one)["pass_sizing"]["passes"].get<uint64_t>());

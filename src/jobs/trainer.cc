@@ -40,7 +40,7 @@ StatusOr<PassesRun> RunPasses(Env* env, const JobConfig& job, PassReader* reader
   std::unique_ptr<GpuTrainer> gpu;
   if (job.gpu) {
     GpuOptions go = job.gpu_options;
-    go.staged_passes = job.QueueDepth() + 2;  // passes between the pull and the train stage
+    go.staged_passes = job.pipeline.queue_depth + 2;  // passes between the pull and the train stage
     if (comm != nullptr) go.first_device = LocalRank(*comm) * go.gpus;
     ASSIGN_OR_RETURN(gpu, GpuTrainer::Create(start->model.get(), accessor, go, pool));
     LOG_INFO("train stage on the GPU: {}", gpu->Describe());
@@ -62,7 +62,7 @@ StatusOr<PassesRun> RunPasses(Env* env, const JobConfig& job, PassReader* reader
   ctx.env = env;
   ctx.on_push = on_push;
   PassStages stages(ctx);
-  ASSIGN_OR_RETURN(StageRunResult run, RunStages(&stages, job.Pipeline(), stop));
+  ASSIGN_OR_RETURN(StageRunResult run, RunStages(&stages, job.pipeline, stop));
   PassesRun out;
   out.position = stages.Position();
   out.interrupted = run.interrupted;
@@ -118,7 +118,7 @@ StatusOr<PassesRun> RunPasses(Env* env, const JobConfig& job, PassReader* reader
     LOG_INFO(
         "passes sized by GPU memory: at most {} a pass ({} passes staged share gpu.staged_memory); "
         "{} passes of {} to {} examples, {} closed by it",
-        FormatBytes(reader->options().device_pass_bytes), job.QueueDepth() + 2, z.passes,
+        FormatBytes(reader->options().device_pass_bytes), job.pipeline.queue_depth + 2, z.passes,
         z.min_examples, z.max_examples, z.closed_by_device);
   }
   // An interrupted run read only part of the data; its record counts are partial.
