@@ -62,6 +62,21 @@ TEST_F(CliTest, TrainsOverAnSsdStoreAndInspectsIt) {
   const bool takes_direct = Env::Posix()->NewDirectRandomAccessFile(Path("train.tsv")).ok();
   EXPECT_EQ(direct.last_json["storage"]["direct_reads"].get<bool>(), takes_direct);
   EXPECT_FALSE(st["direct_reads"].get<bool>());
+  EXPECT_FALSE(st["mapped_reads"].get<bool>());
+  // Read out of mappings (storage.mapped_reads): the same model again; not with O_DIRECT too.
+  Result mapped =
+      Run(Ctrbox("train --model-dir " + Path("m4") + common + budget +
+                 " --set storage.ssd_dir=" + Path("ssd4") + " --set storage.mapped_reads=true"));
+  ASSERT_EQ(mapped.exit_code, 0) << mapped.err;
+  EXPECT_EQ(mapped.last_json["digest"], mem.last_json["digest"]);
+  EXPECT_GT(mapped.last_json["storage"]["loaded_from_ssd"].get<uint64_t>(), 0u);
+  EXPECT_TRUE(mapped.last_json["storage"]["mapped_reads"].get<bool>());
+  Result both_ways =
+      Run(Ctrbox("train --model-dir " + Path("m5") + common + budget +
+                 " --set storage.ssd_dir=" + Path("ssd5") +
+                 " --set storage.mapped_reads=true --set storage.direct_reads=true"));
+  EXPECT_NE(both_ways.exit_code, 0);
+  EXPECT_NE(both_ways.err.find("storage.mapped_reads"), std::string::npos) << both_ways.err;
 }
 
 // Row layouts: a job trained in memory and over the SSD tier gives one model.

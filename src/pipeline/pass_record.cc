@@ -33,6 +33,7 @@ nlohmann::json StorageJson(const StorageStats& s) {
 #undef CTRBOX_COUNTER_JSON
   r.update({{"group_bits", s.group_bits},
             {"direct_reads", s.direct_reads},
+            {"mapped_reads", s.mapped_reads},
             {"write_amplification",
              s.persisted_bytes ? double(s.ssd_bytes_written) / double(s.persisted_bytes) : 0.0},
             {"files", s.files},

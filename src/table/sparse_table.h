@@ -128,6 +128,7 @@ struct StorageStats {
   // The SSD tier.
   uint32_t group_bits = 0;
   bool direct_reads = false;  // the SSD files are read with O_DIRECT (storage.direct_reads)
+  bool mapped_reads = false;  // ... or out of mappings (storage.mapped_reads)
   CTRBOX_SSD_COUNTERS(CTRBOX_STORAGE_FIELD)
   CTRBOX_DISK_COUNTERS(CTRBOX_STORAGE_FIELD)
 #undef CTRBOX_STORAGE_FIELD

@@ -24,19 +24,35 @@ bool IsStoreFile(const std::string& name) {
 }
 
 // The reader of a parameter file: with O_DIRECT when `direct` is asked and the file system
-// takes it (*taken then true), otherwise through the page cache with read-ahead off.
+// takes it (*direct_taken then true), mapped (its first map_bytes: the size a file grows to)
+// when `mapped` is asked and the Env maps files (*mapped_taken), otherwise through the page
+// cache with read-ahead off.
 StatusOr<std::unique_ptr<RandomAccessFile>> OpenRecordReader(Env* env, const std::string& path,
-                                                             bool direct, bool* taken) {
-  *taken = false;
+                                                             bool direct, bool mapped,
+                                                             uint64_t map_bytes, bool* direct_taken,
+                                                             bool* mapped_taken) {
+  *direct_taken = *mapped_taken = false;
   if (direct) {
     auto reader = env->NewDirectRandomAccessFile(path);
     if (reader.ok()) {
-      *taken = true;
+      *direct_taken = true;
       return reader;
     }
     if (reader.status().code() != StatusCode::kFailedPrecondition) return reader.status();
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> reader, env->NewRandomAccessFile(path));
+  std::unique_ptr<RandomAccessFile> reader;
+  if (mapped) {
+    auto m = env->NewMappedRandomAccessFile(path, map_bytes);
+    if (m.ok()) {
+      *mapped_taken = true;
+      reader = std::move(*m);
+    } else if (m.status().code() != StatusCode::kFailedPrecondition) {
+      return m.status();
+    }
+  }
+  if (!reader) {
+    ASSIGN_OR_RETURN(reader, env->NewRandomAccessFile(path));
+  }
   reader->AdviseRandomReads();  // records are read one at a time, here and there
   return reader;
 }
@@ -44,14 +60,19 @@ StatusOr<std::unique_ptr<RandomAccessFile>> OpenRecordReader(Env* env, const std
 }  // namespace
 
 Status SsdStore::OpenReader(ParamFile* file) {
-  bool direct = false;
+  bool direct = false, mapped = false;
   ASSIGN_OR_RETURN(file->reader,
-                   OpenRecordReader(env_, file->path, options_.direct_reads, &direct));
+                   OpenRecordReader(env_, file->path, options_.direct_reads, options_.mapped_reads,
+                                    options_.file_bytes, &direct, &mapped));
   if (direct_.exchange(direct ? 1 : 0) == -1 && options_.direct_reads && !direct) {
     LOG_WARNING(
         "storage.direct_reads: {} takes no O_DIRECT reads; the SSD tier reads through "
         "the page cache",
         options_.dir);
+  }
+  if (mapped_.exchange(mapped ? 1 : 0) == -1 && options_.mapped_reads && !mapped) {
+    LOG_WARNING("storage.mapped_reads: {} maps no files; the SSD tier reads with pread",
+                options_.dir);
   }
   return Status::OK();
 }
@@ -87,6 +108,7 @@ StatusOr<std::unique_ptr<SsdStore>> SsdStore::Create(Env* env, const SsdOptions&
   if (options.file_bytes < 4096 || options.file_bytes > (1ull << 31)) {
     return InvalidArgumentError("storage.file_bytes must be in [4KB, 2GB]");
   }
+
   RETURN_IF_ERROR(env->CreateDirs(options.dir));
   RETURN_IF_ERROR(RemoveFiles(env, options.dir));
   return std::unique_ptr<SsdStore>(new SsdStore(env, options, layout));
@@ -429,6 +451,7 @@ DiskStats SsdStore::Stats() const {
   s.bytes_read = bytes_read_.load();
   s.read_nanos = read_nanos_.load();
   s.direct_reads = direct_.load() == 1;
+  s.mapped_reads = mapped_.load() == 1;
   s.records_written = records_written_.load();
   s.bytes_written = bytes_written_.load();
   s.files_recycled = files_recycled_.load();

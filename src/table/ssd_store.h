@@ -94,6 +94,10 @@ struct SsdOptions {
   // Record reads bypass the page cache (O_DIRECT, storage.direct_reads) where the file system
   // takes them; otherwise, and without it, they go through the cache with read-ahead off.
   bool direct_reads = false;
+  // Record reads are copies out of a read-only mapping of each file (storage.mapped_reads,
+  // Env::NewMappedRandomAccessFile) instead of preads: no system call per read, for files the
+  // page cache holds. direct_reads comes first. Where the Env maps no files: preads.
+  bool mapped_reads = false;
   // Dead files kept to be written over by the next new ones (FileRecycler, docs/storage.md
   // "Recycled files"); 0: dead files are deleted.
   uint32_t recycle_files = 8;
@@ -114,6 +118,7 @@ struct DiskStats {
   // run's seconds, the mean number of reads in flight; by records_read, the mean latency).
   uint64_t read_nanos = 0;
   bool direct_reads = false;  // the files are read with O_DIRECT (SsdOptions::direct_reads)
+  bool mapped_reads = false;  // ... or out of mappings (SsdOptions::mapped_reads)
 };
 
 // What the INDEX of a cleanly closed store says (SsdStore::Inspect).
@@ -198,8 +203,9 @@ class SsdStore {
  private:
   SsdStore(Env* env, SsdOptions options, ValueLayout layout);
   Status Roll() REQUIRES(append_mu_) EXCLUDES(counts_mu_, files_mu_);
-  // Opens file->reader (O_DIRECT as options_.direct_reads asks and the file system allows; a
-  // refusal is logged once) and notes which in direct_.
+  // Opens file->reader (O_DIRECT as options_.direct_reads asks and the file system allows, or
+  // mapped as options_.mapped_reads asks and the Env allows; a refusal is logged once) and
+  // notes which in direct_ or mapped_.
   Status OpenReader(ParamFile* file);
   Status ReserveSpace(uint64_t bytes) EXCLUDES(counts_mu_);
   // File counters of a record becoming live (+1) or stale (-1). A file left with no record is
@@ -214,6 +220,7 @@ class SsdStore {
   const size_t page_;  // PageBytes(layout_)
   // Whether O_DIRECT reads were asked and taken: -1 not yet known (no file opened), 0 no, 1 yes.
   std::atomic<int> direct_{-1};
+  std::atomic<int> mapped_{-1};             // the same for mapped reads
   std::vector<GroupEntry> index_;           // by group; each entry guarded by its stripe's lock
   std::shared_ptr<FileRecycler> recycler_;  // null without options_.recycle_files
 

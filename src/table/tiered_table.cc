@@ -89,6 +89,10 @@ Status TieredOptions::Validate() const {
                          "model.slot_dims' tables"
                        : "storage.group_bits must be >= table.stripe_bits");
   }
+  if (ssd.direct_reads && ssd.mapped_reads) {
+    return InvalidArgumentError(
+        "storage.direct_reads and storage.mapped_reads: the files are read one way, not both");
+  }
   if (!(bloom_share > 0 && bloom_share <= 0.5)) {
     return InvalidArgumentError("storage.bloom_share must be in (0, 0.5]");
   }

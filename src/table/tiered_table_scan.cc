@@ -314,6 +314,7 @@ StorageStats TieredTable::Storage() const {
   const DiskStats d = ssd_->Stats();
   r.group_bits = ssd_->group_bits();
   r.direct_reads = d.direct_reads;
+  r.mapped_reads = d.mapped_reads;
   CTRBOX_SSD_COUNTERS(CTRBOX_LOAD_COUNTER)
 #undef CTRBOX_LOAD_COUNTER
   r.records_read = d.records_read;

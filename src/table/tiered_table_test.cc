@@ -85,9 +85,12 @@ void ShrinkAgainst(const CtrAccessor& acc, ThreadPool* pool, TieredTable* table,
 // rows' embeddings are stored as codes in every tier and must come back as the same codes.
 // serial_writeback: the write-back reads its batches one record at a time (its default where
 // reads are fast), not in parallel from the second read on (the test options).
+// reads: how the files are read (pread, O_DIRECT or mappings).
+enum class Reads { kPread, kDirect, kMapped };
 void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayout,
-                     bool direct_reads = false, bool serial_writeback = false,
+                     Reads reads = Reads::kPread, bool serial_writeback = false,
                      uint32_t stripe_bits = 3) {
+  const bool direct_reads = reads == Reads::kDirect, mapped_reads = reads == Reads::kMapped;
   TempDir dir;
   AccessorOptions ao;
   ao.embedx_threshold = 0.25f;  // some keys without embeddings
@@ -101,6 +104,7 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
   o.layout = layout;
   o.stripe_bits = stripe_bits;
   o.ssd.direct_reads = direct_reads;
+  o.ssd.mapped_reads = mapped_reads;
   if (serial_writeback) o.parallel_read_us = 1e12;
   auto table = Open(o);
   Reference ref;
@@ -110,7 +114,10 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
   auto add_traffic = [&] {
     const StorageStats rep = table->Storage();
     if (!rep.has_disk) return;
-    EXPECT_EQ(rep.direct_reads, direct_reads);
+    if (rep.files > 0) {  // (how files are read is known once one was opened)
+      EXPECT_EQ(rep.direct_reads, direct_reads);
+      EXPECT_EQ(rep.mapped_reads, mapped_reads);
+    }
     traffic["loaded_from_ssd"] += rep.loaded_from_ssd;
     traffic["evicted_dirty"] += rep.evicted_dirty;
     traffic["compactions"] += rep.compactions;
@@ -121,6 +128,7 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
     traffic["writeback_reads"] += rep.writeback_reads;
     traffic["writeback_read_nanos"] += rep.writeback_read_nanos;
     traffic["parallel_writeback_batches"] += rep.parallel_writeback_batches;
+    traffic["files_recycled"] += rep.files_recycled;
   };
   for (int step = 0; step < 400; ++step) {
     const int op = static_cast<int>(rng.Below(20));
@@ -193,6 +201,7 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
     EXPECT_GT(traffic["loaded_from_ssd"], ref.size());
     EXPECT_GT(traffic["evicted_dirty"], ref.size());
     EXPECT_GT(traffic["compactions"], 0u);
+    EXPECT_GT(traffic["files_recycled"], 0u);  // files written over dead ones (and read so)
     EXPECT_GT(traffic["bloom_prunes"], 0u);
     // The write-back read the groups' old records (its share of the reads), and was timed.
     EXPECT_GT(traffic["writeback_reads"], 0u);
@@ -209,14 +218,14 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
 TEST(TieredTableTest, DifferentialInMemory) { RunDifferential(false, 1); }
 TEST(TieredTableTest, DifferentialOverSsdFiles) {
   for (uint64_t seed : {2, 3, 4}) RunDifferential(true, seed);
-  RunDifferential(true, 5, kLayout, false, /*serial_writeback=*/true);
+  RunDifferential(true, 5, kLayout, Reads::kPread, /*serial_writeback=*/true);
 }
 // One stripe: a pull's or push's keys of a stripe (up to 120 here) span more than one of the
 // chunks whose cache lines are fetched together (tiered_table_pull.cc, kChunk = 64), the
 // second chunk's keys found, loaded or created after the first chunk's rows were inserted.
 TEST(TieredTableTest, DifferentialInOneStripe) {
-  RunDifferential(false, 6, kLayout, false, false, /*stripe_bits=*/0);
-  RunDifferential(true, 7, kLayout, false, false, /*stripe_bits=*/0);
+  RunDifferential(false, 6, kLayout, Reads::kPread, false, /*stripe_bits=*/0);
+  RunDifferential(true, 7, kLayout, Reads::kPread, false, /*stripe_bits=*/0);
 }
 // The same with the files read around the page cache (O_DIRECT, storage.direct_reads): records
 // read back while their pages are still being written, compactions' header walks, reopens.
@@ -242,7 +251,15 @@ TEST(TieredTableTest, DifferentialOverSsdFilesReadDirect) {
     }
     if (!direct_ok) GTEST_SKIP() << dir.path() << ": the file system takes no O_DIRECT reads";
   }
-  for (uint64_t seed : {2, 5}) RunDifferential(true, seed, kLayout, true);
+  for (uint64_t seed : {2, 5}) RunDifferential(true, seed, kLayout, Reads::kDirect);
+}
+// The same with the files read out of mappings (storage.mapped_reads): records read from the
+// file being appended to, from recycled files (mapped at their old size, written over and
+// cut when sealed), compactions' header walks, reopens; with the write-back's reads serial
+// and parallel.
+TEST(TieredTableTest, DifferentialOverSsdFilesReadFromMappings) {
+  for (uint64_t seed : {2, 5}) RunDifferential(true, seed, kLayout, Reads::kMapped);
+  RunDifferential(true, 8, kLayout, Reads::kMapped, /*serial_writeback=*/true);
 }
 TEST(TieredTableTest, QuantizedCodesSurviveEveryTier) {
   // Rows through the cache stripes, group records in the SSD files, compaction and an INDEX

@@ -89,6 +89,20 @@ class Env {
       const std::string& path) {
     return FailedPreconditionError(path + ": this Env has no reads that bypass the page cache");
   }
+  // The same with reads copied out of a shared read-only mapping of the file's first
+  // max(map_bytes, size) bytes: no system call per read (a few-KB read from the page cache
+  // spent ~2/3 of its time in pread's entry, page-cache lookup and copy; docs/storage.md,
+  // "Reads from a mapping"). The file may grow after the open; reads past its end are cut as
+  // a pread's are, and reads past the mapping go through pread. REQUIRES: no one cuts the file
+  // below bytes a reader still reads (a mapped page past the end faults, SIGBUS), and an I/O
+  // error of the device on a page not cached is a SIGBUS too, not a status: for files whose
+  // pages the page cache mostly holds. FailedPrecondition where the Env or the file system
+  // maps no files (MemEnv).
+  virtual StatusOr<std::unique_ptr<RandomAccessFile>> NewMappedRandomAccessFile(
+      const std::string& path, uint64_t map_bytes) {
+    (void)map_bytes;
+    return FailedPreconditionError(path + ": this Env maps no files");
+  }
   // Creates or truncates `path`.
   virtual StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) = 0;
   // Opens `path` for appending, creating it if needed.

@@ -2,11 +2,13 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -79,6 +81,80 @@ class PosixRandomAccessFile final : public RandomAccessFile {
   std::string name_;
   int fd_;
   uint64_t size_;
+};
+
+// Reads copied out of a shared read-only mapping of the file's first map_bytes() bytes (the
+// file may grow into them after the open: the writer appends through the same page cache). A
+// page past the file's end must not be touched (SIGBUS), so a read past the end known is
+// checked against the file's size first (fstat) and cut there, as a pread would be; a read
+// past the mapping goes through pread.
+class PosixMappedFile final : public RandomAccessFile {
+ public:
+  PosixMappedFile(std::string name, int fd, uint64_t size, const char* map, uint64_t map_bytes)
+      : name_(std::move(name)),
+        fd_(fd),
+        size_(size),
+        map_(map),
+        map_bytes_(map_bytes),
+        known_(std::min(size, map_bytes)) {}
+  ~PosixMappedFile() override {
+    ::munmap(const_cast<char*>(map_), map_bytes_);
+    ::close(fd_);
+  }
+  Status Read(uint64_t offset, size_t n, char* scratch, size_t* bytes_read) const override {
+    *bytes_read = 0;
+    if (n == 0) return Status::OK();
+    uint64_t known = known_.load(std::memory_order_acquire);
+    if (offset + n > known && known < map_bytes_) {
+      struct stat st;
+      if (::fstat(fd_, &st) != 0) return PosixError("stat " + name_, errno);
+      const uint64_t now = std::min<uint64_t>(static_cast<uint64_t>(st.st_size), map_bytes_);
+      if (now > known) {  // others may raise it too: keep the largest
+        while (!known_.compare_exchange_weak(known, now, std::memory_order_acq_rel) &&
+               known < now) {
+        }
+        known = std::max(known, now);
+      }
+      // The file may also have been cut (a recycled file sealed): nothing past its end.
+      if (static_cast<uint64_t>(st.st_size) < known) known = static_cast<uint64_t>(st.st_size);
+    }
+    if (offset + n > map_bytes_) return ReadAround(offset, n, scratch, bytes_read);
+    if (offset >= known) return Status::OK();
+    const size_t got = static_cast<size_t>(std::min<uint64_t>(n, known - offset));
+    std::memcpy(scratch, map_ + offset, got);
+    *bytes_read = got;
+    return Status::OK();
+  }
+  uint64_t size() const override { return size_; }
+  const std::string& name() const override { return name_; }
+  void AdviseRandomReads() const override {
+    ::posix_fadvise(fd_, 0, 0, POSIX_FADV_RANDOM);
+    ::madvise(const_cast<char*>(map_), map_bytes_, MADV_RANDOM);
+  }
+
+ private:
+  Status ReadAround(uint64_t offset, size_t n, char* scratch, size_t* bytes_read) const {
+    size_t done = 0;
+    while (done < n) {
+      ssize_t r = ::pread(fd_, scratch + done, n - done, static_cast<off_t>(offset + done));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        *bytes_read = done;
+        return PosixError("pread " + name_, errno);
+      }
+      if (r == 0) break;
+      done += static_cast<size_t>(r);
+    }
+    *bytes_read = done;
+    return Status::OK();
+  }
+
+  std::string name_;
+  int fd_;
+  uint64_t size_;  // at the open
+  const char* map_;
+  uint64_t map_bytes_;
+  mutable std::atomic<uint64_t> known_;  // bytes known to be in the file (at most map_bytes_)
 };
 
 // O_DIRECT reads: offsets, sizes and the buffer must be multiples of the device's logical block
@@ -273,6 +349,30 @@ class PosixEnv final : public Env {
       return FailedPreconditionError(path + ": the file system takes no O_DIRECT reads");
     }
     return std::unique_ptr<RandomAccessFile>(std::move(file));
+  }
+  StatusOr<std::unique_ptr<RandomAccessFile>> NewMappedRandomAccessFile(
+      const std::string& path, uint64_t map_bytes) override {
+    int fd = OpenToRead(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return PosixError("open " + path, errno);
+    struct stat st;
+    if (::fstat(fd, &st) != 0) {
+      int err = errno;
+      ::close(fd);
+      return PosixError("stat " + path, err);
+    }
+    const uint64_t size = static_cast<uint64_t>(st.st_size);
+    const uint64_t bytes = std::max<uint64_t>({map_bytes, size, 1});
+    void* map = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED) {
+      int err = errno;
+      ::close(fd);
+      if (err == ENODEV || err == EACCES || err == ENOMEM) {
+        return FailedPreconditionError(path + ": mmap: " + std::strerror(err));
+      }
+      return PosixError("mmap " + path, err);
+    }
+    return std::unique_ptr<RandomAccessFile>(
+        new PosixMappedFile(path, fd, size, static_cast<const char*>(map), bytes));
   }
   StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
     return OpenWritable(path, O_TRUNC);

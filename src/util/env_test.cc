@@ -207,5 +207,75 @@ TEST_F(EnvTest, DirectReadsGiveTheBytesOfBufferedReads) {
   EXPECT_EQ(mem.NewDirectRandomAccessFile(path).status().code(), StatusCode::kFailedPrecondition);
 }
 
+// A mapped reader gives what pread gives: the same bytes, cut at the file's end, also for a
+// file that grew after the open (the SSD tier reads the file it appends to) and for reads past
+// the mapping (which go through pread).
+TEST_F(EnvTest, MappedReadsGiveTheBytesOfBufferedReads) {
+  const std::string path = JoinPath(dir_, "records.dat");
+  std::string data(3 * 4096 + 777, '\0');
+  uint32_t x = 54321;
+  for (char& c : data) c = static_cast<char>((x = x * 1103515245u + 12345u) >> 24);
+  auto writer = env_->NewWritableFile(path);
+  ASSERT_TRUE(writer.ok());
+  ASSERT_TRUE((*writer)->Append(std::string_view(data).substr(0, 5000)).ok());
+  ASSERT_TRUE((*writer)->Flush().ok());
+  constexpr uint64_t kMapBytes = 16384;  // the file grows to 13 065 bytes, read up to 20 000
+  auto mapped = env_->NewMappedRandomAccessFile(path, kMapBytes);
+  if (!mapped.ok()) {
+    ASSERT_EQ(mapped.status().code(), StatusCode::kFailedPrecondition)
+        << mapped.status().ToString();
+    GTEST_SKIP() << "this file system maps no files: " << mapped.status().ToString();
+  }
+  (*mapped)->AdviseRandomReads();
+  EXPECT_EQ((*mapped)->size(), 5000u);
+  auto check = [&](const RandomAccessFile& buffered, uint64_t offset, size_t n) {
+    std::string want(n, '\1'), got(n, '\2');
+    size_t want_n = 0, got_n = 0;
+    ASSERT_TRUE(buffered.Read(offset, n, want.data(), &want_n).ok());
+    Status s = (*mapped)->Read(offset, n, got.data(), &got_n);
+    ASSERT_TRUE(s.ok()) << s.ToString() << " at " << offset << " + " << n;
+    ASSERT_EQ(got_n, want_n) << offset << " + " << n;
+    ASSERT_EQ(got.substr(0, got_n), want.substr(0, want_n)) << offset << " + " << n;
+  };
+  const std::vector<uint64_t> offsets = {0,     1,     100,   4095,  4096,  4097,
+                                         4999,  5000,  8000,  12288, 13000, 13064,
+                                         13065, 16383, 16384, 16385, 20000};
+  const std::vector<size_t> sizes = {0, 1, 16, 4095, 4096, 4097, 9000, 20000};
+  {
+    auto buffered = env_->NewRandomAccessFile(path);
+    ASSERT_TRUE(buffered.ok());
+    for (uint64_t offset : offsets) {
+      for (size_t n : sizes) check(**buffered, offset, n);  // 5 000 bytes in the file
+    }
+  }
+  ASSERT_TRUE((*writer)->Append(std::string_view(data).substr(5000)).ok());
+  ASSERT_TRUE((*writer)->Close().ok());
+  auto buffered = env_->NewRandomAccessFile(path);
+  ASSERT_TRUE(buffered.ok());
+  for (uint64_t offset : offsets) {
+    for (size_t n : sizes) check(**buffered, offset, n);  // grown to 13 065
+  }
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 200; ++i) {
+        check(**buffered, (i * 977 + t * 131) % data.size(), 1 + (i * 389) % 9000);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  // A file larger than the bytes asked is mapped whole.
+  auto whole = env_->NewMappedRandomAccessFile(path, 4096);
+  ASSERT_TRUE(whole.ok());
+  std::string all(data.size() + 10, '\0');
+  size_t got = 0;
+  ASSERT_TRUE((*whole)->Read(0, all.size(), all.data(), &got).ok());
+  EXPECT_EQ(got, data.size());
+  EXPECT_EQ(all.substr(0, got), data);
+  MemEnv mem;
+  EXPECT_EQ(mem.NewMappedRandomAccessFile(path, kMapBytes).status().code(),
+            StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace ctrbox
