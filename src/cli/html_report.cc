@@ -206,7 +206,9 @@ void AddMemoryChart(const nlohmann::json& report, std::vector<std::string>* char
   std::vector<double> values;
   for (const auto& [owner, bytes] : report["memory_peak_by_owner"].items()) {
     if (!bytes.is_number() || owner == "rss") continue;
-    labels.push_back(owner == "other_heap_free" ? "of other: allocator's free" : owner);
+    labels.push_back(owner == "other_heap_free"    ? "of other: allocator's free"
+                     : owner == "other_file_pages" ? "of other: file pages"
+                                                   : owner);
     values.push_back(bytes.get<double>());
   }
   if (const auto& m = report["memory_peak_by_owner"]; m.contains("rss") && m["rss"].is_number()) {

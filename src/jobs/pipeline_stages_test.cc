@@ -440,6 +440,9 @@ TEST(PipelineTest, MemoryByOwnerAddsUpAtOneInstant) {
   if (HeapStatsKnown()) {
     EXPECT_GT(m["other_heap_free"].get<int64_t>(), 0);
   }
+  // ... and the pages mapped from files (the program's code at least).
+  EXPECT_GT(m["other_file_pages"].get<int64_t>(), 0);
+  EXPECT_LE(m["other_file_pages"], m["rss"]);
 }
 
 // Sets the stop flag (as Ctrl-C does) once `after` passes are pushed.

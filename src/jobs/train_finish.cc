@@ -290,7 +290,10 @@ nlohmann::json PeakMemoryByOwner(const JobConfig& job, const CtrModel& model,
           {"other", rss - table - passes - dense - reader},
           // Of "other": what the allocator held free then (its arenas' slack; resident unless
           // trimmed, and nothing is trimmed while the passes run).
-          {"other_heap_free", static_cast<int64_t>(at.heap_free)}};
+          {"other_heap_free", static_cast<int64_t>(at.heap_free)},
+          // ... and the resident pages mapped from files (the program's code and libraries;
+          // with storage.mapped_reads, the SSD files' pages the reads touched: page cache).
+          {"other_file_pages", static_cast<int64_t>(at.file_pages)}};
 }
 
 }  // namespace ctrbox::train_steps

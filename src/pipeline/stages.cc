@@ -329,8 +329,8 @@ Status PassStages::Push(Pass* pass, ThreadPool* pool) {
   last_push_ = now;
   const StorageStats storage_now = ctx_.table->Storage();
   if (const uint64_t rss = CurrentRssBytes(); rss > memory_at_peak_.rss) {
-    memory_at_peak_ =
-        MemorySample{rss, storage_now.memory_bytes, passes_gauge_->now(), HeapFreeBytes()};
+    memory_at_peak_ = MemorySample{rss, storage_now.memory_bytes, passes_gauge_->now(),
+                                   HeapFreeBytes(), CurrentFileRssBytes()};
   }
   nlohmann::json record = PassRecord(*pass, examples_, ctx_.table->CountKeys(), pass_seconds,
                                      checkpoint, StorageDeltaJson(storage_before_, storage_now));

@@ -53,25 +53,31 @@ class PosixSequentialFile final : public SequentialFile {
   bool owns_;
 };
 
+// Reads up to n bytes at offset (fewer only at the file's end), retrying interrupted reads.
+Status PreadFully(int fd, const std::string& name, uint64_t offset, size_t n, char* scratch,
+                  size_t* bytes_read) {
+  size_t done = 0;
+  while (done < n) {
+    ssize_t r = ::pread(fd, scratch + done, n - done, static_cast<off_t>(offset + done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      *bytes_read = done;
+      return PosixError("pread " + name, errno);
+    }
+    if (r == 0) break;
+    done += static_cast<size_t>(r);
+  }
+  *bytes_read = done;
+  return Status::OK();
+}
+
 class PosixRandomAccessFile final : public RandomAccessFile {
  public:
   PosixRandomAccessFile(std::string name, int fd, uint64_t size)
       : name_(std::move(name)), fd_(fd), size_(size) {}
   ~PosixRandomAccessFile() override { ::close(fd_); }
   Status Read(uint64_t offset, size_t n, char* scratch, size_t* bytes_read) const override {
-    size_t done = 0;
-    while (done < n) {
-      ssize_t r = ::pread(fd_, scratch + done, n - done, static_cast<off_t>(offset + done));
-      if (r < 0) {
-        if (errno == EINTR) continue;
-        *bytes_read = done;
-        return PosixError("pread " + name_, errno);
-      }
-      if (r == 0) break;
-      done += static_cast<size_t>(r);
-    }
-    *bytes_read = done;
-    return Status::OK();
+    return PreadFully(fd_, name_, offset, n, scratch, bytes_read);
   }
   uint64_t size() const override { return size_; }
   const std::string& name() const override { return name_; }
@@ -118,7 +124,7 @@ class PosixMappedFile final : public RandomAccessFile {
       // The file may also have been cut (a recycled file sealed): nothing past its end.
       if (static_cast<uint64_t>(st.st_size) < known) known = static_cast<uint64_t>(st.st_size);
     }
-    if (offset + n > map_bytes_) return ReadAround(offset, n, scratch, bytes_read);
+    if (offset + n > map_bytes_) return PreadFully(fd_, name_, offset, n, scratch, bytes_read);
     if (offset >= known) return Status::OK();
     const size_t got = static_cast<size_t>(std::min<uint64_t>(n, known - offset));
     std::memcpy(scratch, map_ + offset, got);
@@ -133,22 +139,6 @@ class PosixMappedFile final : public RandomAccessFile {
   }
 
  private:
-  Status ReadAround(uint64_t offset, size_t n, char* scratch, size_t* bytes_read) const {
-    size_t done = 0;
-    while (done < n) {
-      ssize_t r = ::pread(fd_, scratch + done, n - done, static_cast<off_t>(offset + done));
-      if (r < 0) {
-        if (errno == EINTR) continue;
-        *bytes_read = done;
-        return PosixError("pread " + name_, errno);
-      }
-      if (r == 0) break;
-      done += static_cast<size_t>(r);
-    }
-    *bytes_read = done;
-    return Status::OK();
-  }
-
   std::string name_;
   int fd_;
   uint64_t size_;  // at the open

@@ -1,6 +1,9 @@
 #include "util/sys.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <cstring>
@@ -63,6 +66,38 @@ TEST(SysTest, AFatalSignalPrintsTheStackAndStillKills) {
       testing::KilledBySignal(SIGSEGV),
       "fatal signal 11 \\(SIGSEGV\\) in thread \"crash-test\"; the "
       "stack.*\\[0x[0-9a-f]+\\]");
+}
+
+// Pages read through a file's mapping are resident and counted as file pages; memory written
+// in the heap is resident and not.
+TEST(SysTest, FilePagesOfTheResidentSetAreMeasured) {
+  constexpr size_t kBytes = size_t{32} << 20;
+  char path[] = "/tmp/ctrbox-sys-test-XXXXXX";
+  const int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ::unlink(path);
+  ASSERT_EQ(::ftruncate(fd, kBytes), 0);
+  std::vector<char> chunk(1 << 20, 7);
+  for (size_t off = 0; off < kBytes; off += chunk.size()) {
+    ASSERT_EQ(::pwrite(fd, chunk.data(), chunk.size(), static_cast<off_t>(off)),
+              static_cast<ssize_t>(chunk.size()));
+  }
+  const uint64_t files_before = CurrentFileRssBytes(), rss_before = CurrentRssBytes();
+  ASSERT_GT(files_before, 0u);  // the program's own code at least
+  EXPECT_LE(files_before, rss_before);
+  void* map = ::mmap(nullptr, kBytes, PROT_READ, MAP_SHARED, fd, 0);
+  ASSERT_NE(map, MAP_FAILED);
+  unsigned sum = 0;
+  for (size_t off = 0; off < kBytes; off += 4096) sum += static_cast<const char*>(map)[off];
+  EXPECT_EQ(sum, 7u * (kBytes / 4096));
+  EXPECT_GE(CurrentFileRssBytes(), files_before + kBytes * 9 / 10);
+  EXPECT_GE(CurrentRssBytes(), rss_before + kBytes * 9 / 10);
+  ::munmap(map, kBytes);
+  ::close(fd);
+  const uint64_t files_after = CurrentFileRssBytes();
+  std::unique_ptr<char[]> block(new char[kBytes]);
+  std::memset(block.get(), 1, kBytes);
+  EXPECT_LT(CurrentFileRssBytes(), files_after + kBytes / 10);
 }
 
 }  // namespace
