@@ -4,9 +4,12 @@
 //
 // Reads `reads` random aligned records of `record` bytes from a file of `file-mb` MiB, with
 // the page cache (buffered) and without it (O_DIRECT), by: one thread of preads; a pool of
-// N threads of preads (N = 2, 4, 8); io_uring with N requests in flight. One JSON line each.
+// N threads of preads (N = 2, 4, 8); io_uring with N requests in flight; and, buffered, copies
+// out of a read-only mapping of the file (storage.mapped_reads), the mapping's first touches
+// included. One JSON line each.
 #include <fcntl.h>
 #include <liburing.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -42,6 +45,25 @@ Result Preads(int fd, const std::vector<uint64_t>& offsets, size_t record, int t
   }
   for (auto& w : workers) w.join();
   return {clock.Seconds(), offsets.size() * record};
+}
+
+// Copies of the records out of a fresh read-only mapping of the file (MADV_RANDOM, as the SSD
+// tier maps its files), one thread.
+Result Mapped(int fd, uint64_t file_bytes, const std::vector<uint64_t>& offsets, size_t record) {
+  void* map = ::mmap(nullptr, file_bytes, PROT_READ, MAP_SHARED, fd, 0);
+  if (map == MAP_FAILED) std::abort();
+  ::madvise(map, file_bytes, MADV_RANDOM);
+  std::vector<char> buf(record);
+  uint64_t sum = 0;
+  Stopwatch clock;
+  for (uint64_t o : offsets) {
+    std::memcpy(buf.data(), static_cast<const char*>(map) + o, record);
+    sum += static_cast<unsigned char>(buf[o % record]);
+  }
+  const double secs = clock.Seconds();
+  ::munmap(map, file_bytes);
+  if (sum == 0) std::abort();  // the file is all 'x': the copies were made
+  return {secs, offsets.size() * record};
 }
 
 Result Uring(int fd, const std::vector<uint64_t>& offsets, size_t record, unsigned depth) {
@@ -123,6 +145,7 @@ int Main(int argc, char** argv) {
     };
     if (!direct) Preads(fd, offsets, record, 4);  // warm the page cache
     emit("pread", 1, Preads(fd, offsets, record, 1));
+    if (!direct) emit("mapped", 1, Mapped(fd, file_mb << 20, offsets, record));
     for (int t : {2, 4, 8}) emit("pread_pool", t, Preads(fd, offsets, record, t));
     for (unsigned d : {4u, 16u, 64u})
       emit("io_uring", static_cast<int>(d), Uring(fd, offsets, record, d));

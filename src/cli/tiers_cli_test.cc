@@ -51,11 +51,14 @@ TEST_F(CliTest, TrainsOverAnSsdStoreAndInspectsIt) {
       << in.out;
   Result both = Run(Ctrbox("inspect --store " + Path("ssd") + " --model-dir " + Path("m2")));
   EXPECT_NE(both.exit_code, 0);
+  // The same job over a store read another way (model dir and store named by `name`).
+  auto train_reading = [&](const std::string& name, const std::string& how) {
+    return Run(Ctrbox("train --model-dir " + Path("m-" + name) + common + budget +
+                      " --set storage.ssd_dir=" + Path("ssd-" + name) + how));
+  };
   // The files read around the page cache (storage.direct_reads): the same model; the JSON says
   // whether O_DIRECT was taken, which is whether this file system takes it.
-  Result direct =
-      Run(Ctrbox("train --model-dir " + Path("m3") + common + budget +
-                 " --set storage.ssd_dir=" + Path("ssd3") + " --set storage.direct_reads=true"));
+  Result direct = train_reading("direct", " --set storage.direct_reads=true");
   ASSERT_EQ(direct.exit_code, 0) << direct.err;
   EXPECT_EQ(direct.last_json["digest"], mem.last_json["digest"]);
   EXPECT_GT(direct.last_json["storage"]["loaded_from_ssd"].get<uint64_t>(), 0u);
@@ -64,17 +67,13 @@ TEST_F(CliTest, TrainsOverAnSsdStoreAndInspectsIt) {
   EXPECT_FALSE(st["direct_reads"].get<bool>());
   EXPECT_FALSE(st["mapped_reads"].get<bool>());
   // Read out of mappings (storage.mapped_reads): the same model again; not with O_DIRECT too.
-  Result mapped =
-      Run(Ctrbox("train --model-dir " + Path("m4") + common + budget +
-                 " --set storage.ssd_dir=" + Path("ssd4") + " --set storage.mapped_reads=true"));
+  Result mapped = train_reading("mapped", " --set storage.mapped_reads=true");
   ASSERT_EQ(mapped.exit_code, 0) << mapped.err;
   EXPECT_EQ(mapped.last_json["digest"], mem.last_json["digest"]);
   EXPECT_GT(mapped.last_json["storage"]["loaded_from_ssd"].get<uint64_t>(), 0u);
   EXPECT_TRUE(mapped.last_json["storage"]["mapped_reads"].get<bool>());
   Result both_ways =
-      Run(Ctrbox("train --model-dir " + Path("m5") + common + budget +
-                 " --set storage.ssd_dir=" + Path("ssd5") +
-                 " --set storage.mapped_reads=true --set storage.direct_reads=true"));
+      train_reading("both", " --set storage.mapped_reads=true --set storage.direct_reads=true");
   EXPECT_NE(both_ways.exit_code, 0);
   EXPECT_NE(both_ways.err.find("storage.mapped_reads"), std::string::npos) << both_ways.err;
 }

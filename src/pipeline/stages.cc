@@ -328,9 +328,9 @@ Status PassStages::Push(Pass* pass, ThreadPool* pool) {
   const double pass_seconds = now - last_push_;
   last_push_ = now;
   const StorageStats storage_now = ctx_.table->Storage();
-  if (const uint64_t rss = CurrentRssBytes(); rss > memory_at_peak_.rss) {
-    memory_at_peak_ = MemorySample{rss, storage_now.memory_bytes, passes_gauge_->now(),
-                                   HeapFreeBytes(), CurrentFileRssBytes()};
+  if (const ResidentSet now = CurrentResidentSet(); now.rss > memory_at_peak_.rss) {
+    memory_at_peak_ = MemorySample{now.rss, storage_now.memory_bytes, passes_gauge_->now(),
+                                   HeapFreeBytes(), now.files};
   }
   nlohmann::json record = PassRecord(*pass, examples_, ctx_.table->CountKeys(), pass_seconds,
                                      checkpoint, StorageDeltaJson(storage_before_, storage_now));

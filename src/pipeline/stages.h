@@ -116,7 +116,7 @@ class PassStages {
     uint64_t rss = 0, table = 0;
     int64_t passes = 0;
     uint64_t heap_free = 0;  // the allocator's free bytes then (HeapFreeBytes): part of "other"
-    // The resident pages mapped from files then (CurrentFileRssBytes: the program's code, the
+    // The resident pages mapped from files then (ResidentSet::files: the program's code, the
     // SSD files with storage.mapped_reads): part of "other" too.
     uint64_t file_pages = 0;
   };

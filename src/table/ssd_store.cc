@@ -108,7 +108,6 @@ StatusOr<std::unique_ptr<SsdStore>> SsdStore::Create(Env* env, const SsdOptions&
   if (options.file_bytes < 4096 || options.file_bytes > (1ull << 31)) {
     return InvalidArgumentError("storage.file_bytes must be in [4KB, 2GB]");
   }
-
   RETURN_IF_ERROR(env->CreateDirs(options.dir));
   RETURN_IF_ERROR(RemoveFiles(env, options.dir));
   return std::unique_ptr<SsdStore>(new SsdStore(env, options, layout));

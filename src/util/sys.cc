@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <utility>
 
 namespace ctrbox {
 
@@ -21,25 +20,18 @@ uint64_t PeakRssBytes() {
   return static_cast<uint64_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
-namespace {
-
-// /proc/self/statm's fields `resident` and `shared`, in bytes; {0, 0} if unavailable.
-std::pair<uint64_t, uint64_t> Statm() {
+ResidentSet CurrentResidentSet() {
   FILE* f = std::fopen("/proc/self/statm", "r");
-  if (f == nullptr) return {0, 0};
+  if (f == nullptr) return {};
   unsigned long size = 0, resident = 0, shared = 0;
   int n = std::fscanf(f, "%lu %lu %lu", &size, &resident, &shared);
   std::fclose(f);
-  if (n != 3) return {0, 0};
+  if (n != 3) return {};
   const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   return {resident * page, shared * page};
 }
 
-}  // namespace
-
-uint64_t CurrentRssBytes() { return Statm().first; }
-
-uint64_t CurrentFileRssBytes() { return Statm().second; }
+uint64_t CurrentRssBytes() { return CurrentResidentSet().rss; }
 
 uint64_t ReleaseFreeMemory() {
   const uint64_t before = CurrentRssBytes();

@@ -10,12 +10,15 @@ namespace ctrbox {
 
 // Peak resident set size of this process (getrusage), in bytes.
 uint64_t PeakRssBytes();
-// Current resident set size (/proc/self/statm), in bytes; 0 if unavailable.
+// The current resident set (/proc/self/statm), in bytes; zeros if unavailable. `files`: of
+// it, the pages mapped from files and shared memory (statm's `shared`: the program's code and
+// libraries, and files read through mappings, as the SSD tier's with storage.mapped_reads).
+struct ResidentSet {
+  uint64_t rss = 0, files = 0;
+};
+ResidentSet CurrentResidentSet();
+// CurrentResidentSet().rss.
 uint64_t CurrentRssBytes();
-// Of it, the pages mapped from files and shared memory (statm's `shared`: the program's code
-// and libraries, and files read through mappings, as the SSD tier's with
-// storage.mapped_reads), in bytes; 0 if unavailable.
-uint64_t CurrentFileRssBytes();
 // Returns the allocator's free pages to the system (glibc's malloc_trim over every arena:
 // the free chunks inside a heap too, not only its top), so that a phase that freed its
 // buffers (a job's passes) does not leave them resident under the next one (its evaluation).

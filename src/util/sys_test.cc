@@ -8,7 +8,11 @@
 #include <csignal>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
+
+#include "util/env.h"
+#include "util/temp_dir.h"
 
 namespace ctrbox {
 namespace {
@@ -63,7 +67,7 @@ TEST(SysTest, AFatalSignalPrintsTheStackAndStillKills) {
         SetThreadName("crash-test");
         std::raise(SIGSEGV);
       },
-      testing::KilledBySignal(SIGSEGV),
+      ::testing::KilledBySignal(SIGSEGV),
       "fatal signal 11 \\(SIGSEGV\\) in thread \"crash-test\"; the "
       "stack.*\\[0x[0-9a-f]+\\]");
 }
@@ -72,32 +76,28 @@ TEST(SysTest, AFatalSignalPrintsTheStackAndStillKills) {
 // in the heap is resident and not.
 TEST(SysTest, FilePagesOfTheResidentSetAreMeasured) {
   constexpr size_t kBytes = size_t{32} << 20;
-  char path[] = "/tmp/ctrbox-sys-test-XXXXXX";
-  const int fd = ::mkstemp(path);
+  testing::TempDir dir;
+  const std::string path = JoinPath(dir.path(), "mapped.dat");
+  ASSERT_TRUE(WriteFileAtomic(Env::Posix(), path, std::string(kBytes, 7)).ok());
+  const int fd = ::open(path.c_str(), O_RDONLY);
   ASSERT_GE(fd, 0);
-  ::unlink(path);
-  ASSERT_EQ(::ftruncate(fd, kBytes), 0);
-  std::vector<char> chunk(1 << 20, 7);
-  for (size_t off = 0; off < kBytes; off += chunk.size()) {
-    ASSERT_EQ(::pwrite(fd, chunk.data(), chunk.size(), static_cast<off_t>(off)),
-              static_cast<ssize_t>(chunk.size()));
-  }
-  const uint64_t files_before = CurrentFileRssBytes(), rss_before = CurrentRssBytes();
-  ASSERT_GT(files_before, 0u);  // the program's own code at least
-  EXPECT_LE(files_before, rss_before);
+  const ResidentSet before = CurrentResidentSet();
+  ASSERT_GT(before.files, 0u);  // the program's own code at least
+  EXPECT_LE(before.files, before.rss);
   void* map = ::mmap(nullptr, kBytes, PROT_READ, MAP_SHARED, fd, 0);
   ASSERT_NE(map, MAP_FAILED);
   unsigned sum = 0;
   for (size_t off = 0; off < kBytes; off += 4096) sum += static_cast<const char*>(map)[off];
   EXPECT_EQ(sum, 7u * (kBytes / 4096));
-  EXPECT_GE(CurrentFileRssBytes(), files_before + kBytes * 9 / 10);
-  EXPECT_GE(CurrentRssBytes(), rss_before + kBytes * 9 / 10);
+  const ResidentSet mapped = CurrentResidentSet();
+  EXPECT_GE(mapped.files, before.files + kBytes * 9 / 10);
+  EXPECT_GE(mapped.rss, before.rss + kBytes * 9 / 10);
   ::munmap(map, kBytes);
   ::close(fd);
-  const uint64_t files_after = CurrentFileRssBytes();
+  const uint64_t files_after = CurrentResidentSet().files;
   std::unique_ptr<char[]> block(new char[kBytes]);
   std::memset(block.get(), 1, kBytes);
-  EXPECT_LT(CurrentFileRssBytes(), files_after + kBytes / 10);
+  EXPECT_LT(CurrentResidentSet().files, files_after + kBytes / 10);  // heap pages are not files
 }
 
 }  // namespace
