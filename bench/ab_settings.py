@@ -27,7 +27,8 @@ JOB = ["data.gen.rows=4000000", "data.gen.test_rows=200000", "data.gen.zipf=1.02
 BUDGET = ["storage.memory_budget=255829129"]
 COUNTERS = ["hit_rate", "loaded_from_ssd", "records_read", "writeback_reads", "groups_written",
             "merges", "new_deltas", "rows_persisted", "evicted_dirty", "evicted_clean",
-            "evict_rounds", "parallel_writeback_batches", "ssd_bytes_read", "ssd_bytes_written", "files_recycled"]
+            "evict_rounds", "parallel_writeback_batches", "ssd_bytes_read", "ssd_bytes_written", "files_recycled",
+            "mapped_records_read", "read_path_switches"]
 
 
 def main():

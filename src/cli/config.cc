@@ -341,6 +341,11 @@ StatusOr<JobConfig> JobConfigBuilder::Finish() {
     while ((uint64_t{1} << (bits + 1)) * kBudgetBytesPerGroup <= st.memory_budget) ++bits;
     st.ssd.group_bits = std::clamp<uint32_t>(bits, std::max<uint32_t>(10, st.stripe_bits), 28);
   }
+  if (!was_set("storage.mapped_reads") && !st.ssd.direct_reads) {
+    // Mapped while the page cache serves the reads, pread once the device does (docs/storage.md
+    // "Reads"): for a table the library's callers open, kOff stays the default.
+    st.ssd.mapped_reads = MappedReads::kAuto;
+  }
   auto default_epsilon = [](OptimizerOptions* o) {
     o->epsilon = o->kind == OptimizerKind::kAdagrad || o->kind == OptimizerKind::kRowwiseAdagrad
                      ? 1e-10f

@@ -151,6 +151,21 @@ Setter DiskProbe() {
   };
 }
 
+Setter MappedReadsMode() {
+  return [](JobConfig* j, std::string_view v, std::string* expect) {
+    bool b = false;
+    if (v == "auto") {
+      j->storage.ssd.mapped_reads = ctrbox::MappedReads::kAuto;
+    } else if (ParseBool(v, &b)) {
+      j->storage.ssd.mapped_reads = b ? ctrbox::MappedReads::kOn : ctrbox::MappedReads::kOff;
+    } else {
+      *expect = "true, false or auto";
+      return false;
+    }
+    return true;
+  };
+}
+
 Setter Gemm() {
   return [](JobConfig* j, std::string_view v, std::string* expect) {
     if (!ParseGemmPrecision(v, &j->gpu_options.precision)) {

@@ -47,6 +47,7 @@ Setter Device();
 Setter Epochs();
 Setter Gemm();
 Setter DiskProbe();
+Setter MappedReadsMode();
 Setter Scatter();
 Setter OnLate();
 Setter SparseUpdates();

@@ -248,12 +248,13 @@ const std::vector<Key>& Keys() {
        "cannot cache them: no page cache to fill and reclaim); false reads through the cache "
        "with read-ahead off; a file system without O_DIRECT (tmpfs) reads through the cache",
        Bool([](JobConfig* j, bool v) { j->storage.ssd.direct_reads = v; })},
-      {"storage.mapped_reads", "false",
+      {"storage.mapped_reads", "auto (false with storage.direct_reads)",
        "read the SSD files by copying out of read-only mappings instead of with pread: no "
        "system call per record read, for files the page cache holds (their mapped pages "
-       "count in the process's RSS; a device error is a crash, not an error); not with "
-       "storage.direct_reads",
-       Bool([](JobConfig* j, bool v) { j->storage.ssd.mapped_reads = v; })},
+       "count in the process's RSS; a device error is a crash, not an error); auto: while "
+       "the reads come from memory, pread once more than 5 % of them wait for the device "
+       "(and back below 1 %); true not with storage.direct_reads",
+       MappedReadsMode()},
       {"storage.quant.bits", "0 (float32)",
        "store embeddings as b-bit integer codes (2..16; 8 and 16 are the paper's; "
        "docs/quantization.md); every sparse update is rounded onto the grid",

@@ -303,6 +303,11 @@ std::string SummaryRows(const nlohmann::json& report, const std::string& manifes
     summary += Row("device", report.value("device", std::string("-")));
     summary += Row("BLAS core", report.value("blas_core", std::string("-")));
     summary += Row("peak RSS", Bytes(Get(report, "peak_rss_bytes")));
+    // Mapped reads count the SSD files' pages they touched in the RSS: the job's own beside it.
+    const double anon = Get(report, "peak_anon_rss_bytes");
+    if (std::isfinite(anon) && anon < 0.9 * Get(report, "peak_rss_bytes")) {
+      summary += Row("peak RSS without file pages", Bytes(anon) + " (the job's own memory)");
+    }
     const double hit_rate = GetIn(report, "storage", "hit_rate");
     if (std::isfinite(hit_rate) && tiered) {
       summary += Row("cache hit rate", fmt::format("{:.1f} %", 100.0 * hit_rate));
@@ -313,6 +318,14 @@ std::string SummaryRows(const nlohmann::json& report, const std::string& manifes
           "disk reads in flight",
           fmt::format("{:.2f} on average ({:.0f} reads/s, {:.1f} µs each)", in_flight,
                       GetIn(report, "disk", "reads_per_s"), GetIn(report, "disk", "mean_read_us")));
+    }
+    const double mapped = GetIn(report, "storage", "mapped_records_read");
+    const double records = GetIn(report, "storage", "records_read");
+    if (std::isfinite(mapped) && records > 0) {
+      summary += Row(
+          "reads out of mappings",
+          fmt::format("{:.1f} % of the records read ({:.0f} switches to and from pread)",
+                      100.0 * mapped / records, GetIn(report, "storage", "read_path_switches")));
     }
     // The disk's own ceiling (storage.disk_probe), so that the reads above have a scale.
     const nlohmann::json ceiling =

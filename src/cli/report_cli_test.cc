@@ -46,7 +46,8 @@ TEST_F(CliTest, ReportDrawsEveryChartAndChromiumRendersThem) {
       "Training speed", "Stage busy time",      "Cache hit rate",
       "SSD traffic",    "Disk reads in flight", "Memory at the peak, by owner"};
   for (const char* c : kCharts) EXPECT_NE(html.find(c), std::string::npos) << c;
-  EXPECT_NE(html.find("disk reads in flight"), std::string::npos);  // (the summary's row)
+  EXPECT_NE(html.find("disk reads in flight"), std::string::npos);   // (the summary's row)
+  EXPECT_NE(html.find("reads out of mappings"), std::string::npos);  // (storage.mapped_reads)
   EXPECT_NE(html.find(measured ? "random 4 KiB reads/s with 16 in flight" : "not measured"),
             std::string::npos);
   EXPECT_EQ(html.find("<script"), std::string::npos);  // self-contained, nothing to run

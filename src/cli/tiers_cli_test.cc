@@ -64,14 +64,19 @@ TEST_F(CliTest, TrainsOverAnSsdStoreAndInspectsIt) {
   EXPECT_GT(direct.last_json["storage"]["loaded_from_ssd"].get<uint64_t>(), 0u);
   const bool takes_direct = Env::Posix()->NewDirectRandomAccessFile(Path("train.tsv")).ok();
   EXPECT_EQ(direct.last_json["storage"]["direct_reads"].get<bool>(), takes_direct);
+  EXPECT_EQ(direct.last_json["storage"]["mapped_records_read"].get<uint64_t>(), 0u);
   EXPECT_FALSE(st["direct_reads"].get<bool>());
-  EXPECT_FALSE(st["mapped_reads"].get<bool>());
-  // Read out of mappings (storage.mapped_reads): the same model again; not with O_DIRECT too.
-  Result mapped = train_reading("mapped", " --set storage.mapped_reads=true");
-  ASSERT_EQ(mapped.exit_code, 0) << mapped.err;
-  EXPECT_EQ(mapped.last_json["digest"], mem.last_json["digest"]);
-  EXPECT_GT(mapped.last_json["storage"]["loaded_from_ssd"].get<uint64_t>(), 0u);
-  EXPECT_TRUE(mapped.last_json["storage"]["mapped_reads"].get<bool>());
+  // By default (storage.mapped_reads=auto) the records are read out of mappings while the
+  // page cache holds the files, as here; with pread when told: the same model again.
+  EXPECT_TRUE(st["mapped_reads"].get<bool>());
+  EXPECT_GT(st["mapped_records_read"].get<uint64_t>(), 0u);
+  Result pread = train_reading("pread", " --set storage.mapped_reads=false");
+  ASSERT_EQ(pread.exit_code, 0) << pread.err;
+  EXPECT_EQ(pread.last_json["digest"], mem.last_json["digest"]);
+  EXPECT_GT(pread.last_json["storage"]["loaded_from_ssd"].get<uint64_t>(), 0u);
+  EXPECT_FALSE(pread.last_json["storage"]["mapped_reads"].get<bool>());
+  EXPECT_EQ(pread.last_json["storage"]["mapped_records_read"].get<uint64_t>(), 0u);
+  // Mapped reads asked for with O_DIRECT ones: the files are read one way, not both.
   Result both_ways =
       train_reading("both", " --set storage.mapped_reads=true --set storage.direct_reads=true");
   EXPECT_NE(both_ways.exit_code, 0);

@@ -262,7 +262,8 @@ Status CloseTable(Env* env, const JobConfig& job, std::unique_ptr<SparseTable> t
 }
 
 // The resident memory of the run split by owner at one instant (docs/storage.md, "Sizing the
-// budget"): after the pushed pass with the largest resident set (PassStages::memory_at_peak),
+// budget"): after the pushed pass with the largest resident set less its pages mapped from
+// files (PassStages::memory_at_peak),
 // the table's use (what storage.memory_budget bounds), the passes in flight, the dense model
 // with its optimizer state, the reader's chunk buffers (files and commands; generated rows
 // have none), and the rest (the allocator's slack, thread stacks, BLAS buffers, libraries).

@@ -210,6 +210,12 @@ nlohmann::json TrainReport::ToJson() const {
   if (dry_run) j["dry_run"] = true;
   if (total_seconds) j["total_seconds"] = *total_seconds;
   if (peak_rss_bytes) j["peak_rss_bytes"] = *peak_rss_bytes;
+  // The job's own memory (heap, stacks: the resident set less its pages mapped from files)
+  // at its peak over the passes' samples: peak_rss_bytes counts the SSD files' pages that
+  // mapped reads touched too (storage.mapped_reads), which are the page cache's.
+  if (peak_rss_bytes && memory_at_peak.rss > 0) {
+    j["peak_anon_rss_bytes"] = memory_at_peak.rss - memory_at_peak.file_pages;
+  }
   if (memory_peak_by_owner) j["memory_peak_by_owner"] = *memory_peak_by_owner;
   return j;
 }

@@ -328,7 +328,10 @@ Status PassStages::Push(Pass* pass, ThreadPool* pool) {
   const double pass_seconds = now - last_push_;
   last_push_ = now;
   const StorageStats storage_now = ctx_.table->Storage();
-  if (const ResidentSet now = CurrentResidentSet(); now.rss > memory_at_peak_.rss) {
+  // The peak of the job's own memory: with mapped reads, the SSD files' pages they touched
+  // grow the resident set as the page cache would (docs/storage.md "Reads").
+  if (const ResidentSet now = CurrentResidentSet();
+      now.rss - now.files > memory_at_peak_.rss - memory_at_peak_.file_pages) {
     memory_at_peak_ = MemorySample{now.rss, storage_now.memory_bytes, passes_gauge_->now(),
                                    HeapFreeBytes(), now.files};
   }

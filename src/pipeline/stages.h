@@ -110,8 +110,8 @@ class PassStages {
   // The most bytes the passes in flight held at once (examples, working sets, rows).
   int64_t passes_peak_bytes() const { return passes_gauge_->peak(); }
   // The resident set and what the table and the passes in flight held at one instant: the
-  // pass pushed with the largest resident set so far (push stage; sampled after each push,
-  // so that owners measured at different moments are not added up).
+  // pass pushed with the largest resident set less its file pages so far (push stage; sampled
+  // after each push, so that owners measured at different moments are not added up).
   struct MemorySample {
     uint64_t rss = 0, table = 0;
     int64_t passes = 0;

@@ -199,6 +199,9 @@ struct ParamFile {
   const uint32_t id;
   const std::string path;
   std::unique_ptr<RandomAccessFile> reader;  // set once the header is written
+  // A read-only mapping of the file, where reads may copy out of one (SsdOptions::mapped_reads
+  // on or auto, and the Env maps files); null otherwise.
+  std::unique_ptr<RandomAccessFile> mapped;
   std::unique_ptr<BloomFilter> bloom;
   std::shared_ptr<FileRecycler> recycler;  // takes the file once it is obsolete (may be null)
   uint64_t bytes = 0;                      // appended so far, header included

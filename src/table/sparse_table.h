@@ -113,7 +113,9 @@ struct TableStats {
   X(ssd_read_nanos, true)       \
   X(records_written, false)     \
   X(ssd_bytes_written, true)    \
-  X(files_recycled, false)
+  X(files_recycled, false)      \
+  X(mapped_records_read, true)  \
+  X(read_path_switches, false)
 
 struct StorageStats {
   bool has_disk = false;           // the SSD tier is on (the disk fields below are zero if not)
@@ -128,7 +130,7 @@ struct StorageStats {
   // The SSD tier.
   uint32_t group_bits = 0;
   bool direct_reads = false;  // the SSD files are read with O_DIRECT (storage.direct_reads)
-  bool mapped_reads = false;  // ... or out of mappings (storage.mapped_reads)
+  bool mapped_reads = false;  // ... or may be read out of mappings (storage.mapped_reads)
   CTRBOX_SSD_COUNTERS(CTRBOX_STORAGE_FIELD)
   CTRBOX_DISK_COUNTERS(CTRBOX_STORAGE_FIELD)
 #undef CTRBOX_STORAGE_FIELD

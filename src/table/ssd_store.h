@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "table/param_file.h"
+#include "table/read_path.h"
 #include "table/value.h"
 #include "util/env.h"
 #include "util/hash.h"
@@ -80,6 +81,8 @@ struct GroupEntry {
   std::array<const RecordLoc*, 3> records() const { return {&delta, &older, &base}; }
 };
 
+enum class MappedReads : uint8_t { kOff, kOn, kAuto };
+
 struct SsdOptions {
   std::string dir;
   uint32_t group_bits = 20;
@@ -96,8 +99,11 @@ struct SsdOptions {
   bool direct_reads = false;
   // Record reads are copies out of a read-only mapping of each file (storage.mapped_reads,
   // Env::NewMappedRandomAccessFile) instead of preads: no system call per read, for files the
-  // page cache holds. direct_reads comes first. Where the Env maps no files: preads.
-  bool mapped_reads = false;
+  // page cache holds. kAuto: while the reads come from memory (ReadPathChooser). direct_reads
+  // comes first (kOn with it is a config error, kAuto yields). Where the Env maps no files:
+  // preads.
+  MappedReads mapped_reads = MappedReads::kOff;
+  ReadPathChooser::Options read_path;  // how kAuto chooses
   // Dead files kept to be written over by the next new ones (FileRecycler, docs/storage.md
   // "Recycled files"); 0: dead files are deleted.
   uint32_t recycle_files = 8;
@@ -118,7 +124,9 @@ struct DiskStats {
   // run's seconds, the mean number of reads in flight; by records_read, the mean latency).
   uint64_t read_nanos = 0;
   bool direct_reads = false;  // the files are read with O_DIRECT (SsdOptions::direct_reads)
-  bool mapped_reads = false;  // ... or out of mappings (SsdOptions::mapped_reads)
+  bool mapped_reads = false;  // ... or may be read out of mappings (SsdOptions::mapped_reads)
+  uint64_t mapped_records_read = 0;  // of records_read, those copied out of a mapping
+  uint64_t read_path_switches = 0;   // mapped_reads auto: changes between mapping and pread
 };
 
 // What the INDEX of a cleanly closed store says (SsdStore::Inspect).
@@ -207,6 +215,10 @@ class SsdStore {
   // mapped as options_.mapped_reads asks and the Env allows; a refusal is logged once) and
   // notes which in direct_ or mapped_.
   Status OpenReader(ParamFile* file);
+  // The reader a record read of `file` goes through now (*mapped: its mapping), and the
+  // accounting of that read once it took `nanos` (bytes: what it read; 0 if it failed).
+  const RandomAccessFile& ReaderFor(const ParamFile& file, bool* mapped) const;
+  void Counted(bool mapped, uint64_t nanos, uint64_t bytes) const;
   Status ReserveSpace(uint64_t bytes) EXCLUDES(counts_mu_);
   // File counters of a record becoming live (+1) or stale (-1). A file left with no record is
   // marked obsolete and its id added to *dropped, for DropFiles.
@@ -221,6 +233,7 @@ class SsdStore {
   // Whether O_DIRECT reads were asked and taken: -1 not yet known (no file opened), 0 no, 1 yes.
   std::atomic<int> direct_{-1};
   std::atomic<int> mapped_{-1};             // the same for mapped reads
+  mutable ReadPathChooser read_path_;       // mapped or pread, with MappedReads::kAuto
   std::vector<GroupEntry> index_;           // by group; each entry guarded by its stripe's lock
   std::shared_ptr<FileRecycler> recycler_;  // null without options_.recycle_files
 
@@ -262,6 +275,7 @@ class SsdStore {
   std::vector<std::shared_ptr<ParamFile>> files_ GUARDED_BY(files_mu_);
 
   mutable std::atomic<uint64_t> records_read_{0}, bytes_read_{0}, read_retries_{0}, read_nanos_{0};
+  mutable std::atomic<uint64_t> mapped_records_read_{0};
   std::atomic<uint64_t> records_written_{0}, bytes_written_{0}, files_recycled_{0};
 };
 

@@ -89,7 +89,7 @@ Status TieredOptions::Validate() const {
                          "model.slot_dims' tables"
                        : "storage.group_bits must be >= table.stripe_bits");
   }
-  if (ssd.direct_reads && ssd.mapped_reads) {
+  if (ssd.direct_reads && ssd.mapped_reads == MappedReads::kOn) {
     return InvalidArgumentError(
         "storage.direct_reads and storage.mapped_reads: the files are read one way, not both");
   }

@@ -324,6 +324,8 @@ StorageStats TieredTable::Storage() const {
   r.records_written = d.records_written;
   r.ssd_bytes_written = d.bytes_written;
   r.files_recycled = d.files_recycled;
+  r.mapped_records_read = d.mapped_records_read;
+  r.read_path_switches = d.read_path_switches;
   r.free_file_bytes = d.free_file_bytes;
   r.files = d.files;
   r.file_bytes = d.file_bytes;

@@ -85,12 +85,14 @@ void ShrinkAgainst(const CtrAccessor& acc, ThreadPool* pool, TieredTable* table,
 // rows' embeddings are stored as codes in every tier and must come back as the same codes.
 // serial_writeback: the write-back reads its batches one record at a time (its default where
 // reads are fast), not in parallel from the second read on (the test options).
-// reads: how the files are read (pread, O_DIRECT or mappings).
-enum class Reads { kPread, kDirect, kMapped };
+// reads: how the files are read (pread, O_DIRECT, mappings, or either by turns: kAuto with
+// its chooser told to switch after every window of 8 reads, holds permitting).
+enum class Reads { kPread, kDirect, kMapped, kAuto };
 void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayout,
                      Reads reads = Reads::kPread, bool serial_writeback = false,
                      uint32_t stripe_bits = 3) {
-  const bool direct_reads = reads == Reads::kDirect, mapped_reads = reads == Reads::kMapped;
+  const bool direct_reads = reads == Reads::kDirect;
+  const bool mapped_reads = reads == Reads::kMapped || reads == Reads::kAuto;
   TempDir dir;
   AccessorOptions ao;
   ao.embedx_threshold = 0.25f;  // some keys without embeddings
@@ -104,7 +106,10 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
   o.layout = layout;
   o.stripe_bits = stripe_bits;
   o.ssd.direct_reads = direct_reads;
-  o.ssd.mapped_reads = mapped_reads;
+  o.ssd.mapped_reads = reads == Reads::kMapped ? MappedReads::kOn
+                       : reads == Reads::kAuto ? MappedReads::kAuto
+                                               : MappedReads::kOff;
+  o.ssd.read_path = {.window = 8, .slow_nanos = 0, .to_pread = -1, .to_mapped = 2};
   if (serial_writeback) o.parallel_read_us = 1e12;
   auto table = Open(o);
   Reference ref;
@@ -129,6 +134,8 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
     traffic["writeback_read_nanos"] += rep.writeback_read_nanos;
     traffic["parallel_writeback_batches"] += rep.parallel_writeback_batches;
     traffic["files_recycled"] += rep.files_recycled;
+    traffic["mapped_records_read"] += rep.mapped_records_read;
+    traffic["read_path_switches"] += rep.read_path_switches;
   };
   for (int step = 0; step < 400; ++step) {
     const int op = static_cast<int>(rng.Below(20));
@@ -202,6 +209,16 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
     EXPECT_GT(traffic["evicted_dirty"], ref.size());
     EXPECT_GT(traffic["compactions"], 0u);
     EXPECT_GT(traffic["files_recycled"], 0u);  // files written over dead ones (and read so)
+    // Records read out of mappings: all of them, some (by turns), or none.
+    if (reads == Reads::kMapped) {
+      EXPECT_EQ(traffic["mapped_records_read"], traffic["records_read"]);
+    } else if (reads == Reads::kAuto) {
+      EXPECT_GT(traffic["mapped_records_read"], 0u);
+      EXPECT_LT(traffic["mapped_records_read"], traffic["records_read"]);
+      EXPECT_GT(traffic["read_path_switches"], 4u);
+    } else {
+      EXPECT_EQ(traffic["mapped_records_read"], 0u);
+    }
     EXPECT_GT(traffic["bloom_prunes"], 0u);
     // The write-back read the groups' old records (its share of the reads), and was timed.
     EXPECT_GT(traffic["writeback_reads"], 0u);
@@ -260,6 +277,11 @@ TEST(TieredTableTest, DifferentialOverSsdFilesReadDirect) {
 TEST(TieredTableTest, DifferentialOverSsdFilesReadFromMappings) {
   for (uint64_t seed : {2, 5}) RunDifferential(true, seed, kLayout, Reads::kMapped);
   RunDifferential(true, 8, kLayout, Reads::kMapped, /*serial_writeback=*/true);
+}
+// The same with reads out of mappings and with pread by turns (storage.mapped_reads=auto, its
+// chooser switching after every window of 8 reads): a switch while other threads read.
+TEST(TieredTableTest, DifferentialOverSsdFilesReadByTurnsFromMappingsAndPread) {
+  for (uint64_t seed : {3, 6}) RunDifferential(true, seed, kLayout, Reads::kAuto);
 }
 TEST(TieredTableTest, QuantizedCodesSurviveEveryTier) {
   // Rows through the cache stripes, group records in the SSD files, compaction and an INDEX

@@ -38,6 +38,11 @@ class RandomAccessFile {
   // of every record read (docs/storage.md, "Where the page cache cannot hide the disk"). A
   // no-op where the Env has no such hint.
   virtual void AdviseRandomReads() const {}
+  // A reader out of a mapping (Env::NewMappedRandomAccessFile) unmaps the pages its reads
+  // touched: they stay in the page cache (later reads map them again), but no longer count in
+  // the process's RSS nor age as mapped pages, which the kernel keeps over unmapped ones and
+  // costs more to reclaim. A no-op elsewhere. Safe while other threads read.
+  virtual void ReleaseMappedPages() const {}
 };
 
 class WritableFile {

@@ -137,6 +137,10 @@ class PosixMappedFile final : public RandomAccessFile {
     ::posix_fadvise(fd_, 0, 0, POSIX_FADV_RANDOM);
     ::madvise(const_cast<char*>(map_), map_bytes_, MADV_RANDOM);
   }
+  void ReleaseMappedPages() const override {
+    // A shared file mapping's pages stay in the page cache; only this mapping lets go of them.
+    ::madvise(const_cast<char*>(map_), map_bytes_, MADV_DONTNEED);
+  }
 
  private:
   std::string name_;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "util/mem_env.h"
+#include "util/sys.h"
 #include "util/temp_dir.h"
 
 namespace ctrbox {
@@ -275,6 +276,42 @@ TEST_F(EnvTest, MappedReadsGiveTheBytesOfBufferedReads) {
   MemEnv mem;
   EXPECT_EQ(mem.NewMappedRandomAccessFile(path, kMapBytes).status().code(),
             StatusCode::kFailedPrecondition);
+}
+
+// A mapped reader lets go of the pages its reads touched (the SSD tier's switch from mappings
+// to pread): they leave the resident set, and the next reads map them again, the same bytes.
+TEST_F(EnvTest, AMappingLetsGoOfItsPagesAndReadsThemAgain) {
+  constexpr size_t kBytes = 32 << 20;
+  const std::string path = JoinPath(dir_, "released.dat");
+  std::string data(kBytes, '\0');
+  for (size_t i = 0; i < kBytes; i += 4096) data[i] = static_cast<char>(i >> 12);
+  auto writer = env_->NewWritableFile(path);
+  ASSERT_TRUE(writer.ok());
+  ASSERT_TRUE((*writer)->Append(data).ok());
+  ASSERT_TRUE((*writer)->Close().ok());
+  auto mapped = env_->NewMappedRandomAccessFile(path, kBytes);
+  if (!mapped.ok())
+    GTEST_SKIP() << "this file system maps no files: " << mapped.status().ToString();
+  auto read_all = [&] {
+    char c = 0;
+    size_t got = 0;
+    for (size_t i = 0; i < kBytes; i += 4096) {
+      ASSERT_TRUE((*mapped)->Read(i, 1, &c, &got).ok());
+      ASSERT_EQ(c, data[i]) << i;
+    }
+  };
+  const uint64_t before = CurrentResidentSet().files;
+  read_all();
+  const uint64_t touched = CurrentResidentSet().files;
+  EXPECT_GE(touched, before + kBytes * 9 / 10);
+  (*mapped)->ReleaseMappedPages();
+  EXPECT_LE(CurrentResidentSet().files, touched - kBytes * 9 / 10);
+  read_all();
+  EXPECT_GE(CurrentResidentSet().files, before + kBytes * 9 / 10);
+  // Elsewhere a no-op.
+  auto buffered = env_->NewRandomAccessFile(path);
+  ASSERT_TRUE(buffered.ok());
+  (*buffered)->ReleaseMappedPages();
 }
 
 }  // namespace
