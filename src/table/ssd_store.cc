@@ -80,9 +80,10 @@ const RandomAccessFile& SsdStore::ReaderFor(const ParamFile& file, bool* mapped)
 void SsdStore::Counted(bool mapped, uint64_t nanos, uint64_t bytes) const {
   read_nanos_.fetch_add(nanos, std::memory_order_relaxed);
   if (bytes == 0) return;  // a read that failed: its time only
-  records_read_.fetch_add(1, std::memory_order_relaxed);
   bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
-  if (mapped) mapped_records_read_.fetch_add(1, std::memory_order_relaxed);
+  // The read counted, then its way (Stats loads them the other way round: mapped <= read).
+  records_read_.fetch_add(1);
+  if (mapped) mapped_records_read_.fetch_add(1);
   if (options_.mapped_reads == MappedReads::kAuto && read_path_.Note(mapped, nanos) && mapped) {
     // To pread: the pages the mapped reads touched go back to the page cache's own ageing.
     // Left mapped, they kept the page cache of a confined box for themselves: the 2 M-row job
@@ -469,13 +470,13 @@ DiskStats SsdStore::Stats() const {
   }
   s.bloom_bytes = bloom_bytes_.load(std::memory_order_relaxed);
   s.index_bytes = index_.capacity() * sizeof(GroupEntry);
+  s.mapped_records_read = mapped_records_read_.load();  // before records_read_: see Counted
   s.records_read = records_read_.load();
   s.read_retries = read_retries_.load();
   s.bytes_read = bytes_read_.load();
   s.read_nanos = read_nanos_.load();
   s.direct_reads = direct_.load() == 1;
   s.mapped_reads = mapped_.load() == 1;
-  s.mapped_records_read = mapped_records_read_.load();
   s.read_path_switches = read_path_.switches();
   s.records_written = records_written_.load();
   s.bytes_written = bytes_written_.load();

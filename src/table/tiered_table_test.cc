@@ -210,8 +210,9 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
     EXPECT_GT(traffic["compactions"], 0u);
     EXPECT_GT(traffic["files_recycled"], 0u);  // files written over dead ones (and read so)
     // Records read out of mappings: all of them, some (by turns), or none.
-    if (reads == Reads::kMapped) {
-      EXPECT_EQ(traffic["mapped_records_read"], traffic["records_read"]);
+    EXPECT_LE(traffic["mapped_records_read"], traffic["records_read"]);
+    if (reads == Reads::kMapped) {  // (all but reads under way at a snapshot)
+      EXPECT_GE(traffic["mapped_records_read"], traffic["records_read"] * 99 / 100);
     } else if (reads == Reads::kAuto) {
       EXPECT_GT(traffic["mapped_records_read"], 0u);
       EXPECT_LT(traffic["mapped_records_read"], traffic["records_read"]);
