@@ -211,9 +211,9 @@ class SsdStore {
  private:
   SsdStore(Env* env, SsdOptions options, ValueLayout layout);
   Status Roll() REQUIRES(append_mu_) EXCLUDES(counts_mu_, files_mu_);
-  // Opens file->reader (O_DIRECT as options_.direct_reads asks and the file system allows, or
-  // mapped as options_.mapped_reads asks and the Env allows; a refusal is logged once) and
-  // notes which in direct_ or mapped_.
+  // Opens file->reader (O_DIRECT as options_.direct_reads asks and the file system allows,
+  // else pread) and, unless the reads are O_DIRECT ones, file->mapped as options_.mapped_reads
+  // asks and the Env allows (kOn: a refusal is logged once); notes which in direct_ and mapped_.
   Status OpenReader(ParamFile* file);
   // The reader a record read of `file` goes through now (*mapped: its mapping), and the
   // accounting of that read once it took `nanos` (bytes: what it read; 0 if it failed).
