@@ -4,6 +4,8 @@
 
 #include <deque>
 #include <set>
+#include <string>
+#include <tuple>
 
 #include "util/hash.h"
 #include "util/random.h"
@@ -190,6 +192,104 @@ TEST(KeyWindowTest, RecountIsCountWithAfterPassesEnd) {
       ASSERT_EQ(w.distinct(), ref.distinct()) << "step " << step;
       ASSERT_EQ(w.current(), ref.current());
       ASSERT_EQ(twin.distinct(), ref.distinct());
+    }
+  }
+}
+
+// Without the map while the passes' sums stay within the limit (Exactness): against the
+// reference and an exact twin, through many passes whose keys drift so that the sums cross the
+// limit both ways (the map built from the passes' lists mid-pass, dropped at a pass's end),
+// with recounts, counted and plain adds: the pass's and the batch's counts are exact always,
+// the window's is at least the reference's, and exact (the twin's) whenever it passes the
+// limit, so "does the window pass the limit?" gets the exact window's answer every time.
+TEST(KeyWindowTest, WithoutTheMapBelowTheLimitAnswersAsTheExactWindow) {
+  const std::vector<uint64_t> weights = {3, 10, 1};
+  for (bool weighted : {false, true}) {
+    for (uint32_t passes : {1u, 2u, 5u}) {
+      for (uint64_t limit : {500u, 1500u}) {
+        const uint64_t wlimit = 4 * limit;
+        Random rng(passes * 100 + limit + weighted);
+        const KeyWindow::Exactness exact = weighted ? KeyWindow::Exactness{UINT64_MAX, wlimit}
+                                                    : KeyWindow::Exactness{limit, UINT64_MAX};
+        KeyWindow lazy(passes, weighted ? weights : std::vector<uint64_t>{}, exact);
+        KeyWindow twin(passes, weighted ? weights : std::vector<uint64_t>{});
+        ReferenceWindow ref(passes);
+        int built = 0, dropped = 0, exact_answers = 0;
+        bool was_mapped = lazy.mapped();
+        auto track = [&] {
+          built += !was_mapped && lazy.mapped();
+          dropped += was_mapped && !lazy.mapped();
+          was_mapped = lazy.mapped();
+        };
+        for (int pass = 0; pass < 80; ++pass) {
+          // Phases of small and large passes, so the window's sums rise past the limit and
+          // fall back.
+          const bool large = pass / 6 % 2 == 1;
+          const uint64_t spread = large ? 3000 : 150;
+          const int chunks = 1 + static_cast<int>(rng.Below(4));
+          for (int c = 0; c < chunks; ++c) {
+            std::vector<uint64_t> keys(rng.Below(large ? 1500 : 150));
+            for (uint64_t& k : keys) {
+              const uint64_t r = rng.Below(100);
+              k = r < 40 ? rng.Below(100) : r < 90 ? pass * 97 + rng.Below(spread) : rng.Next();
+              if (weighted) k = TableKey(k & 0xFFFFFFFFFFFull, static_cast<uint32_t>(rng.Below(3)));
+            }
+            const bool again = rng.Below(3) == 0;
+            KeyWindow::Counts got = lazy.CountWith(keys.data(), keys.size());
+            if (again) {  // judged again after a pass ended, as the pass reader does
+              lazy.NextPass();
+              twin.NextPass();
+              ref.NextPass();
+              track();
+              got = lazy.Recount(keys.data(), keys.size());
+            }
+            track();
+            const KeyWindow::Counts want = twin.CountWith(keys.data(), keys.size());
+            const std::string where =
+                testing::PrintToString(std::make_tuple(weighted, passes, limit, pass, c));
+            ASSERT_EQ(got.batch, want.batch) << where;
+            ASSERT_EQ(got.batch_weight, want.batch_weight) << where;
+            ASSERT_EQ(got.pass, want.pass) << where;
+            ASSERT_EQ(got.pass, ref.PassWith(keys)) << where;
+            ASSERT_EQ(want.window, ref.DistinctWith(keys)) << where;
+            ASSERT_GE(got.window, want.window) << where;
+            ASSERT_GE(got.window_weight, want.window_weight) << where;
+            const bool over = weighted ? got.window_weight > wlimit : got.window > limit;
+            const bool want_over = weighted ? want.window_weight > wlimit : want.window > limit;
+            ASSERT_EQ(over, want_over) << where;
+            if (over) {
+              ++exact_answers;
+              ASSERT_TRUE(got.exact) << where;
+              ASSERT_EQ(got.window, want.window) << where;
+              ASSERT_EQ(got.window_weight, want.window_weight) << where;
+            }
+            if (rng.Below(4) == 0) continue;  // asked about, not added
+            if (rng.Below(4) == 0) {
+              lazy.Add(keys.data(), keys.size());
+            } else {
+              lazy.AddCounted(keys.data(), keys.size());
+            }
+            twin.Add(keys.data(), keys.size());
+            ref.Add(keys);
+            track();
+            ASSERT_EQ(lazy.current(), ref.current()) << where;
+            ASSERT_GE(lazy.distinct(), ref.distinct()) << where;
+            if (weighted ? lazy.distinct_weight() > wlimit : lazy.distinct() > limit) {
+              ASSERT_EQ(lazy.distinct(), twin.distinct()) << where;
+              ASSERT_EQ(lazy.distinct_weight(), twin.distinct_weight()) << where;
+            }
+          }
+          lazy.NextPass();
+          twin.NextPass();
+          ref.NextPass();
+          track();
+        }
+        if (passes > 1) {  // (one pass: the sum is the count)
+          EXPECT_GE(built, 3) << weighted << " " << passes << " " << limit;
+          EXPECT_GE(dropped, 3) << weighted << " " << passes << " " << limit;
+          EXPECT_GE(exact_answers, 5) << weighted << " " << passes << " " << limit;
+        }
+      }
     }
   }
 }

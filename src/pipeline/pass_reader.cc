@@ -26,8 +26,15 @@ Status PassReader::Open() {
   pending_ = RowRange{};
   pending_counted_ = false;
   if (options_.window_keys > 0 || options_.device_pass_bytes > 0) {
+    // The window's own count decides only against window_keys (window_bytes with weights),
+    // and only where the owners' windows do not: the map is kept only near that limit.
+    constexpr uint64_t kNone = UINT64_MAX;
+    const bool decides = options_.window_keys > 0 && !options_.agree;
+    const bool weighted = !options_.table_row_bytes.empty();
+    const KeyWindow::Exactness exact{decides && !weighted ? options_.window_keys : kNone,
+                                     decides && weighted ? options_.window_bytes : kNone};
     window_ = std::make_unique<KeyWindow>(std::max<uint32_t>(1, options_.window_passes),
-                                          options_.table_row_bytes);
+                                          options_.table_row_bytes, exact);
     if (options_.agree && options_.window_keys > 0) {
       for (uint32_t o = 0; o < options_.owners; ++o) {
         owner_windows_.push_back(std::make_unique<KeyWindow>(
