@@ -79,15 +79,14 @@ void KeyWindow::SetAdd(uint64_t key) {
   SetSlot& slot = set_[SetFind(key)];
   if (slot.pass == pass_) return;
   slot = {key, pass_};
-  list.push_back(key);
-  const uint64_t w = Weight(key);
-  pass_weight_[pass_ % passes_] += w;
-  ++bound_;
-  bound_weight_ += w;
+  ListAdd(key);
 }
 
 void KeyWindow::MapAdd(uint64_t key, size_t bucket) {
-  if (!AddAt(key, bucket, pass_)) return;
+  if (AddAt(key, bucket, pass_)) ListAdd(key);
+}
+
+void KeyWindow::ListAdd(uint64_t key) {
   pass_keys_[pass_ % passes_].push_back(key);
   const uint64_t w = Weight(key);
   pass_weight_[pass_ % passes_] += w;
@@ -255,10 +254,10 @@ void KeyWindow::AddCounted(const uint64_t* keys, size_t n) {
     const uint64_t key = counted_keys_[k];
     if (2 * (used_ + 1) > keys_.size()) Rebuild(2 * keys_.size());
     // A key the map held keeps its bucket until a rebuild; an absent one is looked up now
-    // (an earlier key of this call may have taken the empty bucket CountWith saw).
-    const size_t b =
-        counted_buckets_.size() == counted_keys_.size() ? counted_buckets_[k] : kAbsent;
-    MapAdd(key, b != kAbsent && counted_generation_ == generation_ ? b : Find(key));
+    // (an earlier key of this call may have taken the empty bucket CountWith saw). The
+    // buckets are this count's only if it looked them up in this map generation.
+    const size_t b = counted_generation_ == generation_ ? counted_buckets_[k] : kAbsent;
+    MapAdd(key, b != kAbsent ? b : Find(key));
   }
 }
 

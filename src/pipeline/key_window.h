@@ -103,6 +103,8 @@ class KeyWindow {
   void SetAdd(uint64_t key);
   // Adds one key the map's bucket holds or awaits to the current pass, and to its list.
   void MapAdd(uint64_t key, size_t bucket);
+  // Appends a key new to the current pass to its list, and to the bounds.
+  void ListAdd(uint64_t key);
   // The counts of counted_keys_ against the window, each key found in the map, or (reuse) at
   // its bucket in counted_buckets_ (found then by a CountWith in this map generation, with
   // nothing added since); counted_buckets_ becomes what was found.
