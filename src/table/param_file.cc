@@ -184,12 +184,26 @@ void CloseSegment(std::string* out, size_t at, uint32_t rows) {
 
 void RecordBuilder::Order() {
   if (ordered_) return;
-  order_.resize(keys_.size());
-  for (size_t i = 0; i < order_.size(); ++i) order_[i] = static_cast<uint32_t>(i);
-  std::sort(order_.begin(), order_.end(), [&](uint32_t a, uint32_t b) {
-    const uint16_t fa = RowFingerprint(keys_[a]), fb = RowFingerprint(keys_[b]);
-    return fa != fb ? fa < fb : keys_[a] < keys_[b];
-  });
+  // By (fingerprint, key): each row's fingerprint hashed once, into the high bits of a word
+  // whose low bits are the row's index, so that the sort compares plain integers; the rows of
+  // one fingerprint (a few per record at most) then go in key order.
+  const size_t n = keys_.size();
+  sort_words_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    sort_words_[i] = uint64_t{RowFingerprint(keys_[i])} << 32 | i;
+  }
+  std::sort(sort_words_.begin(), sort_words_.end());
+  order_.resize(n);
+  for (size_t k = 0; k < n; ++k) order_[k] = static_cast<uint32_t>(sort_words_[k]);
+  for (size_t k = 0; k < n;) {
+    size_t end = k + 1;
+    while (end < n && sort_words_[end] >> 32 == sort_words_[k] >> 32) ++end;
+    if (end - k > 1) {
+      std::sort(order_.begin() + k, order_.begin() + end,
+                [&](uint32_t a, uint32_t b) { return keys_[a] < keys_[b]; });
+    }
+    k = end;
+  }
   ordered_ = true;
 }
 
@@ -252,6 +266,8 @@ Status RecordView::ParseSegment(const ValueLayout& layout, uint32_t group_bits, 
   const size_t end = off + size;
   const size_t fixed = layout.EncodedBytes(false);
   const char* p = bytes.data();
+  // The previous row's fingerprint (its key hashed once: a row's, carried to the next).
+  uint16_t prev_fp = keys.empty() ? 0 : RowFingerprint(keys.back());
   for (uint32_t i = 0; i < count; ++i) {
     if (end - off < fixed) return CorruptionError(fmt::format("row {} is truncated", *rows));
     const uint64_t key = GetFixed<uint64_t>(p + off);
@@ -267,13 +283,11 @@ Status RecordView::ParseSegment(const ValueLayout& layout, uint32_t group_bits, 
     if (GroupOfKey(layout, group_bits, key) != g) {
       return CorruptionError(fmt::format("row {} belongs to another group", *rows));
     }
-    if (!keys.empty()) {
-      const uint64_t prev = keys.back();
-      const uint16_t fp = RowFingerprint(key), prev_fp = RowFingerprint(prev);
-      if (fp < prev_fp || (fp == prev_fp && key <= prev)) {
-        return CorruptionError(fmt::format("row {} is out of fingerprint order", *rows));
-      }
+    const uint16_t fp = RowFingerprint(key);
+    if (!keys.empty() && (fp < prev_fp || (fp == prev_fp && key <= keys.back()))) {
+      return CorruptionError(fmt::format("row {} is out of fingerprint order", *rows));
     }
+    prev_fp = fp;
     keys.push_back(key);
     offsets.push_back(static_cast<uint32_t>(off));
     off += row_size;
@@ -313,6 +327,13 @@ Status RecordView::ParsePieces(const ValueLayout& layout, uint32_t group_bits, u
     if (i == 0) {
       RETURN_IF_ERROR(
           CheckRecordHeader(bytes.data() + at, span.end - span.begin, g, length, &header_rows));
+      if (pieces.last + 1 == RecordPieces(offset, length, page)) {
+        // The whole record: room for its rows at once (as many as its bytes could hold).
+        const size_t n = std::min<size_t>(header_rows, length / layout.EncodedBytes(false));
+        keys.reserve(n);
+        offsets.reserve(n);
+        ends.reserve(n);
+      }
       at += kRecordHeaderBytes;
       if (span.end - span.begin - kRecordHeaderBytes < kSegmentHeaderBytes) continue;  // fill
     }

@@ -148,9 +148,10 @@ class RecordBuilder {
   std::vector<uint32_t> ends_;  // where each ends in rows_
   std::vector<uint64_t> keys_;
   uint32_t emb_rows_ = 0;
-  std::vector<uint32_t> order_;  // the rows in fingerprint order (Order)
-  bool ordered_ = false;         // order_ holds every row added
-  std::string record_;           // Lay's result
+  std::vector<uint32_t> order_;       // the rows in fingerprint order (Order)
+  std::vector<uint64_t> sort_words_;  // Order's scratch: fingerprint << 32 | row
+  bool ordered_ = false;              // order_ holds every row added
+  std::string record_;                // Lay's result
 };
 
 // Dead parameter files kept to be written over (docs/storage.md, "Recycled files"). A file

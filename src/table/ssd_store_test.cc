@@ -9,6 +9,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "table/param_file.h"
@@ -432,6 +433,67 @@ TEST(SsdStoreTest, RecordsLaidOutAtEveryOffsetReadBackByPieces) {
     }
   }
   EXPECT_GT(rowless_first, 0u);  // the case above was met
+}
+
+// A record's rows are laid in (fingerprint, key) order, the order its fences and piece reads
+// rely on, whatever order they were added in: against a reference sort, with keys that share
+// a fingerprint, and again after more rows are added to a record already laid out.
+TEST(SsdStoreTest, RowsAreLaidInFingerprintThenKeyOrder) {
+  const ValueLayout layout = kLayout;
+  const size_t page = PageBytes(layout);
+  std::vector<uint64_t> held;
+  for (uint64_t k = 1; held.size() < 4000; ++k) {
+    if (GroupOfKey(layout, 1, k) == 0) held.push_back(k);
+  }
+  // Keys of group 0 whose fingerprint another of them has (16-bit fingerprints: many among
+  // 4 000 keys), and as many others.
+  std::vector<uint64_t> by_print = held;
+  std::sort(by_print.begin(), by_print.end(), [](uint64_t a, uint64_t b) {
+    return std::make_pair(RowFingerprint(a), a) < std::make_pair(RowFingerprint(b), b);
+  });
+  std::vector<uint64_t> keys;
+  for (size_t i = 0; i + 1 < by_print.size() && keys.size() < 60; ++i) {
+    if (RowFingerprint(by_print[i]) != RowFingerprint(by_print[i + 1])) continue;
+    keys.push_back(by_print[i]);
+    keys.push_back(by_print[i + 1]);
+    ++i;
+  }
+  ASSERT_GE(keys.size(), 20u);
+  const size_t shared = keys.size();
+  for (size_t i = 0; keys.size() < 2 * shared; i += 7) keys.push_back(held[i]);
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  Random rng(5);
+  for (size_t i = keys.size(); i > 1; --i) std::swap(keys[i - 1], keys[rng.Below(i)]);
+  auto reference = [](std::vector<uint64_t> k) {
+    std::sort(k.begin(), k.end(), [](uint64_t a, uint64_t b) {
+      return std::make_pair(RowFingerprint(a), a) < std::make_pair(RowFingerprint(b), b);
+    });
+    return k;
+  };
+  RecordBuilder b;
+  for (const size_t n : {size_t{1}, size_t{2}, keys.size() / 2, keys.size()}) {
+    SCOPED_TRACE(std::to_string(n) + " rows");
+    const std::vector<uint64_t> some(keys.begin(), keys.begin() + n);
+    BuildRecord(layout, 0, some, true, &rng, &b);
+    RecordView view;
+    view.bytes = std::string(b.Lay(64, page, nullptr));
+    ASSERT_TRUE(view.Parse(layout, 1, 0, 64, page).ok());
+    EXPECT_EQ(view.keys, reference(some));
+  }
+  // Rows added after a layout: the next layout orders them all again.
+  BuildRecord(layout, 0, std::vector<uint64_t>(keys.begin(), keys.begin() + 10), true, &rng, &b);
+  (void)b.Lay(64, page, nullptr);
+  RowBlock more(layout);
+  more.Resize(keys.size() - 10);
+  for (size_t i = 10; i < keys.size(); ++i) {
+    more.ClearRow(i - 10, keys[i]);
+    b.AddRow(more, i - 10);
+  }
+  RecordView view;
+  view.bytes = std::string(b.Lay(64, page, nullptr));
+  ASSERT_TRUE(view.Parse(layout, 1, 0, 64, page).ok());
+  EXPECT_EQ(view.keys, reference(keys));
 }
 
 // A flipped bit in a piece is caught by that piece's CRC when it is read alone, and by a whole

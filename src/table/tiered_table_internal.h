@@ -15,13 +15,22 @@
 
 namespace ctrbox {
 
+// A key a pull wants from a group's records: its position in the pull, and the first of the
+// group entry's records (0 delta, 1 older, 2 base: newest first) whose filters said it may
+// hold the key when the pull asked (the newer ones said no), so that the read need not ask
+// them again while the entry is that one.
+struct WantedKey {
+  uint32_t i = 0;
+  uint32_t first_maybe = 0;
+};
+
 // A group record a pull has to read: the keys it wants from it and, once read, those rows.
 struct TieredTable::Load {
   uint32_t group = 0;
   GroupEntry entry;  // the group's records when the pull looked
   // The files of its records, taken under the stripe lock: kept alive.
   std::shared_ptr<ParamFile> base_file, delta_file, older_file;
-  std::vector<uint32_t> idx;  // positions in the pull of the keys wanted from this group
+  std::vector<WantedKey> idx;  // the keys wanted from this group
   // Row first + w of the pull's LoadedRows: the newest disk version of key idx[w], if found.
   uint32_t first = 0;
   Status status;

@@ -10,8 +10,7 @@
 #include <cstring>
 #include <iterator>
 #include <limits>
-#include <unordered_map>
-#include <unordered_set>
+#include <utility>
 
 #include "table/tiered_table.h"
 #include "table/tiered_table_internal.h"
@@ -29,6 +28,56 @@ void Pin(NodeMeta& m, uint16_t epoch) {
   ++m.pins;
   m.epoch = epoch;
 }
+
+// A pull task's map of groups to their loads: open addressing over buffers each thread keeps
+// (not a node-based map, which allocated per group, per stripe, per pull), emptied when the
+// task ends by clearing the slots it used. One at a time per thread.
+class LoadIndex {
+ public:
+  LoadIndex() : slots_(Buffers().slots), used_(Buffers().used) {}
+  ~LoadIndex() {
+    for (const uint32_t at : used_) slots_[at] = kEmpty;
+    used_.clear();
+  }
+  LoadIndex(const LoadIndex&) = delete;
+  LoadIndex& operator=(const LoadIndex&) = delete;
+
+  // The index in the task's loads of group g's load, and whether it is new (then `next`, the
+  // loads' size). `groups`: a bound of the task's groups (the same at every call).
+  std::pair<size_t, bool> Find(uint32_t g, size_t next, size_t groups) {
+    if (slots_.size() < 2 * groups) Grow(2 * groups);
+    const size_t mask = slots_.size() - 1;
+    for (size_t at = (g * 0x9E3779B1u) & mask;; at = (at + 1) & mask) {
+      const uint64_t slot = slots_[at];
+      if (slot == kEmpty) {
+        slots_[at] = uint64_t{g} << 32 | next;
+        used_.push_back(static_cast<uint32_t>(at));
+        return {next, true};
+      }
+      if (slot >> 32 == g) return {static_cast<uint32_t>(slot), false};
+    }
+  }
+
+ private:
+  static constexpr uint64_t kEmpty = ~uint64_t{0};
+  struct Scratch {
+    std::vector<uint64_t> slots;  // group << 32 | load, or kEmpty
+    std::vector<uint32_t> used;   // the slots set since the last clear
+  };
+  static Scratch& Buffers() {
+    thread_local Scratch scratch;
+    return scratch;
+  }
+  // At a task's first Find only (its bound is the same after), when no slot is in use.
+  void Grow(size_t at_least) {
+    assert(used_.empty());
+    size_t size = 64;
+    while (size < at_least) size *= 2;
+    slots_.assign(size, kEmpty);
+  }
+  std::vector<uint64_t>& slots_;
+  std::vector<uint32_t>& used_;
+};
 
 }  // namespace
 
@@ -56,7 +105,10 @@ void TieredTable::PullResident(size_t s, const uint64_t* keys, const uint32_t* i
                                RowBlock* out, PinnedRows* pins, std::vector<Load>* loads) {
   CacheStripe& stripe = *stripes_[s];
   const uint16_t epoch = epoch_.load(std::memory_order_relaxed);
-  std::unordered_map<uint32_t, size_t> load_of;  // group -> index in *loads
+  LoadIndex load_of;  // group -> index in *loads
+  // The task's keys, or the stripe's groups if fewer: a bound of the groups it loads from.
+  const size_t group_bound =
+      ssd_ ? std::min<size_t>(n, size_t{1} << (ssd_->group_bits() - options_.stripe_bits)) : n;
   // Files resolved once per task (a lookup takes the store's file lock); a file named by a
   // group entry of this stripe stays alive while we hold the stripe's lock.
   std::vector<std::pair<uint32_t, std::shared_ptr<ParamFile>>> files;
@@ -126,9 +178,12 @@ void TieredTable::PullResident(size_t s, const uint64_t* keys, const uint32_t* i
       if (ssd_) {
         const uint32_t g = groups[k];
         const GroupEntry& e = ssd_->entry(g);
-        if ((e.DeltaMayHold(key) && may_hold(e.delta, key)) ||
-            (e.OlderMayHold(key) && may_hold(e.older, key)) || may_hold(e.base, key)) {
-          auto [it, added] = load_of.emplace(g, loads->size());
+        const uint8_t first = e.DeltaMayHold(key) && may_hold(e.delta, key)   ? 0
+                              : e.OlderMayHold(key) && may_hold(e.older, key) ? 1
+                              : may_hold(e.base, key)                         ? 2
+                                                                              : 3;
+        if (first < 3) {
+          const auto [at, added] = load_of.Find(g, loads->size(), group_bound);
           if (added) {
             loads->emplace_back();
             Load& l = loads->back();
@@ -138,7 +193,7 @@ void TieredTable::PullResident(size_t s, const uint64_t* keys, const uint32_t* i
             l.delta_file = file_of(e.delta);
             l.older_file = file_of(e.older);
           }
-          (*loads)[it->second].idx.push_back(i);
+          (*loads)[at].idx.push_back({i, first});
           continue;
         }
         ++(e.base.exists() ? pruned : no_record);
@@ -154,17 +209,23 @@ void TieredTable::PullResident(size_t s, const uint64_t* keys, const uint32_t* i
 
 namespace {
 
-// Reads the newest disk versions of the keys keys[idx[w]] of group g: the delta first, then
+// Reads the newest disk versions of the keys keys[idx[w].i] of group g: the delta first, then
 // the older delta, each if its filter in the entry and its file's Bloom filter may hold one
 // of the keys still missing, then the base for the rest (if its file's filter may hold one):
 // of the base, only the pieces its fences say may hold them. The rest is dropped.
+// With `asked` (the entry is the one the pull asked the filters for), each WantedKey's
+// first_maybe says what they answered: record r < first_maybe may not hold the key, record
+// first_maybe may; only the records after it (where it was not found) are asked again.
 Status ReadWanted(const SsdStore& ssd, const uint64_t* keys, RecordView* view, const GroupEntry& e,
                   const std::shared_ptr<ParamFile>& base_file,
                   const std::shared_ptr<ParamFile>& delta_file,
                   const std::shared_ptr<ParamFile>& older_file, uint32_t group,
-                  const std::vector<uint32_t>& idx, RowBlock* rows, size_t first, uint8_t* found) {
+                  const std::vector<WantedKey>& idx, bool asked, RowBlock* rows, size_t first,
+                  uint8_t* found) {
   std::fill(found, found + idx.size(), 0);
+  uint32_t rank = 0;  // of *loc among the entry's records, newest first
   for (const RecordLoc* loc : e.records()) {
+    const uint32_t at = rank++;
     if (!loc->exists()) continue;
     const std::shared_ptr<ParamFile>& file = loc == &e.delta   ? delta_file
                                              : loc == &e.older ? older_file
@@ -176,11 +237,16 @@ Status ReadWanted(const SsdStore& ssd, const uint64_t* keys, RecordView* view, c
     PieceRange range{pieces, 0};  // of the base: the pieces its wanted keys may be in
     bool wanted = false;
     for (size_t w = 0; w < idx.size() && (base || !wanted); ++w) {
-      const uint64_t key = keys[idx[w]];
-      const bool filter = loc == &e.delta   ? e.DeltaMayHold(key)
-                          : loc == &e.older ? e.OlderMayHold(key)
-                                            : true;
-      if (found[w] || !filter || !SsdStore::MayHold(file.get(), key)) continue;
+      if (found[w]) continue;
+      const uint64_t key = keys[idx[w].i];
+      if (asked && at <= idx[w].first_maybe) {
+        if (at < idx[w].first_maybe) continue;  // its filters said no
+      } else {
+        const bool filter = loc == &e.delta   ? e.DeltaMayHold(key)
+                            : loc == &e.older ? e.OlderMayHold(key)
+                                              : true;
+        if (!filter || !SsdStore::MayHold(file.get(), key)) continue;
+      }
       wanted = true;
       if (base) {
         const PieceRange r = PiecesFor(e.base_fences, pieces, RowFingerprint(key));
@@ -197,7 +263,7 @@ Status ReadWanted(const SsdStore& ssd, const uint64_t* keys, RecordView* view, c
     for (size_t w = 0; w < idx.size(); ++w) {
       if (found[w]) continue;
       for (size_t j = 0; j < view->rows(); ++j) {
-        if (view->keys[j] != keys[idx[w]]) continue;
+        if (view->keys[j] != keys[idx[w].i]) continue;
         RETURN_IF_ERROR(view->DecodeRow(j, rows, first + w));
         found[w] = 1;
         break;
@@ -222,7 +288,8 @@ Status TieredTable::ReadLoads(const uint64_t* keys, std::vector<Load*>* loads, L
   auto read = [&](size_t j, int t) {
     Load& l = *(*loads)[j];
     l.status = ReadWanted(*ssd_, keys, &views[t], l.entry, l.base_file, l.delta_file, l.older_file,
-                          l.group, l.idx, &loaded->rows, l.first, loaded->found.data() + l.first);
+                          l.group, l.idx, /*asked=*/true, &loaded->rows, l.first,
+                          loaded->found.data() + l.first);
   };
   if (io_pool_ && loads->size() > 1) {
     io_pool_->ParallelFor(loads->size(), read);
@@ -250,11 +317,11 @@ Status TieredTable::InstallLoaded(size_t s, const uint64_t* keys, const CtrAcces
       l.delta_file = ssd_->File(l.entry.delta.file);
       l.older_file = ssd_->File(l.entry.older.file);
       RETURN_IF_ERROR(ReadWanted(*ssd_, keys, &view, l.entry, l.base_file, l.delta_file,
-                                 l.older_file, l.group, l.idx, &disk->rows, l.first,
-                                 disk->found.data() + l.first));
+                                 l.older_file, l.group, l.idx, /*asked=*/false, &disk->rows,
+                                 l.first, disk->found.data() + l.first));
     }
     for (size_t w = 0; w < l.idx.size(); ++w) {
-      const uint32_t i = l.idx[w];
+      const uint32_t i = l.idx[w].i;
       const size_t r = l.first + w;  // its row in *disk
       const uint64_t key = keys[i];
       uint32_t node = stripe.Find(key);
