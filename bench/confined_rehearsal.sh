@@ -11,7 +11,8 @@
 # if it was killed), train.log (its log and /usr/bin/time -v), cg.txt (exit status, the file
 # system's device counters before and after, and for a confined run the cgroup's peak usage,
 # limit hits, peak RSS and page cache sampled every 2 s, and oom_control).
-# bench/results/confined_12m_rehearsal.jsonl holds one pair of runs, assembled from these files.
+# bench/results/confined_12m_rehearsal.jsonl holds one pair of runs, assembled from these files;
+# bench/confined_pair_summary.py CONFINED_DIR UNCONFINED_DIR prints such a pair as one JSON line.
 set -u
 name=$1; limit=$2; shift 2
 ctrbox=${CTRBOX:-$(cd "$(dirname "$0")/.." && pwd)/build/ctrbox}
