@@ -266,12 +266,18 @@ const std::vector<Key>& Keys() {
        Float([](JobConfig* j, float v) { j->spec.model.quant.range = v; }, 1e-6, 1e6)},
       {"storage.quant.rounding", "stochastic",
        "stochastic (StocQ: floor(x/step + u), u uniform, unbiased) | nearest (FixQ)", Rounding()},
-      {"storage.io_threads", "4", "parallel record reads per pull, and per write-back batch",
+      {"storage.io_threads", "4", "parallel record reads per pull while they come from memory",
        UInt([](JobConfig* j, uint64_t v) { j->storage.io_threads = static_cast<int>(v); }, 1, 256)},
+      {"storage.device_io_threads", "16",
+       "parallel record reads per pull while they come from the device (more than 5 % of a "
+       "window's reads slower than 20 µs, until under 1 %), and per write-back batch; "
+       "0: storage.io_threads",
+       UInt([](JobConfig* j, uint64_t v) { j->storage.device_io_threads = static_cast<int>(v); }, 0,
+            256)},
       {"storage.parallel_read_us", "40",
        "a write-back batch reads its groups' old records one at a time until they average more "
        "than this many microseconds (then they come from the device, not the page cache), and "
-       "the rest storage.io_threads at a time; 0: in parallel from the second read on",
+       "the rest storage.device_io_threads at a time; 0: in parallel from the second read on",
        Float([](JobConfig* j, float v) { j->storage.parallel_read_us = v; }, 0, 1e9)},
       {"storage.evict_threads", "2", "stripes the background worker writes back in parallel",
        UInt([](JobConfig* j, uint64_t v) { j->storage.evict_threads = static_cast<int>(v); }, 1,

@@ -327,6 +327,13 @@ std::string SummaryRows(const nlohmann::json& report, const std::string& manifes
           fmt::format("{:.1f} % of the records read ({:.0f} switches to and from pread)",
                       100.0 * mapped / records, GetIn(report, "storage", "read_path_switches")));
     }
+    const double device_pulls = GetIn(report, "storage", "device_pulls");
+    if (std::isfinite(device_pulls) && records > 0) {
+      summary += Row("pulls read from the device",
+                     fmt::format("{:.0f} (storage.device_io_threads at a time; {:.0f} switches "
+                                 "between the device and memory)",
+                                 device_pulls, GetIn(report, "storage", "device_read_switches")));
+    }
     // The disk's own ceiling (storage.disk_probe), so that the reads above have a scale.
     const nlohmann::json ceiling =
         report.contains("disk") ? report["disk"].value("ceiling", nlohmann::json()) : nullptr;

@@ -72,6 +72,7 @@ inline JobConfig SmallSsdJobInMemEnv(const std::string& model_dir) {
   // tighter budget can legitimately stop the run with resource_exhausted, masking the fault.
   job.storage.memory_budget = 4 << 20;
   job.storage.io_threads = 1;
+  job.storage.device_io_threads = 0;  // one from the device too
   job.storage.evict_threads = 1;
   job.storage.evict_start = 0.3;  // evict early: the SSD tier takes part
   job.storage.evict_stop = 0.2;

@@ -38,4 +38,21 @@ bool ReadPathChooser::Decide(bool mapped, double share) {
   return true;
 }
 
+bool DeviceWatch::Note(uint64_t nanos) {
+  const uint64_t add = 1 + (nanos > o_.slow_nanos ? uint64_t{1} << 32 : 0);
+  const uint64_t now = window_.fetch_add(add, std::memory_order_relaxed) + add;
+  if (static_cast<uint32_t>(now) != o_.window) return false;  // the window's last read decides
+  // Only the reader that took the window's last read gets here (the count passes the window
+  // once); reads noted since are taken too.
+  const uint64_t closed = window_.exchange(0, std::memory_order_relaxed);
+  const double reads = static_cast<double>(static_cast<uint32_t>(closed));
+  const double share = reads > 0 ? static_cast<double>(closed >> 32) / reads : 0.0;
+  bool device = device_.load(std::memory_order_relaxed);
+  if (device ? share >= o_.to_memory : share <= o_.to_device) return false;
+  // Windows a reader late in deciding lets overlap decide once.
+  if (!device_.compare_exchange_strong(device, !device, std::memory_order_relaxed)) return false;
+  switches_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
 }  // namespace ctrbox

@@ -56,6 +56,35 @@ class ReadPathChooser {
   std::atomic<uint64_t> switches_{0};
 };
 
+// Whether the SSD tier's record reads come from the device now, whichever way they are taken
+// (storage.device_io_threads: more reads in flight pay where the device serves them, and cost
+// two cores the switches where the page cache does; docs/storage.md "Reads"). The same test
+// as the chooser's, over every read: in each window of `window` reads, more than to_device of
+// them slow (longer than slow_nanos) and the reads come from the device; fewer than to_memory
+// (hysteresis) and they come from memory again. Thread-safe: Note is a single atomic add, and
+// the reader whose read closes a window decides.
+class DeviceWatch {
+ public:
+  struct Options {
+    uint32_t window = 4096;
+    uint64_t slow_nanos = 20'000;
+    double to_device = 0.05, to_memory = 0.01;
+  };
+  explicit DeviceWatch(Options o) : o_(o) {}
+  DeviceWatch() : DeviceWatch(Options{}) {}
+
+  bool device() const { return device_.load(std::memory_order_relaxed); }
+  // Counts a read that took `nanos`. True when its window changed the answer.
+  bool Note(uint64_t nanos);
+  uint64_t switches() const { return switches_.load(std::memory_order_relaxed); }
+
+ private:
+  const Options o_;
+  std::atomic<bool> device_{false};
+  std::atomic<uint64_t> window_{0};  // reads in the low 32 bits, slow ones in the high 32
+  std::atomic<uint64_t> switches_{0};
+};
+
 }  // namespace ctrbox
 
 #endif  // CTRBOX_TABLE_READ_PATH_H_

@@ -1,6 +1,7 @@
 // ReadPathChooser (table/read_path.h) alone, and the SSD store reading through it
 // (storage.mapped_reads=auto): mapped while reads are fast, pread once mapped reads wait, back
-// to mapped once preads are fast again; the bytes read the same whichever way.
+// to mapped once preads are fast again; the bytes read the same whichever way. DeviceWatch
+// alone, and the store's ReadsFromDevice following the reads' latency whichever way.
 #include "table/read_path.h"
 
 #include <gtest/gtest.h>
@@ -83,6 +84,37 @@ TEST(ReadPathChooserTest, ThreadsNotingAtOnceSwitchOnceAndCountEveryRead) {
   EXPECT_EQ(c.switches(), 1u);
 }
 
+TEST(DeviceWatchTest, SaysTheDeviceOnceReadsWaitAndMemoryOnceTheyDoNot) {
+  DeviceWatch w({.window = 100});
+  auto window = [&](int slow) {
+    bool changed = false;
+    for (int i = 0; i < 100; ++i) changed |= w.Note(i < slow ? kSlow : kFast);
+    return changed;
+  };
+  EXPECT_FALSE(w.device());
+  EXPECT_FALSE(window(5));  // 5 %: not above the 5 % that says the device
+  EXPECT_FALSE(w.device());
+  EXPECT_TRUE(window(6));
+  EXPECT_TRUE(w.device());
+  // Hysteresis: memory again only below 1 % slow.
+  EXPECT_FALSE(window(3));
+  EXPECT_FALSE(window(1));
+  EXPECT_TRUE(w.device());
+  EXPECT_TRUE(window(0));
+  EXPECT_FALSE(w.device());
+  EXPECT_EQ(w.switches(), 2u);
+  // Four threads noting slow reads at once: one switch, whichever thread closes the windows.
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 20'000; ++i) w.Note(kSlow);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_TRUE(w.device());
+  EXPECT_EQ(w.switches(), 3u);
+}
+
 // An Env whose reads take at least the time set for their way: copies out of a "mapping" (a
 // reader of MemEnv's bytes standing for one) or preads.
 class TimedEnv : public MemEnv {
@@ -142,6 +174,7 @@ TEST(ReadPathChooserTest, AStoreReadsOutOfMappingsWhileTheyAreFast) {
     o.group_bits = 4;
     o.mapped_reads = mode;
     o.read_path.window = 32;
+    o.device_watch.window = 32;
     auto created = SsdStore::Create(&env, o, kLayout);
     ASSERT_TRUE(created.ok()) << created.status().ToString();
     SsdStore& store = **created;
@@ -180,11 +213,14 @@ TEST(ReadPathChooserTest, AStoreReadsOutOfMappingsWhileTheyAreFast) {
       return store.Stats().mapped_records_read - before;
     };
     const bool maps = mode != MappedReads::kOff;
-    EXPECT_EQ(read(8), maps ? 128u : 0u);         // the page cache holds the files: both fast
+    EXPECT_EQ(read(8), maps ? 128u : 0u);  // the page cache holds the files: both fast
+    EXPECT_FALSE(store.ReadsFromDevice());
     env.mapped_nanos = env.pread_nanos = 25'000;  // read from the device: both wait
     const uint64_t mapped_from_device = read(16);
+    EXPECT_TRUE(store.ReadsFromDevice());
     env.mapped_nanos = env.pread_nanos = 0;  // cached again
     const uint64_t mapped_again = read(8);
+    EXPECT_FALSE(store.ReadsFromDevice());
     // The mappings alone wait (their faults; preads fast): auto must not take turns.
     env.mapped_nanos = 25'000;
     const uint64_t mapped_alone_slow = read(40);
@@ -196,12 +232,16 @@ TEST(ReadPathChooserTest, AStoreReadsOutOfMappingsWhileTheyAreFast) {
         EXPECT_EQ(mapped_from_device + mapped_again + mapped_alone_slow, 0u);
         EXPECT_EQ(d.read_path_switches, 0u);
         EXPECT_EQ(env.released, 0);
+        EXPECT_EQ(d.device_read_switches, 2u);  // the preads were fast at the end
+        EXPECT_FALSE(store.ReadsFromDevice());
         break;
       case MappedReads::kOn:
         EXPECT_EQ(mapped_from_device, 256u);
         EXPECT_EQ(mapped_alone_slow, 640u);
         EXPECT_EQ(d.read_path_switches, 0u);
         EXPECT_EQ(env.released, 0);
+        EXPECT_EQ(d.device_read_switches, 3u);  // the mapped reads were slow at the end
+        EXPECT_TRUE(store.ReadsFromDevice());
         break;
       case MappedReads::kAuto:
         // The first window of 32 reads (all slow) ends the mapped ones; the slow preads keep
@@ -216,6 +256,10 @@ TEST(ReadPathChooserTest, AStoreReadsOutOfMappingsWhileTheyAreFast) {
         // Every switch to pread let go of the mapped pages of the store's one file.
         EXPECT_EQ(d.files, 1u);
         EXPECT_EQ(env.released, 1 + 5);
+        // The watch follows the reads' latency whichever way they were taken: slow in each
+        // window of mappings, fast in each of preads (its windows those of the chooser here).
+        EXPECT_EQ(d.device_read_switches, 2u + 9u);
+        EXPECT_TRUE(store.ReadsFromDevice());  // the last window was a mapped one
         break;
     }
   }

@@ -83,27 +83,29 @@ struct TableStats {
 // over the threads): waiting for the write-back to bring the cache within the budget, and
 // the write-back's own record reads (the groups' old records it merges with the dirty rows;
 // counted in records_read and ssd_read_nanos too), and the write-back batches whose reads were
-// slow enough to be finished in parallel (TieredOptions::parallel_read_us).
-#define CTRBOX_SSD_COUNTERS(X)    \
-  X(no_record, false)             \
-  X(bloom_prunes, true)           \
-  X(bloom_false_positives, false) \
-  X(groups_written, false)        \
-  X(new_deltas, false)            \
-  X(merges, false)                \
-  X(rows_persisted, false)        \
-  X(persisted_bytes, false)       \
-  X(evicted_dirty, true)          \
-  X(evicted_clean, true)          \
-  X(dropped_fresh, false)         \
-  X(evict_rounds, false)          \
-  X(arena_compactions, false)     \
-  X(compactions, true)            \
-  X(compaction_bytes, false)      \
-  X(budget_wait_nanos, true)      \
-  X(writeback_reads, false)       \
-  X(writeback_read_nanos, true)   \
-  X(parallel_writeback_batches, false)
+// slow enough to be finished in parallel (TieredOptions::parallel_read_us); the pulls whose
+// reads came from the device, read storage.device_io_threads at a time.
+#define CTRBOX_SSD_COUNTERS(X)         \
+  X(no_record, false)                  \
+  X(bloom_prunes, true)                \
+  X(bloom_false_positives, false)      \
+  X(groups_written, false)             \
+  X(new_deltas, false)                 \
+  X(merges, false)                     \
+  X(rows_persisted, false)             \
+  X(persisted_bytes, false)            \
+  X(evicted_dirty, true)               \
+  X(evicted_clean, true)               \
+  X(dropped_fresh, false)              \
+  X(evict_rounds, false)               \
+  X(arena_compactions, false)          \
+  X(compactions, true)                 \
+  X(compaction_bytes, false)           \
+  X(budget_wait_nanos, true)           \
+  X(writeback_reads, false)            \
+  X(writeback_read_nanos, true)        \
+  X(parallel_writeback_batches, false) \
+  X(device_pulls, true)
 // Kept by the SSD store (its DiskStats): records and bytes read and written, read retries,
 // the reading threads' nanoseconds in the file reads (summed over the threads).
 #define CTRBOX_DISK_COUNTERS(X) \
@@ -115,7 +117,8 @@ struct TableStats {
   X(ssd_bytes_written, true)    \
   X(files_recycled, false)      \
   X(mapped_records_read, true)  \
-  X(read_path_switches, false)
+  X(read_path_switches, false)  \
+  X(device_read_switches, false)
 
 struct StorageStats {
   bool has_disk = false;           // the SSD tier is on (the disk fields below are zero if not)

@@ -84,6 +84,7 @@ void SsdStore::Counted(bool mapped, uint64_t nanos, uint64_t bytes) const {
   // The read counted, then its way (Stats loads them the other way round: mapped <= read).
   records_read_.fetch_add(1);
   if (mapped) mapped_records_read_.fetch_add(1);
+  device_.Note(nanos);
   if (options_.mapped_reads == MappedReads::kAuto && read_path_.Note(mapped, nanos) && mapped) {
     // To pread: the pages the mapped reads touched go back to the page cache's own ageing.
     // Left mapped, they kept the page cache of a confined box for themselves: the 2 M-row job
@@ -100,7 +101,8 @@ SsdStore::SsdStore(Env* env, SsdOptions options, ValueLayout layout)
       options_(std::move(options)),
       layout_(layout),
       page_(PageBytes(layout)),
-      read_path_(options_.read_path) {
+      read_path_(options_.read_path),
+      device_(options_.device_watch) {
   index_.assign(size_t{1} << options_.group_bits, GroupEntry{});
   stripe_unique_rows_.assign(size_t{1} << std::min(options_.stripe_bits, options_.group_bits), 0);
   if (options_.recycle_files > 0) {
@@ -478,6 +480,7 @@ DiskStats SsdStore::Stats() const {
   s.direct_reads = direct_.load() == 1;
   s.mapped_reads = mapped_.load() == 1;
   s.read_path_switches = read_path_.switches();
+  s.device_read_switches = device_.switches();
   s.records_written = records_written_.load();
   s.bytes_written = bytes_written_.load();
   s.files_recycled = files_recycled_.load();

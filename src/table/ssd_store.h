@@ -104,6 +104,7 @@ struct SsdOptions {
   // preads.
   MappedReads mapped_reads = MappedReads::kOff;
   ReadPathChooser::Options read_path;  // how kAuto chooses
+  DeviceWatch::Options device_watch;   // how ReadsFromDevice tells (tests)
   // Dead files kept to be written over by the next new ones (FileRecycler, docs/storage.md
   // "Recycled files"); 0: dead files are deleted.
   uint32_t recycle_files = 8;
@@ -125,8 +126,9 @@ struct DiskStats {
   uint64_t read_nanos = 0;
   bool direct_reads = false;  // the files are read with O_DIRECT (SsdOptions::direct_reads)
   bool mapped_reads = false;  // ... or may be read out of mappings (SsdOptions::mapped_reads)
-  uint64_t mapped_records_read = 0;  // of records_read, those copied out of a mapping
-  uint64_t read_path_switches = 0;   // mapped_reads auto: changes between mapping and pread
+  uint64_t mapped_records_read = 0;   // of records_read, those copied out of a mapping
+  uint64_t read_path_switches = 0;    // mapped_reads auto: changes between mapping and pread
+  uint64_t device_read_switches = 0;  // changes of ReadsFromDevice's answer
 };
 
 // What the INDEX of a cleanly closed store says (SsdStore::Inspect).
@@ -204,6 +206,11 @@ class SsdStore {
   Status WriteIndex();
 
   DiskStats Stats() const;
+  // Whether the record reads come from the device now: O_DIRECT ones always; otherwise as the
+  // latency of the last window of reads says (DeviceWatch).
+  bool ReadsFromDevice() const {
+    return direct_.load(std::memory_order_relaxed) == 1 || device_.device();
+  }
   // Memory held by the group index and the Bloom filters (counted in the memory budget).
   uint64_t MemoryBytes() const;
   const SsdOptions& options() const { return options_; }
@@ -234,6 +241,7 @@ class SsdStore {
   std::atomic<int> direct_{-1};
   std::atomic<int> mapped_{-1};             // the same for mapped reads
   mutable ReadPathChooser read_path_;       // mapped or pread, with MappedReads::kAuto
+  mutable DeviceWatch device_;              // every read's latency: ReadsFromDevice
   std::vector<GroupEntry> index_;           // by group; each entry guarded by its stripe's lock
   std::shared_ptr<FileRecycler> recycler_;  // null without options_.recycle_files
 

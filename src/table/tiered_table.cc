@@ -105,6 +105,12 @@ Status TieredOptions::Validate() const {
   if (!(delta_share > 0 && delta_share <= 4)) {
     return InvalidArgumentError("storage.delta_share must be in (0, 4]");
   }
+  if (io_threads < 1 || io_threads > 256) {
+    return InvalidArgumentError("storage.io_threads must be in [1, 256]");
+  }
+  if (device_io_threads < 0 || device_io_threads > 256) {
+    return InvalidArgumentError("storage.device_io_threads must be in [0, 256]");
+  }
   if (evict_stop >= evict_start) {
     return InvalidArgumentError("storage.evict_stop must be below storage.evict_start");
   }
@@ -140,13 +146,15 @@ StatusOr<std::unique_ptr<TieredTable>> TieredTable::Open(Env* env, const TieredO
         "{}; lower storage.group_bits",
         options.memory_budget, t->ssd_->MemoryBytes()));
   }
-  if (options.io_threads > 1) {
-    // One loop a pull and one a write-back batch, far apart: no spinning between them.
-    t->io_pool_ =
-        std::make_unique<ThreadPool>(options.io_threads, "ctrbox-ssd-io", ThreadPool::Wait::kSleep);
-    t->writeback_io_pool_ =
-        std::make_unique<ThreadPool>(options.io_threads, "ctrbox-wb-io", ThreadPool::Wait::kSleep);
-  }
+  // One loop a pull and one a write-back batch, far apart: no spinning between them.
+  const auto pool = [](int threads, const char* name) {
+    return threads > 1 ? std::make_unique<ThreadPool>(threads, name, ThreadPool::Wait::kSleep)
+                       : nullptr;
+  };
+  t->io_pool_ = pool(options.io_threads, "ctrbox-ssd-io");
+  if (options.DeviceIoThreads() != options.io_threads)
+    t->device_io_pool_ = pool(options.DeviceIoThreads(), "ctrbox-dev-io");
+  t->writeback_io_pool_ = pool(options.DeviceIoThreads(), "ctrbox-wb-io");
   if (options.evict_threads > 1)
     t->evict_pool_ = std::make_unique<ThreadPool>(options.evict_threads, "ctrbox-evict");
   t->worker_ = std::thread([p = t.get()] { p->WorkerLoop(); });

@@ -40,10 +40,14 @@ struct TieredOptions {
   // The caller holds ssd.dir's DirLock (a train job, which also removes the files); otherwise
   // Open locks ssd.dir for the table's life (util/dir_lock.h).
   bool dir_held = false;
-  int io_threads = 4;  // parallel record reads per pull and per write-back batch
+  int io_threads = 4;  // parallel record reads per pull while they come from memory
+  // ... and while they come from the device (SsdStore::ReadsFromDevice), and per write-back
+  // batch (whose reads go parallel only from the device: parallel_read_us). 0: io_threads.
+  // Reads in flight pay where a device serves them (docs/storage.md, "Reads").
+  int device_io_threads = 16;
   // A write-back batch reads its old records one at a time until they average more than this
   // many µs each (then they come from the device, not the page cache), and the rest
-  // io_threads at a time. 0: in parallel from the second read on (tests).
+  // DeviceIoThreads() at a time. 0: in parallel from the second read on (tests).
   double parallel_read_us = 40;
   int evict_threads = 2;          // stripes evicted in parallel by the background worker
   double evict_start = 0.90;      // the worker starts evicting above this share of the budget
@@ -65,6 +69,8 @@ struct TieredOptions {
   // writes nothing). 1: no preference (until 2026-12-04). The two defaults were chosen together
   // (docs/storage.md, "Clean rows first"): fewer loads and fewer writes than either alone.
   double dirty_weight = 4;
+
+  int DeviceIoThreads() const { return device_io_threads > 0 ? device_io_threads : io_threads; }
 
   // OK, or InvalidArgument naming the bad key (table.stripe_bits, storage.*). Open calls it.
   Status Validate() const;
@@ -245,9 +251,12 @@ class TieredTable final : public SparseTable {
   std::vector<size_t> accounted_;  // bytes of each stripe last added to used_ (its stripe's lock)
   std::unique_ptr<DirLock> dir_lock_;  // before ssd_: released after the store's last write
   std::unique_ptr<SsdStore> ssd_;
-  std::unique_ptr<ThreadPool> io_pool_;     // its callers take turns (ThreadPool::ParallelFor)
+  // The pulls' reads: io_pool_ while they come from memory, device_io_pool_ (null: io_pool_)
+  // from the device. Their callers take turns (ThreadPool::ParallelFor).
+  std::unique_ptr<ThreadPool> io_pool_;
+  std::unique_ptr<ThreadPool> device_io_pool_;
   std::unique_ptr<ThreadPool> evict_pool_;  // used by the worker only
-  // Reads a write-back batch's old records, storage.io_threads at a time; its callers (the
+  // Reads a write-back batch's old records, DeviceIoThreads() at a time; its callers (the
   // evicting threads) take turns. Separate from io_pool_ so that pulls never wait behind a
   // write-back's batch.
   std::unique_ptr<ThreadPool> writeback_io_pool_;

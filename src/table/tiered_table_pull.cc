@@ -283,7 +283,12 @@ Status TieredTable::ReadLoads(const uint64_t* keys, std::vector<Load*>* loads, L
   }
   loaded->rows.Resize(rows);
   loaded->found.resize(rows);
-  const int threads = io_pool_ ? io_pool_->num_threads() : 1;
+  ThreadPool* pool = io_pool_.get();
+  if (device_io_pool_ && loads->size() > 1 && ssd_->ReadsFromDevice()) {
+    pool = device_io_pool_.get();
+    counters_->device_pulls.fetch_add(1, std::memory_order_relaxed);
+  }
+  const int threads = pool ? pool->num_threads() : 1;
   std::vector<RecordView> views(threads);  // one read buffer per I/O thread
   auto read = [&](size_t j, int t) {
     Load& l = *(*loads)[j];
@@ -291,8 +296,8 @@ Status TieredTable::ReadLoads(const uint64_t* keys, std::vector<Load*>* loads, L
                           l.group, l.idx, /*asked=*/true, &loaded->rows, l.first,
                           loaded->found.data() + l.first);
   };
-  if (io_pool_ && loads->size() > 1) {
-    io_pool_->ParallelFor(loads->size(), read);
+  if (pool && loads->size() > 1) {
+    pool->ParallelFor(loads->size(), read);
   } else {
     for (size_t j = 0; j < loads->size(); ++j) read(j, 0);
   }

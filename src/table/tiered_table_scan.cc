@@ -326,6 +326,7 @@ StorageStats TieredTable::Storage() const {
   r.files_recycled = d.files_recycled;
   r.mapped_records_read = d.mapped_records_read;
   r.read_path_switches = d.read_path_switches;
+  r.device_read_switches = d.device_read_switches;
   r.free_file_bytes = d.free_file_bytes;
   r.files = d.files;
   r.file_bytes = d.file_bytes;

@@ -86,7 +86,9 @@ void ShrinkAgainst(const CtrAccessor& acc, ThreadPool* pool, TieredTable* table,
 // serial_writeback: the write-back reads its batches one record at a time (its default where
 // reads are fast), not in parallel from the second read on (the test options).
 // reads: how the files are read (pread, O_DIRECT, mappings, or either by turns: kAuto with
-// its chooser told to switch after every window of 8 reads, holds permitting).
+// its chooser told to switch after every window of 8 reads, holds permitting). Whatever the
+// way, the pulls' reads are taken to come from the device and from memory by turns (a window
+// of 8 reads each), so that pulls read on either pool while other threads read.
 enum class Reads { kPread, kDirect, kMapped, kAuto };
 void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayout,
                      Reads reads = Reads::kPread, bool serial_writeback = false,
@@ -110,6 +112,7 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
                        : reads == Reads::kAuto ? MappedReads::kAuto
                                                : MappedReads::kOff;
   o.ssd.read_path = {.window = 8, .slow_nanos = 0, .to_pread = -1, .to_mapped = 2};
+  o.ssd.device_watch = {.window = 8, .slow_nanos = 0, .to_device = -1, .to_memory = 2};
   if (serial_writeback) o.parallel_read_us = 1e12;
   auto table = Open(o);
   Reference ref;
@@ -133,6 +136,8 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
     traffic["writeback_reads"] += rep.writeback_reads;
     traffic["writeback_read_nanos"] += rep.writeback_read_nanos;
     traffic["parallel_writeback_batches"] += rep.parallel_writeback_batches;
+    traffic["device_pulls"] += rep.device_pulls;
+    traffic["device_read_switches"] += rep.device_read_switches;
     traffic["files_recycled"] += rep.files_recycled;
     traffic["mapped_records_read"] += rep.mapped_records_read;
     traffic["read_path_switches"] += rep.read_path_switches;
@@ -221,6 +226,9 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
       EXPECT_EQ(traffic["mapped_records_read"], 0u);
     }
     EXPECT_GT(traffic["bloom_prunes"], 0u);
+    // Pulls read on the device's pool, while the watch said so (O_DIRECT reads: always).
+    EXPECT_GT(traffic["device_pulls"], 0u);
+    EXPECT_GT(traffic["device_read_switches"], 4u);
     // The write-back read the groups' old records (its share of the reads), and was timed.
     EXPECT_GT(traffic["writeback_reads"], 0u);
     EXPECT_LT(traffic["writeback_reads"], traffic["records_read"]);

@@ -31,7 +31,8 @@ inline TieredOptions Options(const std::string& dir, uint64_t budget, uint32_t g
   o.ssd.group_bits = group_bits;
   o.ssd.file_bytes = file_bytes;
   o.io_threads = 2;
-  o.parallel_read_us = 0;  // a write-back batch reads in parallel from its second read on
+  o.device_io_threads = 3;  // a pool of its own for the pulls whose reads come from the device
+  o.parallel_read_us = 0;   // a write-back batch reads in parallel from its second read on
   o.min_evict_rows = 4;
   return o;
 }

@@ -126,8 +126,8 @@ Status TieredTable::ReadGroups(const CacheStripe& stripe, std::vector<GroupRead>
   // The batch's groups are read one at a time while the reads come from the page cache (a few
   // µs each: handing them to a pool's threads cost more than it saved on 2 cores); once the
   // batch's reads so far average more than options_.parallel_read_us, they come from the
-  // device, and the rest are read storage.io_threads at a time (a write-back reading one record
-  // at a time there kept the pulls waiting for room).
+  // device, and the rest are read storage.device_io_threads at a time (a write-back reading one
+  // record at a time there kept the pulls waiting for room).
   const auto start = std::chrono::steady_clock::now();
   const double slow_nanos = options_.parallel_read_us * 1e3;
   size_t i = 0;
