@@ -159,6 +159,7 @@ def line(name, r, seconds, disk, row_bytes, cg=None):
            "peak_rss_bytes": r["peak_rss_bytes"], "peak_anon_rss_bytes": r.get("peak_anon_rss_bytes"),
            "mapped_reads": s.get("mapped_reads"), "mapped_records_read": s.get("mapped_records_read"),
            "read_path_switches": s.get("read_path_switches"),
+           "device_pulls": s.get("device_pulls"), "device_read_switches": s.get("device_read_switches"),
            "seconds": seconds, "blas_core": r["blas_core"]}
     if cg:
         out.update(cg)

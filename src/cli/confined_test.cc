@@ -111,13 +111,16 @@ TEST_F(CliTest, ABudgetedJobConfinedBelowItsDataAndFilesTrainsTheUnconfinedModel
   std::fprintf(stderr,
                "confined: limit %.0f MB (input %.0f MB, SSD files %.0f MB, unconfined peak "
                "anonymous RSS %.0f MB): %.0f vs %.0f examples/s unconfined; %llu of %llu records "
-               "read out of mappings, %llu switches between mappings and pread\n",
+               "read out of mappings, %llu switches between mappings and pread; %llu pulls "
+               "read from the device (%llu switches)\n",
                limit / 1e6, input / 1e6, files / 1e6, rss / 1e6,
                confined.last_json["examples_per_s"].get<double>(),
                unconfined.last_json["examples_per_s"].get<double>(),
                static_cast<unsigned long long>(st["mapped_records_read"].get<uint64_t>()),
                static_cast<unsigned long long>(st["records_read"].get<uint64_t>()),
-               static_cast<unsigned long long>(st["read_path_switches"].get<uint64_t>()));
+               static_cast<unsigned long long>(st["read_path_switches"].get<uint64_t>()),
+               static_cast<unsigned long long>(st["device_pulls"].get<uint64_t>()),
+               static_cast<unsigned long long>(st["device_read_switches"].get<uint64_t>()));
 }
 
 }  // namespace

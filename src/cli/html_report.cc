@@ -302,11 +302,17 @@ std::string SummaryRows(const nlohmann::json& report, const std::string& manifes
     summary += Row("oracle AUC", num("oracle_auc", "{:.4f}"));
     summary += Row("device", report.value("device", std::string("-")));
     summary += Row("BLAS core", report.value("blas_core", std::string("-")));
-    summary += Row("peak RSS", Bytes(Get(report, "peak_rss_bytes")));
-    // Mapped reads count the SSD files' pages they touched in the RSS: the job's own beside it.
+    // Mapped reads count the SSD files' pages they touched in the RSS (page cache, which the
+    // kernel takes back when memory is short): where that is most of it, the headline is the
+    // job's own memory, the RSS beside it (an unconfined 100 M-key run: 2.62 GB against 24.0).
+    const double rss = Get(report, "peak_rss_bytes");
     const double anon = Get(report, "peak_anon_rss_bytes");
-    if (std::isfinite(anon) && anon < 0.9 * Get(report, "peak_rss_bytes")) {
-      summary += Row("peak RSS without file pages", Bytes(anon) + " (the job's own memory)");
+    if (std::isfinite(anon) && anon < 0.9 * rss) {
+      summary += Row("peak memory", fmt::format("{} the job's own (peak RSS {} with the SSD "
+                                                "files' pages its mapped reads touched)",
+                                                Bytes(anon), Bytes(rss)));
+    } else {
+      summary += Row("peak RSS", Bytes(rss));
     }
     const double hit_rate = GetIn(report, "storage", "hit_rate");
     if (std::isfinite(hit_rate) && tiered) {

@@ -131,5 +131,35 @@ TEST(HtmlReportTest, AOnePassRunShowsItsPointsItsHeldOutLoglossAndNoUndefinedRow
   EXPECT_EQ(page->find("<th>extract</th>"), std::string::npos);
 }
 
+// A run whose mapped reads touched most of its SSD files has an RSS of mostly page cache (the
+// unconfined 100 M-key run: 24.0 GB against 2.62 GB of its own): the summary heads with the
+// job's own memory and gives the RSS beside it; a run without that gap, with its RSS alone.
+TEST(HtmlReportTest, ThePeakMemoryIsTheJobsOwnWhereMappedFilePagesFillTheRss) {
+  testing::TempDir dir;
+  const std::string path = dir.File("metrics.jsonl");
+  auto page_for = [&](const std::string& memory) {
+    EXPECT_TRUE(WriteFileAtomic(Env::Posix(), path,
+                                R"({"event":"pass","pass":0,"examples":10,"auc":0.6,)"
+                                R"("logloss":0.5,"copc":1.0,"examples_per_s":100,"seconds":0.1})"
+                                "\n"
+                                R"({"event":"report","examples":10,"passes":1,)" +
+                                    memory + "}\n")
+                    .ok());
+    auto page = RenderReport(path, "");
+    EXPECT_TRUE(page.ok()) << page.status().ToString();
+    return page.ok() ? *page : std::string();
+  };
+  const std::string mapped =
+      page_for(R"("peak_rss_bytes":24000000000,"peak_anon_rss_bytes":2620000000)");
+  EXPECT_NE(mapped.find("<th>peak memory</th><td>2.62 GB the job's own (peak RSS 24 GB with"),
+            std::string::npos)
+      << mapped;
+  EXPECT_EQ(mapped.find("<th>peak RSS</th>"), std::string::npos);
+  const std::string own =
+      page_for(R"("peak_rss_bytes":3000000000,"peak_anon_rss_bytes":2900000000)");
+  EXPECT_NE(own.find("<th>peak RSS</th><td>3 GB</td>"), std::string::npos) << own;
+  EXPECT_EQ(own.find("peak memory"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace ctrbox
