@@ -51,8 +51,10 @@ class ReadPathChooser {
   std::mutex decide_mu_;  // one window decided at a time (try_lock: a late one is dropped)
   uint32_t windows_ = 0;  // closed since the last switch (decide_mu_)
   uint32_t hold_ = 1;     // windows of preads before mappings may come back (decide_mu_)
-  // The current window: reads in the low 32 bits, slow ones in the high 32.
-  std::atomic<uint64_t> window_{0};
+  // The current window: reads in the low 32 bits, slow ones in the high 32. Written by every
+  // read: a cache line of its own (with switches_, rarely written), so that neither mapped_
+  // nor the members an owner declares next (the SSD store's group index) share it.
+  alignas(64) std::atomic<uint64_t> window_{0};
   std::atomic<uint64_t> switches_{0};
 };
 
@@ -81,7 +83,9 @@ class DeviceWatch {
  private:
   const Options o_;
   std::atomic<bool> device_{false};
-  std::atomic<uint64_t> window_{0};  // reads in the low 32 bits, slow ones in the high 32
+  // Reads in the low 32 bits, slow ones in the high 32; a cache line of its own, as the
+  // chooser's.
+  alignas(64) std::atomic<uint64_t> window_{0};
   std::atomic<uint64_t> switches_{0};
 };
 
