@@ -4,18 +4,23 @@
 
 namespace ctrbox {
 
-ReadPathChooser::ReadPathChooser(Options o) : o_(o) {}
+bool SlowReadWindow::Add(uint64_t nanos, double* share) {
+  const uint64_t add = 1 + (nanos > slow_nanos_ ? uint64_t{1} << 32 : 0);
+  const uint64_t now = count_.fetch_add(add, std::memory_order_relaxed) + add;
+  if (static_cast<uint32_t>(now) != reads_) return false;  // the window's last read decides
+  // Reads noted since are taken too: the window closes with all it holds.
+  const uint64_t closed = count_.exchange(0, std::memory_order_relaxed);
+  const double reads = static_cast<double>(static_cast<uint32_t>(closed));
+  *share = reads > 0 ? static_cast<double>(closed >> 32) / reads : 0.0;
+  return true;
+}
+
+ReadPathChooser::ReadPathChooser(Options o) : o_(o), window_(o.window, o.slow_nanos) {}
 
 bool ReadPathChooser::Note(bool mapped, uint64_t nanos) {
   if (mapped != mapped_.load(std::memory_order_relaxed)) return false;
-  const uint64_t add = 1 + (nanos > o_.slow_nanos ? uint64_t{1} << 32 : 0);
-  const uint64_t now = window_.fetch_add(add, std::memory_order_relaxed) + add;
-  if (static_cast<uint32_t>(now) != o_.window) return false;  // the window's last read decides
-  // Reads noted since are taken too: the window closes with all it holds.
-  const uint64_t closed = window_.exchange(0, std::memory_order_relaxed);
-  const double reads = static_cast<double>(static_cast<uint32_t>(closed));
-  const double slow = static_cast<double>(closed >> 32);
-  return Decide(mapped, reads > 0 ? slow / reads : 0.0);
+  double share = 0;
+  return window_.Add(nanos, &share) && Decide(mapped, share);
 }
 
 bool ReadPathChooser::Decide(bool mapped, double share) {
@@ -39,14 +44,8 @@ bool ReadPathChooser::Decide(bool mapped, double share) {
 }
 
 bool DeviceWatch::Note(uint64_t nanos) {
-  const uint64_t add = 1 + (nanos > o_.slow_nanos ? uint64_t{1} << 32 : 0);
-  const uint64_t now = window_.fetch_add(add, std::memory_order_relaxed) + add;
-  if (static_cast<uint32_t>(now) != o_.window) return false;  // the window's last read decides
-  // Only the reader that took the window's last read gets here (the count passes the window
-  // once); reads noted since are taken too.
-  const uint64_t closed = window_.exchange(0, std::memory_order_relaxed);
-  const double reads = static_cast<double>(static_cast<uint32_t>(closed));
-  const double share = reads > 0 ? static_cast<double>(closed >> 32) / reads : 0.0;
+  double share = 0;
+  if (!window_.Add(nanos, &share)) return false;
   bool device = device_.load(std::memory_order_relaxed);
   if (device ? share >= o_.to_memory : share <= o_.to_device) return false;
   // Windows a reader late in deciding lets overlap decide once.

@@ -9,6 +9,22 @@
 
 namespace ctrbox {
 
+// A window of reads and how many of them were slow: one atomic add a read, written by every
+// reader, so on a cache line of its own (the members its owner declares beside it, such as the
+// SSD store's group index read by every pull, share none of it).
+class SlowReadWindow {
+ public:
+  SlowReadWindow(uint32_t reads, uint64_t slow_nanos) : reads_(reads), slow_nanos_(slow_nanos) {}
+  // Counts a read that took `nanos`. The read that fills the window closes it: true, with
+  // *share the slow share of its reads (those noted meanwhile included); false otherwise.
+  bool Add(uint64_t nanos, double* share);
+
+ private:
+  const uint32_t reads_;
+  const uint64_t slow_nanos_;
+  alignas(64) std::atomic<uint64_t> count_{0};  // reads in the low 32 bits, slow in the high 32
+};
+
 // A copy out of a mapping costs no system call where the page cache holds the file (0.6 us a
 // 4 KiB read against 1.4 for a pread: bench/results/io_mapped.jsonl), and where it does not,
 // each page faults on its own (a pread asks for a record's pages at once) and mapped pages are
@@ -51,11 +67,8 @@ class ReadPathChooser {
   std::mutex decide_mu_;  // one window decided at a time (try_lock: a late one is dropped)
   uint32_t windows_ = 0;  // closed since the last switch (decide_mu_)
   uint32_t hold_ = 1;     // windows of preads before mappings may come back (decide_mu_)
-  // The current window: reads in the low 32 bits, slow ones in the high 32. Written by every
-  // read: a cache line of its own (with switches_, rarely written), so that neither mapped_
-  // nor the members an owner declares next (the SSD store's group index) share it.
-  alignas(64) std::atomic<uint64_t> window_{0};
   std::atomic<uint64_t> switches_{0};
+  SlowReadWindow window_;  // the current window of reads taken the current way
 };
 
 // Whether the SSD tier's record reads come from the device now, whichever way they are taken
@@ -72,7 +85,7 @@ class DeviceWatch {
     uint64_t slow_nanos = 20'000;
     double to_device = 0.05, to_memory = 0.01;
   };
-  explicit DeviceWatch(Options o) : o_(o) {}
+  explicit DeviceWatch(Options o) : o_(o), window_(o.window, o.slow_nanos) {}
   DeviceWatch() : DeviceWatch(Options{}) {}
 
   bool device() const { return device_.load(std::memory_order_relaxed); }
@@ -83,10 +96,8 @@ class DeviceWatch {
  private:
   const Options o_;
   std::atomic<bool> device_{false};
-  // Reads in the low 32 bits, slow ones in the high 32; a cache line of its own, as the
-  // chooser's.
-  alignas(64) std::atomic<uint64_t> window_{0};
   std::atomic<uint64_t> switches_{0};
+  SlowReadWindow window_;
 };
 
 }  // namespace ctrbox

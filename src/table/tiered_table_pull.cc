@@ -284,9 +284,9 @@ Status TieredTable::ReadLoads(const uint64_t* keys, std::vector<Load*>* loads, L
   loaded->rows.Resize(rows);
   loaded->found.resize(rows);
   ThreadPool* pool = io_pool_.get();
-  if (device_io_pool_ && loads->size() > 1 && ssd_->ReadsFromDevice()) {
-    pool = device_io_pool_.get();
+  if (!loads->empty() && ssd_->ReadsFromDevice()) {
     counters_->device_pulls.fetch_add(1, std::memory_order_relaxed);
+    if (device_io_pool_) pool = device_io_pool_.get();
   }
   const int threads = pool ? pool->num_threads() : 1;
   std::vector<RecordView> views(threads);  // one read buffer per I/O thread
