@@ -28,7 +28,8 @@ BUDGET = ["storage.memory_budget=255829129"]
 COUNTERS = ["hit_rate", "loaded_from_ssd", "records_read", "writeback_reads", "groups_written",
             "merges", "new_deltas", "rows_persisted", "evicted_dirty", "evicted_clean",
             "evict_rounds", "parallel_writeback_batches", "ssd_bytes_read", "ssd_bytes_written", "files_recycled",
-            "mapped_records_read", "read_path_switches", "device_pulls", "device_read_switches"]
+            "mapped_records_read", "read_path_switches", "device_pulls", "device_read_switches",
+            "spared_victims"]
 
 
 def main():

@@ -160,6 +160,7 @@ def line(name, r, seconds, disk, row_bytes, cg=None):
            "mapped_reads": s.get("mapped_reads"), "mapped_records_read": s.get("mapped_records_read"),
            "read_path_switches": s.get("read_path_switches"),
            "device_pulls": s.get("device_pulls"), "device_read_switches": s.get("device_read_switches"),
+           "spared_victims": s.get("spared_victims"), "groups_written": s.get("groups_written"),
            "seconds": seconds, "blas_core": r["blas_core"]}
     if cg:
         out.update(cg)

@@ -298,6 +298,12 @@ const std::vector<Key>& Keys() {
        "eviction ranks a row it must write back (dirty) this many times its use: above 1, "
        "clean rows leave before dirty ones used as often (evicting a clean row writes nothing)",
        Float([](JobConfig* j, float v) { j->storage.dirty_weight = v; }, 1, 1e6)},
+      {"storage.min_group_victims", "2",
+       "an eviction round keeps the dirty rows of a group with fewer victims than this (a group "
+       "write for one row) while clean rows ranked next can leave instead; 1: never",
+       UInt([](JobConfig* j,
+               uint64_t v) { j->storage.min_group_victims = static_cast<uint32_t>(v); },
+            1, 1000)},
       {"storage.delta_share", "0.2",
        "a group's delta record is merged into its base once it would hold more than this share "
        "of the base's rows (lower: fewer rows carried per write-back, more merges)",

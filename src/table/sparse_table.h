@@ -84,7 +84,8 @@ struct TableStats {
 // the write-back's own record reads (the groups' old records it merges with the dirty rows;
 // counted in records_read and ssd_read_nanos too), and the write-back batches whose reads were
 // slow enough to be finished in parallel (TieredOptions::parallel_read_us); the pulls whose
-// reads came from the device, read storage.device_io_threads at a time.
+// reads came from the device, read storage.device_io_threads at a time; the dirty victims an
+// eviction round kept because their group had too few (storage.min_group_victims).
 #define CTRBOX_SSD_COUNTERS(X)         \
   X(no_record, false)                  \
   X(bloom_prunes, true)                \
@@ -105,7 +106,8 @@ struct TableStats {
   X(writeback_reads, false)            \
   X(writeback_read_nanos, true)        \
   X(parallel_writeback_batches, false) \
-  X(device_pulls, true)
+  X(device_pulls, true)                \
+  X(spared_victims, false)
 // Kept by the SSD store (its DiskStats): records and bytes read and written, read retries,
 // the reading threads' nanoseconds in the file reads (summed over the threads).
 #define CTRBOX_DISK_COUNTERS(X) \

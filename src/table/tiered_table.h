@@ -69,6 +69,10 @@ struct TieredOptions {
   // writes nothing). 1: no preference (until 2026-12-04). The two defaults were chosen together
   // (docs/storage.md, "Clean rows first"): fewer loads and fewer writes than either alone.
   double dirty_weight = 4;
+  // An eviction round spares the dirty victims of a group that has fewer than this many (a
+  // group write, and the read of its old delta, for one row's memory) while clean rows ranked
+  // next can leave in their place (docs/storage.md, "Lone victims spared"). 1: never.
+  uint32_t min_group_victims = 2;
 
   int DeviceIoThreads() const { return device_io_threads > 0 ? device_io_threads : io_threads; }
 

@@ -10,9 +10,11 @@
 #include <map>
 #include <set>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 
 #include "table/tiered_table.h"
+#include "table/tiered_table_internal.h"
 #include "table/tiered_table_test_util.h"
 #include "util/bf16.h"
 #include "util/mem_env.h"
@@ -414,6 +416,76 @@ TEST(TieredTableTest, InMemoryOverheadWithinOneAndAHalfTimesTheValues) {
   RecordProperty("overhead_ratio", std::to_string(ratio));
   EXPECT_LE(ratio, 1.5) << st.memory_bytes << " bytes for " << st.value_bytes << " value bytes";
   EXPECT_GE(ratio, 1.0);
+}
+
+// storage.min_group_victims (docs/storage.md, "Lone victims spared"), against the rule written
+// out: an eviction round's victims are keys 10 * g + j of group g. Group 1 has one dirty victim,
+// group 2 two; beyond the victims lie clean rows (priority 1.5 and 5, threshold 1: only the
+// first may stand in, at most twice the threshold), a dirty one and a pushed row never written
+// (neither stands in: evicting them writes).
+TEST(TieredTableTest, LoneDirtyVictimsStayWhileCleanRowsLeaveInTheirPlace) {
+  const ValueLayout layout{4, 4, 1};
+  const auto group_of = [](uint64_t key) { return static_cast<uint32_t>(key / 10); };
+  struct Row {
+    uint64_t key;
+    uint8_t state;
+    float priority;
+  };
+  // Victims first (k of them), then the rest.
+  const std::vector<Row> rows = {{10, kDirty | kOnDisk, 0.5f},
+                                 {20, kDirty | kOnDisk, 0.6f},
+                                 {21, kDirty, 0.7f},
+                                 {30, kOnDisk, 1.5f},
+                                 {31, kOnDisk, 5.0f},
+                                 {40, kDirty | kOnDisk, 1.2f},
+                                 {41, 0, 1.1f},
+                                 {32, kOnDisk, 1.8f}};
+  const size_t k = 3;
+  // clean_rows_beyond: how many of the clean rows that may stand in are there (0, 1 or 2).
+  auto round = [&](uint32_t min_victims, size_t clean_rows_beyond) {
+    CacheStripe stripe(layout);
+    CacheStripe::Lock lock(stripe);
+    std::vector<uint32_t> candidates;
+    std::vector<float> priority;
+    for (const Row& r : rows) {
+      // The clean rows that may stand in: 30 (the first), then 32.
+      if ((r.key == 30 && clean_rows_beyond < 1) || (r.key == 32 && clean_rows_beyond < 2))
+        continue;
+      candidates.push_back(stripe.Insert(r.key));
+      stripe.set_state(candidates.back(), r.state);
+      priority.push_back(r.priority);
+    }
+    std::vector<uint64_t> victims = {10, 20, 21};
+    std::unordered_map<uint32_t, uint32_t> groups = {{1, 1}, {2, 2}};
+    std::vector<uint8_t> taken;
+    std::vector<uint64_t> took;
+    const size_t spared =
+        SpareLoneVictims(stripe, group_of, min_victims, candidates, priority, k, /*threshold=*/1.0f,
+                         &victims, &groups, &taken, [&](uint32_t node) {
+                           stripe.AssertLocked();
+                           took.push_back(stripe.key(node));
+                         });
+    for (size_t v = 0; v < taken.size(); ++v) {
+      EXPECT_EQ(taken[v] != 0,
+                std::count(took.begin(), took.end(), stripe.key(candidates[k + v])) == 1);
+    }
+    std::sort(took.begin(), took.end());
+    return std::make_tuple(spared, victims,
+                           std::map<uint32_t, uint32_t>(groups.begin(), groups.end()), took);
+  };
+  using Victims = std::vector<uint64_t>;
+  using Groups = std::map<uint32_t, uint32_t>;
+  // Min 2: group 1's victim stays, the clean row of priority 1.5 leaves instead.
+  EXPECT_EQ(round(2, 2), std::make_tuple(size_t{1}, Victims{20, 21}, Groups{{2, 2}}, Victims{30}));
+  // Min 1: every victim is written; nothing stands in.
+  EXPECT_EQ(round(1, 2),
+            std::make_tuple(size_t{0}, Victims{10, 20, 21}, Groups{{1, 1}, {2, 2}}, Victims{}));
+  // No clean row within twice the threshold: nothing is spared.
+  EXPECT_EQ(round(2, 0),
+            std::make_tuple(size_t{0}, Victims{10, 20, 21}, Groups{{1, 1}, {2, 2}}, Victims{}));
+  // Min 3: all three are lone, and two clean rows (1.5 and 1.8) may stand in for the first two:
+  // group 1's victim and one of group 2's stay; group 2 is still written, for the other.
+  EXPECT_EQ(round(3, 2), std::make_tuple(size_t{2}, Victims{21}, Groups{{2, 1}}, Victims{30, 32}));
 }
 
 }  // namespace

@@ -8,7 +8,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "table/tiered_table.h"
@@ -47,6 +49,25 @@ struct TieredTable::Counters {
 // 2^(-age / half_life): the ageing of the LFU priority by the pulls (passes) since a row's
 // last one (docs/storage.md, "The LFU chain"; TieredOptions::lfu_half_life).
 float AgeFactor(uint16_t age, double half_life);
+
+// Whether evicting a row in this state writes it back (dirty, or pushed and never written).
+bool WritesBack(uint8_t state);
+
+// An eviction round's lone victims (TieredOptions::min_group_victims; docs/storage.md, "Lone
+// victims spared"): a group whose dirty victims number fewer than min_victims would be
+// rewritten (its old delta read, a record written) for one or two rows. Spares them while
+// clean rows ranked next, with a priority at most twice the round's threshold, can leave in
+// their place (a clean row leaves without a write): those are taken (`take`) and marked in
+// *taken (indexed from candidates[k]); the spared victims leave *victims and *dirty_groups
+// (victim keys; group -> its dirty victims, by group_of). candidates[0, k) are the round's
+// victims (ranked), priority[v] is candidates[v]'s. Returns the victims spared.
+size_t SpareLoneVictims(const CacheStripe& stripe,
+                        const std::function<uint32_t(uint64_t)>& group_of, uint32_t min_victims,
+                        const std::vector<uint32_t>& candidates, const std::vector<float>& priority,
+                        size_t k, float threshold, std::vector<uint64_t>* victims,
+                        std::unordered_map<uint32_t, uint32_t>* dirty_groups,
+                        std::vector<uint8_t>* taken, const std::function<void(uint32_t)>& take)
+    REQUIRES(stripe);
 
 // Adds the nanoseconds of its lifetime to a counter (a wait's, or a phase's, however it ends).
 class NanosInto {

@@ -92,7 +92,7 @@ void ShrinkAgainst(const CtrAccessor& acc, ThreadPool* pool, TieredTable* table,
 enum class Reads { kPread, kDirect, kMapped, kAuto };
 void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayout,
                      Reads reads = Reads::kPread, bool serial_writeback = false,
-                     uint32_t stripe_bits = 3) {
+                     uint32_t stripe_bits = 3, uint32_t min_group_victims = 2) {
   const bool direct_reads = reads == Reads::kDirect;
   const bool mapped_reads = reads == Reads::kMapped || reads == Reads::kAuto;
   TempDir dir;
@@ -114,6 +114,7 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
   o.ssd.read_path = {.window = 8, .slow_nanos = 0, .to_pread = -1, .to_mapped = 2};
   o.ssd.device_watch = {.window = 8, .slow_nanos = 0, .to_device = -1, .to_memory = 2};
   if (serial_writeback) o.parallel_read_us = 1e12;
+  o.min_group_victims = min_group_victims;
   auto table = Open(o);
   Reference ref;
   ThreadPool pool(3);
@@ -141,6 +142,7 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
     traffic["files_recycled"] += rep.files_recycled;
     traffic["mapped_records_read"] += rep.mapped_records_read;
     traffic["read_path_switches"] += rep.read_path_switches;
+    traffic["spared_victims"] += rep.spared_victims;
   };
   for (int step = 0; step < 400; ++step) {
     const int op = static_cast<int>(rng.Below(20));
@@ -233,6 +235,12 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
     EXPECT_GT(traffic["writeback_reads"], 0u);
     EXPECT_LT(traffic["writeback_reads"], traffic["records_read"]);
     EXPECT_GT(traffic["writeback_read_nanos"], 0u);
+    // Lone dirty victims stayed while clean rows left in their place (or, at 1, never).
+    if (min_group_victims == 1) {
+      EXPECT_EQ(traffic["spared_victims"], 0u);
+    } else {
+      EXPECT_GT(traffic["spared_victims"], 0u);
+    }
     if (serial_writeback) {
       EXPECT_EQ(traffic["parallel_writeback_batches"], 0u);
     } else {
@@ -245,6 +253,9 @@ TEST(TieredTableTest, DifferentialInMemory) { RunDifferential(false, 1); }
 TEST(TieredTableTest, DifferentialOverSsdFiles) {
   for (uint64_t seed : {2, 3, 4}) RunDifferential(true, seed);
   RunDifferential(true, 5, kLayout, Reads::kPread, /*serial_writeback=*/true);
+  // Every dirty victim written (storage.min_group_victims 1), and more of them kept (3).
+  RunDifferential(true, 8, kLayout, Reads::kPread, false, 3, /*min_group_victims=*/1);
+  RunDifferential(true, 9, kLayout, Reads::kPread, false, 3, /*min_group_victims=*/3);
 }
 // One stripe: a pull's or push's keys of a stripe (up to 120 here) span more than one of the
 // chunks whose cache lines are fetched together (tiered_table_pull.cc, kChunk = 64), the

@@ -21,6 +21,47 @@
 
 namespace ctrbox {
 
+// ---- lone victims --------------------------------------------------------------------------
+
+size_t SpareLoneVictims(const CacheStripe& stripe,
+                        const std::function<uint32_t(uint64_t)>& group_of, uint32_t min_victims,
+                        const std::vector<uint32_t>& candidates, const std::vector<float>& priority,
+                        size_t k, float threshold, std::vector<uint64_t>* victims,
+                        std::unordered_map<uint32_t, uint32_t>* dirty_groups,
+                        std::vector<uint8_t>* taken, const std::function<void(uint32_t)>& take) {
+  size_t lone = 0;
+  for (uint64_t key : *victims) lone += dirty_groups->at(group_of(key)) < min_victims;
+  if (lone == 0) return 0;
+  // The stand-ins: clean rows beyond the victims, the least used first.
+  std::vector<std::pair<float, size_t>> clean;
+  for (size_t v = k; v < candidates.size(); ++v) {
+    if (priority[v] <= 2 * threshold && !WritesBack(stripe.meta(candidates[v]).state)) {
+      clean.emplace_back(priority[v], v);
+    }
+  }
+  const size_t n = std::min(lone, clean.size());
+  if (n == 0) return 0;
+  if (n < clean.size()) std::nth_element(clean.begin(), clean.begin() + (n - 1), clean.end());
+  taken->assign(candidates.size() - k, 0);
+  for (size_t c = 0; c < n; ++c) {
+    take(candidates[clean[c].second]);
+    (*taken)[clean[c].second - k] = 1;
+  }
+  // Spare n lone victims, in victim order (a group's victims together only if n allows).
+  size_t spared = 0, out = 0;
+  for (uint64_t key : *victims) {
+    auto it = dirty_groups->find(group_of(key));
+    if (spared < n && it != dirty_groups->end() && it->second < min_victims) {
+      ++spared;
+      if (--it->second == 0) dirty_groups->erase(it);
+    } else {
+      (*victims)[out++] = key;
+    }
+  }
+  victims->resize(out);
+  return spared;
+}
+
 // ---- the background worker ---------------------------------------------------------------
 
 bool TieredTable::NeedsEviction() const {
