@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "util/memory_box.h"
 #include "util/parse.h"
 
 namespace ctrbox::config {
@@ -55,6 +56,35 @@ Setter Bytes(std::function<void(JobConfig*, uint64_t)> assign, uint64_t min) {
       return false;
     }
     assign(j, b);
+    return true;
+  };
+}
+
+Setter MemoryBudget() {
+  return [](JobConfig* j, std::string_view v, std::string* expect) {
+    if (!v.ends_with('%')) {
+      uint64_t b;
+      if (!ParseBytes(v, &b)) {
+        *expect =
+            "a size (e.g. 512MB) or a share of the job's memory box, its memory cgroup's limit "
+            "or the physical memory (e.g. 45%)";
+        return false;
+      }
+      j->storage.memory_budget = b;
+      return true;
+    }
+    double percent;
+    if (!ParseDouble(v.substr(0, v.size() - 1), &percent) || !(percent > 0 && percent <= 100)) {
+      *expect = "a share of the memory box above 0% and at most 100% (e.g. 45%), or a size";
+      return false;
+    }
+    const MemoryBox box = FindMemoryBox();
+    if (box.limit == 0) {
+      *expect = "a size: this machine's memory box is not known (no cgroup limit, no sysconf)";
+      return false;
+    }
+    j->storage.memory_budget =
+        static_cast<uint64_t>(static_cast<double>(box.limit) * percent / 100);
     return true;
   };
 }

@@ -39,6 +39,8 @@ Setter UInt(std::function<void(JobConfig*, uint64_t)> assign, uint64_t min, uint
 Setter Float(std::function<void(JobConfig*, float)> assign, double min, double max);
 Setter Bool(std::function<void(JobConfig*, bool)> assign);
 Setter Bytes(std::function<void(JobConfig*, uint64_t)> assign, uint64_t min);
+// storage.memory_budget: bytes, or a share of the job's memory box (util/memory_box.h), e.g. 45%.
+Setter MemoryBudget();
 Setter Text(std::function<void(JobConfig*, std::string)> assign);
 Setter List(std::function<void(JobConfig*, std::vector<std::string>)> assign);
 Setter Format(std::function<void(JobConfig*, DataFormat)> assign, bool allow_shards);

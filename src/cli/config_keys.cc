@@ -218,9 +218,10 @@ const std::vector<Key>& Keys() {
        "memory",
        Text([](JobConfig* j, std::string v) { j->storage.ssd.dir = std::move(v); })},
       {"storage.memory_budget", "0 (unlimited; required with storage.ssd_dir)",
-       "bytes of sparse-table memory (cache, group index, Bloom filters), e.g. 512MB; needs "
-       "storage.ssd_dir",
-       Bytes([](JobConfig* j, uint64_t v) { j->storage.memory_budget = v; }, 0)},
+       "bytes of sparse-table memory (cache, group index, Bloom filters), e.g. 512MB, or a share "
+       "of the job's memory box (its memory cgroup's limit, which counts the page cache, else "
+       "the physical memory), e.g. 45%; needs storage.ssd_dir",
+       MemoryBudget()},
       {"storage.keep_store", "false",
        "train: close the SSD store cleanly at the end (for inspect --store) instead of deleting it",
        Bool([](JobConfig* j, bool v) { j->storage.keep_store = v; })},

@@ -3,12 +3,14 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <functional>
 #include <sstream>
 
 #include "io/test_util.h"
 #include "table/tiered_table.h"
+#include "util/memory_box.h"
 
 namespace ctrbox {
 namespace {
@@ -110,6 +112,40 @@ TEST(ConfigTest, GroupBitsFollowTheBudget) {
   EXPECT_EQ(bits({"storage.memory_budget=1500MB"}), 19u);
   EXPECT_EQ(bits({"storage.memory_budget=1MB"}), 10u);  // the floor
   EXPECT_EQ(bits({"storage.memory_budget=255829129", "storage.group_bits=12"}), 12u);
+}
+
+// storage.memory_budget as a share of the job's memory box: that share of the box's bytes (the
+// group bits follow it as they follow bytes); bytes again clear the share; shares outside
+// (0 %, 100 %] and malformed ones name the key and say what is expected.
+TEST(ConfigTest, TheMemoryBudgetMayBeAShareOfTheMemoryBox) {
+  const MemoryBox box = FindMemoryBox();
+  ASSERT_GT(box.limit, 0u) << "no physical memory known here";
+  JobConfigBuilder b;
+  ASSERT_TRUE(b.ApplySet("storage.ssd_dir=/ssd").ok());
+  ASSERT_TRUE(b.ApplySet("storage.memory_budget=45%").ok());
+  auto job = b.Finish();
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->storage.memory_budget,
+            static_cast<uint64_t>(static_cast<double>(box.limit) * 0.45));
+  EXPECT_EQ(job->settings_given.at("storage.memory_budget"), "45%");
+  uint32_t bits = 0;
+  while ((uint64_t{1} << (bits + 1)) * 1920 <= job->storage.memory_budget) ++bits;
+  EXPECT_EQ(job->storage.ssd.group_bits, std::clamp<uint32_t>(bits, 10, 28));
+
+  JobConfigBuilder bytes;
+  ASSERT_TRUE(bytes.ApplySet("storage.ssd_dir=/ssd").ok());
+  ASSERT_TRUE(bytes.ApplySet("storage.memory_budget=12.5%").ok());
+  ASSERT_TRUE(bytes.ApplySet("storage.memory_budget=256MB").ok());
+  job = bytes.Finish();
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->storage.memory_budget, uint64_t{256} << 20);
+
+  for (const char* bad : {"0%", "100.5%", "-5%", "%", "half%", "45 %%", "lots"}) {
+    JobConfigBuilder c;
+    const Status s = c.ApplySet(std::string("storage.memory_budget=") + bad);
+    EXPECT_NE(s.message().find("storage.memory_budget"), std::string::npos) << bad;
+    EXPECT_NE(s.message().find("memory box"), std::string::npos) << bad << ": " << s.message();
+  }
 }
 
 // pipeline.queue_depth 0 (passes handed on without queues) shares the pass memory and the key

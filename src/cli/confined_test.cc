@@ -107,6 +107,15 @@ TEST_F(CliTest, ABudgetedJobConfinedBelowItsDataAndFilesTrainsTheUnconfinedModel
   EXPECT_LE(cg.PeakBytes(), limit);
   EXPECT_EQ(confined.last_json["digest"], unconfined.last_json["digest"]);
   EXPECT_GT(confined.last_json["storage"]["loaded_from_ssd"].get<uint64_t>(), 0u);
+  // The job found its box: the cgroup's limit (rounded down to a page by the kernel), its
+  // peak use within it, and the budget's share of it.
+  const auto& box = confined.last_json["memory_box"];
+  EXPECT_LE(box["limit_bytes"].get<uint64_t>(), limit);
+  EXPECT_GT(box["limit_bytes"].get<uint64_t>(), limit - 4096);
+  EXPECT_TRUE(box["source"].get<std::string>().starts_with("cgroup v")) << box.dump();
+  EXPECT_GT(box["peak_bytes"].get<uint64_t>(), 0u);
+  EXPECT_LE(box["peak_bytes"].get<uint64_t>(), limit);
+  EXPECT_NEAR(box["budget_share"].get<double>(), (2 << 20) / static_cast<double>(limit), 1e-3);
   const auto& st = confined.last_json["storage"];
   std::fprintf(stderr,
                "confined: limit %.0f MB (input %.0f MB, SSD files %.0f MB, unconfined peak "

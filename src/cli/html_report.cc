@@ -314,6 +314,21 @@ std::string SummaryRows(const nlohmann::json& report, const std::string& manifes
     } else {
       summary += Row("peak RSS", Bytes(rss));
     }
+    // The box the job ran in (its memory cgroup's limit, which counts the page cache, or the
+    // machine's memory), its peak use where the cgroup counts one, and the budget's share.
+    if (report.contains("memory_box") && report["memory_box"].is_object()) {
+      const nlohmann::json& box = report["memory_box"];
+      std::string text = fmt::format("{} ({})", Bytes(Get(box, "limit_bytes")),
+                                     box.value("source", std::string("-")));
+      if (std::isfinite(Get(box, "peak_bytes"))) {
+        text += fmt::format("; its peak use {} (the process and the page cache)",
+                            Bytes(Get(box, "peak_bytes")));
+      }
+      if (std::isfinite(Get(box, "budget_share")) && tiered) {
+        text += fmt::format("; the memory budget {:.0f} % of it", 100.0 * Get(box, "budget_share"));
+      }
+      summary += Row("memory box", text);
+    }
     const double hit_rate = GetIn(report, "storage", "hit_rate");
     if (std::isfinite(hit_rate) && tiered) {
       summary += Row("cache hit rate", fmt::format("{:.1f} %", 100.0 * hit_rate));

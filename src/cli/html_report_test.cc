@@ -159,6 +159,16 @@ TEST(HtmlReportTest, ThePeakMemoryIsTheJobsOwnWhereMappedFilePagesFillTheRss) {
       page_for(R"("peak_rss_bytes":3000000000,"peak_anon_rss_bytes":2900000000)");
   EXPECT_NE(own.find("<th>peak RSS</th><td>3 GB</td>"), std::string::npos) << own;
   EXPECT_EQ(own.find("peak memory"), std::string::npos);
+  EXPECT_EQ(own.find("memory box"), std::string::npos);
+  // The box the job ran in, with its peak use where its cgroup counts one.
+  const std::string boxed =
+      page_for(R"("peak_rss_bytes":3000000000,"memory_box":{"limit_bytes":4294967296,)"
+               R"("source":"cgroup v1 /sys/fs/cgroup/memory/box","peak_bytes":4100000000,)"
+               R"("budget_share":0.458})");
+  EXPECT_NE(boxed.find("<th>memory box</th><td>4.29 GB (cgroup v1 /sys/fs/cgroup/memory/box); "
+                       "its peak use 4.1 GB (the process and the page cache)"),
+            std::string::npos)
+      << boxed;
 }
 
 }  // namespace

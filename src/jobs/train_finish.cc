@@ -24,6 +24,7 @@
 #include "table/ssd_store.h"
 #include "util/cleanup.h"
 #include "util/logging.h"
+#include "util/memory_box.h"
 #include "util/parse.h"
 #include "util/sys.h"
 
@@ -295,6 +296,21 @@ nlohmann::json PeakMemoryByOwner(const JobConfig& job, const CtrModel& model,
           // ... and the resident pages mapped from files (the program's code and libraries;
           // with storage.mapped_reads, the SSD files' pages the reads touched: page cache).
           {"other_file_pages", static_cast<int64_t>(at.file_pages)}};
+}
+
+nlohmann::json MemoryBoxJson(const JobConfig& job) {
+  const MemoryBox box = FindMemoryBox();
+  nlohmann::json j = {{"limit_bytes", box.limit}, {"source", box.source}};
+  if (const uint64_t peak = MemoryBoxPeakBytes(box); peak > 0) j["peak_bytes"] = peak;
+  if (box.limit > 0 && job.storage.memory_budget > 0) {
+    j["budget_share"] =
+        static_cast<double>(job.storage.memory_budget) / static_cast<double>(box.limit);
+  }
+  if (auto it = job.settings_given.find("storage.memory_budget");
+      it != job.settings_given.end() && it->second.ends_with('%')) {
+    j["budget_given_as"] = it->second;  // e.g. "45%"
+  }
+  return j;
 }
 
 }  // namespace ctrbox::train_steps

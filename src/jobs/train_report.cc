@@ -217,6 +217,7 @@ nlohmann::json TrainReport::ToJson() const {
     j["peak_anon_rss_bytes"] = memory_at_peak.rss - memory_at_peak.file_pages;
   }
   if (memory_peak_by_owner) j["memory_peak_by_owner"] = *memory_peak_by_owner;
+  if (memory_box) j["memory_box"] = *memory_box;
   return j;
 }
 

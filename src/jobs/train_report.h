@@ -108,6 +108,7 @@ struct TrainReport {
   std::optional<double> total_seconds;
   std::optional<int64_t> peak_rss_bytes;
   std::optional<nlohmann::json> memory_peak_by_owner;
+  std::optional<nlohmann::json> memory_box;  // train_steps::MemoryBoxJson
 
   nlohmann::json ToJson() const;
 };

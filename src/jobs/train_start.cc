@@ -11,6 +11,8 @@
 #include "util/blas.h"
 #include "util/json_text.h"
 #include "util/logging.h"
+#include "util/memory_box.h"
+#include "util/parse.h"
 
 namespace ctrbox {
 
@@ -317,6 +319,25 @@ StatusOr<TrainStart> StartTrain(Env* env, const JobConfig& job, PassReader* read
   }
 
   LOG_INFO("model: {}", start.model->Describe());
+  if (!job.storage.ssd.dir.empty() && job.storage.memory_budget > 0) {
+    // The box the job runs in, against the budget (docs/storage.md, "The box's memory for the
+    // cache"): the job's own memory came to 1.8-2.1x its budget in the runs measured there
+    // (the passes' memory follows the budget), and the page cache wants some of the rest.
+    const MemoryBox box = FindMemoryBox();
+    const double share =
+        box.limit ? static_cast<double>(job.storage.memory_budget) / static_cast<double>(box.limit)
+                  : 0;
+    LOG_INFO("memory box: {} ({}); storage.memory_budget {}: {:.3g} % of it",
+             FormatBytes(box.limit), box.source, FormatBytes(job.storage.memory_budget),
+             100 * share);
+    if (share > 0.5) {
+      LOG_WARNING(
+          "storage.memory_budget is {:.0f} % of the memory box ({}): the job's own memory was "
+          "about twice its budget where measured, so above ~50 % of the box it may be killed or "
+          "leave the page cache too little (docs/storage.md, \"The box's memory for the cache\")",
+          100 * share, box.source);
+    }
+  }
   if (const std::string w = blas::SlowCoreWarning(); !w.empty()) LOG_WARNING("{}", w);
   if (const std::string n = blas::CoreChoiceNote(); !n.empty()) LOG_INFO("{}", n);
   if (!job.ckpt.dir.empty()) {

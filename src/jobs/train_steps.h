@@ -127,6 +127,10 @@ Status CloseTable(Env* env, const JobConfig& job, std::unique_ptr<SparseTable> t
 // The run's peak resident memory split by owner.
 nlohmann::json PeakMemoryByOwner(const JobConfig& job, const CtrModel& model,
                                  const TrainReport& report);
+// The job's memory box (util/memory_box.h): its limit and where it comes from, the box's peak
+// use so far where its cgroup counts one (the process and the page cache: the SSD files' pages,
+// the input's, the writes not yet on disk), and the memory budget's share of the box.
+nlohmann::json MemoryBoxJson(const JobConfig& job);
 
 }  // namespace ctrbox::train_steps
 

@@ -360,6 +360,7 @@ Status FinishRun(Env* env, const JobConfig& job, Comm* comm, const std::string& 
     TrainReport last = *report;
     last.peak_rss_bytes = std::max(PeakRssBytes(), last.memory_at_peak.rss);
     last.memory_peak_by_owner = PeakMemoryByOwner(job, *start->model, last);
+    last.memory_box = MemoryBoxJson(job);
     nlohmann::json line = last.ToJson();
     line["event"] = "report";
     RETURN_IF_ERROR(start->metrics_log->Write(line));
@@ -437,6 +438,7 @@ StatusOr<TrainReport> RunTrain(Env* env, JobConfig job, ProgressSink* sink,
   // a little above it.)
   report.peak_rss_bytes = std::max(PeakRssBytes(), report.memory_at_peak.rss);
   report.memory_peak_by_owner = PeakMemoryByOwner(job, *start.model, report);
+  report.memory_box = MemoryBoxJson(job);
   return std::move(report);
 }
 
