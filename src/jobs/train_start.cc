@@ -321,7 +321,7 @@ StatusOr<TrainStart> StartTrain(Env* env, const JobConfig& job, PassReader* read
   LOG_INFO("model: {}", start.model->Describe());
   if (!job.storage.ssd.dir.empty() && job.storage.memory_budget > 0) {
     // The box the job runs in, against the budget (docs/storage.md, "The box's memory for the
-    // cache"): the job's own memory came to 1.8-2.1x its budget in the runs measured there
+    // cache"): the job's own memory came to 1.6-2.1x its budget in the runs measured there
     // (the passes' memory follows the budget), and the page cache wants some of the rest.
     const MemoryBox box = FindMemoryBox();
     const double share =
