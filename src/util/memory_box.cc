@@ -4,6 +4,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "util/parse.h"
 #include "util/sys.h"
 
 namespace ctrbox {
@@ -19,11 +20,8 @@ std::string FirstLine(const std::string& path) {
 
 // A limit file's value: bytes, or 0 for "max", an empty or unreadable file or anything else.
 uint64_t LimitOf(const std::string& path) {
-  const std::string v = FirstLine(path);
-  if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || v.size() > 20) {
-    return 0;
-  }
-  return std::stoull(v);
+  uint64_t v;
+  return ParseUint64(FirstLine(path), &v) ? v : 0;
 }
 
 // Whether a comma-separated controller list names `memory`.

@@ -82,6 +82,8 @@ TEST_F(MemoryBoxTest, LimitsAboveThePhysicalMemoryOrUnreadableDoNotBind) {
   EXPECT_EQ(Find().source, "physical memory");
   Write("/sys/fs/cgroup/big/memory.max", "");
   EXPECT_EQ(Find().source, "physical memory");
+  Write("/sys/fs/cgroup/big/memory.max", "99999999999999999999");  // past 64 bits
+  EXPECT_EQ(Find().source, "physical memory");
   Write("/proc/self/cgroup", "0::relative/path\n");
   EXPECT_EQ(Find().source, "physical memory");
   Write("/proc/self/cgroup", "garbage without colons\n");
