@@ -39,6 +39,12 @@ out = {"exit_status": rcrc, "unconfined_exit_status": urc,
        "test_auc": rc["test_auc"], "unconfined_test_auc": ru["test_auc"],
        "keys": rc["keys"], "bytes_live": rc.get("bytes_live"),
        "peak_rss_bytes": rc["peak_rss_bytes"], "unconfined_peak_rss_bytes": ru["peak_rss_bytes"],
+       "peak_anon_rss_bytes": rc.get("peak_anon_rss_bytes"),
+       "unconfined_peak_anon_rss_bytes": ru.get("peak_anon_rss_bytes"),
+       # The cache's slabs at the end (table_memory_bytes) against what the budget counts, and
+       # the embedding slabs given back on the way (CacheStripe::ShrinkArenas).
+       "table_memory_bytes": rc.get("table_memory_bytes"), "memory_bytes": st.get("memory_bytes"),
+       "arena_shrinks": st.get("arena_shrinks"), "arena_freed_bytes": st.get("arena_freed_bytes"),
        "cgroup": {k: int(v) for k, v in lim.items()},
        "passes": rc["passes"], "hit_rate": st["hit_rate"], "loaded_from_ssd": st["loaded_from_ssd"],
        "records_read": st["records_read"], "mapped_records_read": st.get("mapped_records_read"),

@@ -1,5 +1,6 @@
 #include "table/cache_stripe.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cstring>
 
@@ -267,6 +268,36 @@ bool CacheStripe::CompactArenas() {
   return true;
 }
 
+void CacheStripe::NoteHighWater() {
+  // The most it held at a round's top, falling by 1/32 a round: a round that finds it lower
+  // than before (it was cut further last time) does not make its slabs go and come back; a
+  // share that stays lower for rounds does.
+  high_water_.resize(embs_.size());
+  for (size_t t = 0; t < embs_.size(); ++t) {
+    high_water_[t] = std::max(embs_[t].live(), high_water_[t] - high_water_[t] / 32);
+  }
+}
+
+size_t CacheStripe::ShrinkArenas() {
+  size_t freed = 0;
+  for (uint32_t t = 0; t < embs_.size(); ++t) {
+    SlabArena& arena = embs_[t];
+    const uint32_t limit = arena.ShrinkLimit(t < high_water_.size() ? high_water_[t] : 0);
+    if (limit >= arena.allocated()) continue;
+    freed += arena.Shrink(limit, [&](auto&& move) {
+      AssertLocked();  // (called under it, by Shrink)
+      const uint32_t n = static_cast<uint32_t>(headers_.allocated());
+      for (uint32_t node = 0; node < n; ++node) {
+        if (meta_[node].state & kErased) continue;
+        uint32_t* h = headers_.Get(node);
+        if (h[kEmbId] == kNoEmb || (embs_.size() > 1 && layout_.TableOf(key(node)) != t)) continue;
+        move(h[kEmbId]);
+      }
+    });
+  }
+  return freed;
+}
+
 CacheMemory CacheStripe::Memory() const {
   CacheMemory m;
   m.rows = headers_.live() * 4 * (kWideState + layout_.wide_state);
@@ -282,6 +313,12 @@ CacheMemory CacheStripe::Memory() const {
 size_t CacheStripe::AllocatedBytes() const {
   const CacheMemory m = Memory();
   size_t bytes = m.index + m.meta + headers_.MemoryBytes();
+  for (const SlabArena& a : embs_) bytes += a.MemoryBytes();
+  return bytes;
+}
+
+size_t CacheStripe::EmbeddingSlabBytes() const {
+  size_t bytes = 0;
   for (const SlabArena& a : embs_) bytes += a.MemoryBytes();
   return bytes;
 }

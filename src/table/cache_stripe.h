@@ -126,6 +126,18 @@ class CAPABILITY("mutex") CacheStripe {
   // Does nothing while a row of the stripe is pinned (a pull holds its nodes' ids). Returns
   // whether it moved them.
   bool CompactArenas() REQUIRES(this);
+  // Notes the embedding records the stripe holds now into its high-water mark (the most held
+  // at the top of a round, falling by 1/32 a round): called before an eviction round cuts it,
+  // when its rows are at the top of their rise and fall.
+  void NoteHighWater() REQUIRES(this);
+  // Gives back the embedding slabs the stripe's rows no longer need: those past what its
+  // high-water mark (or its live records, if more) takes, once they are more than an eighth
+  // of it (SlabArena::ShrinkLimit), so that the slabs follow the stripe's share of the budget
+  // down as the files' filters and index take more of it, and are not given back and taken
+  // again within each round's fall and rise. The records past the cut move into free places
+  // below it. Node ids do not change, so pinned rows may move too: their embeddings are
+  // reached through their header only, under this lock. Returns the bytes freed.
+  size_t ShrinkArenas() REQUIRES(this);
 
   size_t size() const REQUIRES(this) { return size_; }
   // Bytes of the index, the live row records and the metadata: what the memory budget
@@ -134,6 +146,8 @@ class CAPABILITY("mutex") CacheStripe {
   CacheMemory Memory() const REQUIRES(this);
   // Bytes allocated: as MemoryBytes, but whole slabs (live or free records).
   size_t AllocatedBytes() const REQUIRES(this);
+  // Of AllocatedBytes, the embedding slabs' (what ShrinkArenas gives back).
+  size_t EmbeddingSlabBytes() const REQUIRES(this);
   // Bytes a row with an embedding may cost, for budgets: its records, and its share of the
   // index and the metadata at their least load (the index doubles above a load of 0.7 and
   // halves below 0.3; the metadata vector doubles); of the largest table's rows in a
@@ -183,7 +197,8 @@ class CAPABILITY("mutex") CacheStripe {
   size_t memory_only_ = 0;  // nodes whose state has neither kFresh nor kOnDisk
   SlabArena headers_;
   std::vector<SlabArena> embs_;
-  std::vector<NodeMeta> meta_;  // by node id
+  std::vector<size_t> high_water_;  // per table: embedding records, NoteHighWater's mark
+  std::vector<NodeMeta> meta_;      // by node id
 };
 
 }  // namespace ctrbox

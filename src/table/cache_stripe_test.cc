@@ -119,5 +119,93 @@ TEST(CacheStripeTest, ForEachNodeByIdVisitsTheIndexsNodesInIdOrder) {
   }
 }
 
+// ShrinkArenas moves embeddings out of the slabs past the cut while the node ids stay: every
+// row's bytes (EncodeRow) are those it had, in every layout (several tables, quantized, rows
+// without an embedding), pinned rows included, and the slabs are given back; but only past
+// the room the stripe's high-water mark (NoteHighWater) takes.
+TEST(CacheStripeTest, ShrinkArenasKeepsEveryRowAndGivesSlabsBack) {
+  for (const ValueLayout& l : Layouts()) {
+    SCOPED_TRACE(::testing::Message()
+                 << "dim " << l.dim << " quant " << l.quant_bits << " tables " << l.tables);
+    CacheStripe stripe(l);
+    CacheStripe::Lock lock(stripe);
+    CtrAccessor acc(l, AccessorOptions{});
+    RowBlock rows(l);
+    Random rng(11);
+    std::vector<std::pair<uint32_t, std::string>> held;  // node, its row's bytes
+    constexpr size_t kRows = 20000;
+    rows.Resize(kRows);
+    for (uint64_t i = 0; i < kRows; ++i) {
+      const uint64_t key = l.multi() ? TableKey(Mix64(i), i % 2) : Mix64(i);
+      acc.InitRow(&rows, i, key);
+      if (i % 7 == 0) rows.ClearRow(i, key);  // no embedding
+      rows.show(i) = float(i);
+      const uint32_t node = stripe.Insert(key);
+      stripe.WriteRow(node, rows, i);
+      if (i % 3 == 0) stripe.meta(node).pins = 1;  // a pull holds it: ids must stay
+      std::string bytes;
+      stripe.EncodeRow(node, &bytes);
+      held.emplace_back(node, bytes);
+    }
+    stripe.NoteHighWater();  // at its top
+    // The stripe's share falls to a tenth, at random (so the cut has records past it).
+    for (size_t i = 0; i < held.size();) {
+      if (rng.Below(10) != 0) {
+        stripe.Erase(held[i].first);
+        held[i] = held.back();
+        held.pop_back();
+      } else {
+        ++i;
+      }
+    }
+    const size_t before = stripe.AllocatedBytes(), counted = stripe.MemoryBytes();
+    const size_t emb_before = stripe.EmbeddingSlabBytes();
+    EXPECT_EQ(stripe.ShrinkArenas(), 0u);  // room for its high-water mark is kept
+    // Later rounds find it this low at their top: the mark falls by 1/32 a round, and the
+    // slabs go once it is an eighth (and two slabs) above what the rows need.
+    size_t freed = 0, rounds = 0, first = 0;
+    for (; rounds < 100; ++rounds) {
+      stripe.NoteHighWater();
+      const size_t f = stripe.ShrinkArenas();
+      if (f > 0 && first == 0) first = rounds + 1;
+      freed += f;
+    }
+    EXPECT_GE(first, 3u);  // not at one or two low rounds
+    // By then the mark has fallen to the rows' ((31/32)^100 < 1/10), and the slabs with it.
+    EXPECT_LT(stripe.EmbeddingSlabBytes(), emb_before / 4);
+    EXPECT_LE(stripe.AllocatedBytes(), before - freed);  // (and the free list shrank)
+    EXPECT_EQ(stripe.MemoryBytes(), counted);  // the budget counts live records: unchanged
+    EXPECT_EQ(stripe.ShrinkArenas(), 0u);      // within its slack now
+    for (const auto& [node, bytes] : held) {
+      std::string now;
+      stripe.EncodeRow(node, &now);
+      ASSERT_EQ(now, bytes) << "node " << node;
+    }
+    // And it goes on: rows written again and new rows reuse the freed places.
+    rows.Resize(1);
+    for (size_t i = 0; i < held.size(); i += 2) {
+      acc.InitRow(&rows, 0, stripe.key(held[i].first));
+      rows.show(0) = 7.0f;
+      stripe.WriteRow(held[i].first, rows, 0);
+      held[i].second.clear();
+      stripe.EncodeRow(held[i].first, &held[i].second);
+    }
+    for (uint64_t i = kRows; i < kRows + 3000; ++i) {
+      const uint64_t key = l.multi() ? TableKey(Mix64(i), i % 2) : Mix64(i);
+      acc.InitRow(&rows, 0, key);
+      const uint32_t node = stripe.Insert(key);
+      stripe.WriteRow(node, rows, 0);
+      std::string bytes;
+      stripe.EncodeRow(node, &bytes);
+      held.emplace_back(node, bytes);
+    }
+    for (const auto& [node, bytes] : held) {
+      std::string now;
+      stripe.EncodeRow(node, &now);
+      ASSERT_EQ(now, bytes) << "node " << node << " after reuse";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ctrbox

@@ -79,6 +79,7 @@ struct TableStats {
 // (docs/storage.md); dirty rows written back and their encoded bytes (ssd_bytes_written /
 // persisted_bytes is the write amplification of write-back and compaction together);
 // evictions, stripes whose records were moved into compact arenas (CacheStripe::CompactArenas),
+// stripes that gave back embedding slabs and those slabs' bytes (CacheStripe::ShrinkArenas),
 // and compactions with the bytes they wrote. Where a pull's time goes (nanoseconds, summed
 // over the threads): waiting for the write-back to bring the cache within the budget, and
 // the write-back's own record reads (the groups' old records it merges with the dirty rows;
@@ -100,6 +101,8 @@ struct TableStats {
   X(dropped_fresh, false)              \
   X(evict_rounds, false)               \
   X(arena_compactions, false)          \
+  X(arena_shrinks, false)              \
+  X(arena_freed_bytes, false)          \
   X(compactions, true)                 \
   X(compaction_bytes, false)           \
   X(budget_wait_nanos, true)           \

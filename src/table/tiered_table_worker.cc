@@ -89,12 +89,17 @@ Status TieredTable::Maintain() {
         if (all || UsedBytes() > target) {
           freed[k] = EvictStripe(s, stripe_share, all);
           if (freed[k].ok() && *freed[k] > 0) {
-            // A stripe that held many more rows than now gives their memory back.
+            // A stripe that held many more rows than now gives their memory back: all of it
+            // when none is pinned, else its embedding slabs (which the budget's falling share
+            // for the cache leaves free as the files' filters and index grow).
             CacheStripe& stripe = *stripes_[s];
             CacheStripe::Lock lock(stripe);
             if (stripe.CompactArenas()) {
               counters_->arena_compactions.fetch_add(1, std::memory_order_relaxed);
               Account(stripe, s);
+            } else if (const size_t bytes = stripe.ShrinkArenas(); bytes > 0) {
+              counters_->arena_shrinks.fetch_add(1, std::memory_order_relaxed);
+              counters_->arena_freed_bytes.fetch_add(bytes, std::memory_order_relaxed);
             }
           }
         }

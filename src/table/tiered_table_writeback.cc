@@ -401,6 +401,7 @@ StatusOr<uint64_t> TieredTable::EvictStripe(size_t s, uint64_t share, bool all) 
     CacheStripe::Lock lock(stripe);
     const size_t bytes = stripe.MemoryBytes();
     if (!all && bytes <= share) return 0;
+    stripe.NoteHighWater();  // what it holds at its top, for ShrinkArenas after the round
     std::vector<uint32_t> candidates;
     stripe.ForEachNodeById([&](uint32_t node) {
       stripe.AssertLocked();
