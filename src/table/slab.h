@@ -73,7 +73,9 @@ class SlabArena {
       id = to;
     });
     const size_t freed = (slabs_.size() - (limit >> kSlabShift)) * SlabBytes();
-    for (size_t s = limit >> kSlabShift; s < slabs_.size(); ++s) ReleaseSlab(std::move(slabs_[s]));
+    for (size_t s = limit >> kSlabShift; s < slabs_.size(); ++s) {
+      ReleaseSlab(std::move(slabs_[s]), SlabBytes());
+    }
     slabs_.resize(limit >> kSlabShift);
     next_ = limit;
     free_ = std::move(holes);
@@ -87,10 +89,9 @@ class SlabArena {
   using Slab = std::unique_ptr<uint32_t[]>;
   size_t SlabBytes() const { return (words_ << kSlabShift) * 4; }
   Slab NewSlab() const { return std::make_unique<uint32_t[]>(words_ << kSlabShift); }
-  // Frees a slab after giving back the whole pages inside it: the allocator keeps a block of
-  // this size (tens of KB) for later allocations, its pages resident otherwise.
+  // Frees a slab of `bytes` after giving back the whole pages inside it: the allocator keeps a
+  // block of this size (tens of KB) for later allocations, its pages resident otherwise.
   static void ReleaseSlab(Slab slab, size_t bytes);
-  void ReleaseSlab(Slab slab) const { ReleaseSlab(std::move(slab), SlabBytes()); }
 
   size_t words_;
   std::vector<Slab> slabs_;

@@ -1,7 +1,6 @@
 #include "util/memory_box.h"
 
 #include <fstream>
-#include <sstream>
 #include <string_view>
 
 #include "util/parse.h"
