@@ -17,6 +17,9 @@ bench/ab_settings.py --reps 3 --b-in-memory.
 --c-in-memory adds a third run to each round, B's binary without the SSD tier, so that one
 command compares two builds and gives each one's ratio to the in-memory job (a_over_c, b_over_c):
 bench/ab_settings.py --reps 3 --ctrbox OLD --b-ctrbox NEW --c-in-memory.
+--a-in-memory runs A in memory too, so that two settings of the in-memory job are compared:
+bench/ab_settings.py --a-in-memory --b-in-memory --a pipeline.pass_examples=262144
+--b pipeline.pass_examples=2048 (docs/storage.md, "The two ratios measured again").
 """
 import json, os, shutil, statistics
 
@@ -37,6 +40,8 @@ def main():
     ap.add_argument("--a", action="append", default=[], help="KEY=VALUE of setting A")
     ap.add_argument("--b", action="append", default=[], help="KEY=VALUE of setting B")
     ap.add_argument("--b-ctrbox", help="the binary B runs (default: --ctrbox)")
+    ap.add_argument("--a-in-memory", action="store_true",
+                    help="A without storage.ssd_dir and the budget (e.g. two in-memory pass sizes)")
     ap.add_argument("--b-in-memory", action="store_true",
                     help="B without storage.ssd_dir and the budget: the model in memory")
     ap.add_argument("--c-in-memory", action="store_true",
@@ -44,7 +49,7 @@ def main():
     ap.add_argument("--set", action="append", default=[], help="more settings, every run")
     a = ap.parse_args()
     binary = {"a": a.ctrbox, "b": a.b_ctrbox or a.ctrbox}
-    tiered = {"a": True, "b": not a.b_in_memory}
+    tiered = {"a": not a.a_in_memory, "b": not a.b_in_memory}
     legs = [("a", a.a), ("b", a.b)]
     if a.c_in_memory:
         binary["c"], tiered["c"] = binary["b"], False

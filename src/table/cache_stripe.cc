@@ -286,13 +286,12 @@ size_t CacheStripe::ShrinkArenas() {
     if (limit >= arena.allocated()) continue;
     freed += arena.Shrink(limit, [&](auto&& move) {
       AssertLocked();  // (called under it, by Shrink)
-      const uint32_t n = static_cast<uint32_t>(headers_.allocated());
-      for (uint32_t node = 0; node < n; ++node) {
-        if (meta_[node].state & kErased) continue;
+      ForEachNodeById([&](uint32_t node) {
+        AssertLocked();
         uint32_t* h = headers_.Get(node);
-        if (h[kEmbId] == kNoEmb || (embs_.size() > 1 && layout_.TableOf(key(node)) != t)) continue;
+        if (h[kEmbId] == kNoEmb || (embs_.size() > 1 && layout_.TableOf(key(node)) != t)) return;
         move(h[kEmbId]);
-      }
+      });
     });
   }
   return freed;
