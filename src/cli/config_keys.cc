@@ -486,6 +486,12 @@ const std::vector<Key>& Keys() {
       {"pipeline.push_threads", "number of CPUs", "threads of the push stage",
        UInt([](JobConfig* j, uint64_t v) { j->pipeline.push_threads = static_cast<int>(v); }, 1,
             256)},
+      {"pipeline.background_nice", "10",
+       "the nice value the threads other than the train stage's (read, pull, push, the "
+       "decoders, the SSD tier's) add to the process's, so that where the job fills the cores "
+       "the train stage takes them first; 0: every thread alike (docs/pipeline.md, \"Threads\")",
+       UInt([](JobConfig* j, uint64_t v) { j->pipeline.background_nice = static_cast<int>(v); }, 0,
+            19)},
       // dist (docs/distributed.md)
       {"dist.timeout_seconds", "600",
        "a job of several ranks: an exchange waiting this long for the other ranks stops the "

@@ -77,6 +77,7 @@ class ParallelChunkReader final : public BatchReader {
     for (int t = 0; t < std::max(1, options.threads); ++t)
       workers_.emplace_back([this] {
         SetThreadName("ctrbox-parse");
+        EnterBackground();
         Work();
       });
   }

@@ -3,6 +3,7 @@
 #include "dist/collectives.h"
 #include "jobs/train_steps.h"
 #include "table/ssd_store.h"
+#include "util/sys.h"
 
 namespace ctrbox {
 
@@ -12,6 +13,7 @@ JobFrame::JobFrame(Env* env, Comm* comm, const std::atomic<bool>* stop, JobConfi
     : env_(env), comm_(comm), stop_(stop), job_(job) {}
 
 JobFrame::~JobFrame() {
+  SetBackgroundNice(0);  // the job's threads have ended; a later job in the process sets its own
   // On any error a full disk is given back (a kept store, storage.keep_store, is left).
   if (!scratch_kept_ && !job_->storage.keep_store && !job_->storage.ssd.dir.empty()) {
     SsdStore::RemoveFiles(env_, job_->storage.ssd.dir).IgnoreError();
@@ -20,6 +22,8 @@ JobFrame::~JobFrame() {
 
 Status JobFrame::Prepare(JobData data) {
   RETURN_IF_ERROR(PrepareJob(env_, comm_, stop_, data, job_, &ranks_ckpt_dir_));
+  // Before the reader's decoders and the SSD tier's threads start (docs/pipeline.md, "Threads").
+  SetBackgroundNice(job_->pipeline.background_nice);
   // Before anything is written, and released last (after the SSD scratch is removed).
   return HoldJobDirs(env_, comm_, ranks_ckpt_dir_, job_, &held_);
 }

@@ -3,8 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
+#include <set>
+#include <sstream>
 
 #include "ckpt/model_dir.h"
 #include "io/synth.h"
@@ -443,6 +447,73 @@ TEST(PipelineTest, MemoryByOwnerAddsUpAtOneInstant) {
   // ... and the pages mapped from files (the program's code at least).
   EXPECT_GT(m["other_file_pages"].get<int64_t>(), 0);
   EXPECT_LE(m["other_file_pages"], m["rss"]);
+}
+
+// The nice value of each of the process's threads now, by name (/proc/self/task: the stat
+// line's 19th field).
+std::map<std::string, std::set<int>> NiceByThreadName() {
+  std::map<std::string, std::set<int>> out;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream in(task.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t open = stat.find('('), close = stat.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;  // it ended
+    std::istringstream rest(stat.substr(close + 2));
+    std::string field;
+    for (int f = 3; f <= 19 && rest >> field; ++f) {
+      if (f == 19) out[stat.substr(open + 1, close - open - 1)].insert(std::stoi(field));
+    }
+  }
+  return out;
+}
+
+// Notes, at each pass pushed (on the push stage's thread), every thread's nice value, and at
+// each progress report (on the train stage's) its own.
+class NiceValues : public ProgressSink {
+ public:
+  void OnProgress(const TrainProgress&) override { train.insert(ThreadNice()); }
+  void OnPass(const nlohmann::json&) override {
+    for (const auto& [name, nices] : NiceByThreadName())
+      seen[name].insert(nices.begin(), nices.end());
+  }
+  std::set<int> train;
+  std::map<std::string, std::set<int>> seen;
+};
+
+// pipeline.background_nice: the train stage keeps the process's priority, every other thread
+// of the job (the stages, the decoders, the SSD tier's) runs at that much lower a priority;
+// at 0 all alike (docs/pipeline.md, "Threads"). The model is the same either way.
+TEST(PipelineTest, TheThreadsBesideTheTrainStageRunAtTheBackgroundNiceValue) {
+  const int own = ThreadNice();
+  if (own + 6 > 19) GTEST_SKIP() << "the test runs at nice " << own << " already";
+  TempDir dir;
+  const std::string data = WriteOverlapping(dir, "train.tsv", 20000);
+  std::map<int, std::string> digests;
+  for (int nice : {6, 0}) {
+    SCOPED_TRACE(nice);
+    JobConfig job = Job(dir.File("m"), data);
+    job.train.progress_seconds = 0;
+    job.data.threads = 2;  // decoders of their own (ctrbox-parse), reading all along
+    job.data.chunk_bytes = 64 << 10;
+    UseTiers(&job, dir, 2 << 20);
+    job.storage.io_threads = 2;  // pools of the tier's: ctrbox-ssd-io, ctrbox-wb-io
+    job.storage.evict_threads = 2;
+    job.pipeline.background_nice = nice;
+    NiceValues sink;
+    auto r = TrainJson(Env::Posix(), job, &sink);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    digests[nice] = (*r)["digest"].get<std::string>();
+    EXPECT_EQ(sink.train, std::set<int>{own});
+    for (const char* name : {"ctrbox-read", "ctrbox-pull", "ctrbox-push", "ctrbox-parse",
+                             "ctrbox-tier", "ctrbox-evict", "ctrbox-ssd-io", "ctrbox-wb-io"}) {
+      ASSERT_TRUE(sink.seen.contains(name)) << name;
+      EXPECT_EQ(sink.seen[name], std::set<int>{own + nice}) << name;
+    }
+    ASSERT_TRUE(sink.seen.contains("ctrbox-train"));  // the train stage's pool
+    EXPECT_EQ(sink.seen["ctrbox-train"], std::set<int>{own});
+    EXPECT_EQ(ThreadNice(), own);
+  }
+  EXPECT_EQ(digests[6], digests[0]);
 }
 
 // Sets the stop flag (as Ctrl-C does) once `after` passes are pushed.

@@ -8,6 +8,9 @@ Status PipelineOptions::Validate() const {
         "pipeline.read_threads, pipeline.pull_threads, pipeline.push_threads and "
         "pipeline.pass_examples must be >= 1");
   }
+  if (background_nice < 0 || background_nice > 19) {
+    return InvalidArgumentError("pipeline.background_nice must be in [0, 19] (a nice value)");
+  }
   return Status::OK();
 }
 

@@ -31,6 +31,11 @@ struct PipelineOptions {
   int read_threads = 1;
   int pull_threads = 2;
   int push_threads = 1;
+  // The nice value the job's threads other than the train stage's add to the process's
+  // (util/sys.h SetBackgroundNice; docs/pipeline.md, "Threads"): where the job fills the
+  // cores, the train stage, the slowest, takes them first. 0: all alike.
+  int background_nice = kDefaultBackgroundNice;
+  static constexpr int kDefaultBackgroundNice = 10;
 
   // OK, or InvalidArgument naming the bad pipeline.* keys.
   Status Validate() const;

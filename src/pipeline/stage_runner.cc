@@ -126,6 +126,7 @@ class PipelinedRun {
 
   void ReadLoop() {
     SetThreadName("ctrbox-read");
+    EnterBackground();  // before its pool: the pool's threads inherit it
     ThreadPool pool(options_.read_threads, "ctrbox-read");
     while (!failed_.load()) {
       if (Stopping(stop_)) {
@@ -150,6 +151,7 @@ class PipelinedRun {
 
   void PullLoop() {
     SetThreadName("ctrbox-pull");
+    EnterBackground();
     ThreadPool pool(options_.pull_threads, "ctrbox-pull");
     PassPtr pass;
     while (Take(StageId::kPull, &pass)) {
@@ -189,6 +191,7 @@ class PipelinedRun {
   // Every trained pass is pushed, also after Ctrl-C; nothing after an error.
   void PushLoop() {
     SetThreadName("ctrbox-push");
+    EnterBackground();
     ThreadPool pool(options_.push_threads, "ctrbox-push");
     PassPtr pass;
     while (Take(StageId::kPush, &pass)) {

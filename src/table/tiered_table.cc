@@ -146,9 +146,11 @@ StatusOr<std::unique_ptr<TieredTable>> TieredTable::Open(Env* env, const TieredO
         "{}; lower storage.group_bits",
         options.memory_budget, t->ssd_->MemoryBytes()));
   }
-  // One loop a pull and one a write-back batch, far apart: no spinning between them.
+  // One loop a pull and one a write-back batch, far apart: no spinning between them. The
+  // pools are made by the job's own thread, and run at its background threads' priority.
   const auto pool = [](int threads, const char* name) {
-    return threads > 1 ? std::make_unique<ThreadPool>(threads, name, ThreadPool::Wait::kSleep)
+    return threads > 1 ? std::make_unique<ThreadPool>(threads, name, ThreadPool::Wait::kSleep,
+                                                      ThreadPool::Priority::kBackground)
                        : nullptr;
   };
   t->io_pool_ = pool(options.io_threads, "ctrbox-ssd-io");
@@ -156,7 +158,9 @@ StatusOr<std::unique_ptr<TieredTable>> TieredTable::Open(Env* env, const TieredO
     t->device_io_pool_ = pool(options.DeviceIoThreads(), "ctrbox-dev-io");
   t->writeback_io_pool_ = pool(options.DeviceIoThreads(), "ctrbox-wb-io");
   if (options.evict_threads > 1)
-    t->evict_pool_ = std::make_unique<ThreadPool>(options.evict_threads, "ctrbox-evict");
+    t->evict_pool_ = std::make_unique<ThreadPool>(options.evict_threads, "ctrbox-evict",
+                                                  ThreadPool::Wait::kSpinThenSleep,
+                                                  ThreadPool::Priority::kBackground);
   t->worker_ = std::thread([p = t.get()] { p->WorkerLoop(); });
   return t;
 }

@@ -146,6 +146,7 @@ Status TieredTable::CompactIfOver() {
 
 void TieredTable::WorkerLoop() {
   SetThreadName("ctrbox-tier");
+  EnterBackground();
   // After a round that freed nothing (every row left is pinned by passes in flight), the next
   // one waits for an unpin (or the periodic tick): rescanning pinned rows frees nothing and
   // takes stripe locks and CPU from the pulls and the trainer.

@@ -6,9 +6,12 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 
@@ -147,6 +150,37 @@ bool InstallCrashBacktrace() {
 
 void SetThreadName(const std::string& name) {
   pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
+}
+
+namespace {
+// The nice value background threads take: the caller's of SetBackgroundNice plus its
+// argument; -1: none set (EnterBackground does nothing).
+std::atomic<int> background_nice{-1};
+constexpr int kLowestPriorityNice = 19;
+
+pid_t ThreadId() { return static_cast<pid_t>(syscall(SYS_gettid)); }
+}  // namespace
+
+int ThreadNice() {
+  errno = 0;
+  const int nice = getpriority(PRIO_PROCESS, static_cast<id_t>(ThreadId()));
+  return errno == 0 ? nice : 0;
+}
+
+void SetBackgroundNice(int nice) {
+  background_nice.store(nice <= 0 ? -1 : std::min(kLowestPriorityNice, ThreadNice() + nice),
+                        std::memory_order_relaxed);
+}
+
+int BackgroundNice() {
+  const int nice = background_nice.load(std::memory_order_relaxed);
+  return nice < 0 ? 0 : nice;
+}
+
+bool EnterBackground() {
+  const int nice = background_nice.load(std::memory_order_relaxed);
+  if (nice < 0 || ThreadNice() >= nice) return true;  // never raises a thread's priority
+  return setpriority(PRIO_PROCESS, static_cast<id_t>(ThreadId()), nice) == 0;
 }
 
 }  // namespace ctrbox

@@ -37,6 +37,22 @@ int NumCpus();
 // Names the calling thread (at most 15 characters are kept) so that `top -H`, `perf report
 // --sort comm` and gdb tell the pipeline's stages and pools apart (docs/pipeline.md).
 void SetThreadName(const std::string& name);
+// Background threads (docs/pipeline.md, "Threads"): a train job runs the train stage at the
+// process's own priority and every other thread of its (the read, pull and push stages, the
+// reader's decoders, the SSD tier's write-back and readers) at a lower one, so that where the
+// job fills the cores the slowest stage takes them first and the others fill in behind it.
+// SetBackgroundNice(n) makes n (0-19) the nice value those threads add to the calling
+// thread's (the process's: `nice -n 5 ctrbox` runs them at 5 + n, at most 19); 0, the
+// default, changes nothing. EnterBackground() gives the calling thread that nice value (a
+// Linux thread's nice is its own, and the threads it starts inherit it); it only ever lowers
+// a thread's priority, and returns false where the system refused (the thread runs on as it
+// was).
+void SetBackgroundNice(int nice);
+// The nice value background threads take now (0: none set).
+int BackgroundNice();
+bool EnterBackground();
+// The calling thread's nice value (getpriority of its thread id).
+int ThreadNice();
 // On a fatal signal (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) writes the signal, the thread's
 // name and the stack (module+offset per frame: `addr2line -f -C -e ctrbox OFFSET` names them)
 // to stderr, then dies of the signal as before. A crash on a machine with no debugger (the

@@ -3,12 +3,15 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "util/env.h"
@@ -16,6 +19,43 @@
 
 namespace ctrbox {
 namespace {
+
+// EnterBackground lowers the calling thread's priority to the background nice value (the
+// caller's of SetBackgroundNice plus its argument, at most 19), never raises it, does nothing
+// while none is set, and the threads a background thread starts inherit it.
+TEST(SysTest, BackgroundThreadsTakeTheBackgroundNiceValue) {
+  std::thread([] {  // the test's own thread: its nice value may only go up
+    const int own = ThreadNice();
+    if (own + 5 > 19) GTEST_SKIP() << "this test already runs at nice " << own;
+    SetBackgroundNice(0);
+    EXPECT_EQ(BackgroundNice(), 0);
+    std::thread([&] {
+      EXPECT_TRUE(EnterBackground());
+      EXPECT_EQ(ThreadNice(), own) << "none set: nothing changes";
+    }).join();
+    SetBackgroundNice(5);
+    EXPECT_EQ(BackgroundNice(), own + 5);
+    std::thread([&] {
+      EXPECT_TRUE(EnterBackground());
+      EXPECT_EQ(ThreadNice(), own + 5);
+      int child = -1;
+      std::thread([&] { child = ThreadNice(); }).join();
+      EXPECT_EQ(child, own + 5) << "a thread started by a background thread inherits its nice";
+      SetBackgroundNice(2);  // from this thread: 2 more than its own
+      EXPECT_EQ(BackgroundNice(), std::min(19, own + 7));
+    }).join();
+    SetBackgroundNice(1);  // lower than a thread already has: it stays where it is
+    std::thread([&] {
+      setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), own + 4);
+      EXPECT_TRUE(EnterBackground());
+      EXPECT_EQ(ThreadNice(), own + 4);
+    }).join();
+    SetBackgroundNice(40);  // past the lowest priority: at most 19
+    EXPECT_EQ(BackgroundNice(), 19);
+    SetBackgroundNice(0);
+  })
+      .join();
+}
 
 // Blocks freed inside the heap (every other one kept, so that no free block reaches the top
 // of an arena, which glibc would trim on its own) stay the allocator's: HeapFreeBytes counts

@@ -19,16 +19,18 @@ constexpr int kSpinIterations = 4000;  // about 10-40 us of spinning before slee
 }
 
 ThreadPool::ThreadPool(int num_threads, std::function<void(int thread)> before_join)
-    : ThreadPool(num_threads, std::move(before_join), std::string(), Wait::kSpinThenSleep) {}
+    : ThreadPool(num_threads, std::move(before_join), std::string(), Wait::kSpinThenSleep,
+                 Priority::kInherited) {}
 
-ThreadPool::ThreadPool(int num_threads, std::string name, Wait wait)
-    : ThreadPool(num_threads, {}, std::move(name), wait) {}
+ThreadPool::ThreadPool(int num_threads, std::string name, Wait wait, Priority priority)
+    : ThreadPool(num_threads, {}, std::move(name), wait, priority) {}
 
 ThreadPool::ThreadPool(int num_threads, std::function<void(int thread)> before_join,
-                       std::string name, Wait wait)
+                       std::string name, Wait wait, Priority priority)
     : before_join_(std::move(before_join)),
       name_(std::move(name)),
-      spin_iterations_(wait == Wait::kSleep ? 0 : kSpinIterations) {
+      spin_iterations_(wait == Wait::kSleep ? 0 : kSpinIterations),
+      priority_(priority) {
   assert(num_threads >= 1);
   for (int t = 1; t < num_threads; ++t) workers_.emplace_back([this, t] { WorkerLoop(t); });
 }
@@ -50,6 +52,7 @@ void ThreadPool::RunTasks(int thread) {
 
 void ThreadPool::WorkerLoop(int thread) {
   if (!name_.empty()) SetThreadName(name_);
+  if (priority_ == Priority::kBackground) EnterBackground();
   uint64_t seen = 0;
   while (true) {
     uint64_t g = generation_.load(std::memory_order_acquire);

@@ -39,8 +39,14 @@ class ThreadPool {
   // apart (the tiers' reads: one loop a pull) spins for nothing, on cores the other stages
   // need (its spinning was ~1 CPU-s of the 12 M-key 10 % job), so it sleeps at once.
   enum class Wait { kSpinThenSleep, kSleep };
+  // Whose priority the workers run at: the thread that made the pool's (the default: a
+  // thread's nice value is inherited), or the job's background threads' (util/sys.h
+  // EnterBackground), for a pool made by a thread of the train stage for other work (the SSD
+  // tier's write-back and readers).
+  enum class Priority { kInherited, kBackground };
   // The same, its workers named `name` (util/sys.h SetThreadName; the caller keeps its own).
-  ThreadPool(int num_threads, std::string name, Wait wait = Wait::kSpinThenSleep);
+  ThreadPool(int num_threads, std::string name, Wait wait = Wait::kSpinThenSleep,
+             Priority priority = Priority::kInherited);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -53,13 +59,14 @@ class ThreadPool {
 
  private:
   ThreadPool(int num_threads, std::function<void(int thread)> before_join, std::string name,
-             Wait wait);
+             Wait wait, Priority priority);
   void WorkerLoop(int thread);
   void RunTasks(int thread);
 
   const std::function<void(int thread)> before_join_;
   const std::string name_;            // the workers' (empty: unnamed)
   const int spin_iterations_;         // before sleeping (Wait)
+  const Priority priority_;           // the workers' (kBackground: EnterBackground as they start)
   std::vector<std::thread> workers_;  // immutable after construction
   // Held by the caller of a loop with workers, for the whole loop: one loop at a time.
   Mutex caller_mu_;

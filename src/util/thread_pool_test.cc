@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "util/sys.h"
+
 namespace ctrbox {
 namespace {
 
@@ -50,6 +52,43 @@ TEST(ThreadPoolTest, ANamedPoolsWorkersCarryItsName) {
   EXPECT_EQ(names[0], caller);
   EXPECT_EQ(names[1], "ctrbox-test-poo");  // (15 characters are kept)
   EXPECT_EQ(names[2], "ctrbox-test-poo");
+}
+
+// A pool made for background work runs its workers at the job's background threads' nice
+// value (util/sys.h); the caller, and an ordinary pool's workers, keep the caller's.
+TEST(ThreadPoolTest, ABackgroundPoolsWorkersTakeTheBackgroundNiceValue) {
+  std::thread([] {  // a thread of the test's own, whose nice value it may lower
+    const int own = ThreadNice();
+    if (own + 3 > 19) GTEST_SKIP() << "this test already runs at nice " << own;
+    SetBackgroundNice(3);
+    auto nices = [](ThreadPool& pool) {
+      std::vector<int> nice(3);
+      std::atomic<int> started{0};
+      pool.ParallelFor(3, [&](size_t, int thread) {  // each thread runs one task
+        started.fetch_add(1);
+        while (started.load() < 3) std::this_thread::yield();
+        nice[thread] = ThreadNice();
+      });
+      return nice;
+    };
+    ThreadPool background(3, "ctrbox-test-bg", ThreadPool::Wait::kSleep,
+                          ThreadPool::Priority::kBackground);
+    ThreadPool inherited(3, "ctrbox-test-fg");
+    EXPECT_EQ(nices(background), (std::vector<int>{own, own + 3, own + 3}));
+    EXPECT_EQ(nices(inherited), (std::vector<int>{own, own, own}));
+    SetBackgroundNice(0);
+    ThreadPool after(2, "ctrbox-test-bg", ThreadPool::Wait::kSleep,
+                     ThreadPool::Priority::kBackground);
+    std::vector<int> nice(2);
+    std::atomic<int> started{0};
+    after.ParallelFor(2, [&](size_t, int thread) {
+      started.fetch_add(1);
+      while (started.load() < 2) std::this_thread::yield();
+      nice[thread] = ThreadNice();
+    });
+    EXPECT_EQ(nice, (std::vector<int>{own, own})) << "background nice 0 changes nothing";
+  })
+      .join();
 }
 
 TEST(ThreadPoolTest, ManyBackToBackLoopsSeeEarlierWrites) {
