@@ -61,12 +61,13 @@ TEST(ThreadPoolTest, ABackgroundPoolsWorkersTakeTheBackgroundNiceValue) {
     const int own = ThreadNice();
     if (own + 3 > 19) GTEST_SKIP() << "this test already runs at nice " << own;
     SetBackgroundNice(3);
-    auto nices = [](ThreadPool& pool) {
-      std::vector<int> nice(3);
+    auto nices = [](ThreadPool& pool) {  // each thread's, one task each
+      const int n = pool.num_threads();
+      std::vector<int> nice(n);
       std::atomic<int> started{0};
-      pool.ParallelFor(3, [&](size_t, int thread) {  // each thread runs one task
+      pool.ParallelFor(n, [&](size_t, int thread) {
         started.fetch_add(1);
-        while (started.load() < 3) std::this_thread::yield();
+        while (started.load() < n) std::this_thread::yield();
         nice[thread] = ThreadNice();
       });
       return nice;
@@ -79,14 +80,7 @@ TEST(ThreadPoolTest, ABackgroundPoolsWorkersTakeTheBackgroundNiceValue) {
     SetBackgroundNice(0);
     ThreadPool after(2, "ctrbox-test-bg", ThreadPool::Wait::kSleep,
                      ThreadPool::Priority::kBackground);
-    std::vector<int> nice(2);
-    std::atomic<int> started{0};
-    after.ParallelFor(2, [&](size_t, int thread) {
-      started.fetch_add(1);
-      while (started.load() < 2) std::this_thread::yield();
-      nice[thread] = ThreadNice();
-    });
-    EXPECT_EQ(nice, (std::vector<int>{own, own})) << "background nice 0 changes nothing";
+    EXPECT_EQ(nices(after), (std::vector<int>{own, own})) << "background nice 0 changes nothing";
   })
       .join();
 }
