@@ -31,7 +31,7 @@ ThreadPool::ThreadPool(int num_threads, std::function<void(int thread)> before_j
       name_(std::move(name)),
       spin_iterations_(wait == Wait::kSleep ? 0 : kSpinIterations),
       priority_(priority) {
-  assert(num_threads >= 1);
+  assert(num_threads >= 1 && static_cast<uint32_t>(num_threads) <= kJoinedMask);
   for (int t = 1; t < num_threads; ++t) workers_.emplace_back([this, t] { WorkerLoop(t); });
 }
 
@@ -53,9 +53,9 @@ void ThreadPool::RunTasks(int thread) {
 void ThreadPool::WorkerLoop(int thread) {
   if (!name_.empty()) SetThreadName(name_);
   if (priority_ == Priority::kBackground) EnterBackground();
-  uint64_t seen = 0;
+  uint32_t seen = 0;
   while (true) {
-    uint64_t g = generation_.load(std::memory_order_acquire);
+    uint32_t g = generation_.load(std::memory_order_acquire);
     for (int i = 0; i < spin_iterations_ && g == seen; ++i) {
       CTRBOX_PAUSE();
       g = generation_.load(std::memory_order_acquire);
@@ -69,15 +69,15 @@ void ThreadPool::WorkerLoop(int thread) {
     if (before_join_) before_join_(thread);
     // Join loop g, unless its caller has closed it (it ran the tasks itself meanwhile: this
     // worker was not scheduled in time) or has gone on to another loop.
-    uint64_t s = state_.load(std::memory_order_acquire);
+    uint32_t s = state_.load(std::memory_order_acquire);
     bool joined = false;
-    while (!joined && (s >> 32) == (g & 0xFFFFFFFFu) && (s & kClosed) == 0) {
+    while (!joined && (s & ~(kClosed | kJoinedMask)) == StateGeneration(g) && (s & kClosed) == 0) {
       joined = state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel,
                                             std::memory_order_acquire);
     }
     if (!joined) continue;
     RunTasks(thread);
-    const uint64_t left = state_.fetch_sub(1, std::memory_order_acq_rel) - 1;
+    const uint32_t left = state_.fetch_sub(1, std::memory_order_acq_rel) - 1;
     if ((left & kClosed) != 0 && (left & kJoinedMask) == 0) state_.notify_one();
   }
 }
@@ -92,8 +92,8 @@ void ThreadPool::ParallelFor(size_t num_tasks, const TaskFn& fn) {
   fn_ = &fn;
   num_tasks_ = num_tasks;
   next_task_.store(0, std::memory_order_relaxed);
-  const uint64_t g = generation_.load(std::memory_order_relaxed) + 1;
-  state_.store((g & 0xFFFFFFFFu) << 32, std::memory_order_release);  // open, nobody joined
+  const uint32_t g = generation_.load(std::memory_order_relaxed) + 1;
+  state_.store(StateGeneration(g), std::memory_order_release);  // open, nobody joined
   generation_.store(g, std::memory_order_release);
   generation_.notify_all();
   RunTasks(0);
@@ -101,7 +101,7 @@ void ThreadPool::ParallelFor(size_t num_tasks, const TaskFn& fn) {
   // we return), and those that joined are waited for. Waiting for every worker to check in,
   // as before, held a loop up for a worker the OS had not scheduled (the tiers' threads share
   // the cores), after the caller had run all the tasks.
-  uint64_t s = state_.fetch_or(kClosed, std::memory_order_acq_rel) | kClosed;
+  uint32_t s = state_.fetch_or(kClosed, std::memory_order_acq_rel) | kClosed;
   for (int i = 0; i < spin_iterations_ && (s & kJoinedMask) != 0; ++i) {
     CTRBOX_PAUSE();
     s = state_.load(std::memory_order_acquire);

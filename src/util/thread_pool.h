@@ -75,12 +75,19 @@ class ThreadPool {
   const TaskFn* fn_ = nullptr;
   size_t num_tasks_ = 0;
   std::atomic<size_t> next_task_{0};
-  std::atomic<uint64_t> generation_{0};  // bumped to start a loop (and to stop): workers wait on it
-  // The loop's state: its generation's low 32 bits (bits 32-63), kClosed once the caller has
-  // run out of tasks, and the workers that joined it and have not left (kJoinedMask).
-  static constexpr uint64_t kClosed = uint64_t{1} << 31;
-  static constexpr uint64_t kJoinedMask = kClosed - 1;
-  std::atomic<uint64_t> state_{0};
+  // Both words that threads wait on are 32 bits: libstdc++ waits on a word of that size with a
+  // futex on its own address, but on a 64-bit one through a pool of 16 shared waiter slots, so
+  // a loop of any pool woke every sleeping worker whose pool hashed to the same slot (the
+  // tiers' 16 idle device readers woke ~3 000 times a second with the train pool's loops).
+  std::atomic<uint32_t> generation_{0};  // bumped to start a loop (and to stop): workers wait on it
+  // The loop's state: its generation's low 15 bits (bits 17-31), kClosed once the caller has
+  // run out of tasks, and the workers that joined it and have not left (kJoinedMask). A worker
+  // joins only an open loop, so a generation mistaken 2^15 loops later would still be safe.
+  static constexpr uint32_t kGenerationShift = 17;
+  static constexpr uint32_t kClosed = uint32_t{1} << 16;
+  static constexpr uint32_t kJoinedMask = kClosed - 1;
+  static uint32_t StateGeneration(uint32_t generation) { return generation << kGenerationShift; }
+  std::atomic<uint32_t> state_{0};
   std::atomic<bool> stop_{false};
 };
 

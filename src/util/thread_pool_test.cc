@@ -1,11 +1,15 @@
 #include "util/thread_pool.h"
 
+#include <dirent.h>
 #include <gtest/gtest.h>
 #include <pthread.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
+#include <fstream>
+#include <memory>
 #include <mutex>
 #include <numeric>
 #include <string>
@@ -83,6 +87,54 @@ TEST(ThreadPoolTest, ABackgroundPoolsWorkersTakeTheBackgroundNiceValue) {
     EXPECT_EQ(nices(after), (std::vector<int>{own, own})) << "background nice 0 changes nothing";
   })
       .join();
+}
+
+// The context switches so far of this process's threads named `name` (/proc/self/task).
+uint64_t ContextSwitchesOf(const std::string& name) {
+  uint64_t switches = 0;
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return 0;
+  while (const dirent* e = readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    const std::string task = std::string("/proc/self/task/") + e->d_name;
+    std::string comm;
+    std::getline(std::ifstream(task + "/comm"), comm);
+    if (comm != name) continue;
+    std::ifstream status(task + "/status");
+    for (std::string line; std::getline(status, line);) {
+      for (const char* field : {"voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:"}) {
+        if (line.rfind(field, 0) == 0) switches += std::stoull(line.substr(std::strlen(field)));
+      }
+    }
+  }
+  closedir(dir);
+  return switches;
+}
+
+// Idle pools' workers sleep through another pool's loops. They used to wait on a 64-bit word,
+// which libstdc++ waits on through 16 waiter slots shared by the whole process: every loop of
+// a busy pool woke the idle workers of any pool in its slot (the tiers' idle device readers
+// woke ~3 000 times a second in a training job). With 32 idle pools, some share a slot with
+// the busy one's words but for a chance of about 1 in 70.
+TEST(ThreadPoolTest, IdlePoolsSleepThroughAnotherPoolsLoops) {
+  constexpr const char* kIdle = "ctrbox-idle";  // (a thread's name keeps 15 characters)
+  std::vector<std::unique_ptr<ThreadPool>> idle;
+  for (int i = 0; i < 32; ++i) {
+    idle.push_back(std::make_unique<ThreadPool>(2, kIdle, ThreadPool::Wait::kSleep));
+    idle.back()->ParallelFor(2, [](size_t, int) {});  // started and gone back to sleep
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (ContextSwitchesOf(kIdle) == 0) GTEST_SKIP() << "no context switch counts in /proc";
+  const uint64_t before = ContextSwitchesOf(kIdle);
+  ThreadPool busy(2, "ctrbox-busy", ThreadPool::Wait::kSleep);
+  constexpr int kLoops = 20000;
+  std::atomic<int> ran{0};
+  for (int i = 0; i < kLoops; ++i) busy.ParallelFor(2, [&](size_t, int) { ran.fetch_add(1); });
+  EXPECT_EQ(ran.load(), 2 * kLoops);
+  // Woken for nothing, a worker switches at least twice a loop; a few switches of the 32
+  // workers are the machine's own (timer ticks, migrations).
+  const uint64_t woken = ContextSwitchesOf(kIdle) - before;
+  EXPECT_LT(woken, uint64_t{kLoops / 50}) << "of " << kLoops << " loops";
 }
 
 TEST(ThreadPoolTest, ManyBackToBackLoopsSeeEarlierWrites) {
