@@ -255,7 +255,8 @@ std::string_view RecordBuilder::Lay(uint64_t offset, size_t page, Fences* fences
 Status RecordView::ParseSegment(const ValueLayout& layout, uint32_t group_bits, uint32_t g,
                                 size_t at, size_t n, uint32_t* rows) {
   if (n < kSegmentHeaderBytes) return CorruptionError("segment is truncated");
-  const char* h = bytes.data() + at;
+  const std::string_view in = data();
+  const char* h = in.data() + at;
   const uint32_t count = GetFixed<uint32_t>(h + 8), size = GetFixed<uint32_t>(h + 12);
   if (size > n - kSegmentHeaderBytes) return CorruptionError("segment extends past its page");
   if (Crc32c(h + 4, 12 + size) != GetFixed<uint32_t>(h)) {
@@ -265,7 +266,7 @@ Status RecordView::ParseSegment(const ValueLayout& layout, uint32_t group_bits, 
   size_t off = at + kSegmentHeaderBytes;
   const size_t end = off + size;
   const size_t fixed = layout.EncodedBytes(false);
-  const char* p = bytes.data();
+  const char* p = in.data();
   // The previous row's fingerprint (its key hashed once: a row's, carried to the next).
   uint16_t prev_fp = keys.empty() ? 0 : RowFingerprint(keys.back());
   for (uint32_t i = 0; i < count; ++i) {
@@ -320,13 +321,14 @@ Status RecordView::ParsePieces(const ValueLayout& layout, uint32_t group_bits, u
   Clear();
   const uint64_t base = RecordPiece(offset, length, page, pieces.first).begin;
   uint32_t rows = 0, header_rows = 0;
+  const std::string_view in = data();
   for (size_t i = pieces.first; i <= pieces.last; ++i) {
     const PieceSpan span = RecordPiece(offset, length, page, i);
-    if (span.end - base > bytes.size()) return CorruptionError("record is truncated");
+    if (span.end - base > in.size()) return CorruptionError("record is truncated");
     size_t at = static_cast<size_t>(span.begin - base);
     if (i == 0) {
       RETURN_IF_ERROR(
-          CheckRecordHeader(bytes.data() + at, span.end - span.begin, g, length, &header_rows));
+          CheckRecordHeader(in.data() + at, span.end - span.begin, g, length, &header_rows));
       if (pieces.last + 1 == RecordPieces(offset, length, page)) {
         // The whole record: room for its rows at once (as many as its bytes could hold).
         const size_t n = std::min<size_t>(header_rows, length / layout.EncodedBytes(false));
@@ -348,9 +350,10 @@ Status RecordView::ParsePieces(const ValueLayout& layout, uint32_t group_bits, u
 
 Status RecordView::Parse(const ValueLayout& layout, uint32_t group_bits, uint32_t g,
                          uint64_t offset, size_t page) {
-  if (bytes.size() < kRecordHeaderBytes) return CorruptionError("not a group record");
-  return ParsePieces(layout, group_bits, g, offset, bytes.size(), page,
-                     PieceRange{0, RecordPieces(offset, bytes.size(), page) - 1});
+  const size_t n = data().size();
+  if (n < kRecordHeaderBytes) return CorruptionError("not a group record");
+  return ParsePieces(layout, group_bits, g, offset, n, page,
+                     PieceRange{0, RecordPieces(offset, n, page) - 1});
 }
 
 Status RecordView::DecodeRow(size_t i, RowBlock* out, size_t r) const {

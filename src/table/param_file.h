@@ -79,27 +79,38 @@ Status CheckParamFileHeader(const std::string& path, const char* p, size_t n, ui
 struct RecordView {
   uint32_t group = 0;
   std::string bytes;              // what was read: the whole record, or some of its pieces
-  std::vector<uint32_t> offsets;  // per row, where it starts in bytes
+  std::vector<uint32_t> offsets;  // per row, where it starts in data()
   std::vector<uint32_t> ends;     // per row, where it ends
   std::vector<uint64_t> keys;
 
-  size_t rows() const { return keys.size(); }
-  std::string_view row(size_t i) const {
-    return std::string_view(bytes).substr(offsets[i], ends[i] - offsets[i]);
+  // The bytes parsed and read: `bytes`, or, once SetMapped, bytes the view does not own (a
+  // span of a file's mapping, which SsdStore reads without copying it), kept valid by `keep`
+  // (the file, so its mapping) until UseBytes goes back to `bytes` or the view goes.
+  std::string_view data() const { return mapped_.data() != nullptr ? mapped_ : bytes; }
+  void SetMapped(const char* p, size_t n, std::shared_ptr<const void> keep) {
+    mapped_ = std::string_view(p, n);
+    keep_ = std::move(keep);
   }
+  void UseBytes() {
+    mapped_ = {};
+    keep_.reset();
+  }
+
+  size_t rows() const { return keys.size(); }
+  std::string_view row(size_t i) const { return data().substr(offsets[i], ends[i] - offsets[i]); }
   void Clear() {
     offsets.clear();
     ends.clear();
     keys.clear();
   }
-  // Verifies and parses the whole record held in `bytes`, read from file offset `offset` of a
+  // Verifies and parses the whole record held in data(), read from file offset `offset` of a
   // file with pages of `page` bytes: its header, every segment's CRC, and that every row has
   // the layout, belongs to group g, and the rows are in fingerprint order. Errors do not say
   // where the record is: the caller prefixes that.
   Status Parse(const ValueLayout& layout, uint32_t group_bits, uint32_t g, uint64_t offset,
                size_t page);
   // The same for pieces [first, last] of a record at [offset, offset + length) held in
-  // `bytes` (read from the start of piece `first`): their segments are verified and their
+  // data() (read from the start of piece `first`): their segments are verified and their
   // rows parsed; the record header too if piece 0 is among them.
   Status ParsePieces(const ValueLayout& layout, uint32_t group_bits, uint32_t g, uint64_t offset,
                      uint64_t length, size_t page, PieceRange pieces);
@@ -107,9 +118,12 @@ struct RecordView {
   Status DecodeRow(size_t i, RowBlock* out, size_t r) const;
 
  private:
-  // Parses the segment at bytes[at, at + n), appending its rows.
+  // Parses the segment at data()[at, at + n), appending its rows.
   Status ParseSegment(const ValueLayout& layout, uint32_t group_bits, uint32_t g, size_t at,
                       size_t n, uint32_t* rows);
+
+  std::string_view mapped_;
+  std::shared_ptr<const void> keep_;
 };
 
 // Builds a record: rows from views (bytes copied) or from RowBlocks (encoded), laid out in
@@ -191,7 +205,7 @@ class FileRecycler {
 // One parameter file. Its counters are guarded by the owning store's counter mutex; the reader
 // and the Bloom filter may be used concurrently. A file marked obsolete is unlinked (or handed
 // to the recycler, if there is one) when the last reference to it goes.
-struct ParamFile {
+struct ParamFile : std::enable_shared_from_this<ParamFile> {
   ParamFile(Env* env, uint32_t id, std::string path, std::unique_ptr<BloomFilter> bloom)
       : env(env), id(id), path(std::move(path)), bloom(std::move(bloom)) {}
   ~ParamFile();

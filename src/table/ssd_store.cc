@@ -188,22 +188,46 @@ Status ReadBytes(const RandomAccessFile& reader, uint64_t offset, size_t n, char
 
 }  // namespace
 
+template <typename Parse, typename Where>
+Status SsdStore::ReadView(const ParamFile& file, uint64_t begin, size_t n, RecordView* out,
+                          Parse parse, Where where) const {
+  bool mapped = false;
+  const RandomAccessFile& reader = ReaderFor(file, &mapped);
+  if (const char* in_place = mapped ? reader.MappedBytes(begin, n) : nullptr) {
+    // Read where it lies (docs/storage.md, "Reads in place"); the view holds the file, so the
+    // mapping, while it points into it.
+    out->SetMapped(in_place, n, file.shared_from_this());
+    const auto start = std::chrono::steady_clock::now();
+    Status parsed = parse(out);
+    Counted(true,
+            std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                                 start)
+                .count(),
+            n);
+    if (!parsed.ok()) return CorruptionError(where() + ": " + parsed.message());
+    return Status::OK();
+  }
+  out->UseBytes();
+  out->bytes.resize(n);
+  uint64_t nanos = 0;
+  const Status read = ReadBytes(reader, begin, n, out->bytes.data(), &nanos, &read_retries_, where);
+  Counted(mapped, nanos, read.ok() ? n : 0);  // (a record is never empty)
+  RETURN_IF_ERROR(read);
+  Status parsed = parse(out);
+  if (!parsed.ok()) return CorruptionError(where() + ": " + parsed.message());
+  return Status::OK();
+}
+
 Status SsdStore::ReadRecord(const ParamFile& file, const RecordLoc& loc, uint32_t g,
                             RecordView* out) const {
   // `where` is formatted only for an error: a pull reads thousands of records a second.
   auto where = [&] {
     return fmt::format("{}: record at offset {} (group {})", file.path, loc.offset, g);
   };
-  out->bytes.resize(loc.length);
-  bool mapped = false;
-  uint64_t nanos = 0;
-  const Status read = ReadBytes(ReaderFor(file, &mapped), loc.offset, loc.length, out->bytes.data(),
-                                &nanos, &read_retries_, where);
-  Counted(mapped, nanos, read.ok() ? loc.length : 0);  // (a record is never empty)
-  RETURN_IF_ERROR(read);
-  Status parsed = out->Parse(layout_, options_.group_bits, g, loc.offset, page_);
-  if (!parsed.ok()) return CorruptionError(where() + ": " + parsed.message());
-  return Status::OK();
+  return ReadView(
+      file, loc.offset, loc.length, out,
+      [&](RecordView* v) { return v->Parse(layout_, options_.group_bits, g, loc.offset, page_); },
+      where);
 }
 
 Status SsdStore::ReadPieces(const ParamFile& file, const RecordLoc& loc, uint32_t g,
@@ -214,17 +238,13 @@ Status SsdStore::ReadPieces(const ParamFile& file, const RecordLoc& loc, uint32_
     return fmt::format("{}: record at offset {} (group {}), pieces {}-{}", file.path, loc.offset, g,
                        pieces.first, pieces.last);
   };
-  out->bytes.resize(end - begin);
-  bool mapped = false;
-  uint64_t nanos = 0;
-  const Status read = ReadBytes(ReaderFor(file, &mapped), begin, end - begin, out->bytes.data(),
-                                &nanos, &read_retries_, where);
-  Counted(mapped, nanos, read.ok() ? end - begin : 0);
-  RETURN_IF_ERROR(read);
-  Status parsed =
-      out->ParsePieces(layout_, options_.group_bits, g, loc.offset, loc.length, page_, pieces);
-  if (!parsed.ok()) return CorruptionError(where() + ": " + parsed.message());
-  return Status::OK();
+  return ReadView(
+      file, begin, end - begin, out,
+      [&](RecordView* v) {
+        return v->ParsePieces(layout_, options_.group_bits, g, loc.offset, loc.length, page_,
+                              pieces);
+      },
+      where);
 }
 
 uint64_t SsdStore::FileBytes(const ParamFile& file) const {

@@ -226,6 +226,13 @@ class SsdStore {
   // accounting of that read once it took `nanos` (bytes: what it read; 0 if it failed).
   const RandomAccessFile& ReaderFor(const ParamFile& file, bool* mapped) const;
   void Counted(bool mapped, uint64_t nanos, uint64_t bytes) const;
+  // Reads bytes [begin, begin + n) of `file` into *out and parses them with parse(out): in
+  // place where the reader is a mapping that holds them (RecordView::SetMapped: no copy; the
+  // read's time is then the parse's, which touches every page), else into out->bytes. Errors
+  // name the read by where().
+  template <typename Parse, typename Where>
+  Status ReadView(const ParamFile& file, uint64_t begin, size_t n, RecordView* out, Parse parse,
+                  Where where) const;
   Status ReserveSpace(uint64_t bytes) EXCLUDES(counts_mu_);
   // File counters of a record becoming live (+1) or stale (-1). A file left with no record is
   // marked obsolete and its id added to *dropped, for DropFiles.

@@ -188,6 +188,71 @@ TEST(SsdStoreTest, DeadFilesAreWrittenOverByTheNextOnes) {
   }
 }
 
+// Reads out of a mapping are in place (docs/storage.md, "Reads in place"): the view's bytes are
+// the mapping's, not a copy, and give the rows a pread gives. A view read in place holds its
+// file: a file that dies while a view points into it is neither deleted nor written over (the
+// pool's next file) until the view lets go, and the view's rows stay what they were.
+TEST(SsdStoreTest, ReadsInPlaceHoldTheirFileWhileTheirViewPointsIntoIt) {
+  for (const MappedReads way : {MappedReads::kOff, MappedReads::kOn}) {
+    SCOPED_TRACE(way == MappedReads::kOn ? "mapped" : "pread");
+    testing::TempDir dir;
+    Env* env = Env::Posix();
+    SsdOptions o;
+    o.dir = dir.path();
+    o.group_bits = 2;
+    o.file_bytes = 8192;  // two records of ~3000 bytes a file
+    o.recycle_files = 2;
+    o.mapped_reads = way;
+    auto created = SsdStore::Create(env, o, kLayout);
+    ASSERT_TRUE(created.ok()) << created.status().ToString();
+    std::unique_ptr<SsdStore> store = std::move(*created);
+    Random rng(7);
+    RecordBuilder b;
+    auto append = [&](uint64_t first_key, RecordLoc* loc) {
+      std::vector<uint64_t> keys;  // 50 of group 0
+      for (uint64_t k = first_key; keys.size() < 50; ++k) {
+        if (GroupOfKey(kLayout, o.group_bits, k) == 0) keys.push_back(k);
+      }
+      BuildRecord(kLayout, 0, keys, true, &rng, &b);
+      ASSERT_TRUE(store->Append(&b, loc).ok());
+      ASSERT_TRUE(store->FlushAppends().ok());
+      store->Replace(0, BaseOnly(*loc));
+    };
+    RecordLoc first;
+    append(1, &first);
+    RecordView held, pread;
+    ASSERT_TRUE(store->Read(first, 0, &held).ok());
+    const std::string first_path = store->File(first.file)->path;
+    {  // the same rows as the bytes a pread reads, in place when mapped
+      auto reader = env->NewRandomAccessFile(first_path);
+      ASSERT_TRUE(reader.ok());
+      pread.bytes.resize(first.length);
+      size_t got = 0;
+      ASSERT_TRUE((*reader)->Read(first.offset, first.length, pread.bytes.data(), &got).ok());
+      ASSERT_TRUE(pread.Parse(kLayout, o.group_bits, 0, first.offset, store->page_bytes()).ok());
+    }
+    const bool in_place = held.data().data() != held.bytes.data();
+    EXPECT_EQ(in_place, way == MappedReads::kOn && store->Stats().mapped_reads);
+    if (way == MappedReads::kOn && !store->Stats().mapped_reads) {
+      GTEST_SKIP() << "this file system maps no files";
+    }
+    ASSERT_EQ(held.keys, pread.keys);
+    for (size_t j = 0; j < held.rows(); ++j) ASSERT_EQ(held.row(j), pread.row(j)) << j;
+    // Each record supersedes the last: the first file dies, the later ones too, and dead files
+    // are written over by the next ones.
+    for (uint64_t i = 1; i < 12; ++i) {
+      RecordLoc loc;
+      append(1000 * i + 1, &loc);
+    }
+    EXPECT_GT(store->Stats().files_recycled, 0u);
+    EXPECT_EQ(env->FileExists(first_path), in_place) << "a dead file held by a view read in place";
+    ASSERT_EQ(held.keys, pread.keys);
+    for (size_t j = 0; j < held.rows(); ++j) ASSERT_EQ(held.row(j), pread.row(j)) << j;
+    held.UseBytes();  // lets the file go
+    EXPECT_FALSE(env->FileExists(first_path));
+  }
+}
+
 // A store of 20 files' worth of groups (16 records of 64 keys per file) whose Bloom filters
 // get 5 bits for each of their keys, for the filter-budget tests.
 struct BloomBudgetStore {

@@ -43,6 +43,12 @@ class RandomAccessFile {
   // the process's RSS nor age as mapped pages, which the kernel keeps over unmapped ones and
   // costs more to reclaim. A no-op elsewhere. Safe while other threads read.
   virtual void ReleaseMappedPages() const {}
+  // A reader out of a mapping: the address of bytes [offset, offset + n) of the file where
+  // they are all in the mapping and in the file, so that the caller reads them in place
+  // instead of copying them out (valid while this reader lives; touching a page the device
+  // cannot read raises SIGBUS, as a copy out of the mapping would). Null where they are not,
+  // and for every other reader: Read them.
+  virtual const char* MappedBytes(uint64_t offset, size_t n) const { return nullptr; }
 };
 
 class WritableFile {

@@ -110,26 +110,22 @@ class PosixMappedFile final : public RandomAccessFile {
   Status Read(uint64_t offset, size_t n, char* scratch, size_t* bytes_read) const override {
     *bytes_read = 0;
     if (n == 0) return Status::OK();
-    uint64_t known = known_.load(std::memory_order_acquire);
-    if (offset + n > known && known < map_bytes_) {
-      struct stat st;
-      if (::fstat(fd_, &st) != 0) return PosixError("stat " + name_, errno);
-      const uint64_t now = std::min<uint64_t>(static_cast<uint64_t>(st.st_size), map_bytes_);
-      if (now > known) {  // others may raise it too: keep the largest
-        while (!known_.compare_exchange_weak(known, now, std::memory_order_acq_rel) &&
-               known < now) {
-        }
-        known = std::max(known, now);
-      }
-      // The file may also have been cut (a recycled file sealed): nothing past its end.
-      if (static_cast<uint64_t>(st.st_size) < known) known = static_cast<uint64_t>(st.st_size);
-    }
+    uint64_t known = 0;
+    RETURN_IF_ERROR(Known(offset + n, &known));
     if (offset + n > map_bytes_) return PreadFully(fd_, name_, offset, n, scratch, bytes_read);
     if (offset >= known) return Status::OK();
     const size_t got = static_cast<size_t>(std::min<uint64_t>(n, known - offset));
     std::memcpy(scratch, map_ + offset, got);
     *bytes_read = got;
     return Status::OK();
+  }
+  const char* MappedBytes(uint64_t offset, size_t n) const override {
+    uint64_t known = 0;
+    if (n == 0 || offset + n > map_bytes_ || !Known(offset + n, &known).ok() ||
+        offset + n > known) {
+      return nullptr;
+    }
+    return map_ + offset;
   }
   uint64_t size() const override { return size_; }
   const std::string& name() const override { return name_; }
@@ -143,6 +139,28 @@ class PosixMappedFile final : public RandomAccessFile {
   }
 
  private:
+  // Sets *known to the bytes known to be in the file (at most map_bytes_), asking the file's
+  // size first when a read would end past what is known (the file being appended to grows
+  // under its mapping).
+  Status Known(uint64_t end, uint64_t* known_out) const {
+    uint64_t known = known_.load(std::memory_order_acquire);
+    if (end > known && known < map_bytes_) {
+      struct stat st;
+      if (::fstat(fd_, &st) != 0) return PosixError("stat " + name_, errno);
+      const uint64_t now = std::min<uint64_t>(static_cast<uint64_t>(st.st_size), map_bytes_);
+      if (now > known) {  // others may raise it too: keep the largest
+        while (!known_.compare_exchange_weak(known, now, std::memory_order_acq_rel) &&
+               known < now) {
+        }
+        known = std::max(known, now);
+      }
+      // The file may also have been cut (a recycled file sealed): nothing past its end.
+      if (static_cast<uint64_t>(st.st_size) < known) known = static_cast<uint64_t>(st.st_size);
+    }
+    *known_out = known;
+    return Status::OK();
+  }
+
   std::string name_;
   int fd_;
   uint64_t size_;  // at the open

@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -210,7 +211,8 @@ TEST_F(EnvTest, DirectReadsGiveTheBytesOfBufferedReads) {
 
 // A mapped reader gives what pread gives: the same bytes, cut at the file's end, also for a
 // file that grew after the open (the SSD tier reads the file it appends to) and for reads past
-// the mapping (which go through pread).
+// the mapping (which go through pread); and in place (MappedBytes) the bytes that are all in
+// the file and the mapping.
 TEST_F(EnvTest, MappedReadsGiveTheBytesOfBufferedReads) {
   const std::string path = JoinPath(dir_, "records.dat");
   std::string data(3 * 4096 + 777, '\0');
@@ -237,6 +239,16 @@ TEST_F(EnvTest, MappedReadsGiveTheBytesOfBufferedReads) {
     ASSERT_TRUE(s.ok()) << s.ToString() << " at " << offset << " + " << n;
     ASSERT_EQ(got_n, want_n) << offset << " + " << n;
     ASSERT_EQ(got.substr(0, got_n), want.substr(0, want_n)) << offset << " + " << n;
+    // In place (MappedBytes): the same bytes where all n are in the file and the mapping;
+    // nowhere else, and never from a buffered reader.
+    const char* at = (*mapped)->MappedBytes(offset, n);
+    if (n > 0 && want_n == n && offset + n <= kMapBytes) {
+      ASSERT_NE(at, nullptr) << offset << " + " << n;
+      ASSERT_EQ(std::string_view(at, n), want) << offset << " + " << n;
+    } else {
+      ASSERT_EQ(at, nullptr) << offset << " + " << n;
+    }
+    ASSERT_EQ(buffered.MappedBytes(offset, n), nullptr);
   };
   const std::vector<uint64_t> offsets = {0,     1,     100,   4095,  4096,  4097,
                                          4999,  5000,  8000,  12288, 13000, 13064,
