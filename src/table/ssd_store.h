@@ -228,7 +228,7 @@ class SsdStore {
   void Counted(bool mapped, uint64_t nanos, uint64_t bytes) const;
   // Reads bytes [begin, begin + n) of `file` into *out and parses them with parse(out): in
   // place where the reader is a mapping that holds them (RecordView::SetMapped: no copy; the
-  // read's time is then the parse's, which touches every page), else into out->bytes. Errors
+  // read's time is then that of a load from each of its pages), else into out->bytes. Errors
   // name the read by where().
   template <typename Parse, typename Where>
   Status ReadView(const ParamFile& file, uint64_t begin, size_t n, RecordView* out, Parse parse,
