@@ -205,10 +205,10 @@ Status SsdStore::ReadView(const ParamFile& file, uint64_t begin, size_t n, Recor
   const RandomAccessFile& reader = ReaderFor(file, &mapped);
   if (const char* in_place = mapped ? reader.MappedBytes(begin, n) : nullptr) {
     // Read where it lies (docs/storage.md, "Reads in place"); the view holds the file, so the
-    // mapping, while it points into it.
+    // mapping, while it points into it. The read's time is that of a load from each of its
+    // pages: where a page is not in memory, the device's latency (the choosers' signal), as a
+    // copy's would be, without the parse's CPU.
     out->SetMapped(in_place, n, file.shared_from_this());
-    // The read's time is that of a load from each of its pages: where a page is not in memory,
-    // the device's latency (the choosers' signal), as a copy's would be, without the parse's CPU.
     const auto start = std::chrono::steady_clock::now();
     TouchPages(in_place, n);
     Counted(true,
@@ -216,16 +216,15 @@ Status SsdStore::ReadView(const ParamFile& file, uint64_t begin, size_t n, Recor
                                                                  start)
                 .count(),
             n);
-    Status parsed = parse(out);
-    if (!parsed.ok()) return CorruptionError(where() + ": " + parsed.message());
-    return Status::OK();
+  } else {
+    out->UseBytes();
+    out->bytes.resize(n);
+    uint64_t nanos = 0;
+    const Status read =
+        ReadBytes(reader, begin, n, out->bytes.data(), &nanos, &read_retries_, where);
+    Counted(mapped, nanos, read.ok() ? n : 0);  // (a record is never empty)
+    RETURN_IF_ERROR(read);
   }
-  out->UseBytes();
-  out->bytes.resize(n);
-  uint64_t nanos = 0;
-  const Status read = ReadBytes(reader, begin, n, out->bytes.data(), &nanos, &read_retries_, where);
-  Counted(mapped, nanos, read.ok() ? n : 0);  // (a record is never empty)
-  RETURN_IF_ERROR(read);
   Status parsed = parse(out);
   if (!parsed.ok()) return CorruptionError(where() + ": " + parsed.message());
   return Status::OK();

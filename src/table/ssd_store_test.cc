@@ -118,6 +118,17 @@ TEST(SsdStoreTest, AnAppendAfterAFailedRollOverTriesTheNewFileAgain) {
   EXPECT_EQ(store->Stats().live_bytes, a.length + b.length);
 }
 
+// Options of a store on the file system in `dir` whose files take two records of ~3000 bytes
+// (four groups), with a pool of `recycle` dead files.
+SsdOptions TwoRecordsPerFile(const std::string& dir, uint32_t recycle) {
+  SsdOptions o;
+  o.dir = dir;
+  o.group_bits = 2;
+  o.file_bytes = 8192;
+  o.recycle_files = recycle;
+  return o;
+}
+
 // Dead files are written over by the next new ones (SsdOptions::recycle_files, docs/storage.md
 // "Recycled files"): each record supersedes the last, so every file dies once the next is
 // written. Every record reads back, a sealed file holds its records alone (the old file's
@@ -127,11 +138,7 @@ TEST(SsdStoreTest, DeadFilesAreWrittenOverByTheNextOnes) {
   for (uint32_t recycle : {0u, 2u}) {
     testing::TempDir dir;
     Env* env = Env::Posix();
-    SsdOptions o;
-    o.dir = dir.path();
-    o.group_bits = 2;
-    o.file_bytes = 8192;  // two records of ~3000 bytes a file
-    o.recycle_files = recycle;
+    const SsdOptions o = TwoRecordsPerFile(dir.path(), recycle);
     auto created = SsdStore::Create(env, o, kLayout);
     ASSERT_TRUE(created.ok()) << created.status().ToString();
     std::unique_ptr<SsdStore> store = std::move(*created);
@@ -197,11 +204,7 @@ TEST(SsdStoreTest, ReadsInPlaceHoldTheirFileWhileTheirViewPointsIntoIt) {
     SCOPED_TRACE(way == MappedReads::kOn ? "mapped" : "pread");
     testing::TempDir dir;
     Env* env = Env::Posix();
-    SsdOptions o;
-    o.dir = dir.path();
-    o.group_bits = 2;
-    o.file_bytes = 8192;  // two records of ~3000 bytes a file
-    o.recycle_files = 2;
+    SsdOptions o = TwoRecordsPerFile(dir.path(), 2);
     o.mapped_reads = way;
     auto created = SsdStore::Create(env, o, kLayout);
     ASSERT_TRUE(created.ok()) << created.status().ToString();

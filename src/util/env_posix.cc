@@ -120,6 +120,7 @@ class PosixMappedFile final : public RandomAccessFile {
     return Status::OK();
   }
   const char* MappedBytes(uint64_t offset, size_t n) const override {
+    // A failed fstat gives null: the caller's Read then meets it and reports it.
     uint64_t known = 0;
     if (n == 0 || offset + n > map_bytes_ || !Known(offset + n, &known).ok() ||
         offset + n > known) {
