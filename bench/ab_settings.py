@@ -78,7 +78,9 @@ def main():
                     "examples_per_s": r["examples_per_s"], "cpu_seconds": r["process_cpu_seconds"],
                     "seconds": r["seconds"], "digest": r["digest"], "test_auc": r["test_auc"],
                     "blas_core": r.get("blas_core"), "peak_rss_bytes": r["peak_rss_bytes"],
-                    "writeback_read_seconds": st.get("writeback_read_nanos", 0) * 1e-9}
+                    "writeback_read_seconds": st.get("writeback_read_nanos", 0) * 1e-9,
+                    "passes": r.get("passes"),
+                    "rows_from_passes_in_flight": r.get("rows_from_passes_in_flight")}
             line.update({k: st.get(k) for k in COUNTERS})
             print(json.dumps(line), flush=True)
 

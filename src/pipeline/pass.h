@@ -137,7 +137,8 @@ struct Pass {
   // A distributed job's pass: its routes and the rows this rank serves (else null).
   std::unique_ptr<RankPass> ranked;
   InFlight* registry = nullptr;  // set while registered as in flight
-  // Rows to take from passes ahead of this one before training, ascending.
+  // Rows to take from passes ahead of this one before training, ascending; each row from one
+  // pass only, the newest in flight that holds it (TakeFromNewest, stages.cc).
   std::vector<std::pair<std::shared_ptr<const WorkingTable>, SharedRows>> ahead;
   uint64_t patched_rows = 0;
   // This pass's time in each stage (stalled: written as the pass enters the next queue; with

@@ -10,6 +10,24 @@
 #include "working/working_set.h"
 
 namespace ctrbox {
+namespace {
+
+// The rows `table` takes before it trains from the passes in flight `ahead` (ascending), into
+// `out` (ascending): each from the newest pass that holds it (SharedWithNewest). `claimed`
+// ends sized to the table with a 1 for every such row.
+void TakeFromNewest(const WorkingTable& table, InFlight::Tables* ahead,
+                    std::vector<uint8_t>* claimed, ThreadPool* pool,
+                    std::vector<std::pair<std::shared_ptr<const WorkingTable>, SharedRows>>* out) {
+  std::vector<const WorkingTable*> tables;
+  for (const auto& [index, t] : *ahead) tables.push_back(t.get());
+  std::vector<SharedRows> shared;
+  SharedWithNewest(table, tables, &shared, claimed, pool);
+  for (size_t t = 0; t < shared.size(); ++t) {
+    if (!shared[t].empty()) out->emplace_back(std::move((*ahead)[t].second), std::move(shared[t]));
+  }
+}
+
+}  // namespace
 
 PassStages::PassStages(const StageContext& ctx)
     : ctx_(ctx),
@@ -111,11 +129,7 @@ Status PassStages::Pull(Pass* pass, ThreadPool* pool) {
     RETURN_IF_ERROR(PullRankPass(ctx_.comm->channel(kPullChannel), ctx_.table, ctx_.accessor,
                                  pass->ws, &pass->table->rows(), sp, pool,
                                  [&] { ahead = in_flight_.Snapshot(); }));
-    for (auto& [index, t] : ahead) {
-      SharedRows shared;
-      sp->served->FindShared(*t, &shared, pool);
-      if (!shared.empty()) pass->ahead.emplace_back(std::move(t), std::move(shared));
-    }
+    TakeFromNewest(*sp->served, &ahead, &pull_overwritten_, pool, &pass->ahead);
     in_flight_.Add(pass->index, sp->served);
     pass->registry = &in_flight_;
     pass->Gauge();
@@ -132,23 +146,14 @@ Status PassStages::Pull(Pass* pass, ThreadPool* pool) {
   // up as pulled, before train patches them: those are copied as before.)
   Stopwatch shared_clock;
   std::vector<uint8_t>& overwritten = pull_overwritten_;
-  overwritten.clear();
-  for (auto& [index, t] : ahead) {
-    SharedRows shared;
-    pass->table->FindShared(*t, &shared, pool);
-    if (shared.empty()) continue;
-    if (ctx_.gpu == nullptr) {
-      overwritten.resize(pass->ws.keys.size(), 0);
-      for (const auto& pair : shared) overwritten[pair.first] = 1;
-    }
-    pass->ahead.emplace_back(std::move(t), std::move(shared));
-  }
+  TakeFromNewest(*pass->table, &ahead, &overwritten, pool, &pass->ahead);
   split_.pull_shared += shared_clock.Seconds();
   Stopwatch pull;
-  ASSIGN_OR_RETURN(pass->pins,
-                   ctx_.table->Pull(pass->ws.keys.data(), pass->ws.keys.size(), ctx_.accessor,
-                                    &pass->table->rows(), pool,
-                                    overwritten.empty() ? nullptr : overwritten.data()));
+  ASSIGN_OR_RETURN(
+      pass->pins,
+      ctx_.table->Pull(pass->ws.keys.data(), pass->ws.keys.size(), ctx_.accessor,
+                       &pass->table->rows(), pool,
+                       ctx_.gpu == nullptr && !pass->ahead.empty() ? overwritten.data() : nullptr));
   split_.pull_table += pull.Seconds();
   in_flight_.Add(pass->index, pass->table);
   pass->registry = &in_flight_;

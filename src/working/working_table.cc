@@ -61,7 +61,8 @@ uint32_t WorkingTable::Find(uint64_t key) const {
   }
 }
 
-void WorkingTable::FindShared(const WorkingTable& other, SharedRows* out, ThreadPool* pool) const {
+void WorkingTable::FindShared(const WorkingTable& other, SharedRows* out, ThreadPool* pool,
+                              const uint8_t* skip) const {
   std::vector<SharedRows> per(kKeyRanges);
   RunParallel(pool, kKeyRanges, [&](size_t p, int) {
     const uint32_t here_n = part_begin_[p + 1] - part_begin_[p];
@@ -69,13 +70,14 @@ void WorkingTable::FindShared(const WorkingTable& other, SharedRows* out, Thread
     if (here_n == 0 || there_n == 0) return;
     if (here_n <= there_n) {
       for (uint32_t i = part_begin_[p]; i < part_begin_[p + 1]; ++i) {
+        if (skip != nullptr && skip[i] != 0) continue;  // (no lookup)
         const uint32_t j = other.Find(keys_[i]);
         if (j != kNotFound) per[p].emplace_back(i, j);
       }
     } else {
       for (uint32_t j = other.part_begin_[p]; j < other.part_begin_[p + 1]; ++j) {
         const uint32_t i = Find(other.keys_[j]);
-        if (i != kNotFound) per[p].emplace_back(i, j);
+        if (i != kNotFound && (skip == nullptr || skip[i] == 0)) per[p].emplace_back(i, j);
       }
     }
   });
@@ -92,6 +94,17 @@ void WorkingTable::CopyRows(const WorkingTable& from, const SharedRows& pairs, T
       rows_.CopyRow(from.rows_, pairs[k].second, pairs[k].first);
     }
   });
+}
+
+void SharedWithNewest(const WorkingTable& table, const std::vector<const WorkingTable*>& ahead,
+                      std::vector<SharedRows>* out, std::vector<uint8_t>* claimed,
+                      ThreadPool* pool) {
+  claimed->assign(table.size(), 0);
+  out->assign(ahead.size(), SharedRows());
+  for (size_t t = ahead.size(); t-- > 0;) {  // the newest first: it claims its rows
+    table.FindShared(*ahead[t], &(*out)[t], pool, claimed->data());
+    for (const auto& pair : (*out)[t]) (*claimed)[pair.first] = 1;
+  }
 }
 
 size_t WorkingTable::MemoryBytes() const {

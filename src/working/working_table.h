@@ -47,8 +47,10 @@ class WorkingTable {
   uint32_t Find(uint64_t key) const;
   // The keys this table shares with `other`, ordered by key range, then by this table's
   // local id (or other's, whichever key range is smaller: the order is fixed by the two key
-  // sets). pool may be null.
-  void FindShared(const WorkingTable& other, SharedRows* out, ThreadPool* pool) const;
+  // sets), leaving out the local ids `skip` marks (skip[i] != 0; null: none; else it has
+  // size() entries). pool may be null.
+  void FindShared(const WorkingTable& other, SharedRows* out, ThreadPool* pool,
+                  const uint8_t* skip = nullptr) const;
   // Copies, for every pair (here, there), row `there` of `from` into row `here`.
   void CopyRows(const WorkingTable& from, const SharedRows& pairs, ThreadPool* pool);
 
@@ -75,6 +77,16 @@ class WorkingTable {
   std::vector<uint32_t> bucket_id_;  // kNotFound: empty
   RowBlock rows_;
 };
+
+// The rows `table` takes from the tables `ahead` (ascending: the later, the newer) when it
+// copies from each in turn and the newest wins (docs/pipeline.md, rule 3), each from the newest
+// table that holds its key only: out[t] are the pairs (local id in table, local id in
+// ahead[t]) to copy from ahead[t], ordered as FindShared orders them, and no local id is in
+// two of them, so a row shared with several tables is looked up in the older ones and copied
+// once. `claimed` ends sized to `table` with a 1 for every local id taken. pool may be null.
+void SharedWithNewest(const WorkingTable& table, const std::vector<const WorkingTable*>& ahead,
+                      std::vector<SharedRows>* out, std::vector<uint8_t>* claimed,
+                      ThreadPool* pool);
 
 }  // namespace ctrbox
 
