@@ -32,7 +32,7 @@ COUNTERS = ["hit_rate", "loaded_from_ssd", "records_read", "writeback_reads", "g
             "merges", "new_deltas", "rows_persisted", "evicted_dirty", "evicted_clean",
             "evict_rounds", "parallel_writeback_batches", "ssd_bytes_read", "ssd_bytes_written", "files_recycled",
             "mapped_records_read", "read_path_switches", "device_pulls", "device_read_switches",
-            "spared_victims"]
+            "spared_victims", "merge_bytes", "delta_bytes", "new_delta_bytes", "kept_rows"]
 
 
 def main():

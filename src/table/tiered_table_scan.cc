@@ -132,6 +132,7 @@ StatusOr<uint64_t> TieredTable::Shrink(const CtrAccessor& accessor, ThreadPool* 
       if (builder.rows() > 0) {
         status[s] = ssd_->Append(&builder, &next.base, &next.base_fences);
         if (!status[s].ok()) return;
+        counters_->shrink_bytes.fetch_add(next.base.length, std::memory_order_relaxed);
         next.base_rows = next.unique_rows = static_cast<uint32_t>(builder.rows());
         next.unique_emb = builder.emb_rows();
       }

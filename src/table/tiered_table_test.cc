@@ -11,6 +11,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "table/param_file.h"
 #include "table/tiered_table_test_util.h"
 #include "util/bf16.h"
 #include "util/mem_env.h"
@@ -143,6 +144,19 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
     traffic["mapped_records_read"] += rep.mapped_records_read;
     traffic["read_path_switches"] += rep.read_path_switches;
     traffic["spared_victims"] += rep.spared_victims;
+    // Every record written is counted by its kind: what the store wrote besides them is its
+    // files' headers.
+    const uint64_t records = rep.merge_bytes + rep.first_base_bytes + rep.delta_bytes +
+                             rep.new_delta_bytes + rep.shrink_bytes + rep.compaction_bytes;
+    EXPECT_LE(records, rep.ssd_bytes_written);
+    EXPECT_EQ((rep.ssd_bytes_written - records) % kParamFileHeaderBytes, 0u)
+        << rep.ssd_bytes_written << " " << records;
+    EXPECT_LE(rep.ssd_bytes_written - records, kParamFileHeaderBytes * 10000);
+    traffic["merge_bytes"] += rep.merge_bytes;
+    traffic["first_base_bytes"] += rep.first_base_bytes;
+    traffic["delta_bytes"] += rep.delta_bytes;
+    traffic["new_delta_bytes"] += rep.new_delta_bytes;
+    traffic["kept_rows"] += rep.kept_rows;
   };
   for (int step = 0; step < 400; ++step) {
     const int op = static_cast<int>(rng.Below(20));
@@ -228,6 +242,13 @@ void RunDifferential(bool disk, uint64_t seed, const ValueLayout& layout = kLayo
       EXPECT_EQ(traffic["mapped_records_read"], 0u);
     }
     EXPECT_GT(traffic["bloom_prunes"], 0u);
+    // Group writes of every kind, and some carried rows of the old records.
+    EXPECT_GT(traffic["merges"], 0u);
+    EXPECT_GT(traffic["merge_bytes"], 0u);
+    EXPECT_GT(traffic["first_base_bytes"], 0u);
+    EXPECT_GT(traffic["delta_bytes"], 0u);
+    EXPECT_GT(traffic["new_delta_bytes"], 0u);
+    EXPECT_GT(traffic["kept_rows"], 0u);
     // Pulls read on the device's pool, while the watch said so (O_DIRECT reads: always).
     EXPECT_GT(traffic["device_pulls"], 0u);
     EXPECT_GT(traffic["device_read_switches"], 4u);

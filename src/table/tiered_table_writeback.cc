@@ -299,7 +299,8 @@ Status TieredTable::WriteGroups(CacheStripe& stripe, std::vector<GroupRead>* rea
   RecordBuilder builder;
   std::vector<std::pair<uint32_t, GroupEntry>> updates;
   std::vector<uint64_t> dirty_keys, newer_keys;
-  uint64_t new_deltas = 0, merges = 0;
+  uint64_t new_deltas = 0, merges = 0, kept_rows = 0;
+  uint64_t bytes[4] = {};  // by GroupWrite, and a group's first base last
   // The dirty rows lie scattered in the stripe's slabs and are read once each (their keys,
   // then EncodeRow): their headers and metadata are fetched kNodesAhead rows ahead, their
   // embedding records (whose place the header names) kEmbsAhead rows ahead, so that the misses
@@ -370,6 +371,8 @@ Status TieredTable::WriteGroups(CacheStripe& stripe, std::vector<GroupRead>* rea
     RETURN_IF_ERROR(ssd_->Append(&builder, &loc, &fences));
     new_deltas += how == GroupWrite::kNewDelta;
     merges += how == GroupWrite::kMerge && e.base.exists();
+    bytes[e.base.exists() ? static_cast<int>(how) : 3] += loc.length;
+    kept_rows += builder.rows() - static_cast<size_t>(last - first);
     updates.emplace_back(g, EntryAfter(how, e, next, loc, fences, builder));
     first = last;
   }
@@ -385,6 +388,14 @@ Status TieredTable::WriteGroups(CacheStripe& stripe, std::vector<GroupRead>* rea
   counters_->groups_written.fetch_add(updates.size(), std::memory_order_relaxed);
   counters_->new_deltas.fetch_add(new_deltas, std::memory_order_relaxed);
   counters_->merges.fetch_add(merges, std::memory_order_relaxed);
+  counters_->delta_bytes.fetch_add(bytes[static_cast<int>(GroupWrite::kDelta)],
+                                   std::memory_order_relaxed);
+  counters_->new_delta_bytes.fetch_add(bytes[static_cast<int>(GroupWrite::kNewDelta)],
+                                       std::memory_order_relaxed);
+  counters_->merge_bytes.fetch_add(bytes[static_cast<int>(GroupWrite::kMerge)],
+                                   std::memory_order_relaxed);
+  counters_->first_base_bytes.fetch_add(bytes[3], std::memory_order_relaxed);
+  counters_->kept_rows.fetch_add(kept_rows, std::memory_order_relaxed);
   counters_->rows_persisted.fetch_add(dirty.size(), std::memory_order_relaxed);
   counters_->persisted_bytes.fetch_add(persisted, std::memory_order_relaxed);
   return Status::OK();
@@ -584,7 +595,7 @@ Status TieredTable::CompactFile(const std::shared_ptr<ParamFile>& file) {
       } else {
         relocated[at->second].second = e;
       }
-      moved += r.length;
+      moved += place->length;  // (its new length: cut at other pages, it may differ)
     }
     RETURN_IF_ERROR(ssd_->FlushAppends());
     for (const auto& [g, e] : relocated) ssd_->Replace(g, e);
