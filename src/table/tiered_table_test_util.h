@@ -1,4 +1,5 @@
-// The TieredTable tests' helpers (tiered_table_test.cc, tiered_table_budget_test.cc): small
+// The TieredTable tests' helpers (tiered_table_test.cc, tiered_table_rows_test.cc,
+// tiered_table_budget_test.cc): small
 // table options, the reference (key -> canonical row encoding) and
 // random keys.
 #ifndef CTRBOX_TABLE_TIERED_TABLE_TEST_UTIL_H_
@@ -47,6 +48,15 @@ inline std::string Encode(const RowBlock& rows, size_t i) {
   std::string e;
   rows.EncodeRow(i, &e);
   return e;
+}
+
+// The canonical encoding of the row a pull creates for a new key.
+inline std::string InitialEncoding(const CtrAccessor& acc, const ValueLayout& layout,
+                                   uint64_t key) {
+  RowBlock fresh(layout);
+  fresh.Resize(1);
+  acc.InitRow(&fresh, 0, key);
+  return Encode(fresh, 0);
 }
 
 // The reference: key -> canonical encoding.

@@ -1,5 +1,5 @@
 // TieredTable (table/tiered_table.h): writing groups back to the SSD files (base and delta
-// records), eviction by LFU priority, flushes and the compaction of a file.
+// records), eviction by LFU priority and flushes.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -539,69 +539,6 @@ Status TieredTable::FlushStripe(size_t s) {
     RETURN_IF_ERROR(WriteGroups(stripe, &batch, rows));
   }
   Account(stripe, s);
-  return Status::OK();
-}
-
-Status TieredTable::CompactFile(const std::shared_ptr<ParamFile>& file) {
-  // Walk the file's record headers; read and move only the records the index still names
-  // (stale ones are skipped unread), one at a time, so memory stays small.
-  const uint64_t size = ssd_->FileBytes(*file);
-  struct Rec {
-    uint32_t group, offset, length;
-  };
-  std::vector<std::vector<Rec>> by_stripe(stripes_.size());
-  char header[kRecordHeaderBytes];
-  uint64_t off = kParamFileHeaderBytes;
-  while (off + kRecordHeaderBytes <= size) {
-    size_t got = 0;
-    RETURN_IF_ERROR(file->reader->Read(off, kRecordHeaderBytes, header, &got));
-    if (got != kRecordHeaderBytes) break;
-    const uint32_t group = GetFixed<uint32_t>(header + 4);
-    const uint32_t len =
-        static_cast<uint32_t>(kRecordHeaderBytes + GetFixed<uint32_t>(header + 12));
-    if (std::memcmp(header, "GREC", 4) != 0 || group >= (uint64_t{1} << ssd_->group_bits()) ||
-        off + len > size) {
-      return CorruptionError(fmt::format("{}: record at offset {}: bad header", file->path, off));
-    }
-    by_stripe[StripeOfGroup(group)].push_back(Rec{group, static_cast<uint32_t>(off), len});
-    off += len;
-  }
-  uint64_t moved = 0;
-  RecordView view;
-  RecordBuilder builder;
-  for (size_t s = 0; s < stripes_.size(); ++s) {
-    if (by_stripe[s].empty()) continue;
-    CacheStripe::Lock lock(*stripes_[s]);  // guards the entries of its groups
-    std::vector<std::pair<uint32_t, GroupEntry>> relocated;
-    std::unordered_map<uint32_t, size_t> relocated_at;  // group -> its entry in relocated
-    for (const Rec& r : by_stripe[s]) {
-      const RecordLoc here{file->id, r.offset, r.length};
-      // A group with several records in this file is relocated once, with all of them.
-      auto at = relocated_at.find(r.group);
-      GroupEntry e = at == relocated_at.end() ? ssd_->entry(r.group) : relocated[at->second].second;
-      RecordLoc* place = e.base == here    ? &e.base
-                         : e.delta == here ? &e.delta
-                         : e.older == here ? &e.older
-                                           : nullptr;
-      if (place == nullptr) continue;  // stale
-      RETURN_IF_ERROR(ssd_->ReadRecord(*file, here, r.group, &view));
-      // Laid out again for its new place: its pieces are cut at the new offset's pages.
-      builder.Reset(r.group);
-      for (size_t j = 0; j < view.rows(); ++j) builder.AddEncoded(view.row(j), view.keys[j]);
-      RETURN_IF_ERROR(ssd_->Append(&builder, place, place == &e.base ? &e.base_fences : nullptr));
-      if (at == relocated_at.end()) {
-        relocated_at.emplace(r.group, relocated.size());
-        relocated.emplace_back(r.group, e);
-      } else {
-        relocated[at->second].second = e;
-      }
-      moved += place->length;  // (its new length: cut at other pages, it may differ)
-    }
-    RETURN_IF_ERROR(ssd_->FlushAppends());
-    for (const auto& [g, e] : relocated) ssd_->Replace(g, e);
-  }
-  counters_->compactions.fetch_add(1, std::memory_order_relaxed);
-  counters_->compaction_bytes.fetch_add(moved, std::memory_order_relaxed);
   return Status::OK();
 }
 
