@@ -114,14 +114,7 @@ TEST(TieredTableTest, InspectDescribesAClosedStoreAndADamagedIndexIsRefused) {
   uint64_t keys_on_disk = 0;
   {
     auto table = Open(o);
-    Random rng(9);
-    for (int round = 0; round < 20; ++round) {
-      std::vector<uint64_t> keys = RandomKeys(&rng, 100, 5000);
-      RowBlock rows(kLayout);
-      auto pins = table->Pull(keys.data(), keys.size(), &acc, &rows, nullptr);
-      ASSERT_TRUE(pins.ok()) << pins.status().ToString();
-      ASSERT_TRUE(table->Push(&*pins, rows, nullptr).ok());
-    }
+    ASSERT_NO_FATAL_FAILURE(PullAndPushRounds(table.get(), acc, 9, 20, 0.0f));
     ASSERT_TRUE(table->Close().ok());
     keys_on_disk = table->Stats().keys;
   }

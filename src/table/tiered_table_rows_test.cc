@@ -26,15 +26,7 @@ TEST(TieredTableTest, ReopenKeepsTheDigestAndNeedsACleanShutdown) {
   uint64_t digest = 0;
   {
     auto table = Open(o);
-    Random rng(5);
-    for (int round = 0; round < 50; ++round) {
-      std::vector<uint64_t> keys = RandomKeys(&rng, 100, 5000);
-      RowBlock rows(kLayout);
-      auto pins = table->Pull(keys.data(), keys.size(), &acc, &rows, nullptr);
-      ASSERT_TRUE(pins.ok()) << pins.status().ToString();
-      for (size_t i = 0; i < keys.size(); ++i) rows.show(i) += 1;
-      ASSERT_TRUE(table->Push(&*pins, rows, nullptr).ok());
-    }
+    ASSERT_NO_FATAL_FAILURE(PullAndPushRounds(table.get(), acc, 5, 50, 1.0f));
     digest = *table->SparseDigest(nullptr);
     ASSERT_TRUE(table->Close().ok());
   }
@@ -143,11 +135,7 @@ TEST(TieredTableTest, InsertOverRowsOnDiskCountsThemOnce) {
   Random rng(8);
   const std::vector<uint64_t> keys = RandomKeys(&rng, 3000, 1 << 30);
   RowBlock rows(kLayout);
-  {
-    auto pins = table->Pull(keys.data(), keys.size(), &acc, &rows, nullptr);
-    ASSERT_TRUE(pins.ok());
-  }
-  ASSERT_TRUE(table->Insert(rows, nullptr).ok());
+  ASSERT_NO_FATAL_FAILURE(InsertNewRows(table.get(), acc, keys, &rows));
   ASSERT_TRUE(table->EvictAll().ok());  // every row on disk only
   const uint64_t pulled = table->Storage().pulled_keys;
   // A newer version of every other row, and 500 new keys.
@@ -189,11 +177,7 @@ TEST(TieredTableTest, ExportStreamsAStripeInBlocksAndStopsAtTheSinksError) {
   Random rng(9);
   const std::vector<uint64_t> keys = RandomKeys(&rng, 4000, 1 << 30);
   RowBlock rows(kLayout);
-  {
-    auto pins = table->Pull(keys.data(), keys.size(), &acc, &rows, nullptr);
-    ASSERT_TRUE(pins.ok());
-  }
-  ASSERT_TRUE(table->Insert(rows, nullptr).ok());
+  ASSERT_NO_FATAL_FAILURE(InsertNewRows(table.get(), acc, keys, &rows));
   ASSERT_TRUE(table->EvictAll().ok());
   {  // half of them resident again
     std::vector<uint64_t> half(keys.begin(), keys.begin() + 2000);

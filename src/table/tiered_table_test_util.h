@@ -127,6 +127,31 @@ inline std::vector<uint64_t> RandomKeys(Random* rng, size_t n, uint64_t space,
   return keys;
 }
 
+// `rounds` pulls of 100 random keys of [0, 5000) (Random(seed)), each pushed back with the
+// rows' show counter raised by `bump`.
+inline void PullAndPushRounds(TieredTable* table, const CtrAccessor& acc, uint64_t seed, int rounds,
+                              float bump) {
+  Random rng(seed);
+  for (int round = 0; round < rounds; ++round) {
+    std::vector<uint64_t> keys = RandomKeys(&rng, 100, 5000);
+    RowBlock rows(table->layout());
+    auto pins = table->Pull(keys.data(), keys.size(), &acc, &rows, nullptr);
+    ASSERT_TRUE(pins.ok()) << pins.status().ToString();
+    for (size_t i = 0; i < keys.size(); ++i) rows.show(i) += bump;
+    ASSERT_TRUE(table->Push(&*pins, rows, nullptr).ok());
+  }
+}
+
+// `keys`' new rows as a pull creates them, into *rows, then inserted (the pins let go first).
+inline void InsertNewRows(TieredTable* table, const CtrAccessor& acc,
+                          const std::vector<uint64_t>& keys, RowBlock* rows) {
+  {
+    auto pins = table->Pull(keys.data(), keys.size(), &acc, rows, nullptr);
+    ASSERT_TRUE(pins.ok());
+  }
+  ASSERT_TRUE(table->Insert(*rows, nullptr).ok());
+}
+
 }  // namespace ctrbox::tiered_test
 
 #endif  // CTRBOX_TABLE_TIERED_TABLE_TEST_UTIL_H_
