@@ -76,21 +76,21 @@ struct TableStats {
 // Kept by the tiered table for its SSD tier: keys whose group has no record, reads a Bloom
 // filter saved and its false positives; group writes, and of them those that moved a full
 // delta aside as the older delta and those that merged a group's records into a new base
-// (docs/storage.md), and the bytes of the records written each way: merged bases, a group's
-// first base, deltas that carry the old delta's rows, new deltas of dirty rows alone, and
-// the rows those records carried over from the old ones (the rows written that were not
-// dirty); the bases a shrink rewrote (with the five kinds of bytes above, compaction_bytes and
-// the files' headers, they are ssd_bytes_written); dirty rows written back and their encoded bytes
-// (ssd_bytes_written / persisted_bytes is the write amplification of write-back and compaction
-// together); evictions, stripes whose records were moved into compact arenas
-// (CacheStripe::CompactArenas), stripes that gave back embedding slabs and those slabs' bytes
-// (CacheStripe::ShrinkArenas), and compactions with the bytes they wrote. Where a pull's time goes
-// (nanoseconds, summed over the threads): waiting for the write-back to bring the cache within the
-// budget, and the write-back's own record reads (the groups' old records it merges with the dirty
-// rows; counted in records_read and ssd_read_nanos too), and the write-back batches whose reads
-// were slow enough to be finished in parallel (TieredOptions::parallel_read_us); the pulls whose
-// reads came from the device, read storage.device_io_threads at a time; the dirty victims an
-// eviction round kept because their group had too few (storage.min_group_victims).
+// (docs/storage.md); the bytes of the records written by kind (merged bases, a group's first
+// base, deltas that carry the old delta's rows, new deltas of dirty rows alone, bases a shrink
+// rewrote: with compaction_bytes and the files' headers they are ssd_bytes_written) and the
+// rows group writes carried over from old records without their being dirty; dirty rows
+// written back and their encoded bytes (ssd_bytes_written / persisted_bytes is the write
+// amplification of write-back and compaction together); evictions, stripes whose records were moved
+// into compact arenas (CacheStripe::CompactArenas), stripes that gave back embedding slabs and
+// those slabs' bytes (CacheStripe::ShrinkArenas), and compactions with the bytes they wrote. Where
+// a pull's time goes (nanoseconds, summed over the threads): waiting for the write-back to bring
+// the cache within the budget, and the write-back's own record reads (the groups' old records it
+// merges with the dirty rows; counted in records_read and ssd_read_nanos too), and the write-back
+// batches whose reads were slow enough to be finished in parallel
+// (TieredOptions::parallel_read_us); the pulls whose reads came from the device, read
+// storage.device_io_threads at a time; the dirty victims an eviction round kept because their group
+// had too few (storage.min_group_victims).
 #define CTRBOX_SSD_COUNTERS(X)         \
   X(no_record, false)                  \
   X(bloom_prunes, true)                \

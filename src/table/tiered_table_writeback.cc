@@ -300,7 +300,8 @@ Status TieredTable::WriteGroups(CacheStripe& stripe, std::vector<GroupRead>* rea
   std::vector<std::pair<uint32_t, GroupEntry>> updates;
   std::vector<uint64_t> dirty_keys, newer_keys;
   uint64_t new_deltas = 0, merges = 0, kept_rows = 0;
-  uint64_t bytes[4] = {};  // by GroupWrite, and a group's first base last
+  constexpr int kFirstBase = 3;  // bytes[] past the GroupWrite kinds: a group's first record
+  uint64_t bytes[kFirstBase + 1] = {};
   // The dirty rows lie scattered in the stripe's slabs and are read once each (their keys,
   // then EncodeRow): their headers and metadata are fetched kNodesAhead rows ahead, their
   // embedding records (whose place the header names) kEmbsAhead rows ahead, so that the misses
@@ -371,7 +372,7 @@ Status TieredTable::WriteGroups(CacheStripe& stripe, std::vector<GroupRead>* rea
     RETURN_IF_ERROR(ssd_->Append(&builder, &loc, &fences));
     new_deltas += how == GroupWrite::kNewDelta;
     merges += how == GroupWrite::kMerge && e.base.exists();
-    bytes[e.base.exists() ? static_cast<int>(how) : 3] += loc.length;
+    bytes[e.base.exists() ? static_cast<int>(how) : kFirstBase] += loc.length;
     kept_rows += builder.rows() - static_cast<size_t>(last - first);
     updates.emplace_back(g, EntryAfter(how, e, next, loc, fences, builder));
     first = last;
@@ -394,7 +395,7 @@ Status TieredTable::WriteGroups(CacheStripe& stripe, std::vector<GroupRead>* rea
                                        std::memory_order_relaxed);
   counters_->merge_bytes.fetch_add(bytes[static_cast<int>(GroupWrite::kMerge)],
                                    std::memory_order_relaxed);
-  counters_->first_base_bytes.fetch_add(bytes[3], std::memory_order_relaxed);
+  counters_->first_base_bytes.fetch_add(bytes[kFirstBase], std::memory_order_relaxed);
   counters_->kept_rows.fetch_add(kept_rows, std::memory_order_relaxed);
   counters_->rows_persisted.fetch_add(dirty.size(), std::memory_order_relaxed);
   counters_->persisted_bytes.fetch_add(persisted, std::memory_order_relaxed);
