@@ -173,8 +173,11 @@ TEST(ReadPathChooserTest, AStoreReadsOutOfMappingsWhileTheyAreFast) {
     o.dir = "/s";
     o.group_bits = 4;
     o.mapped_reads = mode;
-    o.read_path.window = 32;
-    o.device_watch.window = 32;
+    // A read is slow past 200 us, and the slow ones below take 250 us. A fast read the
+    // scheduler stops once can still pass 200 us on a busy machine (one did in CI at 20 us),
+    // so a window turns only with a quarter of its reads slow and comes back under a tenth.
+    o.read_path = {.window = 32, .slow_nanos = 200'000, .to_pread = 0.25, .to_mapped = 0.1};
+    o.device_watch = {.window = 32, .slow_nanos = 200'000, .to_device = 0.25, .to_memory = 0.1};
     auto created = SsdStore::Create(&env, o, kLayout);
     ASSERT_TRUE(created.ok()) << created.status().ToString();
     SsdStore& store = **created;
@@ -215,14 +218,14 @@ TEST(ReadPathChooserTest, AStoreReadsOutOfMappingsWhileTheyAreFast) {
     const bool maps = mode != MappedReads::kOff;
     EXPECT_EQ(read(8), maps ? 128u : 0u);  // the page cache holds the files: both fast
     EXPECT_FALSE(store.ReadsFromDevice());
-    env.mapped_nanos = env.pread_nanos = 25'000;  // read from the device: both wait
+    env.mapped_nanos = env.pread_nanos = 250'000;  // read from the device: both wait
     const uint64_t mapped_from_device = read(16);
     EXPECT_TRUE(store.ReadsFromDevice());
     env.mapped_nanos = env.pread_nanos = 0;  // cached again
     const uint64_t mapped_again = read(8);
     EXPECT_FALSE(store.ReadsFromDevice());
     // The mappings alone wait (their faults; preads fast): auto must not take turns.
-    env.mapped_nanos = 25'000;
+    env.mapped_nanos = 250'000;
     const uint64_t mapped_alone_slow = read(40);
     const DiskStats d = store.Stats();
     EXPECT_EQ(d.records_read, 72u * 16);
