@@ -24,6 +24,11 @@ void WorkerPool::Post(std::function<void()> task) {
   w->cv.Signal();
 }
 
+size_t WorkerPool::idle() const {
+  MutexLock l(&mu_);
+  return idle_.size();
+}
+
 void WorkerPool::Join() {
   {
     MutexLock l(&mu_);

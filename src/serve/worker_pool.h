@@ -32,6 +32,8 @@ class WorkerPool {
   void Post(std::function<void()> task);
   // Runs the tasks posted before it, then stops the workers.
   void Join();
+  // How many workers wait for a task now (a gauge: tests wait on it instead of sleeping).
+  size_t idle() const;
 
  private:
   struct Worker {
@@ -41,7 +43,7 @@ class WorkerPool {
   };
   void Loop(Worker* self);
 
-  Mutex mu_;
+  mutable Mutex mu_;
   std::deque<std::function<void()>> queue_ GUARDED_BY(mu_);  // tasks no idle worker took
   std::vector<Worker*> idle_ GUARDED_BY(mu_);                // the last to go idle at the back
   bool stopping_ GUARDED_BY(mu_) = false;

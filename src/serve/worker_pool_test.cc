@@ -13,16 +13,24 @@
 namespace ctrbox {
 namespace {
 
+// Waits until every one of the pool's `workers` is idle (a worker goes back to the idle list
+// after its task returns; on a busy machine that can take more than any fixed sleep).
+void WaitAllIdle(const WorkerPool& pool, size_t workers) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (pool.idle() < workers && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  ASSERT_EQ(pool.idle(), workers);
+}
+
 TEST(WorkerPoolTest, SequentialTasksStayOnTheWarmestWorker) {
   WorkerPool pool(4);
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // (every worker idle)
   std::set<std::thread::id> ran_on;
   for (int i = 0; i < 50; ++i) {
+    ASSERT_NO_FATAL_FAILURE(WaitAllIdle(pool, 4));
     std::promise<std::thread::id> done;
     pool.Post([&] { done.set_value(std::this_thread::get_id()); });
     ran_on.insert(done.get_future().get());
-    // (the worker goes back to the idle list after set_value: wait for it to be there)
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   EXPECT_EQ(ran_on.size(), 1u);
 }
