@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Two settings of one ctrbox binary compared on the 12 M-key model at a 10 % budget (4 M
-generated rows of zipf 1.02, vocab_scale 1000; 256 MB), their runs interleaved (A, B, A, B, ...)
-so that a noisy shared machine slows both alike. Prints one JSON line per run (examples/s, the
-process's CPU-seconds, digest, test AUC and the write-back's counters) and a summary with the
-medians, the spread, the ratios and whether every run trained to the same digest.
+generated rows of zipf 1.02, vocab_scale 1000; 256 MB), their runs interleaved so that a noisy
+shared machine slows both alike, A and B taking turns going first (A, B in even rounds, B, A in
+odd ones, then C if asked: a fixed order favoured the first by ~3 %). Prints one JSON line per
+run (examples/s, the process's CPU-seconds, digest, test AUC and the write-back's counters) and a
+summary with the medians, the spread, the ratios and whether every run trained to the same
+digest. Use an even --reps.
 
   bench/ab_settings.py --a storage.parallel_read_us=40 --b storage.parallel_read_us=0 [--reps 3]
       [--ctrbox build/ctrbox] [--b-ctrbox OTHER] [--data-dir /tmp/ctrbox-bench] [--set KEY=VALUE ...]
@@ -58,7 +60,10 @@ def main():
         ap.error("nothing to compare: give --a / --b settings, --b-ctrbox or --b-in-memory")
     runs = {name: [] for name, _ in legs}
     for rep in range(a.reps):
-        for name, sets in legs:
+        # A and B take turns going first: the slot after the previous round's last run was
+        # worth ~3 % on this VM (docs/storage.md, "New pages"), so a fixed order favoured A.
+        order = legs if rep % 2 == 0 else [legs[1], legs[0]] + legs[2:]
+        for name, sets in order:
             ssd = os.path.join(a.data_dir, "ab-settings-ssd")
             model = os.path.join(a.data_dir, "ab-settings-model")
             shutil.rmtree(ssd, ignore_errors=True)
