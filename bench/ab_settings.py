@@ -5,9 +5,9 @@ shared machine slows both alike, A and B taking turns going first (A, B in even 
 odd ones, then C if asked: a fixed order favoured the first by ~3 %). Prints one JSON line per
 run (examples/s, the process's CPU-seconds, digest, test AUC and the write-back's counters) and a
 summary with the medians, the spread, the ratios and whether every run trained to the same
-digest. Use an even --reps.
+digest. --reps defaults to 4: give an even number, so that each goes first as often.
 
-  bench/ab_settings.py --a storage.parallel_read_us=40 --b storage.parallel_read_us=0 [--reps 3]
+  bench/ab_settings.py --a storage.parallel_read_us=40 --b storage.parallel_read_us=0 [--reps 4]
       [--ctrbox build/ctrbox] [--b-ctrbox OTHER] [--data-dir /tmp/ctrbox-bench] [--set KEY=VALUE ...]
 
 --a / --b take one or more KEY=VALUE settings each (repeat the flag); --set applies to both.
@@ -15,10 +15,10 @@ digest. Use an even --reps.
 the same settings: bench/ab_settings.py --ctrbox OLD --b-ctrbox NEW (--a / --b may then be left out).
 --b-in-memory runs B without the SSD tier and the budget (the whole model in memory), so that
 a_over_b is issue 58's ratio of the 10 % job to the in-memory one:
-bench/ab_settings.py --reps 3 --b-in-memory.
+bench/ab_settings.py --reps 4 --b-in-memory.
 --c-in-memory adds a third run to each round, B's binary without the SSD tier, so that one
 command compares two builds and gives each one's ratio to the in-memory job (a_over_c, b_over_c):
-bench/ab_settings.py --reps 3 --ctrbox OLD --b-ctrbox NEW --c-in-memory.
+bench/ab_settings.py --reps 4 --ctrbox OLD --b-ctrbox NEW --c-in-memory.
 --a-in-memory runs A in memory too, so that two settings of the in-memory job are compared:
 bench/ab_settings.py --a-in-memory --b-in-memory --a pipeline.pass_examples=262144
 --b pipeline.pass_examples=2048 (docs/storage.md, "The two ratios measured again").
@@ -38,7 +38,7 @@ COUNTERS = ["hit_rate", "loaded_from_ssd", "records_read", "writeback_reads", "g
 
 
 def main():
-    ap = arg_parser(__doc__, 3)
+    ap = arg_parser(__doc__, 4)
     ap.add_argument("--a", action="append", default=[], help="KEY=VALUE of setting A")
     ap.add_argument("--b", action="append", default=[], help="KEY=VALUE of setting B")
     ap.add_argument("--b-ctrbox", help="the binary B runs (default: --ctrbox)")
